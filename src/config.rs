@@ -1,0 +1,452 @@
+//! warren's one typed configuration: defaults, then the TOML file, then environment, then flags.
+//!
+//! Every field is documented in README.md ("Configuration"). An invalid configuration is reported as
+//! one line naming the field and the problem, and the process exits non-zero.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The whole configuration, loaded once at start and passed in explicitly.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address the web server listens on.
+    pub listen: SocketAddr,
+    /// SQLite database file; created if missing.
+    pub database: PathBuf,
+    /// How long raw samples are kept before the cleanup deletes them.
+    pub retention: Duration,
+    /// The brokers to watch, each polled by its own loop.
+    pub brokers: Vec<BrokerConfig>,
+}
+
+/// One RabbitMQ broker (or cluster) to watch.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Short name used in URLs and the UI; unique.
+    pub name: String,
+    /// Base URL of the management HTTP API, e.g. `http://127.0.0.1:15672`.
+    pub management_url: reqwest::Url,
+    pub user: String,
+    pub password: Secret,
+    /// AMQP URL (without credentials; `user`/`password` are used) for message actions.
+    pub amqp_url: String,
+    /// Glob patterns (`*`, `?`) of vhosts to watch; empty means all.
+    pub vhosts_include: Vec<String>,
+    /// Glob patterns of vhosts to skip; applied after `vhosts_include`.
+    pub vhosts_exclude: Vec<String>,
+    /// Time between two polls when the broker is healthy.
+    pub poll_interval: Duration,
+    /// Limit for one HTTP request to the management API.
+    pub request_timeout: Duration,
+}
+
+impl BrokerConfig {
+    /// Whether a vhost is watched, by the include and exclude patterns.
+    pub fn watches_vhost(&self, vhost: &str) -> bool {
+        let included = self.vhosts_include.is_empty()
+            || self.vhosts_include.iter().any(|p| glob_match(p, vhost));
+        included && !self.vhosts_exclude.iter().any(|p| glob_match(p, vhost))
+    }
+}
+
+/// A password or token: never printed by `Debug` or `Display`, so it cannot leak into logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    /// The real value, for the one place that sends it to the broker.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// An invalid configuration: which field, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {field}: {problem}")]
+pub struct ConfigError {
+    pub field: String,
+    pub problem: String,
+}
+
+fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError { field: field.into(), problem: problem.into() }
+}
+
+/// Values given on the command line; they win over the file and the environment.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub config_path: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub database: Option<PathBuf>,
+    pub retention_days: Option<u64>,
+    pub management_url: Option<String>,
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub amqp_url: Option<String>,
+    pub poll_interval_secs: Option<u64>,
+}
+
+// The file's shape. Kept apart from `Config` so that the file can be partial and so that unknown
+// keys are rejected with their name (`deny_unknown_fields`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    database: Option<PathBuf>,
+    retention_days: Option<u64>,
+    #[serde(default)]
+    brokers: Vec<FileBroker>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileBroker {
+    name: Option<String>,
+    management_url: Option<String>,
+    user: Option<String>,
+    password: Option<String>,
+    password_env: Option<String>,
+    password_file: Option<PathBuf>,
+    amqp_url: Option<String>,
+    vhosts_include: Option<Vec<String>>,
+    vhosts_exclude: Option<Vec<String>>,
+    poll_interval_secs: Option<u64>,
+    request_timeout_secs: Option<u64>,
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_DATABASE: &str = "warren.db";
+pub const DEFAULT_RETENTION_DAYS: u64 = 7;
+pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 10;
+
+impl Config {
+    /// Loads the configuration from `overrides.config_path` (or `WARREN_CONFIG`), the process
+    /// environment and the command-line overrides.
+    pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
+        let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+        let path = overrides.config_path.clone().or_else(|| env("WARREN_CONFIG").map(PathBuf::from));
+        let file = match &path {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        Config::build(file, &env, overrides)
+    }
+
+    /// Parses a TOML document with no environment and no overrides (tests, `config check`).
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let file = parse_toml(text)?;
+        Config::build(file, &|_| None, &Overrides::default())
+    }
+
+    /// Layers file, environment (`env`) and overrides, then validates.
+    fn build(
+        file: FileConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        let listen_text = overrides
+            .listen
+            .clone()
+            .or_else(|| env("WARREN_LISTEN"))
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen: SocketAddr = listen_text
+            .parse()
+            .map_err(|_| invalid("listen", format!("{listen_text:?} is not an address like 127.0.0.1:8080")))?;
+
+        let database = overrides
+            .database
+            .clone()
+            .or_else(|| env("WARREN_DATABASE").map(PathBuf::from))
+            .or(file.database)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE));
+        if database.as_os_str().is_empty() {
+            return Err(invalid("database", "must not be empty"));
+        }
+
+        let retention_days = match overrides.retention_days {
+            Some(days) => days,
+            None => match env("WARREN_RETENTION_DAYS") {
+                Some(text) => parse_u64("retention_days", &text)?,
+                None => file.retention_days.unwrap_or(DEFAULT_RETENTION_DAYS),
+            },
+        };
+        if retention_days == 0 {
+            return Err(invalid("retention_days", "must be at least 1"));
+        }
+
+        let mut file_brokers = file.brokers;
+        if file_brokers.is_empty() {
+            file_brokers.push(FileBroker::default());
+        }
+        let single = file_brokers.len() == 1;
+        let mut brokers = Vec::with_capacity(file_brokers.len());
+        for (index, broker) in file_brokers.into_iter().enumerate() {
+            let cli = if single { Some(overrides) } else { None };
+            brokers.push(build_broker(index, broker, env, cli)?);
+        }
+        if !single && overrides_touch_broker(overrides) {
+            return Err(invalid(
+                "brokers",
+                "broker flags (--management-url, --user, ...) need exactly one broker; set the fields in the config file",
+            ));
+        }
+        for (i, broker) in brokers.iter().enumerate() {
+            if brokers[..i].iter().any(|b| b.name == broker.name) {
+                return Err(invalid(format!("brokers[{i}].name"), format!("{:?} is used twice", broker.name)));
+            }
+        }
+
+        Ok(Config { listen, database, retention: Duration::from_secs(retention_days * 86_400), brokers })
+    }
+}
+
+fn overrides_touch_broker(o: &Overrides) -> bool {
+    o.management_url.is_some()
+        || o.user.is_some()
+        || o.password_file.is_some()
+        || o.amqp_url.is_some()
+        || o.poll_interval_secs.is_some()
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid("config", format!("cannot read {}: {e}", path.display())))?;
+    parse_toml(&text)
+}
+
+fn parse_toml(text: &str) -> Result<FileConfig, ConfigError> {
+    toml::from_str(text).map_err(|e: toml::de::Error| {
+        // toml's message spans several lines (with a source excerpt); keep the first, which names
+        // the key, so the error stays one line.
+        let message = e.message().lines().next().unwrap_or("syntax error").to_string();
+        let place = match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("config file line {line}")
+            }
+            None => "config file".to_string(),
+        };
+        invalid(place, message)
+    })
+}
+
+fn parse_u64(field: &str, text: &str) -> Result<u64, ConfigError> {
+    text.trim().parse().map_err(|_| invalid(field, format!("{text:?} is not a whole number")))
+}
+
+/// `WARREN_BROKER_<NAME>_<FIELD>`: the broker's name upper-cased, other characters as `_`.
+fn broker_env_key(name: &str, field: &str) -> String {
+    let name: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+    format!("WARREN_BROKER_{name}_{field}")
+}
+
+fn build_broker(
+    index: usize,
+    file: FileBroker,
+    env: &dyn Fn(&str) -> Option<String>,
+    cli: Option<&Overrides>,
+) -> Result<BrokerConfig, ConfigError> {
+    let field = |name: &str| format!("brokers[{index}].{name}");
+    let name = file.name.unwrap_or_else(|| "local".to_string());
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(invalid(field("name"), format!("{name:?} must be non-empty and use only letters, digits, '-' and '_'")));
+    }
+    let benv = |f: &str| env(&broker_env_key(&name, f));
+    let cli = |pick: fn(&Overrides) -> Option<String>| cli.and_then(pick);
+
+    let url_text = cli(|o| o.management_url.clone())
+        .or_else(|| benv("MANAGEMENT_URL"))
+        .or(file.management_url)
+        .unwrap_or_else(|| "http://127.0.0.1:15672".to_string());
+    let mut management_url = reqwest::Url::parse(&url_text)
+        .map_err(|e| invalid(field("management_url"), format!("{url_text:?}: {e}")))?;
+    if !matches!(management_url.scheme(), "http" | "https") {
+        return Err(invalid(field("management_url"), "must start with http:// or https://"));
+    }
+    if !management_url.username().is_empty() || management_url.password().is_some() {
+        return Err(invalid(field("management_url"), "put credentials in user / password_env / password_file, not in the URL"));
+    }
+    // Joining "api/..." onto the base needs a trailing slash, or the last path segment is replaced.
+    if !management_url.path().ends_with('/') {
+        let path = format!("{}/", management_url.path());
+        management_url.set_path(&path);
+    }
+
+    let user = cli(|o| o.user.clone()).or_else(|| benv("USER")).or(file.user).unwrap_or_else(|| "guest".to_string());
+
+    let password = if let Some(path) = cli(|o| o.password_file.as_ref().map(|p| p.display().to_string())) {
+        read_password_file(&field("password_file"), Path::new(&path))?
+    } else if let Some(value) = benv("PASSWORD") {
+        value
+    } else if let Some(var) = file.password_env {
+        env(&var).ok_or_else(|| invalid(field("password_env"), format!("environment variable {var} is not set")))?
+    } else if let Some(path) = file.password_file {
+        read_password_file(&field("password_file"), &path)?
+    } else {
+        file.password.unwrap_or_else(|| "guest".to_string())
+    };
+
+    let amqp_url = cli(|o| o.amqp_url.clone())
+        .or_else(|| benv("AMQP_URL"))
+        .or(file.amqp_url)
+        .unwrap_or_else(|| format!("amqp://{}:5672", management_url.host_str().unwrap_or("127.0.0.1")));
+    if !(amqp_url.starts_with("amqp://") || amqp_url.starts_with("amqps://")) {
+        return Err(invalid(field("amqp_url"), format!("{amqp_url:?} must start with amqp:// or amqps://")));
+    }
+
+    let poll_interval_secs = match cli(|o| o.poll_interval_secs.map(|s| s.to_string())).or_else(|| benv("POLL_INTERVAL_SECS")) {
+        Some(text) => parse_u64(&field("poll_interval_secs"), &text)?,
+        None => file.poll_interval_secs.unwrap_or(DEFAULT_POLL_INTERVAL_SECS),
+    };
+    if poll_interval_secs == 0 {
+        return Err(invalid(field("poll_interval_secs"), "must be at least 1"));
+    }
+    let request_timeout_secs = match benv("REQUEST_TIMEOUT_SECS") {
+        Some(text) => parse_u64(&field("request_timeout_secs"), &text)?,
+        None => file.request_timeout_secs.unwrap_or(poll_interval_secs.clamp(5, 30)),
+    };
+    if request_timeout_secs == 0 {
+        return Err(invalid(field("request_timeout_secs"), "must be at least 1"));
+    }
+
+    let patterns = |list: Option<Vec<String>>, key: &str| -> Result<Vec<String>, ConfigError> {
+        let list = list.unwrap_or_default();
+        if list.iter().any(|p| p.is_empty()) {
+            return Err(invalid(field(key), "patterns must not be empty strings"));
+        }
+        Ok(list)
+    };
+    let vhosts_include = match benv("VHOSTS_INCLUDE") {
+        Some(text) => text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        None => patterns(file.vhosts_include, "vhosts_include")?,
+    };
+    let vhosts_exclude = match benv("VHOSTS_EXCLUDE") {
+        Some(text) => text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        None => patterns(file.vhosts_exclude, "vhosts_exclude")?,
+    };
+
+    Ok(BrokerConfig {
+        name,
+        management_url,
+        user,
+        password: Secret::new(password),
+        amqp_url,
+        vhosts_include,
+        vhosts_exclude,
+        poll_interval: Duration::from_secs(poll_interval_secs),
+        request_timeout: Duration::from_secs(request_timeout_secs),
+    })
+}
+
+fn read_password_file(field: &str, path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
+    // Secret files usually end with a newline that is not part of the password.
+    Ok(text.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// Glob match with `*` (any run) and `?` (one character), on whole strings.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_config_gives_the_documented_defaults() {
+        let config = Config::from_toml("").unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.database, PathBuf::from("warren.db"));
+        assert_eq!(config.brokers.len(), 1);
+        let broker = &config.brokers[0];
+        assert_eq!(broker.management_url.as_str(), "http://127.0.0.1:15672/");
+        assert_eq!((broker.user.as_str(), broker.password.expose()), ("guest", "guest"));
+        assert_eq!(broker.poll_interval, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = Config::from_toml("[[brokers]]\nname = \"a\"\npoll_interval_secs = 0\n").unwrap_err();
+        assert_eq!(err.to_string(), "invalid configuration: brokers[0].poll_interval_secs: must be at least 1");
+        let err = Config::from_toml("[[brokers]]\nmanagement_url = \"ftp://x\"\n").unwrap_err();
+        assert!(err.to_string().contains("brokers[0].management_url"), "{err}");
+        let err = Config::from_toml("listen = \"nowhere\"").unwrap_err();
+        assert!(err.to_string().starts_with("invalid configuration: listen:"), "{err}");
+        let err = Config::from_toml("[[brokers]]\nname = \"a\"\n[[brokers]]\nname = \"a\"\n").unwrap_err();
+        assert!(err.to_string().contains("brokers[1].name"), "{err}");
+        let err = Config::from_toml("colour = 3").unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+        assert!(!err.to_string().contains('\n'), "one line: {err}");
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let config = Config::from_toml("[[brokers]]\npassword = \"hunter2\"\n").unwrap();
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let file = parse_toml("[[brokers]]\nname = \"prod-1\"\nuser = \"a\"\n").unwrap();
+        let env = |key: &str| match key {
+            "WARREN_BROKER_PROD_1_USER" => Some("monitoring".to_string()),
+            "WARREN_BROKER_PROD_1_PASSWORD" => Some("s3cret".to_string()),
+            "WARREN_LISTEN" => Some("127.0.0.1:9999".to_string()),
+            _ => None,
+        };
+        let config = Config::build(file, &env, &Overrides::default()).unwrap();
+        assert_eq!(config.listen.port(), 9999);
+        assert_eq!(config.brokers[0].user, "monitoring");
+        assert_eq!(config.brokers[0].password.expose(), "s3cret");
+    }
+
+    #[test]
+    fn vhost_patterns() {
+        assert!(glob_match("*", "/"));
+        assert!(glob_match("team-*", "team-a"));
+        assert!(!glob_match("team-?", "team-ab"));
+        let mut broker = Config::from_toml("").unwrap().brokers.remove(0);
+        broker.vhosts_include = vec!["prod*".into()];
+        broker.vhosts_exclude = vec!["prod-test".into()];
+        assert!(broker.watches_vhost("prod-eu"));
+        assert!(!broker.watches_vhost("prod-test"));
+        assert!(!broker.watches_vhost("/"));
+    }
+}

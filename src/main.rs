@@ -1,0 +1,167 @@
+//! Command line: parse it and hand over to the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use warren::config::{Config, Overrides};
+
+#[derive(Parser)]
+#[command(name = "warren", version, about = "A web dashboard for RabbitMQ")]
+struct Cli {
+    /// Configuration file (TOML); also WARREN_CONFIG.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:8080); also WARREN_LISTEN.
+    #[arg(long, global = true)]
+    listen: Option<String>,
+    /// SQLite database file (default warren.db); also WARREN_DATABASE.
+    #[arg(long, global = true)]
+    database: Option<PathBuf>,
+    /// Days of raw samples to keep (default 7); also WARREN_RETENTION_DAYS.
+    #[arg(long, global = true)]
+    retention_days: Option<u64>,
+    /// Management API URL of the (single) broker.
+    #[arg(long, global = true)]
+    management_url: Option<String>,
+    /// Management API user of the (single) broker.
+    #[arg(long, global = true)]
+    user: Option<String>,
+    /// File holding the broker password (never pass a password as a flag).
+    #[arg(long, global = true)]
+    password_file: Option<PathBuf>,
+    /// AMQP URL of the (single) broker, without credentials.
+    #[arg(long, global = true)]
+    amqp_url: Option<String>,
+    /// Seconds between polls of the (single) broker (default 10).
+    #[arg(long, global = true)]
+    poll_interval_secs: Option<u64>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the dashboard (the default).
+    Serve,
+    /// Check the configuration and print it (without secrets).
+    CheckConfig,
+    /// Make live demo traffic on the (first) configured broker, until Ctrl-C.
+    Demo {
+        /// Delete the demo vhost instead.
+        #[arg(long)]
+        cleanup: bool,
+        /// The vhost the demo uses.
+        #[arg(long, default_value = "warren-demo")]
+        vhost: String,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warren=info,tower_http=warn".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let overrides = Overrides {
+        config_path: cli.config,
+        listen: cli.listen,
+        database: cli.database,
+        retention_days: cli.retention_days,
+        management_url: cli.management_url,
+        user: cli.user,
+        password_file: cli.password_file,
+        amqp_url: cli.amqp_url,
+        poll_interval_secs: cli.poll_interval_secs,
+    };
+    let config = match Config::load(&overrides) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("warren: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("warren: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Serve) {
+            Command::Serve => serve(config).await,
+            Command::CheckConfig => {
+                println!("{config:#?}");
+                Ok(())
+            }
+            Command::Demo { cleanup, vhost } => demo(config, cleanup, vhost).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("warren: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    warren::run(config, listener, shutdown_signal()).await
+}
+
+async fn demo(config: Config, cleanup: bool, vhost: String) -> anyhow::Result<()> {
+    let broker = &config.brokers[0];
+    let target = warren::demo::DemoTarget {
+        management_url: broker.management_url.to_string(),
+        user: broker.user.clone(),
+        password: broker.password.expose().to_string(),
+        amqp_url: broker.amqp_url.clone(),
+        vhost,
+    };
+    if cleanup {
+        return warren::demo::cleanup(&target).await;
+    }
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+    });
+    warren::demo::run(&target, cancel).await
+}
+
+/// Ctrl-C or SIGTERM (what `docker stop` sends).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,332 @@
+//! Client for the RabbitMQ management HTTP API, and the shapes of the responses warren reads.
+//!
+//! Only the cheap calls of DOMAIN.md §2: `columns=` to keep bodies small, pages of at most 500
+//! queues, gzip, a timeout per request. Every field is optional because brokers omit keys (a new
+//! quorum queue has no `messages*` keys for seconds; 4.x drops empty keys and may serve no
+//! `message_stats` at all): absence is carried as `None`, never turned into 0 here.
+
+use std::time::Duration;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::config::BrokerConfig;
+
+/// Characters escaped in a path segment: everything but unreserved ones, so `/` in a vhost
+/// (the default vhost is literally "/") becomes `%2F`.
+pub const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+pub fn encode_segment(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// The largest page the management API accepts (501 answers HTTP 400).
+pub const PAGE_SIZE: usize = 500;
+
+/// Fields asked of `/api/queues`: what warren stores and shows, nothing more (DOMAIN.md §2).
+pub const QUEUE_COLUMNS: &str = "name,vhost,type,durable,state,arguments,policy,effective_policy_definition,\
+messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,\
+message_stats.publish,message_stats.deliver_get,message_stats.ack,message_stats.redeliver";
+
+const OVERVIEW_COLUMNS: &str = "cluster_name,rabbitmq_version,management_version,disable_stats,\
+message_stats,queue_totals,object_totals";
+
+/// Why a call to the broker failed, phrased for the operator who reads it on the overview.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BrokerError {
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("HTTP {status}: credentials refused (check user and password; a monitoring user needs the 'monitoring' tag)")]
+    Unauthorized { status: u16 },
+    #[error("HTTP {status}: access denied (the user needs permissions in this vhost)")]
+    Forbidden { status: u16 },
+    #[error("HTTP {status} from {path}: {body}")]
+    Http { status: u16, path: String, body: String },
+    #[error("malformed response from {path}: {detail}")]
+    Malformed { path: String, detail: String },
+}
+
+/// One broker's management API, with its own connection pool.
+#[derive(Clone)]
+pub struct ManagementClient {
+    http: reqwest::Client,
+    base: reqwest::Url,
+    user: String,
+    password: crate::config::Secret,
+    timeout: Duration,
+}
+
+impl ManagementClient {
+    pub fn new(broker: &BrokerConfig) -> Self {
+        let http = reqwest::Client::builder()
+            .gzip(true)
+            .connect_timeout(broker.request_timeout.min(Duration::from_secs(5)))
+            .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("TLS backend initialises");
+        ManagementClient {
+            http,
+            base: broker.management_url.clone(),
+            user: broker.user.clone(),
+            password: broker.password.clone(),
+            timeout: broker.request_timeout,
+        }
+    }
+
+    /// GETs `path` (relative to the API base, already encoded) and decodes the JSON body.
+    /// Returns the body's size in bytes too, for cost accounting.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<(T, usize), BrokerError> {
+        let url = self.base.join(path).map_err(|e| BrokerError::Malformed { path: path.into(), detail: e.to_string() })?;
+        let response = self
+            .http
+            .get(url)
+            .basic_auth(&self.user, Some(self.password.expose()))
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| self.transport_error(e))?;
+        match status.as_u16() {
+            200..=299 => {}
+            401 => return Err(BrokerError::Unauthorized { status: 401 }),
+            403 => return Err(BrokerError::Forbidden { status: 403 }),
+            code => {
+                return Err(BrokerError::Http { status: code, path: strip_query(path), body: snippet(&body) })
+            }
+        }
+        let value = serde_json::from_slice(&body)
+            .map_err(|e| BrokerError::Malformed { path: strip_query(path), detail: e.to_string() })?;
+        Ok((value, body.len()))
+    }
+
+    fn transport_error(&self, e: reqwest::Error) -> BrokerError {
+        if e.is_timeout() {
+            return BrokerError::Timeout(self.timeout);
+        }
+        // reqwest's top-level message is generic ("error sending request"); the cause says why.
+        let mut detail = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            detail = cause.to_string();
+            source = cause.source();
+        }
+        BrokerError::Unreachable(format!("{}: {detail}", self.base))
+    }
+
+    pub async fn overview(&self) -> Result<(Overview, usize), BrokerError> {
+        self.get(&format!("api/overview?columns={OVERVIEW_COLUMNS}")).await
+    }
+
+    pub async fn vhosts(&self) -> Result<(Vec<VhostEntry>, usize), BrokerError> {
+        self.get("api/vhosts?columns=name").await
+    }
+
+    /// One page (1-based) of a vhost's queues.
+    pub async fn queues_page(&self, vhost: &str, page: usize) -> Result<(QueuePage, usize), BrokerError> {
+        let path = format!(
+            "api/queues/{}?page={page}&page_size={PAGE_SIZE}&columns={QUEUE_COLUMNS}",
+            encode_segment(vhost)
+        );
+        self.get(&path).await
+    }
+}
+
+fn strip_query(path: &str) -> String {
+    path.split('?').next().unwrap_or(path).to_string()
+}
+
+/// The start of an error body, on one line, without control characters.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>().trim().to_string()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct VhostEntry {
+    pub name: String,
+}
+
+/// `GET /api/overview`, the parts warren uses.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Overview {
+    pub cluster_name: Option<String>,
+    pub rabbitmq_version: Option<String>,
+    pub management_version: Option<String>,
+    pub disable_stats: Option<bool>,
+    #[serde(default, deserialize_with = "lenient_object")]
+    pub message_stats: Option<OverviewStats>,
+    #[serde(default, deserialize_with = "lenient_object")]
+    pub object_totals: Option<ObjectTotals>,
+}
+
+/// Cumulative broker-wide counters. Absent until there was such activity.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct OverviewStats {
+    pub publish: Option<u64>,
+    pub confirm: Option<u64>,
+    pub ack: Option<u64>,
+    pub deliver_get: Option<u64>,
+    pub redeliver: Option<u64>,
+    pub return_unroutable: Option<u64>,
+    pub drop_unroutable: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ObjectTotals {
+    pub queues: Option<u64>,
+    pub consumers: Option<u64>,
+    pub connections: Option<u64>,
+}
+
+/// The paginated envelope of `/api/queues?page=`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct QueuePage {
+    pub items: Vec<RawQueue>,
+    pub page: usize,
+    pub page_count: usize,
+    pub total_count: Option<usize>,
+}
+
+/// One queue as the broker reports it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RawQueue {
+    pub name: String,
+    /// Absent when `columns=` did not ask for it; the poller knows which vhost it listed.
+    #[serde(default)]
+    pub vhost: String,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub durable: Option<bool>,
+    pub state: Option<String>,
+    #[serde(default, deserialize_with = "lenient_object")]
+    pub arguments: Option<Map<String, Value>>,
+    pub policy: Option<String>,
+    #[serde(default, deserialize_with = "lenient_object")]
+    pub effective_policy_definition: Option<Map<String, Value>>,
+    pub messages: Option<u64>,
+    pub messages_ready: Option<u64>,
+    pub messages_unacknowledged: Option<u64>,
+    pub consumers: Option<u64>,
+    /// Seconds since the epoch; classic queues only, and only when the head message has the AMQP
+    /// `timestamp` property (DOMAIN.md §3).
+    pub head_message_timestamp: Option<f64>,
+    #[serde(default, deserialize_with = "lenient_object")]
+    pub message_stats: Option<QueueStats>,
+}
+
+/// Cumulative per-queue counters.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct QueueStats {
+    pub publish: Option<u64>,
+    pub deliver_get: Option<u64>,
+    pub ack: Option<u64>,
+    pub redeliver: Option<u64>,
+}
+
+/// Erlang's empty proplist is serialised as `[]` where an object is expected (3.x does this for
+/// `effective_policy_definition`, `arguments` and `message_stats`): read `[]` and `null` as absent.
+fn lenient_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let value = Value::deserialize(deserializer)?;
+    match value {
+        Value::Null => Ok(None),
+        Value::Array(items) if items.is_empty() => Ok(None),
+        other => T::deserialize(other).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    pub(crate) fn fixture(name: &str) -> Vec<u8> {
+        let path = format!("{}/../shared/fixtures/rabbitmq-3.10.8/{name}", env!("CARGO_MANIFEST_DIR"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"));
+        if name.ends_with(".gz") {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&bytes[..]).read_to_end(&mut out).unwrap();
+            out
+        } else {
+            bytes
+        }
+    }
+
+    #[test]
+    fn parses_a_recorded_page_of_queues() {
+        let page: QueuePage = serde_json::from_slice(&fixture("queues-10000-page1-of-20.json.gz")).unwrap();
+        assert_eq!((page.page, page.page_count, page.items.len()), (1, 20, 500));
+        let q0 = page.items.iter().find(|q| q.name == "q0").unwrap();
+        assert_eq!(q0.messages_ready, Some(1));
+        assert_eq!(q0.head_message_timestamp, Some(1795984119.0));
+        assert_eq!(q0.message_stats.as_ref().unwrap().publish, Some(1));
+    }
+
+    #[test]
+    fn parses_recorded_columns_listing_with_absent_keys() {
+        let queues: Vec<RawQueue> =
+            serde_json::from_slice(&fixture("queues-10000-columns.json.gz")).unwrap();
+        assert_eq!(queues.len(), 10_000);
+        let idle = queues.iter().find(|q| q.name == "q1").unwrap();
+        assert!(idle.message_stats.is_none(), "a queue without activity has no message_stats");
+        assert_eq!(idle.head_message_timestamp, None);
+    }
+
+    #[test]
+    fn parses_quorum_and_classic_queue_objects() {
+        let quorum: RawQueue = serde_json::from_slice(&fixture("queue-quorum-busy.json")).unwrap();
+        assert_eq!(quorum.kind.as_deref(), Some("quorum"));
+        assert_eq!((quorum.messages_ready, quorum.messages_unacknowledged), (Some(130), Some(20)));
+        assert_eq!(quorum.head_message_timestamp, None);
+        let classic: RawQueue = serde_json::from_slice(&fixture("queue-classic-busy.json")).unwrap();
+        assert_eq!(classic.head_message_timestamp, Some(1700000050.0));
+        assert_eq!(classic.message_stats.unwrap().ack, Some(50));
+    }
+
+    #[test]
+    fn parses_recorded_overview() {
+        let overview: Overview = serde_json::from_slice(&fixture("overview.json")).unwrap();
+        let stats = overview.message_stats.unwrap();
+        assert_eq!((stats.publish, stats.confirm, stats.return_unroutable), (Some(7286), Some(7286), Some(2)));
+        assert_eq!(overview.rabbitmq_version.as_deref(), Some("3.10.8"));
+    }
+
+    /// RabbitMQ 4.x with `management_agent.disable_metrics_collector = true`: empty keys omitted,
+    /// no `message_stats`, `delivery_limit` and `messages_dlx` on quorum queues (DOMAIN.md §2, §7).
+    #[test]
+    fn parses_rabbitmq_4_shapes() {
+        let body = r#"{"items":[
+            {"name":"orders","vhost":"/","type":"quorum","durable":true,"state":"running",
+             "arguments":{"x-queue-type":"quorum"},"delivery_limit":20,"messages_dlx":0,
+             "messages":3,"messages_ready":3,"messages_unacknowledged":0,"consumers":0},
+            {"name":"empty","vhost":"/","type":"classic","arguments":{},"messages":0,
+             "messages_ready":0,"messages_unacknowledged":0,"consumers":1}
+        ],"page":1,"page_count":1,"page_size":500,"total_count":2,"filtered_count":2,"item_count":2}"#;
+        let page: QueuePage = serde_json::from_str(body).unwrap();
+        assert!(page.items.iter().all(|q| q.message_stats.is_none() && q.head_message_timestamp.is_none()));
+        assert_eq!(page.items[0].messages_ready, Some(3));
+    }
+
+    #[test]
+    fn empty_proplists_read_as_absent() {
+        let q: RawQueue = serde_json::from_str(
+            r#"{"name":"a","vhost":"/","arguments":[],"effective_policy_definition":[],"message_stats":[]}"#,
+        )
+        .unwrap();
+        assert!(q.arguments.is_none() && q.effective_policy_definition.is_none() && q.message_stats.is_none());
+    }
+
+    #[test]
+    fn segments_encode_slashes() {
+        assert_eq!(encode_segment("/"), "%2F");
+        assert_eq!(encode_segment("a b/c"), "a%20b%2Fc");
+    }
+}

@@ -1,0 +1,291 @@
+//! What warren says about a queue and a broker, derived from raw broker answers. Pure functions,
+//! no I/O: the poller feeds them, the web layer shows their results.
+//!
+//! Truthful numbers (DEVELOPERS.md): a value the broker did not give is `None` and is shown as
+//! unknown, never as 0; the oldest-message age always carries its source.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::management::{OverviewStats, RawQueue};
+
+/// How warren knows a queue's oldest-message age.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgeSource {
+    /// From the broker's `head_message_timestamp`, or the queue is empty.
+    Exact,
+    /// Derived from warren's own history (FIFO estimate).
+    Estimated,
+    /// The broker gives no age for this queue and warren cannot estimate it yet.
+    Unknown,
+}
+
+impl AgeSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgeSource::Exact => "exact",
+            AgeSource::Estimated => "estimated",
+            AgeSource::Unknown => "unknown",
+        }
+    }
+}
+
+/// Cumulative per-queue counters at one poll; `None` when the broker serves no stats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounters {
+    pub publish: Option<u64>,
+    pub deliver: Option<u64>,
+    pub ack: Option<u64>,
+    pub redeliver: Option<u64>,
+}
+
+/// Per-second rates between two polls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct QueueRates {
+    pub publish: Option<f64>,
+    pub deliver: Option<f64>,
+    pub ack: Option<f64>,
+    pub redeliver: Option<f64>,
+}
+
+/// A queue as warren shows it: the API's queue object.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueView {
+    pub broker: String,
+    pub vhost: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub durable: Option<bool>,
+    pub state: Option<String>,
+    pub ready: Option<u64>,
+    pub unacked: Option<u64>,
+    pub total: Option<u64>,
+    pub consumers: Option<u64>,
+    pub publish_rate: Option<f64>,
+    pub deliver_rate: Option<f64>,
+    pub ack_rate: Option<f64>,
+    pub redeliver_rate: Option<f64>,
+    pub oldest_age_secs: Option<f64>,
+    pub oldest_age_source: AgeSource,
+    pub arguments: Map<String, Value>,
+    pub policy: Option<String>,
+    pub effective_policy: Map<String, Value>,
+    pub updated_at: DateTime<Utc>,
+    /// True when the queue no longer exists on the broker; its history is kept.
+    pub deleted: bool,
+    /// warren's database id, once the queue has been stored.
+    #[serde(skip)]
+    pub id: Option<i64>,
+    #[serde(skip)]
+    pub counters: QueueCounters,
+    /// `head_message_timestamp` in unix seconds, as stored.
+    #[serde(skip)]
+    pub head_ts: Option<i64>,
+}
+
+/// Rate from two readings of a cumulative counter `dt_secs` apart. A counter that went
+/// backwards was reset (queue re-created, node restarted): the rate over that interval is
+/// unknown, never negative and never the whole new count as a spike.
+pub fn counter_rate(previous: Option<u64>, current: Option<u64>, dt_secs: f64) -> Option<f64> {
+    let (previous, current) = (previous?, current?);
+    if dt_secs <= 0.0 || current < previous {
+        return None;
+    }
+    Some((current - previous) as f64 / dt_secs)
+}
+
+pub fn rates_between(previous: &QueueCounters, current: &QueueCounters, dt_secs: f64) -> QueueRates {
+    QueueRates {
+        publish: counter_rate(previous.publish, current.publish, dt_secs),
+        deliver: counter_rate(previous.deliver, current.deliver, dt_secs),
+        ack: counter_rate(previous.ack, current.ack, dt_secs),
+        redeliver: counter_rate(previous.redeliver, current.redeliver, dt_secs),
+    }
+}
+
+/// Counters of a raw queue. `stats_enabled` says whether the broker collects message stats at
+/// all: where it does, an absent counter means "no such activity yet" (3.x omits keys until the
+/// first event) and is 0; where it does not (4.x with the metrics collector off), it is unknown.
+pub fn queue_counters(raw: &RawQueue, stats_enabled: bool) -> QueueCounters {
+    if !stats_enabled {
+        return QueueCounters::default();
+    }
+    let stats = raw.message_stats.clone().unwrap_or_default();
+    QueueCounters {
+        publish: Some(stats.publish.unwrap_or(0)),
+        deliver: Some(stats.deliver_get.unwrap_or(0)),
+        ack: Some(stats.ack.unwrap_or(0)),
+        redeliver: Some(stats.redeliver.unwrap_or(0)),
+    }
+}
+
+/// Oldest-message age from what the broker reports. `head_message_timestamp` counts unacked
+/// messages too and is null when the head message carries no timestamp (DOMAIN.md §3). A queue
+/// known to be empty has no waiting message: its age is exactly 0.
+pub fn exact_age(total: Option<u64>, head_ts: Option<i64>, now: DateTime<Utc>) -> (Option<f64>, AgeSource) {
+    match (total, head_ts) {
+        (Some(0), _) => (Some(0.0), AgeSource::Exact),
+        (_, Some(ts)) => {
+            // A publisher clock ahead of ours would give a negative age; the message is at least new.
+            let age_ms = (now.timestamp_millis() - ts * 1000).max(0);
+            (Some(age_ms as f64 / 1000.0), AgeSource::Exact)
+        }
+        _ => (None, AgeSource::Unknown),
+    }
+}
+
+/// Builds the view of one queue from its raw form, its counters at the previous poll (if the
+/// queue existed then) and the time between the two polls.
+pub fn queue_view(
+    broker: &str,
+    raw: &RawQueue,
+    stats_enabled: bool,
+    previous: Option<(&QueueCounters, f64)>,
+    now: DateTime<Utc>,
+) -> QueueView {
+    let counters = queue_counters(raw, stats_enabled);
+    let rates = match previous {
+        Some((prev, dt)) => rates_between(prev, &counters, dt),
+        None => QueueRates::default(),
+    };
+    let total = raw.messages.or_else(|| Some(raw.messages_ready? + raw.messages_unacknowledged?));
+    let head_ts = raw.head_message_timestamp.map(|ts| ts as i64);
+    let (oldest_age_secs, oldest_age_source) = exact_age(total, head_ts, now);
+    QueueView {
+        broker: broker.to_string(),
+        vhost: raw.vhost.clone(),
+        name: raw.name.clone(),
+        kind: raw.kind.clone().unwrap_or_else(|| "classic".to_string()),
+        durable: raw.durable,
+        state: raw.state.clone(),
+        ready: raw.messages_ready,
+        unacked: raw.messages_unacknowledged,
+        total,
+        consumers: raw.consumers,
+        publish_rate: rates.publish,
+        deliver_rate: rates.deliver,
+        ack_rate: rates.ack,
+        redeliver_rate: rates.redeliver,
+        oldest_age_secs,
+        oldest_age_source,
+        arguments: raw.arguments.clone().unwrap_or_default(),
+        policy: raw.policy.clone(),
+        effective_policy: raw.effective_policy_definition.clone().unwrap_or_default(),
+        updated_at: now,
+        deleted: false,
+        id: None,
+        counters,
+        head_ts,
+    }
+}
+
+/// Broker-wide cumulative counters from `/api/overview`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BrokerCounters {
+    pub publish: Option<u64>,
+    pub confirm: Option<u64>,
+    pub ack: Option<u64>,
+    pub deliver: Option<u64>,
+    pub redeliver: Option<u64>,
+    pub unroutable: Option<u64>,
+}
+
+impl BrokerCounters {
+    pub fn from_overview(stats: Option<&OverviewStats>, stats_enabled: bool) -> Self {
+        if !stats_enabled {
+            return BrokerCounters::default();
+        }
+        let s = stats.cloned().unwrap_or_default();
+        let unroutable = s.return_unroutable.unwrap_or(0) + s.drop_unroutable.unwrap_or(0);
+        BrokerCounters {
+            publish: Some(s.publish.unwrap_or(0)),
+            confirm: Some(s.confirm.unwrap_or(0)),
+            ack: Some(s.ack.unwrap_or(0)),
+            deliver: Some(s.deliver_get.unwrap_or(0)),
+            redeliver: Some(s.redeliver.unwrap_or(0)),
+            unroutable: Some(unroutable),
+        }
+    }
+}
+
+/// Broker-wide rates, messages per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct BrokerRates {
+    pub publish_rate: Option<f64>,
+    pub confirm_rate: Option<f64>,
+    pub ack_rate: Option<f64>,
+    pub deliver_rate: Option<f64>,
+    pub redeliver_rate: Option<f64>,
+    pub unroutable_rate: Option<f64>,
+}
+
+pub fn broker_rates(previous: &BrokerCounters, current: &BrokerCounters, dt_secs: f64) -> BrokerRates {
+    BrokerRates {
+        publish_rate: counter_rate(previous.publish, current.publish, dt_secs),
+        confirm_rate: counter_rate(previous.confirm, current.confirm, dt_secs),
+        ack_rate: counter_rate(previous.ack, current.ack, dt_secs),
+        deliver_rate: counter_rate(previous.deliver, current.deliver, dt_secs),
+        redeliver_rate: counter_rate(previous.redeliver, current.redeliver, dt_secs),
+        unroutable_rate: counter_rate(previous.unroutable, current.unroutable, dt_secs),
+    }
+}
+
+/// Rates are stored as integer milli-messages per second (compact in SQLite).
+pub fn rate_to_milli(rate: Option<f64>) -> Option<i64> {
+    rate.map(|r| (r * 1000.0).round() as i64)
+}
+
+pub fn rate_from_milli(milli: Option<i64>) -> Option<f64> {
+    milli.map(|m| m as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_never_go_negative_across_a_reset() {
+        assert_eq!(counter_rate(Some(100), Some(150), 10.0), Some(5.0));
+        assert_eq!(counter_rate(Some(100), Some(20), 10.0), None, "reset is unknown, not negative");
+        assert_eq!(counter_rate(None, Some(20), 10.0), None, "first sample has no rate");
+        assert_eq!(counter_rate(Some(1), Some(2), 0.0), None);
+    }
+
+    #[test]
+    fn absent_stats_are_zero_only_when_the_broker_collects_them() {
+        let raw: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/","messages":0}"#).unwrap();
+        assert_eq!(queue_counters(&raw, true).publish, Some(0));
+        assert_eq!(queue_counters(&raw, false).publish, None);
+        let view = queue_view("b", &raw, false, Some((&QueueCounters::default(), 10.0)), Utc::now());
+        assert_eq!(view.publish_rate, None, "no stats on the broker means unknown rates");
+    }
+
+    #[test]
+    fn age_is_exact_from_timestamp_unknown_without() {
+        let now = DateTime::from_timestamp(1_000_100, 0).unwrap();
+        assert_eq!(exact_age(Some(3), Some(1_000_000), now), (Some(100.0), AgeSource::Exact));
+        assert_eq!(exact_age(Some(0), None, now), (Some(0.0), AgeSource::Exact));
+        assert_eq!(exact_age(Some(3), None, now), (None, AgeSource::Unknown));
+        assert_eq!(exact_age(None, None, now), (None, AgeSource::Unknown));
+        assert_eq!(exact_age(Some(1), Some(1_000_200), now).0, Some(0.0), "clock skew clamps to 0");
+    }
+
+    #[test]
+    fn missing_depth_stays_unknown() {
+        // A new quorum queue has no messages* keys for its first seconds [3.10].
+        let raw: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/","type":"quorum"}"#).unwrap();
+        let view = queue_view("b", &raw, true, None, Utc::now());
+        assert_eq!((view.ready, view.unacked, view.total), (None, None, None));
+        assert_eq!(view.oldest_age_source, AgeSource::Unknown);
+        assert_eq!(view.oldest_age_secs, None);
+    }
+
+    #[test]
+    fn milli_rates_round_trip() {
+        assert_eq!(rate_from_milli(rate_to_milli(Some(12.3456))), Some(12.346));
+        assert_eq!(rate_to_milli(None), None);
+    }
+}

@@ -1,0 +1,122 @@
+//! `AppState`: the handles every handler and background loop shares, built by one function.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::history::Db;
+use crate::metrics::{BrokerRates, QueueView};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub db: Db,
+    pub live: Live,
+    /// Broker name to its id in the database.
+    pub broker_ids: Arc<HashMap<String, i64>>,
+}
+
+/// The latest poll result of every broker, written by the pollers and read by the pages.
+/// Each poll replaces a broker's queue list as a whole (`Arc`), so readers never block a poll
+/// for longer than a pointer swap.
+#[derive(Clone, Default)]
+pub struct Live(Arc<RwLock<HashMap<String, BrokerLive>>>);
+
+impl Live {
+    pub fn new(brokers: &[String]) -> Self {
+        let map = brokers.iter().map(|name| (name.clone(), BrokerLive::new(name))).collect();
+        Live(Arc::new(RwLock::new(map)))
+    }
+
+    pub fn update(&self, broker: &str, f: impl FnOnce(&mut BrokerLive)) {
+        let mut map = self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(live) = map.get_mut(broker) {
+            f(live);
+        }
+    }
+
+    /// A copy of every broker's state, in configuration order of names (sorted).
+    pub fn snapshot(&self) -> Vec<BrokerLive> {
+        let map = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut all: Vec<BrokerLive> = map.values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    pub fn broker(&self, name: &str) -> Option<BrokerLive> {
+        let map = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.get(name).cloned()
+    }
+}
+
+/// What the dashboard knows about one broker right now.
+#[derive(Debug, Clone, Serialize)]
+pub struct BrokerLive {
+    pub name: String,
+    pub status: BrokerStatus,
+    pub rates: BrokerRates,
+    pub totals: BrokerTotals,
+    #[serde(skip)]
+    pub queues: Arc<Vec<QueueView>>,
+}
+
+impl BrokerLive {
+    fn new(name: &str) -> Self {
+        BrokerLive {
+            name: name.to_string(),
+            status: BrokerStatus::default(),
+            rates: BrokerRates::default(),
+            totals: BrokerTotals::default(),
+            queues: Arc::new(Vec::new()),
+        }
+    }
+
+    /// Whether the data shown is older than the latest poll attempt (the broker is down).
+    pub fn stale_since(&self) -> Option<DateTime<Utc>> {
+        if self.status.up == Some(false) {
+            self.status.last_success
+        } else {
+            None
+        }
+    }
+}
+
+/// Health of the polling of one broker.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BrokerStatus {
+    /// `None` until the first poll finished.
+    pub up: Option<bool>,
+    /// Why the last poll failed, for the operator.
+    pub error: Option<String>,
+    pub last_attempt: Option<DateTime<Utc>>,
+    pub last_success: Option<DateTime<Utc>>,
+    /// First failed poll of the current outage.
+    pub down_since: Option<DateTime<Utc>>,
+    pub next_poll_at: Option<DateTime<Utc>>,
+    pub consecutive_failures: u32,
+    pub last_poll_ms: Option<u64>,
+    pub last_poll_bytes: Option<u64>,
+    pub rabbitmq_version: Option<String>,
+    pub cluster_name: Option<String>,
+    /// False when the broker collects no message stats (rates unavailable, not zero).
+    pub stats_enabled: Option<bool>,
+}
+
+/// Sums over the watched queues of a broker.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BrokerTotals {
+    pub queues: u64,
+    pub ready: Option<u64>,
+    pub unacked: Option<u64>,
+    pub consumers: Option<u64>,
+}
+
+impl AppState {
+    pub fn new(config: Config, db: Db, broker_ids: HashMap<String, i64>) -> Self {
+        let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
+        AppState { config: Arc::new(config), db, live: Live::new(&names), broker_ids: Arc::new(broker_ids) }
+    }
+}

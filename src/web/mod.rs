@@ -1,0 +1,128 @@
+//! HTTP: HTML pages, the JSON API, static assets, health checks. Routes are merged here.
+
+mod api;
+mod assets;
+mod format;
+mod pages;
+mod query;
+
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::state::AppState;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(pages::router())
+        .merge(api::router())
+        .merge(assets::router())
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// The process is alive and serving.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// The database answers and every broker has been polled at least once.
+async fn readyz(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
+    let db_ok = sqlx::query_scalar::<_, i64>("select 1").fetch_one(&state.db).await.is_ok();
+    let brokers = state.live.snapshot();
+    let waiting: Vec<&str> =
+        brokers.iter().filter(|b| b.status.last_attempt.is_none()).map(|b| b.name.as_str()).collect();
+    let ready = db_ok && waiting.is_empty();
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(json!({"ready": ready, "database": db_ok, "brokers_not_polled_yet": waiting}))).into_response()
+}
+
+/// Errors of the web boundary, mapped to a response in one place (`respond`).
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    #[error("template error")]
+    Template(#[from] askama::Error),
+}
+
+impl WebError {
+    fn status(&self) -> StatusCode {
+        match self {
+            WebError::NotFound(_) => StatusCode::NOT_FOUND,
+            WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            WebError::Database(_) | WebError::Template(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            WebError::NotFound(_) => "not_found",
+            WebError::BadRequest(_) => "bad_request",
+            WebError::Database(_) | WebError::Template(_) => "internal",
+        }
+    }
+
+    /// Internal details go to the log, not to the client.
+    fn log(&self) {
+        match self {
+            WebError::Database(e) => tracing::error!(error = %e, "database error while serving a request"),
+            WebError::Template(e) => tracing::error!(error = %e, "template error while serving a request"),
+            _ => {}
+        }
+    }
+}
+
+/// A `WebError` answered as JSON (the API).
+pub struct ApiError(pub WebError);
+
+impl<E: Into<WebError>> From<E> for ApiError {
+    fn from(e: E) -> Self {
+        ApiError(e.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.0.log();
+        let body = json!({"error": {"code": self.0.code(), "message": self.0.to_string()}});
+        (self.0.status(), Json(body)).into_response()
+    }
+}
+
+/// A `WebError` answered as an HTML page.
+pub struct PageError(pub WebError);
+
+impl<E: Into<WebError>> From<E> for PageError {
+    fn from(e: E) -> Self {
+        PageError(e.into())
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        self.0.log();
+        let page = pages::ErrorPage { status: self.0.status().as_u16(), message: self.0.to_string() };
+        let html = askama::Template::render(&page)
+            .unwrap_or_else(|_| "<!doctype html><title>error</title><p>error</p>".to_string());
+        (self.0.status(), Html(html)).into_response()
+    }
+}
+
+/// htmx asks for a fragment; everyone else gets the full page.
+fn is_htmx(headers: &HeaderMap) -> bool {
+    headers.get("hx-request").is_some_and(|v| v == "true")
+}
+
+/// An HTML response that varies on `HX-Request`, so caches keep fragment and page apart.
+fn html(body: String) -> Response {
+    ([(header::VARY, "HX-Request")], Html(body)).into_response()
+}

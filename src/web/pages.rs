@@ -1,0 +1,392 @@
+//! HTML pages. Each page embeds its live fragment; htmx asks for the fragment alone (same URL,
+//! `HX-Request` header) every few seconds, so the numbers move without reloads, and the page
+//! still works without JavaScript.
+
+use askama::Template;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use chrono::Utc;
+
+use super::api::{find_queue, load_queue_history};
+use super::format;
+use super::query::{Listing, QueueQuery, RangeQuery, RANGES};
+use super::{html, is_htmx, PageError};
+use crate::history;
+use crate::management::encode_segment;
+use crate::metrics::QueueView;
+use crate::state::{AppState, BrokerLive};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(overview))
+        .route("/queues", get(queues))
+        .route("/queues/{broker}/{vhost}/{queue}", get(queue))
+}
+
+/// Where a queue's page is.
+pub fn queue_href(broker: &str, vhost: &str, name: &str) -> String {
+    format!("/queues/{}/{}/{}", encode_segment(broker), encode_segment(vhost), encode_segment(name))
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage {
+    pub status: u16,
+    pub message: String,
+}
+
+// ----- Overview -----
+
+struct BrokerRow {
+    name: String,
+    status: &'static str,
+    status_class: &'static str,
+    error: Option<String>,
+    last_poll: String,
+    stale_since: Option<String>,
+    version: String,
+    queues: String,
+    ready: String,
+    unacked: String,
+    consumers: String,
+    rates_unavailable: bool,
+    publish_rate: String,
+    confirm_rate: String,
+    ack_rate: String,
+    deliver_rate: String,
+    redeliver_rate: String,
+    unroutable_rate: String,
+    poll_ms: String,
+}
+
+fn broker_row(b: &BrokerLive) -> BrokerRow {
+    let now = Utc::now();
+    let s = &b.status;
+    let (status, status_class) = match s.up {
+        None => ("waiting for first poll", "pending"),
+        Some(true) => ("up", "up"),
+        Some(false) => ("down", "down"),
+    };
+    BrokerRow {
+        name: b.name.clone(),
+        status,
+        status_class,
+        error: s.error.clone(),
+        last_poll: format::ago(s.last_attempt, now),
+        stale_since: b.stale_since().map(|t| format::time(Some(t))),
+        version: s.rabbitmq_version.clone().unwrap_or_else(|| format::UNKNOWN.to_string()),
+        queues: format::count(s.last_success.map(|_| b.totals.queues)),
+        ready: format::count(b.totals.ready),
+        unacked: format::count(b.totals.unacked),
+        consumers: format::count(b.totals.consumers),
+        rates_unavailable: s.stats_enabled == Some(false),
+        publish_rate: format::rate(b.rates.publish_rate),
+        confirm_rate: format::rate(b.rates.confirm_rate),
+        ack_rate: format::rate(b.rates.ack_rate),
+        deliver_rate: format::rate(b.rates.deliver_rate),
+        redeliver_rate: format::rate(b.rates.redeliver_rate),
+        unroutable_rate: format::rate(b.rates.unroutable_rate),
+        poll_ms: s.last_poll_ms.map(|ms| format!("{ms} ms")).unwrap_or_else(|| format::UNKNOWN.to_string()),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "overview_brokers.html")]
+struct OverviewBrokers {
+    brokers: Vec<BrokerRow>,
+}
+
+#[derive(Template)]
+#[template(path = "overview.html")]
+struct OverviewPage {
+    fragment: String,
+    brokers: Vec<String>,
+}
+
+async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, PageError> {
+    let live = state.live.snapshot();
+    let fragment = OverviewBrokers { brokers: live.iter().map(broker_row).collect() }.render()?;
+    if is_htmx(&headers) {
+        return Ok(html(fragment));
+    }
+    let page = OverviewPage { fragment, brokers: live.iter().map(|b| encode_segment(&b.name)).collect() };
+    Ok(html(page.render()?))
+}
+
+// ----- Queue list -----
+
+struct QueueRow {
+    href: String,
+    vhost_href: String,
+    broker: String,
+    vhost: String,
+    name: String,
+    kind: String,
+    deleted: bool,
+    ready: String,
+    unacked: String,
+    total: String,
+    consumers: String,
+    publish_rate: String,
+    deliver_rate: String,
+    ack_rate: String,
+    redeliver_rate: String,
+    age: String,
+    age_source: &'static str,
+    age_title: &'static str,
+    sparkline: Vec<String>,
+}
+
+fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
+    QueueRow {
+        href: queue_href(&q.broker, &q.vhost, &q.name),
+        vhost_href: format!("/queues?broker={}&vhost={}", encode_segment(&q.broker), encode_segment(&q.vhost)),
+        broker: q.broker.clone(),
+        vhost: q.vhost.clone(),
+        name: q.name.clone(),
+        kind: q.kind.clone(),
+        deleted: q.deleted,
+        ready: format::count(q.ready),
+        unacked: format::count(q.unacked),
+        total: format::count(q.total),
+        consumers: format::count(q.consumers),
+        publish_rate: format::rate(q.publish_rate),
+        deliver_rate: format::rate(q.deliver_rate),
+        ack_rate: format::rate(q.ack_rate),
+        redeliver_rate: format::rate(q.redeliver_rate),
+        age: format::age(q),
+        age_source: q.oldest_age_source.as_str(),
+        age_title: format::age_title(q),
+        sparkline,
+    }
+}
+
+struct SortLink {
+    label: &'static str,
+    href: String,
+    marker: &'static str,
+    numeric: bool,
+}
+
+#[derive(Template)]
+#[template(path = "queues_table.html")]
+struct QueuesTable {
+    self_href: String,
+    columns: Vec<SortLink>,
+    rows: Vec<QueueRow>,
+    total: usize,
+    first: usize,
+    last: usize,
+    prev_href: Option<String>,
+    next_href: Option<String>,
+    stale: Vec<String>,
+}
+
+#[derive(Template)]
+#[template(path = "queues.html")]
+struct QueuesPage {
+    fragment: String,
+    brokers: Vec<String>,
+    broker: String,
+    vhost: String,
+    name: String,
+}
+
+/// Rebuilds a query string from the listing with some parameters changed.
+fn listing_href(l: &Listing, sort: &str, descending: bool, page: usize) -> String {
+    let mut parts = Vec::new();
+    for (key, value) in [("broker", &l.broker), ("vhost", &l.vhost), ("name", &l.name)] {
+        if let Some(v) = value {
+            parts.push(format!("{key}={}", encode_segment(v)));
+        }
+    }
+    parts.push(format!("sort={sort}"));
+    parts.push(format!("order={}", if descending { "desc" } else { "asc" }));
+    if page > 1 {
+        parts.push(format!("page={page}"));
+    }
+    if l.per_page != super::query::DEFAULT_PER_PAGE {
+        parts.push(format!("per_page={}", l.per_page));
+    }
+    format!("/queues?{}", parts.join("&"))
+}
+
+const COLUMNS: &[(&str, &str, bool)] = &[
+    ("Queue", "name", false),
+    ("Vhost", "vhost", false),
+    ("Broker", "broker", false),
+    ("Type", "type", false),
+    ("Ready", "ready", true),
+    ("Unacked", "unacked", true),
+    ("Total", "total", true),
+    ("Consumers", "consumers", true),
+    ("Publish", "publish_rate", true),
+    ("Deliver", "deliver_rate", true),
+    ("Ack", "ack_rate", true),
+    ("Redeliver", "redeliver_rate", true),
+    ("Oldest", "oldest_age", true),
+];
+
+async fn queues(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<QueueQuery>,
+) -> Result<Response, PageError> {
+    let listing = query.validate()?;
+    let live = state.live.snapshot();
+    let (items, total) = listing.apply(&live);
+
+    // Depth sparklines over the last hour, one database read for the whole page.
+    let now = Utc::now().timestamp();
+    let id_list: Vec<i64> = items.iter().filter_map(|q| q.id).collect();
+    let series = history::depth_sparklines(&state.db, &id_list, now - 3600, now, 60).await?;
+    let rows = items
+        .iter()
+        .map(|q| {
+            let line = q.id.and_then(|id| series.get(&id)).map(|s| format::sparkline(s)).unwrap_or_default();
+            queue_row(q, line)
+        })
+        .collect();
+
+    let columns = COLUMNS
+        .iter()
+        .map(|&(label, key, numeric)| {
+            let active = listing.sort == key;
+            // Clicking the active column flips it; a new column starts in its natural order.
+            let descending = if active { !listing.descending } else { numeric };
+            SortLink {
+                label,
+                href: listing_href(&listing, key, descending, 1),
+                marker: if !active { "" } else if listing.descending { " ▼" } else { " ▲" },
+                numeric,
+            }
+        })
+        .collect();
+    let first = ((listing.page - 1) * listing.per_page + 1).min(total);
+    let last = (listing.page * listing.per_page).min(total);
+    let table = QueuesTable {
+        self_href: listing_href(&listing, listing.sort, listing.descending, listing.page),
+        columns,
+        rows,
+        total,
+        first,
+        last,
+        prev_href: (listing.page > 1).then(|| listing_href(&listing, listing.sort, listing.descending, listing.page - 1)),
+        next_href: (last < total).then(|| listing_href(&listing, listing.sort, listing.descending, listing.page + 1)),
+        stale: live
+            .iter()
+            .filter_map(|b| b.stale_since().map(|t| format!("{}: down, data stale since {}", b.name, format::time(Some(t)))))
+            .collect(),
+    };
+    let fragment = table.render()?;
+    if is_htmx(&headers) {
+        return Ok(html(fragment));
+    }
+    let page = QueuesPage {
+        fragment,
+        brokers: live.iter().map(|b| b.name.clone()).collect(),
+        broker: listing.broker.clone().unwrap_or_default(),
+        vhost: listing.vhost.clone().unwrap_or_default(),
+        name: listing.name.clone().unwrap_or_default(),
+    };
+    Ok(html(page.render()?))
+}
+
+// ----- Queue detail -----
+
+#[derive(Template)]
+#[template(path = "queue_stats.html")]
+struct QueueStats {
+    self_href: String,
+    row: QueueRow,
+    updated: String,
+    stale_since: Option<String>,
+    broker_error: Option<String>,
+    rates_unavailable: bool,
+}
+
+struct Range {
+    label: &'static str,
+    href: String,
+    active: bool,
+}
+
+#[derive(Template)]
+#[template(path = "queue.html")]
+struct QueuePage {
+    fragment: String,
+    row: QueueRow,
+    history_src: String,
+    ranges: Vec<Range>,
+    arguments: Vec<(String, String)>,
+    policy: String,
+    effective_policy: Vec<(String, String)>,
+    durable: String,
+    points: usize,
+}
+
+fn pairs(map: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, String)> {
+    map.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+}
+
+async fn queue(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((broker, vhost, name)): Path<(String, String, String)>,
+    Query(range): Query<RangeQuery>,
+    RawQuery(raw_query): RawQuery,
+) -> Result<Response, PageError> {
+    let view = find_queue(&state, &broker, &vhost, &name).await?;
+    let live = super::api::broker_live(&state, &broker)?;
+    let href = queue_href(&broker, &vhost, &name);
+    let stats = QueueStats {
+        self_href: match &raw_query {
+            Some(q) => format!("{href}?{q}"),
+            None => href.clone(),
+        },
+        row: queue_row(&view, Vec::new()),
+        updated: format::time(Some(view.updated_at)),
+        stale_since: live.stale_since().map(|t| format::time(Some(t))),
+        broker_error: live.status.error.clone(),
+        rates_unavailable: live.status.stats_enabled == Some(false),
+    };
+    let fragment = stats.render()?;
+    if is_htmx(&headers) {
+        return Ok(html(fragment));
+    }
+    // The chart data comes from the API; the page validates the range now so a bad one is a
+    // clear error rather than an empty chart.
+    let history = load_queue_history(&state, &broker, &vhost, &name, &range).await;
+    let points = history.as_ref().map(|h| h.points.len()).unwrap_or(0);
+    if let Err(super::WebError::BadRequest(message)) = history {
+        return Err(super::WebError::BadRequest(message).into());
+    }
+    let selected = range.range.clone().unwrap_or_else(|| "1h".to_string());
+    let api = format!("/api/v1{href}/history");
+    let history_src = match &raw_query {
+        Some(q) if range.from.is_some() || range.range.is_some() => format!("{api}?{q}"),
+        _ => format!("{api}?range=1h"),
+    };
+    let page = QueuePage {
+        fragment,
+        history_src,
+        ranges: RANGES
+            .iter()
+            .map(|(label, _)| Range { label, href: format!("{href}?range={label}"), active: *label == selected })
+            .collect(),
+        arguments: pairs(&view.arguments),
+        policy: view.policy.clone().unwrap_or_else(|| "none".to_string()),
+        effective_policy: pairs(&view.effective_policy),
+        durable: match view.durable {
+            Some(true) => "yes".to_string(),
+            Some(false) => "no".to_string(),
+            None => format::UNKNOWN.to_string(),
+        },
+        row: queue_row(&view, Vec::new()),
+        points,
+    };
+    Ok(html(page.render()?))
+}

@@ -1,0 +1,249 @@
+//! Request parameters shared by the pages and the JSON API: queue filters, sorting, paging and
+//! time ranges.
+
+use std::cmp::Ordering;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::WebError;
+use crate::metrics::QueueView;
+use crate::state::BrokerLive;
+
+pub const DEFAULT_PER_PAGE: usize = 50;
+pub const MAX_PER_PAGE: usize = 500;
+
+/// Sortable columns: the query value and how to read it.
+pub const SORT_KEYS: &[&str] = &[
+    "name",
+    "vhost",
+    "broker",
+    "type",
+    "ready",
+    "unacked",
+    "total",
+    "consumers",
+    "publish_rate",
+    "deliver_rate",
+    "ack_rate",
+    "redeliver_rate",
+    "oldest_age",
+];
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct QueueQuery {
+    pub broker: Option<String>,
+    pub vhost: Option<String>,
+    pub name: Option<String>,
+    pub sort: Option<String>,
+    pub order: Option<String>,
+    pub page: Option<String>,
+    pub per_page: Option<String>,
+}
+
+/// A validated `QueueQuery`.
+#[derive(Debug, Clone)]
+pub struct Listing {
+    pub broker: Option<String>,
+    pub vhost: Option<String>,
+    pub name: Option<String>,
+    pub sort: &'static str,
+    pub descending: bool,
+    pub page: usize,
+    pub per_page: usize,
+}
+
+fn non_empty(v: &Option<String>) -> Option<String> {
+    v.as_ref().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+impl QueueQuery {
+    pub fn validate(&self) -> Result<Listing, WebError> {
+        let sort_text = non_empty(&self.sort).unwrap_or_else(|| "name".to_string());
+        let sort = SORT_KEYS
+            .iter()
+            .find(|k| **k == sort_text)
+            .ok_or_else(|| WebError::BadRequest(format!("sort: unknown column {sort_text:?}; one of {}", SORT_KEYS.join(", "))))?;
+        let descending = match non_empty(&self.order).as_deref() {
+            None => !matches!(*sort, "name" | "vhost" | "broker" | "type"),
+            Some("asc") => false,
+            Some("desc") => true,
+            Some(other) => return Err(WebError::BadRequest(format!("order: {other:?} is not asc or desc"))),
+        };
+        let number = |field: &str, v: &Option<String>, default: usize| -> Result<usize, WebError> {
+            match non_empty(v) {
+                None => Ok(default),
+                Some(text) => text
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| WebError::BadRequest(format!("{field}: {text:?} is not a whole number from 1"))),
+            }
+        };
+        let page = number("page", &self.page, 1)?;
+        let per_page = number("per_page", &self.per_page, DEFAULT_PER_PAGE)?;
+        if per_page > MAX_PER_PAGE {
+            return Err(WebError::BadRequest(format!("per_page: at most {MAX_PER_PAGE}")));
+        }
+        Ok(Listing {
+            broker: non_empty(&self.broker),
+            vhost: non_empty(&self.vhost),
+            name: non_empty(&self.name),
+            sort,
+            descending,
+            page,
+            per_page,
+        })
+    }
+}
+
+impl Listing {
+    /// The matching queues of all brokers, sorted, and the page asked for; plus the total count.
+    pub fn apply(&self, brokers: &[BrokerLive]) -> (Vec<QueueView>, usize) {
+        let needle = self.name.as_ref().map(|n| n.to_lowercase());
+        let mut matching: Vec<&QueueView> = brokers
+            .iter()
+            .filter(|b| self.broker.as_ref().is_none_or(|name| &b.name == name))
+            .flat_map(|b| b.queues.iter())
+            .filter(|q| self.vhost.as_ref().is_none_or(|v| &q.vhost == v))
+            .filter(|q| needle.as_ref().is_none_or(|n| q.name.to_lowercase().contains(n)))
+            .collect();
+        let total = matching.len();
+        matching.sort_by(|a, b| {
+            let primary = compare(self.sort, a, b);
+            // Unknown values sort last in either direction: they are not "smallest".
+            let primary = match primary {
+                Keyed::Both(o) => if self.descending { o.reverse() } else { o },
+                Keyed::LeftMissing => Ordering::Greater,
+                Keyed::RightMissing => Ordering::Less,
+                Keyed::BothMissing => Ordering::Equal,
+            };
+            primary.then_with(|| (&a.broker, &a.vhost, &a.name).cmp(&(&b.broker, &b.vhost, &b.name)))
+        });
+        let start = (self.page - 1).saturating_mul(self.per_page);
+        let items = matching.into_iter().skip(start).take(self.per_page).cloned().collect();
+        (items, total)
+    }
+}
+
+enum Keyed {
+    Both(Ordering),
+    LeftMissing,
+    RightMissing,
+    BothMissing,
+}
+
+fn keyed<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Keyed {
+    match (a, b) {
+        (Some(a), Some(b)) => Keyed::Both(a.partial_cmp(&b).unwrap_or(Ordering::Equal)),
+        (None, Some(_)) => Keyed::LeftMissing,
+        (Some(_), None) => Keyed::RightMissing,
+        (None, None) => Keyed::BothMissing,
+    }
+}
+
+fn compare(sort: &str, a: &QueueView, b: &QueueView) -> Keyed {
+    match sort {
+        "vhost" => Keyed::Both(a.vhost.cmp(&b.vhost)),
+        "broker" => Keyed::Both(a.broker.cmp(&b.broker)),
+        "type" => Keyed::Both(a.kind.cmp(&b.kind)),
+        "ready" => keyed(a.ready, b.ready),
+        "unacked" => keyed(a.unacked, b.unacked),
+        "total" => keyed(a.total, b.total),
+        "consumers" => keyed(a.consumers, b.consumers),
+        "publish_rate" => keyed(a.publish_rate, b.publish_rate),
+        "deliver_rate" => keyed(a.deliver_rate, b.deliver_rate),
+        "ack_rate" => keyed(a.ack_rate, b.ack_rate),
+        "redeliver_rate" => keyed(a.redeliver_rate, b.redeliver_rate),
+        "oldest_age" => keyed(a.oldest_age_secs, b.oldest_age_secs),
+        _ => Keyed::Both(a.name.cmp(&b.name)),
+    }
+}
+
+/// `from` / `to` / `range` of a history request.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RangeQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// Shorthand for the last N: `1h`, `6h`, `24h`, `7d`.
+    pub range: Option<String>,
+}
+
+pub const RANGES: &[(&str, i64)] = &[("1h", 3600), ("6h", 6 * 3600), ("24h", 86_400), ("7d", 7 * 86_400)];
+
+/// Points per chart at most; the step grows with the range.
+const MAX_POINTS: i64 = 720;
+
+/// A validated time range with the step that fits it.
+#[derive(Debug, Clone, Copy)]
+pub struct TimeRange {
+    pub from: i64,
+    pub to: i64,
+    pub step: i64,
+}
+
+/// Parses RFC 3339 or unix seconds.
+pub fn parse_time(field: &str, text: &str) -> Result<i64, WebError> {
+    let text = text.trim();
+    if let Ok(secs) = text.parse::<i64>() {
+        return Ok(secs);
+    }
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp())
+        .map_err(|_| WebError::BadRequest(format!("{field}: {text:?} is neither RFC 3339 nor unix seconds")))
+}
+
+impl RangeQuery {
+    pub fn validate(&self, now: DateTime<Utc>, poll_interval_secs: i64) -> Result<TimeRange, WebError> {
+        let to = match non_empty(&self.to) {
+            Some(t) => parse_time("to", &t)?,
+            None => now.timestamp(),
+        };
+        let from = match (non_empty(&self.from), non_empty(&self.range)) {
+            (Some(f), _) => parse_time("from", &f)?,
+            (None, Some(r)) => {
+                let secs = RANGES
+                    .iter()
+                    .find(|(name, _)| *name == r)
+                    .map(|(_, s)| *s)
+                    .ok_or_else(|| WebError::BadRequest(format!("range: {r:?} is not one of 1h, 6h, 24h, 7d")))?;
+                to - secs
+            }
+            (None, None) => to - 3600,
+        };
+        if from >= to {
+            return Err(WebError::BadRequest("from must be before to".to_string()));
+        }
+        if to - from > 400 * 86_400 {
+            return Err(WebError::BadRequest("the range may span at most 400 days".to_string()));
+        }
+        let step = ((to - from) / MAX_POINTS).max(poll_interval_secs).max(1);
+        Ok(TimeRange { from, to, step })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_parameters_are_rejected_with_the_field() {
+        let q = QueueQuery { sort: Some("colour".into()), ..Default::default() };
+        assert!(q.validate().unwrap_err().to_string().starts_with("sort:"));
+        let q = QueueQuery { per_page: Some("0".into()), ..Default::default() };
+        assert!(q.validate().unwrap_err().to_string().starts_with("per_page:"));
+        let q = QueueQuery { per_page: Some("501".into()), ..Default::default() };
+        assert!(q.validate().is_err());
+        let r = RangeQuery { from: Some("yesterday".into()), ..Default::default() };
+        assert!(r.validate(Utc::now(), 10).unwrap_err().to_string().starts_with("from:"));
+    }
+
+    #[test]
+    fn times_parse_as_rfc3339_or_unix_seconds() {
+        assert_eq!(parse_time("from", "1700000000").unwrap(), 1_700_000_000);
+        assert_eq!(parse_time("from", "2023-11-14T22:13:20Z").unwrap(), 1_700_000_000);
+        let r = RangeQuery { range: Some("7d".into()), ..Default::default() }.validate(Utc::now(), 10).unwrap();
+        assert_eq!(r.to - r.from, 7 * 86_400);
+        assert_eq!(r.step, 7 * 86_400 / MAX_POINTS);
+    }
+}
