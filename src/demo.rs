@@ -273,7 +273,7 @@ async fn connect(target: &DemoTarget) -> anyhow::Result<Connection> {
             .map_err(|_| {
                 anyhow!("connecting to RabbitMQ at {shown} timed out after {CONNECT_TIMEOUT:?}")
             })?
-            .with_context(|| format!("could not connect to RabbitMQ at {shown}"))?;
+            .map_err(|error| anyhow!("could not connect to RabbitMQ at {shown}: {error}"))?;
     info!("connected to {shown}");
     Ok(connection)
 }
@@ -298,7 +298,7 @@ async fn close_connection(connection: &Connection) {
         Ok(Ok(())) => info!("demo connection closed"),
         Ok(Err(error)) => warn!("closing the demo connection failed: {error}"),
         Err(_) => {
-            warn!("closing the demo connection took longer than {SHUTDOWN_GRACE:?}; leaving it")
+            warn!("closing the demo connection took longer than {SHUTDOWN_GRACE:?}; leaving it");
         }
     }
 }
@@ -335,7 +335,9 @@ async fn declare_topology(channel: &Channel, vhost: &str) -> anyhow::Result<()> 
     for (queue, arguments) in queues {
         declare_queue(channel, queue, arguments)
             .await
-            .with_context(|| format!("if it exists with other arguments, delete vhost '{vhost}' (warren demo cleanup) and retry"))?;
+            .with_context(|| {
+                format!("if it exists with other arguments, run `warren demo --cleanup --vhost '{vhost}'` and retry")
+            })?;
     }
     for (queue, exchange, key) in BINDINGS {
         channel
@@ -429,8 +431,10 @@ async fn drive_traffic(
     info!("demo traffic running in vhost '{vhost}'; {ALERTS_QUEUE} deliberately has no consumer");
 
     let outcome = tokio::select! {
+        // Biased: once stopping, tasks return Ok at once and must not be mistaken for early ends.
+        biased;
         () = stop.cancelled() => Ok(()),
-        Some(ended) = tasks.join_next() => early_end(ended),
+        Some(ended) = tasks.join_next() => early_end(ended, &stop),
     };
     stop.cancel();
     drain_tasks(&mut tasks).await;
@@ -446,8 +450,13 @@ async fn open_channel(connection: &Connection) -> anyhow::Result<Channel> {
 }
 
 /// Tasks only return when stopped, so any earlier end is a failure of the demo.
-fn early_end(ended: Result<anyhow::Result<()>, JoinError>) -> anyhow::Result<()> {
+fn early_end(
+    ended: Result<anyhow::Result<()>, JoinError>,
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
     match ended {
+        // The caller may cancel between the task's return and this check.
+        Ok(Ok(())) if stop.is_cancelled() => Ok(()),
         Ok(Ok(())) => bail!("a demo task stopped on its own before shutdown"),
         Ok(Err(error)) => Err(error),
         Err(join_error) => Err(anyhow!("a demo task crashed: {join_error}")),
