@@ -10,7 +10,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::Row;
 
 use crate::metrics::rate_from_milli;
@@ -25,7 +27,10 @@ pub async fn open(path: &Path) -> Result<Db, sqlx::Error> {
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true);
-    let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await?;
     sqlx::migrate!("./migrations").run(&pool).await?;
     Ok(pool)
 }
@@ -98,11 +103,20 @@ pub struct KnownQueue {
 }
 
 pub async fn broker_id(db: &Db, name: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query("insert into brokers (name) values (?) on conflict (name) do nothing").bind(name).execute(db).await?;
-    sqlx::query_scalar("select id from brokers where name = ?").bind(name).fetch_one(db).await
+    sqlx::query("insert into brokers (name) values (?) on conflict (name) do nothing")
+        .bind(name)
+        .execute(db)
+        .await?;
+    sqlx::query_scalar("select id from brokers where name = ?")
+        .bind(name)
+        .fetch_one(db)
+        .await
 }
 
-fn sample_from_row(row: &sqlx::sqlite::SqliteRow, offset: usize) -> Result<StoredSample, sqlx::Error> {
+fn sample_from_row(
+    row: &sqlx::sqlite::SqliteRow,
+    offset: usize,
+) -> Result<StoredSample, sqlx::Error> {
     Ok(StoredSample {
         ready: row.try_get(offset)?,
         unacked: row.try_get(offset + 1)?,
@@ -149,7 +163,12 @@ pub async fn known_queues(db: &Db, broker_id: i64) -> Result<Vec<KnownQueue>, sq
                 Some(ts) => Some((ts, sample_from_row(row, 10)?)),
                 None => None,
             };
-            Ok(KnownQueue { id: row.try_get("id")?, meta: meta_from_row(row)?, deleted_at: row.try_get("deleted_at")?, last_sample })
+            Ok(KnownQueue {
+                id: row.try_get("id")?,
+                meta: meta_from_row(row)?,
+                deleted_at: row.try_get("deleted_at")?,
+                last_sample,
+            })
         })
         .collect()
 }
@@ -182,11 +201,13 @@ pub async fn write_poll(db: &Db, write: &PollWrite) -> Result<Vec<i64>, sqlx::Er
     }
     if !write.deleted.is_empty() {
         let list = serde_json::to_string(&write.deleted).expect("ids serialise");
-        sqlx::query("update queues set deleted_at = ? where id in (select value from json_each(?))")
-            .bind(write.ts)
-            .bind(list)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "update queues set deleted_at = ? where id in (select value from json_each(?))",
+        )
+        .bind(write.ts)
+        .bind(list)
+        .execute(&mut *tx)
+        .await?;
     }
 
     // All samples in one statement: the rows travel as one JSON array and SQLite unpacks them,
@@ -254,7 +275,12 @@ pub async fn write_poll(db: &Db, write: &PollWrite) -> Result<Vec<i64>, sqlx::Er
 }
 
 /// A queue found by its names, with its id, for history reads and deleted queues.
-pub async fn find_queue(db: &Db, broker: &str, vhost: &str, name: &str) -> Result<Option<KnownQueue>, sqlx::Error> {
+pub async fn find_queue(
+    db: &Db,
+    broker: &str,
+    vhost: &str,
+    name: &str,
+) -> Result<Option<KnownQueue>, sqlx::Error> {
     let sql = format!(
         "select q.id, q.vhost, q.name, q.kind, q.durable, q.arguments, q.policy, q.effective_policy, q.deleted_at,
                 s.ts, {SAMPLE_COLUMNS}
@@ -263,14 +289,24 @@ pub async fn find_queue(db: &Db, broker: &str, vhost: &str, name: &str) -> Resul
            on s.queue_id = q.id and s.ts = (select max(ts) from queue_samples where queue_id = q.id)
          where b.name = ? and q.vhost = ? and q.name = ?"
     );
-    let row = sqlx::query(&sql).bind(broker).bind(vhost).bind(name).fetch_optional(db).await?;
+    let row = sqlx::query(&sql)
+        .bind(broker)
+        .bind(vhost)
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
     row.map(|row| {
         let ts: Option<i64> = row.try_get("ts")?;
         let last_sample = match ts {
             Some(ts) => Some((ts, sample_from_row(&row, 10)?)),
             None => None,
         };
-        Ok(KnownQueue { id: row.try_get("id")?, meta: meta_from_row(&row)?, deleted_at: row.try_get("deleted_at")?, last_sample })
+        Ok(KnownQueue {
+            id: row.try_get("id")?,
+            meta: meta_from_row(&row)?,
+            deleted_at: row.try_get("deleted_at")?,
+            last_sample,
+        })
     })
     .transpose()
 }
@@ -291,12 +327,14 @@ pub struct QueuePoint {
 
 /// Successful poll times of a broker in `[from, to]`, ascending.
 async fn poll_times(db: &Db, broker_id: i64, from: i64, to: i64) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar("select ts from broker_samples where broker_id = ? and ts between ? and ? order by ts")
-        .bind(broker_id)
-        .bind(from)
-        .bind(to)
-        .fetch_all(db)
-        .await
+    sqlx::query_scalar(
+        "select ts from broker_samples where broker_id = ? and ts between ? and ? order by ts",
+    )
+    .bind(broker_id)
+    .bind(from)
+    .bind(to)
+    .fetch_all(db)
+    .await
 }
 
 /// Grid of `step`-second points over `[from, to]`; a point is covered when a successful poll
@@ -333,11 +371,20 @@ pub async fn queue_history(
            coalesce((select max(ts) from queue_samples where queue_id = ?1 and ts <= ?2), ?2) and ?3
          order by ts"
     );
-    let rows = sqlx::query(&sql).bind(queue_id).bind(from).bind(to).fetch_all(db).await?;
-    let samples: Vec<(i64, StoredSample)> =
-        rows.iter().map(|r| Ok((r.try_get::<i64, _>(0)?, sample_from_row(r, 1)?))).collect::<Result<_, sqlx::Error>>()?;
-    let deleted_at: Option<i64> =
-        sqlx::query_scalar("select deleted_at from queues where id = ?").bind(queue_id).fetch_one(db).await?;
+    let rows = sqlx::query(&sql)
+        .bind(queue_id)
+        .bind(from)
+        .bind(to)
+        .fetch_all(db)
+        .await?;
+    let samples: Vec<(i64, StoredSample)> = rows
+        .iter()
+        .map(|r| Ok((r.try_get::<i64, _>(0)?, sample_from_row(r, 1)?)))
+        .collect::<Result<_, sqlx::Error>>()?;
+    let deleted_at: Option<i64> = sqlx::query_scalar("select deleted_at from queues where id = ?")
+        .bind(queue_id)
+        .fetch_one(db)
+        .await?;
     let polls = poll_times(db, broker_id, from - 2 * poll_interval_secs, to).await?;
 
     let mut points = Vec::new();
@@ -405,9 +452,13 @@ pub async fn depth_sparklines(
     .bind(since)
     .fetch_all(db)
     .await?;
-    let mut by_queue: std::collections::HashMap<i64, Vec<(i64, Option<i64>)>> = std::collections::HashMap::new();
+    let mut by_queue: std::collections::HashMap<i64, Vec<(i64, Option<i64>)>> =
+        std::collections::HashMap::new();
     for row in &rows {
-        by_queue.entry(row.try_get(0)?).or_default().push((row.try_get(1)?, row.try_get(2)?));
+        by_queue
+            .entry(row.try_get(0)?)
+            .or_default()
+            .push((row.try_get(1)?, row.try_get(2)?));
     }
     for (id, samples) in by_queue {
         let mut series = Vec::new();
@@ -442,7 +493,13 @@ pub struct BrokerPoint {
 
 /// A broker's samples over `[from, to]`, averaged into `step`-second buckets (empty buckets are
 /// gaps).
-pub async fn broker_history(db: &Db, broker_id: i64, from: i64, to: i64, step: i64) -> Result<Vec<BrokerPoint>, sqlx::Error> {
+pub async fn broker_history(
+    db: &Db,
+    broker_id: i64,
+    from: i64,
+    to: i64,
+    step: i64,
+) -> Result<Vec<BrokerPoint>, sqlx::Error> {
     let rows = sqlx::query(
         "select (ts - ?2) / ?4 as bucket, avg(ready), avg(unacked),
                 avg(publish_rate_m), avg(confirm_rate_m), avg(ack_rate_m), avg(deliver_rate_m),
@@ -479,8 +536,16 @@ pub async fn broker_history(db: &Db, broker_id: i64, from: i64, to: i64, step: i
 /// Deletes samples older than `before` (unix seconds) and queues deleted before it.
 pub async fn prune(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
     let mut removed = 0;
-    removed += sqlx::query("delete from queue_samples where ts < ?").bind(before).execute(db).await?.rows_affected();
-    removed += sqlx::query("delete from broker_samples where ts < ?").bind(before).execute(db).await?.rows_affected();
+    removed += sqlx::query("delete from queue_samples where ts < ?")
+        .bind(before)
+        .execute(db)
+        .await?
+        .rows_affected();
+    removed += sqlx::query("delete from broker_samples where ts < ?")
+        .bind(before)
+        .execute(db)
+        .await?
+        .rows_affected();
     sqlx::query("delete from queues where deleted_at < ? and not exists (select 1 from queue_samples where queue_id = queues.id)")
         .bind(before)
         .execute(db)
@@ -498,6 +563,9 @@ mod tests {
         let grid = covered_grid(100, 170, 10, 20, &polls);
         let covered: Vec<bool> = grid.iter().map(|g| g.1).collect();
         // 140 is 20 s after the poll at 120: still within max_gap; 150 is not.
-        assert_eq!(covered, vec![true, true, true, true, true, false, true, true]);
+        assert_eq!(
+            covered,
+            vec![true, true, true, true, true, false, true, true]
+        );
     }
 }

@@ -34,7 +34,10 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database.display()))?;
     let mut ids = HashMap::new();
     for broker in &config.brokers {
-        ids.insert(broker.name.clone(), history::broker_id(&db, &broker.name).await?);
+        ids.insert(
+            broker.name.clone(),
+            history::broker_id(&db, &broker.name).await?,
+        );
     }
     Ok(AppState::new(config, db, ids))
 }
@@ -42,7 +45,11 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 /// Runs warren on `listener` until `shutdown` completes: one poller per broker, the retention
 /// cleanup, and the web server. Shutdown is ordered: stop accepting requests, cancel the loops,
 /// wait for them with a deadline, close the database.
-pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let state = build_state(config).await?;
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
@@ -69,7 +76,10 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Ou
 
     cancel.cancel();
     tracker.close();
-    if tokio::time::timeout(SHUTDOWN_DEADLINE, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_DEADLINE, tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!("background tasks did not stop within {SHUTDOWN_DEADLINE:?}");
     }
     state.db.close().await;

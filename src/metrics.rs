@@ -97,7 +97,11 @@ pub fn counter_rate(previous: Option<u64>, current: Option<u64>, dt_secs: f64) -
     Some((current - previous) as f64 / dt_secs)
 }
 
-pub fn rates_between(previous: &QueueCounters, current: &QueueCounters, dt_secs: f64) -> QueueRates {
+pub fn rates_between(
+    previous: &QueueCounters,
+    current: &QueueCounters,
+    dt_secs: f64,
+) -> QueueRates {
     QueueRates {
         publish: counter_rate(previous.publish, current.publish, dt_secs),
         deliver: counter_rate(previous.deliver, current.deliver, dt_secs),
@@ -110,7 +114,12 @@ pub fn rates_between(previous: &QueueCounters, current: &QueueCounters, dt_secs:
 /// all: where it does, an absent counter means "no such activity yet" (3.x omits keys until the
 /// first event) and is 0; where it does not (4.x with the metrics collector off), it is unknown.
 pub fn queue_counters(raw: &RawQueue, stats_enabled: bool) -> QueueCounters {
-    if !stats_enabled {
+    // A queue whose first stats have not reached the management database yet has no counts at
+    // all (a new quorum queue, for seconds): its counters are unknown, not 0, or the first real
+    // reading would look like a burst.
+    let no_stats_yet =
+        raw.messages.is_none() && raw.messages_ready.is_none() && raw.message_stats.is_none();
+    if !stats_enabled || no_stats_yet {
         return QueueCounters::default();
     }
     let stats = raw.message_stats.clone().unwrap_or_default();
@@ -125,7 +134,11 @@ pub fn queue_counters(raw: &RawQueue, stats_enabled: bool) -> QueueCounters {
 /// Oldest-message age from what the broker reports. `head_message_timestamp` counts unacked
 /// messages too and is null when the head message carries no timestamp (DOMAIN.md §3). A queue
 /// known to be empty has no waiting message: its age is exactly 0.
-pub fn exact_age(total: Option<u64>, head_ts: Option<i64>, now: DateTime<Utc>) -> (Option<f64>, AgeSource) {
+pub fn exact_age(
+    total: Option<u64>,
+    head_ts: Option<i64>,
+    now: DateTime<Utc>,
+) -> (Option<f64>, AgeSource) {
     match (total, head_ts) {
         (Some(0), _) => (Some(0.0), AgeSource::Exact),
         (_, Some(ts)) => {
@@ -151,7 +164,9 @@ pub fn queue_view(
         Some((prev, dt)) => rates_between(prev, &counters, dt),
         None => QueueRates::default(),
     };
-    let total = raw.messages.or_else(|| Some(raw.messages_ready? + raw.messages_unacknowledged?));
+    let total = raw
+        .messages
+        .or_else(|| Some(raw.messages_ready? + raw.messages_unacknowledged?));
     let head_ts = raw.head_message_timestamp.map(|ts| ts as i64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, head_ts, now);
     QueueView {
@@ -179,6 +194,71 @@ pub fn queue_view(
         id: None,
         counters,
         head_ts,
+    }
+}
+
+/// The broker refreshes its statistics in steps of `collect_statistics_interval` (5 s by
+/// default, DOMAIN.md §2): a counter read at time t is the value of the last step before t. A
+/// delta between two readings covers exactly k steps when the readings are k × 5 s apart,
+/// whatever the phase; between readings 2 s apart it covers 0 or 1 step (0 or 2.5x the true
+/// rate). So rates are taken over the shortest window that is a multiple of the step and at
+/// least `min_window` long, from a short history of readings.
+pub const STATS_STEP_SECS: f64 = 5.0;
+
+#[derive(Debug, Clone)]
+pub struct CounterWindow<C> {
+    readings: std::collections::VecDeque<(std::time::Instant, C)>,
+}
+
+impl<C: Copy> Default for CounterWindow<C> {
+    fn default() -> Self {
+        CounterWindow {
+            readings: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl<C: Copy> CounterWindow<C> {
+    /// Most readings kept; with polls of at least 1 s this spans the windows chosen below.
+    const MAX_READINGS: usize = 16;
+
+    /// The reading to take a rate against at `now`, with its age in seconds: the youngest one
+    /// at least `min_window` old whose age is within half a second of a multiple of the stats
+    /// step; failing that, the oldest one at least one step old.
+    pub fn baseline(&self, now: std::time::Instant, min_window_secs: f64) -> Option<(C, f64)> {
+        let aged = self
+            .readings
+            .iter()
+            .map(|(at, c)| (*c, now.duration_since(*at).as_secs_f64()));
+        let aligned =
+            |age: f64| (age - (age / STATS_STEP_SECS).round() * STATS_STEP_SECS).abs() <= 0.5;
+        aged.clone()
+            .filter(|(_, age)| *age >= min_window_secs - 0.5 && aligned(*age))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .or_else(|| {
+                aged.filter(|(_, age)| *age >= STATS_STEP_SECS - 0.5)
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+            })
+    }
+
+    pub fn push(&mut self, at: std::time::Instant, counters: C, keep_secs: f64) {
+        self.readings.push_back((at, counters));
+        while self.readings.len() > Self::MAX_READINGS
+            || self
+                .readings
+                .front()
+                .is_some_and(|(t, _)| at.duration_since(*t).as_secs_f64() > keep_secs)
+        {
+            self.readings.pop_front();
+        }
+    }
+
+    pub fn latest(&self) -> Option<&C> {
+        self.readings.back().map(|(_, c)| c)
+    }
+
+    pub fn clear(&mut self) {
+        self.readings.clear();
     }
 }
 
@@ -222,7 +302,11 @@ pub struct BrokerRates {
     pub unroutable_rate: Option<f64>,
 }
 
-pub fn broker_rates(previous: &BrokerCounters, current: &BrokerCounters, dt_secs: f64) -> BrokerRates {
+pub fn broker_rates(
+    previous: &BrokerCounters,
+    current: &BrokerCounters,
+    dt_secs: f64,
+) -> BrokerRates {
     BrokerRates {
         publish_rate: counter_rate(previous.publish, current.publish, dt_secs),
         confirm_rate: counter_rate(previous.confirm, current.confirm, dt_secs),
@@ -249,38 +333,101 @@ mod tests {
     #[test]
     fn rates_never_go_negative_across_a_reset() {
         assert_eq!(counter_rate(Some(100), Some(150), 10.0), Some(5.0));
-        assert_eq!(counter_rate(Some(100), Some(20), 10.0), None, "reset is unknown, not negative");
-        assert_eq!(counter_rate(None, Some(20), 10.0), None, "first sample has no rate");
+        assert_eq!(
+            counter_rate(Some(100), Some(20), 10.0),
+            None,
+            "reset is unknown, not negative"
+        );
+        assert_eq!(
+            counter_rate(None, Some(20), 10.0),
+            None,
+            "first sample has no rate"
+        );
         assert_eq!(counter_rate(Some(1), Some(2), 0.0), None);
     }
 
     #[test]
     fn absent_stats_are_zero_only_when_the_broker_collects_them() {
-        let raw: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/","messages":0}"#).unwrap();
+        let raw: RawQueue =
+            serde_json::from_str(r#"{"name":"q","vhost":"/","messages":0}"#).unwrap();
         assert_eq!(queue_counters(&raw, true).publish, Some(0));
+        let fresh: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/"}"#).unwrap();
+        assert_eq!(
+            queue_counters(&fresh, true).publish,
+            None,
+            "no stats yet is unknown"
+        );
         assert_eq!(queue_counters(&raw, false).publish, None);
-        let view = queue_view("b", &raw, false, Some((&QueueCounters::default(), 10.0)), Utc::now());
-        assert_eq!(view.publish_rate, None, "no stats on the broker means unknown rates");
+        let view = queue_view(
+            "b",
+            &raw,
+            false,
+            Some((&QueueCounters::default(), 10.0)),
+            Utc::now(),
+        );
+        assert_eq!(
+            view.publish_rate, None,
+            "no stats on the broker means unknown rates"
+        );
     }
 
     #[test]
     fn age_is_exact_from_timestamp_unknown_without() {
         let now = DateTime::from_timestamp(1_000_100, 0).unwrap();
-        assert_eq!(exact_age(Some(3), Some(1_000_000), now), (Some(100.0), AgeSource::Exact));
+        assert_eq!(
+            exact_age(Some(3), Some(1_000_000), now),
+            (Some(100.0), AgeSource::Exact)
+        );
         assert_eq!(exact_age(Some(0), None, now), (Some(0.0), AgeSource::Exact));
         assert_eq!(exact_age(Some(3), None, now), (None, AgeSource::Unknown));
         assert_eq!(exact_age(None, None, now), (None, AgeSource::Unknown));
-        assert_eq!(exact_age(Some(1), Some(1_000_200), now).0, Some(0.0), "clock skew clamps to 0");
+        assert_eq!(
+            exact_age(Some(1), Some(1_000_200), now).0,
+            Some(0.0),
+            "clock skew clamps to 0"
+        );
     }
 
     #[test]
     fn missing_depth_stays_unknown() {
         // A new quorum queue has no messages* keys for its first seconds [3.10].
-        let raw: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/","type":"quorum"}"#).unwrap();
+        let raw: RawQueue =
+            serde_json::from_str(r#"{"name":"q","vhost":"/","type":"quorum"}"#).unwrap();
         let view = queue_view("b", &raw, true, None, Utc::now());
         assert_eq!((view.ready, view.unacked, view.total), (None, None, None));
         assert_eq!(view.oldest_age_source, AgeSource::Unknown);
         assert_eq!(view.oldest_age_secs, None);
+    }
+
+    #[test]
+    fn rate_window_spans_whole_stats_steps() {
+        use std::time::{Duration, Instant};
+        let start = Instant::now();
+        let mut window = CounterWindow::default();
+        for i in 0..8u64 {
+            window.push(start + Duration::from_secs(2 * i), i, 65.0);
+        }
+        let now = start + Duration::from_secs(16);
+        // Polls every 2 s: the reading 10 s old is the youngest aligned one at least 10 s old.
+        let (reading, age) = window.baseline(now, 10.0).unwrap();
+        assert_eq!((reading, age.round() as u64), (3, 10));
+        // Polls every 10 s: the previous reading.
+        let mut window = CounterWindow::default();
+        window.push(start, 1u64, 65.0);
+        window.push(start + Duration::from_secs(10), 2, 65.0);
+        let (reading, _) = window
+            .baseline(start + Duration::from_secs(20), 10.0)
+            .unwrap();
+        assert_eq!(reading, 2);
+        // Too young to give a rate.
+        assert!(window
+            .baseline(start + Duration::from_secs(12), 10.0)
+            .is_some());
+        let mut fresh = CounterWindow::default();
+        fresh.push(start, 1u64, 65.0);
+        assert!(fresh
+            .baseline(start + Duration::from_secs(2), 10.0)
+            .is_none());
     }
 
     #[test]

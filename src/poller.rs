@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::BrokerConfig;
 use crate::history::{self, Db, PollWrite, QueueMeta, StoredSample};
 use crate::management::{BrokerError, ManagementClient, RawQueue};
-use crate::metrics::{self, rate_to_milli, BrokerCounters, QueueCounters, QueueView};
+use crate::metrics::{
+    self, rate_to_milli, BrokerCounters, CounterWindow, QueueCounters, QueueView,
+};
 use crate::state::{BrokerTotals, Live};
 
 /// A queue's rows are rewritten at least this often even when nothing changed, so that a reader
@@ -29,9 +31,18 @@ struct Tracked {
     meta: QueueMeta,
     deleted: bool,
     last_written: Option<(i64, StoredSample)>,
-    /// Counters at the previous successful poll in which the queue existed.
-    counters: Option<(QueueCounters, Instant)>,
+    /// Recent counter readings of the queue, for rates.
+    counters: CounterWindow<QueueCounters>,
+    /// After a re-creation, rates stay unknown until this time (see `SETTLE`).
+    settle_until: Option<Instant>,
 }
+
+/// How long rates stay unknown after a queue was re-created (its counters went backwards or it
+/// came back after being gone). Measured on 3.10: a channel that keeps publishing to the name
+/// reports its cumulative per-queue count again at its next stats emission (every 5 s), so the
+/// new queue's counter first drops, then jumps back up by everything published to the old
+/// queue. Three stats intervals absorb that jump into the baseline instead of showing a spike.
+const SETTLE: Duration = Duration::from_secs(15);
 
 /// Everything one broker's loop owns.
 pub struct Poller {
@@ -41,7 +52,7 @@ pub struct Poller {
     live: Live,
     broker_id: i64,
     queues: HashMap<QueueKey, Tracked>,
-    broker_counters: Option<(BrokerCounters, Instant)>,
+    broker_counters: CounterWindow<BrokerCounters>,
 }
 
 /// Result of one successful poll, for callers that measure (the benchmark).
@@ -55,7 +66,12 @@ pub struct PollStats {
 impl Poller {
     /// Loads what the database knows of this broker's queues, so that a restart does not
     /// rewrite every queue's sample.
-    pub async fn new(broker: BrokerConfig, db: Db, live: Live, broker_id: i64) -> Result<Self, sqlx::Error> {
+    pub async fn new(
+        broker: BrokerConfig,
+        db: Db,
+        live: Live,
+        broker_id: i64,
+    ) -> Result<Self, sqlx::Error> {
         let known = history::known_queues(&db, broker_id).await?;
         let queues = known
             .into_iter()
@@ -66,13 +82,22 @@ impl Poller {
                     meta: k.meta,
                     deleted: k.deleted_at.is_some(),
                     last_written: k.last_sample,
-                    counters: None,
+                    counters: CounterWindow::default(),
+                    settle_until: None,
                 };
                 (key, tracked)
             })
             .collect();
         let client = ManagementClient::new(&broker);
-        Ok(Poller { broker, client, db, live, broker_id, queues, broker_counters: None })
+        Ok(Poller {
+            broker,
+            client,
+            db,
+            live,
+            broker_id,
+            queues,
+            broker_counters: CounterWindow::default(),
+        })
     }
 
     /// Polls until `cancel` fires. The first poll starts at once.
@@ -106,7 +131,8 @@ impl Poller {
                 }
             };
             let next = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-            self.live.update(&self.broker.name, |b| b.status.next_poll_at = Some(next));
+            self.live
+                .update(&self.broker.name, |b| b.status.next_poll_at = Some(next));
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
@@ -138,7 +164,10 @@ impl Poller {
         self.commit(&write, &ids);
         let mut views = views;
         for view in &mut views {
-            view.id = self.queues.get(&(view.vhost.clone(), view.name.clone())).and_then(|t| t.id);
+            view.id = self
+                .queues
+                .get(&(view.vhost.clone(), view.name.clone()))
+                .and_then(|t| t.id);
         }
 
         let totals = totals(&views);
@@ -161,7 +190,11 @@ impl Poller {
             s.cluster_name = overview.cluster_name.clone();
             s.stats_enabled = Some(stats_enabled);
         });
-        Ok(PollStats { queues: queue_count, samples_written, bytes })
+        Ok(PollStats {
+            queues: queue_count,
+            samples_written,
+            bytes,
+        })
     }
 
     /// All pages of one vhost's queues; returns the bytes read.
@@ -174,9 +207,11 @@ impl Poller {
                 // The vhost was deleted since the listing: it has no queues now.
                 Err(BrokerError::Http { status: 404, .. }) => return Ok(bytes),
                 // An empty vhost answers "page out of range" for page 1 on some versions.
-                Err(BrokerError::Http { status: 400, ref body, .. }) if body.contains("page_out_of_range") => {
-                    return Ok(bytes)
-                }
+                Err(BrokerError::Http {
+                    status: 400,
+                    ref body,
+                    ..
+                }) if body.contains("page_out_of_range") => return Ok(bytes),
                 Err(e) => return Err(e.into()),
             };
             bytes += size;
@@ -205,21 +240,36 @@ impl Poller {
         overview: &crate::management::Overview,
     ) -> Result<(Vec<QueueView>, PollWrite), PollError> {
         let ts = now.timestamp();
-        let mut write = PollWrite { broker_id: self.broker_id, ts, ..PollWrite::default() };
+        let mut write = PollWrite {
+            broker_id: self.broker_id,
+            ts,
+            ..PollWrite::default()
+        };
         let mut views = Vec::with_capacity(raw_queues.len());
         let mut seen: HashSet<(&str, &str)> = HashSet::with_capacity(raw_queues.len());
 
+        let rate_window = self.rate_window_secs();
         for raw in raw_queues {
             if !seen.insert((&raw.vhost, &raw.name)) {
                 continue; // a queue created during pagination can shift into the next page twice
             }
             let key = (raw.vhost.clone(), raw.name.clone());
-            let tracked = self.queues.get_mut(&key);
-            let previous = tracked
+            let mut tracked = self.queues.get_mut(&key);
+            let current = metrics::queue_counters(raw, stats_enabled);
+            if let Some(t) = tracked.as_deref_mut() {
+                let went_back = t
+                    .counters
+                    .latest()
+                    .is_some_and(|c| counters_went_back(c, &current));
+                if t.deleted || went_back {
+                    t.settle_until = Some(fetched + SETTLE);
+                }
+            }
+            let baseline = tracked
                 .as_ref()
-                .filter(|t| !t.deleted)
-                .and_then(|t| t.counters.as_ref())
-                .map(|(c, at)| (c, fetched.duration_since(*at).as_secs_f64()));
+                .filter(|t| !t.deleted && t.settle_until.is_none_or(|until| fetched >= until))
+                .and_then(|t| t.counters.baseline(fetched, rate_window));
+            let previous = baseline.as_ref().map(|(c, age)| (c, *age));
             let view = metrics::queue_view(&self.broker.name, raw, stats_enabled, previous, now);
             let meta = queue_meta(&view);
             let sample = stored_sample(&view);
@@ -250,9 +300,13 @@ impl Poller {
             views.push(view);
         }
 
-        for (key, tracked) in &self.queues {
-            let gone = !tracked.deleted && self.broker.watches_vhost(&key.0) && !seen.contains(&(key.0.as_str(), key.1.as_str()));
+        for (key, tracked) in self.queues.iter_mut() {
+            let gone = !tracked.deleted
+                && self.broker.watches_vhost(&key.0)
+                && !seen.contains(&(key.0.as_str(), key.1.as_str()));
             if gone {
+                // Forget the counters: a queue that comes back under this name starts afresh.
+                tracked.counters.clear();
                 if let Some(id) = tracked.id {
                     write.deleted.push(id);
                 }
@@ -275,23 +329,27 @@ impl Poller {
             poll_ms: 0,
         };
 
-        // Remember counters for the next poll's rates (independent of whether the write works).
+        // Remember counters for the next polls' rates (independent of whether the write works).
+        let keep = self.keep_readings_secs();
         for view in &views {
             let key = (view.vhost.clone(), view.name.clone());
-            let counters = Some((view.counters, fetched));
             match self.queues.get_mut(&key) {
-                Some(t) => t.counters = counters,
+                Some(t) => t.counters.push(fetched, view.counters, keep),
                 None => {
+                    let mut counters = CounterWindow::default();
+                    counters.push(fetched, view.counters, keep);
                     self.queues.insert(
                         key,
-                        Tracked { id: None, meta: queue_meta(view), deleted: false, last_written: None, counters },
+                        Tracked {
+                            id: None,
+                            meta: queue_meta(view),
+                            deleted: false,
+                            last_written: None,
+                            counters,
+                            settle_until: None,
+                        },
                     );
                 }
-            }
-        }
-        for id in &write.deleted {
-            if let Some(t) = self.queues.values_mut().find(|t| t.id == Some(*id)) {
-                t.counters = None;
             }
         }
         Ok((views, write))
@@ -301,7 +359,10 @@ impl Poller {
     fn commit(&mut self, write: &PollWrite, ids: &[i64]) {
         let mut by_id: HashMap<i64, &mut Tracked> = HashMap::new();
         for (i, meta) in write.upserts.iter().enumerate() {
-            if let Some(t) = self.queues.get_mut(&(meta.vhost.clone(), meta.name.clone())) {
+            if let Some(t) = self
+                .queues
+                .get_mut(&(meta.vhost.clone(), meta.name.clone()))
+            {
                 t.id = Some(ids[i]);
                 t.meta = meta.clone();
                 t.deleted = false;
@@ -329,6 +390,19 @@ impl Poller {
         }
     }
 
+    /// Rates span at least one poll interval and at least two stats steps (10 s).
+    fn rate_window_secs(&self) -> f64 {
+        self.broker
+            .poll_interval
+            .as_secs_f64()
+            .max(2.0 * metrics::STATS_STEP_SECS)
+    }
+
+    /// Readings older than this are never a baseline (see `CounterWindow::baseline`).
+    fn keep_readings_secs(&self) -> f64 {
+        (self.rate_window_secs() * 5.0).max(65.0)
+    }
+
     fn peek_broker_rates(
         &self,
         overview: &crate::management::Overview,
@@ -336,8 +410,11 @@ impl Poller {
         fetched: Instant,
     ) -> metrics::BrokerRates {
         let current = BrokerCounters::from_overview(overview.message_stats.as_ref(), stats_enabled);
-        match &self.broker_counters {
-            Some((previous, at)) => metrics::broker_rates(previous, &current, fetched.duration_since(*at).as_secs_f64()),
+        match self
+            .broker_counters
+            .baseline(fetched, self.rate_window_secs())
+        {
+            Some((previous, age)) => metrics::broker_rates(&previous, &current, age),
             None => metrics::BrokerRates::default(),
         }
     }
@@ -350,7 +427,8 @@ impl Poller {
     ) -> metrics::BrokerRates {
         let rates = self.peek_broker_rates(overview, stats_enabled, fetched);
         let current = BrokerCounters::from_overview(overview.message_stats.as_ref(), stats_enabled);
-        self.broker_counters = Some((current, fetched));
+        let keep = self.keep_readings_secs();
+        self.broker_counters.push(fetched, current, keep);
         rates
     }
 }
@@ -369,6 +447,14 @@ pub enum PollError {
 pub fn backoff(interval: Duration, failures: u32) -> Duration {
     let factor = 1u32 << failures.saturating_sub(1).min(3);
     (interval * factor).min(interval * 6)
+}
+
+fn counters_went_back(previous: &QueueCounters, current: &QueueCounters) -> bool {
+    let back = |p: Option<u64>, c: Option<u64>| matches!((p, c), (Some(p), Some(c)) if c < p);
+    back(previous.publish, current.publish)
+        || back(previous.deliver, current.deliver)
+        || back(previous.ack, current.ack)
+        || back(previous.redeliver, current.redeliver)
 }
 
 fn queue_meta(view: &QueueView) -> QueueMeta {
@@ -398,8 +484,15 @@ fn stored_sample(view: &QueueView) -> StoredSample {
 }
 
 fn totals(views: &[QueueView]) -> BrokerTotals {
-    let sum = |f: fn(&QueueView) -> Option<u64>| views.iter().filter_map(f).reduce(|a, b| a + b).or(Some(0));
-    BrokerTotals { queues: views.len() as u64, ready: sum(|v| v.ready), unacked: sum(|v| v.unacked), consumers: sum(|v| v.consumers) }
+    let sum = |f: fn(&QueueView) -> Option<u64>| {
+        views.iter().filter_map(f).reduce(|a, b| a + b).or(Some(0))
+    };
+    BrokerTotals {
+        queues: views.len() as u64,
+        ready: sum(|v| v.ready),
+        unacked: sum(|v| v.unacked),
+        consumers: sum(|v| v.consumers),
+    }
 }
 
 #[cfg(test)]

@@ -55,7 +55,9 @@ pub fn age(view: &QueueView) -> String {
 
 pub fn age_title(view: &QueueView) -> &'static str {
     match view.oldest_age_source {
-        AgeSource::Exact => "exact: from the broker's head message timestamp (or the queue is empty)",
+        AgeSource::Exact => {
+            "exact: from the broker's head message timestamp (or the queue is empty)"
+        }
         AgeSource::Estimated => "estimated from warren's publish history",
         AgeSource::Unknown => "unknown: the broker gives no timestamp for this queue",
     }
@@ -70,7 +72,10 @@ pub fn time(t: Option<DateTime<Utc>>) -> String {
 
 pub fn ago(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
     match t {
-        Some(t) => format!("{} ago", duration((now - t).num_milliseconds() as f64 / 1000.0)),
+        Some(t) => format!(
+            "{} ago",
+            duration((now - t).num_milliseconds() as f64 / 1000.0)
+        ),
         None => "never".to_string(),
     }
 }
@@ -88,14 +93,19 @@ pub fn sparkline(series: &[Option<i64>]) -> Vec<String> {
     let mut segments: Vec<Vec<String>> = vec![Vec::new()];
     for (i, v) in series.iter().enumerate() {
         match v {
-            Some(v) => segments
-                .last_mut()
-                .expect("never empty")
-                .push(format!("{:.1},{:.1}", i as f64 * dx, H - (*v as f64 / max) * (H - 2.0) - 1.0)),
+            Some(v) => segments.last_mut().expect("never empty").push(format!(
+                "{:.1},{:.1}",
+                i as f64 * dx,
+                H - (*v as f64 / max) * (H - 2.0) - 1.0
+            )),
             None => segments.push(Vec::new()),
         }
     }
-    segments.into_iter().filter(|s| !s.is_empty()).map(|s| s.join(" ")).collect()
+    segments
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.join(" "))
+        .collect()
 }
 
 #[cfg(test)]
@@ -120,6 +130,9 @@ mod tests {
 
     #[test]
     fn sparkline_breaks_at_gaps() {
-        assert_eq!(sparkline(&[Some(0), Some(10), None, Some(5), Some(5)]).len(), 2);
+        assert_eq!(
+            sparkline(&[Some(0), Some(10), None, Some(5), Some(5)]).len(),
+            2
+        );
     }
 }

@@ -28,7 +28,12 @@ pub fn router() -> Router<AppState> {
 
 /// Where a queue's page is.
 pub fn queue_href(broker: &str, vhost: &str, name: &str) -> String {
-    format!("/queues/{}/{}/{}", encode_segment(broker), encode_segment(vhost), encode_segment(name))
+    format!(
+        "/queues/{}/{}/{}",
+        encode_segment(broker),
+        encode_segment(vhost),
+        encode_segment(name)
+    )
 }
 
 #[derive(Template)]
@@ -77,7 +82,10 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
         error: s.error.clone(),
         last_poll: format::ago(s.last_attempt, now),
         stale_since: b.stale_since().map(|t| format::time(Some(t))),
-        version: s.rabbitmq_version.clone().unwrap_or_else(|| format::UNKNOWN.to_string()),
+        version: s
+            .rabbitmq_version
+            .clone()
+            .unwrap_or_else(|| format::UNKNOWN.to_string()),
         queues: format::count(s.last_success.map(|_| b.totals.queues)),
         ready: format::count(b.totals.ready),
         unacked: format::count(b.totals.unacked),
@@ -89,7 +97,10 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
         deliver_rate: format::rate(b.rates.deliver_rate),
         redeliver_rate: format::rate(b.rates.redeliver_rate),
         unroutable_rate: format::rate(b.rates.unroutable_rate),
-        poll_ms: s.last_poll_ms.map(|ms| format!("{ms} ms")).unwrap_or_else(|| format::UNKNOWN.to_string()),
+        poll_ms: s
+            .last_poll_ms
+            .map(|ms| format!("{ms} ms"))
+            .unwrap_or_else(|| format::UNKNOWN.to_string()),
     }
 }
 
@@ -106,13 +117,22 @@ struct OverviewPage {
     brokers: Vec<String>,
 }
 
-async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, PageError> {
+async fn overview(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
     let live = state.live.snapshot();
-    let fragment = OverviewBrokers { brokers: live.iter().map(broker_row).collect() }.render()?;
+    let fragment = OverviewBrokers {
+        brokers: live.iter().map(broker_row).collect(),
+    }
+    .render()?;
     if is_htmx(&headers) {
         return Ok(html(fragment));
     }
-    let page = OverviewPage { fragment, brokers: live.iter().map(|b| encode_segment(&b.name)).collect() };
+    let page = OverviewPage {
+        fragment,
+        brokers: live.iter().map(|b| encode_segment(&b.name)).collect(),
+    };
     Ok(html(page.render()?))
 }
 
@@ -143,7 +163,11 @@ struct QueueRow {
 fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
     QueueRow {
         href: queue_href(&q.broker, &q.vhost, &q.name),
-        vhost_href: format!("/queues?broker={}&vhost={}", encode_segment(&q.broker), encode_segment(&q.vhost)),
+        vhost_href: format!(
+            "/queues?broker={}&vhost={}",
+            encode_segment(&q.broker),
+            encode_segment(&q.vhost)
+        ),
         broker: q.broker.clone(),
         vhost: q.vhost.clone(),
         name: q.name.clone(),
@@ -198,7 +222,11 @@ struct QueuesPage {
 /// Rebuilds a query string from the listing with some parameters changed.
 fn listing_href(l: &Listing, sort: &str, descending: bool, page: usize) -> String {
     let mut parts = Vec::new();
-    for (key, value) in [("broker", &l.broker), ("vhost", &l.vhost), ("name", &l.name)] {
+    for (key, value) in [
+        ("broker", &l.broker),
+        ("vhost", &l.vhost),
+        ("name", &l.name),
+    ] {
         if let Some(v) = value {
             parts.push(format!("{key}={}", encode_segment(v)));
         }
@@ -246,7 +274,10 @@ async fn queues(
     let rows = items
         .iter()
         .map(|q| {
-            let line = q.id.and_then(|id| series.get(&id)).map(|s| format::sparkline(s)).unwrap_or_default();
+            let line =
+                q.id.and_then(|id| series.get(&id))
+                    .map(|s| format::sparkline(s))
+                    .unwrap_or_default();
             queue_row(q, line)
         })
         .collect();
@@ -260,7 +291,13 @@ async fn queues(
             SortLink {
                 label,
                 href: listing_href(&listing, key, descending, 1),
-                marker: if !active { "" } else if listing.descending { " ▼" } else { " ▲" },
+                marker: if !active {
+                    ""
+                } else if listing.descending {
+                    " ▼"
+                } else {
+                    " ▲"
+                },
                 numeric,
             }
         })
@@ -274,11 +311,21 @@ async fn queues(
         total,
         first,
         last,
-        prev_href: (listing.page > 1).then(|| listing_href(&listing, listing.sort, listing.descending, listing.page - 1)),
-        next_href: (last < total).then(|| listing_href(&listing, listing.sort, listing.descending, listing.page + 1)),
+        prev_href: (listing.page > 1)
+            .then(|| listing_href(&listing, listing.sort, listing.descending, listing.page - 1)),
+        next_href: (last < total)
+            .then(|| listing_href(&listing, listing.sort, listing.descending, listing.page + 1)),
         stale: live
             .iter()
-            .filter_map(|b| b.stale_since().map(|t| format!("{}: down, data stale since {}", b.name, format::time(Some(t)))))
+            .filter_map(|b| {
+                b.stale_since().map(|t| {
+                    format!(
+                        "{}: down, data stale since {}",
+                        b.name,
+                        format::time(Some(t))
+                    )
+                })
+            })
             .collect(),
     };
     let fragment = table.render()?;
@@ -329,7 +376,9 @@ struct QueuePage {
 }
 
 fn pairs(map: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, String)> {
-    map.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+    map.iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect()
 }
 
 async fn queue(
@@ -375,7 +424,11 @@ async fn queue(
         history_src,
         ranges: RANGES
             .iter()
-            .map(|(label, _)| Range { label, href: format!("{href}?range={label}"), active: *label == selected })
+            .map(|(label, _)| Range {
+                label,
+                href: format!("{href}?range={label}"),
+                active: *label == selected,
+            })
             .collect(),
         arguments: pairs(&view.arguments),
         policy: view.policy.clone().unwrap_or_else(|| "none".to_string()),

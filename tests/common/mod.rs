@@ -1,0 +1,280 @@
+//! Test harness: a real RabbitMQ vhost per test, a real SQLite file per test, warren started
+//! in-process on port 0, and waiting helpers (conditions with deadlines, never fixed sleeps).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub const MANAGEMENT: &str = "http://127.0.0.1:15672";
+pub const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672";
+
+fn encode(s: &str) -> String {
+    warren::management::encode_segment(s)
+}
+
+/// A vhost of its own on the real broker, deleted when dropped.
+pub struct TestVhost {
+    pub name: String,
+    http: reqwest::Client,
+}
+
+impl TestVhost {
+    pub async fn create(test: &str) -> TestVhost {
+        let name = format!("warren-test-{test}-{}", rand::random::<u32>());
+        let http = reqwest::Client::new();
+        let vhost = TestVhost { name, http };
+        vhost
+            .management_put(
+                &format!("/api/vhosts/{}", encode(&vhost.name)),
+                serde_json::json!({}),
+            )
+            .await;
+        vhost
+            .management_put(
+                &format!("/api/permissions/{}/guest", encode(&vhost.name)),
+                serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
+            )
+            .await;
+        vhost
+    }
+
+    async fn management_put(&self, path: &str, body: Value) {
+        let response = self
+            .http
+            .put(format!("{MANAGEMENT}{path}"))
+            .basic_auth("guest", Some("guest"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("management API unreachable at {MANAGEMENT} (is rabbitmq_management enabled?): {e}"));
+        assert!(
+            response.status().is_success(),
+            "PUT {path}: {}",
+            response.status()
+        );
+    }
+
+    pub async fn delete_queue(&self, queue: &str) {
+        let response = self
+            .http
+            .delete(format!(
+                "{MANAGEMENT}/api/queues/{}/{}",
+                encode(&self.name),
+                encode(queue)
+            ))
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .expect("management API");
+        assert!(
+            response.status().is_success(),
+            "delete queue: {}",
+            response.status()
+        );
+    }
+
+    pub async fn connect(&self) -> Connection {
+        let uri = format!("{AMQP}/{}", encode(&self.name));
+        Connection::connect(&uri, ConnectionProperties::default())
+            .await
+            .expect("AMQP connection to the test broker")
+    }
+
+    /// A channel in confirm mode.
+    pub async fn channel(&self, connection: &Connection) -> Channel {
+        let channel = connection.create_channel().await.expect("channel");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm mode");
+        channel
+    }
+}
+
+impl Drop for TestVhost {
+    fn drop(&mut self) {
+        let url = format!("{MANAGEMENT}/api/vhosts/{}", encode(&self.name));
+        // Drop cannot await; delete from a thread of its own so a failed test still cleans up.
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                if let Err(e) = reqwest::Client::new()
+                    .delete(url)
+                    .basic_auth("guest", Some("guest"))
+                    .send()
+                    .await
+                {
+                    eprintln!("could not delete test vhost: {e}");
+                }
+            });
+        });
+        if done.join().is_err() {
+            eprintln!("vhost cleanup thread panicked");
+        }
+    }
+}
+
+pub async fn declare(channel: &Channel, queue: &str, quorum: bool) {
+    let mut args = FieldTable::default();
+    if quorum {
+        args.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString("quorum".into()),
+        );
+    }
+    channel
+        .queue_declare(
+            queue,
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            args,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("declare {queue}: {e}"));
+}
+
+/// Publishes `n` messages to `queue` through the default exchange and waits for every confirm.
+pub async fn publish(channel: &Channel, queue: &str, n: usize, properties: BasicProperties) {
+    for i in 0..n {
+        let confirm = channel
+            .basic_publish(
+                "",
+                queue,
+                BasicPublishOptions::default(),
+                format!("message {i}").as_bytes(),
+                properties.clone(),
+            )
+            .await
+            .expect("publish");
+        let confirmation = confirm.await.expect("confirm");
+        assert!(confirmation.is_ack(), "broker nacked a publish to {queue}");
+    }
+}
+
+/// A running warren with its own database file.
+pub struct Warren {
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Warren {
+    /// Starts warren with `brokers_toml` (one or more `[[brokers]]` tables) on port 0.
+    pub async fn start(brokers_toml: &str) -> Warren {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("warren.db");
+        let toml = format!(
+            "listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{brokers_toml}",
+            db.display().to_string()
+        );
+        let config = warren::config::Config::from_toml(&toml).expect("test config is valid");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(warren::run(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        Warren {
+            addr,
+            http: reqwest::Client::new(),
+            stop: Some(stop),
+            task: Some(task),
+            dir,
+        }
+    }
+
+    /// warren watching only `vhost` on the real broker.
+    pub async fn for_vhost(vhost: &str, poll_interval_secs: u64) -> Warren {
+        Warren::start(&format!(
+            "[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\nvhosts_include = [{vhost:?}]\npoll_interval_secs = {poll_interval_secs}\n"
+        ))
+        .await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("warren answers");
+        let status = response.status().as_u16();
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let response = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("warren answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+
+    pub async fn queue(&self, vhost: &str, name: &str) -> Option<Value> {
+        let (status, body) = self
+            .get_json(&format!(
+                "/api/v1/queues/local/{}/{}",
+                encode(vhost),
+                encode(name)
+            ))
+            .await;
+        (status == 200).then_some(body)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let result = tokio::time::timeout(Duration::from_secs(15), task)
+                .await
+                .expect("warren stops within 15 s");
+            result
+                .expect("warren task")
+                .expect("warren ran without error");
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, or fails the test after `deadline` saying what was
+/// expected and what was last seen.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let started = Instant::now();
+    let mut last = String::from("nothing checked yet");
+    while started.elapsed() < deadline {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) => last = seen,
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("timed out after {deadline:?} waiting for {what}; last seen: {last}");
+}

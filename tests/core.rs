@@ -1,0 +1,349 @@
+//! The core issue's tests, against the real broker: exact numbers, rates, broker failures.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{declare, publish, wait_for, TestVhost, Warren};
+use lapin::options::{BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use lapin::BasicProperties;
+use serde_json::Value;
+
+fn field(q: &Value, key: &str) -> String {
+    q.get(key)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "absent".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_reports_exactly_the_known_queue_state() {
+    let vhost = TestVhost::create("exact").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "ready37", false).await;
+    declare(&channel, "held", false).await;
+    declare(&channel, "quorum12", true).await;
+    declare(&channel, "stamped", false).await;
+
+    publish(&channel, "ready37", 37, BasicProperties::default()).await;
+    publish(&channel, "quorum12", 12, BasicProperties::default()).await;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let published_at = now - 120;
+    publish(
+        &channel,
+        "stamped",
+        3,
+        BasicProperties::default().with_timestamp(published_at),
+    )
+    .await;
+    publish(&channel, "held", 5, BasicProperties::default()).await;
+
+    // A consumer that takes the 5 messages and never acks them.
+    let consumer_channel = connection.create_channel().await.unwrap();
+    consumer_channel
+        .basic_qos(10, BasicQosOptions::default())
+        .await
+        .unwrap();
+    let _consumer = consumer_channel
+        .basic_consume(
+            "held",
+            "holder",
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let v = vhost.name.clone();
+    wait_for("37 ready, 5 unacked, quorum 12, stamped age 120 s", Duration::from_secs(45), || {
+        let (warren, v) = (&warren, v.clone());
+        async move {
+            let ready37 = warren.queue(&v, "ready37").await.ok_or("ready37 not listed yet")?;
+            let held = warren.queue(&v, "held").await.ok_or("held not listed yet")?;
+            let quorum = warren.queue(&v, "quorum12").await.ok_or("quorum12 not listed yet")?;
+            let stamped = warren.queue(&v, "stamped").await.ok_or("stamped not listed yet")?;
+            let seen = format!(
+                "ready37.ready={} held.ready={} held.unacked={} held.consumers={} quorum.ready={} stamped.age={}",
+                field(&ready37, "ready"),
+                field(&held, "ready"),
+                field(&held, "unacked"),
+                field(&held, "consumers"),
+                field(&quorum, "ready"),
+                field(&stamped, "oldest_age_secs")
+            );
+            let ok = ready37["ready"] == 37
+                && ready37["unacked"] == 0
+                && ready37["total"] == 37
+                && held["ready"] == 0
+                && held["unacked"] == 5
+                && held["consumers"] == 1
+                && quorum["ready"] == 12
+                && stamped["ready"] == 3;
+            if ok {
+                Ok((ready37, held, quorum, stamped))
+            } else {
+                Err(seen)
+            }
+        }
+    })
+    .await
+    .pipe(|(ready37, _held, quorum, stamped)| {
+        assert_eq!(ready37["type"], "classic");
+        assert_eq!(quorum["type"], "quorum");
+        // Quorum queues have no head timestamp: the age is unknown, never 0.
+        assert_eq!(quorum["oldest_age_source"], "unknown");
+        assert!(quorum["oldest_age_secs"].is_null());
+        assert_eq!(stamped["oldest_age_source"], "exact");
+        let updated = chrono::DateTime::parse_from_rfc3339(stamped["updated_at"].as_str().unwrap()).unwrap();
+        let expected = (updated.timestamp() as u64 - published_at) as f64;
+        let age = stamped["oldest_age_secs"].as_f64().unwrap();
+        assert!((age - expected).abs() <= 2.0, "age {age} s, expected {expected} ± 2 s");
+    });
+
+    // The list endpoint has the same objects, with the documented envelope.
+    let (status, list) = warren
+        .get_json(&format!(
+            "/api/v1/queues?vhost={}&sort=ready",
+            common_encode(&vhost.name)
+        ))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(list["total"], 4);
+    assert_eq!(
+        list["items"][0]["name"], "ready37",
+        "sorted by ready, descending"
+    );
+    for key in [
+        "broker",
+        "vhost",
+        "name",
+        "type",
+        "ready",
+        "unacked",
+        "consumers",
+        "publish_rate",
+        "deliver_rate",
+        "ack_rate",
+        "redeliver_rate",
+        "oldest_age_secs",
+        "oldest_age_source",
+        "updated_at",
+    ] {
+        assert!(
+            list["items"][0].get(key).is_some(),
+            "queue object lacks {key}"
+        );
+    }
+
+    // Unknown names are 404 with a JSON body.
+    let (status, body) = warren
+        .get_json(&format!(
+            "/api/v1/queues/local/{}/nope",
+            common_encode(&vhost.name)
+        ))
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "not_found");
+    let (status, _) = warren.get_json("/api/v1/queues/elsewhere/%2F/x").await;
+    assert_eq!(status, 404);
+
+    // History has points for the queue.
+    let (status, history) = warren
+        .get_json(&format!(
+            "/api/v1/queues/local/{}/ready37/history?range=1h",
+            common_encode(&vhost.name)
+        ))
+        .await;
+    assert_eq!(status, 200);
+    let known: Vec<&Value> = history["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["ready"] == 37)
+        .collect();
+    assert!(!known.is_empty(), "history shows ready = 37: {history}");
+
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+fn common_encode(s: &str) -> String {
+    warren::management::encode_segment(s)
+}
+
+trait Pipe: Sized {
+    fn pipe<R>(self, f: impl FnOnce(Self) -> R) -> R {
+        f(self)
+    }
+}
+impl<T> Pipe for T {}
+
+/// Publishes at `per_sec` until `stop` is set; returns how many were published.
+async fn steady_publisher(
+    channel: lapin::Channel,
+    queue: &'static str,
+    per_sec: u64,
+    stop: tokio_util::sync::CancellationToken,
+) -> u64 {
+    let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / per_sec));
+    let mut sent = 0;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return sent,
+            _ = ticker.tick() => {}
+        }
+        match channel
+            .basic_publish(
+                "",
+                queue,
+                BasicPublishOptions::default(),
+                b"tick",
+                BasicProperties::default(),
+            )
+            .await
+        {
+            Ok(_) => sent += 1,
+            Err(e) => panic!("publish failed: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_publish_rate_is_reported_within_ten_percent() {
+    const RATE: u64 = 40;
+    let vhost = TestVhost::create("rate").await;
+    let connection = vhost.connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    declare(&channel, "steady", false).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let publisher = tokio::spawn(steady_publisher(channel, "steady", RATE, stop.clone()));
+
+    let warren = Warren::for_vhost(&vhost.name, 10).await;
+    let v = vhost.name.clone();
+    // Once two samples exist the rate is known; check it over three consecutive polls.
+    let mut readings = Vec::new();
+    let mut last_update = String::new();
+    while readings.len() < 3 {
+        let (rate, updated) = wait_for(
+            "a publish rate from a new poll",
+            Duration::from_secs(40),
+            || {
+                let (warren, v, last) = (&warren, v.clone(), last_update.clone());
+                async move {
+                    let q = warren.queue(&v, "steady").await.ok_or("not listed")?;
+                    let updated = q["updated_at"].as_str().unwrap_or_default().to_string();
+                    match q["publish_rate"].as_f64() {
+                        Some(rate) if updated != last => Ok((rate, updated)),
+                        _ => Err(format!(
+                            "publish_rate={} updated_at={updated}",
+                            q["publish_rate"]
+                        )),
+                    }
+                }
+            },
+        )
+        .await;
+        last_update = updated;
+        readings.push(rate);
+    }
+    stop.cancel();
+    publisher.await.unwrap();
+    for rate in &readings {
+        let error = (rate - RATE as f64).abs() / RATE as f64;
+        assert!(
+            error <= 0.10,
+            "publish rate {rate} msg/s is not within 10% of {RATE}: readings {readings:?}"
+        );
+    }
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_queue_never_shows_a_negative_or_spiking_rate() {
+    const RATE: u64 = 20;
+    let vhost = TestVhost::create("recreate").await;
+    let connection = vhost.connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    declare(&channel, "phoenix", false).await;
+    // Build up a large counter first, so a naive delta after re-creation would be very negative.
+    publish(
+        &vhost.channel(&connection).await,
+        "phoenix",
+        500,
+        BasicProperties::default(),
+    )
+    .await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let publisher = tokio::spawn(steady_publisher(
+        channel.clone(),
+        "phoenix",
+        RATE,
+        stop.clone(),
+    ));
+
+    let warren = Warren::for_vhost(&vhost.name, 2).await;
+    let v = vhost.name.clone();
+    // Let warren learn the queue with its large counters and a steady rate.
+    wait_for("a steady publish rate", Duration::from_secs(40), || {
+        let (warren, v) = (&warren, v.clone());
+        async move {
+            let q = warren.queue(&v, "phoenix").await.ok_or("not listed")?;
+            match q["publish_rate"].as_f64() {
+                Some(r) if (r - RATE as f64).abs() <= RATE as f64 * 0.25 => Ok(()),
+                _ => Err(format!("publish_rate={}", q["publish_rate"])),
+            }
+        }
+    })
+    .await;
+
+    // Delete and re-create under the same name while publishing goes on; watch every rate
+    // warren shows from then on, live and in the history.
+    let deleted_at = chrono::Utc::now().timestamp();
+    vhost.delete_queue("phoenix").await;
+    let redeclare = connection.create_channel().await.unwrap();
+    declare(&redeclare, "phoenix", false).await;
+    let mut rates = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(25);
+    while std::time::Instant::now() < deadline {
+        if let Some(r) = warren
+            .queue(&v, "phoenix")
+            .await
+            .and_then(|q| q["publish_rate"].as_f64())
+        {
+            rates.push(r);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (_, history) = warren
+        .get_json(&format!(
+            "/api/v1/queues/local/{}/phoenix/history?range=1h",
+            common_encode(&v)
+        ))
+        .await;
+    for point in history["points"].as_array().into_iter().flatten() {
+        if point["ts"].as_i64().unwrap_or(0) >= deleted_at {
+            if let Some(r) = point["publish_rate"].as_f64() {
+                rates.push(r);
+            }
+        }
+    }
+    stop.cancel();
+    publisher.await.unwrap();
+    assert!(!rates.is_empty(), "no rates seen at all");
+    for r in &rates {
+        assert!(*r >= 0.0, "negative rate {r}");
+        // A spike would be the old queue's 500+ messages counted again at once.
+        assert!(
+            *r <= RATE as f64 * 1.5,
+            "spiking rate {r} msg/s (publishing at {RATE}/s): {rates:?}"
+        );
+    }
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
