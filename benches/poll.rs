@@ -1,1 +1,957 @@
-fn main() {}
+//! `cargo bench --bench poll`: what one poll of 10,000 queues costs warren, and what its history
+//! costs on disk. See benches/README.md for how to read the output.
+//!
+//! Two phases, one process each side:
+//!
+//! - **A, the real poller.** A synthetic management API (3.10 shapes, `columns=`, pages of 500,
+//!   gzip) runs in a *child process* (this binary re-executed with `WARREN_BENCH_SERVE=1`), so the
+//!   parent's CPU time is warren's alone. The parent calls `Poller::poll_once` back to back and
+//!   records wall and process CPU time per poll (`CLOCK_PROCESS_CPUTIME_ID`, all threads).
+//! - **B, storage at a 10 s poll interval.** `poll_once` stamps rows with the wall clock (unix
+//!   seconds) and takes rates against `Instant`s, so back-to-back polls land 10-20 in the same
+//!   second: `insert or replace` collapses them and rates stay unknown. Phase A's database therefore
+//!   says little about disk cost. Phase B feeds the same synthetic data through warren's public
+//!   derive functions (`metrics::queue_view`) and writer (`history::write_poll`) with virtual
+//!   timestamps 10 s apart, mirroring `Poller::derive`'s change-only rule and hourly keyframe, and
+//!   measures the database after the same number of polls.
+//!
+//! Environment: WARREN_BENCH_QUEUES (10000), WARREN_BENCH_POLLS (1000), WARREN_BENCH_BUSY_PERCENT
+//! (10), WARREN_BENCH_STORAGE (1; 0 skips phase B), WARREN_BENCH_GZIP (1), WARREN_BENCH_JSON
+//! (report path; default `$CARGO_TARGET_DIR` or `target/`, file `bench-poll.json`).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use chrono::DateTime;
+use serde_json::{json, Value};
+
+use warren::config::Config;
+use warren::history::{self, PollWrite, QueueMeta, StoredSample};
+use warren::management::{QueuePage, RawQueue};
+use warren::metrics::{self, rate_to_milli, QueueCounters};
+use warren::poller::{Poller, KEYFRAME_SECS};
+use warren::state::Live;
+
+const SERVE_ENV: &str = "WARREN_BENCH_SERVE";
+const VHOST: &str = "bench";
+const BROKER: &str = "bench";
+/// Virtual seconds between two polls (warren's default poll interval).
+const INTERVAL: i64 = 10;
+
+fn env_num(key: &str, default: u64) -> u64 {
+    match std::env::var(key) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{key}={v:?} is not a whole number")),
+        _ => default,
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Settings {
+    queues: usize,
+    polls: usize,
+    busy_percent: u64,
+    storage: bool,
+    gzip: bool,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let s = Settings {
+            queues: env_num("WARREN_BENCH_QUEUES", 10_000) as usize,
+            polls: env_num("WARREN_BENCH_POLLS", 1_000) as usize,
+            busy_percent: env_num("WARREN_BENCH_BUSY_PERCENT", 10),
+            storage: env_num("WARREN_BENCH_STORAGE", 1) != 0,
+            gzip: env_num("WARREN_BENCH_GZIP", 1) != 0,
+        };
+        assert!(s.queues >= 1 && s.polls >= 2 && s.busy_percent <= 100, "bad settings");
+        s
+    }
+}
+
+fn main() {
+    let settings = Settings::from_env();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    if std::env::var_os(SERVE_ENV).is_some() {
+        runtime.block_on(serve(settings));
+    } else {
+        runtime.block_on(bench(settings));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The synthetic broker: deterministic queue states as a function of (queue, poll step).
+
+/// splitmix64: a cheap deterministic hash.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+struct QueueDef {
+    name: String,
+    busy: bool,
+    seed: u64,
+    /// Busy queues: messages published per poll interval (>= 10).
+    inc: u64,
+    consumers: u64,
+    arguments: &'static str,
+    policy: Option<&'static str>,
+    effective_policy: &'static str,
+    /// Idle queues: constant depth (0 for most).
+    idle_depth: u64,
+}
+
+struct QueueState {
+    ready: u64,
+    unacked: u64,
+    consumers: u64,
+    head_ts: Option<i64>,
+    /// publish, deliver_get, ack, redeliver; `None`: the queue never saw a message.
+    stats: Option<[u64; 4]>,
+}
+
+struct Model {
+    /// In listing order (sorted by name, as the management API sorts).
+    queues: Vec<QueueDef>,
+    t0: i64,
+    sum_p0: u64,
+    sum_inc: u64,
+}
+
+impl Model {
+    fn new(s: &Settings, t0: i64) -> Model {
+        let mut queues: Vec<QueueDef> = (0..s.queues as u64)
+            .map(|i| {
+                let seed = mix(i);
+                // Exactly busy_percent of the queues, spread evenly.
+                let busy = (i + 1) * s.busy_percent / 100 != i * s.busy_percent / 100;
+                // Rates from 1 to ~200 msg/s, most of them low.
+                let rate = 1 + (seed % 1000) * (seed % 1000) / 5000;
+                let (arguments, policy, effective_policy) = match seed % 6 {
+                    0 | 1 => ("{}", None, "{}"),
+                    2 => (r#"{"x-queue-type":"classic"}"#, None, "{}"),
+                    3 => (
+                        r#"{"x-dead-letter-exchange":"dlx","x-queue-type":"classic"}"#,
+                        Some("limits"),
+                        r#"{"max-length":100000,"overflow":"reject-publish"}"#,
+                    ),
+                    _ => (
+                        "{}",
+                        Some("ttl"),
+                        r#"{"message-ttl":86400000,"queue-mode":"lazy"}"#,
+                    ),
+                };
+                QueueDef {
+                    name: format!("q{i}"),
+                    busy,
+                    seed,
+                    inc: rate * INTERVAL as u64,
+                    consumers: if busy { 1 + seed % 4 } else { (seed >> 8) % 2 },
+                    arguments,
+                    policy,
+                    effective_policy,
+                    idle_depth: if (seed >> 16) % 10 < 3 { 1 + (seed >> 20) % 500 } else { 0 },
+                }
+            })
+            .collect();
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        let busy = queues.iter().filter(|q| q.busy);
+        let sum_inc = busy.clone().map(|q| q.inc).sum();
+        let sum_p0 = busy.map(|q| q.inc + q.seed % 1_000_000).sum();
+        Model {
+            queues,
+            t0,
+            sum_p0,
+            sum_inc,
+        }
+    }
+
+    /// A queue at poll `step` (virtual time t0 + 10 s x step).
+    fn state(&self, q: &QueueDef, step: u64) -> QueueState {
+        if !q.busy {
+            let n = q.idle_depth;
+            return QueueState {
+                ready: n,
+                unacked: 0,
+                consumers: q.consumers,
+                head_ts: (n > 0).then(|| self.t0 - (q.seed % 86_400) as i64),
+                stats: (n > 0).then_some([n, 0, 0, 0]),
+            };
+        }
+        // published = p0 + inc x step; ready and unacked stay within inc/2 each, so every
+        // cumulative counter grows monotonically.
+        let p = q.inc + q.seed % 1_000_000 + q.inc * step;
+        let h = mix(q.seed ^ step.wrapping_mul(0x1000_0001));
+        let ready = h % (q.inc / 2 + 1);
+        let unacked = (h >> 20) % ((q.inc / 2).min(50 * q.consumers) + 1);
+        let deliver = p - ready;
+        let ack = deliver - unacked;
+        let now = self.t0 + INTERVAL * step as i64;
+        QueueState {
+            ready,
+            unacked,
+            consumers: q.consumers,
+            head_ts: (ready + unacked > 0).then(|| now - ((h >> 40) % 60) as i64),
+            stats: Some([p, deliver, ack, deliver / 200]),
+        }
+    }
+
+    /// One queue object with the columns warren asks for, keys sorted as the API sorts them.
+    fn render_queue(&self, out: &mut String, q: &QueueDef, step: u64) {
+        use std::fmt::Write as _;
+        let s = self.state(q, step);
+        let head = match s.head_ts {
+            Some(ts) => ts.to_string(),
+            None => "null".into(),
+        };
+        let stats = match s.stats {
+            Some([p, d, a, r]) if q.busy => format!(
+                r#""message_stats":{{"ack":{a},"deliver_get":{d},"publish":{p},"redeliver":{r}}},"#
+            ),
+            Some([p, ..]) => format!(r#""message_stats":{{"publish":{p}}},"#),
+            None => String::new(),
+        };
+        let policy = match q.policy {
+            Some(p) => format!("\"{p}\""),
+            None => "null".into(),
+        };
+        let _ = write!(
+            out,
+            r#"{{"arguments":{},"consumers":{},"durable":true,"effective_policy_definition":{},"head_message_timestamp":{head},{stats}"messages":{},"messages_ready":{},"messages_unacknowledged":{},"name":"{}","policy":{policy},"state":"running","type":"classic","vhost":"{VHOST}"}}"#,
+            q.arguments,
+            s.consumers,
+            q.effective_policy,
+            s.ready + s.unacked,
+            s.ready,
+            s.unacked,
+            q.name,
+        );
+    }
+
+    fn page_count(&self, page_size: usize) -> usize {
+        self.queues.len().div_ceil(page_size)
+    }
+
+    /// The paginated envelope of `/api/queues/{vhost}?page=&page_size=`. `idle` holds
+    /// pre-rendered idle queues (they never change), so only busy ones are rendered per call.
+    fn render_page(&self, page: usize, page_size: usize, step: u64, idle: &[String]) -> String {
+        let start = (page - 1) * page_size;
+        let end = (start + page_size).min(self.queues.len());
+        let mut out = String::with_capacity((end - start) * 400 + 200);
+        out.push_str(r#"{"items":["#);
+        for i in start..end {
+            if i > start {
+                out.push(',');
+            }
+            if self.queues[i].busy {
+                self.render_queue(&mut out, &self.queues[i], step);
+            } else {
+                out.push_str(&idle[i]);
+            }
+        }
+        let n = self.queues.len();
+        out.push_str(&format!(
+            r#"],"page":{page},"page_count":{},"page_size":{page_size},"total_count":{n},"filtered_count":{n},"item_count":{}}}"#,
+            self.page_count(page_size),
+            end - start
+        ));
+        out
+    }
+
+    fn render_idle(&self) -> Vec<String> {
+        self.queues
+            .iter()
+            .map(|q| {
+                let mut s = String::new();
+                if !q.busy {
+                    self.render_queue(&mut s, q, 0);
+                }
+                s
+            })
+            .collect()
+    }
+
+    fn render_overview(&self, step: u64) -> String {
+        let publish = self.sum_p0 + self.sum_inc * step;
+        let deliver = publish - publish / 100;
+        let ack = deliver - deliver / 100;
+        let n = self.queues.len();
+        json!({
+            "management_version": "3.10.8", "rabbitmq_version": "3.10.8",
+            "cluster_name": "rabbit@bench", "disable_stats": false, "enable_queue_totals": false,
+            "message_stats": {"publish": publish, "confirm": publish, "deliver_get": deliver,
+                "ack": ack, "redeliver": deliver / 200, "return_unroutable": 0, "drop_unroutable": 0},
+            "queue_totals": {"messages": publish / 100, "messages_ready": publish / 200,
+                "messages_unacknowledged": publish / 200},
+            "object_totals": {"queues": n, "consumers": n / 2, "connections": 40, "channels": 80,
+                "exchanges": 14},
+        })
+        .to_string()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The child process: serves the model over HTTP; one `/api/overview` call = one poll step.
+
+struct Server {
+    model: Model,
+    idle: Vec<String>,
+    step: AtomicU64,
+    gzip: bool,
+}
+
+async fn serve(settings: Settings) {
+    let t0: i64 = std::env::var("WARREN_BENCH_T0")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| chrono::Utc::now().timestamp());
+    let model = Model::new(&settings, t0);
+    let idle = model.render_idle();
+    let server = Arc::new(Server {
+        model,
+        idle,
+        step: AtomicU64::new(0),
+        gzip: settings.gzip,
+    });
+    let app = Router::new()
+        .route("/api/overview", get(overview))
+        .route("/api/vhosts", get(vhosts))
+        .route("/api/queues/{vhost}", get(queues))
+        .with_state(server);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    println!("listening {}", listener.local_addr().unwrap());
+    std::io::stdout().flush().unwrap();
+    // Exit when the parent closes our stdin (or dies).
+    std::thread::spawn(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        std::process::exit(0);
+    });
+    axum::serve(listener, app).await.expect("serve");
+}
+
+fn reply(server: &Server, headers: &HeaderMap, body: String) -> Response {
+    let accepts_gzip = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("gzip"));
+    if server.gzip && accepts_gzip {
+        let mut enc =
+            flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 8), flate2::Compression::fast());
+        enc.write_all(body.as_bytes()).unwrap();
+        let bytes = enc.finish().unwrap();
+        (
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::CONTENT_ENCODING, "gzip"),
+            ],
+            bytes,
+        )
+            .into_response()
+    } else {
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+async fn overview(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    let step = server.step.fetch_add(1, Ordering::SeqCst) + 1;
+    reply(&server, &headers, server.model.render_overview(step))
+}
+
+async fn vhosts(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    reply(&server, &headers, format!(r#"[{{"name":"{VHOST}"}}]"#))
+}
+
+async fn queues(
+    State(server): State<Arc<Server>>,
+    axum::extract::Path(vhost): axum::extract::Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if vhost != VHOST {
+        return (StatusCode::NOT_FOUND, r#"{"error":"Object Not Found","reason":"Not Found"}"#)
+            .into_response();
+    }
+    let num = |k: &str, d: usize| query.get(k).and_then(|v| v.parse().ok()).unwrap_or(d);
+    let (page, page_size) = (num("page", 1), num("page_size", 100));
+    if page == 0 || page_size == 0 || page_size > 500 || page > server.model.page_count(page_size)
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            r#"{"error":"bad_request","reason":"page_out_of_range"}"#,
+        )
+            .into_response();
+    }
+    let step = server.step.load(Ordering::SeqCst);
+    let body = server.model.render_page(page, page_size, step, &server.idle);
+    reply(&server, &headers, body)
+}
+
+fn start_server(settings: &Settings, t0: i64) -> (Child, String) {
+    let mut child = Command::new(std::env::current_exe().expect("current exe"))
+        .env(SERVE_ENV, "1")
+        .env("WARREN_BENCH_QUEUES", settings.queues.to_string())
+        .env("WARREN_BENCH_BUSY_PERCENT", settings.busy_percent.to_string())
+        .env("WARREN_BENCH_GZIP", if settings.gzip { "1" } else { "0" })
+        .env("WARREN_BENCH_T0", t0.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the synthetic management API");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("server address");
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .unwrap_or_else(|| panic!("unexpected server output {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring.
+
+/// CPU time of the whole process (all threads, including exited ones), in nanoseconds.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn process_cpu_ns() -> u64 {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
+    let mut ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec (two 64-bit fields on 64-bit Linux) into `ts`.
+    let rc = unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Fallback: utime + stime from /proc/self/stat (10 ms ticks).
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn process_cpu_ns() -> u64 {
+    proc_stat_cpu_ns().unwrap_or(0)
+}
+
+/// utime + stime of the process from /proc/self/stat, assuming 100 ticks per second.
+fn proc_stat_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5); `rest` starts at field 3.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10_000_000)
+}
+
+/// On-CPU nanoseconds per live thread, grouped by thread name (/proc/self/task/*/schedstat).
+fn thread_cpu_ns() -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let p = entry.path();
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(p.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        // Group numbered threads ("tokio-runtime-w", "sqlx-sqlite-wor..") by their name.
+        *out.entry(name.trim().to_string()).or_insert(0) += ns;
+    }
+    out
+}
+
+#[derive(Clone, Copy, Default)]
+struct PollRecord {
+    cpu_ms: f64,
+    wall_ms: f64,
+    /// warren's own `last_poll_ms`: fetch + parse + derive, before the write (ms resolution).
+    before_write_ms: f64,
+    rows: usize,
+    bytes: usize,
+}
+
+fn stats(xs: impl Iterator<Item = f64>) -> Value {
+    let mut v: Vec<f64> = xs.collect();
+    if v.is_empty() {
+        return Value::Null;
+    }
+    v.sort_by(f64::total_cmp);
+    let pick = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    let round = |x: f64| (x * 100.0).round() / 100.0;
+    json!({
+        "p50": round(pick(0.50)), "p95": round(pick(0.95)),
+        "mean": round(v.iter().sum::<f64>() / v.len() as f64), "max": round(v[v.len() - 1]),
+        "n": v.len(),
+    })
+}
+
+fn window(records: &[PollRecord], range: std::ops::Range<usize>) -> Value {
+    let r = &records[range.clone()];
+    json!({
+        "polls": format!("{}-{}", range.start + 1, range.end),
+        "cpu_ms": stats(r.iter().map(|p| p.cpu_ms)),
+        "wall_ms": stats(r.iter().map(|p| p.wall_ms)),
+        "fetch_parse_derive_wall_ms": stats(r.iter().map(|p| p.before_write_ms)),
+        "store_wall_ms": stats(r.iter().map(|p| p.wall_ms - p.before_write_ms)),
+        "rows_per_poll": stats(r.iter().map(|p| p.rows as f64)),
+    })
+}
+
+async fn storage_report(db: &history::Db, path: &Path, queues: usize, polls: usize) -> Value {
+    sqlx::query("pragma wal_checkpoint(truncate)")
+        .execute(db)
+        .await
+        .expect("checkpoint");
+    let file = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let wal = std::fs::metadata(format!("{}-wal", path.display()))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let scalar = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sql).fetch_one(db).await.unwrap_or(-1)
+    };
+    let rows = scalar("select count(*) from queue_samples").await;
+    let distinct_ts = scalar("select count(distinct ts) from queue_samples").await;
+    let broker_rows = scalar("select count(*) from broker_samples").await;
+    let page_size = scalar("pragma page_size").await;
+    let freelist = scalar("pragma freelist_count").await;
+    let dbstat: Result<Vec<(String, i64, i64)>, _> = sqlx::query_as(
+        "select name, sum(pgsize), sum(pgsize - unused) from dbstat group by name order by 2 desc",
+    )
+    .fetch_all(db)
+    .await;
+    let (by_table, samples_pages) = match &dbstat {
+        Ok(list) => (
+            json!(list
+                .iter()
+                .map(|(n, size, used)| (n.clone(), json!({"bytes": size, "used_bytes": used})))
+                .collect::<serde_json::Map<_, _>>()),
+            list.iter().find(|r| r.0 == "queue_samples").map(|r| r.1),
+        ),
+        Err(e) => (json!(format!("dbstat unavailable: {e}")), None),
+    };
+    let per = |bytes: f64, n: f64| if n > 0.0 { (bytes / n * 100.0).round() / 100.0 } else { 0.0 };
+    json!({
+        "file_bytes": file,
+        "wal_bytes_after_checkpoint": wal,
+        "page_size": page_size,
+        "freelist_pages": freelist,
+        "queue_sample_rows": rows,
+        "distinct_sample_timestamps": distinct_ts,
+        "broker_sample_rows": broker_rows,
+        "queue_samples_table_bytes": samples_pages,
+        "file_bytes_per_sample_row": per(file as f64, rows as f64),
+        "table_bytes_per_sample_row": samples_pages.map(|b| per(b as f64, rows as f64)),
+        "table_bytes_per_metric_value": samples_pages.map(|b| per(b as f64, 9.0 * rows as f64)),
+        "file_bytes_per_queue_per_poll": per(file as f64, (queues * polls) as f64),
+        "by_table": by_table,
+    })
+}
+
+fn fmt_stats(v: &Value) -> String {
+    format!(
+        "p50 {:>7.2}  p95 {:>7.2}  mean {:>7.2}  max {:>7.2}",
+        v["p50"].as_f64().unwrap_or(f64::NAN),
+        v["p95"].as_f64().unwrap_or(f64::NAN),
+        v["mean"].as_f64().unwrap_or(f64::NAN),
+        v["max"].as_f64().unwrap_or(f64::NAN)
+    )
+}
+
+fn temp_config(dir: &Path, addr: &str) -> Config {
+    let toml = format!(
+        "database = {:?}\n[[brokers]]\nname = \"{BROKER}\"\nmanagement_url = \"http://{addr}\"\n\
+         poll_interval_secs = {INTERVAL}\nrequest_timeout_secs = 60\n",
+        dir.join("bench.db").display().to_string()
+    );
+    Config::from_toml(&toml).expect("bench config")
+}
+
+async fn bench(settings: Settings) {
+    let Settings { queues, polls, .. } = settings;
+    let t0 = chrono::Utc::now().timestamp();
+    let busy = Model::new(&settings, t0).queues.iter().filter(|q| q.busy).count();
+    println!(
+        "warren poll benchmark: {queues} queues ({busy} busy, {} idle), {polls} polls, gzip {}",
+        queues - busy,
+        if settings.gzip { "on" } else { "off" }
+    );
+
+    // ---- Phase A: the real poller against the synthetic API in a child process.
+    let (mut child, addr) = start_server(&settings, t0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = temp_config(dir.path(), &addr);
+    let db = history::open(&config.database).await.expect("open db");
+    let broker = config.brokers[0].clone();
+    let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
+    let live = Live::new(&[BROKER.to_string()]);
+    let mut poller = Poller::new(broker, db.clone(), live.clone(), broker_id)
+        .await
+        .expect("poller");
+
+    let mut records = Vec::with_capacity(polls);
+    let threads_before = thread_cpu_ns();
+    let proc_before = proc_stat_cpu_ns();
+    let (cpu_start, wall_start) = (process_cpu_ns(), Instant::now());
+    for i in 0..polls {
+        let (c0, w0) = (process_cpu_ns(), Instant::now());
+        let stats = poller.poll_once().await.expect("poll");
+        let wall_ms = w0.elapsed().as_secs_f64() * 1e3;
+        let cpu_ms = (process_cpu_ns() - c0) as f64 / 1e6;
+        let before_write_ms = live
+            .broker(BROKER)
+            .and_then(|b| b.status.last_poll_ms)
+            .unwrap_or(0) as f64;
+        assert_eq!(stats.queues, queues, "poll {} saw every queue", i + 1);
+        records.push(PollRecord {
+            cpu_ms,
+            wall_ms,
+            before_write_ms,
+            rows: stats.samples_written,
+            bytes: stats.bytes,
+        });
+        if (i + 1) % 100 == 0 {
+            eprintln!("  phase A: {} polls, last {cpu_ms:.1} ms CPU / {wall_ms:.1} ms wall", i + 1);
+        }
+    }
+    let total_cpu_ms = (process_cpu_ns() - cpu_start) as f64 / 1e6;
+    let total_wall_s = wall_start.elapsed().as_secs_f64();
+    let proc_total_ms = proc_stat_cpu_ns()
+        .zip(proc_before)
+        .map(|(a, b)| (a - b) as f64 / 1e6);
+    let threads_after = thread_cpu_ns();
+    let mut by_thread: Vec<(String, f64)> = threads_after
+        .iter()
+        .map(|(n, ns)| {
+            let before = threads_before.get(n).copied().unwrap_or(0);
+            (n.clone(), ns.saturating_sub(before) as f64 / 1e6 / polls as f64)
+        })
+        .filter(|(_, ms)| *ms >= 0.01)
+        .collect();
+    by_thread.sort_by(|a, b| b.1.total_cmp(&a.1));
+
+    let rows_written: usize = records.iter().map(|r| r.rows).sum();
+    let steady = 1..polls;
+    let first = 1..(polls.min(101));
+    let last = polls.saturating_sub(100).max(1)..polls;
+    let phase_a_storage = storage_report(&db, &config.database, queues, polls).await;
+    db.close().await;
+    drop(child.stdin.take());
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // The physical floor of the fetch side: parsing the same pages into warren's types.
+    let model = Model::new(&settings, t0);
+    let idle = model.render_idle();
+    let pages: Vec<String> = (1..=model.page_count(500))
+        .map(|p| model.render_page(p, 500, 2, &idle))
+        .collect();
+    let body_bytes: usize = pages.iter().map(|p| p.len()).sum();
+    let parse_ms = {
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let c0 = process_cpu_ns();
+            for p in &pages {
+                let page: QueuePage = serde_json::from_str(p).expect("page parses");
+                std::hint::black_box(page);
+            }
+            best = best.min((process_cpu_ns() - c0) as f64 / 1e6);
+        }
+        best
+    };
+
+    let poll1 = records[0];
+    let a = json!({
+        "what": "Poller::poll_once back to back against the synthetic API (child process); CPU is this process only",
+        "polls": polls,
+        "total_wall_s": (total_wall_s * 10.0).round() / 10.0,
+        "total_cpu_ms_per_poll": total_cpu_ms / polls as f64,
+        "proc_stat_cpu_ms_per_poll": proc_total_ms.map(|t| t / polls as f64),
+        "first_poll": {"cpu_ms": poll1.cpu_ms, "wall_ms": poll1.wall_ms, "rows": poll1.rows,
+            "note": "inserts every queue's metadata and first sample"},
+        "first_100": window(&records, first.clone()),
+        "last_100": window(&records, last.clone()),
+        "all_after_first": window(&records, steady.clone()),
+        "json_bytes_per_poll": records.last().map(|r| r.bytes),
+        "cpu_ms_per_poll_by_thread": by_thread.iter().map(|(n, ms)| (n.clone(), json!((ms * 100.0).round() / 100.0))).collect::<serde_json::Map<_, _>>(),
+        "floor_parse_pages_cpu_ms": (parse_ms * 100.0).round() / 100.0,
+        "floor_parse_pages_bytes": body_bytes,
+        "rows_written": rows_written,
+        "storage_note": "timestamps are wall-clock seconds: back-to-back polls share a second and `insert or replace` keeps one row per queue per second; see phase B for disk cost",
+        "storage": phase_a_storage,
+    });
+
+    println!("\nPhase A: real poller, {polls} polls back to back ({total_wall_s:.1} s)");
+    println!(
+        "  poll 1 (all {queues} queues new): {:.1} ms CPU, {:.1} ms wall, {} rows",
+        poll1.cpu_ms, poll1.wall_ms, poll1.rows
+    );
+    for (label, key) in [("first 100", "first_100"), ("last 100", "last_100"), ("all after 1", "all_after_first")] {
+        println!("  {label:<12} ({:>9}) CPU ms  {}", a[key]["polls"].as_str().unwrap(), fmt_stats(&a[key]["cpu_ms"]));
+        println!("  {:<24} wall ms {}", "", fmt_stats(&a[key]["wall_ms"]));
+        println!("  {:<24}   fetch+parse+derive wall {}", "", fmt_stats(&a[key]["fetch_parse_derive_wall_ms"]));
+        println!("  {:<24}   store+publish wall      {}", "", fmt_stats(&a[key]["store_wall_ms"]));
+    }
+    println!(
+        "  process CPU over the run: {:.2} ms/poll (clock_gettime), {} ms/poll (/proc/self/stat)",
+        total_cpu_ms / polls as f64,
+        proc_total_ms.map_or("n/a".into(), |t| format!("{:.2}", t / polls as f64))
+    );
+    println!(
+        "  by thread (ms CPU per poll): {}",
+        by_thread.iter().map(|(n, ms)| format!("{n} {ms:.2}")).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "  floor: parsing the {} pages ({:.1} MB JSON) into QueuePage alone: {parse_ms:.2} ms CPU",
+        pages.len(),
+        body_bytes as f64 / 1e6
+    );
+    println!(
+        "  rows written per poll after the first: {}",
+        fmt_stats(&a["all_after_first"]["rows_per_poll"])
+    );
+    println!(
+        "  database: {} rows written, {} kept ({} distinct seconds; same-second rows are replaced)",
+        rows_written, a["storage"]["queue_sample_rows"], a["storage"]["distinct_sample_timestamps"]
+    );
+
+    // ---- Phase B: storage with virtual timestamps 10 s apart.
+    let b = if settings.storage {
+        Some(storage_phase(&settings, &model, &idle).await)
+    } else {
+        None
+    };
+
+    let report = json!({
+        "settings": {"queues": queues, "polls": polls, "busy_percent": settings.busy_percent,
+            "busy_queues": busy, "gzip": settings.gzip, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
+        "phase_a_poller": a,
+        "phase_b_storage": b,
+    });
+    let path = report_path();
+    if let Some(parent) = path.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    match std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()) {
+        Ok(()) => println!("\nreport: {}", path.display()),
+        Err(e) => eprintln!("cannot write {}: {e}", path.display()),
+    }
+}
+
+fn report_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("WARREN_BENCH_JSON") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("bench-poll.json")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phase B: what `Poller::derive` would write at a 10 s interval, through `history::write_poll`.
+
+/// Mirrors `poller::stored_sample` (private there).
+fn stored_sample(view: &metrics::QueueView) -> StoredSample {
+    StoredSample {
+        ready: view.ready.map(|v| v as i64),
+        unacked: view.unacked.map(|v| v as i64),
+        consumers: view.consumers.map(|v| v as i64),
+        publish_count: view.counters.publish.map(|v| v as i64),
+        publish_rate_m: rate_to_milli(view.publish_rate),
+        deliver_rate_m: rate_to_milli(view.deliver_rate),
+        ack_rate_m: rate_to_milli(view.ack_rate),
+        redeliver_rate_m: rate_to_milli(view.redeliver_rate),
+        head_ts: view.head_ts,
+    }
+}
+
+/// Mirrors `poller::queue_meta` (private there).
+fn queue_meta(view: &metrics::QueueView) -> QueueMeta {
+    QueueMeta {
+        vhost: view.vhost.clone(),
+        name: view.name.clone(),
+        kind: view.kind.clone(),
+        durable: view.durable,
+        arguments: Value::Object(view.arguments.clone()).to_string(),
+        policy: view.policy.clone(),
+        effective_policy: Value::Object(view.effective_policy.clone()).to_string(),
+    }
+}
+
+#[derive(Default)]
+struct Known {
+    id: Option<i64>,
+    last: Option<(i64, StoredSample)>,
+    counters: Option<QueueCounters>,
+}
+
+async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> Value {
+    let Settings { queues, polls, .. } = *settings;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("storage.db");
+    let db = history::open(&path).await.expect("open db");
+    let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
+    let busy_names: std::collections::HashSet<&str> = model
+        .queues
+        .iter()
+        .filter(|q| q.busy)
+        .map(|q| q.name.as_str())
+        .collect();
+    let mut known: HashMap<String, Known> = HashMap::with_capacity(queues);
+    let mut records: Vec<PollRecord> = Vec::with_capacity(polls);
+    let (mut busy_rows, mut idle_rows) = (0usize, 0usize);
+    let started = Instant::now();
+    for step in 1..=polls as u64 {
+        let ts = model.t0 + INTERVAL * step as i64;
+        let now = DateTime::from_timestamp(ts, 0).expect("timestamp");
+        let mut raws: Vec<RawQueue> = Vec::with_capacity(queues);
+        for p in 1..=model.page_count(500) {
+            let page: QueuePage =
+                serde_json::from_str(&model.render_page(p, 500, step, idle)).expect("page");
+            raws.extend(page.items);
+        }
+        let mut write = PollWrite {
+            broker_id,
+            ts,
+            ..PollWrite::default()
+        };
+        let mut new_names = Vec::new();
+        for raw in &raws {
+            let k = known.entry(raw.name.clone()).or_default();
+            let previous = k.counters.as_ref().map(|c| (c, INTERVAL as f64));
+            let view = metrics::queue_view(BROKER, raw, true, previous, now);
+            let sample = stored_sample(&view);
+            k.counters = Some(view.counters);
+            let due = match k.last {
+                Some((last_ts, last)) => last != sample || ts - last_ts >= KEYFRAME_SECS,
+                None => true,
+            };
+            if !due {
+                continue;
+            }
+            if busy_names.contains(raw.name.as_str()) {
+                busy_rows += 1;
+            } else {
+                idle_rows += 1;
+            }
+            match k.id {
+                Some(id) => write.samples.push((id, sample)),
+                None => {
+                    write.upserts.push(queue_meta(&view));
+                    write.new_samples.push((write.upserts.len() - 1, sample));
+                    new_names.push(raw.name.clone());
+                }
+            }
+            k.last = Some((ts, sample));
+        }
+        write.broker.queues = queues as i64;
+        let rows = write.samples.len() + write.new_samples.len();
+        let (c0, w0) = (process_cpu_ns(), Instant::now());
+        let ids = history::write_poll(&db, &write).await.expect("write_poll");
+        let wall_ms = w0.elapsed().as_secs_f64() * 1e3;
+        let cpu_ms = (process_cpu_ns() - c0) as f64 / 1e6;
+        for (name, id) in new_names.iter().zip(ids) {
+            known.get_mut(name).unwrap().id = Some(id);
+        }
+        records.push(PollRecord {
+            cpu_ms,
+            wall_ms,
+            before_write_ms: 0.0,
+            rows,
+            bytes: 0,
+        });
+        if step % 100 == 0 {
+            eprintln!("  phase B: {step} polls, last write {rows} rows in {wall_ms:.1} ms");
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let storage = storage_report(&db, &path, queues, polls).await;
+    db.close().await;
+
+    let write_window = |range: std::ops::Range<usize>| {
+        let r = &records[range.clone()];
+        json!({
+            "polls": format!("{}-{}", range.start + 1, range.end),
+            "write_poll_wall_ms": stats(r.iter().map(|p| p.wall_ms)),
+            "write_poll_cpu_ms": stats(r.iter().map(|p| p.cpu_ms)),
+            "rows_per_poll": stats(r.iter().map(|p| p.rows as f64)),
+        })
+    };
+    let busy = busy_names.len().max(1);
+    let idle_count = (queues - busy_names.len()).max(1);
+    let per_day = |bytes_per_queue_poll: f64| bytes_per_queue_poll * queues as f64 * 8640.0;
+    let b = json!({
+        "what": "warren's derive (metrics::queue_view, change-only + hourly keyframe as in Poller::derive) and history::write_poll, virtual timestamps 10 s apart",
+        "virtual_hours": (polls as f64 * INTERVAL as f64 / 3600.0 * 100.0).round() / 100.0,
+        "elapsed_s": (elapsed * 10.0).round() / 10.0,
+        "first_poll_rows": records[0].rows,
+        "first_100": write_window(1..polls.min(101)),
+        "last_100": write_window(polls.saturating_sub(100).max(1)..polls),
+        "rows_per_poll_mean": (busy_rows + idle_rows) as f64 / polls as f64,
+        "rows_per_busy_queue_per_poll": busy_rows as f64 / (busy * polls) as f64,
+        "rows_per_idle_queue_per_poll": idle_rows as f64 / (idle_count * polls) as f64,
+        "storage": storage,
+    });
+    let s = &b["storage"];
+    let bpq = s["file_bytes_per_queue_per_poll"].as_f64().unwrap_or(0.0);
+    println!(
+        "\nPhase B: storage, {polls} polls at a virtual {INTERVAL} s interval ({:.1} h), {elapsed:.1} s",
+        b["virtual_hours"].as_f64().unwrap()
+    );
+    println!(
+        "  rows per poll: first {}, mean {:.1}; per busy queue per poll {:.3}, per idle queue per poll {:.4}",
+        records[0].rows,
+        b["rows_per_poll_mean"].as_f64().unwrap(),
+        b["rows_per_busy_queue_per_poll"].as_f64().unwrap(),
+        b["rows_per_idle_queue_per_poll"].as_f64().unwrap()
+    );
+    for key in ["first_100", "last_100"] {
+        println!(
+            "  write_poll {key:<9} ({:>9}) wall ms {}",
+            b[key]["polls"].as_str().unwrap(),
+            fmt_stats(&b[key]["write_poll_wall_ms"])
+        );
+    }
+    println!(
+        "  database after checkpoint: {:.1} MB, {} sample rows ({} free pages)",
+        s["file_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+        s["queue_sample_rows"],
+        s["freelist_pages"]
+    );
+    println!(
+        "  bytes per sample row: {} (file), {} (queue_samples b-tree, dbstat); per metric value (9 per row): {}",
+        s["file_bytes_per_sample_row"], s["table_bytes_per_sample_row"], s["table_bytes_per_metric_value"]
+    );
+    println!(
+        "  bytes per queue per poll (file / (queues x polls)): {bpq:.2}  =>  {:.0} MB/day for {queues} queues at {INTERVAL} s",
+        per_day(bpq) / 1e6
+    );
+    b
+}

@@ -46,6 +46,8 @@ enum Command {
     Serve,
     /// Check the configuration and print it (without secrets).
     CheckConfig,
+    /// Exit 0 if the running warren answers /healthz (for container health checks).
+    Healthcheck,
     /// Make live demo traffic on the (first) configured broker, until Ctrl-C.
     Demo {
         /// Delete the demo vhost instead.
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
                 Ok(())
             }
             Command::Demo { cleanup, vhost } => demo(config, cleanup, vhost).await,
+            Command::Healthcheck => healthcheck(config).await,
         }
     });
     match result {
@@ -135,6 +138,27 @@ async fn demo(config: Config, cleanup: bool, vhost: String) -> anyhow::Result<()
         on_signal.cancel();
     });
     warren::demo::run(&target, cancel).await
+}
+
+async fn healthcheck(config: Config) -> anyhow::Result<()> {
+    // A server bound to all interfaces answers on loopback.
+    let mut addr = config.listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let url = format!("http://{addr}/healthz");
+    let response = reqwest::Client::new()
+        .get(&url)
+        .timeout(std::time::Duration::from_secs(3))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "{url} answered {}",
+        response.status()
+    );
+    Ok(())
 }
 
 /// Ctrl-C or SIGTERM (what `docker stop` sends).

@@ -282,7 +282,7 @@ mod tests {
 
     pub(crate) fn fixture(name: &str) -> Vec<u8> {
         let path = format!(
-            "{}/../shared/fixtures/rabbitmq-3.10.8/{name}",
+            "{}/tests/fixtures/rabbitmq-3.10.8/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"));
