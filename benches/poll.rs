@@ -16,8 +16,10 @@
 //!   measures the database after the same number of polls.
 //!
 //! Environment: WARREN_BENCH_QUEUES (10000), WARREN_BENCH_POLLS (1000), WARREN_BENCH_BUSY_PERCENT
-//! (10), WARREN_BENCH_STORAGE (1; 0 skips phase B), WARREN_BENCH_GZIP (1), WARREN_BENCH_JSON
-//! (report path; default `$CARGO_TARGET_DIR` or `target/`, file `bench-poll.json`).
+//! (10), WARREN_BENCH_NO_TS_PERCENT (0: share of queues whose messages carry no timestamp, so
+//! warren estimates their age from history), WARREN_BENCH_STORAGE (1; 0 skips phase B),
+//! WARREN_BENCH_GZIP (1), WARREN_BENCH_JSON (report path; default `$CARGO_TARGET_DIR` or
+//! `target/`, file `bench-poll.json`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -50,10 +52,9 @@ const INTERVAL: i64 = 10;
 
 fn env_num(key: &str, default: u64) -> u64 {
     match std::env::var(key) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{key}={v:?} is not a whole number")),
+        Ok(v) if !v.trim().is_empty() => {
+            v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a whole number"))
+        }
         _ => default,
     }
 }
@@ -63,6 +64,7 @@ struct Settings {
     queues: usize,
     polls: usize,
     busy_percent: u64,
+    no_ts_percent: u64,
     storage: bool,
     gzip: bool,
 }
@@ -73,10 +75,11 @@ impl Settings {
             queues: env_num("WARREN_BENCH_QUEUES", 10_000) as usize,
             polls: env_num("WARREN_BENCH_POLLS", 1_000) as usize,
             busy_percent: env_num("WARREN_BENCH_BUSY_PERCENT", 10),
+            no_ts_percent: env_num("WARREN_BENCH_NO_TS_PERCENT", 0),
             storage: env_num("WARREN_BENCH_STORAGE", 1) != 0,
             gzip: env_num("WARREN_BENCH_GZIP", 1) != 0,
         };
-        assert!(s.queues >= 1 && s.polls >= 2 && s.busy_percent <= 100, "bad settings");
+        assert!(s.queues >= 2 && s.polls >= 2 && s.busy_percent <= 100 && s.no_ts_percent <= 100, "bad settings");
         s
     }
 }
@@ -114,7 +117,12 @@ struct QueueDef {
     effective_policy: &'static str,
     /// Idle queues: constant depth (0 for most).
     idle_depth: u64,
+    /// Messages carry no timestamp: the broker gives no `head_message_timestamp`.
+    no_ts: bool,
 }
+
+/// Every sixth queue dead-letters to the fanout exchange `dlx`, which is bound to this queue.
+const DLQ: &str = "q1";
 
 struct QueueState {
     ready: u64,
@@ -150,11 +158,7 @@ impl Model {
                         Some("limits"),
                         r#"{"max-length":100000,"overflow":"reject-publish"}"#,
                     ),
-                    _ => (
-                        "{}",
-                        Some("ttl"),
-                        r#"{"message-ttl":86400000,"queue-mode":"lazy"}"#,
-                    ),
+                    _ => ("{}", Some("ttl"), r#"{"message-ttl":86400000,"queue-mode":"lazy"}"#),
                 };
                 QueueDef {
                     name: format!("q{i}"),
@@ -166,6 +170,7 @@ impl Model {
                     policy,
                     effective_policy,
                     idle_depth: if (seed >> 16) % 10 < 3 { 1 + (seed >> 20) % 500 } else { 0 },
+                    no_ts: (seed >> 32) % 100 < s.no_ts_percent,
                 }
             })
             .collect();
@@ -173,12 +178,7 @@ impl Model {
         let busy = queues.iter().filter(|q| q.busy);
         let sum_inc = busy.clone().map(|q| q.inc).sum();
         let sum_p0 = busy.map(|q| q.inc + q.seed % 1_000_000).sum();
-        Model {
-            queues,
-            t0,
-            sum_p0,
-            sum_inc,
-        }
+        Model { queues, t0, sum_p0, sum_inc }
     }
 
     /// A queue at poll `step` (virtual time t0 + 10 s x step).
@@ -189,7 +189,7 @@ impl Model {
                 ready: n,
                 unacked: 0,
                 consumers: q.consumers,
-                head_ts: (n > 0).then(|| self.t0 - (q.seed % 86_400) as i64),
+                head_ts: (n > 0 && !q.no_ts).then(|| self.t0 - (q.seed % 86_400) as i64),
                 stats: (n > 0).then_some([n, 0, 0, 0]),
             };
         }
@@ -206,7 +206,7 @@ impl Model {
             ready,
             unacked,
             consumers: q.consumers,
-            head_ts: (ready + unacked > 0).then(|| now - ((h >> 40) % 60) as i64),
+            head_ts: (ready + unacked > 0 && !q.no_ts).then(|| now - ((h >> 40) % 60) as i64),
             stats: Some([p, deliver, ack, deliver / 200]),
         }
     }
@@ -220,9 +220,9 @@ impl Model {
             None => "null".into(),
         };
         let stats = match s.stats {
-            Some([p, d, a, r]) if q.busy => format!(
-                r#""message_stats":{{"ack":{a},"deliver_get":{d},"publish":{p},"redeliver":{r}}},"#
-            ),
+            Some([p, d, a, r]) if q.busy => {
+                format!(r#""message_stats":{{"ack":{a},"deliver_get":{d},"publish":{p},"redeliver":{r}}},"#)
+            }
             Some([p, ..]) => format!(r#""message_stats":{{"publish":{p}}},"#),
             None => String::new(),
         };
@@ -286,22 +286,55 @@ impl Model {
             .collect()
     }
 
-    fn render_overview(&self, step: u64) -> String {
+    /// Broker-wide (and, with one vhost, per-vhost) cumulative counters.
+    fn message_stats(&self, step: u64) -> Value {
         let publish = self.sum_p0 + self.sum_inc * step;
         let deliver = publish - publish / 100;
         let ack = deliver - deliver / 100;
+        json!({"publish": publish, "confirm": publish, "deliver_get": deliver, "ack": ack,
+            "redeliver": deliver / 200, "return_unroutable": 0, "drop_unroutable": 0})
+    }
+
+    fn render_overview(&self, step: u64) -> String {
+        let publish = self.sum_p0 + self.sum_inc * step;
         let n = self.queues.len();
         json!({
             "management_version": "3.10.8", "rabbitmq_version": "3.10.8",
             "cluster_name": "rabbit@bench", "disable_stats": false, "enable_queue_totals": false,
-            "message_stats": {"publish": publish, "confirm": publish, "deliver_get": deliver,
-                "ack": ack, "redeliver": deliver / 200, "return_unroutable": 0, "drop_unroutable": 0},
+            "message_stats": self.message_stats(step),
             "queue_totals": {"messages": publish / 100, "messages_ready": publish / 200,
                 "messages_unacknowledged": publish / 200},
             "object_totals": {"queues": n, "consumers": n / 2, "connections": 40, "channels": 80,
                 "exchanges": 14},
         })
         .to_string()
+    }
+
+    /// `/api/bindings/{vhost}`: the implicit default-exchange binding of every queue (the API
+    /// lists them), `dlx` to the DLQ, and a topic exchange to every busy queue.
+    fn render_bindings(&self) -> String {
+        let binding = |source: &str, queue: &str, key: &str| json!({"source": source, "destination": queue, "destination_type": "queue", "routing_key": key});
+        let mut list: Vec<Value> = self.queues.iter().map(|q| binding("", &q.name, &q.name)).collect();
+        list.push(binding("dlx", DLQ, ""));
+        list.extend(
+            self.queues.iter().filter(|q| q.busy).map(|q| binding("events", &q.name, &format!("app.{}.#", q.name))),
+        );
+        Value::Array(list).to_string()
+    }
+
+    fn render_exchanges() -> String {
+        let names = [
+            ("", "direct"),
+            ("amq.direct", "direct"),
+            ("amq.fanout", "fanout"),
+            ("amq.headers", "headers"),
+            ("amq.match", "headers"),
+            ("amq.rabbitmq.trace", "topic"),
+            ("amq.topic", "topic"),
+            ("dlx", "fanout"),
+            ("events", "topic"),
+        ];
+        Value::Array(names.iter().map(|(n, t)| json!({"name": n, "type": t})).collect()).to_string()
     }
 }
 
@@ -311,6 +344,7 @@ impl Model {
 struct Server {
     model: Model,
     idle: Vec<String>,
+    bindings: String,
     step: AtomicU64,
     gzip: bool,
 }
@@ -322,20 +356,17 @@ async fn serve(settings: Settings) {
         .unwrap_or_else(|| chrono::Utc::now().timestamp());
     let model = Model::new(&settings, t0);
     let idle = model.render_idle();
-    let server = Arc::new(Server {
-        model,
-        idle,
-        step: AtomicU64::new(0),
-        gzip: settings.gzip,
-    });
+    let bindings_json = model.render_bindings();
+    let server =
+        Arc::new(Server { model, idle, bindings: bindings_json, step: AtomicU64::new(0), gzip: settings.gzip });
     let app = Router::new()
         .route("/api/overview", get(overview))
         .route("/api/vhosts", get(vhosts))
         .route("/api/queues/{vhost}", get(queues))
+        .route("/api/bindings/{vhost}", get(bindings))
+        .route("/api/exchanges/{vhost}", get(exchanges))
         .with_state(server);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     println!("listening {}", listener.local_addr().unwrap());
     std::io::stdout().flush().unwrap();
     // Exit when the parent closes our stdin (or dies).
@@ -348,23 +379,13 @@ async fn serve(settings: Settings) {
 }
 
 fn reply(server: &Server, headers: &HeaderMap, body: String) -> Response {
-    let accepts_gzip = headers
-        .get(header::ACCEPT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("gzip"));
+    let accepts_gzip =
+        headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("gzip"));
     if server.gzip && accepts_gzip {
-        let mut enc =
-            flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 8), flate2::Compression::fast());
+        let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 8), flate2::Compression::fast());
         enc.write_all(body.as_bytes()).unwrap();
         let bytes = enc.finish().unwrap();
-        (
-            [
-                (header::CONTENT_TYPE, "application/json"),
-                (header::CONTENT_ENCODING, "gzip"),
-            ],
-            bytes,
-        )
-            .into_response()
+        ([(header::CONTENT_TYPE, "application/json"), (header::CONTENT_ENCODING, "gzip")], bytes).into_response()
     } else {
         ([(header::CONTENT_TYPE, "application/json")], body).into_response()
     }
@@ -376,7 +397,35 @@ async fn overview(State(server): State<Arc<Server>>, headers: HeaderMap) -> Resp
 }
 
 async fn vhosts(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
-    reply(&server, &headers, format!(r#"[{{"name":"{VHOST}"}}]"#))
+    let step = server.step.load(Ordering::SeqCst);
+    let body = json!([{"name": VHOST, "message_stats": server.model.message_stats(step)}]);
+    reply(&server, &headers, body.to_string())
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, r#"{"error":"Object Not Found","reason":"Not Found"}"#).into_response()
+}
+
+async fn bindings(
+    State(server): State<Arc<Server>>,
+    axum::extract::Path(vhost): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if vhost != VHOST {
+        return not_found();
+    }
+    reply(&server, &headers, server.bindings.clone())
+}
+
+async fn exchanges(
+    State(server): State<Arc<Server>>,
+    axum::extract::Path(vhost): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if vhost != VHOST {
+        return not_found();
+    }
+    reply(&server, &headers, Model::render_exchanges())
 }
 
 async fn queues(
@@ -386,18 +435,12 @@ async fn queues(
     headers: HeaderMap,
 ) -> Response {
     if vhost != VHOST {
-        return (StatusCode::NOT_FOUND, r#"{"error":"Object Not Found","reason":"Not Found"}"#)
-            .into_response();
+        return not_found();
     }
     let num = |k: &str, d: usize| query.get(k).and_then(|v| v.parse().ok()).unwrap_or(d);
     let (page, page_size) = (num("page", 1), num("page_size", 100));
-    if page == 0 || page_size == 0 || page_size > 500 || page > server.model.page_count(page_size)
-    {
-        return (
-            StatusCode::BAD_REQUEST,
-            r#"{"error":"bad_request","reason":"page_out_of_range"}"#,
-        )
-            .into_response();
+    if page == 0 || page_size == 0 || page_size > 500 || page > server.model.page_count(page_size) {
+        return (StatusCode::BAD_REQUEST, r#"{"error":"bad_request","reason":"page_out_of_range"}"#).into_response();
     }
     let step = server.step.load(Ordering::SeqCst);
     let body = server.model.render_page(page, page_size, step, &server.idle);
@@ -409,6 +452,7 @@ fn start_server(settings: &Settings, t0: i64) -> (Child, String) {
         .env(SERVE_ENV, "1")
         .env("WARREN_BENCH_QUEUES", settings.queues.to_string())
         .env("WARREN_BENCH_BUSY_PERCENT", settings.busy_percent.to_string())
+        .env("WARREN_BENCH_NO_TS_PERCENT", settings.no_ts_percent.to_string())
         .env("WARREN_BENCH_GZIP", if settings.gzip { "1" } else { "0" })
         .env("WARREN_BENCH_T0", t0.to_string())
         .stdin(Stdio::piped())
@@ -416,9 +460,7 @@ fn start_server(settings: &Settings, t0: i64) -> (Child, String) {
         .spawn()
         .expect("start the synthetic management API");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("server address");
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("server address");
     let addr = line
         .trim()
         .strip_prefix("listening ")
@@ -442,10 +484,7 @@ fn process_cpu_ns() -> u64 {
         fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
     }
     const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-    let mut ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec (two 64-bit fields on 64-bit Linux) into `ts`.
     let rc = unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime");
@@ -525,27 +564,21 @@ fn window(records: &[PollRecord], range: std::ops::Range<usize>) -> Value {
 }
 
 async fn storage_report(db: &history::Db, path: &Path, queues: usize, polls: usize) -> Value {
-    sqlx::query("pragma wal_checkpoint(truncate)")
-        .execute(db)
-        .await
-        .expect("checkpoint");
+    sqlx::query("pragma wal_checkpoint(truncate)").execute(db).await.expect("checkpoint");
     let file = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let wal = std::fs::metadata(format!("{}-wal", path.display()))
-        .map(|m| m.len())
-        .unwrap_or(0);
-    let scalar = |sql: &'static str| async move {
-        sqlx::query_scalar::<_, i64>(sql).fetch_one(db).await.unwrap_or(-1)
-    };
+    let wal = std::fs::metadata(format!("{}-wal", path.display())).map(|m| m.len()).unwrap_or(0);
+    let scalar = |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(db).await.unwrap_or(-1) };
     let rows = scalar("select count(*) from queue_samples").await;
     let distinct_ts = scalar("select count(distinct ts) from queue_samples").await;
     let broker_rows = scalar("select count(*) from broker_samples").await;
     let page_size = scalar("pragma page_size").await;
     let freelist = scalar("pragma freelist_count").await;
-    let dbstat: Result<Vec<(String, i64, i64)>, _> = sqlx::query_as(
-        "select name, sum(pgsize), sum(pgsize - unused) from dbstat group by name order by 2 desc",
-    )
-    .fetch_all(db)
-    .await;
+    // Value columns of a sample row: all but (queue_id, ts).
+    let values = scalar("select count(*) - 2 from pragma_table_info('queue_samples')").await;
+    let dbstat: Result<Vec<(String, i64, i64)>, _> =
+        sqlx::query_as("select name, sum(pgsize), sum(pgsize - unused) from dbstat group by name order by 2 desc")
+            .fetch_all(db)
+            .await;
     let (by_table, samples_pages) = match &dbstat {
         Ok(list) => (
             json!(list
@@ -556,7 +589,13 @@ async fn storage_report(db: &history::Db, path: &Path, queues: usize, polls: usi
         ),
         Err(e) => (json!(format!("dbstat unavailable: {e}")), None),
     };
-    let per = |bytes: f64, n: f64| if n > 0.0 { (bytes / n * 100.0).round() / 100.0 } else { 0.0 };
+    let per = |bytes: f64, n: f64| {
+        if n > 0.0 {
+            (bytes / n * 100.0).round() / 100.0
+        } else {
+            0.0
+        }
+    };
     json!({
         "file_bytes": file,
         "wal_bytes_after_checkpoint": wal,
@@ -568,7 +607,8 @@ async fn storage_report(db: &history::Db, path: &Path, queues: usize, polls: usi
         "queue_samples_table_bytes": samples_pages,
         "file_bytes_per_sample_row": per(file as f64, rows as f64),
         "table_bytes_per_sample_row": samples_pages.map(|b| per(b as f64, rows as f64)),
-        "table_bytes_per_metric_value": samples_pages.map(|b| per(b as f64, 9.0 * rows as f64)),
+        "value_columns_per_row": values,
+        "table_bytes_per_value": samples_pages.map(|b| per(b as f64, (values * rows) as f64)),
         "file_bytes_per_queue_per_poll": per(file as f64, (queues * polls) as f64),
         "by_table": by_table,
     })
@@ -598,8 +638,9 @@ async fn bench(settings: Settings) {
     let t0 = chrono::Utc::now().timestamp();
     let busy = Model::new(&settings, t0).queues.iter().filter(|q| q.busy).count();
     println!(
-        "warren poll benchmark: {queues} queues ({busy} busy, {} idle), {polls} polls, gzip {}",
+        "warren poll benchmark: {queues} queues ({busy} busy, {} idle, {}% without timestamps), {polls} polls, gzip {}",
         queues - busy,
+        settings.no_ts_percent,
         if settings.gzip { "on" } else { "off" }
     );
 
@@ -611,9 +652,7 @@ async fn bench(settings: Settings) {
     let broker = config.brokers[0].clone();
     let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
     let live = Live::new(&[BROKER.to_string()]);
-    let mut poller = Poller::new(broker, db.clone(), live.clone(), broker_id)
-        .await
-        .expect("poller");
+    let mut poller = Poller::new(broker, db.clone(), live.clone(), broker_id).await.expect("poller");
 
     let mut records = Vec::with_capacity(polls);
     let threads_before = thread_cpu_ns();
@@ -624,27 +663,16 @@ async fn bench(settings: Settings) {
         let stats = poller.poll_once().await.expect("poll");
         let wall_ms = w0.elapsed().as_secs_f64() * 1e3;
         let cpu_ms = (process_cpu_ns() - c0) as f64 / 1e6;
-        let before_write_ms = live
-            .broker(BROKER)
-            .and_then(|b| b.status.last_poll_ms)
-            .unwrap_or(0) as f64;
+        let before_write_ms = live.broker(BROKER).and_then(|b| b.status.last_poll_ms).unwrap_or(0) as f64;
         assert_eq!(stats.queues, queues, "poll {} saw every queue", i + 1);
-        records.push(PollRecord {
-            cpu_ms,
-            wall_ms,
-            before_write_ms,
-            rows: stats.samples_written,
-            bytes: stats.bytes,
-        });
+        records.push(PollRecord { cpu_ms, wall_ms, before_write_ms, rows: stats.samples_written, bytes: stats.bytes });
         if (i + 1) % 100 == 0 {
             eprintln!("  phase A: {} polls, last {cpu_ms:.1} ms CPU / {wall_ms:.1} ms wall", i + 1);
         }
     }
     let total_cpu_ms = (process_cpu_ns() - cpu_start) as f64 / 1e6;
     let total_wall_s = wall_start.elapsed().as_secs_f64();
-    let proc_total_ms = proc_stat_cpu_ns()
-        .zip(proc_before)
-        .map(|(a, b)| (a - b) as f64 / 1e6);
+    let proc_total_ms = proc_stat_cpu_ns().zip(proc_before).map(|(a, b)| (a - b) as f64 / 1e6);
     let threads_after = thread_cpu_ns();
     let mut by_thread: Vec<(String, f64)> = threads_after
         .iter()
@@ -657,6 +685,18 @@ async fn bench(settings: Settings) {
     by_thread.sort_by(|a, b| b.1.total_cmp(&a.1));
 
     let rows_written: usize = records.iter().map(|r| r.rows).sum();
+    // Polls that also re-listed bindings and exchanges (warren does that every 60 s of wall time,
+    // so back to back it is rare; at a 10 s interval it is every 6th poll): more bytes read.
+    let mut sizes: Vec<usize> = records[1..].iter().map(|r| r.bytes).collect();
+    sizes.sort_unstable();
+    let usual_bytes = sizes[sizes.len() / 2];
+    let topo: Vec<PollRecord> =
+        records[1..].iter().copied().filter(|r| r.bytes > usual_bytes + usual_bytes / 10).collect();
+    let plain: Vec<PollRecord> =
+        records[1..].iter().copied().filter(|r| r.bytes <= usual_bytes + usual_bytes / 10).collect();
+    let mean = |r: &[PollRecord]| r.iter().map(|p| p.cpu_ms).sum::<f64>() / r.len().max(1) as f64;
+    let projected_cpu_ms =
+        if topo.is_empty() { None } else { Some(mean(&plain) + (mean(&topo) - mean(&plain)) * INTERVAL as f64 / 60.0) };
     let steady = 1..polls;
     let first = 1..(polls.min(101));
     let last = polls.saturating_sub(100).max(1)..polls;
@@ -669,9 +709,7 @@ async fn bench(settings: Settings) {
     // The physical floor of the fetch side: parsing the same pages into warren's types.
     let model = Model::new(&settings, t0);
     let idle = model.render_idle();
-    let pages: Vec<String> = (1..=model.page_count(500))
-        .map(|p| model.render_page(p, 500, 2, &idle))
-        .collect();
+    let pages: Vec<String> = (1..=model.page_count(500)).map(|p| model.render_page(p, 500, 2, &idle)).collect();
     let body_bytes: usize = pages.iter().map(|p| p.len()).sum();
     let parse_ms = {
         let mut best = f64::MAX;
@@ -698,7 +736,12 @@ async fn bench(settings: Settings) {
         "first_100": window(&records, first.clone()),
         "last_100": window(&records, last.clone()),
         "all_after_first": window(&records, steady.clone()),
-        "json_bytes_per_poll": records.last().map(|r| r.bytes),
+        "json_bytes_per_poll": usual_bytes,
+        "topology_refresh_polls": {"count": topo.len(), "cpu_ms": stats(topo.iter().map(|p| p.cpu_ms)),
+            "wall_ms": stats(topo.iter().map(|p| p.wall_ms)),
+            "extra_json_bytes": topo.first().map(|r| r.bytes.saturating_sub(usual_bytes))},
+        "polls_without_topology_cpu_ms": stats(plain.iter().map(|p| p.cpu_ms)),
+        "projected_mean_cpu_ms_per_poll_at_10s_interval": projected_cpu_ms,
         "cpu_ms_per_poll_by_thread": by_thread.iter().map(|(n, ms)| (n.clone(), json!((ms * 100.0).round() / 100.0))).collect::<serde_json::Map<_, _>>(),
         "floor_parse_pages_cpu_ms": (parse_ms * 100.0).round() / 100.0,
         "floor_parse_pages_bytes": body_bytes,
@@ -732,25 +775,32 @@ async fn bench(settings: Settings) {
         pages.len(),
         body_bytes as f64 / 1e6
     );
-    println!(
-        "  rows written per poll after the first: {}",
-        fmt_stats(&a["all_after_first"]["rows_per_poll"])
-    );
+    println!("  rows written per poll after the first: {}", fmt_stats(&a["all_after_first"]["rows_per_poll"]));
+    println!("  JSON read per poll: {:.2} MB (after gunzip)", usual_bytes as f64 / 1e6);
+    if !topo.is_empty() {
+        println!(
+            "  {} polls also re-listed bindings/exchanges (+{:.2} MB): CPU ms {}",
+            topo.len(),
+            a["topology_refresh_polls"]["extra_json_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            fmt_stats(&a["topology_refresh_polls"]["cpu_ms"])
+        );
+        println!("  polls without that:             CPU ms {}", fmt_stats(&a["polls_without_topology_cpu_ms"]));
+        println!(
+            "  projected mean CPU per poll at a {INTERVAL} s interval (topology every 60 s): {:.2} ms",
+            projected_cpu_ms.unwrap_or(0.0)
+        );
+    }
     println!(
         "  database: {} rows written, {} kept ({} distinct seconds; same-second rows are replaced)",
         rows_written, a["storage"]["queue_sample_rows"], a["storage"]["distinct_sample_timestamps"]
     );
 
     // ---- Phase B: storage with virtual timestamps 10 s apart.
-    let b = if settings.storage {
-        Some(storage_phase(&settings, &model, &idle).await)
-    } else {
-        None
-    };
+    let b = if settings.storage { Some(storage_phase(&settings, &model, &idle).await) } else { None };
 
     let report = json!({
         "settings": {"queues": queues, "polls": polls, "busy_percent": settings.busy_percent,
-            "busy_queues": busy, "gzip": settings.gzip, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
+            "busy_queues": busy, "no_ts_percent": settings.no_ts_percent, "gzip": settings.gzip, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
         "phase_a_poller": a,
         "phase_b_storage": b,
     });
@@ -777,7 +827,7 @@ fn report_path() -> PathBuf {
 // ---------------------------------------------------------------------------------------------
 // Phase B: what `Poller::derive` would write at a 10 s interval, through `history::write_poll`.
 
-/// Mirrors `poller::stored_sample` (private there).
+/// Mirrors `poller::track::stored_sample` (private there).
 fn stored_sample(view: &metrics::QueueView) -> StoredSample {
     StoredSample {
         ready: view.ready.map(|v| v as i64),
@@ -789,10 +839,13 @@ fn stored_sample(view: &metrics::QueueView) -> StoredSample {
         ack_rate_m: rate_to_milli(view.ack_rate),
         redeliver_rate_m: rate_to_milli(view.redeliver_rate),
         head_ts: view.head_ts,
+        // FIFO age estimates (est_*) are not mirrored: the synthetic queues give exact ages
+        // unless WARREN_BENCH_NO_TS_PERCENT > 0.
+        ..StoredSample::default()
     }
 }
 
-/// Mirrors `poller::queue_meta` (private there).
+/// Mirrors `poller::track::queue_meta` (private there).
 fn queue_meta(view: &metrics::QueueView) -> QueueMeta {
     QueueMeta {
         vhost: view.vhost.clone(),
@@ -818,12 +871,8 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
     let path = dir.path().join("storage.db");
     let db = history::open(&path).await.expect("open db");
     let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
-    let busy_names: std::collections::HashSet<&str> = model
-        .queues
-        .iter()
-        .filter(|q| q.busy)
-        .map(|q| q.name.as_str())
-        .collect();
+    let busy_names: std::collections::HashSet<&str> =
+        model.queues.iter().filter(|q| q.busy).map(|q| q.name.as_str()).collect();
     let mut known: HashMap<String, Known> = HashMap::with_capacity(queues);
     let mut records: Vec<PollRecord> = Vec::with_capacity(polls);
     let (mut busy_rows, mut idle_rows) = (0usize, 0usize);
@@ -833,15 +882,10 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
         let now = DateTime::from_timestamp(ts, 0).expect("timestamp");
         let mut raws: Vec<RawQueue> = Vec::with_capacity(queues);
         for p in 1..=model.page_count(500) {
-            let page: QueuePage =
-                serde_json::from_str(&model.render_page(p, 500, step, idle)).expect("page");
+            let page: QueuePage = serde_json::from_str(&model.render_page(p, 500, step, idle)).expect("page");
             raws.extend(page.items);
         }
-        let mut write = PollWrite {
-            broker_id,
-            ts,
-            ..PollWrite::default()
-        };
+        let mut write = PollWrite { broker_id, ts, ..PollWrite::default() };
         let mut new_names = Vec::new();
         for raw in &raws {
             let k = known.entry(raw.name.clone()).or_default();
@@ -880,13 +924,7 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
         for (name, id) in new_names.iter().zip(ids) {
             known.get_mut(name).unwrap().id = Some(id);
         }
-        records.push(PollRecord {
-            cpu_ms,
-            wall_ms,
-            before_write_ms: 0.0,
-            rows,
-            bytes: 0,
-        });
+        records.push(PollRecord { cpu_ms, wall_ms, before_write_ms: 0.0, rows, bytes: 0 });
         if step % 100 == 0 {
             eprintln!("  phase B: {step} polls, last write {rows} rows in {wall_ms:.1} ms");
         }
@@ -946,8 +984,11 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
         s["freelist_pages"]
     );
     println!(
-        "  bytes per sample row: {} (file), {} (queue_samples b-tree, dbstat); per metric value (9 per row): {}",
-        s["file_bytes_per_sample_row"], s["table_bytes_per_sample_row"], s["table_bytes_per_metric_value"]
+        "  bytes per sample row: {} (file), {} (queue_samples b-tree, dbstat); per value ({} per row): {}",
+        s["file_bytes_per_sample_row"],
+        s["table_bytes_per_sample_row"],
+        s["value_columns_per_row"],
+        s["table_bytes_per_value"]
     );
     println!(
         "  bytes per queue per poll (file / (queues x polls)): {bpq:.2}  =>  {:.0} MB/day for {queues} queues at {INTERVAL} s",

@@ -47,8 +47,7 @@ pub struct BrokerConfig {
 impl BrokerConfig {
     /// Whether a vhost is watched, by the include and exclude patterns.
     pub fn watches_vhost(&self, vhost: &str) -> bool {
-        let included = self.vhosts_include.is_empty()
-            || self.vhosts_include.iter().any(|p| glob_match(p, vhost));
+        let included = self.vhosts_include.is_empty() || self.vhosts_include.iter().any(|p| glob_match(p, vhost));
         included && !self.vhosts_exclude.iter().any(|p| glob_match(p, vhost))
     }
 }
@@ -82,10 +81,7 @@ pub struct ConfigError {
 }
 
 fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
-    ConfigError {
-        field: field.into(),
-        problem: problem.into(),
-    }
+    ConfigError { field: field.into(), problem: problem.into() }
 }
 
 /// Values given on the command line; they win over the file and the environment.
@@ -140,10 +136,7 @@ impl Config {
     /// environment and the command-line overrides.
     pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
         let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
-        let path = overrides
-            .config_path
-            .clone()
-            .or_else(|| env("WARREN_CONFIG").map(PathBuf::from));
+        let path = overrides.config_path.clone().or_else(|| env("WARREN_CONFIG").map(PathBuf::from));
         let file = match &path {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
@@ -169,12 +162,9 @@ impl Config {
             .or_else(|| env("WARREN_LISTEN"))
             .or(file.listen)
             .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
-        let listen: SocketAddr = listen_text.parse().map_err(|_| {
-            invalid(
-                "listen",
-                format!("{listen_text:?} is not an address like 127.0.0.1:8080"),
-            )
-        })?;
+        let listen: SocketAddr = listen_text
+            .parse()
+            .map_err(|_| invalid("listen", format!("{listen_text:?} is not an address like 127.0.0.1:8080")))?;
 
         let database = overrides
             .database
@@ -215,19 +205,11 @@ impl Config {
         }
         for (i, broker) in brokers.iter().enumerate() {
             if brokers[..i].iter().any(|b| b.name == broker.name) {
-                return Err(invalid(
-                    format!("brokers[{i}].name"),
-                    format!("{:?} is used twice", broker.name),
-                ));
+                return Err(invalid(format!("brokers[{i}].name"), format!("{:?} is used twice", broker.name)));
             }
         }
 
-        Ok(Config {
-            listen,
-            database,
-            retention: Duration::from_secs(retention_days * 86_400),
-            brokers,
-        })
+        Ok(Config { listen, database, retention: Duration::from_secs(retention_days * 86_400), brokers })
     }
 }
 
@@ -240,8 +222,8 @@ fn overrides_touch_broker(o: &Overrides) -> bool {
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| invalid("config", format!("cannot read {}: {e}", path.display())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| invalid("config", format!("cannot read {}: {e}", path.display())))?;
     parse_toml(&text)
 }
 
@@ -249,12 +231,7 @@ fn parse_toml(text: &str) -> Result<FileConfig, ConfigError> {
     toml::from_str(text).map_err(|e: toml::de::Error| {
         // toml's message spans several lines (with a source excerpt); keep the first, which names
         // the key, so the error stays one line.
-        let message = e
-            .message()
-            .lines()
-            .next()
-            .unwrap_or("syntax error")
-            .to_string();
+        let message = e.message().lines().next().unwrap_or("syntax error").to_string();
         let place = match e.span() {
             Some(span) => {
                 let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
@@ -267,23 +244,13 @@ fn parse_toml(text: &str) -> Result<FileConfig, ConfigError> {
 }
 
 fn parse_u64(field: &str, text: &str) -> Result<u64, ConfigError> {
-    text.trim()
-        .parse()
-        .map_err(|_| invalid(field, format!("{text:?} is not a whole number")))
+    text.trim().parse().map_err(|_| invalid(field, format!("{text:?} is not a whole number")))
 }
 
 /// `WARREN_BROKER_<NAME>_<FIELD>`: the broker's name upper-cased, other characters as `_`.
 fn broker_env_key(name: &str, field: &str) -> String {
-    let name: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let name: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
     format!("WARREN_BROKER_{name}_{field}")
 }
 
@@ -295,11 +262,7 @@ fn build_broker(
 ) -> Result<BrokerConfig, ConfigError> {
     let field = |name: &str| format!("brokers[{index}].{name}");
     let name = file.name.unwrap_or_else(|| "local".to_string());
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         return Err(invalid(
             field("name"),
             format!("{name:?} must be non-empty and use only letters, digits, '-' and '_'"),
@@ -312,13 +275,10 @@ fn build_broker(
         .or_else(|| benv("MANAGEMENT_URL"))
         .or(file.management_url)
         .unwrap_or_else(|| "http://127.0.0.1:15672".to_string());
-    let mut management_url = reqwest::Url::parse(&url_text)
-        .map_err(|e| invalid(field("management_url"), format!("{url_text:?}: {e}")))?;
+    let mut management_url =
+        reqwest::Url::parse(&url_text).map_err(|e| invalid(field("management_url"), format!("{url_text:?}: {e}")))?;
     if !matches!(management_url.scheme(), "http" | "https") {
-        return Err(invalid(
-            field("management_url"),
-            "must start with http:// or https://",
-        ));
+        return Err(invalid(field("management_url"), "must start with http:// or https://"));
     }
     if !management_url.username().is_empty() || management_url.password().is_some() {
         return Err(invalid(
@@ -332,61 +292,39 @@ fn build_broker(
         management_url.set_path(&path);
     }
 
-    let user = cli(|o| o.user.clone())
-        .or_else(|| benv("USER"))
-        .or(file.user)
-        .unwrap_or_else(|| "guest".to_string());
+    let user = cli(|o| o.user.clone()).or_else(|| benv("USER")).or(file.user).unwrap_or_else(|| "guest".to_string());
 
-    let password =
-        if let Some(path) = cli(|o| o.password_file.as_ref().map(|p| p.display().to_string())) {
-            read_password_file(&field("password_file"), Path::new(&path))?
-        } else if let Some(value) = benv("PASSWORD") {
-            value
-        } else if let Some(var) = file.password_env {
-            env(&var).ok_or_else(|| {
-                invalid(
-                    field("password_env"),
-                    format!("environment variable {var} is not set"),
-                )
-            })?
-        } else if let Some(path) = file.password_file {
-            read_password_file(&field("password_file"), &path)?
-        } else {
-            file.password.unwrap_or_else(|| "guest".to_string())
-        };
+    let password = if let Some(path) = cli(|o| o.password_file.as_ref().map(|p| p.display().to_string())) {
+        read_password_file(&field("password_file"), Path::new(&path))?
+    } else if let Some(value) = benv("PASSWORD") {
+        value
+    } else if let Some(var) = file.password_env {
+        env(&var).ok_or_else(|| invalid(field("password_env"), format!("environment variable {var} is not set")))?
+    } else if let Some(path) = file.password_file {
+        read_password_file(&field("password_file"), &path)?
+    } else {
+        file.password.unwrap_or_else(|| "guest".to_string())
+    };
 
     let amqp_url = cli(|o| o.amqp_url.clone())
         .or_else(|| benv("AMQP_URL"))
         .or(file.amqp_url)
-        .unwrap_or_else(|| {
-            format!(
-                "amqp://{}:5672",
-                management_url.host_str().unwrap_or("127.0.0.1")
-            )
-        });
+        .unwrap_or_else(|| format!("amqp://{}:5672", management_url.host_str().unwrap_or("127.0.0.1")));
     if !(amqp_url.starts_with("amqp://") || amqp_url.starts_with("amqps://")) {
-        return Err(invalid(
-            field("amqp_url"),
-            format!("{amqp_url:?} must start with amqp:// or amqps://"),
-        ));
+        return Err(invalid(field("amqp_url"), format!("{amqp_url:?} must start with amqp:// or amqps://")));
     }
 
-    let poll_interval_secs = match cli(|o| o.poll_interval_secs.map(|s| s.to_string()))
-        .or_else(|| benv("POLL_INTERVAL_SECS"))
-    {
-        Some(text) => parse_u64(&field("poll_interval_secs"), &text)?,
-        None => file
-            .poll_interval_secs
-            .unwrap_or(DEFAULT_POLL_INTERVAL_SECS),
-    };
+    let poll_interval_secs =
+        match cli(|o| o.poll_interval_secs.map(|s| s.to_string())).or_else(|| benv("POLL_INTERVAL_SECS")) {
+            Some(text) => parse_u64(&field("poll_interval_secs"), &text)?,
+            None => file.poll_interval_secs.unwrap_or(DEFAULT_POLL_INTERVAL_SECS),
+        };
     if poll_interval_secs == 0 {
         return Err(invalid(field("poll_interval_secs"), "must be at least 1"));
     }
     let request_timeout_secs = match benv("REQUEST_TIMEOUT_SECS") {
         Some(text) => parse_u64(&field("request_timeout_secs"), &text)?,
-        None => file
-            .request_timeout_secs
-            .unwrap_or(poll_interval_secs.clamp(5, 30)),
+        None => file.request_timeout_secs.unwrap_or(poll_interval_secs.clamp(5, 30)),
     };
     if request_timeout_secs == 0 {
         return Err(invalid(field("request_timeout_secs"), "must be at least 1"));
@@ -400,19 +338,11 @@ fn build_broker(
         Ok(list)
     };
     let vhosts_include = match benv("VHOSTS_INCLUDE") {
-        Some(text) => text
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
+        Some(text) => text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
         None => patterns(file.vhosts_include, "vhosts_include")?,
     };
     let vhosts_exclude = match benv("VHOSTS_EXCLUDE") {
-        Some(text) => text
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
+        Some(text) => text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
         None => patterns(file.vhosts_exclude, "vhosts_exclude")?,
     };
 
@@ -430,8 +360,8 @@ fn build_broker(
 }
 
 fn read_password_file(field: &str, path: &Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
     // Secret files usually end with a newline that is not part of the password.
     Ok(text.trim_end_matches(['\n', '\r']).to_string())
 }
@@ -473,34 +403,19 @@ mod tests {
         assert_eq!(config.brokers.len(), 1);
         let broker = &config.brokers[0];
         assert_eq!(broker.management_url.as_str(), "http://127.0.0.1:15672/");
-        assert_eq!(
-            (broker.user.as_str(), broker.password.expose()),
-            ("guest", "guest")
-        );
+        assert_eq!((broker.user.as_str(), broker.password.expose()), ("guest", "guest"));
         assert_eq!(broker.poll_interval, Duration::from_secs(10));
     }
 
     #[test]
     fn errors_name_the_field() {
-        let err =
-            Config::from_toml("[[brokers]]\nname = \"a\"\npoll_interval_secs = 0\n").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "invalid configuration: brokers[0].poll_interval_secs: must be at least 1"
-        );
+        let err = Config::from_toml("[[brokers]]\nname = \"a\"\npoll_interval_secs = 0\n").unwrap_err();
+        assert_eq!(err.to_string(), "invalid configuration: brokers[0].poll_interval_secs: must be at least 1");
         let err = Config::from_toml("[[brokers]]\nmanagement_url = \"ftp://x\"\n").unwrap_err();
-        assert!(
-            err.to_string().contains("brokers[0].management_url"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("brokers[0].management_url"), "{err}");
         let err = Config::from_toml("listen = \"nowhere\"").unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("invalid configuration: listen:"),
-            "{err}"
-        );
-        let err = Config::from_toml("[[brokers]]\nname = \"a\"\n[[brokers]]\nname = \"a\"\n")
-            .unwrap_err();
+        assert!(err.to_string().starts_with("invalid configuration: listen:"), "{err}");
+        let err = Config::from_toml("[[brokers]]\nname = \"a\"\n[[brokers]]\nname = \"a\"\n").unwrap_err();
         assert!(err.to_string().contains("brokers[1].name"), "{err}");
         let err = Config::from_toml("colour = 3").unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");

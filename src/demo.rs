@@ -22,9 +22,8 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    BasicRejectOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
+    ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
 use lapin::types::{AMQPValue, FieldTable, LongString};
@@ -96,11 +95,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 const PERSISTENT: u8 = 2;
 
 /// A vhost name may contain '/', so encode everything but RFC 3986 unreserved characters.
-const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 /// Counters behind the progress line; shared by all demo tasks.
 #[derive(Default)]
@@ -154,10 +149,7 @@ pub async fn cleanup(target: &DemoTarget) -> anyhow::Result<()> {
         .await
         .with_context(|| unreachable_management(target, &action))?;
     if response.status() == reqwest::StatusCode::NOT_FOUND {
-        info!(
-            "demo vhost '{}' did not exist, nothing to delete",
-            target.vhost
-        );
+        info!("demo vhost '{}' did not exist, nothing to delete", target.vhost);
         return Ok(());
     }
     expect_success(response, target, &action).await?;
@@ -169,10 +161,7 @@ pub async fn cleanup(target: &DemoTarget) -> anyhow::Result<()> {
 // Management API: vhost and permissions
 
 fn management_client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .timeout(HTTP_TIMEOUT)
-        .build()
-        .context("building the HTTP client for the management API")
+    reqwest::Client::builder().timeout(HTTP_TIMEOUT).build().context("building the HTTP client for the management API")
 }
 
 fn api_base(target: &DemoTarget) -> &str {
@@ -184,10 +173,7 @@ fn encode(segment: &str) -> String {
 }
 
 fn unreachable_management(target: &DemoTarget, action: &str) -> String {
-    format!(
-        "could not reach the management API at {} while {action}",
-        api_base(target)
-    )
+    format!("could not reach the management API at {} while {action}", api_base(target))
 }
 
 /// PUT of a vhost is idempotent, so a second `warren demo` reuses the first one's vhost.
@@ -195,21 +181,11 @@ async fn prepare_vhost(http: &reqwest::Client, target: &DemoTarget) -> anyhow::R
     let vhost = encode(&target.vhost);
     let description = serde_json::json!({ "description": "warren demo traffic" });
     let action = format!("creating vhost '{}'", target.vhost);
-    management_put(
-        http,
-        target,
-        &format!("vhosts/{vhost}"),
-        &description,
-        &action,
-    )
-    .await?;
+    management_put(http, target, &format!("vhosts/{vhost}"), &description, &action).await?;
 
     let everything = serde_json::json!({ "configure": ".*", "write": ".*", "read": ".*" });
     let path = format!("permissions/{vhost}/{}", encode(&target.user));
-    let action = format!(
-        "granting '{}' permissions on vhost '{}'",
-        target.user, target.vhost
-    );
+    let action = format!("granting '{}' permissions on vhost '{}'", target.user, target.vhost);
     management_put(http, target, &path, &everything, &action).await
 }
 
@@ -231,11 +207,7 @@ async fn management_put(
 }
 
 /// Turns a non-2xx answer into an error that tells the operator what to fix.
-async fn expect_success(
-    response: reqwest::Response,
-    target: &DemoTarget,
-    action: &str,
-) -> anyhow::Result<()> {
+async fn expect_success(response: reqwest::Response, target: &DemoTarget, action: &str) -> anyhow::Result<()> {
     let status = response.status();
     if status.is_success() {
         return Ok(());
@@ -259,21 +231,15 @@ async fn expect_success(
 async fn connect(target: &DemoTarget) -> anyhow::Result<Connection> {
     let mut uri: AMQPUri = target.amqp_url.parse().map_err(|error: String| {
         // The parser may echo the whole URL, password included.
-        anyhow!(
-            "AMQP URL is not valid: {}",
-            error.replace(&target.amqp_url, "<url>")
-        )
+        anyhow!("AMQP URL is not valid: {}", error.replace(&target.amqp_url, "<url>"))
     })?;
     uri.vhost = target.vhost.clone();
     let shown = redacted(&uri);
     let properties = ConnectionProperties::default().with_connection_name("warren-demo".into());
-    let connection =
-        tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect_uri(uri, properties))
-            .await
-            .map_err(|_| {
-                anyhow!("connecting to RabbitMQ at {shown} timed out after {CONNECT_TIMEOUT:?}")
-            })?
-            .map_err(|error| anyhow!("could not connect to RabbitMQ at {shown}: {error}"))?;
+    let connection = tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect_uri(uri, properties))
+        .await
+        .map_err(|_| anyhow!("connecting to RabbitMQ at {shown} timed out after {CONNECT_TIMEOUT:?}"))?
+        .map_err(|error| anyhow!("could not connect to RabbitMQ at {shown}: {error}"))?;
     info!("connected to {shown}");
     Ok(connection)
 }
@@ -287,10 +253,7 @@ fn redacted(uri: &AMQPUri) -> String {
     let authority = &uri.authority;
     let user = &authority.userinfo.username;
     let vhost = encode(&uri.vhost);
-    format!(
-        "{scheme}://{user}@{}:{}/{vhost}",
-        authority.host, authority.port
-    )
+    format!("{scheme}://{user}@{}:{}/{vhost}", authority.host, authority.port)
 }
 
 async fn close_connection(connection: &Connection) {
@@ -333,58 +296,35 @@ async fn declare_topology(channel: &Channel, vhost: &str) -> anyhow::Result<()> 
         (DLQ, &[]),
     ];
     for (queue, arguments) in queues {
-        declare_queue(channel, queue, arguments)
-            .await
-            .with_context(|| {
-                format!("if it exists with other arguments, run `warren demo --cleanup --vhost '{vhost}'` and retry")
-            })?;
+        declare_queue(channel, queue, arguments).await.with_context(|| {
+            format!("if it exists with other arguments, run `warren demo --cleanup --vhost '{vhost}'` and retry")
+        })?;
     }
     for (queue, exchange, key) in BINDINGS {
         channel
-            .queue_bind(
-                queue,
-                exchange,
-                key,
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
+            .queue_bind(queue, exchange, key, QueueBindOptions::default(), FieldTable::default())
             .await
-            .with_context(|| {
-                format!("binding queue {queue} to exchange {exchange} with key '{key}'")
-            })?;
+            .with_context(|| format!("binding queue {queue} to exchange {exchange} with key '{key}'"))?;
     }
     Ok(())
 }
 
 async fn declare_exchange(channel: &Channel, name: &str, kind: ExchangeKind) -> anyhow::Result<()> {
-    let options = ExchangeDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
+    let options = ExchangeDeclareOptions { durable: true, ..Default::default() };
     channel
         .exchange_declare(name, kind, options, FieldTable::default())
         .await
         .with_context(|| format!("declaring exchange {name}"))
 }
 
-async fn declare_queue(
-    channel: &Channel,
-    name: &str,
-    arguments: &[(&str, AMQPValue)],
-) -> anyhow::Result<()> {
+async fn declare_queue(channel: &Channel, name: &str, arguments: &[(&str, AMQPValue)]) -> anyhow::Result<()> {
     let mut table = FieldTable::default();
     for (key, value) in arguments {
         table.insert((*key).into(), value.clone());
     }
     // Quorum queues must be durable; the others are too so the demo survives a broker restart.
-    let options = QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    channel
-        .queue_declare(name, options, table)
-        .await
-        .with_context(|| format!("declaring queue {name}"))?;
+    let options = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare(name, options, table).await.with_context(|| format!("declaring queue {name}"))?;
     Ok(())
 }
 
@@ -395,15 +335,8 @@ fn text(value: &str) -> AMQPValue {
 // ---------------------------------------------------------------------------------------------
 // Tasks and their lifecycle
 
-async fn drive_traffic(
-    connection: &Connection,
-    vhost: &str,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let setup = connection
-        .create_channel()
-        .await
-        .context("opening a channel")?;
+async fn drive_traffic(connection: &Connection, vhost: &str, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let setup = connection.create_channel().await.context("opening a channel")?;
     declare_topology(&setup, vhost).await?;
     close_channel(&setup, "setup").await;
 
@@ -411,22 +344,14 @@ async fn drive_traffic(
     // A failing task stops the others without cancelling the caller's token.
     let stop = shutdown.child_token();
     let mut tasks = JoinSet::new();
-    tasks.spawn(publish_orders(
-        open_channel(connection).await?,
-        progress.clone(),
-        stop.clone(),
-    ));
+    tasks.spawn(publish_orders(open_channel(connection).await?, progress.clone(), stop.clone()));
     tasks.spawn(fulfil_orders(
         open_channel(connection).await?,
         open_channel(connection).await?,
         progress.clone(),
         stop.clone(),
     ));
-    tasks.spawn(audit_orders(
-        open_channel(connection).await?,
-        progress.clone(),
-        stop.clone(),
-    ));
+    tasks.spawn(audit_orders(open_channel(connection).await?, progress.clone(), stop.clone()));
     tasks.spawn(report_progress(progress.clone(), stop.clone()));
     info!("demo traffic running in vhost '{vhost}'; {ALERTS_QUEUE} deliberately has no consumer");
 
@@ -443,17 +368,11 @@ async fn drive_traffic(
 }
 
 async fn open_channel(connection: &Connection) -> anyhow::Result<Channel> {
-    connection
-        .create_channel()
-        .await
-        .context("opening a channel")
+    connection.create_channel().await.context("opening a channel")
 }
 
 /// Tasks only return when stopped, so any earlier end is a failure of the demo.
-fn early_end(
-    ended: Result<anyhow::Result<()>, JoinError>,
-    stop: &CancellationToken,
-) -> anyhow::Result<()> {
+fn early_end(ended: Result<anyhow::Result<()>, JoinError>, stop: &CancellationToken) -> anyhow::Result<()> {
     match ended {
         // The caller may cancel between the task's return and this check.
         Ok(Ok(())) if stop.is_cancelled() => Ok(()),
@@ -504,11 +423,7 @@ struct Outgoing {
     properties: BasicProperties,
 }
 
-async fn publish_orders(
-    channel: Channel,
-    progress: Arc<Progress>,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
+async fn publish_orders(channel: Channel, progress: Arc<Progress>, stop: CancellationToken) -> anyhow::Result<()> {
     let outcome = publish_until_stopped(&channel, &progress, &stop).await;
     close_channel(&channel, "publisher").await;
     outcome.context("publisher")
@@ -516,15 +431,8 @@ async fn publish_orders(
 
 /// Confirms are awaited concurrently with new publishes: a persistent message is confirmed only
 /// after the broker's fsync, and waiting for each one in turn would cap the rate well below 20/s.
-async fn publish_until_stopped(
-    channel: &Channel,
-    progress: &Progress,
-    stop: &CancellationToken,
-) -> anyhow::Result<()> {
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .context("enabling publisher confirms")?;
+async fn publish_until_stopped(channel: &Channel, progress: &Progress, stop: &CancellationToken) -> anyhow::Result<()> {
+    channel.confirm_select(ConfirmSelectOptions::default()).await.context("enabling publisher confirms")?;
     // Message ids stay unique across demo runs in the same vhost.
     let run_id = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
     let mut ticker = tokio::time::interval(PUBLISH_TICK);
@@ -560,23 +468,10 @@ async fn publish_until_stopped(
 }
 
 /// mandatory=true so a missing binding comes back as a return instead of vanishing.
-async fn publish(
-    channel: &Channel,
-    exchange: &str,
-    message: Outgoing,
-) -> anyhow::Result<PublisherConfirm> {
-    let options = BasicPublishOptions {
-        mandatory: true,
-        ..Default::default()
-    };
+async fn publish(channel: &Channel, exchange: &str, message: Outgoing) -> anyhow::Result<PublisherConfirm> {
+    let options = BasicPublishOptions { mandatory: true, ..Default::default() };
     channel
-        .basic_publish(
-            exchange,
-            message.routing_key,
-            options,
-            &message.body,
-            message.properties,
-        )
+        .basic_publish(exchange, message.routing_key, options, &message.body, message.properties)
         .await
         .with_context(|| format!("publishing to {exchange} with key {}", message.routing_key))
 }
@@ -600,10 +495,7 @@ fn confirmed_and_routed(confirmation: lapin::Result<Confirmation>) -> anyhow::Re
     }
 }
 
-fn record_confirmation(
-    confirmation: lapin::Result<Confirmation>,
-    progress: &Progress,
-) -> anyhow::Result<()> {
+fn record_confirmation(confirmation: lapin::Result<Confirmation>, progress: &Progress) -> anyhow::Result<()> {
     if confirmed_and_routed(confirmation)? {
         Progress::bump(&progress.published);
     } else {
@@ -624,10 +516,7 @@ fn messages_for_tick(run_id: &str, tick: u64) -> Vec<Outgoing> {
         0 => messages.push(Outgoing {
             routing_key: ALERT_KEY,
             body: order_json(tick, Some("amount above fraud threshold")),
-            properties: properties(
-                format!("alert-{run_id}-{tick}"),
-                tick % 20 < SIDE_STREAM_EVERY_TICKS,
-            ),
+            properties: properties(format!("alert-{run_id}-{tick}"), tick % 20 < SIDE_STREAM_EVERY_TICKS),
         }),
         // A legacy importer never sets the timestamp, so the head of orders.fulfillment
         // is sometimes unstamped and warren has to fall back to an estimated age.
@@ -657,16 +546,12 @@ fn properties(message_id: String, stamped: bool) -> BasicProperties {
 
 fn order_json(order_id: u64, alert: Option<&str>) -> Vec<u8> {
     let mut rng = rand::thread_rng();
-    let sku = if rng.gen_bool(POISON_SHARE) {
-        POISON_SKU.to_string()
-    } else {
-        format!("SKU-{:04}", rng.gen_range(1..400))
-    };
+    let sku =
+        if rng.gen_bool(POISON_SHARE) { POISON_SKU.to_string() } else { format!("SKU-{:04}", rng.gen_range(1..400)) };
     let qty: u32 = rng.gen_range(1..6);
     let unit_cents: u32 = rng.gen_range(199..12_000);
     let amount = f64::from(qty * unit_cents) / 100.0;
-    let mut order =
-        serde_json::json!({ "order_id": order_id, "sku": sku, "qty": qty, "amount": amount });
+    let mut order = serde_json::json!({ "order_id": order_id, "sku": sku, "qty": qty, "amount": amount });
     if let Some(alert) = alert {
         order["alert"] = alert.into();
     }
@@ -677,10 +562,7 @@ fn order_json(order_id: u64, alert: Option<&str>) -> Vec<u8> {
 // Consumers
 
 /// The next delivery, or None once the demo is stopping.
-async fn next_delivery(
-    consumer: &mut Consumer,
-    stop: &CancellationToken,
-) -> anyhow::Result<Option<Delivery>> {
+async fn next_delivery(consumer: &mut Consumer, stop: &CancellationToken) -> anyhow::Result<Option<Delivery>> {
     tokio::select! {
         biased;
         () = stop.cancelled() => Ok(None),
@@ -697,12 +579,7 @@ async fn start_consumer(channel: &Channel, queue: &str, prefetch: u16) -> anyhow
         .await
         .with_context(|| format!("setting prefetch for {queue}"))?;
     channel
-        .basic_consume(
-            queue,
-            &format!("warren-demo-{queue}"),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
+        .basic_consume(queue, &format!("warren-demo-{queue}"), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .with_context(|| format!("consuming from {queue}"))
 }
@@ -711,14 +588,8 @@ async fn start_consumer(channel: &Channel, queue: &str, prefetch: u16) -> anyhow
 async fn stop_consumer(channel: &Channel, consumer: &Consumer) {
     if channel.status().connected() {
         let tag = consumer.tag();
-        if let Err(error) = channel
-            .basic_cancel(tag.as_str(), BasicCancelOptions::default())
-            .await
-        {
-            warn!(
-                "cancelling consumer on {} failed: {error}",
-                consumer.queue()
-            );
+        if let Err(error) = channel.basic_cancel(tag.as_str(), BasicCancelOptions::default()).await {
+            warn!("cancelling consumer on {} failed: {error}", consumer.queue());
         }
     }
     close_channel(channel, consumer.queue().as_str()).await;
@@ -747,33 +618,21 @@ async fn fulfil_orders(
     outcome.context("fulfillment consumer")
 }
 
-async fn fulfil(
-    delivery: Delivery,
-    dead_letter_channel: &Channel,
-    progress: &Progress,
-) -> anyhow::Result<()> {
+async fn fulfil(delivery: Delivery, dead_letter_channel: &Channel, progress: &Progress) -> anyhow::Result<()> {
     if retry_count(&delivery.properties) >= MAX_RETRIES {
         return move_to_dlq(delivery, dead_letter_channel, progress).await;
     }
     tokio::time::sleep(work_time()).await;
     match fulfilment_failure(&delivery.data) {
         None => {
-            delivery
-                .acker
-                .ack(BasicAckOptions::default())
-                .await
-                .context("acking an order")?;
+            delivery.acker.ack(BasicAckOptions::default()).await.context("acking an order")?;
             Progress::bump(&progress.acked);
         }
         Some(reason) => {
             debug!("rejecting {:?}: {reason}", delivery.properties.message_id());
             // requeue=false hands the message to the queue's dead-letter exchange: the retry queue.
             let reject = BasicRejectOptions { requeue: false };
-            delivery
-                .acker
-                .reject(reject)
-                .await
-                .context("rejecting an order")?;
+            delivery.acker.reject(reject).await.context("rejecting an order")?;
             Progress::bump(&progress.rejected);
         }
     }
@@ -781,11 +640,7 @@ async fn fulfil(
 }
 
 /// Confirm before ack: a crash in between duplicates the message in the DLQ, never loses it.
-async fn move_to_dlq(
-    delivery: Delivery,
-    channel: &Channel,
-    progress: &Progress,
-) -> anyhow::Result<()> {
+async fn move_to_dlq(delivery: Delivery, channel: &Channel, progress: &Progress) -> anyhow::Result<()> {
     let mut headers = delivery.properties.headers().clone().unwrap_or_default();
     let error_text = give_up_reason(&delivery.data);
     headers.insert("x-exception-message".into(), text(error_text));
@@ -796,21 +651,13 @@ async fn move_to_dlq(
     };
     let confirm = publish(channel, DLX_EXCHANGE, message).await?;
     if confirmed_and_routed(confirm.await)? {
-        delivery
-            .acker
-            .ack(BasicAckOptions::default())
-            .await
-            .context("acking a dead-lettered order")?;
+        delivery.acker.ack(BasicAckOptions::default()).await.context("acking a dead-lettered order")?;
         Progress::bump(&progress.dead_lettered);
     } else {
         // Someone removed the DLQ or its binding: keep the message cycling through retry.
         warn!("could not park a message in {DLQ}; sending it round the retry queue again");
         let reject = BasicRejectOptions { requeue: false };
-        delivery
-            .acker
-            .reject(reject)
-            .await
-            .context("rejecting an unparkable order")?;
+        delivery.acker.reject(reject).await.context("rejecting an unparkable order")?;
         Progress::bump(&progress.rejected);
     }
     Ok(())
@@ -877,21 +724,13 @@ fn work_time() -> Duration {
     Duration::from_millis(rand::thread_rng().gen_range(5..40))
 }
 
-async fn audit_orders(
-    channel: Channel,
-    progress: Arc<Progress>,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
+async fn audit_orders(channel: Channel, progress: Arc<Progress>, stop: CancellationToken) -> anyhow::Result<()> {
     let mut consumer = start_consumer(&channel, AUDIT_QUEUE, AUDIT_PREFETCH).await?;
     let outcome = async {
         while let Some(delivery) = next_delivery(&mut consumer, &stop).await? {
             // Slower than the inflow on purpose: the audit backlog grows while everything "works".
             tokio::time::sleep(AUDIT_WORK_TIME).await;
-            delivery
-                .acker
-                .ack(BasicAckOptions::default())
-                .await
-                .context("acking an audit record")?;
+            delivery.acker.ack(BasicAckOptions::default()).await.context("acking an audit record")?;
             Progress::bump(&progress.acked);
         }
         anyhow::Ok(())

@@ -10,9 +10,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Row;
 
 use crate::metrics::rate_from_milli;
@@ -27,10 +25,7 @@ pub async fn open(path: &Path) -> Result<Db, sqlx::Error> {
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true);
-    let pool = SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await?;
+    let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
     sqlx::migrate!("./migrations").run(&pool).await?;
     Ok(pool)
 }
@@ -47,10 +42,12 @@ pub struct StoredSample {
     pub ack_rate_m: Option<i64>,
     pub redeliver_rate_m: Option<i64>,
     pub head_ts: Option<i64>,
+    pub est_oldest_ts: Option<i64>,
+    pub est_bound: Option<i64>,
 }
 
 /// A queue's metadata row; written when it first appears or when any of it changes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct QueueMeta {
     pub vhost: String,
     pub name: String,
@@ -103,20 +100,11 @@ pub struct KnownQueue {
 }
 
 pub async fn broker_id(db: &Db, name: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query("insert into brokers (name) values (?) on conflict (name) do nothing")
-        .bind(name)
-        .execute(db)
-        .await?;
-    sqlx::query_scalar("select id from brokers where name = ?")
-        .bind(name)
-        .fetch_one(db)
-        .await
+    sqlx::query("insert into brokers (name) values (?) on conflict (name) do nothing").bind(name).execute(db).await?;
+    sqlx::query_scalar("select id from brokers where name = ?").bind(name).fetch_one(db).await
 }
 
-fn sample_from_row(
-    row: &sqlx::sqlite::SqliteRow,
-    offset: usize,
-) -> Result<StoredSample, sqlx::Error> {
+fn sample_from_row(row: &sqlx::sqlite::SqliteRow, offset: usize) -> Result<StoredSample, sqlx::Error> {
     Ok(StoredSample {
         ready: row.try_get(offset)?,
         unacked: row.try_get(offset + 1)?,
@@ -127,11 +115,13 @@ fn sample_from_row(
         ack_rate_m: row.try_get(offset + 6)?,
         redeliver_rate_m: row.try_get(offset + 7)?,
         head_ts: row.try_get(offset + 8)?,
+        est_oldest_ts: row.try_get(offset + 9)?,
+        est_bound: row.try_get(offset + 10)?,
     })
 }
 
-const SAMPLE_COLUMNS: &str =
-    "ready, unacked, consumers, publish_count, publish_rate_m, deliver_rate_m, ack_rate_m, redeliver_rate_m, head_ts";
+const SAMPLE_COLUMNS: &str = "ready, unacked, consumers, publish_count, publish_rate_m, deliver_rate_m, ack_rate_m, \
+redeliver_rate_m, head_ts, est_oldest_ts, est_bound";
 
 fn meta_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<QueueMeta, sqlx::Error> {
     Ok(QueueMeta {
@@ -201,18 +191,16 @@ pub async fn write_poll(db: &Db, write: &PollWrite) -> Result<Vec<i64>, sqlx::Er
     }
     if !write.deleted.is_empty() {
         let list = serde_json::to_string(&write.deleted).expect("ids serialise");
-        sqlx::query(
-            "update queues set deleted_at = ? where id in (select value from json_each(?))",
-        )
-        .bind(write.ts)
-        .bind(list)
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query("update queues set deleted_at = ? where id in (select value from json_each(?))")
+            .bind(write.ts)
+            .bind(list)
+            .execute(&mut *tx)
+            .await?;
     }
 
     // All samples in one statement: the rows travel as one JSON array and SQLite unpacks them,
     // which avoids a round trip per row to sqlx's SQLite worker thread (10,000 rows per poll).
-    let rows: Vec<[Option<i64>; 10]> = write
+    let rows: Vec<[Option<i64>; 12]> = write
         .samples
         .iter()
         .copied()
@@ -229,6 +217,8 @@ pub async fn write_poll(db: &Db, write: &PollWrite) -> Result<Vec<i64>, sqlx::Er
                 s.ack_rate_m,
                 s.redeliver_rate_m,
                 s.head_ts,
+                s.est_oldest_ts,
+                s.est_bound,
             ]
         })
         .collect();
@@ -237,9 +227,11 @@ pub async fn write_poll(db: &Db, write: &PollWrite) -> Result<Vec<i64>, sqlx::Er
         sqlx::query(
             "insert or replace into queue_samples
                (queue_id, ts, ready, unacked, consumers, publish_count,
-                publish_rate_m, deliver_rate_m, ack_rate_m, redeliver_rate_m, head_ts)
+                publish_rate_m, deliver_rate_m, ack_rate_m, redeliver_rate_m, head_ts,
+                est_oldest_ts, est_bound)
              select value ->> 0, ?1, value ->> 1, value ->> 2, value ->> 3, value ->> 4,
-                    value ->> 5, value ->> 6, value ->> 7, value ->> 8, value ->> 9
+                    value ->> 5, value ->> 6, value ->> 7, value ->> 8, value ->> 9,
+                    value ->> 10, value ->> 11
              from json_each(?2)",
         )
         .bind(write.ts)
@@ -275,12 +267,7 @@ pub async fn write_poll(db: &Db, write: &PollWrite) -> Result<Vec<i64>, sqlx::Er
 }
 
 /// A queue found by its names, with its id, for history reads and deleted queues.
-pub async fn find_queue(
-    db: &Db,
-    broker: &str,
-    vhost: &str,
-    name: &str,
-) -> Result<Option<KnownQueue>, sqlx::Error> {
+pub async fn find_queue(db: &Db, broker: &str, vhost: &str, name: &str) -> Result<Option<KnownQueue>, sqlx::Error> {
     let sql = format!(
         "select q.id, q.vhost, q.name, q.kind, q.durable, q.arguments, q.policy, q.effective_policy, q.deleted_at,
                 s.ts, {SAMPLE_COLUMNS}
@@ -289,12 +276,7 @@ pub async fn find_queue(
            on s.queue_id = q.id and s.ts = (select max(ts) from queue_samples where queue_id = q.id)
          where b.name = ? and q.vhost = ? and q.name = ?"
     );
-    let row = sqlx::query(&sql)
-        .bind(broker)
-        .bind(vhost)
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
+    let row = sqlx::query(&sql).bind(broker).bind(vhost).bind(name).fetch_optional(db).await?;
     row.map(|row| {
         let ts: Option<i64> = row.try_get("ts")?;
         let last_sample = match ts {
@@ -323,18 +305,18 @@ pub struct QueuePoint {
     pub ack_rate: Option<f64>,
     pub redeliver_rate: Option<f64>,
     pub oldest_age_secs: Option<f64>,
+    /// True when that age is warren's FIFO estimate (or its lower bound), not the broker's.
+    pub oldest_age_estimated: bool,
 }
 
 /// Successful poll times of a broker in `[from, to]`, ascending.
 async fn poll_times(db: &Db, broker_id: i64, from: i64, to: i64) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar(
-        "select ts from broker_samples where broker_id = ? and ts between ? and ? order by ts",
-    )
-    .bind(broker_id)
-    .bind(from)
-    .bind(to)
-    .fetch_all(db)
-    .await
+    sqlx::query_scalar("select ts from broker_samples where broker_id = ? and ts between ? and ? order by ts")
+        .bind(broker_id)
+        .bind(from)
+        .bind(to)
+        .fetch_all(db)
+        .await
 }
 
 /// Grid of `step`-second points over `[from, to]`; a point is covered when a successful poll
@@ -371,20 +353,13 @@ pub async fn queue_history(
            coalesce((select max(ts) from queue_samples where queue_id = ?1 and ts <= ?2), ?2) and ?3
          order by ts"
     );
-    let rows = sqlx::query(&sql)
-        .bind(queue_id)
-        .bind(from)
-        .bind(to)
-        .fetch_all(db)
-        .await?;
+    let rows = sqlx::query(&sql).bind(queue_id).bind(from).bind(to).fetch_all(db).await?;
     let samples: Vec<(i64, StoredSample)> = rows
         .iter()
         .map(|r| Ok((r.try_get::<i64, _>(0)?, sample_from_row(r, 1)?)))
         .collect::<Result<_, sqlx::Error>>()?;
-    let deleted_at: Option<i64> = sqlx::query_scalar("select deleted_at from queues where id = ?")
-        .bind(queue_id)
-        .fetch_one(db)
-        .await?;
+    let deleted_at: Option<i64> =
+        sqlx::query_scalar("select deleted_at from queues where id = ?").bind(queue_id).fetch_one(db).await?;
     let polls = poll_times(db, broker_id, from - 2 * poll_interval_secs, to).await?;
 
     let mut points = Vec::new();
@@ -405,11 +380,12 @@ pub async fn queue_history(
                 deliver_rate: rate_from_milli(s.deliver_rate_m),
                 ack_rate: rate_from_milli(s.ack_rate_m),
                 redeliver_rate: rate_from_milli(s.redeliver_rate_m),
-                oldest_age_secs: match (s.ready.zip(s.unacked), s.head_ts) {
+                oldest_age_secs: match (s.ready.zip(s.unacked), s.head_ts.or(s.est_oldest_ts)) {
                     (Some((0, 0)), _) => Some(0.0),
-                    (_, Some(head)) => Some((t - head).max(0) as f64),
+                    (_, Some(oldest)) => Some((t - oldest).max(0) as f64),
                     _ => None,
                 },
+                oldest_age_estimated: s.head_ts.is_none() && s.est_oldest_ts.is_some(),
             }),
             _ => points.push(QueuePoint {
                 ts: t,
@@ -421,6 +397,7 @@ pub async fn queue_history(
                 ack_rate: None,
                 redeliver_rate: None,
                 oldest_age_secs: None,
+                oldest_age_estimated: false,
             }),
         }
     }
@@ -452,13 +429,9 @@ pub async fn depth_sparklines(
     .bind(since)
     .fetch_all(db)
     .await?;
-    let mut by_queue: std::collections::HashMap<i64, Vec<(i64, Option<i64>)>> =
-        std::collections::HashMap::new();
+    let mut by_queue: std::collections::HashMap<i64, Vec<(i64, Option<i64>)>> = std::collections::HashMap::new();
     for row in &rows {
-        by_queue
-            .entry(row.try_get(0)?)
-            .or_default()
-            .push((row.try_get(1)?, row.try_get(2)?));
+        by_queue.entry(row.try_get(0)?).or_default().push((row.try_get(1)?, row.try_get(2)?));
     }
     for (id, samples) in by_queue {
         let mut series = Vec::new();
@@ -474,6 +447,49 @@ pub async fn depth_sparklines(
         out.insert(id, series);
     }
     Ok(out)
+}
+
+/// For the FIFO age estimate: the latest sample of a queue since `since` whose publish counter
+/// was at most `target`, and the time of the sample after it (when the counter passed target).
+pub async fn publish_crossing(
+    db: &Db,
+    queue_id: i64,
+    since: i64,
+    target: i64,
+) -> Result<Option<(i64, Option<i64>)>, sqlx::Error> {
+    let found: Option<i64> = sqlx::query_scalar(
+        "select ts from queue_samples where queue_id = ? and ts >= ? and publish_count <= ? order by ts desc limit 1",
+    )
+    .bind(queue_id)
+    .bind(since)
+    .bind(target)
+    .fetch_optional(db)
+    .await?;
+    let Some(ts) = found else { return Ok(None) };
+    let next: Option<i64> = sqlx::query_scalar("select min(ts) from queue_samples where queue_id = ? and ts > ?")
+        .bind(queue_id)
+        .bind(ts)
+        .fetch_one(db)
+        .await?;
+    Ok(Some((ts, next)))
+}
+
+/// The first sample of a queue since `since` that has its counts: (ts, publish_count, ready + unacked).
+pub async fn first_sample(
+    db: &Db,
+    queue_id: i64,
+    since: i64,
+) -> Result<Option<(i64, Option<i64>, Option<i64>)>, sqlx::Error> {
+    let row = sqlx::query(
+        "select ts, publish_count, ready + unacked from queue_samples
+         where queue_id = ? and ts >= ? and publish_count is not null and ready is not null and unacked is not null
+         order by ts limit 1",
+    )
+    .bind(queue_id)
+    .bind(since)
+    .fetch_optional(db)
+    .await?;
+    row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).transpose()
 }
 
 /// One point of a broker's history.
@@ -513,7 +529,7 @@ pub async fn broker_history(
     .bind(step)
     .fetch_all(db)
     .await?;
-    let milli = |v: Option<f64>| v.map(|m| (m / 1000.0 * 1000.0).round() / 1000.0);
+    let milli = |v: Option<f64>| v.map(|m| m.round() / 1000.0);
     let mut points = Vec::with_capacity(rows.len());
     for row in &rows {
         let bucket: i64 = row.try_get(0)?;
@@ -536,16 +552,8 @@ pub async fn broker_history(
 /// Deletes samples older than `before` (unix seconds) and queues deleted before it.
 pub async fn prune(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
     let mut removed = 0;
-    removed += sqlx::query("delete from queue_samples where ts < ?")
-        .bind(before)
-        .execute(db)
-        .await?
-        .rows_affected();
-    removed += sqlx::query("delete from broker_samples where ts < ?")
-        .bind(before)
-        .execute(db)
-        .await?
-        .rows_affected();
+    removed += sqlx::query("delete from queue_samples where ts < ?").bind(before).execute(db).await?.rows_affected();
+    removed += sqlx::query("delete from broker_samples where ts < ?").bind(before).execute(db).await?.rows_affected();
     sqlx::query("delete from queues where deleted_at < ? and not exists (select 1 from queue_samples where queue_id = queues.id)")
         .bind(before)
         .execute(db)
@@ -563,9 +571,6 @@ mod tests {
         let grid = covered_grid(100, 170, 10, 20, &polls);
         let covered: Vec<bool> = grid.iter().map(|g| g.1).collect();
         // 140 is 20 s after the poll at 120: still within max_gap; 150 is not.
-        assert_eq!(
-            covered,
-            vec![true, true, true, true, true, false, true, true]
-        );
+        assert_eq!(covered, vec![true, true, true, true, true, false, true, true]);
     }
 }

@@ -8,6 +8,7 @@ pub mod management;
 pub mod metrics;
 pub mod poller;
 pub mod state;
+pub mod topology;
 pub mod web;
 
 use std::collections::HashMap;
@@ -34,10 +35,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database.display()))?;
     let mut ids = HashMap::new();
     for broker in &config.brokers {
-        ids.insert(
-            broker.name.clone(),
-            history::broker_id(&db, &broker.name).await?,
-        );
+        ids.insert(broker.name.clone(), history::broker_id(&db, &broker.name).await?);
     }
     Ok(AppState::new(config, db, ids))
 }
@@ -76,10 +74,7 @@ pub async fn run(
 
     cancel.cancel();
     tracker.close();
-    if tokio::time::timeout(SHUTDOWN_DEADLINE, tracker.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(SHUTDOWN_DEADLINE, tracker.wait()).await.is_err() {
         tracing::warn!("background tasks did not stop within {SHUTDOWN_DEADLINE:?}");
     }
     state.db.close().await;

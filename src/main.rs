@@ -153,11 +153,7 @@ async fn healthcheck(config: Config) -> anyhow::Result<()> {
         .send()
         .await
         .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
-    anyhow::ensure!(
-        response.status().is_success(),
-        "{url} answered {}",
-        response.status()
-    );
+    anyhow::ensure!(response.status().is_success(), "{url} answered {}", response.status());
     Ok(())
 }
 

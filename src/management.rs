@@ -16,11 +16,7 @@ use crate::config::BrokerConfig;
 
 /// Characters escaped in a path segment: everything but unreserved ones, so `/` in a vhost
 /// (the default vhost is literally "/") becomes `%2F`.
-pub const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
+pub const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 pub fn encode_segment(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
@@ -30,8 +26,7 @@ pub fn encode_segment(s: &str) -> String {
 pub const PAGE_SIZE: usize = 500;
 
 /// Fields asked of `/api/queues`: what warren stores and shows, nothing more (DOMAIN.md §2).
-pub const QUEUE_COLUMNS: &str =
-    "name,vhost,type,durable,state,arguments,policy,effective_policy_definition,\
+pub const QUEUE_COLUMNS: &str = "name,vhost,type,durable,state,arguments,policy,effective_policy_definition,\
 messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,\
 message_stats.publish,message_stats.deliver_get,message_stats.ack,message_stats.redeliver";
 
@@ -45,16 +40,14 @@ pub enum BrokerError {
     Unreachable(String),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
-    #[error("HTTP {status}: credentials refused (check user and password; a monitoring user needs the 'monitoring' tag)")]
+    #[error(
+        "HTTP {status}: credentials refused (check user and password; a monitoring user needs the 'monitoring' tag)"
+    )]
     Unauthorized { status: u16 },
     #[error("HTTP {status}: access denied (the user needs permissions in this vhost)")]
     Forbidden { status: u16 },
     #[error("HTTP {status} from {path}: {body}")]
-    Http {
-        status: u16,
-        path: String,
-        body: String,
-    },
+    Http { status: u16, path: String, body: String },
     #[error("malformed response from {path}: {detail}")]
     Malformed { path: String, detail: String },
 }
@@ -89,10 +82,8 @@ impl ManagementClient {
     /// GETs `path` (relative to the API base, already encoded) and decodes the JSON body.
     /// Returns the body's size in bytes too, for cost accounting.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<(T, usize), BrokerError> {
-        let url = self.base.join(path).map_err(|e| BrokerError::Malformed {
-            path: path.into(),
-            detail: e.to_string(),
-        })?;
+        let url =
+            self.base.join(path).map_err(|e| BrokerError::Malformed { path: path.into(), detail: e.to_string() })?;
         let response = self
             .http
             .get(url)
@@ -102,26 +93,15 @@ impl ManagementClient {
             .await
             .map_err(|e| self.transport_error(e))?;
         let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(e))?;
+        let body = response.bytes().await.map_err(|e| self.transport_error(e))?;
         match status.as_u16() {
             200..=299 => {}
             401 => return Err(BrokerError::Unauthorized { status: 401 }),
             403 => return Err(BrokerError::Forbidden { status: 403 }),
-            code => {
-                return Err(BrokerError::Http {
-                    status: code,
-                    path: strip_query(path),
-                    body: snippet(&body),
-                })
-            }
+            code => return Err(BrokerError::Http { status: code, path: strip_query(path), body: snippet(&body) }),
         }
-        let value = serde_json::from_slice(&body).map_err(|e| BrokerError::Malformed {
-            path: strip_query(path),
-            detail: e.to_string(),
-        })?;
+        let value = serde_json::from_slice(&body)
+            .map_err(|e| BrokerError::Malformed { path: strip_query(path), detail: e.to_string() })?;
         Ok((value, body.len()))
     }
 
@@ -140,24 +120,30 @@ impl ManagementClient {
     }
 
     pub async fn overview(&self) -> Result<(Overview, usize), BrokerError> {
-        self.get(&format!("api/overview?columns={OVERVIEW_COLUMNS}"))
-            .await
+        self.get(&format!("api/overview?columns={OVERVIEW_COLUMNS}")).await
     }
 
+    /// Vhosts with their cumulative message counters (confirms exist per vhost, not per queue).
     pub async fn vhosts(&self) -> Result<(Vec<VhostEntry>, usize), BrokerError> {
-        self.get("api/vhosts?columns=name").await
+        self.get(&format!("api/vhosts?columns={VHOST_COLUMNS}")).await
+    }
+
+    pub async fn bindings(&self, vhost: &str) -> Result<(Vec<crate::topology::Binding>, usize), BrokerError> {
+        self.get(&format!(
+            "api/bindings/{}?columns=source,destination,destination_type,routing_key",
+            encode_segment(vhost)
+        ))
+        .await
+    }
+
+    pub async fn exchanges(&self, vhost: &str) -> Result<(Vec<crate::topology::Exchange>, usize), BrokerError> {
+        self.get(&format!("api/exchanges/{}?columns=name,type", encode_segment(vhost))).await
     }
 
     /// One page (1-based) of a vhost's queues.
-    pub async fn queues_page(
-        &self,
-        vhost: &str,
-        page: usize,
-    ) -> Result<(QueuePage, usize), BrokerError> {
-        let path = format!(
-            "api/queues/{}?page={page}&page_size={PAGE_SIZE}&columns={QUEUE_COLUMNS}",
-            encode_segment(vhost)
-        );
+    pub async fn queues_page(&self, vhost: &str, page: usize) -> Result<(QueuePage, usize), BrokerError> {
+        let path =
+            format!("api/queues/{}?page={page}&page_size={PAGE_SIZE}&columns={QUEUE_COLUMNS}", encode_segment(vhost));
         self.get(&path).await
     }
 }
@@ -169,16 +155,18 @@ fn strip_query(path: &str) -> String {
 /// The start of an error body, on one line, without control characters.
 fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>()
-        .trim()
-        .to_string()
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>().trim().to_string()
 }
+
+const VHOST_COLUMNS: &str = "name,message_stats.publish,message_stats.confirm,message_stats.ack,\
+message_stats.deliver_get,message_stats.redeliver,message_stats.return_unroutable,message_stats.drop_unroutable";
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct VhostEntry {
     pub name: String,
+    /// Same counters as the overview's, for this vhost.
+    #[serde(default, deserialize_with = "lenient_object")]
+    pub message_stats: Option<OverviewStats>,
 }
 
 /// `GET /api/overview`, the parts warren uses.
@@ -188,7 +176,9 @@ pub struct Overview {
     pub rabbitmq_version: Option<String>,
     pub management_version: Option<String>,
     pub disable_stats: Option<bool>,
-    #[serde(default, deserialize_with = "lenient_object")]
+    /// `None` when the key is absent altogether: RabbitMQ 4.x with the metrics collector turned
+    /// off serves no message stats at all. An idle 3.x broker sends an empty object or list.
+    #[serde(default, deserialize_with = "present_object")]
     pub message_stats: Option<OverviewStats>,
     #[serde(default, deserialize_with = "lenient_object")]
     pub object_totals: Option<ObjectTotals>,
@@ -258,6 +248,20 @@ pub struct QueueStats {
     pub redeliver: Option<u64>,
 }
 
+/// Like `lenient_object`, but an empty `[]` (Erlang's empty proplist) is present and empty.
+fn present_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: DeserializeOwned + Default,
+{
+    let value = Value::deserialize(deserializer)?;
+    match value {
+        Value::Null => Ok(None),
+        Value::Array(items) if items.is_empty() => Ok(Some(T::default())),
+        other => T::deserialize(other).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
 /// Erlang's empty proplist is serialised as `[]` where an object is expected (3.x does this for
 /// `effective_policy_definition`, `arguments` and `message_stats`): read `[]` and `null` as absent.
 fn lenient_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
@@ -269,9 +273,7 @@ where
     match value {
         Value::Null => Ok(None),
         Value::Array(items) if items.is_empty() => Ok(None),
-        other => T::deserialize(other)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
+        other => T::deserialize(other).map(Some).map_err(serde::de::Error::custom),
     }
 }
 
@@ -281,16 +283,11 @@ mod tests {
     use std::io::Read;
 
     pub(crate) fn fixture(name: &str) -> Vec<u8> {
-        let path = format!(
-            "{}/tests/fixtures/rabbitmq-3.10.8/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let path = format!("{}/tests/fixtures/rabbitmq-3.10.8/{name}", env!("CARGO_MANIFEST_DIR"));
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"));
         if name.ends_with(".gz") {
             let mut out = Vec::new();
-            flate2::read::GzDecoder::new(&bytes[..])
-                .read_to_end(&mut out)
-                .unwrap();
+            flate2::read::GzDecoder::new(&bytes[..]).read_to_end(&mut out).unwrap();
             out
         } else {
             bytes
@@ -299,8 +296,7 @@ mod tests {
 
     #[test]
     fn parses_a_recorded_page_of_queues() {
-        let page: QueuePage =
-            serde_json::from_slice(&fixture("queues-10000-page1-of-20.json.gz")).unwrap();
+        let page: QueuePage = serde_json::from_slice(&fixture("queues-10000-page1-of-20.json.gz")).unwrap();
         assert_eq!((page.page, page.page_count, page.items.len()), (1, 20, 500));
         let q0 = page.items.iter().find(|q| q.name == "q0").unwrap();
         assert_eq!(q0.messages_ready, Some(1));
@@ -310,14 +306,10 @@ mod tests {
 
     #[test]
     fn parses_recorded_columns_listing_with_absent_keys() {
-        let queues: Vec<RawQueue> =
-            serde_json::from_slice(&fixture("queues-10000-columns.json.gz")).unwrap();
+        let queues: Vec<RawQueue> = serde_json::from_slice(&fixture("queues-10000-columns.json.gz")).unwrap();
         assert_eq!(queues.len(), 10_000);
         let idle = queues.iter().find(|q| q.name == "q1").unwrap();
-        assert!(
-            idle.message_stats.is_none(),
-            "a queue without activity has no message_stats"
-        );
+        assert!(idle.message_stats.is_none(), "a queue without activity has no message_stats");
         assert_eq!(idle.head_message_timestamp, None);
     }
 
@@ -325,13 +317,9 @@ mod tests {
     fn parses_quorum_and_classic_queue_objects() {
         let quorum: RawQueue = serde_json::from_slice(&fixture("queue-quorum-busy.json")).unwrap();
         assert_eq!(quorum.kind.as_deref(), Some("quorum"));
-        assert_eq!(
-            (quorum.messages_ready, quorum.messages_unacknowledged),
-            (Some(130), Some(20))
-        );
+        assert_eq!((quorum.messages_ready, quorum.messages_unacknowledged), (Some(130), Some(20)));
         assert_eq!(quorum.head_message_timestamp, None);
-        let classic: RawQueue =
-            serde_json::from_slice(&fixture("queue-classic-busy.json")).unwrap();
+        let classic: RawQueue = serde_json::from_slice(&fixture("queue-classic-busy.json")).unwrap();
         assert_eq!(classic.head_message_timestamp, Some(1700000050.0));
         assert_eq!(classic.message_stats.unwrap().ack, Some(50));
     }
@@ -340,10 +328,7 @@ mod tests {
     fn parses_recorded_overview() {
         let overview: Overview = serde_json::from_slice(&fixture("overview.json")).unwrap();
         let stats = overview.message_stats.unwrap();
-        assert_eq!(
-            (stats.publish, stats.confirm, stats.return_unroutable),
-            (Some(7286), Some(7286), Some(2))
-        );
+        assert_eq!((stats.publish, stats.confirm, stats.return_unroutable), (Some(7286), Some(7286), Some(2)));
         assert_eq!(overview.rabbitmq_version.as_deref(), Some("3.10.8"));
     }
 
@@ -359,11 +344,16 @@ mod tests {
              "messages_ready":0,"messages_unacknowledged":0,"consumers":1}
         ],"page":1,"page_count":1,"page_size":500,"total_count":2,"filtered_count":2,"item_count":2}"#;
         let page: QueuePage = serde_json::from_str(body).unwrap();
-        assert!(page
-            .items
-            .iter()
-            .all(|q| q.message_stats.is_none() && q.head_message_timestamp.is_none()));
+        assert!(page.items.iter().all(|q| q.message_stats.is_none() && q.head_message_timestamp.is_none()));
         assert_eq!(page.items[0].messages_ready, Some(3));
+    }
+
+    #[test]
+    fn overview_without_message_stats_means_no_stats() {
+        let idle: Overview = serde_json::from_str(r#"{"message_stats": [], "disable_stats": false}"#).unwrap();
+        assert!(idle.message_stats.is_some(), "an idle 3.x broker still collects stats");
+        let off: Overview = serde_json::from_str(r#"{"rabbitmq_version": "4.1.0"}"#).unwrap();
+        assert!(off.message_stats.is_none());
     }
 
     #[test]
@@ -372,11 +362,7 @@ mod tests {
             r#"{"name":"a","vhost":"/","arguments":[],"effective_policy_definition":[],"message_stats":[]}"#,
         )
         .unwrap();
-        assert!(
-            q.arguments.is_none()
-                && q.effective_policy_definition.is_none()
-                && q.message_stats.is_none()
-        );
+        assert!(q.arguments.is_none() && q.effective_policy_definition.is_none() && q.message_stats.is_none());
     }
 
     #[test]

@@ -32,6 +32,18 @@ impl AgeSource {
     }
 }
 
+/// A FIFO estimate of when a queue's oldest message was published (DOMAIN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Estimate {
+    /// The oldest message was published at about this unix time (seconds).
+    PublishedAt(f64),
+    /// Older than warren's history of the queue, which starts at this unix time.
+    OlderThan(i64),
+    /// The publish counter cannot account for the messages present (for example messages that
+    /// arrived by dead-lettering, which no publish counter counts).
+    Impossible,
+}
+
 /// Cumulative per-queue counters at one poll; `None` when the broker serves no stats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueCounters {
@@ -70,6 +82,22 @@ pub struct QueueView {
     pub redeliver_rate: Option<f64>,
     pub oldest_age_secs: Option<f64>,
     pub oldest_age_source: AgeSource,
+    /// The estimate is a lower bound: the oldest message is older than warren's history.
+    pub oldest_age_lower_bound: bool,
+    /// redeliver / deliver: the share of deliveries that were redeliveries.
+    pub redelivery_share: Option<f64>,
+    /// publish − ack, messages per second: positive means the backlog grows.
+    pub backlog_growth_rate: Option<f64>,
+    /// How long the current backlog takes to drain at current rates; `None` when it does not
+    /// drain (or rates are unknown).
+    pub time_to_drain_secs: Option<f64>,
+    /// Ready messages and no consumer: nothing will ever drain this queue.
+    pub no_consumers: bool,
+    /// Unacked messages held with no ack for this long (a hung consumer), once that lasted at
+    /// least `HUNG_AFTER_POLLS` polls.
+    pub hung_consumer_secs: Option<f64>,
+    #[serde(flatten)]
+    pub dead_letters: crate::topology::DeadLetterInfo,
     pub arguments: Map<String, Value>,
     pub policy: Option<String>,
     pub effective_policy: Map<String, Value>,
@@ -84,6 +112,32 @@ pub struct QueueView {
     /// `head_message_timestamp` in unix seconds, as stored.
     #[serde(skip)]
     pub head_ts: Option<i64>,
+    /// The FIFO estimate behind an `estimated` age.
+    #[serde(skip)]
+    pub estimate: Option<Estimate>,
+}
+
+impl QueueView {
+    /// Applies a FIFO estimate to a queue whose age the broker does not give.
+    pub fn apply_estimate(&mut self, estimate: Estimate, now: DateTime<Utc>) {
+        if self.oldest_age_source != AgeSource::Unknown {
+            return;
+        }
+        let now = now.timestamp_millis() as f64 / 1000.0;
+        match estimate {
+            Estimate::PublishedAt(t) => {
+                self.oldest_age_secs = Some((now - t).max(0.0));
+                self.oldest_age_source = AgeSource::Estimated;
+            }
+            Estimate::OlderThan(t) => {
+                self.oldest_age_secs = Some((now - t as f64).max(0.0));
+                self.oldest_age_source = AgeSource::Estimated;
+                self.oldest_age_lower_bound = true;
+            }
+            Estimate::Impossible => {}
+        }
+        self.estimate = Some(estimate);
+    }
 }
 
 /// Rate from two readings of a cumulative counter `dt_secs` apart. A counter that went
@@ -97,11 +151,7 @@ pub fn counter_rate(previous: Option<u64>, current: Option<u64>, dt_secs: f64) -
     Some((current - previous) as f64 / dt_secs)
 }
 
-pub fn rates_between(
-    previous: &QueueCounters,
-    current: &QueueCounters,
-    dt_secs: f64,
-) -> QueueRates {
+pub fn rates_between(previous: &QueueCounters, current: &QueueCounters, dt_secs: f64) -> QueueRates {
     QueueRates {
         publish: counter_rate(previous.publish, current.publish, dt_secs),
         deliver: counter_rate(previous.deliver, current.deliver, dt_secs),
@@ -117,8 +167,7 @@ pub fn queue_counters(raw: &RawQueue, stats_enabled: bool) -> QueueCounters {
     // A queue whose first stats have not reached the management database yet has no counts at
     // all (a new quorum queue, for seconds): its counters are unknown, not 0, or the first real
     // reading would look like a burst.
-    let no_stats_yet =
-        raw.messages.is_none() && raw.messages_ready.is_none() && raw.message_stats.is_none();
+    let no_stats_yet = raw.messages.is_none() && raw.messages_ready.is_none() && raw.message_stats.is_none();
     if !stats_enabled || no_stats_yet {
         return QueueCounters::default();
     }
@@ -134,11 +183,7 @@ pub fn queue_counters(raw: &RawQueue, stats_enabled: bool) -> QueueCounters {
 /// Oldest-message age from what the broker reports. `head_message_timestamp` counts unacked
 /// messages too and is null when the head message carries no timestamp (DOMAIN.md §3). A queue
 /// known to be empty has no waiting message: its age is exactly 0.
-pub fn exact_age(
-    total: Option<u64>,
-    head_ts: Option<i64>,
-    now: DateTime<Utc>,
-) -> (Option<f64>, AgeSource) {
+pub fn exact_age(total: Option<u64>, head_ts: Option<i64>, now: DateTime<Utc>) -> (Option<f64>, AgeSource) {
     match (total, head_ts) {
         (Some(0), _) => (Some(0.0), AgeSource::Exact),
         (_, Some(ts)) => {
@@ -164,9 +209,7 @@ pub fn queue_view(
         Some((prev, dt)) => rates_between(prev, &counters, dt),
         None => QueueRates::default(),
     };
-    let total = raw
-        .messages
-        .or_else(|| Some(raw.messages_ready? + raw.messages_unacknowledged?));
+    let total = raw.messages.or_else(|| Some(raw.messages_ready? + raw.messages_unacknowledged?));
     let head_ts = raw.head_message_timestamp.map(|ts| ts as i64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, head_ts, now);
     QueueView {
@@ -186,6 +229,13 @@ pub fn queue_view(
         redeliver_rate: rates.redeliver,
         oldest_age_secs,
         oldest_age_source,
+        oldest_age_lower_bound: false,
+        redelivery_share: None,
+        backlog_growth_rate: None,
+        time_to_drain_secs: None,
+        no_consumers: false,
+        hung_consumer_secs: None,
+        dead_letters: Default::default(),
         arguments: raw.arguments.clone().unwrap_or_default(),
         policy: raw.policy.clone(),
         effective_policy: raw.effective_policy_definition.clone().unwrap_or_default(),
@@ -194,7 +244,36 @@ pub fn queue_view(
         id: None,
         counters,
         head_ts,
+        estimate: None,
     }
+}
+
+/// A hung consumer is flagged after this many polls (and at least `HUNG_AFTER_SECS`) with
+/// unacked messages and no ack.
+pub const HUNG_AFTER_POLLS: u32 = 3;
+pub const HUNG_AFTER_SECS: f64 = 30.0;
+
+/// Fills the health signals of a view from its numbers. `no_ack_for` is how long the queue has
+/// held unacked messages without any ack, with the number of polls that covers.
+pub fn apply_health(view: &mut QueueView, no_ack_for: Option<(f64, u32)>) {
+    view.redelivery_share = match (view.redeliver_rate, view.deliver_rate) {
+        (Some(r), Some(d)) if d > 0.0 => Some((r / d).min(1.0)),
+        _ => None,
+    };
+    view.backlog_growth_rate = match (view.publish_rate, view.ack_rate) {
+        (Some(p), Some(a)) => Some(p - a),
+        _ => None,
+    };
+    view.time_to_drain_secs = match (view.total, view.backlog_growth_rate) {
+        (Some(0), _) => Some(0.0),
+        (Some(total), Some(growth)) if growth < 0.0 => Some(total as f64 / -growth),
+        _ => None,
+    };
+    view.no_consumers = view.consumers == Some(0) && view.ready.is_some_and(|r| r > 0);
+    view.hung_consumer_secs = match no_ack_for {
+        Some((secs, polls)) if polls >= HUNG_AFTER_POLLS && secs >= HUNG_AFTER_SECS => Some(secs),
+        _ => None,
+    };
 }
 
 /// The broker refreshes its statistics in steps of `collect_statistics_interval` (5 s by
@@ -212,9 +291,7 @@ pub struct CounterWindow<C> {
 
 impl<C: Copy> Default for CounterWindow<C> {
     fn default() -> Self {
-        CounterWindow {
-            readings: std::collections::VecDeque::new(),
-        }
+        CounterWindow { readings: std::collections::VecDeque::new() }
     }
 }
 
@@ -226,28 +303,18 @@ impl<C: Copy> CounterWindow<C> {
     /// at least `min_window` old whose age is within half a second of a multiple of the stats
     /// step; failing that, the oldest one at least one step old.
     pub fn baseline(&self, now: std::time::Instant, min_window_secs: f64) -> Option<(C, f64)> {
-        let aged = self
-            .readings
-            .iter()
-            .map(|(at, c)| (*c, now.duration_since(*at).as_secs_f64()));
-        let aligned =
-            |age: f64| (age - (age / STATS_STEP_SECS).round() * STATS_STEP_SECS).abs() <= 0.5;
+        let aged = self.readings.iter().map(|(at, c)| (*c, now.duration_since(*at).as_secs_f64()));
+        let aligned = |age: f64| (age - (age / STATS_STEP_SECS).round() * STATS_STEP_SECS).abs() <= 0.5;
         aged.clone()
             .filter(|(_, age)| *age >= min_window_secs - 0.5 && aligned(*age))
             .min_by(|a, b| a.1.total_cmp(&b.1))
-            .or_else(|| {
-                aged.filter(|(_, age)| *age >= STATS_STEP_SECS - 0.5)
-                    .max_by(|a, b| a.1.total_cmp(&b.1))
-            })
+            .or_else(|| aged.filter(|(_, age)| *age >= STATS_STEP_SECS - 0.5).max_by(|a, b| a.1.total_cmp(&b.1)))
     }
 
     pub fn push(&mut self, at: std::time::Instant, counters: C, keep_secs: f64) {
         self.readings.push_back((at, counters));
         while self.readings.len() > Self::MAX_READINGS
-            || self
-                .readings
-                .front()
-                .is_some_and(|(t, _)| at.duration_since(*t).as_secs_f64() > keep_secs)
+            || self.readings.front().is_some_and(|(t, _)| at.duration_since(*t).as_secs_f64() > keep_secs)
         {
             self.readings.pop_front();
         }
@@ -302,11 +369,7 @@ pub struct BrokerRates {
     pub unroutable_rate: Option<f64>,
 }
 
-pub fn broker_rates(
-    previous: &BrokerCounters,
-    current: &BrokerCounters,
-    dt_secs: f64,
-) -> BrokerRates {
+pub fn broker_rates(previous: &BrokerCounters, current: &BrokerCounters, dt_secs: f64) -> BrokerRates {
     BrokerRates {
         publish_rate: counter_rate(previous.publish, current.publish, dt_secs),
         confirm_rate: counter_rate(previous.confirm, current.confirm, dt_secs),
@@ -333,66 +396,36 @@ mod tests {
     #[test]
     fn rates_never_go_negative_across_a_reset() {
         assert_eq!(counter_rate(Some(100), Some(150), 10.0), Some(5.0));
-        assert_eq!(
-            counter_rate(Some(100), Some(20), 10.0),
-            None,
-            "reset is unknown, not negative"
-        );
-        assert_eq!(
-            counter_rate(None, Some(20), 10.0),
-            None,
-            "first sample has no rate"
-        );
+        assert_eq!(counter_rate(Some(100), Some(20), 10.0), None, "reset is unknown, not negative");
+        assert_eq!(counter_rate(None, Some(20), 10.0), None, "first sample has no rate");
         assert_eq!(counter_rate(Some(1), Some(2), 0.0), None);
     }
 
     #[test]
     fn absent_stats_are_zero_only_when_the_broker_collects_them() {
-        let raw: RawQueue =
-            serde_json::from_str(r#"{"name":"q","vhost":"/","messages":0}"#).unwrap();
+        let raw: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/","messages":0}"#).unwrap();
         assert_eq!(queue_counters(&raw, true).publish, Some(0));
         let fresh: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/"}"#).unwrap();
-        assert_eq!(
-            queue_counters(&fresh, true).publish,
-            None,
-            "no stats yet is unknown"
-        );
+        assert_eq!(queue_counters(&fresh, true).publish, None, "no stats yet is unknown");
         assert_eq!(queue_counters(&raw, false).publish, None);
-        let view = queue_view(
-            "b",
-            &raw,
-            false,
-            Some((&QueueCounters::default(), 10.0)),
-            Utc::now(),
-        );
-        assert_eq!(
-            view.publish_rate, None,
-            "no stats on the broker means unknown rates"
-        );
+        let view = queue_view("b", &raw, false, Some((&QueueCounters::default(), 10.0)), Utc::now());
+        assert_eq!(view.publish_rate, None, "no stats on the broker means unknown rates");
     }
 
     #[test]
     fn age_is_exact_from_timestamp_unknown_without() {
         let now = DateTime::from_timestamp(1_000_100, 0).unwrap();
-        assert_eq!(
-            exact_age(Some(3), Some(1_000_000), now),
-            (Some(100.0), AgeSource::Exact)
-        );
+        assert_eq!(exact_age(Some(3), Some(1_000_000), now), (Some(100.0), AgeSource::Exact));
         assert_eq!(exact_age(Some(0), None, now), (Some(0.0), AgeSource::Exact));
         assert_eq!(exact_age(Some(3), None, now), (None, AgeSource::Unknown));
         assert_eq!(exact_age(None, None, now), (None, AgeSource::Unknown));
-        assert_eq!(
-            exact_age(Some(1), Some(1_000_200), now).0,
-            Some(0.0),
-            "clock skew clamps to 0"
-        );
+        assert_eq!(exact_age(Some(1), Some(1_000_200), now).0, Some(0.0), "clock skew clamps to 0");
     }
 
     #[test]
     fn missing_depth_stays_unknown() {
         // A new quorum queue has no messages* keys for its first seconds [3.10].
-        let raw: RawQueue =
-            serde_json::from_str(r#"{"name":"q","vhost":"/","type":"quorum"}"#).unwrap();
+        let raw: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/","type":"quorum"}"#).unwrap();
         let view = queue_view("b", &raw, true, None, Utc::now());
         assert_eq!((view.ready, view.unacked, view.total), (None, None, None));
         assert_eq!(view.oldest_age_source, AgeSource::Unknown);
@@ -415,19 +448,36 @@ mod tests {
         let mut window = CounterWindow::default();
         window.push(start, 1u64, 65.0);
         window.push(start + Duration::from_secs(10), 2, 65.0);
-        let (reading, _) = window
-            .baseline(start + Duration::from_secs(20), 10.0)
-            .unwrap();
+        let (reading, _) = window.baseline(start + Duration::from_secs(20), 10.0).unwrap();
         assert_eq!(reading, 2);
         // Too young to give a rate.
-        assert!(window
-            .baseline(start + Duration::from_secs(12), 10.0)
-            .is_some());
+        assert!(window.baseline(start + Duration::from_secs(12), 10.0).is_some());
         let mut fresh = CounterWindow::default();
         fresh.push(start, 1u64, 65.0);
-        assert!(fresh
-            .baseline(start + Duration::from_secs(2), 10.0)
-            .is_none());
+        assert!(fresh.baseline(start + Duration::from_secs(2), 10.0).is_none());
+    }
+
+    #[test]
+    fn health_signals() {
+        let raw: RawQueue = serde_json::from_str(
+            r#"{"name":"q","vhost":"/","messages":100,"messages_ready":90,"messages_unacknowledged":10,"consumers":0}"#,
+        )
+        .unwrap();
+        let mut view = queue_view("b", &raw, true, None, Utc::now());
+        view.publish_rate = Some(2.0);
+        view.ack_rate = Some(7.0);
+        view.deliver_rate = Some(10.0);
+        view.redeliver_rate = Some(1.0);
+        apply_health(&mut view, Some((45.0, 4)));
+        assert_eq!(view.backlog_growth_rate, Some(-5.0));
+        assert_eq!(view.time_to_drain_secs, Some(20.0));
+        assert_eq!(view.redelivery_share, Some(0.1));
+        assert!(view.no_consumers);
+        assert_eq!(view.hung_consumer_secs, Some(45.0));
+        view.ack_rate = Some(1.0);
+        apply_health(&mut view, Some((45.0, 2)));
+        assert_eq!(view.time_to_drain_secs, None, "a growing backlog does not drain");
+        assert_eq!(view.hung_consumer_secs, None, "two polls are not enough to call it hung");
     }
 
     #[test]

@@ -27,18 +27,12 @@ pub struct Live(Arc<RwLock<HashMap<String, BrokerLive>>>);
 
 impl Live {
     pub fn new(brokers: &[String]) -> Self {
-        let map = brokers
-            .iter()
-            .map(|name| (name.clone(), BrokerLive::new(name)))
-            .collect();
+        let map = brokers.iter().map(|name| (name.clone(), BrokerLive::new(name))).collect();
         Live(Arc::new(RwLock::new(map)))
     }
 
     pub fn update(&self, broker: &str, f: impl FnOnce(&mut BrokerLive)) {
-        let mut map = self
-            .0
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut map = self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(live) = map.get_mut(broker) {
             f(live);
         }
@@ -46,20 +40,14 @@ impl Live {
 
     /// A copy of every broker's state, in configuration order of names (sorted).
     pub fn snapshot(&self) -> Vec<BrokerLive> {
-        let map = self
-            .0
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let map = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut all: Vec<BrokerLive> = map.values().cloned().collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
     }
 
     pub fn broker(&self, name: &str) -> Option<BrokerLive> {
-        let map = self
-            .0
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let map = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         map.get(name).cloned()
     }
 }
@@ -71,8 +59,17 @@ pub struct BrokerLive {
     pub status: BrokerStatus,
     pub rates: BrokerRates,
     pub totals: BrokerTotals,
+    /// Per-vhost rates of the watched vhosts.
+    pub vhosts: Vec<VhostLive>,
     #[serde(skip)]
     pub queues: Arc<Vec<QueueView>>,
+}
+
+/// Rates of one vhost (publish, confirm, ack, deliver, redeliver, unroutable).
+#[derive(Debug, Clone, Serialize)]
+pub struct VhostLive {
+    pub name: String,
+    pub rates: BrokerRates,
 }
 
 impl BrokerLive {
@@ -82,6 +79,7 @@ impl BrokerLive {
             status: BrokerStatus::default(),
             rates: BrokerRates::default(),
             totals: BrokerTotals::default(),
+            vhosts: Vec::new(),
             queues: Arc::new(Vec::new()),
         }
     }
@@ -129,11 +127,6 @@ pub struct BrokerTotals {
 impl AppState {
     pub fn new(config: Config, db: Db, broker_ids: HashMap<String, i64>) -> Self {
         let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
-        AppState {
-            config: Arc::new(config),
-            db,
-            live: Live::new(&names),
-            broker_ids: Arc::new(broker_ids),
-        }
+        AppState { config: Arc::new(config), db, live: Live::new(&names), broker_ids: Arc::new(broker_ids) }
     }
 }

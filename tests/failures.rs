@@ -26,21 +26,12 @@ enum Mode {
 async fn fake_management(State(mode): State<Arc<Mutex<Mode>>>, request: Request) -> Response {
     let mode = *mode.lock().unwrap();
     match mode {
-        Mode::Error500 => {
-            (StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":\"boom\"}").into_response()
+        Mode::Error500 => (StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":\"boom\"}").into_response(),
+        Mode::Garbage => {
+            (StatusCode::OK, [("content-type", "application/json")], "{\"items\": [1, 2,, <html>").into_response()
         }
-        Mode::Garbage => (
-            StatusCode::OK,
-            [("content-type", "application/json")],
-            "{\"items\": [1, 2,, <html>",
-        )
-            .into_response(),
         Mode::Proxy => {
-            let path = request
-                .uri()
-                .path_and_query()
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_default();
+            let path = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
             let auth = request.headers().get("authorization").cloned();
             let mut forward = reqwest::Client::new().get(format!("{MANAGEMENT}{path}"));
             if let Some(auth) = auth {
@@ -69,22 +60,15 @@ async fn broker_status(warren: &Warren) -> Value {
 }
 
 async fn wait_down(warren: &Warren, reason_contains: &str) -> Value {
-    wait_for(
-        &format!("broker down with a reason containing {reason_contains:?}"),
-        Duration::from_secs(30),
-        || async {
-            let b = broker_status(warren).await;
-            let error = b["status"]["error"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if b["status"]["up"] == false && error.contains(reason_contains) {
-                Ok(b)
-            } else {
-                Err(format!("up={} error={error:?}", b["status"]["up"]))
-            }
-        },
-    )
+    wait_for(&format!("broker down with a reason containing {reason_contains:?}"), Duration::from_secs(30), || async {
+        let b = broker_status(warren).await;
+        let error = b["status"]["error"].as_str().unwrap_or_default().to_string();
+        if b["status"]["up"] == false && error.contains(reason_contains) {
+            Ok(b)
+        } else {
+            Err(format!("up={} error={error:?}", b["status"]["up"]))
+        }
+    })
     .await
 }
 
@@ -112,21 +96,14 @@ async fn broker_failures_show_as_down_and_recover() {
     assert!(down["status"]["last_success"].is_null());
     let (status, page) = warren.get_text("/").await;
     assert_eq!(status, 200, "the overview keeps serving");
-    assert!(
-        page.contains("unreachable"),
-        "the overview says why the broker is down"
-    );
+    assert!(page.contains("unreachable"), "the overview says why the broker is down");
     let (status, _) = warren.get_text("/queues").await;
     assert_eq!(status, 200);
 
     // 2. The same port now answers 500.
     let mode = Arc::new(Mutex::new(Mode::Error500));
-    let app = axum::Router::new()
-        .fallback(fake_management)
-        .with_state(mode.clone());
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
+    let app = axum::Router::new().fallback(fake_management).with_state(mode.clone());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     wait_down(&warren, "HTTP 500").await;
 
@@ -137,44 +114,28 @@ async fn broker_failures_show_as_down_and_recover() {
     // 4. Pointed back at the real broker: recovers by itself and shows the queue.
     *mode.lock().unwrap() = Mode::Proxy;
     let v = vhost.name.clone();
-    wait_for(
-        "recovery with the queue listed",
-        Duration::from_secs(30),
-        || {
-            let (warren, v) = (&warren, v.clone());
-            async move {
-                let b = broker_status(warren).await;
-                let q = warren.queue(&v, "survivor").await;
-                match q {
-                    Some(q) if b["status"]["up"] == true && q["ready"] == 7 => Ok(()),
-                    other => Err(format!(
-                        "up={} error={} queue={other:?}",
-                        b["status"]["up"], b["status"]["error"]
-                    )),
-                }
+    wait_for("recovery with the queue listed", Duration::from_secs(30), || {
+        let (warren, v) = (&warren, v.clone());
+        async move {
+            let b = broker_status(warren).await;
+            let q = warren.queue(&v, "survivor").await;
+            match q {
+                Some(q) if b["status"]["up"] == true && q["ready"] == 7 => Ok(()),
+                other => Err(format!("up={} error={} queue={other:?}", b["status"]["up"], b["status"]["error"])),
             }
-        },
-    )
+        }
+    })
     .await;
 
     // 5. Down again after data exists: the last data stays, marked stale.
     *mode.lock().unwrap() = Mode::Error500;
     let down = wait_down(&warren, "HTTP 500").await;
-    assert!(
-        down["stale_since"].is_string(),
-        "stale since the last success: {down}"
-    );
-    let q = warren
-        .queue(&vhost.name, "survivor")
-        .await
-        .expect("last data still served");
+    assert!(down["stale_since"].is_string(), "stale since the last success: {down}");
+    let q = warren.queue(&vhost.name, "survivor").await.expect("last data still served");
     assert_eq!(q["ready"], 7);
     let (status, page) = warren.get_text("/queues").await;
     assert_eq!(status, 200);
-    assert!(
-        page.contains("stale since"),
-        "the queue list says the data is stale"
-    );
+    assert!(page.contains("stale since"), "the queue list says the data is stale");
 
     server.abort();
     warren.stop().await;
@@ -188,10 +149,7 @@ async fn wrong_credentials_are_reported_as_such() {
     ))
     .await;
     let down = wait_down(&warren, "401").await;
-    assert!(down["status"]["error"]
-        .as_str()
-        .unwrap()
-        .contains("credentials"));
+    assert!(down["status"]["error"].as_str().unwrap().contains("credentials"));
     // The password is never shown.
     let (_, text) = warren.get_text("/api/v1/brokers").await;
     assert!(!text.contains("not-the-password"));

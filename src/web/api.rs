@@ -19,10 +19,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/brokers/{broker}/history", get(broker_history))
         .route("/api/v1/queues", get(queues))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}", get(queue))
-        .route(
-            "/api/v1/queues/{broker}/{vhost}/{queue}/history",
-            get(queue_history),
-        )
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/history", get(queue_history))
 }
 
 /// A broker as the API shows it: status, rates, totals; never its credentials.
@@ -38,43 +35,23 @@ pub struct BrokerJson {
 pub fn broker_json(state: &AppState, live: BrokerLive) -> BrokerJson {
     let config = state.config.brokers.iter().find(|b| b.name == live.name);
     BrokerJson {
-        management_url: config
-            .map(|b| b.management_url.to_string())
-            .unwrap_or_default(),
-        poll_interval_secs: config
-            .map(|b| b.poll_interval.as_secs())
-            .unwrap_or_default(),
+        management_url: config.map(|b| b.management_url.to_string()).unwrap_or_default(),
+        poll_interval_secs: config.map(|b| b.poll_interval.as_secs()).unwrap_or_default(),
         stale_since: live.stale_since(),
         live,
     }
 }
 
 async fn brokers(State(state): State<AppState>) -> Json<Vec<BrokerJson>> {
-    Json(
-        state
-            .live
-            .snapshot()
-            .into_iter()
-            .map(|b| broker_json(&state, b))
-            .collect(),
-    )
+    Json(state.live.snapshot().into_iter().map(|b| broker_json(&state, b)).collect())
 }
 
 pub fn broker_live(state: &AppState, broker: &str) -> Result<BrokerLive, WebError> {
-    state
-        .live
-        .broker(broker)
-        .ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))
+    state.live.broker(broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))
 }
 
 fn poll_interval_secs(state: &AppState, broker: &str) -> i64 {
-    state
-        .config
-        .brokers
-        .iter()
-        .find(|b| b.name == broker)
-        .map(|b| b.poll_interval.as_secs() as i64)
-        .unwrap_or(10)
+    state.config.brokers.iter().find(|b| b.name == broker).map(|b| b.poll_interval.as_secs() as i64).unwrap_or(10)
 }
 
 #[derive(Serialize)]
@@ -93,16 +70,9 @@ pub async fn load_broker_history(
 ) -> Result<BrokerHistory, WebError> {
     broker_live(state, broker)?;
     let id = state.broker_ids[broker];
-    let TimeRange { from, to, step } =
-        range.validate(Utc::now(), poll_interval_secs(state, broker))?;
+    let TimeRange { from, to, step } = range.validate(Utc::now(), poll_interval_secs(state, broker))?;
     let points = history::broker_history(&state.db, id, from, to, step).await?;
-    Ok(BrokerHistory {
-        broker: broker.to_string(),
-        from,
-        to,
-        step,
-        points,
-    })
+    Ok(BrokerHistory { broker: broker.to_string(), from, to, step, points })
 }
 
 async fn broker_history(
@@ -113,52 +83,28 @@ async fn broker_history(
     Ok(Json(load_broker_history(&state, &broker, &range).await?))
 }
 
-async fn queues(
-    State(state): State<AppState>,
-    Query(query): Query<QueueQuery>,
-) -> Result<Json<Value>, ApiError> {
+async fn queues(State(state): State<AppState>, Query(query): Query<QueueQuery>) -> Result<Json<Value>, ApiError> {
     let listing = query.validate()?;
     let (items, total) = listing.apply(&state.live.snapshot());
-    Ok(Json(
-        json!({"items": items, "total": total, "page": listing.page, "per_page": listing.per_page}),
-    ))
+    Ok(Json(json!({"items": items, "total": total, "page": listing.page, "per_page": listing.per_page})))
 }
 
 /// A queue by its names: live if the broker lists it, otherwise its last stored state if warren
 /// has seen it (a deleted queue keeps its history).
-pub async fn find_queue(
-    state: &AppState,
-    broker: &str,
-    vhost: &str,
-    name: &str,
-) -> Result<QueueView, WebError> {
+pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str) -> Result<QueueView, WebError> {
     let live = broker_live(state, broker)?;
-    if let Some(q) = live
-        .queues
-        .iter()
-        .find(|q| q.vhost == vhost && q.name == name)
-    {
+    if let Some(q) = live.queues.iter().find(|q| q.vhost == vhost && q.name == name) {
         return Ok(q.clone());
     }
-    let not_found = || {
-        WebError::NotFound(format!(
-            "no queue {name:?} in vhost {vhost:?} on broker {broker:?}"
-        ))
-    };
-    let known = history::find_queue(&state.db, broker, vhost, name)
-        .await?
-        .ok_or_else(not_found)?;
+    let not_found = || WebError::NotFound(format!("no queue {name:?} in vhost {vhost:?} on broker {broker:?}"));
+    let known = history::find_queue(&state.db, broker, vhost, name).await?.ok_or_else(not_found)?;
     let parse = |text: &str| match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => map,
         _ => Default::default(),
     };
     let (ts, sample) = known.last_sample.unwrap_or_default();
-    let updated_at =
-        DateTime::from_timestamp(known.deleted_at.unwrap_or(ts), 0).unwrap_or_default();
-    let total = sample
-        .ready
-        .zip(sample.unacked)
-        .map(|(r, u)| (r + u) as u64);
+    let updated_at = DateTime::from_timestamp(known.deleted_at.unwrap_or(ts), 0).unwrap_or_default();
+    let total = sample.ready.zip(sample.unacked).map(|(r, u)| (r + u) as u64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, sample.head_ts, updated_at);
     Ok(QueueView {
         broker: broker.to_string(),
@@ -177,6 +123,13 @@ pub async fn find_queue(
         redeliver_rate: rate_from_milli(sample.redeliver_rate_m),
         oldest_age_secs,
         oldest_age_source,
+        oldest_age_lower_bound: false,
+        redelivery_share: None,
+        backlog_growth_rate: None,
+        time_to_drain_secs: None,
+        no_consumers: false,
+        hung_consumer_secs: None,
+        dead_letters: Default::default(),
         arguments: parse(&known.meta.arguments),
         policy: known.meta.policy,
         effective_policy: parse(&known.meta.effective_policy),
@@ -185,6 +138,7 @@ pub async fn find_queue(
         id: Some(known.id),
         counters: Default::default(),
         head_ts: sample.head_ts,
+        estimate: None,
     })
 }
 
@@ -216,23 +170,11 @@ pub async fn load_queue_history(
     broker_live(state, broker)?;
     let interval = poll_interval_secs(state, broker);
     let TimeRange { from, to, step } = range.validate(Utc::now(), interval)?;
-    let known = history::find_queue(&state.db, broker, vhost, name)
-        .await?
-        .ok_or_else(|| {
-            WebError::NotFound(format!(
-                "no history for queue {name:?} in vhost {vhost:?} on broker {broker:?}"
-            ))
-        })?;
-    let points = history::queue_history(
-        &state.db,
-        state.broker_ids[broker],
-        known.id,
-        from,
-        to,
-        step,
-        interval,
-    )
-    .await?;
+    let known = history::find_queue(&state.db, broker, vhost, name).await?.ok_or_else(|| {
+        WebError::NotFound(format!("no history for queue {name:?} in vhost {vhost:?} on broker {broker:?}"))
+    })?;
+    let points =
+        history::queue_history(&state.db, state.broker_ids[broker], known.id, from, to, step, interval).await?;
     Ok(QueueHistory {
         broker: broker.to_string(),
         vhost: vhost.to_string(),
@@ -249,7 +191,5 @@ async fn queue_history(
     Path((broker, vhost, name)): Path<(String, String, String)>,
     Query(range): Query<RangeQuery>,
 ) -> Result<Json<QueueHistory>, ApiError> {
-    Ok(Json(
-        load_queue_history(&state, &broker, &vhost, &name, &range).await?,
-    ))
+    Ok(Json(load_queue_history(&state, &broker, &vhost, &name, &range).await?))
 }

@@ -11,31 +11,11 @@ use crate::state::AppState;
 
 /// (file name, content type, bytes)
 const ASSETS: &[(&str, &str, &[u8])] = &[
-    (
-        "htmx-2.0.11.min.js",
-        "text/javascript",
-        include_bytes!("../../static/htmx-2.0.11.min.js"),
-    ),
-    (
-        "uplot-1.6.32.min.js",
-        "text/javascript",
-        include_bytes!("../../static/uplot-1.6.32.min.js"),
-    ),
-    (
-        "uplot-1.6.32.min.css",
-        "text/css",
-        include_bytes!("../../static/uplot-1.6.32.min.css"),
-    ),
-    (
-        "warren.css",
-        "text/css",
-        include_bytes!("../../static/warren.css"),
-    ),
-    (
-        "warren.js",
-        "text/javascript",
-        include_bytes!("../../static/warren.js"),
-    ),
+    ("htmx-2.0.11.min.js", "text/javascript", include_bytes!("../../static/htmx-2.0.11.min.js")),
+    ("uplot-1.6.32.min.js", "text/javascript", include_bytes!("../../static/uplot-1.6.32.min.js")),
+    ("uplot-1.6.32.min.css", "text/css", include_bytes!("../../static/uplot-1.6.32.min.css")),
+    ("warren.css", "text/css", include_bytes!("../../static/warren.css")),
+    ("warren.js", "text/javascript", include_bytes!("../../static/warren.js")),
 ];
 
 pub fn router() -> Router<AppState> {
@@ -47,17 +27,6 @@ async fn asset(Path(file): Path<String>) -> Response {
         return (StatusCode::NOT_FOUND, "no such asset").into_response();
     };
     // Versioned vendor files never change; warren's own files change with releases.
-    let cache = if name.starts_with("warren.") {
-        "public, max-age=300"
-    } else {
-        "public, max-age=31536000, immutable"
-    };
-    (
-        [
-            (header::CONTENT_TYPE, *content_type),
-            (header::CACHE_CONTROL, cache),
-        ],
-        *bytes,
-    )
-        .into_response()
+    let cache = if name.starts_with("warren.") { "public, max-age=300" } else { "public, max-age=31536000, immutable" };
+    ([(header::CONTENT_TYPE, *content_type), (header::CACHE_CONTROL, cache)], *bytes).into_response()
 }

@@ -47,6 +47,9 @@ pub fn duration(secs: f64) -> String {
 
 pub fn age(view: &QueueView) -> String {
     match (view.oldest_age_secs, view.oldest_age_source) {
+        (Some(secs), AgeSource::Estimated) if view.oldest_age_lower_bound => {
+            format!("> {}", duration(secs))
+        }
         (Some(secs), AgeSource::Estimated) => format!("~{}", duration(secs)),
         (Some(secs), _) => duration(secs),
         (None, _) => UNKNOWN.to_string(),
@@ -55,10 +58,11 @@ pub fn age(view: &QueueView) -> String {
 
 pub fn age_title(view: &QueueView) -> &'static str {
     match view.oldest_age_source {
-        AgeSource::Exact => {
-            "exact: from the broker's head message timestamp (or the queue is empty)"
+        AgeSource::Exact => "exact: from the broker's head message timestamp (or the queue is empty)",
+        AgeSource::Estimated if view.oldest_age_lower_bound => {
+            "estimated lower bound: the oldest message is older than warren's history of this queue"
         }
-        AgeSource::Estimated => "estimated from warren's publish history",
+        AgeSource::Estimated => "estimated from warren's history of the publish counter (assumes FIFO)",
         AgeSource::Unknown => "unknown: the broker gives no timestamp for this queue",
     }
 }
@@ -72,10 +76,7 @@ pub fn time(t: Option<DateTime<Utc>>) -> String {
 
 pub fn ago(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
     match t {
-        Some(t) => format!(
-            "{} ago",
-            duration((now - t).num_milliseconds() as f64 / 1000.0)
-        ),
+        Some(t) => format!("{} ago", duration((now - t).num_milliseconds() as f64 / 1000.0)),
         None => "never".to_string(),
     }
 }
@@ -101,11 +102,7 @@ pub fn sparkline(series: &[Option<i64>]) -> Vec<String> {
             None => segments.push(Vec::new()),
         }
     }
-    segments
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| s.join(" "))
-        .collect()
+    segments.into_iter().filter(|s| !s.is_empty()).map(|s| s.join(" ")).collect()
 }
 
 #[cfg(test)]
@@ -130,9 +127,6 @@ mod tests {
 
     #[test]
     fn sparkline_breaks_at_gaps() {
-        assert_eq!(
-            sparkline(&[Some(0), Some(10), None, Some(5), Some(5)]).len(),
-            2
-        );
+        assert_eq!(sparkline(&[Some(0), Some(10), None, Some(5), Some(5)]).len(), 2);
     }
 }

@@ -4,6 +4,7 @@ mod api;
 mod assets;
 mod format;
 mod pages;
+mod prometheus;
 mod query;
 
 use axum::http::{header, HeaderMap, StatusCode};
@@ -19,6 +20,7 @@ pub fn router(state: AppState) -> Router {
         .merge(pages::router())
         .merge(api::router())
         .merge(assets::router())
+        .merge(prometheus::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(tower_http::trace::TraceLayer::new_for_http())
@@ -32,27 +34,13 @@ async fn healthz() -> &'static str {
 
 /// The database answers and every broker has been polled at least once.
 async fn readyz(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
-    let db_ok = sqlx::query_scalar::<_, i64>("select 1")
-        .fetch_one(&state.db)
-        .await
-        .is_ok();
+    let db_ok = sqlx::query_scalar::<_, i64>("select 1").fetch_one(&state.db).await.is_ok();
     let brokers = state.live.snapshot();
-    let waiting: Vec<&str> = brokers
-        .iter()
-        .filter(|b| b.status.last_attempt.is_none())
-        .map(|b| b.name.as_str())
-        .collect();
+    let waiting: Vec<&str> =
+        brokers.iter().filter(|b| b.status.last_attempt.is_none()).map(|b| b.name.as_str()).collect();
     let ready = db_ok && waiting.is_empty();
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (
-        status,
-        Json(json!({"ready": ready, "database": db_ok, "brokers_not_polled_yet": waiting})),
-    )
-        .into_response()
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(json!({"ready": ready, "database": db_ok, "brokers_not_polled_yet": waiting}))).into_response()
 }
 
 /// Errors of the web boundary, mapped to a response in one place (`respond`).
@@ -128,10 +116,7 @@ impl<E: Into<WebError>> From<E> for PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         self.0.log();
-        let page = pages::ErrorPage {
-            status: self.0.status().as_u16(),
-            message: self.0.to_string(),
-        };
+        let page = pages::ErrorPage { status: self.0.status().as_u16(), message: self.0.to_string() };
         let html = askama::Template::render(&page)
             .unwrap_or_else(|_| "<!doctype html><title>error</title><p>error</p>".to_string());
         (self.0.status(), Html(html)).into_response()

@@ -28,12 +28,7 @@ pub fn router() -> Router<AppState> {
 
 /// Where a queue's page is.
 pub fn queue_href(broker: &str, vhost: &str, name: &str) -> String {
-    format!(
-        "/queues/{}/{}/{}",
-        encode_segment(broker),
-        encode_segment(vhost),
-        encode_segment(name)
-    )
+    format!("/queues/{}/{}/{}", encode_segment(broker), encode_segment(vhost), encode_segment(name))
 }
 
 #[derive(Template)]
@@ -82,10 +77,7 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
         error: s.error.clone(),
         last_poll: format::ago(s.last_attempt, now),
         stale_since: b.stale_since().map(|t| format::time(Some(t))),
-        version: s
-            .rabbitmq_version
-            .clone()
-            .unwrap_or_else(|| format::UNKNOWN.to_string()),
+        version: s.rabbitmq_version.clone().unwrap_or_else(|| format::UNKNOWN.to_string()),
         queues: format::count(s.last_success.map(|_| b.totals.queues)),
         ready: format::count(b.totals.ready),
         unacked: format::count(b.totals.unacked),
@@ -97,10 +89,7 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
         deliver_rate: format::rate(b.rates.deliver_rate),
         redeliver_rate: format::rate(b.rates.redeliver_rate),
         unroutable_rate: format::rate(b.rates.unroutable_rate),
-        poll_ms: s
-            .last_poll_ms
-            .map(|ms| format!("{ms} ms"))
-            .unwrap_or_else(|| format::UNKNOWN.to_string()),
+        poll_ms: s.last_poll_ms.map(|ms| format!("{ms} ms")).unwrap_or_else(|| format::UNKNOWN.to_string()),
     }
 }
 
@@ -108,6 +97,8 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
 #[template(path = "overview_brokers.html")]
 struct OverviewBrokers {
     brokers: Vec<BrokerRow>,
+    dlqs: Vec<QueueRow>,
+    dlq_sources: Vec<String>,
 }
 
 #[derive(Template)]
@@ -117,22 +108,21 @@ struct OverviewPage {
     brokers: Vec<String>,
 }
 
-async fn overview(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Response, PageError> {
+async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, PageError> {
     let live = state.live.snapshot();
+    let mut dlqs: Vec<&QueueView> =
+        live.iter().flat_map(|b| b.queues.iter()).filter(|q| q.dead_letters.is_dlq).collect();
+    dlqs.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
     let fragment = OverviewBrokers {
         brokers: live.iter().map(broker_row).collect(),
+        dlq_sources: dlqs.iter().map(|q| q.dead_letters.dead_letter_sources.join(", ")).collect(),
+        dlqs: dlqs.into_iter().map(|q| queue_row(q, Vec::new())).collect(),
     }
     .render()?;
     if is_htmx(&headers) {
         return Ok(html(fragment));
     }
-    let page = OverviewPage {
-        fragment,
-        brokers: live.iter().map(|b| encode_segment(&b.name)).collect(),
-    };
+    let page = OverviewPage { fragment, brokers: live.iter().map(|b| encode_segment(&b.name)).collect() };
     Ok(html(page.render()?))
 }
 
@@ -158,16 +148,32 @@ struct QueueRow {
     age_source: &'static str,
     age_title: &'static str,
     sparkline: Vec<String>,
+    /// Badges: (css class, text, explanation).
+    signals: Vec<(&'static str, String, &'static str)>,
+}
+
+fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
+    let mut out = Vec::new();
+    if q.dead_letters.is_dlq {
+        out.push(("info", "DLQ".to_string(), "dead-letter queue: other queues dead-letter into it"));
+    }
+    if q.no_consumers {
+        out.push(("warn", "no consumers".to_string(), "ready messages and no consumer: nothing will drain this queue"));
+    }
+    if let Some(secs) = q.hung_consumer_secs {
+        out.push((
+            "bad",
+            format!("hung consumer {}", format::duration(secs)),
+            "unacked messages held with no ack for several polls",
+        ));
+    }
+    out
 }
 
 fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
     QueueRow {
         href: queue_href(&q.broker, &q.vhost, &q.name),
-        vhost_href: format!(
-            "/queues?broker={}&vhost={}",
-            encode_segment(&q.broker),
-            encode_segment(&q.vhost)
-        ),
+        vhost_href: format!("/queues?broker={}&vhost={}", encode_segment(&q.broker), encode_segment(&q.vhost)),
         broker: q.broker.clone(),
         vhost: q.vhost.clone(),
         name: q.name.clone(),
@@ -185,6 +191,7 @@ fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
         age_source: q.oldest_age_source.as_str(),
         age_title: format::age_title(q),
         sparkline,
+        signals: signals(q),
     }
 }
 
@@ -217,16 +224,13 @@ struct QueuesPage {
     broker: String,
     vhost: String,
     name: String,
+    dlq_only: bool,
 }
 
 /// Rebuilds a query string from the listing with some parameters changed.
 fn listing_href(l: &Listing, sort: &str, descending: bool, page: usize) -> String {
     let mut parts = Vec::new();
-    for (key, value) in [
-        ("broker", &l.broker),
-        ("vhost", &l.vhost),
-        ("name", &l.name),
-    ] {
+    for (key, value) in [("broker", &l.broker), ("vhost", &l.vhost), ("name", &l.name)] {
         if let Some(v) = value {
             parts.push(format!("{key}={}", encode_segment(v)));
         }
@@ -274,10 +278,7 @@ async fn queues(
     let rows = items
         .iter()
         .map(|q| {
-            let line =
-                q.id.and_then(|id| series.get(&id))
-                    .map(|s| format::sparkline(s))
-                    .unwrap_or_default();
+            let line = q.id.and_then(|id| series.get(&id)).map(|s| format::sparkline(s)).unwrap_or_default();
             queue_row(q, line)
         })
         .collect();
@@ -313,18 +314,11 @@ async fn queues(
         last,
         prev_href: (listing.page > 1)
             .then(|| listing_href(&listing, listing.sort, listing.descending, listing.page - 1)),
-        next_href: (last < total)
-            .then(|| listing_href(&listing, listing.sort, listing.descending, listing.page + 1)),
+        next_href: (last < total).then(|| listing_href(&listing, listing.sort, listing.descending, listing.page + 1)),
         stale: live
             .iter()
             .filter_map(|b| {
-                b.stale_since().map(|t| {
-                    format!(
-                        "{}: down, data stale since {}",
-                        b.name,
-                        format::time(Some(t))
-                    )
-                })
+                b.stale_since().map(|t| format!("{}: down, data stale since {}", b.name, format::time(Some(t))))
             })
             .collect(),
     };
@@ -338,6 +332,7 @@ async fn queues(
         broker: listing.broker.clone().unwrap_or_default(),
         vhost: listing.vhost.clone().unwrap_or_default(),
         name: listing.name.clone().unwrap_or_default(),
+        dlq_only: listing.dlq_only,
     };
     Ok(html(page.render()?))
 }
@@ -373,12 +368,64 @@ struct QueuePage {
     effective_policy: Vec<(String, String)>,
     durable: String,
     points: usize,
+    health: Vec<(&'static str, String)>,
+    dead_letter: DeadLetterView,
+}
+
+struct QueueLink {
+    name: String,
+    href: String,
+}
+
+struct DeadLetterView {
+    /// `None`: no dead-letter exchange.
+    target: Option<(String, String, &'static str)>,
+    target_queues: Vec<QueueLink>,
+    is_dlq: bool,
+    sources: Vec<QueueLink>,
+}
+
+fn dead_letter_view(q: &QueueView) -> DeadLetterView {
+    let link = |name: &String| QueueLink { name: name.clone(), href: queue_href(&q.broker, &q.vhost, name) };
+    let d = &q.dead_letters;
+    DeadLetterView {
+        target: d.dead_letter_target.as_ref().map(|t| {
+            let exchange = if t.exchange.is_empty() { "(default exchange)".to_string() } else { t.exchange.clone() };
+            let key = t.routing_key.clone().unwrap_or_else(|| "(the message's own routing key)".to_string());
+            (exchange, key, t.configured_by)
+        }),
+        target_queues: d.dead_letter_target.as_ref().map(|t| t.queues.iter().map(link).collect()).unwrap_or_default(),
+        is_dlq: d.is_dlq,
+        sources: d.dead_letter_sources.iter().map(link).collect(),
+    }
+}
+
+fn health(q: &QueueView) -> Vec<(&'static str, String)> {
+    let rate = |r: Option<f64>| format::rate(r);
+    vec![
+        ("Backlog growth (publish − ack)", rate(q.backlog_growth_rate)),
+        (
+            "Time to drain",
+            match (q.time_to_drain_secs, q.backlog_growth_rate) {
+                (Some(secs), _) => format::duration(secs),
+                (None, Some(_)) => "not draining".to_string(),
+                (None, None) => format::UNKNOWN.to_string(),
+            },
+        ),
+        (
+            "Redelivery share",
+            q.redelivery_share.map(|s| format!("{:.1}%", s * 100.0)).unwrap_or_else(|| format::UNKNOWN.to_string()),
+        ),
+        (
+            "Consumers",
+            if q.no_consumers { "none while messages are ready".to_string() } else { format::count(q.consumers) },
+        ),
+        ("Unacked held without acks", q.hung_consumer_secs.map(format::duration).unwrap_or_else(|| "no".to_string())),
+    ]
 }
 
 fn pairs(map: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, String)> {
-    map.iter()
-        .map(|(k, v)| (k.clone(), v.to_string()))
-        .collect()
+    map.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
 }
 
 async fn queue(
@@ -424,11 +471,7 @@ async fn queue(
         history_src,
         ranges: RANGES
             .iter()
-            .map(|(label, _)| Range {
-                label,
-                href: format!("{href}?range={label}"),
-                active: *label == selected,
-            })
+            .map(|(label, _)| Range { label, href: format!("{href}?range={label}"), active: *label == selected })
             .collect(),
         arguments: pairs(&view.arguments),
         policy: view.policy.clone().unwrap_or_else(|| "none".to_string()),
@@ -440,6 +483,8 @@ async fn queue(
         },
         row: queue_row(&view, Vec::new()),
         points,
+        health: health(&view),
+        dead_letter: dead_letter_view(&view),
     };
     Ok(html(page.render()?))
 }

@@ -35,6 +35,8 @@ pub struct QueueQuery {
     pub broker: Option<String>,
     pub vhost: Option<String>,
     pub name: Option<String>,
+    /// `true`: only dead-letter queues.
+    pub dlq: Option<String>,
     pub sort: Option<String>,
     pub order: Option<String>,
     pub page: Option<String>,
@@ -47,6 +49,7 @@ pub struct Listing {
     pub broker: Option<String>,
     pub vhost: Option<String>,
     pub name: Option<String>,
+    pub dlq_only: bool,
     pub sort: &'static str,
     pub descending: bool,
     pub page: usize,
@@ -54,29 +57,20 @@ pub struct Listing {
 }
 
 fn non_empty(v: &Option<String>) -> Option<String> {
-    v.as_ref()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    v.as_ref().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 impl QueueQuery {
     pub fn validate(&self) -> Result<Listing, WebError> {
         let sort_text = non_empty(&self.sort).unwrap_or_else(|| "name".to_string());
         let sort = SORT_KEYS.iter().find(|k| **k == sort_text).ok_or_else(|| {
-            WebError::BadRequest(format!(
-                "sort: unknown column {sort_text:?}; one of {}",
-                SORT_KEYS.join(", ")
-            ))
+            WebError::BadRequest(format!("sort: unknown column {sort_text:?}; one of {}", SORT_KEYS.join(", ")))
         })?;
         let descending = match non_empty(&self.order).as_deref() {
             None => !matches!(*sort, "name" | "vhost" | "broker" | "type"),
             Some("asc") => false,
             Some("desc") => true,
-            Some(other) => {
-                return Err(WebError::BadRequest(format!(
-                    "order: {other:?} is not asc or desc"
-                )))
-            }
+            Some(other) => return Err(WebError::BadRequest(format!("order: {other:?} is not asc or desc"))),
         };
         let number = |field: &str, v: &Option<String>, default: usize| -> Result<usize, WebError> {
             match non_empty(v) {
@@ -85,21 +79,21 @@ impl QueueQuery {
                     .parse::<usize>()
                     .ok()
                     .filter(|n| *n >= 1)
-                    .ok_or_else(|| {
-                        WebError::BadRequest(format!(
-                            "{field}: {text:?} is not a whole number from 1"
-                        ))
-                    }),
+                    .ok_or_else(|| WebError::BadRequest(format!("{field}: {text:?} is not a whole number from 1"))),
             }
         };
         let page = number("page", &self.page, 1)?;
         let per_page = number("per_page", &self.per_page, DEFAULT_PER_PAGE)?;
         if per_page > MAX_PER_PAGE {
-            return Err(WebError::BadRequest(format!(
-                "per_page: at most {MAX_PER_PAGE}"
-            )));
+            return Err(WebError::BadRequest(format!("per_page: at most {MAX_PER_PAGE}")));
         }
+        let dlq_only = match non_empty(&self.dlq).as_deref() {
+            None | Some("false") | Some("0") => false,
+            Some("true") | Some("1") | Some("on") => true,
+            Some(other) => return Err(WebError::BadRequest(format!("dlq: {other:?} is not true or false"))),
+        };
         Ok(Listing {
+            dlq_only,
             broker: non_empty(&self.broker),
             vhost: non_empty(&self.vhost),
             name: non_empty(&self.name),
@@ -120,11 +114,8 @@ impl Listing {
             .filter(|b| self.broker.as_ref().is_none_or(|name| &b.name == name))
             .flat_map(|b| b.queues.iter())
             .filter(|q| self.vhost.as_ref().is_none_or(|v| &q.vhost == v))
-            .filter(|q| {
-                needle
-                    .as_ref()
-                    .is_none_or(|n| q.name.to_lowercase().contains(n))
-            })
+            .filter(|q| needle.as_ref().is_none_or(|n| q.name.to_lowercase().contains(n)))
+            .filter(|q| !self.dlq_only || q.dead_letters.is_dlq)
             .collect();
         let total = matching.len();
         matching.sort_by(|a, b| {
@@ -142,16 +133,10 @@ impl Listing {
                 Keyed::RightMissing => Ordering::Less,
                 Keyed::BothMissing => Ordering::Equal,
             };
-            primary
-                .then_with(|| (&a.broker, &a.vhost, &a.name).cmp(&(&b.broker, &b.vhost, &b.name)))
+            primary.then_with(|| (&a.broker, &a.vhost, &a.name).cmp(&(&b.broker, &b.vhost, &b.name)))
         });
         let start = (self.page - 1).saturating_mul(self.per_page);
-        let items = matching
-            .into_iter()
-            .skip(start)
-            .take(self.per_page)
-            .cloned()
-            .collect();
+        let items = matching.into_iter().skip(start).take(self.per_page).cloned().collect();
         (items, total)
     }
 }
@@ -199,12 +184,7 @@ pub struct RangeQuery {
     pub range: Option<String>,
 }
 
-pub const RANGES: &[(&str, i64)] = &[
-    ("1h", 3600),
-    ("6h", 6 * 3600),
-    ("24h", 86_400),
-    ("7d", 7 * 86_400),
-];
+pub const RANGES: &[(&str, i64)] = &[("1h", 3600), ("6h", 6 * 3600), ("24h", 86_400), ("7d", 7 * 86_400)];
 
 /// Points per chart at most; the step grows with the range.
 const MAX_POINTS: i64 = 720;
@@ -225,19 +205,11 @@ pub fn parse_time(field: &str, text: &str) -> Result<i64, WebError> {
     }
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.timestamp())
-        .map_err(|_| {
-            WebError::BadRequest(format!(
-                "{field}: {text:?} is neither RFC 3339 nor unix seconds"
-            ))
-        })
+        .map_err(|_| WebError::BadRequest(format!("{field}: {text:?} is neither RFC 3339 nor unix seconds")))
 }
 
 impl RangeQuery {
-    pub fn validate(
-        &self,
-        now: DateTime<Utc>,
-        poll_interval_secs: i64,
-    ) -> Result<TimeRange, WebError> {
+    pub fn validate(&self, now: DateTime<Utc>, poll_interval_secs: i64) -> Result<TimeRange, WebError> {
         let to = match non_empty(&self.to) {
             Some(t) => parse_time("to", &t)?,
             None => now.timestamp(),
@@ -249,9 +221,7 @@ impl RangeQuery {
                     .iter()
                     .find(|(name, _)| *name == r)
                     .map(|(_, s)| *s)
-                    .ok_or_else(|| {
-                        WebError::BadRequest(format!("range: {r:?} is not one of 1h, 6h, 24h, 7d"))
-                    })?;
+                    .ok_or_else(|| WebError::BadRequest(format!("range: {r:?} is not one of 1h, 6h, 24h, 7d")))?;
                 to - secs
             }
             (None, None) => to - 3600,
@@ -260,9 +230,7 @@ impl RangeQuery {
             return Err(WebError::BadRequest("from must be before to".to_string()));
         }
         if to - from > 400 * 86_400 {
-            return Err(WebError::BadRequest(
-                "the range may span at most 400 days".to_string(),
-            ));
+            return Err(WebError::BadRequest("the range may span at most 400 days".to_string()));
         }
         let step = ((to - from) / MAX_POINTS).max(poll_interval_secs).max(1);
         Ok(TimeRange { from, to, step })
@@ -275,49 +243,21 @@ mod tests {
 
     #[test]
     fn bad_parameters_are_rejected_with_the_field() {
-        let q = QueueQuery {
-            sort: Some("colour".into()),
-            ..Default::default()
-        };
+        let q = QueueQuery { sort: Some("colour".into()), ..Default::default() };
         assert!(q.validate().unwrap_err().to_string().starts_with("sort:"));
-        let q = QueueQuery {
-            per_page: Some("0".into()),
-            ..Default::default()
-        };
-        assert!(q
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .starts_with("per_page:"));
-        let q = QueueQuery {
-            per_page: Some("501".into()),
-            ..Default::default()
-        };
+        let q = QueueQuery { per_page: Some("0".into()), ..Default::default() };
+        assert!(q.validate().unwrap_err().to_string().starts_with("per_page:"));
+        let q = QueueQuery { per_page: Some("501".into()), ..Default::default() };
         assert!(q.validate().is_err());
-        let r = RangeQuery {
-            from: Some("yesterday".into()),
-            ..Default::default()
-        };
-        assert!(r
-            .validate(Utc::now(), 10)
-            .unwrap_err()
-            .to_string()
-            .starts_with("from:"));
+        let r = RangeQuery { from: Some("yesterday".into()), ..Default::default() };
+        assert!(r.validate(Utc::now(), 10).unwrap_err().to_string().starts_with("from:"));
     }
 
     #[test]
     fn times_parse_as_rfc3339_or_unix_seconds() {
         assert_eq!(parse_time("from", "1700000000").unwrap(), 1_700_000_000);
-        assert_eq!(
-            parse_time("from", "2023-11-14T22:13:20Z").unwrap(),
-            1_700_000_000
-        );
-        let r = RangeQuery {
-            range: Some("7d".into()),
-            ..Default::default()
-        }
-        .validate(Utc::now(), 10)
-        .unwrap();
+        assert_eq!(parse_time("from", "2023-11-14T22:13:20Z").unwrap(), 1_700_000_000);
+        let r = RangeQuery { range: Some("7d".into()), ..Default::default() }.validate(Utc::now(), 10).unwrap();
         assert_eq!(r.to - r.from, 7 * 86_400);
         assert_eq!(r.step, 7 * 86_400 / MAX_POINTS);
     }

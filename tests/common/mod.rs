@@ -30,12 +30,7 @@ impl TestVhost {
         let name = format!("warren-test-{test}-{}", rand::random::<u32>());
         let http = reqwest::Client::new();
         let vhost = TestVhost { name, http };
-        vhost
-            .management_put(
-                &format!("/api/vhosts/{}", encode(&vhost.name)),
-                serde_json::json!({}),
-            )
-            .await;
+        vhost.management_put(&format!("/api/vhosts/{}", encode(&vhost.name)), serde_json::json!({})).await;
         vhost
             .management_put(
                 &format!("/api/permissions/{}/guest", encode(&vhost.name)),
@@ -53,47 +48,32 @@ impl TestVhost {
             .json(&body)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("management API unreachable at {MANAGEMENT} (is rabbitmq_management enabled?): {e}"));
-        assert!(
-            response.status().is_success(),
-            "PUT {path}: {}",
-            response.status()
-        );
+            .unwrap_or_else(|e| {
+                panic!("management API unreachable at {MANAGEMENT} (is rabbitmq_management enabled?): {e}")
+            });
+        assert!(response.status().is_success(), "PUT {path}: {}", response.status());
     }
 
     pub async fn delete_queue(&self, queue: &str) {
         let response = self
             .http
-            .delete(format!(
-                "{MANAGEMENT}/api/queues/{}/{}",
-                encode(&self.name),
-                encode(queue)
-            ))
+            .delete(format!("{MANAGEMENT}/api/queues/{}/{}", encode(&self.name), encode(queue)))
             .basic_auth("guest", Some("guest"))
             .send()
             .await
             .expect("management API");
-        assert!(
-            response.status().is_success(),
-            "delete queue: {}",
-            response.status()
-        );
+        assert!(response.status().is_success(), "delete queue: {}", response.status());
     }
 
     pub async fn connect(&self) -> Connection {
         let uri = format!("{AMQP}/{}", encode(&self.name));
-        Connection::connect(&uri, ConnectionProperties::default())
-            .await
-            .expect("AMQP connection to the test broker")
+        Connection::connect(&uri, ConnectionProperties::default()).await.expect("AMQP connection to the test broker")
     }
 
     /// A channel in confirm mode.
     pub async fn channel(&self, connection: &Connection) -> Channel {
         let channel = connection.create_channel().await.expect("channel");
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .expect("confirm mode");
+        channel.confirm_select(ConfirmSelectOptions::default()).await.expect("confirm mode");
         channel
     }
 }
@@ -103,17 +83,9 @@ impl Drop for TestVhost {
         let url = format!("{MANAGEMENT}/api/vhosts/{}", encode(&self.name));
         // Drop cannot await; delete from a thread of its own so a failed test still cleans up.
         let done = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             rt.block_on(async move {
-                if let Err(e) = reqwest::Client::new()
-                    .delete(url)
-                    .basic_auth("guest", Some("guest"))
-                    .send()
-                    .await
-                {
+                if let Err(e) = reqwest::Client::new().delete(url).basic_auth("guest", Some("guest")).send().await {
                     eprintln!("could not delete test vhost: {e}");
                 }
             });
@@ -127,20 +99,10 @@ impl Drop for TestVhost {
 pub async fn declare(channel: &Channel, queue: &str, quorum: bool) {
     let mut args = FieldTable::default();
     if quorum {
-        args.insert(
-            "x-queue-type".into(),
-            AMQPValue::LongString("quorum".into()),
-        );
+        args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     }
     channel
-        .queue_declare(
-            queue,
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            args,
-        )
+        .queue_declare(queue, QueueDeclareOptions { durable: true, ..Default::default() }, args)
         .await
         .unwrap_or_else(|e| panic!("declare {queue}: {e}"));
 }
@@ -177,26 +139,15 @@ impl Warren {
     pub async fn start(brokers_toml: &str) -> Warren {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("warren.db");
-        let toml = format!(
-            "listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{brokers_toml}",
-            db.display().to_string()
-        );
+        let toml = format!("listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{brokers_toml}", db.display().to_string());
         let config = warren::config::Config::from_toml(&toml).expect("test config is valid");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(warren::run(config, listener, async move {
             let _ = stopped.await;
         }));
-        Warren {
-            addr,
-            http: reqwest::Client::new(),
-            stop: Some(stop),
-            task: Some(task),
-            dir,
-        }
+        Warren { addr, http: reqwest::Client::new(), stop: Some(stop), task: Some(task), dir }
     }
 
     /// warren watching only `vhost` on the real broker.
@@ -212,36 +163,20 @@ impl Warren {
     }
 
     pub async fn get_json(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(self.url(path))
-            .send()
-            .await
-            .expect("warren answers");
+        let response = self.http.get(self.url(path)).send().await.expect("warren answers");
         let status = response.status().as_u16();
         let body = response.json().await.unwrap_or(Value::Null);
         (status, body)
     }
 
     pub async fn get_text(&self, path: &str) -> (u16, String) {
-        let response = self
-            .http
-            .get(self.url(path))
-            .send()
-            .await
-            .expect("warren answers");
+        let response = self.http.get(self.url(path)).send().await.expect("warren answers");
         let status = response.status().as_u16();
         (status, response.text().await.expect("body"))
     }
 
     pub async fn queue(&self, vhost: &str, name: &str) -> Option<Value> {
-        let (status, body) = self
-            .get_json(&format!(
-                "/api/v1/queues/local/{}/{}",
-                encode(vhost),
-                encode(name)
-            ))
-            .await;
+        let (status, body) = self.get_json(&format!("/api/v1/queues/local/{}/{}", encode(vhost), encode(name))).await;
         (status == 200).then_some(body)
     }
 
@@ -250,12 +185,8 @@ impl Warren {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
-            let result = tokio::time::timeout(Duration::from_secs(15), task)
-                .await
-                .expect("warren stops within 15 s");
-            result
-                .expect("warren task")
-                .expect("warren ran without error");
+            let result = tokio::time::timeout(Duration::from_secs(15), task).await.expect("warren stops within 15 s");
+            result.expect("warren task").expect("warren ran without error");
         }
     }
 }

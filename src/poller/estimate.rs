@@ -1,0 +1,97 @@
+//! FIFO estimate of the oldest-message age for queues the broker gives no age for (quorum
+//! queues, streams, lazy queues, messages without a timestamp), from warren's own history of
+//! the queue's cumulative publish counter (DOMAIN.md §3).
+//!
+//! In a FIFO queue the messages present now are the last `total` ones published. With
+//! P(t) the publish counter, the oldest was published at the latest time t* with
+//! P(now) − P(t*) ≥ total, i.e. P(t*) ≤ P(now) − total (the "target"). Stored samples are
+//! written whenever the counter changes, so the sample after the latest one at or below the
+//! target is the first poll that saw the message counted: it was published within one poll
+//! interval (plus the broker's stats lag) before that poll. Requeues, TTL expiry, priorities
+//! and purges break FIFO, so the result is always labelled an estimate.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+use super::track::{QueueKey, Tracked};
+use crate::history::{self, Db};
+use crate::metrics::{AgeSource, Estimate, QueueView, STATS_STEP_SECS};
+
+/// Estimates ages in place for every view whose age is unknown and that has messages.
+/// Unchanged targets reuse the cached result, so idle queues cost no query.
+pub async fn estimate_ages(
+    db: &Db,
+    queues: &mut HashMap<QueueKey, Tracked>,
+    views: &mut [QueueView],
+    poll_interval_secs: f64,
+    now: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    for view in views.iter_mut() {
+        if view.oldest_age_source != AgeSource::Unknown {
+            continue;
+        }
+        let (Some(total), Some(published), Some(id)) = (view.total, view.counters.publish, view.id) else {
+            continue;
+        };
+        let Some(tracked) = queues.get_mut(&(view.vhost.clone(), view.name.clone())) else {
+            continue;
+        };
+        let target = published as i64 - total as i64;
+        let estimate = match tracked.estimate {
+            Some((cached_target, estimate)) if cached_target == target => estimate,
+            _ => {
+                let (estimate, settled) = estimate_one(
+                    db,
+                    id,
+                    tracked.incarnation_since,
+                    target,
+                    total as i64,
+                    published as i64,
+                    poll_interval_secs,
+                )
+                .await?;
+                // Without any stored sample yet the answer changes at the next poll.
+                tracked.estimate = settled.then_some((target, estimate));
+                estimate
+            }
+        };
+        view.apply_estimate(estimate, now);
+    }
+    Ok(())
+}
+
+async fn estimate_one(
+    db: &Db,
+    queue_id: i64,
+    since: i64,
+    target: i64,
+    total: i64,
+    published: i64,
+    poll_interval_secs: f64,
+) -> Result<(Estimate, bool), sqlx::Error> {
+    if target < 0 {
+        // More messages than were ever published: they came in another way (dead-lettering,
+        // or the node restarted and its counters began again).
+        return Ok((Estimate::Impossible, true));
+    }
+    if let Some((_, next)) = history::publish_crossing(db, queue_id, since, target).await? {
+        // `next` is absent when the crossing poll is the one being written now.
+        let seen_at = next.map(|t| t as f64).unwrap_or_else(|| Utc::now().timestamp() as f64);
+        // Published after the previous poll and before this one, and the broker's counters lag
+        // up to one stats step: take the middle of that span.
+        return Ok((Estimate::PublishedAt(seen_at - (poll_interval_secs + STATS_STEP_SECS) / 2.0), true));
+    }
+    // No sample old enough: the oldest message is older than the history, if the messages
+    // present when the history starts, plus everything published since, can account for the
+    // messages present now; otherwise the counter does not see this queue's inflow.
+    match history::first_sample(db, queue_id, since).await? {
+        Some((first_ts, Some(first_published), Some(first_total)))
+            if first_total + (published - first_published) >= total =>
+        {
+            Ok((Estimate::OlderThan(first_ts), true))
+        }
+        Some(_) => Ok((Estimate::Impossible, true)),
+        None => Ok((Estimate::Impossible, false)),
+    }
+}

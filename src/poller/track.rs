@@ -1,0 +1,268 @@
+//! What the poller remembers of each queue between polls, and how a poll's raw answer becomes
+//! views (numbers, rates, health) and the rows to write.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use crate::history::{KnownQueue, PollWrite, QueueMeta, StoredSample};
+use crate::management::RawQueue;
+use crate::metrics::{self, rate_to_milli, CounterWindow, Estimate, QueueCounters, QueueView};
+
+/// A queue's rows are rewritten at least this often even when nothing changed, so that a reader
+/// never has to look further back than this for the value in force.
+pub const KEYFRAME_SECS: i64 = 3600;
+
+/// How long rates stay unknown after a queue was re-created (its counters went backwards or it
+/// came back after being gone). Measured on 3.10: a channel that keeps publishing to the name
+/// reports its cumulative per-queue count again at its next stats emission (every 5 s), so the
+/// new queue's counter first drops, then jumps back up by everything published to the old
+/// queue. Three stats intervals absorb that jump into the baseline instead of showing a spike.
+const SETTLE: Duration = Duration::from_secs(15);
+
+pub type QueueKey = (String, String);
+
+/// What the poller remembers of a queue.
+pub struct Tracked {
+    pub id: Option<i64>,
+    pub meta: QueueMeta,
+    pub deleted: bool,
+    pub last_written: Option<(i64, StoredSample)>,
+    /// Recent counter readings, for rates.
+    pub counters: CounterWindow<QueueCounters>,
+    /// After a re-creation, rates stay unknown until this time.
+    pub settle_until: Option<Instant>,
+    /// Since when (and over how many polls) unacked messages were held with no ack.
+    pub no_ack_since: Option<(Instant, u32)>,
+    /// Unix time from which this queue's stored history belongs to its current incarnation
+    /// (0: all of it, as far as warren knows).
+    pub incarnation_since: i64,
+    /// (publish counter − total) of the last estimate and its result.
+    pub estimate: Option<(i64, Estimate)>,
+}
+
+impl Tracked {
+    pub fn from_known(k: KnownQueue) -> (QueueKey, Tracked) {
+        let key = (k.meta.vhost.clone(), k.meta.name.clone());
+        let tracked = Tracked {
+            id: Some(k.id),
+            meta: k.meta,
+            deleted: k.deleted_at.is_some(),
+            last_written: k.last_sample,
+            counters: CounterWindow::default(),
+            settle_until: None,
+            no_ack_since: None,
+            incarnation_since: 0,
+            estimate: None,
+        };
+        (key, tracked)
+    }
+
+    fn new(meta: QueueMeta, ts: i64) -> Tracked {
+        Tracked {
+            id: None,
+            meta,
+            deleted: false,
+            last_written: None,
+            counters: CounterWindow::default(),
+            settle_until: None,
+            no_ack_since: None,
+            incarnation_since: ts,
+            estimate: None,
+        }
+    }
+
+    /// The queue was re-created: rates settle, and older history is not this queue's.
+    fn restart(&mut self, fetched: Instant, ts: i64) {
+        self.settle_until = Some(fetched + SETTLE);
+        self.incarnation_since = ts;
+        self.estimate = None;
+        self.no_ack_since = None;
+    }
+}
+
+/// Parameters of one derivation.
+pub struct PollContext {
+    pub broker: String,
+    pub stats_enabled: bool,
+    pub now: DateTime<Utc>,
+    pub fetched: Instant,
+    pub rate_window_secs: f64,
+    pub keep_readings_secs: f64,
+}
+
+/// Turns raw queues into views, updating what is remembered per queue (counters, health
+/// trackers). Returns the views and the keys of watched queues that disappeared.
+pub fn derive(
+    queues: &mut HashMap<QueueKey, Tracked>,
+    raw_queues: &[RawQueue],
+    ctx: &PollContext,
+    watches_vhost: impl Fn(&str) -> bool,
+) -> (Vec<QueueView>, Vec<QueueKey>) {
+    let ts = ctx.now.timestamp();
+    let mut views = Vec::with_capacity(raw_queues.len());
+    let mut seen: HashSet<(&str, &str)> = HashSet::with_capacity(raw_queues.len());
+    for raw in raw_queues {
+        if !seen.insert((&raw.vhost, &raw.name)) {
+            continue; // a queue created during pagination can shift into the next page twice
+        }
+        let key = (raw.vhost.clone(), raw.name.clone());
+        let current = metrics::queue_counters(raw, ctx.stats_enabled);
+        let tracked = queues.entry(key).or_insert_with(|| {
+            let meta = QueueMeta { vhost: raw.vhost.clone(), name: raw.name.clone(), ..QueueMeta::default() };
+            Tracked::new(meta, ts)
+        });
+        let previous_reading = tracked.counters.latest().copied();
+        let went_back = previous_reading.is_some_and(|c| counters_went_back(&c, &current));
+        if tracked.deleted || went_back {
+            tracked.restart(ctx.fetched, ts);
+        }
+        let settled = tracked.settle_until.is_none_or(|until| ctx.fetched >= until);
+        let baseline = if tracked.deleted || !settled {
+            None
+        } else {
+            tracked.counters.baseline(ctx.fetched, ctx.rate_window_secs)
+        };
+        let mut view = metrics::queue_view(
+            &ctx.broker,
+            raw,
+            ctx.stats_enabled,
+            baseline.as_ref().map(|(c, age)| (c, *age)),
+            ctx.now,
+        );
+
+        // Hung consumer: unacked messages and an ack counter that did not move.
+        let holding = view.unacked.is_some_and(|u| u > 0);
+        let acked = match (previous_reading.and_then(|c| c.ack), current.ack) {
+            (Some(before), Some(now)) => now != before,
+            _ => true, // unknown counters never accuse a consumer
+        };
+        tracked.no_ack_since = match (holding && !acked, tracked.no_ack_since) {
+            (false, _) => None,
+            (true, Some((since, polls))) => Some((since, polls + 1)),
+            (true, None) => Some((ctx.fetched, 1)),
+        };
+        let no_ack_for =
+            tracked.no_ack_since.map(|(since, polls)| (ctx.fetched.duration_since(since).as_secs_f64(), polls));
+        metrics::apply_health(&mut view, no_ack_for);
+
+        tracked.counters.push(ctx.fetched, current, ctx.keep_readings_secs);
+        view.id = tracked.id;
+        views.push(view);
+    }
+
+    let mut gone = Vec::new();
+    for (key, tracked) in queues.iter_mut() {
+        if !tracked.deleted && watches_vhost(&key.0) && !seen.contains(&(key.0.as_str(), key.1.as_str())) {
+            // Forget the counters: a queue that comes back under this name starts afresh.
+            tracked.counters.clear();
+            tracked.no_ack_since = None;
+            tracked.estimate = None;
+            gone.push(key.clone());
+        }
+    }
+    (views, gone)
+}
+
+/// The rows one poll writes: changed metadata, changed samples (plus keyframes), deletions.
+pub fn plan_write(
+    queues: &HashMap<QueueKey, Tracked>,
+    views: &[QueueView],
+    gone: &[QueueKey],
+    broker_id: i64,
+    ts: i64,
+) -> PollWrite {
+    let mut write = PollWrite { broker_id, ts, ..PollWrite::default() };
+    for view in views {
+        let Some(t) = queues.get(&(view.vhost.clone(), view.name.clone())) else {
+            continue;
+        };
+        let meta = queue_meta(view);
+        let sample = stored_sample(view);
+        let due = match t.last_written {
+            Some((last_ts, last)) => last != sample || ts - last_ts >= KEYFRAME_SECS,
+            None => true,
+        };
+        if t.meta != meta || t.deleted || t.id.is_none() {
+            write.upserts.push(meta);
+            if t.id.is_none() {
+                write.new_samples.push((write.upserts.len() - 1, sample));
+                continue;
+            }
+        }
+        if due || t.deleted {
+            write.samples.push((t.id.expect("known queues have ids"), sample));
+        }
+    }
+    write.deleted = gone.iter().filter_map(|key| queues.get(key).and_then(|t| t.id)).collect();
+    write
+}
+
+/// Records a successful write: ids of new queues, what each queue has stored, deletions.
+pub fn commit(queues: &mut HashMap<QueueKey, Tracked>, write: &PollWrite, ids: &[i64], gone: &[QueueKey]) {
+    for (i, meta) in write.upserts.iter().enumerate() {
+        if let Some(t) = queues.get_mut(&(meta.vhost.clone(), meta.name.clone())) {
+            t.id = Some(ids[i]);
+            t.meta = meta.clone();
+            t.deleted = false;
+        }
+    }
+    let mut by_id: HashMap<i64, &mut Tracked> = queues.values_mut().filter_map(|t| Some((t.id?, t))).collect();
+    for (id, sample) in &write.samples {
+        if let Some(t) = by_id.get_mut(id) {
+            t.last_written = Some((write.ts, *sample));
+        }
+    }
+    for (index, sample) in &write.new_samples {
+        if let Some(t) = by_id.get_mut(&ids[*index]) {
+            t.last_written = Some((write.ts, *sample));
+        }
+    }
+    for key in gone {
+        if let Some(t) = queues.get_mut(key) {
+            t.deleted = true;
+        }
+    }
+}
+
+fn counters_went_back(previous: &QueueCounters, current: &QueueCounters) -> bool {
+    let back = |p: Option<u64>, c: Option<u64>| matches!((p, c), (Some(p), Some(c)) if c < p);
+    back(previous.publish, current.publish)
+        || back(previous.deliver, current.deliver)
+        || back(previous.ack, current.ack)
+        || back(previous.redeliver, current.redeliver)
+}
+
+pub fn queue_meta(view: &QueueView) -> QueueMeta {
+    QueueMeta {
+        vhost: view.vhost.clone(),
+        name: view.name.clone(),
+        kind: view.kind.clone(),
+        durable: view.durable,
+        arguments: serde_json::Value::Object(view.arguments.clone()).to_string(),
+        policy: view.policy.clone(),
+        effective_policy: serde_json::Value::Object(view.effective_policy.clone()).to_string(),
+    }
+}
+
+pub fn stored_sample(view: &QueueView) -> StoredSample {
+    let (est_oldest_ts, est_bound) = match view.estimate {
+        Some(Estimate::PublishedAt(t)) => (Some(t.round() as i64), None),
+        Some(Estimate::OlderThan(t)) => (Some(t), Some(1)),
+        _ => (None, None),
+    };
+    StoredSample {
+        ready: view.ready.map(|v| v as i64),
+        unacked: view.unacked.map(|v| v as i64),
+        consumers: view.consumers.map(|v| v as i64),
+        publish_count: view.counters.publish.map(|v| v as i64),
+        publish_rate_m: rate_to_milli(view.publish_rate),
+        deliver_rate_m: rate_to_milli(view.deliver_rate),
+        ack_rate_m: rate_to_milli(view.ack_rate),
+        redeliver_rate_m: rate_to_milli(view.redeliver_rate),
+        head_ts: view.head_ts,
+        est_oldest_ts,
+        est_bound,
+    }
+}

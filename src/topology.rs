@@ -1,0 +1,234 @@
+//! Dead-letter routing from the topology (DOMAIN.md §4): where each queue's dead letters go, and
+//! which queues are dead-letter queues, from arguments, effective policies and bindings, never
+//! from names.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One binding, as `/api/bindings/{vhost}?columns=...` lists it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Binding {
+    pub source: String,
+    pub destination: String,
+    pub destination_type: String,
+    #[serde(default)]
+    pub routing_key: String,
+}
+
+/// One exchange, as `/api/exchanges/{vhost}?columns=name,type` lists it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Exchange {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// A vhost's bindings and exchanges.
+#[derive(Debug, Clone, Default)]
+pub struct VhostTopology {
+    pub bindings: Vec<Binding>,
+    pub exchanges: Vec<Exchange>,
+}
+
+/// Where a queue's dead letters go.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetterTarget {
+    /// The dead-letter exchange ("" is the default exchange).
+    pub exchange: String,
+    /// `x-dead-letter-routing-key`; without it the message keeps its own routing keys.
+    pub routing_key: Option<String>,
+    /// `arguments` or `policy`: where the setting comes from.
+    pub configured_by: &'static str,
+    /// Queues the dead letters can reach through that exchange's bindings. Empty means they are
+    /// dropped: the exchange routes them nowhere (or does not exist).
+    pub queues: Vec<String>,
+}
+
+/// Dead-letter facts of one queue.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DeadLetterInfo {
+    /// Some queue dead-letters into this one.
+    pub is_dlq: bool,
+    /// `None`: the queue has no dead-letter exchange, so rejected, expired and overflowing
+    /// messages are destroyed.
+    pub dead_letter_target: Option<DeadLetterTarget>,
+    /// Queues whose dead letters can arrive here.
+    pub dead_letter_sources: Vec<String>,
+}
+
+fn string(map: &Map<String, Value>, key: &str) -> Option<String> {
+    map.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+/// The queue's dead-letter exchange and routing key. A queue argument wins over a policy key
+/// (RabbitMQ resolves `dead-letter-exchange` with the argument taking precedence).
+pub fn dead_letter_config(
+    arguments: &Map<String, Value>,
+    effective_policy: &Map<String, Value>,
+) -> Option<(String, Option<String>, &'static str)> {
+    if let Some(exchange) = string(arguments, "x-dead-letter-exchange") {
+        let key = string(arguments, "x-dead-letter-routing-key")
+            .or_else(|| string(effective_policy, "dead-letter-routing-key"));
+        return Some((exchange, key, "arguments"));
+    }
+    let exchange = string(effective_policy, "dead-letter-exchange")?;
+    let key =
+        string(arguments, "x-dead-letter-routing-key").or_else(|| string(effective_policy, "dead-letter-routing-key"));
+    Some((exchange, key, "policy"))
+}
+
+/// AMQP topic matching: `*` is one word, `#` zero or more.
+pub fn topic_matches(pattern: &str, key: &str) -> bool {
+    fn go(p: &[&str], k: &[&str]) -> bool {
+        match (p.first(), k.first()) {
+            (None, None) => true,
+            (Some(&"#"), _) => go(&p[1..], k) || (!k.is_empty() && go(p, &k[1..])),
+            (Some(&"*"), Some(_)) => go(&p[1..], &k[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &k[1..]),
+            _ => false,
+        }
+    }
+    let p: Vec<&str> = if pattern.is_empty() { Vec::new() } else { pattern.split('.').collect() };
+    let k: Vec<&str> = if key.is_empty() { Vec::new() } else { key.split('.').collect() };
+    go(&p, &k)
+}
+
+/// Queues reachable from `exchange` with `routing_key` (None: any key the message may carry).
+/// Follows exchange-to-exchange bindings, with a depth limit against cycles.
+fn reachable(topology: &VhostTopology, exchange: &str, routing_key: Option<&str>, depth: u8, out: &mut Vec<String>) {
+    if exchange.is_empty() {
+        // The default exchange routes to the queue named by the routing key.
+        if let Some(key) = routing_key {
+            out.push(key.to_string());
+        }
+        return;
+    }
+    if depth > 4 {
+        return;
+    }
+    let kind = topology.exchanges.iter().find(|e| e.name == exchange).map(|e| e.kind.as_str()).unwrap_or("direct");
+    for b in topology.bindings.iter().filter(|b| b.source == exchange) {
+        let matches = match (kind, routing_key) {
+            (_, None) | ("fanout", _) | ("headers", _) => true,
+            ("topic", Some(key)) => topic_matches(&b.routing_key, key),
+            (_, Some(key)) => b.routing_key == key,
+        };
+        if !matches {
+            continue;
+        }
+        if b.destination_type == "queue" {
+            out.push(b.destination.clone());
+        } else {
+            reachable(topology, &b.destination, routing_key, depth + 1, out);
+        }
+    }
+}
+
+/// A queue as the analysis needs it.
+pub struct QueueConfig<'a> {
+    pub name: &'a str,
+    pub arguments: &'a Map<String, Value>,
+    pub effective_policy: &'a Map<String, Value>,
+}
+
+/// Dead-letter facts of every queue of one vhost.
+pub fn analyse(queues: &[QueueConfig<'_>], topology: &VhostTopology) -> HashMap<String, DeadLetterInfo> {
+    let mut info: HashMap<String, DeadLetterInfo> =
+        queues.iter().map(|q| (q.name.to_string(), DeadLetterInfo::default())).collect();
+    for q in queues {
+        let Some((exchange, routing_key, configured_by)) = dead_letter_config(q.arguments, q.effective_policy) else {
+            continue;
+        };
+        let mut targets = Vec::new();
+        // Without a dead-letter routing key a message keeps its own keys, which may be any.
+        reachable(topology, &exchange, routing_key.as_deref(), 0, &mut targets);
+        targets.sort();
+        targets.dedup();
+        // A queue that dead-letters into itself is a retry loop, not a DLQ of its own.
+        for target in targets.iter().filter(|t| *t != q.name) {
+            if let Some(t) = info.get_mut(target.as_str()) {
+                t.is_dlq = true;
+                t.dead_letter_sources.push(q.name.to_string());
+            }
+        }
+        info.get_mut(q.name).expect("every queue has an entry").dead_letter_target =
+            Some(DeadLetterTarget { exchange, routing_key, configured_by, queues: targets });
+    }
+    for i in info.values_mut() {
+        i.dead_letter_sources.sort();
+    }
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn binding(source: &str, queue: &str, key: &str) -> Binding {
+        Binding {
+            source: source.into(),
+            destination: queue.into(),
+            destination_type: "queue".into(),
+            routing_key: key.into(),
+        }
+    }
+
+    #[test]
+    fn finds_dlqs_from_arguments_and_policies() {
+        let empty = Map::new();
+        let by_arg = map(json!({"x-dead-letter-exchange": "dlx"}));
+        let by_policy = map(json!({"dead-letter-exchange": "dlx", "dead-letter-routing-key": "failed"}));
+        let topology = VhostTopology {
+            bindings: vec![binding("dlx", "orders.dlq", "orders"), binding("dlx", "failed.dlq", "failed")],
+            exchanges: vec![Exchange { name: "dlx".into(), kind: "direct".into() }],
+        };
+        let queues = [
+            QueueConfig { name: "orders", arguments: &by_arg, effective_policy: &empty },
+            QueueConfig { name: "payments", arguments: &empty, effective_policy: &by_policy },
+            QueueConfig { name: "orders.dlq", arguments: &empty, effective_policy: &empty },
+            QueueConfig { name: "failed.dlq", arguments: &empty, effective_policy: &empty },
+            QueueConfig { name: "plain", arguments: &empty, effective_policy: &empty },
+        ];
+        let info = analyse(&queues, &topology);
+        // Without a routing key, any binding of a direct DLX may receive the message.
+        assert_eq!(info["orders"].dead_letter_target.as_ref().unwrap().queues, vec!["failed.dlq", "orders.dlq"]);
+        let payments = info["payments"].dead_letter_target.as_ref().unwrap();
+        assert_eq!((payments.configured_by, payments.queues.clone()), ("policy", vec!["failed.dlq".to_string()]));
+        assert!(info["failed.dlq"].is_dlq && info["orders.dlq"].is_dlq);
+        assert_eq!(info["failed.dlq"].dead_letter_sources, vec!["orders", "payments"]);
+        assert!(!info["plain"].is_dlq);
+        assert!(info["plain"].dead_letter_target.is_none(), "no DLX: failures are destroyed");
+    }
+
+    #[test]
+    fn default_exchange_and_topics() {
+        let empty = Map::new();
+        let to_retry = map(json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work.retry"}));
+        let info = analyse(
+            &[
+                QueueConfig { name: "work", arguments: &to_retry, effective_policy: &empty },
+                QueueConfig { name: "work.retry", arguments: &empty, effective_policy: &empty },
+            ],
+            &VhostTopology::default(),
+        );
+        assert!(info["work.retry"].is_dlq);
+        assert!(topic_matches("orders.#", "orders.eu.created"));
+        assert!(topic_matches("*.created", "orders.created"));
+        assert!(!topic_matches("*.created", "orders.eu.created"));
+        assert!(topic_matches("#", ""));
+    }
+
+    #[test]
+    fn argument_wins_over_policy() {
+        let args = map(json!({"x-dead-letter-exchange": "from-args"}));
+        let policy = map(json!({"dead-letter-exchange": "from-policy"}));
+        assert_eq!(dead_letter_config(&args, &policy).unwrap().0, "from-args");
+    }
+}

@@ -1,0 +1,160 @@
+//! `GET /metrics`: the live numbers in the Prometheus text format (version 0.0.4), so warren is
+//! a drop-in exporter. A value the broker did not give is left out (Prometheus reads an absent
+//! sample as "no data"), never written as 0. The oldest-message age carries its source as a
+//! label, which makes warren the exporter that gives an age for quorum queues.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::metrics::QueueView;
+use crate::state::{AppState, BrokerLive};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(metrics))
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let brokers = state.live.snapshot();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render(&brokers))
+}
+
+/// Escapes a label value: backslash, double quote and newline (the format's three escapes).
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+struct Family<'a> {
+    name: &'a str,
+    help: &'a str,
+}
+
+fn header(out: &mut String, f: &Family<'_>) {
+    out.push_str(&format!("# HELP {} {}\n# TYPE {} gauge\n", f.name, f.help, f.name));
+}
+
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+    let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+    out.push_str(&format!("{name}{{{}}} {value}\n", labels.join(",")));
+}
+
+type QueueValue = fn(&QueueView) -> Option<f64>;
+
+const QUEUE_FAMILIES: &[(&str, &str, QueueValue)] = &[
+    ("warren_queue_messages_ready", "Messages ready for delivery.", |q| q.ready.map(|v| v as f64)),
+    ("warren_queue_messages_unacked", "Messages delivered and not yet acknowledged.", |q| q.unacked.map(|v| v as f64)),
+    ("warren_queue_consumers", "Consumers attached to the queue.", |q| q.consumers.map(|v| v as f64)),
+    ("warren_queue_publish_rate", "Messages published into the queue per second.", |q| q.publish_rate),
+    ("warren_queue_deliver_rate", "Messages delivered (or fetched) per second.", |q| q.deliver_rate),
+    ("warren_queue_ack_rate", "Messages acknowledged per second.", |q| q.ack_rate),
+    ("warren_queue_redeliver_rate", "Messages redelivered per second.", |q| q.redeliver_rate),
+];
+
+pub fn render(brokers: &[BrokerLive]) -> String {
+    let mut out = String::with_capacity(4096);
+    let queues: Vec<&QueueView> = brokers.iter().flat_map(|b| b.queues.iter()).collect();
+    for (name, help, value) in QUEUE_FAMILIES {
+        header(&mut out, &Family { name, help });
+        for q in &queues {
+            if let Some(v) = value(q) {
+                sample(
+                    &mut out,
+                    name,
+                    &[("broker", &q.broker), ("vhost", &q.vhost), ("queue", &q.name), ("type", &q.kind)],
+                    v,
+                );
+            }
+        }
+    }
+    let age = Family {
+        name: "warren_queue_oldest_message_age_seconds",
+        help: "Age of the oldest message; source is exact (broker timestamp) or estimated (warren's FIFO estimate); lower_bound=true means older than this.",
+    };
+    header(&mut out, &age);
+    for q in &queues {
+        if let Some(v) = q.oldest_age_secs {
+            let lower = if q.oldest_age_lower_bound { "true" } else { "false" };
+            let labels = [
+                ("broker", q.broker.as_str()),
+                ("vhost", q.vhost.as_str()),
+                ("queue", q.name.as_str()),
+                ("type", q.kind.as_str()),
+                ("source", q.oldest_age_source.as_str()),
+                ("lower_bound", lower),
+            ];
+            sample(&mut out, age.name, &labels, v);
+        }
+    }
+
+    header(
+        &mut out,
+        &Family { name: "warren_broker_up", help: "1 if the last poll of the broker succeeded, 0 if it failed." },
+    );
+    for b in brokers {
+        if let Some(up) = b.status.up {
+            sample(&mut out, "warren_broker_up", &[("broker", &b.name)], if up { 1.0 } else { 0.0 });
+        }
+    }
+    header(
+        &mut out,
+        &Family { name: "warren_broker_poll_duration_seconds", help: "Duration of the last successful poll." },
+    );
+    for b in brokers {
+        if let Some(ms) = b.status.last_poll_ms {
+            sample(&mut out, "warren_broker_poll_duration_seconds", &[("broker", &b.name)], ms as f64 / 1000.0);
+        }
+    }
+    header(
+        &mut out,
+        &Family {
+            name: "warren_broker_last_success_timestamp_seconds",
+            help: "Unix time of the last successful poll.",
+        },
+    );
+    for b in brokers {
+        if let Some(t) = b.status.last_success {
+            sample(
+                &mut out,
+                "warren_broker_last_success_timestamp_seconds",
+                &[("broker", &b.name)],
+                t.timestamp() as f64,
+            );
+        }
+    }
+    type BrokerValue = fn(&BrokerLive) -> Option<f64>;
+    let broker_families: &[(&str, &str, BrokerValue)] = &[
+        ("warren_broker_publish_rate", "Messages published per second, broker-wide.", |b| b.rates.publish_rate),
+        ("warren_broker_confirm_rate", "Publisher confirms per second, broker-wide.", |b| b.rates.confirm_rate),
+        ("warren_broker_ack_rate", "Acknowledgements per second, broker-wide.", |b| b.rates.ack_rate),
+        ("warren_broker_deliver_rate", "Deliveries per second, broker-wide.", |b| b.rates.deliver_rate),
+        ("warren_broker_redeliver_rate", "Redeliveries per second, broker-wide.", |b| b.rates.redeliver_rate),
+        ("warren_broker_unroutable_rate", "Unroutable publishes (returned or dropped) per second.", |b| {
+            b.rates.unroutable_rate
+        }),
+    ];
+    for (name, help, value) in broker_families {
+        header(&mut out, &Family { name, help });
+        for b in brokers {
+            if let Some(v) = value(b) {
+                sample(&mut out, name, &[("broker", &b.name)], v);
+            }
+        }
+    }
+    header(&mut out, &Family { name: "warren_up", help: "warren is running." });
+    out.push_str("warren_up 1\n");
+    header(&mut out, &Family { name: "warren_build_info", help: "warren's version." });
+    sample(&mut out, "warren_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

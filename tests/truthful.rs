@@ -1,0 +1,283 @@
+//! Truthful numbers against the real broker: estimated ages, health signals, dead-letter
+//! topology, the Prometheus export.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{declare, publish, wait_for, TestVhost, Warren, MANAGEMENT};
+use lapin::options::{
+    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions, ExchangeDeclareOptions,
+    QueueBindOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, ExchangeKind};
+use serde_json::Value;
+
+fn encode(s: &str) -> String {
+    warren::management::encode_segment(s)
+}
+
+/// A quorum queue and a classic queue without timestamps, fed one message a second for 60 s,
+/// then half taken: the estimated age is within (poll interval + 5 s) of the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn estimated_age_follows_a_known_schedule() {
+    const POLL: u64 = 5;
+    let vhost = TestVhost::create("estimate").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "quorum-fifo", true).await;
+    declare(&channel, "classic-fifo", false).await;
+    let warren = Warren::for_vhost(&vhost.name, POLL).await;
+    // Let warren see the empty queues first, so the history reaches back before the first
+    // message.
+    wait_for("both queues listed as empty", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "quorum-fifo").await.ok_or("quorum not listed")?;
+        let c = warren.queue(&vhost.name, "classic-fifo").await.ok_or("classic not listed")?;
+        if q["total"] == 0 && c["total"] == 0 {
+            Ok(())
+        } else {
+            Err(format!("quorum total {} classic total {}", q["total"], c["total"]))
+        }
+    })
+    .await;
+
+    let start = Instant::now();
+    let mut published_at = Vec::new();
+    for i in 0..60u64 {
+        let due = start + Duration::from_secs(i);
+        tokio::time::sleep_until(due.into()).await;
+        published_at.push(Instant::now());
+        publish(&channel, "quorum-fifo", 1, BasicProperties::default()).await;
+        publish(&channel, "classic-fifo", 1, BasicProperties::default()).await;
+    }
+    // A consumer takes the oldest half.
+    for queue in ["quorum-fifo", "classic-fifo"] {
+        for _ in 0..30 {
+            let message = channel.basic_get(queue, BasicGetOptions { no_ack: true }).await.unwrap();
+            assert!(message.is_some(), "{queue} had fewer messages than published");
+        }
+    }
+    // The oldest message left is the 31st.
+    let oldest = published_at[30];
+    for queue in ["quorum-fifo", "classic-fifo"] {
+        let (age, truth) =
+            wait_for(&format!("{queue}: 30 messages with an estimated age"), Duration::from_secs(40), || async {
+                let q = warren.queue(&vhost.name, queue).await.ok_or("not listed")?;
+                let age = q["oldest_age_secs"].as_f64();
+                if q["total"] == 30 && q["oldest_age_source"] == "estimated" && age.is_some() {
+                    let updated = chrono::DateTime::parse_from_rfc3339(q["updated_at"].as_str().unwrap()).unwrap();
+                    // The truth at the moment of the sample.
+                    let lag =
+                        (chrono::Utc::now() - updated.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1000.0;
+                    let truth = oldest.elapsed().as_secs_f64() - lag;
+                    assert_eq!(q["oldest_age_lower_bound"], false, "{q}");
+                    Ok((age.unwrap(), truth))
+                } else {
+                    Err(format!("total {} source {} age {}", q["total"], q["oldest_age_source"], q["oldest_age_secs"]))
+                }
+            })
+            .await;
+        let tolerance = (POLL + 5) as f64;
+        assert!(
+            (age - truth).abs() <= tolerance,
+            "{queue}: estimated {age:.1} s, truth {truth:.1} s (± {tolerance} s)"
+        );
+    }
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Messages already there when warren starts are older than its history: a lower bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn age_older_than_history_is_a_lower_bound() {
+    let vhost = TestVhost::create("bound").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "old-quorum", true).await;
+    publish(&channel, "old-quorum", 5, BasicProperties::default()).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let q = wait_for("a lower-bound age", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "old-quorum").await.ok_or("not listed")?;
+        if q["oldest_age_lower_bound"] == true && q["oldest_age_secs"].as_f64().is_some_and(|a| a >= 1.0) {
+            Ok(q)
+        } else {
+            Err(format!(
+                "source {} bound {} age {}",
+                q["oldest_age_source"], q["oldest_age_lower_bound"], q["oldest_age_secs"]
+            ))
+        }
+    })
+    .await;
+    assert_eq!(q["oldest_age_source"], "estimated");
+    let (_, page) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
+    // askama escapes '>' as a numeric entity.
+    assert!(page.contains("&#62; ") || page.contains("&gt; "), "the list shows the bound as \"> age\"");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_consumers_and_missing_consumers_are_flagged() {
+    let vhost = TestVhost::create("health").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "unattended", false).await;
+    declare(&channel, "stuck", false).await;
+    declare(&channel, "healthy", false).await;
+    publish(&channel, "unattended", 3, BasicProperties::default()).await;
+    publish(&channel, "stuck", 4, BasicProperties::default()).await;
+
+    // A consumer that takes everything and never acks.
+    let holder = connection.create_channel().await.unwrap();
+    holder.basic_qos(10, BasicQosOptions::default()).await.unwrap();
+    let _held =
+        holder.basic_consume("stuck", "holder", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+    // A consumer on an empty queue is fine.
+    let _idle =
+        holder.basic_consume("healthy", "idle", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+
+    let warren = Warren::for_vhost(&vhost.name, 2).await;
+    let stuck = wait_for("the stuck queue flagged as hung", Duration::from_secs(60), || async {
+        let q = warren.queue(&vhost.name, "stuck").await.ok_or("not listed")?;
+        if q["hung_consumer_secs"].as_f64().is_some() {
+            Ok(q)
+        } else {
+            Err(format!("unacked {} hung {}", q["unacked"], q["hung_consumer_secs"]))
+        }
+    })
+    .await;
+    assert_eq!(stuck["unacked"], 4);
+    assert!(stuck["hung_consumer_secs"].as_f64().unwrap() >= 30.0);
+    let unattended = warren.queue(&vhost.name, "unattended").await.unwrap();
+    assert_eq!(unattended["no_consumers"], true);
+    assert!(unattended["hung_consumer_secs"].is_null());
+    let healthy = warren.queue(&vhost.name, "healthy").await.unwrap();
+    assert_eq!(
+        (healthy["no_consumers"].clone(), healthy["hung_consumer_secs"].clone()),
+        (Value::Bool(false), Value::Null)
+    );
+    let (_, page) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
+    assert!(page.contains("hung consumer") && page.contains("no consumers"), "the list shows both flags");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_routing_comes_from_the_topology() {
+    let vhost = TestVhost::create("dlx").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    channel
+        .exchange_declare(
+            "failures",
+            ExchangeKind::Fanout,
+            ExchangeDeclareOptions { durable: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    // Named so that no name-based guess would find it.
+    declare(&channel, "parking-lot", false).await;
+    channel
+        .queue_bind("parking-lot", "failures", "", QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    declare(&channel, "payments", false).await;
+    declare(&channel, "no-safety-net", false).await;
+    // The DLX comes from a policy, not from queue arguments.
+    let response = reqwest::Client::new()
+        .put(format!("{MANAGEMENT}/api/policies/{}/payments-dlx", encode(&vhost.name)))
+        .basic_auth("guest", Some("guest"))
+        .json(&serde_json::json!({"pattern": "^payments$", "definition": {"dead-letter-exchange": "failures"}, "apply-to": "queues"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "policy: {}", response.status());
+
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let payments = wait_for("payments dead-lettering into parking-lot by policy", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "payments").await.ok_or("not listed")?;
+        if q["dead_letter_target"]["queues"] == serde_json::json!(["parking-lot"]) {
+            Ok(q)
+        } else {
+            Err(format!("dead_letter_target {}", q["dead_letter_target"]))
+        }
+    })
+    .await;
+    assert_eq!(payments["dead_letter_target"]["configured_by"], "policy");
+    assert_eq!(payments["dead_letter_target"]["exchange"], "failures");
+    assert_eq!(payments["is_dlq"], false);
+    let dlq = warren.queue(&vhost.name, "parking-lot").await.unwrap();
+    assert_eq!(dlq["is_dlq"], true);
+    assert_eq!(dlq["dead_letter_sources"], serde_json::json!(["payments"]));
+    let unsafe_queue = warren.queue(&vhost.name, "no-safety-net").await.unwrap();
+    assert!(unsafe_queue["dead_letter_target"].is_null());
+
+    // The UI: the queue page warns, the list filters DLQs, the overview lists them.
+    let (_, page) = warren.get_text(&format!("/queues/local/{}/no-safety-net", encode(&vhost.name))).await;
+    assert!(page.contains("no dead-letter exchange"), "the page warns that failures are destroyed");
+    let (_, list) = warren.get_json(&format!("/api/v1/queues?vhost={}&dlq=true", encode(&vhost.name))).await;
+    assert_eq!(list["total"], 1);
+    assert_eq!(list["items"][0]["name"], "parking-lot");
+    let (_, overview) = warren.get_text("/").await;
+    assert!(overview.contains("parking-lot"), "the overview lists the DLQ");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_export_parses_and_matches_the_api() {
+    let vhost = TestVhost::create("metrics").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    // A plain name to compare values, and a hostile one that must not break the format.
+    let name = "exported.queue";
+    let hostile = "quote \" backslash \\ end ✓";
+    declare(&channel, name, false).await;
+    declare(&channel, hostile, false).await;
+    publish(&channel, name, 9, BasicProperties::default().with_timestamp(1)).await;
+    channel.basic_publish("", "nowhere", BasicPublishOptions::default(), b"x", BasicProperties::default()).await.unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let api = wait_for("the queue with 9 ready", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, name).await.ok_or("not listed")?;
+        if q["ready"] == 9 && warren.queue(&vhost.name, hostile).await.is_some() {
+            Ok(q)
+        } else {
+            Err(format!("ready {}", q["ready"]))
+        }
+    })
+    .await;
+    let (status, text) = warren.get_text("/metrics").await;
+    assert_eq!(status, 200);
+    // Every sample is one line and parses: the hostile name's quote and backslash are escaped.
+    let sample_lines = text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
+    let scrape =
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("valid Prometheus text format");
+    assert_eq!(scrape.samples.len(), sample_lines, "every sample line parses");
+    assert!(text.contains(r#"queue="quote \" backslash \\ end ✓""#), "label escaped per the format");
+    let find = |metric: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == metric
+                    && s.labels.get("queue") == Some(name)
+                    && s.labels.get("vhost") == Some(vhost.name.as_str())
+            })
+            .unwrap_or_else(|| panic!("no {metric} sample for the queue"))
+    };
+    let value = |s: &prometheus_parse::Sample| match s.value {
+        prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+        ref other => panic!("unexpected value {other:?}"),
+    };
+    assert_eq!(value(find("warren_queue_messages_ready")), 9.0);
+    assert_eq!(value(find("warren_queue_consumers")), api["consumers"].as_f64().unwrap());
+    let age = find("warren_queue_oldest_message_age_seconds");
+    assert_eq!(age.labels.get("source"), Some("exact"));
+    assert!(value(age) > 1_000_000.0, "published at unix time 1: a very old message");
+    let up = scrape.samples.iter().find(|s| s.metric == "warren_broker_up").expect("broker up sample");
+    assert_eq!(value(up), 1.0);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
