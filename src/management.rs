@@ -336,16 +336,26 @@ mod tests {
     /// no `message_stats`, `delivery_limit` and `messages_dlx` on quorum queues (DOMAIN.md §2, §7).
     #[test]
     fn parses_rabbitmq_4_shapes() {
-        let body = r#"{"items":[
-            {"name":"orders","vhost":"/","type":"quorum","durable":true,"state":"running",
-             "arguments":{"x-queue-type":"quorum"},"delivery_limit":20,"messages_dlx":0,
-             "messages":3,"messages_ready":3,"messages_unacknowledged":0,"consumers":0},
-            {"name":"empty","vhost":"/","type":"classic","arguments":{},"messages":0,
-             "messages_ready":0,"messages_unacknowledged":0,"consumers":1}
-        ],"page":1,"page_count":1,"page_size":500,"total_count":2,"filtered_count":2,"item_count":2}"#;
-        let page: QueuePage = serde_json::from_str(body).unwrap();
-        assert!(page.items.iter().all(|q| q.message_stats.is_none() && q.head_message_timestamp.is_none()));
-        assert_eq!(page.items[0].messages_ready, Some(3));
+        let page: QueuePage = serde_json::from_slice(&fixture4("queues-page-metrics-collector-off.json")).unwrap();
+        assert_eq!(page.items.len(), 4);
+        assert!(page.items.iter().all(|q| q.message_stats.is_none() && q.policy.is_none()));
+        let orders = &page.items[0];
+        assert_eq!((orders.kind.as_deref(), orders.messages_ready), (Some("quorum"), Some(40)));
+        assert_eq!(orders.head_message_timestamp, None);
+        let stream = &page.items[2];
+        assert_eq!((stream.messages, stream.messages_ready), (Some(0), None), "stream keys omitted");
+        assert_eq!(page.items[3].head_message_timestamp, Some(1795984000.0));
+
+        let overview: Overview = serde_json::from_slice(&fixture4("overview-metrics-collector-off.json")).unwrap();
+        assert!(overview.message_stats.is_none(), "no message_stats at all: rates are unavailable");
+        assert_eq!(overview.disable_stats, Some(false));
+        let vhosts: Vec<VhostEntry> = serde_json::from_slice(&fixture4("vhosts-metrics-collector-off.json")).unwrap();
+        assert!(vhosts[0].message_stats.is_none());
+    }
+
+    fn fixture4(name: &str) -> Vec<u8> {
+        let path = format!("{}/tests/fixtures/rabbitmq-4.x/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
     }
 
     #[test]
