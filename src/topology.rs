@@ -95,33 +95,52 @@ pub fn topic_matches(pattern: &str, key: &str) -> bool {
     go(&p, &k)
 }
 
-/// Queues reachable from `exchange` with `routing_key` (None: any key the message may carry).
-/// Follows exchange-to-exchange bindings, with a depth limit against cycles.
-fn reachable(topology: &VhostTopology, exchange: &str, routing_key: Option<&str>, depth: u8, out: &mut Vec<String>) {
-    if exchange.is_empty() {
-        // The default exchange routes to the queue named by the routing key.
-        if let Some(key) = routing_key {
-            out.push(key.to_string());
+/// Bindings by source exchange, and exchange types, for routing lookups.
+struct Routes<'a> {
+    by_source: HashMap<&'a str, Vec<&'a Binding>>,
+    kinds: HashMap<&'a str, &'a str>,
+}
+
+impl<'a> Routes<'a> {
+    fn new(topology: &'a VhostTopology) -> Self {
+        let mut by_source: HashMap<&str, Vec<&Binding>> = HashMap::new();
+        // The default exchange's implicit binding of every queue is listed with source "": it is
+        // routed by name below, so those (one per queue) are skipped here.
+        for b in topology.bindings.iter().filter(|b| !b.source.is_empty()) {
+            by_source.entry(b.source.as_str()).or_default().push(b);
         }
-        return;
+        let kinds = topology.exchanges.iter().map(|e| (e.name.as_str(), e.kind.as_str())).collect();
+        Routes { by_source, kinds }
     }
-    if depth > 4 {
-        return;
-    }
-    let kind = topology.exchanges.iter().find(|e| e.name == exchange).map(|e| e.kind.as_str()).unwrap_or("direct");
-    for b in topology.bindings.iter().filter(|b| b.source == exchange) {
-        let matches = match (kind, routing_key) {
-            (_, None) | ("fanout", _) | ("headers", _) => true,
-            ("topic", Some(key)) => topic_matches(&b.routing_key, key),
-            (_, Some(key)) => b.routing_key == key,
-        };
-        if !matches {
-            continue;
+
+    /// Queues reachable from `exchange` with `routing_key` (None: any key the message may
+    /// carry). Follows exchange-to-exchange bindings, with a depth limit against cycles.
+    fn reachable(&self, exchange: &str, routing_key: Option<&str>, depth: u8, out: &mut Vec<String>) {
+        if exchange.is_empty() {
+            // The default exchange routes to the queue named by the routing key.
+            if let Some(key) = routing_key {
+                out.push(key.to_string());
+            }
+            return;
         }
-        if b.destination_type == "queue" {
-            out.push(b.destination.clone());
-        } else {
-            reachable(topology, &b.destination, routing_key, depth + 1, out);
+        if depth > 4 {
+            return;
+        }
+        let kind = self.kinds.get(exchange).copied().unwrap_or("direct");
+        for b in self.by_source.get(exchange).into_iter().flatten() {
+            let matches = match (kind, routing_key) {
+                (_, None) | ("fanout", _) | ("headers", _) => true,
+                ("topic", Some(key)) => topic_matches(&b.routing_key, key),
+                (_, Some(key)) => b.routing_key == key,
+            };
+            if !matches {
+                continue;
+            }
+            if b.destination_type == "queue" {
+                out.push(b.destination.clone());
+            } else {
+                self.reachable(&b.destination, routing_key, depth + 1, out);
+            }
         }
     }
 }
@@ -133,27 +152,36 @@ pub struct QueueConfig<'a> {
     pub effective_policy: &'a Map<String, Value>,
 }
 
-/// Dead-letter facts of every queue of one vhost.
+/// Dead-letter facts of the queues of one vhost. Only queues with a dead-letter exchange or
+/// that receive dead letters have an entry; every other queue has the default (no DLX, not a
+/// DLQ).
 pub fn analyse(queues: &[QueueConfig<'_>], topology: &VhostTopology) -> HashMap<String, DeadLetterInfo> {
-    let mut info: HashMap<String, DeadLetterInfo> =
-        queues.iter().map(|q| (q.name.to_string(), DeadLetterInfo::default())).collect();
+    let routes = Routes::new(topology);
+    let mut info: HashMap<String, DeadLetterInfo> = HashMap::new();
+    // Many queues share one dead-letter exchange and key: route each pair once.
+    let mut routed: HashMap<(String, Option<String>), Vec<String>> = HashMap::new();
     for q in queues {
         let Some((exchange, routing_key, configured_by)) = dead_letter_config(q.arguments, q.effective_policy) else {
             continue;
         };
-        let mut targets = Vec::new();
-        // Without a dead-letter routing key a message keeps its own keys, which may be any.
-        reachable(topology, &exchange, routing_key.as_deref(), 0, &mut targets);
-        targets.sort();
-        targets.dedup();
+        let targets = routed
+            .entry((exchange.clone(), routing_key.clone()))
+            .or_insert_with(|| {
+                let mut targets = Vec::new();
+                // Without a dead-letter routing key a message keeps its own keys, which may be any.
+                routes.reachable(&exchange, routing_key.as_deref(), 0, &mut targets);
+                targets.sort();
+                targets.dedup();
+                targets
+            })
+            .clone();
         // A queue that dead-letters into itself is a retry loop, not a DLQ of its own.
         for target in targets.iter().filter(|t| *t != q.name) {
-            if let Some(t) = info.get_mut(target.as_str()) {
-                t.is_dlq = true;
-                t.dead_letter_sources.push(q.name.to_string());
-            }
+            let t = info.entry(target.clone()).or_default();
+            t.is_dlq = true;
+            t.dead_letter_sources.push(q.name.to_string());
         }
-        info.get_mut(q.name).expect("every queue has an entry").dead_letter_target =
+        info.entry(q.name.to_string()).or_default().dead_letter_target =
             Some(DeadLetterTarget { exchange, routing_key, configured_by, queues: targets });
     }
     for i in info.values_mut() {
@@ -203,8 +231,7 @@ mod tests {
         assert_eq!((payments.configured_by, payments.queues.clone()), ("policy", vec!["failed.dlq".to_string()]));
         assert!(info["failed.dlq"].is_dlq && info["orders.dlq"].is_dlq);
         assert_eq!(info["failed.dlq"].dead_letter_sources, vec!["orders", "payments"]);
-        assert!(!info["plain"].is_dlq);
-        assert!(info["plain"].dead_letter_target.is_none(), "no DLX: failures are destroyed");
+        assert!(!info.contains_key("plain"), "no DLX and not a DLQ: the default facts");
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub struct Poller {
     broker_counters: CounterWindow<BrokerCounters>,
     vhost_counters: HashMap<String, CounterWindow<BrokerCounters>>,
     topology: HashMap<String, (Instant, VhostTopology)>,
+    /// Number of the current poll (see `track::derive`).
+    polls: u64,
 }
 
 /// Result of one successful poll, for callers that measure (the benchmark).
@@ -74,6 +76,7 @@ impl Poller {
             broker_counters: CounterWindow::default(),
             vhost_counters: HashMap::new(),
             topology: HashMap::new(),
+            polls: 0,
         })
     }
 
@@ -144,15 +147,17 @@ impl Poller {
             keep_readings_secs: self.keep_readings_secs(),
         };
         let broker = self.broker.clone();
-        let (mut views, gone) = track::derive(&mut self.queues, &raw_queues, &ctx, |v| broker.watches_vhost(v));
-        bytes += self.apply_topology(&mut views, fetched).await;
+        self.polls += 1;
+        let (mut views, marks, gone) =
+            track::derive(&mut self.queues, &raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
+        bytes += self.apply_topology(&mut views, &marks, fetched).await;
         estimate::estimate_ages(&self.db, &mut self.queues, &mut views, self.broker.poll_interval.as_secs_f64(), now)
             .await?;
 
         let totals = totals(&views);
         let rates = self.broker_rates(&overview, stats_enabled, fetched);
         let vhost_rates = self.vhost_rates(&watched, stats_enabled, fetched);
-        let mut write = track::plan_write(&self.queues, &views, &gone, self.broker_id, now.timestamp());
+        let mut write = track::plan_write(&self.queues, &views, &marks, &gone, self.broker_id, now.timestamp());
         let poll_ms = started.elapsed().as_millis() as u64;
         write.broker = history::BrokerSample {
             ready: totals.ready.map(|v| v as i64),
@@ -169,10 +174,7 @@ impl Poller {
         };
         let samples_written = write.samples.len() + write.new_samples.len();
         let ids = history::write_poll(&self.db, &write).await?;
-        track::commit(&mut self.queues, &write, &ids, &gone);
-        for view in views.iter_mut().filter(|v| v.id.is_none()) {
-            view.id = self.queues.get(&(view.vhost.clone(), view.name.clone())).and_then(|t| t.id);
-        }
+        track::commit(&mut self.queues, &mut views, &marks, &write, &ids, &gone);
 
         let queue_count = views.len();
         self.live.update(&self.broker.name, |b| {
@@ -229,18 +231,16 @@ impl Poller {
     /// Refreshes stale vhost topologies and sets each view's dead-letter facts. A failed
     /// topology call keeps the previous topology (it is logged, the poll goes on): dead-letter
     /// routing is not worth losing the numbers for. Returns the bytes read.
-    async fn apply_topology(&mut self, views: &mut [QueueView], fetched: Instant) -> usize {
-        let mut by_vhost: HashMap<String, Vec<usize>> = HashMap::new();
+    async fn apply_topology(&mut self, views: &mut [QueueView], marks: &[track::Mark], fetched: Instant) -> usize {
+        let mut by_vhost: HashMap<&str, Vec<usize>> = HashMap::new();
         for (i, view) in views.iter().enumerate() {
-            by_vhost.entry(view.vhost.clone()).or_default().push(i);
+            by_vhost.entry(view.vhost.as_str()).or_default().push(i);
         }
+        let by_vhost: Vec<(String, Vec<usize>)> = by_vhost.into_iter().map(|(v, i)| (v.to_string(), i)).collect();
         let mut bytes = 0;
         for (vhost, indexes) in &by_vhost {
             // A queue seen for the first time, or whose settings changed, may change routing.
-            let changed = indexes.iter().any(|&i| {
-                let v = &views[i];
-                self.queues.get(&(v.vhost.clone(), v.name.clone())).is_none_or(|t| t.meta != track::queue_meta(v))
-            });
+            let changed = indexes.iter().any(|&i| marks[i].meta.is_some());
             let stale = self.topology.get(vhost).is_none_or(|(at, _)| fetched.duration_since(*at) >= TOPOLOGY_EVERY);
             if changed || stale {
                 match self.fetch_topology(vhost).await {
@@ -271,7 +271,7 @@ impl Poller {
                 }
             }
         }
-        self.topology.retain(|vhost, _| by_vhost.contains_key(vhost));
+        self.topology.retain(|vhost, _| by_vhost.iter().any(|(v, _)| v == vhost));
         bytes
     }
 

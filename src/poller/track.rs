@@ -1,7 +1,7 @@
 //! What the poller remembers of each queue between polls, and how a poll's raw answer becomes
 //! views (numbers, rates, health) and the rows to write.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -40,6 +40,8 @@ pub struct Tracked {
     pub incarnation_since: i64,
     /// (publish counter − total) of the last estimate and its result.
     pub estimate: Option<(i64, Estimate)>,
+    /// The last poll (by number) that listed this queue.
+    pub seen_poll: u64,
 }
 
 impl Tracked {
@@ -55,6 +57,7 @@ impl Tracked {
             no_ack_since: None,
             incarnation_since: 0,
             estimate: None,
+            seen_poll: 0,
         };
         (key, tracked)
     }
@@ -70,6 +73,7 @@ impl Tracked {
             no_ack_since: None,
             incarnation_since: ts,
             estimate: None,
+            seen_poll: 0,
         }
     }
 
@@ -92,27 +96,39 @@ pub struct PollContext {
     pub keep_readings_secs: f64,
 }
 
+/// What `derive` learned of each view that the write needs, so that planning and committing
+/// the write look nothing up again.
+pub struct Mark {
+    pub id: Option<i64>,
+    /// The queue's metadata when it is new, changed, or back after being gone.
+    pub meta: Option<QueueMeta>,
+    pub last_written: Option<(i64, StoredSample)>,
+    pub was_deleted: bool,
+}
+
 /// Turns raw queues into views, updating what is remembered per queue (counters, health
-/// trackers). Returns the views and the keys of watched queues that disappeared.
+/// trackers). Returns the views, a mark per view, and the keys of watched queues that
+/// disappeared. `poll` numbers this poll: each tracked queue remembers the last poll it was in.
 pub fn derive(
     queues: &mut HashMap<QueueKey, Tracked>,
     raw_queues: &[RawQueue],
     ctx: &PollContext,
+    poll: u64,
     watches_vhost: impl Fn(&str) -> bool,
-) -> (Vec<QueueView>, Vec<QueueKey>) {
+) -> (Vec<QueueView>, Vec<Mark>, Vec<QueueKey>) {
     let ts = ctx.now.timestamp();
     let mut views = Vec::with_capacity(raw_queues.len());
-    let mut seen: HashSet<(&str, &str)> = HashSet::with_capacity(raw_queues.len());
+    let mut marks = Vec::with_capacity(raw_queues.len());
     for raw in raw_queues {
-        if !seen.insert((&raw.vhost, &raw.name)) {
-            continue; // a queue created during pagination can shift into the next page twice
-        }
-        let key = (raw.vhost.clone(), raw.name.clone());
         let current = metrics::queue_counters(raw, ctx.stats_enabled);
-        let tracked = queues.entry(key).or_insert_with(|| {
+        let tracked = queues.entry((raw.vhost.clone(), raw.name.clone())).or_insert_with(|| {
             let meta = QueueMeta { vhost: raw.vhost.clone(), name: raw.name.clone(), ..QueueMeta::default() };
             Tracked::new(meta, ts)
         });
+        if tracked.seen_poll == poll {
+            continue; // a queue created during pagination can shift into the next page twice
+        }
+        tracked.seen_poll = poll;
         let previous_reading = tracked.counters.latest().copied();
         let went_back = previous_reading.is_some_and(|c| counters_went_back(&c, &current));
         if tracked.deleted || went_back {
@@ -149,12 +165,20 @@ pub fn derive(
 
         tracked.counters.push(ctx.fetched, current, ctx.keep_readings_secs);
         view.id = tracked.id;
+        let meta = queue_meta(&view);
+        let changed = tracked.meta != meta || tracked.deleted || tracked.id.is_none();
+        marks.push(Mark {
+            id: tracked.id,
+            meta: changed.then_some(meta),
+            last_written: tracked.last_written,
+            was_deleted: tracked.deleted,
+        });
         views.push(view);
     }
 
     let mut gone = Vec::new();
     for (key, tracked) in queues.iter_mut() {
-        if !tracked.deleted && watches_vhost(&key.0) && !seen.contains(&(key.0.as_str(), key.1.as_str())) {
+        if !tracked.deleted && tracked.seen_poll != poll && watches_vhost(&key.0) {
             // Forget the counters: a queue that comes back under this name starts afresh.
             tracked.counters.clear();
             tracked.no_ack_since = None;
@@ -162,61 +186,70 @@ pub fn derive(
             gone.push(key.clone());
         }
     }
-    (views, gone)
+    (views, marks, gone)
 }
 
 /// The rows one poll writes: changed metadata, changed samples (plus keyframes), deletions.
 pub fn plan_write(
     queues: &HashMap<QueueKey, Tracked>,
     views: &[QueueView],
+    marks: &[Mark],
     gone: &[QueueKey],
     broker_id: i64,
     ts: i64,
 ) -> PollWrite {
     let mut write = PollWrite { broker_id, ts, ..PollWrite::default() };
-    for view in views {
-        let Some(t) = queues.get(&(view.vhost.clone(), view.name.clone())) else {
+    for (view, mark) in views.iter().zip(marks) {
+        let sample = stored_sample(view);
+        if let Some(meta) = &mark.meta {
+            write.upserts.push(meta.clone());
+        }
+        let Some(id) = mark.id else {
+            write.new_samples.push((write.upserts.len() - 1, sample));
             continue;
         };
-        let meta = queue_meta(view);
-        let sample = stored_sample(view);
-        let due = match t.last_written {
+        let due = match mark.last_written {
             Some((last_ts, last)) => last != sample || ts - last_ts >= KEYFRAME_SECS,
             None => true,
         };
-        if t.meta != meta || t.deleted || t.id.is_none() {
-            write.upserts.push(meta);
-            if t.id.is_none() {
-                write.new_samples.push((write.upserts.len() - 1, sample));
-                continue;
-            }
-        }
-        if due || t.deleted {
-            write.samples.push((t.id.expect("known queues have ids"), sample));
+        if due || mark.was_deleted {
+            write.samples.push((id, sample));
         }
     }
     write.deleted = gone.iter().filter_map(|key| queues.get(key).and_then(|t| t.id)).collect();
     write
 }
 
-/// Records a successful write: ids of new queues, what each queue has stored, deletions.
-pub fn commit(queues: &mut HashMap<QueueKey, Tracked>, write: &PollWrite, ids: &[i64], gone: &[QueueKey]) {
-    for (i, meta) in write.upserts.iter().enumerate() {
-        if let Some(t) = queues.get_mut(&(meta.vhost.clone(), meta.name.clone())) {
-            t.id = Some(ids[i]);
+/// Records a successful write: ids of new queues, what each queue has stored, deletions. Only
+/// queues with something written are looked up.
+pub fn commit(
+    queues: &mut HashMap<QueueKey, Tracked>,
+    views: &mut [QueueView],
+    marks: &[Mark],
+    write: &PollWrite,
+    ids: &[i64],
+    gone: &[QueueKey],
+) {
+    let written: std::collections::HashSet<i64> = write.samples.iter().map(|(id, _)| *id).collect();
+    let mut upsert = 0;
+    for (view, mark) in views.iter_mut().zip(marks) {
+        let new_id = mark.meta.as_ref().map(|_| {
+            upsert += 1;
+            ids[upsert - 1]
+        });
+        let sample_written = mark.id.is_none() || mark.id.is_some_and(|id| written.contains(&id));
+        if new_id.is_none() && !sample_written {
+            continue;
+        }
+        let Some(t) = queues.get_mut(&(view.vhost.clone(), view.name.clone())) else { continue };
+        if let (Some(id), Some(meta)) = (new_id, &mark.meta) {
+            t.id = Some(id);
             t.meta = meta.clone();
             t.deleted = false;
+            view.id = Some(id);
         }
-    }
-    let mut by_id: HashMap<i64, &mut Tracked> = queues.values_mut().filter_map(|t| Some((t.id?, t))).collect();
-    for (id, sample) in &write.samples {
-        if let Some(t) = by_id.get_mut(id) {
-            t.last_written = Some((write.ts, *sample));
-        }
-    }
-    for (index, sample) in &write.new_samples {
-        if let Some(t) = by_id.get_mut(&ids[*index]) {
-            t.last_written = Some((write.ts, *sample));
+        if sample_written {
+            t.last_written = Some((write.ts, stored_sample(view)));
         }
     }
     for key in gone {
