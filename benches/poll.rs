@@ -758,6 +758,12 @@ async fn bench(settings: Settings) {
         "rows_written": rows_written,
         "storage_note": "timestamps are wall-clock seconds: back-to-back polls share a second and `insert or replace` keeps one row per queue per second; see phase B for disk cost",
         "storage": phase_a_storage,
+        "per_poll": {
+            "cpu_ms": records.iter().map(|r| (r.cpu_ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            "wall_ms": records.iter().map(|r| (r.wall_ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            "before_write_ms": records.iter().map(|r| r.before_write_ms).collect::<Vec<_>>(),
+            "rows": records.iter().map(|r| r.rows).collect::<Vec<_>>(),
+        },
     });
 
     println!("\nPhase A: real poller, {polls} polls back to back ({total_wall_s:.1} s)");

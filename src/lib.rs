@@ -1,8 +1,10 @@
 //! warren: a web dashboard for RabbitMQ. `main.rs` parses the command line; everything else is
 //! here so that tests and benchmarks can start the same server.
 
+pub mod audit;
 pub mod config;
 pub mod demo;
+pub mod dlq;
 pub mod history;
 pub mod management;
 pub mod metrics;

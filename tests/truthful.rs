@@ -237,7 +237,10 @@ async fn prometheus_export_parses_and_matches_the_api() {
     declare(&channel, name, false).await;
     declare(&channel, hostile, false).await;
     publish(&channel, name, 9, BasicProperties::default().with_timestamp(1)).await;
-    channel.basic_publish("", "nowhere", BasicPublishOptions::default(), b"x", BasicProperties::default()).await.unwrap();
+    channel
+        .basic_publish("", "nowhere", BasicPublishOptions::default(), b"x", BasicProperties::default())
+        .await
+        .unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     let api = wait_for("the queue with 9 ready", Duration::from_secs(30), || async {
         let q = warren.queue(&vhost.name, name).await.ok_or("not listed")?;

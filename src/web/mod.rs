@@ -1,5 +1,6 @@
 //! HTTP: HTML pages, the JSON API, static assets, health checks. Routes are merged here.
 
+mod actions;
 mod api;
 mod assets;
 mod format;
@@ -19,6 +20,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(pages::router())
         .merge(api::router())
+        .merge(actions::router())
         .merge(assets::router())
         .merge(prometheus::router())
         .route("/healthz", get(healthz))

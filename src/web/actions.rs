@@ -1,0 +1,103 @@
+//! State-changing actions (POST only), in the JSON API. Each is recorded in the audit log
+//! before it runs and updated when it ends.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::api::find_queue;
+use super::{ApiError, WebError};
+use crate::audit;
+use crate::dlq::{self, MoveError, Selection, Target};
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/requeue", post(requeue))
+        .route("/api/v1/audit", get(audit_log))
+}
+
+#[derive(Debug, Deserialize, serde::Serialize)]
+pub struct RequeueRequest {
+    pub selection: Selection,
+    #[serde(default)]
+    pub target: Target,
+}
+
+/// The delivery limit of a quorum queue, from its arguments or effective policy.
+fn delivery_limit(view: &crate::metrics::QueueView) -> Option<i64> {
+    if view.kind != "quorum" {
+        return None;
+    }
+    view.arguments
+        .get("x-delivery-limit")
+        .or_else(|| view.effective_policy.get("delivery-limit"))
+        .and_then(|v| v.as_i64())
+}
+
+async fn requeue(
+    State(state): State<AppState>,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    Json(request): Json<RequeueRequest>,
+) -> Result<Response, ApiError> {
+    let view = find_queue(&state, &broker, &vhost, &queue).await?;
+    let config = state
+        .config
+        .brokers
+        .iter()
+        .find(|b| b.name == broker)
+        .ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?;
+    let entry = audit::Entry {
+        actor: "anonymous",
+        broker: &broker,
+        vhost: &vhost,
+        queue: &queue,
+        action: "requeue",
+        request: serde_json::to_string(&request).expect("request serialises"),
+    };
+    let audit_id = audit::start(&state.db, entry).await?;
+    let outcome =
+        dlq::move_messages(config, &vhost, &queue, &request.selection, &request.target, delivery_limit(&view)).await;
+    match outcome {
+        Ok(report) => {
+            let ids: Vec<Option<String>> = report.moved.iter().map(|m| m.message_id.clone()).collect();
+            let result = if report.failed.is_empty() {
+                "done"
+            } else if report.moved.is_empty() {
+                "failed"
+            } else {
+                "partial"
+            };
+            let detail = report.failed.first().map(|f| f.reason.clone());
+            audit::finish(
+                &state.db,
+                audit_id,
+                result,
+                report.moved.len(),
+                report.failed.len(),
+                &ids,
+                detail.as_deref(),
+            )
+            .await?;
+            let status = if result == "failed" { StatusCode::CONFLICT } else { StatusCode::OK };
+            Ok((status, Json(json!({"outcome": result, "report": report, "audit_id": audit_id}))).into_response())
+        }
+        Err(e) => {
+            audit::finish(&state.db, audit_id, "failed", 0, 0, &[], Some(&e.to_string())).await?;
+            let status = match e {
+                MoveError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            let body = json!({"error": {"code": "move_failed", "message": e.to_string()}, "audit_id": audit_id});
+            Ok((status, Json(body)).into_response())
+        }
+    }
+}
+
+async fn audit_log(State(state): State<AppState>) -> Result<Json<Vec<audit::Record>>, ApiError> {
+    Ok(Json(audit::recent(&state.db, 500).await?))
+}
