@@ -185,8 +185,8 @@ impl Model {
         Model { queues, t0, sum_p0, sum_inc }
     }
 
-    /// A queue at poll `step` (virtual time t0 + 10 s x step).
-    fn state(&self, q: &QueueDef, step: u64) -> QueueState {
+    /// A queue at poll `step` (10 s steps); `now` (unix seconds) anchors head-message timestamps.
+    fn state(&self, q: &QueueDef, step: u64, now: i64) -> QueueState {
         if !q.busy {
             let n = q.idle_depth;
             return QueueState {
@@ -205,7 +205,6 @@ impl Model {
         let unacked = (h >> 20) % ((q.inc / 2).min(50 * q.consumers) + 1);
         let deliver = p - ready;
         let ack = deliver - unacked;
-        let now = self.t0 + INTERVAL * step as i64;
         QueueState {
             ready,
             unacked,
@@ -216,9 +215,9 @@ impl Model {
     }
 
     /// One queue object with the columns warren asks for, keys sorted as the API sorts them.
-    fn render_queue(&self, out: &mut String, q: &QueueDef, step: u64) {
+    fn render_queue(&self, out: &mut String, q: &QueueDef, step: u64, now: i64) {
         use std::fmt::Write as _;
-        let s = self.state(q, step);
+        let s = self.state(q, step, now);
         let head = match s.head_ts {
             Some(ts) => ts.to_string(),
             None => "null".into(),
@@ -253,7 +252,7 @@ impl Model {
 
     /// The paginated envelope of `/api/queues/{vhost}?page=&page_size=`. `idle` holds
     /// pre-rendered idle queues (they never change), so only busy ones are rendered per call.
-    fn render_page(&self, page: usize, page_size: usize, step: u64, idle: &[String]) -> String {
+    fn render_page(&self, page: usize, page_size: usize, step: u64, now: i64, idle: &[String]) -> String {
         let start = (page - 1) * page_size;
         let end = (start + page_size).min(self.queues.len());
         let mut out = String::with_capacity((end - start) * 400 + 200);
@@ -263,7 +262,7 @@ impl Model {
                 out.push(',');
             }
             if q.busy {
-                self.render_queue(&mut out, q, step);
+                self.render_queue(&mut out, q, step, now);
             } else {
                 out.push_str(idle_json);
             }
@@ -283,7 +282,7 @@ impl Model {
             .map(|q| {
                 let mut s = String::new();
                 if !q.busy {
-                    self.render_queue(&mut s, q, 0);
+                    self.render_queue(&mut s, q, 0, self.t0);
                 }
                 s
             })
@@ -447,7 +446,10 @@ async fn queues(
         return (StatusCode::BAD_REQUEST, r#"{"error":"bad_request","reason":"page_out_of_range"}"#).into_response();
     }
     let step = server.step.load(Ordering::SeqCst);
-    let body = server.model.render_page(page, page_size, step, &server.idle);
+    // Head timestamps follow the wall clock: polls come faster than the 10 s steps, and warren
+    // distrusts timestamps in the future.
+    let now = chrono::Utc::now().timestamp();
+    let body = server.model.render_page(page, page_size, step, now, &server.idle);
     reply(&server, &headers, body)
 }
 
@@ -574,6 +576,7 @@ fn window(records: &[PollRecord], range: std::ops::Range<usize>) -> Value {
 }
 
 async fn storage_report(db: &history::Db, path: &Path, queues: usize, polls: usize) -> Value {
+    let wal_before = std::fs::metadata(format!("{}-wal", path.display())).map(|m| m.len()).unwrap_or(0);
     sqlx::query("pragma wal_checkpoint(truncate)").execute(db).await.expect("checkpoint");
     let file = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let wal = std::fs::metadata(format!("{}-wal", path.display())).map(|m| m.len()).unwrap_or(0);
@@ -608,6 +611,7 @@ async fn storage_report(db: &history::Db, path: &Path, queues: usize, polls: usi
     };
     json!({
         "file_bytes": file,
+        "wal_bytes_before_checkpoint": wal_before,
         "wal_bytes_after_checkpoint": wal,
         "page_size": page_size,
         "freelist_pages": freelist,
@@ -719,7 +723,8 @@ async fn bench(settings: Settings) {
     // The physical floor of the fetch side: parsing the same pages into warren's types.
     let model = Model::new(&settings, t0);
     let idle = model.render_idle();
-    let pages: Vec<String> = (1..=model.page_count(500)).map(|p| model.render_page(p, 500, 2, &idle)).collect();
+    let pages: Vec<String> =
+        (1..=model.page_count(500)).map(|p| model.render_page(p, 500, 2, t0 + 2 * INTERVAL, &idle)).collect();
     let body_bytes: usize = pages.iter().map(|p| p.len()).sum();
     let parse_ms = {
         let mut best = f64::MAX;
@@ -907,7 +912,7 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
                 Some(raw) => raw,
                 None => {
                     let mut json = String::new();
-                    model.render_queue(&mut json, q, step);
+                    model.render_queue(&mut json, q, step, ts);
                     busy_raw = parse(&json);
                     &busy_raw
                 }

@@ -186,7 +186,18 @@ async fn prepare_vhost(http: &reqwest::Client, target: &DemoTarget) -> anyhow::R
     let everything = serde_json::json!({ "configure": ".*", "write": ".*", "read": ".*" });
     let path = format!("permissions/{vhost}/{}", encode(&target.user));
     let action = format!("granting '{}' permissions on vhost '{}'", target.user, target.vhost);
-    management_put(http, target, &path, &everything, &action).await
+    management_put(http, target, &path, &everything, &action).await?;
+
+    // A policy (not queue arguments, so existing demo queues need no re-declaring) makes
+    // orders.dlx the dead-letter exchange of the audit and alerts queues: warren then finds
+    // orders.fulfillment.dlq as a DLQ from the topology, as it would in production.
+    let policy = serde_json::json!({
+        "pattern": "^orders\\.(audit|alerts)$",
+        "definition": { "dead-letter-exchange": "orders.dlx" },
+        "apply-to": "queues",
+    });
+    let action = format!("setting the dead-letter policy on vhost '{}'", target.vhost);
+    management_put(http, target, &format!("policies/{vhost}/warren-demo-dlx"), &policy, &action).await
 }
 
 async fn management_put(

@@ -530,29 +530,64 @@ pub async fn broker_history(
     .fetch_all(db)
     .await?;
     let milli = |v: Option<f64>| v.map(|m| m.round() / 1000.0);
-    let mut points = Vec::with_capacity(rows.len());
+    let mut by_bucket = std::collections::HashMap::new();
     for row in &rows {
         let bucket: i64 = row.try_get(0)?;
-        points.push(BrokerPoint {
-            ts: from + bucket * step + step - 1,
-            ready: row.try_get::<Option<f64>, _>(1)?.map(|v| v.round() as i64),
-            unacked: row.try_get::<Option<f64>, _>(2)?.map(|v| v.round() as i64),
-            publish_rate: milli(row.try_get(3)?),
-            confirm_rate: milli(row.try_get(4)?),
-            ack_rate: milli(row.try_get(5)?),
-            deliver_rate: milli(row.try_get(6)?),
-            redeliver_rate: milli(row.try_get(7)?),
-            unroutable_rate: milli(row.try_get(8)?),
-            poll_ms: row.try_get::<Option<f64>, _>(9)?.map(|v| v.round() as i64),
-        });
+        by_bucket.insert(
+            bucket,
+            BrokerPoint {
+                ts: from + bucket * step + step - 1,
+                ready: row.try_get::<Option<f64>, _>(1)?.map(|v| v.round() as i64),
+                unacked: row.try_get::<Option<f64>, _>(2)?.map(|v| v.round() as i64),
+                publish_rate: milli(row.try_get(3)?),
+                confirm_rate: milli(row.try_get(4)?),
+                ack_rate: milli(row.try_get(5)?),
+                deliver_rate: milli(row.try_get(6)?),
+                redeliver_rate: milli(row.try_get(7)?),
+                unroutable_rate: milli(row.try_get(8)?),
+                poll_ms: row.try_get::<Option<f64>, _>(9)?.map(|v| v.round() as i64),
+            },
+        );
     }
+    // A bucket without a successful poll is a gap (all null), so charts do not draw across an
+    // outage.
+    let buckets = (to - from) / step;
+    let points = (0..=buckets)
+        .map(|b| {
+            by_bucket.remove(&b).unwrap_or(BrokerPoint {
+                ts: from + b * step + step - 1,
+                ready: None,
+                unacked: None,
+                publish_rate: None,
+                confirm_rate: None,
+                ack_rate: None,
+                deliver_rate: None,
+                redeliver_rate: None,
+                unroutable_rate: None,
+                poll_ms: None,
+            })
+        })
+        .filter(|p| p.ts <= to + step)
+        .collect::<Vec<_>>();
     Ok(points)
 }
 
 /// Deletes samples older than `before` (unix seconds) and queues deleted before it.
 pub async fn prune(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
     let mut removed = 0;
-    removed += sqlx::query("delete from queue_samples where ts < ?").bind(before).execute(db).await?.rows_affected();
+    // queue_samples is keyed by (queue_id, ts) and has no index on ts alone (it would cost more
+    // bytes per sample than the sample): delete queue by queue, in batches, each a short write.
+    let ids: Vec<i64> = sqlx::query_scalar("select id from queues").fetch_all(db).await?;
+    for batch in ids.chunks(200) {
+        let list = serde_json::to_string(batch).expect("ids serialise");
+        removed +=
+            sqlx::query("delete from queue_samples where queue_id in (select value from json_each(?)) and ts < ?")
+                .bind(list)
+                .bind(before)
+                .execute(db)
+                .await?
+                .rows_affected();
+    }
     removed += sqlx::query("delete from broker_samples where ts < ?").bind(before).execute(db).await?.rows_affected();
     sqlx::query("delete from queues where deleted_at < ? and not exists (select 1 from queue_samples where queue_id = queues.id)")
         .bind(before)

@@ -186,8 +186,11 @@ pub fn queue_counters(raw: &RawQueue, stats_enabled: bool) -> QueueCounters {
 pub fn exact_age(total: Option<u64>, head_ts: Option<i64>, now: DateTime<Utc>) -> (Option<f64>, AgeSource) {
     match (total, head_ts) {
         (Some(0), _) => (Some(0.0), AgeSource::Exact),
+        // More than a minute in the future is no usable timestamp (milliseconds where seconds
+        // belong, or a badly wrong publisher clock): fall back to what is known otherwise.
+        (_, Some(ts)) if ts > now.timestamp() + 60 => (None, AgeSource::Unknown),
         (_, Some(ts)) => {
-            // A publisher clock ahead of ours would give a negative age; the message is at least new.
+            // A publisher clock slightly ahead of ours would give a negative age; the message is new.
             let age_ms = (now.timestamp_millis() - ts * 1000).max(0);
             (Some(age_ms as f64 / 1000.0), AgeSource::Exact)
         }
@@ -419,7 +422,8 @@ mod tests {
         assert_eq!(exact_age(Some(0), None, now), (Some(0.0), AgeSource::Exact));
         assert_eq!(exact_age(Some(3), None, now), (None, AgeSource::Unknown));
         assert_eq!(exact_age(None, None, now), (None, AgeSource::Unknown));
-        assert_eq!(exact_age(Some(1), Some(1_000_200), now).0, Some(0.0), "clock skew clamps to 0");
+        assert_eq!(exact_age(Some(1), Some(1_000_130), now).0, Some(0.0), "small clock skew clamps to 0");
+        assert_eq!(exact_age(Some(1), Some(1_000_100_000), now), (None, AgeSource::Unknown), "milliseconds");
     }
 
     #[test]

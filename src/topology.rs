@@ -42,8 +42,9 @@ pub struct DeadLetterTarget {
     /// `arguments` or `policy`: where the setting comes from.
     pub configured_by: &'static str,
     /// Queues the dead letters can reach through that exchange's bindings. Empty means they are
-    /// dropped: the exchange routes them nowhere (or does not exist).
-    pub queues: Vec<String>,
+    /// dropped: the exchange routes them nowhere (or does not exist). `None`: the bindings are
+    /// not known (yet).
+    pub queues: Option<Vec<String>>,
 }
 
 /// Dead-letter facts of one queue.
@@ -154,9 +155,10 @@ pub struct QueueConfig<'a> {
 
 /// Dead-letter facts of the queues of one vhost. Only queues with a dead-letter exchange or
 /// that receive dead letters have an entry; every other queue has the default (no DLX, not a
-/// DLQ).
-pub fn analyse(queues: &[QueueConfig<'_>], topology: &VhostTopology) -> HashMap<String, DeadLetterInfo> {
-    let routes = Routes::new(topology);
+/// DLQ). Without a topology (bindings not fetched yet, or the fetch failed) the configured
+/// targets are still reported, with unknown routing.
+pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> HashMap<String, DeadLetterInfo> {
+    let routes = topology.map(Routes::new);
     let mut info: HashMap<String, DeadLetterInfo> = HashMap::new();
     // Many queues share one dead-letter exchange and key: route each pair once.
     let mut routed: HashMap<(String, Option<String>), Vec<String>> = HashMap::new();
@@ -164,25 +166,41 @@ pub fn analyse(queues: &[QueueConfig<'_>], topology: &VhostTopology) -> HashMap<
         let Some((exchange, routing_key, configured_by)) = dead_letter_config(q.arguments, q.effective_policy) else {
             continue;
         };
-        let targets = routed
-            .entry((exchange.clone(), routing_key.clone()))
-            .or_insert_with(|| {
-                let mut targets = Vec::new();
-                // Without a dead-letter routing key a message keeps its own keys, which may be any.
-                routes.reachable(&exchange, routing_key.as_deref(), 0, &mut targets);
-                targets.sort();
-                targets.dedup();
-                targets
-            })
-            .clone();
-        // A queue that dead-letters into itself is a retry loop, not a DLQ of its own.
-        for target in targets.iter().filter(|t| *t != q.name) {
-            let t = info.entry(target.clone()).or_default();
-            t.is_dlq = true;
-            t.dead_letter_sources.push(q.name.to_string());
-        }
+        let targets = routes.as_ref().map(|routes| {
+            routed
+                .entry((exchange.clone(), routing_key.clone()))
+                .or_insert_with(|| {
+                    let mut targets = Vec::new();
+                    // Without a dead-letter routing key a message keeps its own keys, which may be any.
+                    routes.reachable(&exchange, routing_key.as_deref(), 0, &mut targets);
+                    targets.sort();
+                    targets.dedup();
+                    targets
+                })
+                .clone()
+        });
         info.entry(q.name.to_string()).or_default().dead_letter_target =
             Some(DeadLetterTarget { exchange, routing_key, configured_by, queues: targets });
+    }
+    // A queue is a DLQ when another queue dead-letters into it, unless it dead-letters straight
+    // back: that pair is a retry loop (work queue and delay queue), not a dead end.
+    let feeds: Vec<(String, String)> = info
+        .iter()
+        .filter_map(|(source, i)| Some((source, i.dead_letter_target.as_ref()?.queues.as_ref()?)))
+        .flat_map(|(source, targets)| targets.iter().map(move |t| (source.clone(), t.clone())))
+        .filter(|(source, target)| source != target)
+        .collect();
+    let routes_to = |from: &str, to: &str| {
+        info.get(from)
+            .and_then(|i| i.dead_letter_target.as_ref())
+            .and_then(|t| t.queues.as_ref())
+            .is_some_and(|qs| qs.iter().any(|q| q == to))
+    };
+    let dlq_feeds: Vec<(String, String)> = feeds.into_iter().filter(|(s, t)| !routes_to(t, s)).collect();
+    for (source, target) in dlq_feeds {
+        let t = info.entry(target).or_default();
+        t.is_dlq = true;
+        t.dead_letter_sources.push(source);
     }
     for i in info.values_mut() {
         i.dead_letter_sources.sort();
@@ -224,11 +242,16 @@ mod tests {
             QueueConfig { name: "failed.dlq", arguments: &empty, effective_policy: &empty },
             QueueConfig { name: "plain", arguments: &empty, effective_policy: &empty },
         ];
-        let info = analyse(&queues, &topology);
+        let info = analyse(&queues, Some(&topology));
         // Without a routing key, any binding of a direct DLX may receive the message.
-        assert_eq!(info["orders"].dead_letter_target.as_ref().unwrap().queues, vec!["failed.dlq", "orders.dlq"]);
+        let orders = info["orders"].dead_letter_target.as_ref().unwrap();
+        assert_eq!(orders.queues.as_deref(), Some(&["failed.dlq".to_string(), "orders.dlq".to_string()][..]));
         let payments = info["payments"].dead_letter_target.as_ref().unwrap();
-        assert_eq!((payments.configured_by, payments.queues.clone()), ("policy", vec!["failed.dlq".to_string()]));
+        assert_eq!((payments.configured_by, payments.queues.clone()), ("policy", Some(vec!["failed.dlq".to_string()])));
+        // Without bindings the configured target is still known, its routing is not.
+        let unknown = analyse(&queues, None);
+        assert_eq!(unknown["payments"].dead_letter_target.as_ref().unwrap().queues, None);
+        assert!(unknown.values().all(|i| !i.is_dlq));
         assert!(info["failed.dlq"].is_dlq && info["orders.dlq"].is_dlq);
         assert_eq!(info["failed.dlq"].dead_letter_sources, vec!["orders", "payments"]);
         assert!(!info.contains_key("plain"), "no DLX and not a DLQ: the default facts");
@@ -243,9 +266,20 @@ mod tests {
                 QueueConfig { name: "work", arguments: &to_retry, effective_policy: &empty },
                 QueueConfig { name: "work.retry", arguments: &empty, effective_policy: &empty },
             ],
-            &VhostTopology::default(),
+            Some(&VhostTopology::default()),
         );
         assert!(info["work.retry"].is_dlq);
+        // A delay queue that dead-letters back to the work queue makes a retry loop: neither
+        // is a DLQ.
+        let back = map(json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work"}));
+        let info = analyse(
+            &[
+                QueueConfig { name: "work", arguments: &to_retry, effective_policy: &empty },
+                QueueConfig { name: "work.retry", arguments: &back, effective_policy: &empty },
+            ],
+            Some(&VhostTopology::default()),
+        );
+        assert!(!info["work.retry"].is_dlq && !info["work"].is_dlq);
         assert!(topic_matches("orders.#", "orders.eu.created"));
         assert!(topic_matches("*.created", "orders.created"));
         assert!(!topic_matches("*.created", "orders.eu.created"));

@@ -253,9 +253,7 @@ impl Poller {
                     }
                 }
             }
-            let Some((_, topology)) = self.topology.get(vhost) else {
-                continue;
-            };
+            let topology = self.topology.get(vhost).map(|(_, t)| t);
             let configs: Vec<QueueConfig<'_>> = indexes
                 .iter()
                 .map(|&i| QueueConfig {
@@ -337,7 +335,8 @@ pub fn backoff(interval: Duration, failures: u32) -> Duration {
 }
 
 fn totals(views: &[QueueView]) -> BrokerTotals {
-    let sum = |f: fn(&QueueView) -> Option<u64>| views.iter().filter_map(f).reduce(|a, b| a + b).or(Some(0));
+    // Unknown if any queue's value is unknown: a partial sum would be an undercount shown as fact.
+    let sum = |f: fn(&QueueView) -> Option<u64>| views.iter().map(f).sum::<Option<u64>>();
     BrokerTotals {
         queues: views.len() as u64,
         ready: sum(|v| v.ready),

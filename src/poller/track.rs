@@ -42,6 +42,10 @@ pub struct Tracked {
     pub estimate: Option<(i64, Estimate)>,
     /// The last poll (by number) that listed this queue.
     pub seen_poll: u64,
+    /// The latest counters that were known (a re-created quorum queue has none for seconds).
+    pub last_known: Option<QueueCounters>,
+    /// Consecutive complete polls that did not list this queue.
+    pub missing_polls: u32,
 }
 
 impl Tracked {
@@ -58,6 +62,8 @@ impl Tracked {
             incarnation_since: 0,
             estimate: None,
             seen_poll: 0,
+            last_known: None,
+            missing_polls: 0,
         };
         (key, tracked)
     }
@@ -74,11 +80,15 @@ impl Tracked {
             incarnation_since: ts,
             estimate: None,
             seen_poll: 0,
+            last_known: None,
+            missing_polls: 0,
         }
     }
 
     /// The queue was re-created: rates settle, and older history is not this queue's.
     fn restart(&mut self, fetched: Instant, ts: i64) {
+        self.counters.clear();
+        self.last_known = None;
         self.settle_until = Some(fetched + SETTLE);
         self.incarnation_since = ts;
         self.estimate = None;
@@ -129,10 +139,22 @@ pub fn derive(
             continue; // a queue created during pagination can shift into the next page twice
         }
         tracked.seen_poll = poll;
+        tracked.missing_polls = 0;
         let previous_reading = tracked.counters.latest().copied();
-        let went_back = previous_reading.is_some_and(|c| counters_went_back(&c, &current));
-        if tracked.deleted || went_back {
+        // Compare with the last counters that were known: a queue re-created under the same name
+        // may first show none at all, then its channel's old count again.
+        let went_back = tracked.last_known.is_some_and(|c| counters_went_back(&c, &current));
+        // After a restart of warren: a publish counter below what was stored means the queue (or
+        // the node) started again while warren was away; older history is not this queue's.
+        let restarted_while_away = tracked.last_known.is_none()
+            && tracked.incarnation_since == 0
+            && matches!((current.publish, tracked.last_written.and_then(|(_, s)| s.publish_count)),
+                        (Some(now), Some(stored)) if (now as i64) < stored);
+        if tracked.deleted || went_back || restarted_while_away {
             tracked.restart(ctx.fetched, ts);
+        }
+        if current.publish.is_some() {
+            tracked.last_known = Some(current);
         }
         let settled = tracked.settle_until.is_none_or(|until| ctx.fetched >= until);
         let baseline = if tracked.deleted || !settled {
@@ -179,11 +201,17 @@ pub fn derive(
     let mut gone = Vec::new();
     for (key, tracked) in queues.iter_mut() {
         if !tracked.deleted && tracked.seen_poll != poll && watches_vhost(&key.0) {
-            // Forget the counters: a queue that comes back under this name starts afresh.
-            tracked.counters.clear();
-            tracked.no_ack_since = None;
-            tracked.estimate = None;
-            gone.push(key.clone());
+            // A queue deleted while the pages were being read shifts the next page by one, so a
+            // queue can be missed once without being gone: it must be missing twice in a row.
+            tracked.missing_polls += 1;
+            if tracked.missing_polls >= 2 {
+                // Forget the counters: a queue that comes back under this name starts afresh.
+                tracked.counters.clear();
+                tracked.last_known = None;
+                tracked.no_ack_since = None;
+                tracked.estimate = None;
+                gone.push(key.clone());
+            }
         }
     }
     (views, marks, gone)
@@ -217,6 +245,9 @@ pub fn plan_write(
         }
     }
     write.deleted = gone.iter().filter_map(|key| queues.get(key).and_then(|t| t.id)).collect();
+    // An all-unknown row at the deletion: a queue re-created later under the same name must not
+    // carry its old values across the time it did not exist.
+    write.samples.extend(write.deleted.iter().map(|id| (*id, StoredSample::default())));
     write
 }
 

@@ -103,6 +103,8 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         _ => Default::default(),
     };
     let (ts, sample) = known.last_sample.unwrap_or_default();
+    let arguments = parse(&known.meta.arguments);
+    let effective_policy = parse(&known.meta.effective_policy);
     let updated_at = DateTime::from_timestamp(known.deleted_at.unwrap_or(ts), 0).unwrap_or_default();
     let total = sample.ready.zip(sample.unacked).map(|(r, u)| (r + u) as u64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, sample.head_ts, updated_at);
@@ -129,10 +131,20 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         time_to_drain_secs: None,
         no_consumers: false,
         hung_consumer_secs: None,
-        dead_letters: Default::default(),
-        arguments: parse(&known.meta.arguments),
+        dead_letters: crate::topology::DeadLetterInfo {
+            dead_letter_target: crate::topology::dead_letter_config(&arguments, &effective_policy).map(
+                |(exchange, routing_key, configured_by)| crate::topology::DeadLetterTarget {
+                    exchange,
+                    routing_key,
+                    configured_by,
+                    queues: None,
+                },
+            ),
+            ..Default::default()
+        },
+        arguments,
         policy: known.meta.policy,
-        effective_policy: parse(&known.meta.effective_policy),
+        effective_policy,
         updated_at,
         deleted: known.deleted_at.is_some(),
         id: Some(known.id),

@@ -235,6 +235,9 @@ fn listing_href(l: &Listing, sort: &str, descending: bool, page: usize) -> Strin
             parts.push(format!("{key}={}", encode_segment(v)));
         }
     }
+    if l.dlq_only {
+        parts.push("dlq=true".to_string());
+    }
     parts.push(format!("sort={sort}"));
     parts.push(format!("order={}", if descending { "desc" } else { "asc" }));
     if page > 1 {
@@ -381,6 +384,7 @@ struct DeadLetterView {
     /// `None`: no dead-letter exchange.
     target: Option<(String, String, &'static str)>,
     target_queues: Vec<QueueLink>,
+    routing_known: bool,
     is_dlq: bool,
     sources: Vec<QueueLink>,
 }
@@ -394,7 +398,13 @@ fn dead_letter_view(q: &QueueView) -> DeadLetterView {
             let key = t.routing_key.clone().unwrap_or_else(|| "(the message's own routing key)".to_string());
             (exchange, key, t.configured_by)
         }),
-        target_queues: d.dead_letter_target.as_ref().map(|t| t.queues.iter().map(link).collect()).unwrap_or_default(),
+        target_queues: d
+            .dead_letter_target
+            .as_ref()
+            .and_then(|t| t.queues.as_ref())
+            .map(|qs| qs.iter().map(link).collect())
+            .unwrap_or_default(),
+        routing_known: d.dead_letter_target.as_ref().is_some_and(|t| t.queues.is_some()),
         is_dlq: d.is_dlq,
         sources: d.dead_letter_sources.iter().map(link).collect(),
     }

@@ -54,7 +54,10 @@ const QUEUE_FAMILIES: &[(&str, &str, QueueValue)] = &[
 
 pub fn render(brokers: &[BrokerLive]) -> String {
     let mut out = String::with_capacity(4096);
-    let queues: Vec<&QueueView> = brokers.iter().flat_map(|b| b.queues.iter()).collect();
+    // A broker that is down has no current queue numbers: export none rather than stale ones
+    // that look fresh (warren_broker_up says why they are missing).
+    let queues: Vec<&QueueView> =
+        brokers.iter().filter(|b| b.status.up == Some(true)).flat_map(|b| b.queues.iter()).collect();
     for (name, help, value) in QUEUE_FAMILIES {
         header(&mut out, &Family { name, help });
         for q in &queues {
@@ -96,6 +99,14 @@ pub fn render(brokers: &[BrokerLive]) -> String {
         if let Some(up) = b.status.up {
             sample(&mut out, "warren_broker_up", &[("broker", &b.name)], if up { 1.0 } else { 0.0 });
         }
+    }
+    let failures = Family {
+        name: "warren_broker_consecutive_poll_failures",
+        help: "Failed polls of the broker since its last successful one.",
+    };
+    header(&mut out, &failures);
+    for b in brokers {
+        sample(&mut out, failures.name, &[("broker", &b.name)], b.status.consecutive_failures as f64);
     }
     header(
         &mut out,
