@@ -183,8 +183,8 @@ impl Config {
                 None => file.retention_days.unwrap_or(DEFAULT_RETENTION_DAYS),
             },
         };
-        if retention_days == 0 {
-            return Err(invalid("retention_days", "must be at least 1"));
+        if retention_days == 0 || retention_days > 3650 {
+            return Err(invalid("retention_days", "must be from 1 to 3650"));
         }
 
         let mut file_brokers = file.brokers;
@@ -310,6 +310,13 @@ fn build_broker(
         .or_else(|| benv("AMQP_URL"))
         .or(file.amqp_url)
         .unwrap_or_else(|| format!("amqp://{}:5672", management_url.host_str().unwrap_or("127.0.0.1")));
+    let authority = amqp_url.split("://").nth(1).unwrap_or_default().split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(invalid(
+            field("amqp_url"),
+            "put credentials in user / password_env / password_file, not in the URL",
+        ));
+    }
     if !(amqp_url.starts_with("amqp://") || amqp_url.starts_with("amqps://")) {
         return Err(invalid(field("amqp_url"), format!("{amqp_url:?} must start with amqp:// or amqps://")));
     }
@@ -319,15 +326,15 @@ fn build_broker(
             Some(text) => parse_u64(&field("poll_interval_secs"), &text)?,
             None => file.poll_interval_secs.unwrap_or(DEFAULT_POLL_INTERVAL_SECS),
         };
-    if poll_interval_secs == 0 {
-        return Err(invalid(field("poll_interval_secs"), "must be at least 1"));
+    if poll_interval_secs == 0 || poll_interval_secs > 3600 {
+        return Err(invalid(field("poll_interval_secs"), "must be from 1 to 3600"));
     }
     let request_timeout_secs = match benv("REQUEST_TIMEOUT_SECS") {
         Some(text) => parse_u64(&field("request_timeout_secs"), &text)?,
         None => file.request_timeout_secs.unwrap_or(poll_interval_secs.clamp(5, 30)),
     };
-    if request_timeout_secs == 0 {
-        return Err(invalid(field("request_timeout_secs"), "must be at least 1"));
+    if request_timeout_secs == 0 || request_timeout_secs > 600 {
+        return Err(invalid(field("request_timeout_secs"), "must be from 1 to 600"));
     }
 
     let patterns = |list: Option<Vec<String>>, key: &str| -> Result<Vec<String>, ConfigError> {
@@ -410,7 +417,7 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let err = Config::from_toml("[[brokers]]\nname = \"a\"\npoll_interval_secs = 0\n").unwrap_err();
-        assert_eq!(err.to_string(), "invalid configuration: brokers[0].poll_interval_secs: must be at least 1");
+        assert_eq!(err.to_string(), "invalid configuration: brokers[0].poll_interval_secs: must be from 1 to 3600");
         let err = Config::from_toml("[[brokers]]\nmanagement_url = \"ftp://x\"\n").unwrap_err();
         assert!(err.to_string().contains("brokers[0].management_url"), "{err}");
         let err = Config::from_toml("listen = \"nowhere\"").unwrap_err();

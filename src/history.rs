@@ -1,6 +1,6 @@
 //! Queue and broker history in SQLite.
 //!
-//! Storage follows PERF.md: a poll's writes go in one transaction, and per-queue rows are written
+//! Storage follows the measured SQLite costs (the project's shared PERF notes): a poll's writes go in one transaction, and per-queue rows are written
 //! only when a value changed (plus an hourly keyframe per queue), so 90% idle queues cost next to
 //! nothing. A stored value holds until the queue's next row; `broker_samples` records every
 //! successful poll, so a reader knows where the broker was unreachable and draws a gap there.

@@ -27,7 +27,7 @@ pub const PAGE_SIZE: usize = 500;
 
 /// Fields asked of `/api/queues`: what warren stores and shows, nothing more (DOMAIN.md §2).
 pub const QUEUE_COLUMNS: &str = "name,vhost,type,durable,state,arguments,policy,effective_policy_definition,\
-messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,\
+messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,delivery_limit,\
 message_stats.publish,message_stats.deliver_get,message_stats.ack,message_stats.redeliver";
 
 const OVERVIEW_COLUMNS: &str = "cluster_name,rabbitmq_version,management_version,disable_stats,\
@@ -232,6 +232,10 @@ pub struct RawQueue {
     pub messages_ready: Option<u64>,
     pub messages_unacknowledged: Option<u64>,
     pub consumers: Option<u64>,
+    /// Quorum queues on 4.x: the effective delivery limit (default 20).
+    pub delivery_limit: Option<i64>,
+    /// Quorum queues on 4.x: messages waiting to be dead-lettered (at-least-once dead-lettering).
+    pub messages_dlx: Option<u64>,
     /// Seconds since the epoch; classic queues only, and only when the head message has the AMQP
     /// `timestamp` property (DOMAIN.md §3).
     pub head_message_timestamp: Option<f64>,
@@ -341,6 +345,7 @@ mod tests {
         assert!(page.items.iter().all(|q| q.message_stats.is_none() && q.policy.is_none()));
         let orders = &page.items[0];
         assert_eq!((orders.kind.as_deref(), orders.messages_ready), (Some("quorum"), Some(40)));
+        assert_eq!((orders.delivery_limit, orders.messages_dlx), (Some(20), Some(0)));
         assert_eq!(orders.head_message_timestamp, None);
         let stream = &page.items[2];
         assert_eq!((stream.messages, stream.messages_ready), (Some(0), None), "stream keys omitted");

@@ -80,6 +80,8 @@ pub struct QueueView {
     pub deliver_rate: Option<f64>,
     pub ack_rate: Option<f64>,
     pub redeliver_rate: Option<f64>,
+    /// A quorum queue's delivery limit as the broker reports it (4.x), else `None`.
+    pub delivery_limit: Option<i64>,
     pub oldest_age_secs: Option<f64>,
     pub oldest_age_source: AgeSource,
     /// The estimate is a lower bound: the oldest message is older than warren's history.
@@ -230,6 +232,7 @@ pub fn queue_view(
         deliver_rate: rates.deliver,
         ack_rate: rates.ack,
         redeliver_rate: rates.redeliver,
+        delivery_limit: raw.delivery_limit,
         oldest_age_secs,
         oldest_age_source,
         oldest_age_lower_bound: false,

@@ -270,3 +270,51 @@ async fn a_recreated_queue_never_shows_a_negative_or_spiking_rate() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Names that need encoding (a `/` in the vhost, `#`, `?`, `%`, `&`, spaces, unicode, markup in the
+/// queue name) work through every path: API, history, list links and the queue page, escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_need_encoding_work_everywhere() {
+    let vhost = TestVhost::create_named(format!("warren-test-odd/vhost {}", rand::random::<u32>())).await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let name = "odd #?%&ü <b>name</b>";
+    declare(&channel, name, false).await;
+    publish(&channel, name, 2, BasicProperties::default()).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let q = wait_for("the odd queue with 2 ready", Duration::from_secs(30), || {
+        let (warren, v) = (&warren, vhost.name.clone());
+        async move {
+            let q = warren.queue(&v, name).await.ok_or("not found through the API")?;
+            if q["ready"] == 2 {
+                Ok(q)
+            } else {
+                Err(format!("ready {}", q["ready"]))
+            }
+        }
+    })
+    .await;
+    assert_eq!((q["name"].as_str(), q["vhost"].as_str()), (Some(name), Some(vhost.name.as_str())));
+    let (status, _) = warren
+        .get_json(&format!("/api/v1/queues/local/{}/{}/history", common_encode(&vhost.name), common_encode(name)))
+        .await;
+    assert_eq!(status, 200);
+
+    // The list links to the queue page; following the link works and the name is escaped.
+    let (_, list) = warren.get_text(&format!("/queues?vhost={}", common_encode(&vhost.name))).await;
+    assert!(!list.contains("<b>name</b>"), "markup in a queue name is escaped");
+    let href = list
+        .split("href=\"")
+        .filter_map(|s| s.split('"').next())
+        .find(|h| h.starts_with("/queues/local/"))
+        .expect("a link to the queue page")
+        .replace("&amp;", "&");
+    let (status, page) = warren.get_text(&href).await;
+    assert_eq!(status, 200, "{href}");
+    assert!(
+        page.contains("odd #?%&amp;ü &lt;b&gt;name&lt;/b&gt;") || page.contains("&#60;b&#62;"),
+        "escaped name on the page"
+    );
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -33,10 +33,14 @@ fn delivery_limit(view: &crate::metrics::QueueView) -> Option<i64> {
     if view.kind != "quorum" {
         return None;
     }
-    view.arguments
-        .get("x-delivery-limit")
-        .or_else(|| view.effective_policy.get("delivery-limit"))
-        .and_then(|v| v.as_i64())
+    // The broker's own figure (4.x, which also applies a default of 20), else the argument or
+    // the policy (3.x has no default).
+    view.delivery_limit.or_else(|| {
+        view.arguments
+            .get("x-delivery-limit")
+            .or_else(|| view.effective_policy.get("delivery-limit"))
+            .and_then(|v| v.as_i64())
+    })
 }
 
 async fn requeue(

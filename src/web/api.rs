@@ -123,6 +123,7 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         deliver_rate: rate_from_milli(sample.deliver_rate_m),
         ack_rate: rate_from_milli(sample.ack_rate_m),
         redeliver_rate: rate_from_milli(sample.redeliver_rate_m),
+        delivery_limit: None,
         oldest_age_secs,
         oldest_age_source,
         oldest_age_lower_bound: false,

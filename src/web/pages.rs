@@ -147,6 +147,9 @@ struct QueueRow {
     age: String,
     age_source: &'static str,
     age_title: &'static str,
+    /// Backlog trend: growing at a rate, or the time to drain.
+    trend: String,
+    trend_class: &'static str,
     sparkline: Vec<String>,
     /// Badges: (css class, text, explanation).
     signals: Vec<(&'static str, String, &'static str)>,
@@ -190,6 +193,17 @@ fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
         age: format::age(q),
         age_source: q.oldest_age_source.as_str(),
         age_title: format::age_title(q),
+        trend: match (q.time_to_drain_secs, q.backlog_growth_rate) {
+            (Some(0.0), _) => "empty".to_string(),
+            (Some(secs), _) => format!("drains in {}", format::duration(secs)),
+            (None, Some(g)) if g > 0.0 => format!("+{}", format::rate(Some(g))),
+            (None, Some(_)) => "steady".to_string(),
+            (None, None) => format::UNKNOWN.to_string(),
+        },
+        trend_class: match (q.time_to_drain_secs, q.backlog_growth_rate) {
+            (None, Some(g)) if g > 0.0 => "growing",
+            _ => "",
+        },
         sparkline,
         signals: signals(q),
     }
@@ -214,6 +228,7 @@ struct QueuesTable {
     prev_href: Option<String>,
     next_href: Option<String>,
     stale: Vec<String>,
+    rates_unavailable: Vec<String>,
 }
 
 #[derive(Template)]
@@ -318,6 +333,11 @@ async fn queues(
         prev_href: (listing.page > 1)
             .then(|| listing_href(&listing, listing.sort, listing.descending, listing.page - 1)),
         next_href: (last < total).then(|| listing_href(&listing, listing.sort, listing.descending, listing.page + 1)),
+        rates_unavailable: live
+            .iter()
+            .filter(|b| b.status.stats_enabled == Some(false))
+            .map(|b| b.name.clone())
+            .collect(),
         stale: live
             .iter()
             .filter_map(|b| {

@@ -27,7 +27,11 @@ pub struct TestVhost {
 
 impl TestVhost {
     pub async fn create(test: &str) -> TestVhost {
-        let name = format!("warren-test-{test}-{}", rand::random::<u32>());
+        TestVhost::create_named(format!("warren-test-{test}-{}", rand::random::<u32>())).await
+    }
+
+    /// A vhost with exactly this name (for names that need encoding).
+    pub async fn create_named(name: String) -> TestVhost {
         let http = reqwest::Client::new();
         let vhost = TestVhost { name, http };
         vhost.management_put(&format!("/api/vhosts/{}", encode(&vhost.name)), serde_json::json!({})).await;
