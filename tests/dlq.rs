@@ -86,9 +86,9 @@ async fn listed(warren: &Warren, vhost: &str, queue: &str) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requeue_the_third_message_only() {
-    let vhost = TestVhost::create("requeue3").await;
+/// A vhost with 50 dead letters in `work.dlq`, and warren watching it.
+async fn fifty_dead_letters_watched(test: &str) -> (TestVhost, lapin::Connection, Channel, Warren) {
+    let vhost = TestVhost::create(test).await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     dead_letter_fifty(&vhost, &channel).await;
@@ -103,6 +103,12 @@ async fn requeue_the_third_message_only() {
     .await;
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     listed(&warren, &vhost.name, "work.dlq").await;
+    (vhost, connection, channel, warren)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_the_third_message_only() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("requeue3").await;
 
     let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
     let (status, body) = post(&warren, &path, json!({"selection": {"positions": [3]}})).await;
@@ -129,21 +135,7 @@ async fn requeue_the_third_message_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_into_a_missing_queue_acks_nothing() {
-    let vhost = TestVhost::create("missing").await;
-    let connection = vhost.connect().await;
-    let channel = vhost.channel(&connection).await;
-    dead_letter_fifty(&vhost, &channel).await;
-    wait_for("50 dead letters", Duration::from_secs(10), || async {
-        let n = depth(&channel, "work.dlq").await;
-        if n == 50 {
-            Ok(())
-        } else {
-            Err(format!("{n}"))
-        }
-    })
-    .await;
-    let warren = Warren::for_vhost(&vhost.name, 1).await;
-    listed(&warren, &vhost.name, "work.dlq").await;
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("missing").await;
 
     let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
     let (status, body) = post(&warren, &path, json!({"selection": "all", "target": {"queue": "no-such-queue"}})).await;
