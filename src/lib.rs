@@ -2,6 +2,7 @@
 //! here so that tests and benchmarks can start the same server.
 
 pub mod audit;
+pub mod browse;
 pub mod config;
 pub mod demo;
 pub mod dlq;

@@ -82,11 +82,23 @@ impl ManagementClient {
     /// GETs `path` (relative to the API base, already encoded) and decodes the JSON body.
     /// Returns the body's size in bytes too, for cost accounting.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<(T, usize), BrokerError> {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    /// One request with an optional JSON body; the answer decoded as JSON.
+    async fn request<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(T, usize), BrokerError> {
         let url =
             self.base.join(path).map_err(|e| BrokerError::Malformed { path: path.into(), detail: e.to_string() })?;
-        let response = self
-            .http
-            .get(url)
+        let mut request = self.http.request(method, url);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request
             .basic_auth(&self.user, Some(self.password.expose()))
             .timeout(self.timeout)
             .send()
@@ -160,6 +172,28 @@ fn snippet(body: &[u8]) -> String {
 
 const VHOST_COLUMNS: &str = "name,message_stats.publish,message_stats.confirm,message_stats.ack,\
 message_stats.deliver_get,message_stats.redeliver,message_stats.return_unroutable,message_stats.drop_unroutable";
+
+/// One message as read for the DLQ browser, shaped like the management API's "get messages" answer.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct PeekedMessage {
+    #[serde(default)]
+    pub exchange: String,
+    #[serde(default)]
+    pub routing_key: String,
+    #[serde(default)]
+    pub redelivered: bool,
+    /// The full size; `payload` may be truncated.
+    #[serde(default)]
+    pub payload_bytes: u64,
+    /// `string` or `base64` (for payloads that are not valid UTF-8).
+    #[serde(default)]
+    pub payload_encoding: String,
+    #[serde(default)]
+    pub payload: String,
+    /// Properties as the broker renders them (headers keep their nesting).
+    #[serde(default)]
+    pub properties: Map<String, Value>,
+}
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct VhostEntry {

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::browse::Snapshots;
 use crate::config::Config;
 use crate::history::Db;
 use crate::metrics::{BrokerRates, QueueView};
@@ -17,6 +18,8 @@ pub struct AppState {
     pub live: Live,
     /// Broker name to its id in the database.
     pub broker_ids: Arc<HashMap<String, i64>>,
+    /// The last DLQ snapshot of each queue.
+    pub snapshots: Snapshots,
 }
 
 /// The latest poll result of every broker, written by the pollers and read by the pages.
@@ -127,6 +130,12 @@ pub struct BrokerTotals {
 impl AppState {
     pub fn new(config: Config, db: Db, broker_ids: HashMap<String, i64>) -> Self {
         let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
-        AppState { config: Arc::new(config), db, live: Live::new(&names), broker_ids: Arc::new(broker_ids) }
+        AppState {
+            config: Arc::new(config),
+            db,
+            live: Live::new(&names),
+            broker_ids: Arc::new(broker_ids),
+            snapshots: Snapshots::default(),
+        }
     }
 }

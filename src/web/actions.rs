@@ -28,21 +28,6 @@ pub struct RequeueRequest {
     pub target: Target,
 }
 
-/// The delivery limit of a quorum queue, from its arguments or effective policy.
-fn delivery_limit(view: &crate::metrics::QueueView) -> Option<i64> {
-    if view.kind != "quorum" {
-        return None;
-    }
-    // The broker's own figure (4.x, which also applies a default of 20), else the argument or
-    // the policy (3.x has no default).
-    view.delivery_limit.or_else(|| {
-        view.arguments
-            .get("x-delivery-limit")
-            .or_else(|| view.effective_policy.get("delivery-limit"))
-            .and_then(|v| v.as_i64())
-    })
-}
-
 async fn requeue(
     State(state): State<AppState>,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
@@ -64,8 +49,15 @@ async fn requeue(
         request: serde_json::to_string(&request).expect("request serialises"),
     };
     let audit_id = audit::start(&state.db, entry).await?;
-    let outcome =
-        dlq::move_messages(config, &vhost, &queue, &request.selection, &request.target, delivery_limit(&view)).await;
+    let outcome = dlq::move_messages(
+        config,
+        &vhost,
+        &queue,
+        &request.selection,
+        &request.target,
+        crate::browse::delivery_limit(&view),
+    )
+    .await;
     match outcome {
         Ok(report) => {
             let ids: Vec<Option<String>> = report.moved.iter().map(|m| m.message_id.clone()).collect();

@@ -3,6 +3,7 @@
 mod actions;
 mod api;
 mod assets;
+mod dlq_pages;
 mod format;
 mod pages;
 mod prometheus;
@@ -21,6 +22,7 @@ pub fn router(state: AppState) -> Router {
         .merge(pages::router())
         .merge(api::router())
         .merge(actions::router())
+        .merge(dlq_pages::router())
         .merge(assets::router())
         .merge(prometheus::router())
         .route("/healthz", get(healthz))

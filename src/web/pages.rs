@@ -393,6 +393,7 @@ struct QueuePage {
     points: usize,
     health: Vec<(&'static str, String)>,
     dead_letter: DeadLetterView,
+    dlq_href: String,
 }
 
 struct QueueLink {
@@ -515,6 +516,7 @@ async fn queue(
         points,
         health: health(&view),
         dead_letter: dead_letter_view(&view),
+        dlq_href: format!("/dlq/{}/{}/{}", encode_segment(&broker), encode_segment(&vhost), encode_segment(&name)),
     };
     Ok(html(page.render()?))
 }

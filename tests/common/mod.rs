@@ -2,6 +2,8 @@
 //! in-process on port 0, and waiting helpers (conditions with deadlines, never fixed sleeps).
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

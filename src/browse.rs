@@ -1,0 +1,225 @@
+//! Browsing a dead-letter queue: a bounded snapshot of its head, taken on request and kept, so
+//! that page views never re-read the queue (every read of a quorum queue counts toward its
+//! delivery limit, DOMAIN.md §5).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::management::PeekedMessage;
+use crate::metrics::QueueView;
+
+/// Messages in a snapshot unless asked otherwise, and at most.
+pub const DEFAULT_COUNT: usize = 100;
+pub const MAX_COUNT: usize = 1000;
+/// Payload bytes kept per message; the full size is still shown.
+pub const PAYLOAD_LIMIT: usize = 64 * 1024;
+
+/// One message of a snapshot, with its dead-letter facts decoded.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotMessage {
+    pub position: usize,
+    pub message_id: Option<String>,
+    pub original_queue: Option<String>,
+    pub reason: Option<String>,
+    /// Sum of the `count` of every `x-death` entry.
+    pub death_count: i64,
+    /// Unix seconds of the first death (`x-death` entry of the first-death queue).
+    pub first_death_at: Option<i64>,
+    pub routing_key: String,
+    pub exchange: String,
+    pub payload_bytes: u64,
+    pub content_type: Option<String>,
+    /// Quorum queues: how often it was delivered before (`x-delivery-count`).
+    pub delivery_count: Option<i64>,
+    pub message: PeekedMessage,
+}
+
+/// A bounded read of a queue's head.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    pub taken_at: DateTime<Utc>,
+    pub queue_type: String,
+    pub delivery_limit: Option<i64>,
+    pub requested: usize,
+    pub messages: Vec<SnapshotMessage>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrowseError {
+    #[error("{0}")]
+    NeedsConfirmation(String),
+    #[error("reading the queue failed: {0}")]
+    Read(#[from] crate::dlq::MoveError),
+}
+
+/// The last snapshot of each queue, by (broker, vhost, queue).
+#[derive(Clone, Default)]
+pub struct Snapshots(Arc<Mutex<HashMap<(String, String, String), Arc<Snapshot>>>>);
+
+impl Snapshots {
+    pub fn get(&self, broker: &str, vhost: &str, queue: &str) -> Option<Arc<Snapshot>> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&(broker.to_string(), vhost.to_string(), queue.to_string())).cloned()
+    }
+
+    fn put(&self, broker: &str, vhost: &str, queue: &str, snapshot: Arc<Snapshot>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert((broker.to_string(), vhost.to_string(), queue.to_string()), snapshot);
+    }
+}
+
+/// A quorum queue's delivery limit: the broker's figure (4.x), else argument or policy.
+pub fn delivery_limit(view: &QueueView) -> Option<i64> {
+    if view.kind != "quorum" {
+        return None;
+    }
+    view.delivery_limit.or_else(|| {
+        view.arguments
+            .get("x-delivery-limit")
+            .or_else(|| view.effective_policy.get("delivery-limit"))
+            .and_then(Value::as_i64)
+    })
+}
+
+/// Takes a snapshot of `count` head messages. A quorum queue with a delivery limit is read only
+/// with `confirmed`: each read raises every message's delivery count by one, and past the limit
+/// the broker drops or dead-letters it.
+pub async fn take(
+    broker: &crate::config::BrokerConfig,
+    snapshots: &Snapshots,
+    view: &QueueView,
+    count: usize,
+    confirmed: bool,
+) -> Result<Arc<Snapshot>, BrowseError> {
+    let limit = delivery_limit(view);
+    if let (Some(limit), false) = (limit, confirmed) {
+        return Err(BrowseError::NeedsConfirmation(format!(
+            "{} is a quorum queue with a delivery limit of {limit}: every read counts as a delivery, and a message \
+             read more than {limit} times is dropped or dead-lettered by the broker. Confirm to read it once.",
+            view.name
+        )));
+    }
+    let count = count.clamp(1, MAX_COUNT);
+    let peeked = crate::dlq::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT).await?;
+    let messages = peeked.into_iter().enumerate().map(|(i, m)| summarize(i + 1, m)).collect();
+    let snapshot = Arc::new(Snapshot {
+        taken_at: Utc::now(),
+        queue_type: view.kind.clone(),
+        delivery_limit: limit,
+        requested: count,
+        messages,
+    });
+    snapshots.put(&view.broker, &view.vhost, &view.name, snapshot.clone());
+    Ok(snapshot)
+}
+
+fn headers(m: &PeekedMessage) -> Option<&Map<String, Value>> {
+    m.properties.get("headers").and_then(Value::as_object)
+}
+
+fn text(v: Option<&Value>) -> Option<String> {
+    v.and_then(Value::as_str).map(str::to_string)
+}
+
+/// Decodes the dead-letter headers of one message.
+pub fn summarize(position: usize, message: PeekedMessage) -> SnapshotMessage {
+    let h = headers(&message);
+    let deaths: Vec<&Map<String, Value>> = h
+        .and_then(|h| h.get("x-death"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_object).collect())
+        .unwrap_or_default();
+    let original_queue =
+        text(h.and_then(|h| h.get("x-first-death-queue"))).or_else(|| deaths.last().and_then(|d| text(d.get("queue"))));
+    let reason = text(h.and_then(|h| h.get("x-first-death-reason")))
+        .or_else(|| deaths.last().and_then(|d| text(d.get("reason"))));
+    let first = deaths.iter().find(|d| text(d.get("queue")) == original_queue).or(deaths.last());
+    SnapshotMessage {
+        position,
+        message_id: text(message.properties.get("message_id")),
+        death_count: deaths.iter().filter_map(|d| d.get("count").and_then(Value::as_i64)).sum(),
+        first_death_at: first.and_then(|d| d.get("time")).and_then(Value::as_i64),
+        original_queue,
+        reason,
+        routing_key: message.routing_key.clone(),
+        exchange: message.exchange.clone(),
+        payload_bytes: message.payload_bytes,
+        content_type: text(message.properties.get("content_type")),
+        delivery_count: h.and_then(|h| h.get("x-delivery-count")).and_then(Value::as_i64),
+        message,
+    }
+}
+
+/// The payload as bytes (decoding base64 where the broker had to use it).
+pub fn payload_bytes(m: &PeekedMessage) -> Vec<u8> {
+    if m.payload_encoding == "base64" {
+        base64::engine::general_purpose::STANDARD.decode(&m.payload).unwrap_or_else(|_| m.payload.clone().into_bytes())
+    } else {
+        m.payload.clone().into_bytes()
+    }
+}
+
+/// How to show a payload: pretty JSON, text, or a hex dump for binary.
+pub fn render_payload(m: &PeekedMessage) -> (&'static str, String) {
+    let bytes = payload_bytes(m);
+    if let Ok(text) = std::str::from_utf8(&bytes) {
+        if let Ok(json) = serde_json::from_str::<Value>(text) {
+            if let Ok(pretty) = serde_json::to_string_pretty(&json) {
+                return ("json", pretty);
+            }
+        }
+        if !text.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
+            return ("text", text.to_string());
+        }
+    }
+    let mut dump = String::new();
+    for (row, chunk) in bytes.chunks(16).enumerate() {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        let ascii: String =
+            chunk.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect();
+        dump.push_str(&format!("{:08x}  {:<48}  {ascii}\n", row * 16, hex.join(" ")));
+    }
+    ("hex", dump)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_recorded_dead_letter_headers() {
+        for (name, queue) in
+            [("get-dead-lettered-classic.json", "lab.work.c"), ("get-dead-lettered-quorum.json", "lab.work.q")]
+        {
+            let path = format!("{}/tests/fixtures/rabbitmq-3.10.8/{name}", env!("CARGO_MANIFEST_DIR"));
+            let message: PeekedMessage = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+            let s = summarize(1, message);
+            assert_eq!(s.original_queue.as_deref(), Some(queue), "{name}");
+            assert_eq!(s.reason.as_deref(), Some("rejected"));
+            assert_eq!(s.death_count, 1);
+            assert!(s.first_death_at.is_some());
+            assert_eq!(render_payload(&s.message).0, "json");
+        }
+    }
+
+    #[test]
+    fn binary_payloads_are_hex() {
+        let m = PeekedMessage {
+            exchange: String::new(),
+            routing_key: String::new(),
+            redelivered: false,
+            payload_bytes: 3,
+            payload_encoding: "base64".into(),
+            payload: base64::engine::general_purpose::STANDARD.encode([0xff, 0x00, 0x41]),
+            properties: Map::new(),
+        };
+        let (kind, dump) = render_payload(&m);
+        assert_eq!(kind, "hex");
+        assert!(dump.starts_with("00000000  ff 00 41"), "{dump}");
+    }
+}

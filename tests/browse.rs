@@ -1,0 +1,241 @@
+//! The dead-letter browser against the real broker: snapshots never lose or reorder messages,
+//! and hostile payloads render escaped in a real browser.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{wait_for, TestVhost, Warren};
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, ExchangeKind};
+use serde_json::{json, Value};
+
+fn encode(s: &str) -> String {
+    warren::management::encode_segment(s)
+}
+
+/// `work` dead-letters into `dlq` (of the given type) through the fanout exchange `dlx`; the
+/// given payloads are rejected by a real consumer and land in the DLQ in order.
+async fn dead_letter(
+    vhost: &TestVhost,
+    channel: &Channel,
+    dlq_quorum: bool,
+    messages: Vec<(String, Vec<u8>, FieldTable)>,
+) {
+    channel
+        .exchange_declare(
+            "dlx",
+            ExchangeKind::Fanout,
+            ExchangeDeclareOptions { durable: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let mut dlq_args = FieldTable::default();
+    if dlq_quorum {
+        dlq_args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    }
+    channel.queue_declare("dlq", QueueDeclareOptions { durable: true, ..Default::default() }, dlq_args).await.unwrap();
+    channel.queue_bind("dlq", "dlx", "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
+    channel.queue_declare("work", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    let n = messages.len();
+    for (id, payload, headers) in messages {
+        let properties = BasicProperties::default().with_message_id(id.into()).with_headers(headers);
+        let confirm =
+            channel.basic_publish("", "work", BasicPublishOptions::default(), &payload, properties).await.unwrap();
+        assert!(confirm.await.unwrap().is_ack());
+    }
+    let consumer_channel = vhost.connect().await.create_channel().await.unwrap();
+    consumer_channel.basic_qos(1, BasicQosOptions::default()).await.unwrap();
+    let mut consumer = consumer_channel
+        .basic_consume("work", "rejecter", BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    for _ in 0..n {
+        let delivery = consumer.next().await.unwrap().unwrap();
+        delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
+    }
+    consumer_channel.close(200, "done").await.unwrap();
+}
+
+async fn drain_ids(channel: &Channel, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: true }).await.unwrap() {
+        ids.push(message.delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default());
+    }
+    ids
+}
+
+async fn post(warren: &Warren, path: &str, body: Value) -> (u16, Value) {
+    let response = warren.http.post(warren.url(path)).json(&body).send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+async fn browse_five_times_keeps_all(quorum: bool) {
+    let vhost = TestVhost::create(if quorum { "browseq" } else { "browsec" }).await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let messages =
+        (1..=50).map(|i| (format!("m{i}"), format!("{{\"n\": {i}}}").into_bytes(), FieldTable::default())).collect();
+    dead_letter(&vhost, &channel, quorum, messages).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let expected: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
+    wait_for("the DLQ listed with 50 messages", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "dlq").await.ok_or("not listed")?;
+        if q["total"] == 50 && q["is_dlq"] == true {
+            Ok(())
+        } else {
+            Err(format!("total {} is_dlq {}", q["total"], q["is_dlq"]))
+        }
+    })
+    .await;
+    let path = format!("/api/v1/queues/local/{}/dlq/snapshot", encode(&vhost.name));
+    for round in 0..5 {
+        let (status, snapshot) = post(&warren, &path, json!({"count": 100})).await;
+        assert_eq!(status, 200, "round {round}: {snapshot}");
+        let ids: Vec<String> = snapshot["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["message_id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(ids, expected, "round {round}: the snapshot shows all 50 in order");
+        assert_eq!(snapshot["messages"][0]["original_queue"], "work");
+        assert_eq!(snapshot["messages"][0]["reason"], "rejected");
+    }
+    // Viewing the page does not read the queue.
+    let (status, page) = warren.get_text(&format!("/dlq/local/{}/dlq", encode(&vhost.name))).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("m50"));
+    assert_eq!(drain_ids(&channel, "dlq").await, expected, "the DLQ still holds all 50, in the same order");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsing_a_classic_dlq_five_times_keeps_all_fifty_in_order() {
+    browse_five_times_keeps_all(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsing_a_quorum_dlq_five_times_keeps_all_fifty_in_order() {
+    browse_five_times_keeps_all(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
+    let vhost = TestVhost::create("browselimit").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    args.insert("x-delivery-limit".into(), AMQPValue::LongInt(2));
+    channel.queue_declare("limited", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    for i in 1..=3 {
+        let properties = BasicProperties::default().with_message_id(format!("l{i}").into());
+        assert!(channel
+            .basic_publish("", "limited", BasicPublishOptions::default(), b"x", properties)
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .is_ack());
+    }
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("listed", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "limited").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    let path = format!("/api/v1/queues/local/{}/limited/snapshot", encode(&vhost.name));
+    for _ in 0..3 {
+        let (status, body) = post(&warren, &path, json!({})).await;
+        assert_eq!(status, 409, "a read without confirmation is refused: {body}");
+        assert_eq!(body["error"]["code"], "confirmation_required");
+    }
+    let (status, snapshot) = post(&warren, &path, json!({"confirm": "true"})).await;
+    assert_eq!(status, 200, "{snapshot}");
+    assert_eq!(snapshot["messages"].as_array().unwrap().len(), 3);
+    assert_eq!(drain_ids(&channel, "limited").await, vec!["l1", "l2", "l3"], "nothing dropped");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Script and markup in payloads and headers, invalid UTF-8, a 5 MB body, binary and deeply
+/// nested header tables: all render escaped and truncated, and no script runs in Chromium.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_payloads_render_escaped_and_never_run() {
+    let vhost = TestVhost::create("hostile").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let script = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">";
+    let mut hostile_headers = FieldTable::default();
+    hostile_headers.insert("x-exception-message".into(), AMQPValue::LongString(script.into()));
+    let mut nested = FieldTable::default();
+    for depth in 0..20 {
+        let mut outer = FieldTable::default();
+        outer.insert(format!("level{depth}").as_str().into(), AMQPValue::FieldTable(nested));
+        nested = outer;
+    }
+    let mut nested_headers = FieldTable::default();
+    nested_headers.insert("deep".into(), AMQPValue::FieldTable(nested));
+    let big = vec![b'A'; 5 * 1024 * 1024];
+    let messages = vec![
+        ("html".to_string(), script.as_bytes().to_vec(), hostile_headers),
+        (
+            "invalid-utf8".to_string(),
+            vec![0xff, 0xfe, 0x3c, 0x73, 0x63, 0x72, 0x69, 0x70, 0x74, 0x3e],
+            FieldTable::default(),
+        ),
+        ("big".to_string(), big, FieldTable::default()),
+        ("binary".to_string(), (0u8..=255).collect(), FieldTable::default()),
+        ("nested".to_string(), b"{}".to_vec(), nested_headers),
+    ];
+    dead_letter(&vhost, &channel, false, messages).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("the DLQ listed", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "dlq").await.ok_or("not listed")?;
+        if q["total"] == 5 {
+            Ok(())
+        } else {
+            Err(format!("total {}", q["total"]))
+        }
+    })
+    .await;
+    let (status, snapshot) =
+        post(&warren, &format!("/api/v1/queues/local/{}/dlq/snapshot", encode(&vhost.name)), json!({})).await;
+    assert_eq!(status, 200, "{snapshot}");
+    assert_eq!(snapshot["messages"][2]["payload_bytes"], 5 * 1024 * 1024, "the full size is known");
+
+    let base = format!("/dlq/local/{}/dlq", encode(&vhost.name));
+    for position in 1..=5 {
+        let (status, page) = warren.get_text(&format!("{base}/messages/{position}")).await;
+        assert_eq!(status, 200, "message {position}");
+        assert!(!page.contains("<script>window"), "message {position}: markup is escaped");
+        assert!(!page.contains("<img src=x"), "message {position}: markup is escaped");
+    }
+    let (_, big_page) = warren.get_text(&format!("{base}/messages/3")).await;
+    assert!(big_page.contains("Truncated"), "the 5 MB payload is shown truncated");
+    assert!(big_page.len() < 1024 * 1024, "and the page stays small: {} bytes", big_page.len());
+    let (_, binary_page) = warren.get_text(&format!("{base}/messages/4")).await;
+    assert!(binary_page.contains("00000000  00 01 02 03"), "binary is a hex dump");
+
+    // A real browser: open the list and every message; no script from a payload runs.
+    let (_driver, client) = common::browser::start().await;
+    for path in std::iter::once(base.clone()).chain((1..=5).map(|p| format!("{base}/messages/{p}"))) {
+        client.goto(&warren.url(&path)).await.unwrap();
+        let pwned = client.execute("return window.__pwned === undefined;", vec![]).await.unwrap();
+        assert_eq!(pwned, Value::Bool(true), "a script from a payload ran on {path}");
+    }
+    let text = client.find(fantoccini::Locator::Css("body")).await.unwrap().text().await.unwrap();
+    assert!(text.contains("deep"), "the nested header is shown");
+    client.close().await.unwrap();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
