@@ -129,6 +129,9 @@ async fn requeue_the_third_message_only() {
     let (_, audit) = warren.get_json("/api/v1/audit").await;
     assert_eq!(audit[0]["outcome"], "done");
     assert_eq!(audit[0]["message_ids"], json!(["m3"]));
+    let (status, page) = warren.get_text("/audit").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("requeue") && page.contains("done") && page.contains("m3"), "the audit page shows it");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

@@ -19,6 +19,54 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/requeue", post(requeue))
         .route("/api/v1/audit", get(audit_log))
+        .route("/audit", get(audit_page))
+}
+
+struct AuditRow {
+    at: String,
+    actor: String,
+    action: String,
+    broker: String,
+    vhost: String,
+    queue: String,
+    outcome: String,
+    outcome_class: &'static str,
+    moved: i64,
+    failed: i64,
+    message_ids: String,
+    detail: String,
+}
+
+#[derive(askama::Template)]
+#[template(path = "audit.html")]
+struct AuditPage {
+    rows: Vec<AuditRow>,
+}
+
+async fn audit_page(State(state): State<AppState>) -> Result<Response, super::PageError> {
+    let rows = audit::recent(&state.db, 500)
+        .await?
+        .into_iter()
+        .map(|r| AuditRow {
+            at: super::format::time(chrono::DateTime::from_timestamp(r.at, 0)),
+            outcome_class: match r.outcome.as_str() {
+                "done" => "info",
+                "failed" => "bad",
+                _ => "warn",
+            },
+            actor: r.actor,
+            action: r.action,
+            broker: r.broker,
+            vhost: r.vhost,
+            queue: r.queue,
+            outcome: r.outcome,
+            moved: r.moved,
+            failed: r.failed,
+            message_ids: r.message_ids.to_string(),
+            detail: r.detail.unwrap_or_default(),
+        })
+        .collect();
+    Ok(super::html(askama::Template::render(&AuditPage { rows })?))
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]

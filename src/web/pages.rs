@@ -130,6 +130,8 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Result<R
 
 struct QueueRow {
     href: String,
+    /// The dead-letter browser, for DLQs.
+    dlq_href: Option<String>,
     vhost_href: String,
     broker: String,
     vhost: String,
@@ -176,6 +178,9 @@ fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
 fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
     QueueRow {
         href: queue_href(&q.broker, &q.vhost, &q.name),
+        dlq_href: q.dead_letters.is_dlq.then(|| {
+            format!("/dlq/{}/{}/{}", encode_segment(&q.broker), encode_segment(&q.vhost), encode_segment(&q.name))
+        }),
         vhost_href: format!("/queues?broker={}&vhost={}", encode_segment(&q.broker), encode_segment(&q.vhost)),
         broker: q.broker.clone(),
         vhost: q.vhost.clone(),
