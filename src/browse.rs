@@ -67,6 +67,11 @@ impl Snapshots {
         map.get(&(broker.to_string(), vhost.to_string(), queue.to_string())).cloned()
     }
 
+    pub fn forget(&self, broker: &str, vhost: &str, queue: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&(broker.to_string(), vhost.to_string(), queue.to_string()));
+    }
+
     fn put(&self, broker: &str, vhost: &str, queue: &str, snapshot: Arc<Snapshot>) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         map.insert((broker.to_string(), vhost.to_string(), queue.to_string()), snapshot);

@@ -191,3 +191,27 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// The browser's form: it asks first, moves only after the confirmation, and reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browser_form_confirms_before_requeueing() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("form").await;
+    let base = format!("/dlq/local/{}/work.dlq", encode(&vhost.name));
+    let form = |body: &'static str| {
+        let request = warren.http.post(warren.url(&format!("{base}/requeue")));
+        request.header("content-type", "application/x-www-form-urlencoded").body(body).send()
+    };
+    let asked = form("position=3&position=5&scope=selected&target_queue=").await.unwrap();
+    assert_eq!(asked.status().as_u16(), 200);
+    let page = asked.text().await.unwrap();
+    assert!(page.contains("Confirm requeue") && page.contains("3, 5"), "{page}");
+    assert_eq!(depth(&channel, "work.dlq").await, 50, "asking moves nothing");
+
+    let done = form("position=3&position=5&scope=selected&target_queue=&confirm=true").await.unwrap();
+    let page = done.text().await.unwrap();
+    assert!(page.contains("Requeue: done"), "{page}");
+    assert_eq!(drain_ids(&channel, "work").await, vec!["m3", "m5"]);
+    assert_eq!(depth(&channel, "work.dlq").await, 48);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -76,36 +76,39 @@ pub struct RequeueRequest {
     pub target: Target,
 }
 
-async fn requeue(
-    State(state): State<AppState>,
-    Path((broker, vhost, queue)): Path<(String, String, String)>,
-    Json(request): Json<RequeueRequest>,
-) -> Result<Response, ApiError> {
-    let view = find_queue(&state, &broker, &vhost, &queue).await?;
+/// How a requeue ended, as recorded in the audit log.
+pub struct RequeueOutcome {
+    pub audit_id: i64,
+    /// `done`, `partial` or `failed`, or the error that stopped it before any message moved.
+    pub result: Result<(&'static str, dlq::MoveReport), MoveError>,
+}
+
+/// Runs a requeue with its audit entry (written before it starts, updated when it ends). The
+/// message copies are made and acked by `dlq::move_messages`; this only records and reports.
+pub async fn run_requeue(
+    state: &AppState,
+    view: &crate::metrics::QueueView,
+    request: &RequeueRequest,
+) -> Result<RequeueOutcome, WebError> {
     let config = state
         .config
         .brokers
         .iter()
-        .find(|b| b.name == broker)
-        .ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?;
+        .find(|b| b.name == view.broker)
+        .ok_or_else(|| WebError::NotFound(format!("no broker named {:?}", view.broker)))?;
     let entry = audit::Entry {
         actor: "anonymous",
-        broker: &broker,
-        vhost: &vhost,
-        queue: &queue,
+        broker: &view.broker,
+        vhost: &view.vhost,
+        queue: &view.name,
         action: "requeue",
-        request: serde_json::to_string(&request).expect("request serialises"),
+        request: serde_json::to_string(request).expect("request serialises"),
     };
     let audit_id = audit::start(&state.db, entry).await?;
-    let outcome = dlq::move_messages(
-        config,
-        &vhost,
-        &queue,
-        &request.selection,
-        &request.target,
-        crate::browse::delivery_limit(&view),
-    )
-    .await;
+    let limit = crate::browse::delivery_limit(view);
+    let outcome = dlq::move_messages(config, &view.vhost, &view.name, &request.selection, &request.target, limit).await;
+    // Whatever moved changed the queue's head: the snapshot's positions no longer hold.
+    state.snapshots.forget(&view.broker, &view.vhost, &view.name);
     match outcome {
         Ok(report) => {
             let ids: Vec<Option<String>> = report.moved.iter().map(|m| m.message_id.clone()).collect();
@@ -127,11 +130,29 @@ async fn requeue(
                 detail.as_deref(),
             )
             .await?;
+            Ok(RequeueOutcome { audit_id, result: Ok((result, report)) })
+        }
+        Err(e) => {
+            audit::finish(&state.db, audit_id, "failed", 0, 0, &[], Some(&e.to_string())).await?;
+            Ok(RequeueOutcome { audit_id, result: Err(e) })
+        }
+    }
+}
+
+async fn requeue(
+    State(state): State<AppState>,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    Json(request): Json<RequeueRequest>,
+) -> Result<Response, ApiError> {
+    let view = find_queue(&state, &broker, &vhost, &queue).await?;
+    let outcome = run_requeue(&state, &view, &request).await?;
+    let audit_id = outcome.audit_id;
+    match outcome.result {
+        Ok((result, report)) => {
             let status = if result == "failed" { StatusCode::CONFLICT } else { StatusCode::OK };
             Ok((status, Json(json!({"outcome": result, "report": report, "audit_id": audit_id}))).into_response())
         }
         Err(e) => {
-            audit::finish(&state.db, audit_id, "failed", 0, 0, &[], Some(&e.to_string())).await?;
             let status = match e {
                 MoveError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 _ => StatusCode::BAD_GATEWAY,

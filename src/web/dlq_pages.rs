@@ -26,6 +26,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/dlq/{broker}/{vhost}/{queue}", get(page))
         .route("/dlq/{broker}/{vhost}/{queue}/snapshot", post(take_form))
+        .route("/dlq/{broker}/{vhost}/{queue}/requeue", post(requeue_form))
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}", get(message_page))
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}/payload", get(download))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
@@ -391,4 +392,115 @@ async fn download(
         bytes,
     )
         .into_response())
+}
+
+/// The requeue form's fields; `position` repeats, which a plain `Form` cannot read.
+struct RequeueForm {
+    positions: Vec<usize>,
+    all: bool,
+    target_queue: String,
+    confirmed: bool,
+}
+
+fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
+    let mut form = RequeueForm { positions: Vec::new(), all: false, target_queue: String::new(), confirmed: false };
+    for pair in body.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
+        match key {
+            "position" => form
+                .positions
+                .push(value.parse().map_err(|_| WebError::BadRequest(format!("position: {value:?} is not a number")))?),
+            "scope" => form.all = value == "all",
+            "target_queue" => form.target_queue = value.trim().to_string(),
+            "confirm" => form.confirmed = value == "true",
+            _ => {}
+        }
+    }
+    if !form.all && form.positions.is_empty() {
+        return Err(WebError::BadRequest("select at least one message, or requeue all".to_string()));
+    }
+    Ok(form)
+}
+
+struct ActionResult {
+    outcome: String,
+    moved: Vec<(usize, String, String)>,
+    failed: Vec<(usize, String, String)>,
+    returned: usize,
+    error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "dlq_action.html")]
+struct ActionPage {
+    name: String,
+    back_href: String,
+    what: String,
+    target: String,
+    positions: Vec<usize>,
+    scope: &'static str,
+    target_queue: String,
+    result: Option<ActionResult>,
+}
+
+async fn requeue_form(
+    State(state): State<AppState>,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    body: String,
+) -> Result<Response, PageError> {
+    let view = find_queue(&state, &broker, &vhost, &queue).await?;
+    let form = parse_requeue_form(&body)?;
+    let mut page = ActionPage {
+        name: queue.clone(),
+        back_href: dlq_href(&broker, &vhost, &queue),
+        what: if form.all {
+            "every message".to_string()
+        } else {
+            format!(
+                "message(s) at position {}",
+                form.positions.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+            )
+        },
+        target: if form.target_queue.is_empty() {
+            "the queue each message died in (x-first-death-queue)".to_string()
+        } else {
+            format!("queue {:?}", form.target_queue)
+        },
+        positions: form.positions.clone(),
+        scope: if form.all { "all" } else { "selected" },
+        target_queue: form.target_queue.clone(),
+        result: None,
+    };
+    // Every action asks first; the confirmation page posts the same form back with confirm=true.
+    if !form.confirmed {
+        return Ok(html(page.render()?));
+    }
+    let request = super::actions::RequeueRequest {
+        selection: if form.all { crate::dlq::Selection::All } else { crate::dlq::Selection::Positions(form.positions) },
+        target: if form.target_queue.is_empty() {
+            crate::dlq::Target::OriginalQueue
+        } else {
+            crate::dlq::Target::Queue(form.target_queue)
+        },
+    };
+    let outcome = super::actions::run_requeue(&state, &view, &request).await?;
+    let id = |m: &Option<String>| m.clone().unwrap_or_else(|| format::UNKNOWN.to_string());
+    page.result = Some(match outcome.result {
+        Ok((result, report)) => ActionResult {
+            outcome: result.to_string(),
+            moved: report.moved.iter().map(|m| (m.position, id(&m.message_id), m.to_queue.clone())).collect(),
+            failed: report.failed.iter().map(|f| (f.position, id(&f.message_id), f.reason.clone())).collect(),
+            returned: report.returned,
+            error: None,
+        },
+        Err(e) => ActionResult {
+            outcome: "failed".to_string(),
+            moved: Vec::new(),
+            failed: Vec::new(),
+            returned: 0,
+            error: Some(e.to_string()),
+        },
+    });
+    Ok(html(page.render()?))
 }
