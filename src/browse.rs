@@ -57,9 +57,12 @@ pub enum BrowseError {
     Read(#[from] crate::dlq::MoveError),
 }
 
-/// The last snapshot of each queue, by (broker, vhost, queue).
+/// (broker, vhost, queue)
+type QueueId = (String, String, String);
+
+/// The last snapshot of each queue.
 #[derive(Clone, Default)]
-pub struct Snapshots(Arc<Mutex<HashMap<(String, String, String), Arc<Snapshot>>>>);
+pub struct Snapshots(Arc<Mutex<HashMap<QueueId, Arc<Snapshot>>>>);
 
 impl Snapshots {
     pub fn get(&self, broker: &str, vhost: &str, queue: &str) -> Option<Arc<Snapshot>> {

@@ -28,7 +28,7 @@ fn group_thousands(n: u64) -> String {
 pub fn rate(v: Option<f64>) -> String {
     match v {
         None => UNKNOWN.to_string(),
-        Some(r) if r == 0.0 => "0/s".to_string(),
+        Some(0.0) => "0/s".to_string(),
         Some(r) if r < 10.0 => format!("{r:.2}/s"),
         Some(r) if r < 100.0 => format!("{r:.1}/s"),
         Some(r) => format!("{}/s", group_thousands(r.round() as u64)),
