@@ -5,86 +5,22 @@ mod common;
 
 use std::time::Duration;
 
+use common::dead_letters::{dead_letter, drain_ids, numbered};
 use common::{wait_for, TestVhost, Warren};
-use futures_util::StreamExt;
-use lapin::options::{
-    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, ExchangeKind};
+use lapin::BasicProperties;
 use serde_json::{json, Value};
 
 fn encode(s: &str) -> String {
     warren::management::encode_segment(s)
 }
 
-/// `work` dead-letters into `dlq` (of the given type) through the fanout exchange `dlx`; the
-/// given payloads are rejected by a real consumer and land in the DLQ in order.
-async fn dead_letter(
-    vhost: &TestVhost,
-    channel: &Channel,
-    dlq_quorum: bool,
-    messages: Vec<(String, Vec<u8>, FieldTable)>,
-) {
-    channel
-        .exchange_declare(
-            "dlx",
-            ExchangeKind::Fanout,
-            ExchangeDeclareOptions { durable: true, ..Default::default() },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let mut dlq_args = FieldTable::default();
-    if dlq_quorum {
-        dlq_args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-    }
-    channel.queue_declare("dlq", QueueDeclareOptions { durable: true, ..Default::default() }, dlq_args).await.unwrap();
-    channel.queue_bind("dlq", "dlx", "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
-    let mut args = FieldTable::default();
-    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
-    channel.queue_declare("work", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
-    let n = messages.len();
-    for (id, payload, headers) in messages {
-        let properties = BasicProperties::default().with_message_id(id.into()).with_headers(headers);
-        let confirm =
-            channel.basic_publish("", "work", BasicPublishOptions::default(), &payload, properties).await.unwrap();
-        assert!(confirm.await.unwrap().is_ack());
-    }
-    let consumer_channel = vhost.connect().await.create_channel().await.unwrap();
-    consumer_channel.basic_qos(1, BasicQosOptions::default()).await.unwrap();
-    let mut consumer = consumer_channel
-        .basic_consume("work", "rejecter", BasicConsumeOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
-    for _ in 0..n {
-        let delivery = consumer.next().await.unwrap().unwrap();
-        delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
-    }
-    consumer_channel.close(200, "done").await.unwrap();
-}
-
-async fn drain_ids(channel: &Channel, queue: &str) -> Vec<String> {
-    let mut ids = Vec::new();
-    while let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: true }).await.unwrap() {
-        ids.push(message.delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default());
-    }
-    ids
-}
-
-async fn post(warren: &Warren, path: &str, body: Value) -> (u16, Value) {
-    let response = warren.http.post(warren.url(path)).json(&body).send().await.unwrap();
-    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
-}
-
 async fn browse_five_times_keeps_all(quorum: bool) {
     let vhost = TestVhost::create(if quorum { "browseq" } else { "browsec" }).await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
-    let messages =
-        (1..=50).map(|i| (format!("m{i}"), format!("{{\"n\": {i}}}").into_bytes(), FieldTable::default())).collect();
-    dead_letter(&vhost, &channel, quorum, messages).await;
+    dead_letter(&vhost, &channel, "dlq", quorum, numbered(50)).await;
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     let expected: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
     wait_for("the DLQ listed with 50 messages", Duration::from_secs(30), || async {
@@ -98,7 +34,7 @@ async fn browse_five_times_keeps_all(quorum: bool) {
     .await;
     let path = format!("/api/v1/queues/local/{}/dlq/snapshot", encode(&vhost.name));
     for round in 0..5 {
-        let (status, snapshot) = post(&warren, &path, json!({"count": 100})).await;
+        let (status, snapshot) = warren.post_json(&path, json!({"count": 100})).await;
         assert_eq!(status, 200, "round {round}: {snapshot}");
         let ids: Vec<String> = snapshot["messages"]
             .as_array()
@@ -155,11 +91,11 @@ async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
     .await;
     let path = format!("/api/v1/queues/local/{}/limited/snapshot", encode(&vhost.name));
     for _ in 0..3 {
-        let (status, body) = post(&warren, &path, json!({})).await;
+        let (status, body) = warren.post_json(&path, json!({})).await;
         assert_eq!(status, 409, "a read without confirmation is refused: {body}");
         assert_eq!(body["error"]["code"], "confirmation_required");
     }
-    let (status, snapshot) = post(&warren, &path, json!({"confirm": "true"})).await;
+    let (status, snapshot) = warren.post_json(&path, json!({"confirm": "true"})).await;
     assert_eq!(status, 200, "{snapshot}");
     assert_eq!(snapshot["messages"].as_array().unwrap().len(), 3);
     assert_eq!(drain_ids(&channel, "limited").await, vec!["l1", "l2", "l3"], "nothing dropped");
@@ -197,7 +133,7 @@ async fn hostile_payloads_render_escaped_and_never_run() {
         ("binary".to_string(), (0u8..=255).collect(), FieldTable::default()),
         ("nested".to_string(), b"{}".to_vec(), nested_headers),
     ];
-    dead_letter(&vhost, &channel, false, messages).await;
+    dead_letter(&vhost, &channel, "dlq", false, messages).await;
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     wait_for("the DLQ listed", Duration::from_secs(30), || async {
         let q = warren.queue(&vhost.name, "dlq").await.ok_or("not listed")?;
@@ -209,7 +145,7 @@ async fn hostile_payloads_render_escaped_and_never_run() {
     })
     .await;
     let (status, snapshot) =
-        post(&warren, &format!("/api/v1/queues/local/{}/dlq/snapshot", encode(&vhost.name)), json!({})).await;
+        warren.post_json(&format!("/api/v1/queues/local/{}/dlq/snapshot", encode(&vhost.name)), json!({})).await;
     assert_eq!(status, 200, "{snapshot}");
     assert_eq!(snapshot["messages"][2]["payload_bytes"], 5 * 1024 * 1024, "the full size is known");
 

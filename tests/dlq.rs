@@ -5,78 +5,15 @@ mod common;
 
 use std::time::Duration;
 
+use common::dead_letters::{dead_letter, depth, drain_ids, numbered};
 use common::{declare, wait_for, TestVhost, Warren};
-use futures_util::StreamExt;
-use lapin::options::{
-    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, ExchangeKind};
-use serde_json::{json, Value};
+use lapin::{BasicProperties, Channel};
+use serde_json::json;
 
 fn encode(s: &str) -> String {
     warren::management::encode_segment(s)
-}
-
-/// `work` dead-letters into `work.dlq` through the fanout exchange `dlx`; 50 messages m1..m50
-/// are rejected by a real consumer and land in the DLQ in order.
-async fn dead_letter_fifty(vhost: &TestVhost, channel: &Channel) {
-    channel
-        .exchange_declare(
-            "dlx",
-            ExchangeKind::Fanout,
-            ExchangeDeclareOptions { durable: true, ..Default::default() },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    declare(channel, "work.dlq", false).await;
-    channel.queue_bind("work.dlq", "dlx", "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
-    let mut args = FieldTable::default();
-    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
-    channel.queue_declare("work", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
-    for i in 1..=50 {
-        let properties = BasicProperties::default().with_message_id(format!("m{i}").into());
-        let confirm = channel
-            .basic_publish("", "work", BasicPublishOptions::default(), format!("payload {i}").as_bytes(), properties)
-            .await
-            .unwrap();
-        assert!(confirm.await.unwrap().is_ack());
-    }
-    let consumer_channel = vhost.connect().await.create_channel().await.unwrap();
-    consumer_channel.basic_qos(1, BasicQosOptions::default()).await.unwrap();
-    let mut consumer = consumer_channel
-        .basic_consume("work", "rejecter", BasicConsumeOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
-    for _ in 0..50 {
-        let delivery = consumer.next().await.unwrap().unwrap();
-        delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
-    }
-    consumer_channel.close(200, "done").await.unwrap();
-}
-
-/// Takes every message of `queue` (acking them) and returns their message ids, in order.
-async fn drain_ids(channel: &Channel, queue: &str) -> Vec<String> {
-    let mut ids = Vec::new();
-    while let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: true }).await.unwrap() {
-        ids.push(message.delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default());
-    }
-    ids
-}
-
-async fn depth(channel: &Channel, queue: &str) -> u32 {
-    channel
-        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
-        .await
-        .unwrap()
-        .message_count()
-}
-
-async fn post(warren: &Warren, path: &str, body: Value) -> (u16, Value) {
-    let response = warren.http.post(warren.url(path)).json(&body).send().await.unwrap();
-    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
 async fn listed(warren: &Warren, vhost: &str, queue: &str) {
@@ -91,7 +28,7 @@ async fn fifty_dead_letters_watched(test: &str) -> (TestVhost, lapin::Connection
     let vhost = TestVhost::create(test).await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
-    dead_letter_fifty(&vhost, &channel).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(50)).await;
     wait_for("50 dead letters", Duration::from_secs(10), || async {
         let n = depth(&channel, "work.dlq").await;
         if n == 50 {
@@ -111,7 +48,7 @@ async fn requeue_the_third_message_only() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("requeue3").await;
 
     let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
-    let (status, body) = post(&warren, &path, json!({"selection": {"positions": [3]}})).await;
+    let (status, body) = warren.post_json(&path, json!({"selection": {"positions": [3]}})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["report"]["moved"], json!([{"position": 3, "message_id": "m3", "to_queue": "work"}]));
 
@@ -141,7 +78,8 @@ async fn requeue_into_a_missing_queue_acks_nothing() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("missing").await;
 
     let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
-    let (status, body) = post(&warren, &path, json!({"selection": "all", "target": {"queue": "no-such-queue"}})).await;
+    let (status, body) =
+        warren.post_json(&path, json!({"selection": "all", "target": {"queue": "no-such-queue"}})).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["outcome"], "failed");
     assert!(body["report"]["failed"][0]["reason"].as_str().unwrap().contains("unroutable"), "{body}");
@@ -178,13 +116,13 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
     let path = format!("/api/v1/queues/local/{}/qdlq/requeue", encode(&vhost.name));
     for _ in 0..3 {
         let (status, body) =
-            post(&warren, &path, json!({"selection": {"positions": [3]}, "target": {"queue": "target"}})).await;
+            warren.post_json(&path, json!({"selection": {"positions": [3]}, "target": {"queue": "target"}})).await;
         assert_eq!(status, 422, "refused: reading past q1 and q2 would count toward their limit: {body}");
     }
     assert_eq!(depth(&channel, "qdlq").await, 5, "nothing dropped");
     // Moving the head in order is allowed: every message read is moved.
     let (status, body) =
-        post(&warren, &path, json!({"selection": {"positions": [1, 2]}, "target": {"queue": "target"}})).await;
+        warren.post_json(&path, json!({"selection": {"positions": [1, 2]}, "target": {"queue": "target"}})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(drain_ids(&channel, "target").await, vec!["q1", "q2"]);
     assert_eq!(drain_ids(&channel, "qdlq").await, vec!["q3", "q4", "q5"]);

@@ -258,7 +258,10 @@ async fn prometheus_export_parses_and_matches_the_api() {
         if status == 200 && text.contains("warren_broker_up{broker=\"local\"} 1") && text.contains("exported.queue") {
             Ok(text)
         } else {
-            Err(format!("status {status}, broker_up line: {:?}", text.lines().find(|l| l.starts_with("warren_broker_up{"))))
+            Err(format!(
+                "status {status}, broker_up line: {:?}",
+                text.lines().find(|l| l.starts_with("warren_broker_up{"))
+            ))
         }
     })
     .await;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod dead_letters;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -173,6 +174,11 @@ impl Warren {
         let status = response.status().as_u16();
         let body = response.json().await.unwrap_or(Value::Null);
         (status, body)
+    }
+
+    pub async fn post_json(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self.http.post(self.url(path)).json(&body).send().await.expect("warren answers");
+        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn get_text(&self, path: &str) -> (u16, String) {
