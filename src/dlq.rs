@@ -45,6 +45,24 @@ pub enum Target {
     OriginalQueue,
     /// A queue the user names, through the default exchange.
     Queue(String),
+    /// Nowhere: the selected messages are deleted (acked without a copy). Only on request.
+    Discard,
+}
+
+/// Empties a queue (AMQP queue.purge); returns how many messages it held.
+pub async fn purge(broker: &BrokerConfig, vhost: &str, queue: &str) -> Result<u32, MoveError> {
+    let connection = connect(broker, vhost).await?;
+    let outcome = async {
+        let channel = connection.create_channel().await?;
+        let purged = channel.queue_purge(queue, lapin::options::QueuePurgeOptions::default()).await?;
+        channel.close(200, "done").await?;
+        Ok::<u32, MoveError>(purged)
+    }
+    .await;
+    if let Err(e) = connection.close(200, "done").await {
+        tracing::warn!(error = %e, "closing the purge's AMQP connection");
+    }
+    outcome
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -207,6 +225,11 @@ async fn run_move(
         let to_queue = match target {
             Target::Queue(name) => Some(name.clone()),
             Target::OriginalQueue => header_string(&delivery, "x-first-death-queue"),
+            Target::Discard => {
+                source.basic_ack(delivery.delivery_tag, Default::default()).await?;
+                report.moved.push(Moved { position, message_id, to_queue: String::new() });
+                continue;
+            }
         };
         let Some(to_queue) = to_queue else {
             unacked_kept += 1;

@@ -142,14 +142,41 @@ async fn the_browser_form_confirms_before_requeueing() {
     let asked = form("position=3&position=5&scope=selected&target_queue=").await.unwrap();
     assert_eq!(asked.status().as_u16(), 200);
     let page = asked.text().await.unwrap();
-    assert!(page.contains("Confirm requeue") && page.contains("3, 5"), "{page}");
+    assert!(page.contains("Confirm: requeue") && page.contains("3, 5"), "{page}");
     assert_eq!(depth(&channel, "work.dlq").await, 50, "asking moves nothing");
+    let page = form("scope=purge&target_queue=").await.unwrap().text().await.unwrap();
+    assert!(page.contains("Confirm: purge") && page.contains("cannot be undone"), "{page}");
+    assert_eq!(depth(&channel, "work.dlq").await, 50, "asking purges nothing");
 
     let done = form("position=3&position=5&scope=selected&target_queue=&confirm=true").await.unwrap();
     let page = done.text().await.unwrap();
     assert!(page.contains("Requeue: done"), "{page}");
     assert_eq!(drain_ids(&channel, "work").await, vec!["m3", "m5"]);
     assert_eq!(depth(&channel, "work.dlq").await, 48);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_selected_and_purge_are_recorded() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("delete").await;
+    let base = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
+    let (status, body) = warren.post_json(&format!("{base}/delete"), json!({"selection": {"positions": [2]}})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["report"]["moved"][0]["message_id"], "m2");
+    assert_eq!(depth(&channel, "work").await, 0, "a delete makes no copy");
+    assert_eq!(depth(&channel, "work.dlq").await, 49);
+    let (status, _) =
+        warren.post_json(&format!("{base}/requeue"), json!({"selection": "all", "target": "discard"})).await;
+    assert_eq!(status, 400, "the requeue action never deletes");
+
+    let (status, body) = warren.post_json(&format!("{base}/purge"), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["purged"], 49);
+    assert_eq!(depth(&channel, "work.dlq").await, 0);
+    let (_, audit) = warren.get_json("/api/v1/audit").await;
+    assert_eq!((audit[0]["action"].as_str(), audit[0]["moved"].as_i64()), (Some("purge"), Some(49)));
+    assert_eq!((audit[1]["action"].as_str(), audit[1]["message_ids"].clone()), (Some("delete"), json!(["m2"])));
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

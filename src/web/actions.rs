@@ -18,6 +18,8 @@ use crate::state::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/requeue", post(requeue))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/delete", post(delete))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/purge", post(purge))
         .route("/api/v1/audit", get(audit_log))
         .route("/audit", get(audit_page))
 }
@@ -101,7 +103,7 @@ pub async fn run_requeue(
         broker: &view.broker,
         vhost: &view.vhost,
         queue: &view.name,
-        action: "requeue",
+        action: if request.target == Target::Discard { "delete" } else { "requeue" },
         request: serde_json::to_string(request).expect("request serialises"),
     };
     let audit_id = audit::start(&state.db, entry).await?;
@@ -139,13 +141,86 @@ pub async fn run_requeue(
     }
 }
 
+#[derive(Debug, Deserialize)]
+pub struct DeleteRequest {
+    pub selection: Selection,
+}
+
+/// Deletes the selected messages: read and acked without a copy. Destructive by intent.
+async fn delete(
+    State(state): State<AppState>,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    Json(request): Json<DeleteRequest>,
+) -> Result<Response, ApiError> {
+    let request = RequeueRequest { selection: request.selection, target: Target::Discard };
+    respond(&state, &broker, &vhost, &queue, &request).await
+}
+
+/// Runs a purge with its audit entry; returns the audit id and how many messages went.
+pub async fn run_purge(
+    state: &AppState,
+    view: &crate::metrics::QueueView,
+) -> Result<(i64, Result<u32, MoveError>), WebError> {
+    let config = state
+        .config
+        .brokers
+        .iter()
+        .find(|b| b.name == view.broker)
+        .ok_or_else(|| WebError::NotFound(format!("no broker named {:?}", view.broker)))?;
+    let entry = audit::Entry {
+        actor: "anonymous",
+        broker: &view.broker,
+        vhost: &view.vhost,
+        queue: &view.name,
+        action: "purge",
+        request: "{}".to_string(),
+    };
+    let audit_id = audit::start(&state.db, entry).await?;
+    let outcome = dlq::purge(config, &view.vhost, &view.name).await;
+    state.snapshots.forget(&view.broker, &view.vhost, &view.name);
+    match &outcome {
+        Ok(n) => audit::finish(&state.db, audit_id, "done", *n as usize, 0, &[], None).await?,
+        Err(e) => audit::finish(&state.db, audit_id, "failed", 0, 0, &[], Some(&e.to_string())).await?,
+    }
+    Ok((audit_id, outcome))
+}
+
+async fn purge(
+    State(state): State<AppState>,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    let view = find_queue(&state, &broker, &vhost, &queue).await?;
+    let (audit_id, outcome) = run_purge(&state, &view).await?;
+    match outcome {
+        Ok(purged) => Ok(Json(json!({"outcome": "done", "purged": purged, "audit_id": audit_id})).into_response()),
+        Err(e) => Ok((
+            StatusCode::BAD_GATEWAY,
+            Json(json!({"error": {"code": "purge_failed", "message": e.to_string()}, "audit_id": audit_id})),
+        )
+            .into_response()),
+    }
+}
+
 async fn requeue(
     State(state): State<AppState>,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<RequeueRequest>,
 ) -> Result<Response, ApiError> {
-    let view = find_queue(&state, &broker, &vhost, &queue).await?;
-    let outcome = run_requeue(&state, &view, &request).await?;
+    if request.target == Target::Discard {
+        return Err(WebError::BadRequest("use the delete action to delete messages".to_string()).into());
+    }
+    respond(&state, &broker, &vhost, &queue, &request).await
+}
+
+async fn respond(
+    state: &AppState,
+    broker: &str,
+    vhost: &str,
+    queue: &str,
+    request: &RequeueRequest,
+) -> Result<Response, ApiError> {
+    let view = find_queue(state, broker, vhost, queue).await?;
+    let outcome = run_requeue(state, &view, request).await?;
     let audit_id = outcome.audit_id;
     match outcome.result {
         Ok((result, report)) => {

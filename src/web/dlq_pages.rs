@@ -398,12 +398,23 @@ async fn download(
 struct RequeueForm {
     positions: Vec<usize>,
     all: bool,
+    /// Delete the selected messages instead of moving them.
+    delete: bool,
+    /// Empty the whole queue.
+    purge: bool,
     target_queue: String,
     confirmed: bool,
 }
 
 fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
-    let mut form = RequeueForm { positions: Vec::new(), all: false, target_queue: String::new(), confirmed: false };
+    let mut form = RequeueForm {
+        positions: Vec::new(),
+        all: false,
+        delete: false,
+        purge: false,
+        target_queue: String::new(),
+        confirmed: false,
+    };
     for pair in body.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
@@ -411,13 +422,17 @@ fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
             "position" => form
                 .positions
                 .push(value.parse().map_err(|_| WebError::BadRequest(format!("position: {value:?} is not a number")))?),
-            "scope" => form.all = value == "all",
+            "scope" => {
+                form.all = value == "all";
+                form.delete = value == "delete-selected";
+                form.purge = value == "purge";
+            }
             "target_queue" => form.target_queue = value.trim().to_string(),
             "confirm" => form.confirmed = value == "true",
             _ => {}
         }
     }
-    if !form.all && form.positions.is_empty() {
+    if !form.all && !form.purge && form.positions.is_empty() {
         return Err(WebError::BadRequest("select at least one message, or requeue all".to_string()));
     }
     Ok(form)
@@ -434,6 +449,7 @@ struct ActionResult {
 #[derive(Template)]
 #[template(path = "dlq_action.html")]
 struct ActionPage {
+    action: &'static str,
     name: String,
     back_href: String,
     what: String,
@@ -451,10 +467,18 @@ async fn requeue_form(
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     let form = parse_requeue_form(&body)?;
+    let action = if form.purge {
+        "Purge"
+    } else if form.delete {
+        "Delete"
+    } else {
+        "Requeue"
+    };
     let mut page = ActionPage {
+        action,
         name: queue.clone(),
         back_href: dlq_href(&broker, &vhost, &queue),
-        what: if form.all {
+        what: if form.all || form.purge {
             "every message".to_string()
         } else {
             format!(
@@ -462,13 +486,23 @@ async fn requeue_form(
                 form.positions.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
             )
         },
-        target: if form.target_queue.is_empty() {
+        target: if form.purge || form.delete {
+            "nowhere: they are deleted for good".to_string()
+        } else if form.target_queue.is_empty() {
             "the queue each message died in (x-first-death-queue)".to_string()
         } else {
             format!("queue {:?}", form.target_queue)
         },
         positions: form.positions.clone(),
-        scope: if form.all { "all" } else { "selected" },
+        scope: if form.purge {
+            "purge"
+        } else if form.delete {
+            "delete-selected"
+        } else if form.all {
+            "all"
+        } else {
+            "selected"
+        },
         target_queue: form.target_queue.clone(),
         result: None,
     };
@@ -476,9 +510,31 @@ async fn requeue_form(
     if !form.confirmed {
         return Ok(html(page.render()?));
     }
+    if form.purge {
+        let (_, outcome) = super::actions::run_purge(&state, &view).await?;
+        page.result = Some(match outcome {
+            Ok(n) => ActionResult {
+                outcome: format!("done, {n} messages deleted"),
+                moved: Vec::new(),
+                failed: Vec::new(),
+                returned: 0,
+                error: None,
+            },
+            Err(e) => ActionResult {
+                outcome: "failed".to_string(),
+                moved: Vec::new(),
+                failed: Vec::new(),
+                returned: 0,
+                error: Some(e.to_string()),
+            },
+        });
+        return Ok(html(page.render()?));
+    }
     let request = super::actions::RequeueRequest {
         selection: if form.all { crate::dlq::Selection::All } else { crate::dlq::Selection::Positions(form.positions) },
-        target: if form.target_queue.is_empty() {
+        target: if form.delete {
+            crate::dlq::Target::Discard
+        } else if form.target_queue.is_empty() {
             crate::dlq::Target::OriginalQueue
         } else {
             crate::dlq::Target::Queue(form.target_queue)
