@@ -128,6 +128,11 @@ pub struct BrokerTotals {
 }
 
 impl AppState {
+    /// A configured broker by name.
+    pub fn broker_config(&self, name: &str) -> Option<&crate::config::BrokerConfig> {
+        self.config.brokers.iter().find(|b| b.name == name)
+    }
+
     pub fn new(config: Config, db: Db, broker_ids: HashMap<String, i64>) -> Self {
         let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
         AppState {

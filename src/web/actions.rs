@@ -93,10 +93,7 @@ pub async fn run_requeue(
     request: &RequeueRequest,
 ) -> Result<RequeueOutcome, WebError> {
     let config = state
-        .config
-        .brokers
-        .iter()
-        .find(|b| b.name == view.broker)
+        .broker_config(&view.broker)
         .ok_or_else(|| WebError::NotFound(format!("no broker named {:?}", view.broker)))?;
     let entry = audit::Entry {
         actor: "anonymous",
@@ -162,10 +159,7 @@ pub async fn run_purge(
     view: &crate::metrics::QueueView,
 ) -> Result<(i64, Result<u32, MoveError>), WebError> {
     let config = state
-        .config
-        .brokers
-        .iter()
-        .find(|b| b.name == view.broker)
+        .broker_config(&view.broker)
         .ok_or_else(|| WebError::NotFound(format!("no broker named {:?}", view.broker)))?;
     let entry = audit::Entry {
         actor: "anonymous",

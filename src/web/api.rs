@@ -33,7 +33,7 @@ pub struct BrokerJson {
 }
 
 pub fn broker_json(state: &AppState, live: BrokerLive) -> BrokerJson {
-    let config = state.config.brokers.iter().find(|b| b.name == live.name);
+    let config = state.broker_config(&live.name);
     BrokerJson {
         management_url: config.map(|b| b.management_url.to_string()).unwrap_or_default(),
         poll_interval_secs: config.map(|b| b.poll_interval.as_secs()).unwrap_or_default(),
@@ -51,7 +51,7 @@ pub fn broker_live(state: &AppState, broker: &str) -> Result<BrokerLive, WebErro
 }
 
 fn poll_interval_secs(state: &AppState, broker: &str) -> i64 {
-    state.config.brokers.iter().find(|b| b.name == broker).map(|b| b.poll_interval.as_secs() as i64).unwrap_or(10)
+    state.broker_config(broker).map(|b| b.poll_interval.as_secs() as i64).unwrap_or(10)
 }
 
 #[derive(Serialize)]

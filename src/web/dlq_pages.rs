@@ -55,8 +55,7 @@ async fn take(
     view: &QueueView,
     request: &TakeRequest,
 ) -> Result<std::sync::Arc<Snapshot>, BrowseError> {
-    let broker =
-        state.config.brokers.iter().find(|b| b.name == view.broker).expect("views come from configured brokers");
+    let broker = state.broker_config(&view.broker).expect("views come from configured brokers");
     browse::take(broker, &state.snapshots, view, request.count.unwrap_or(browse::DEFAULT_COUNT), request.confirmed())
         .await
 }
@@ -446,6 +445,19 @@ struct ActionResult {
     error: Option<String>,
 }
 
+impl ActionResult {
+    /// An action that stopped before any message moved.
+    fn failed(error: &dyn std::fmt::Display) -> Self {
+        ActionResult {
+            outcome: "failed".to_string(),
+            moved: Vec::new(),
+            failed: Vec::new(),
+            returned: 0,
+            error: Some(error.to_string()),
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "dlq_action.html")]
 struct ActionPage {
@@ -520,13 +532,7 @@ async fn requeue_form(
                 returned: 0,
                 error: None,
             },
-            Err(e) => ActionResult {
-                outcome: "failed".to_string(),
-                moved: Vec::new(),
-                failed: Vec::new(),
-                returned: 0,
-                error: Some(e.to_string()),
-            },
+            Err(e) => ActionResult::failed(&e),
         });
         return Ok(html(page.render()?));
     }
@@ -545,18 +551,19 @@ async fn requeue_form(
     page.result = Some(match outcome.result {
         Ok((result, report)) => ActionResult {
             outcome: result.to_string(),
-            moved: report.moved.iter().map(|m| (m.position, id(&m.message_id), m.to_queue.clone())).collect(),
+            moved: report
+                .moved
+                .iter()
+                .map(|m| {
+                    let to = if m.to_queue.is_empty() { "(deleted)".to_string() } else { m.to_queue.clone() };
+                    (m.position, id(&m.message_id), to)
+                })
+                .collect(),
             failed: report.failed.iter().map(|f| (f.position, id(&f.message_id), f.reason.clone())).collect(),
             returned: report.returned,
             error: None,
         },
-        Err(e) => ActionResult {
-            outcome: "failed".to_string(),
-            moved: Vec::new(),
-            failed: Vec::new(),
-            returned: 0,
-            error: Some(e.to_string()),
-        },
+        Err(e) => ActionResult::failed(&e),
     });
     Ok(html(page.render()?))
 }
