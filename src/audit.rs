@@ -55,6 +55,36 @@ pub async fn finish(
     Ok(())
 }
 
+/// Records a running action's progress (a checkpoint a crash leaves behind).
+pub async fn progress(db: &Db, id: i64, moved: usize, failed: usize) -> Result<(), sqlx::Error> {
+    sqlx::query("update audit_log set outcome = 'running', moved = ?, failed = ? where id = ? and outcome in ('started', 'running')")
+        .bind(moved as i64)
+        .bind(failed as i64)
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Marks the actions a previous run left unfinished (it crashed or was killed); called at
+/// start, before any new action. Returns how many there were.
+pub async fn mark_interrupted(db: &Db) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "update audit_log set outcome = 'interrupted', detail = 'warren stopped during this action. Counts are from \
+         the last checkpoint. Messages warren held unacked went back to the source queue when its connection \
+         closed; a message copied but not yet acked can be in both queues (at-least-once), none is lost.'
+         where outcome in ('started', 'running')",
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// One entry by id.
+pub async fn get(db: &Db, id: i64) -> Result<Option<Record>, sqlx::Error> {
+    Ok(query_records(db, "where id = ?", id).await?.pop())
+}
+
 #[derive(Debug, Serialize)]
 pub struct Record {
     pub id: i64,
@@ -74,13 +104,15 @@ pub struct Record {
 
 /// The newest `limit` entries, newest first.
 pub async fn recent(db: &Db, limit: i64) -> Result<Vec<Record>, sqlx::Error> {
-    let rows = sqlx::query(
+    query_records(db, "order by id desc limit ?", limit).await
+}
+
+async fn query_records(db: &Db, clause: &str, value: i64) -> Result<Vec<Record>, sqlx::Error> {
+    let sql = format!(
         "select id, at, actor, broker, vhost, queue, action, request, outcome, moved, failed, message_ids, detail
-         from audit_log order by id desc limit ?",
-    )
-    .bind(limit)
-    .fetch_all(db)
-    .await?;
+         from audit_log {clause}"
+    );
+    let rows = sqlx::query(&sql).bind(value).fetch_all(db).await?;
     let json = |text: String| serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     rows.iter()
         .map(|r| {

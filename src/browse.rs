@@ -163,6 +163,73 @@ pub fn summarize(position: usize, message: PeekedMessage) -> SnapshotMessage {
     }
 }
 
+/// A filter over dead-lettered messages: by original queue, by reason, by text in the payload or
+/// the headers. Empty fields match everything. Used by the browser over a snapshot and by the
+/// mover over a whole queue ("requeue all matching").
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, Serialize)]
+pub struct Filter {
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default, alias = "original")]
+    pub original_queue: Option<String>,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl Filter {
+    fn field(value: &Option<String>) -> Option<&str> {
+        value.as_deref().map(str::trim).filter(|s| !s.is_empty())
+    }
+
+    /// True when no field restricts anything.
+    pub fn is_empty(&self) -> bool {
+        Self::field(&self.reason).is_none()
+            && Self::field(&self.original_queue).is_none()
+            && Self::field(&self.text).is_none()
+    }
+
+    pub fn matches(&self, m: &SnapshotMessage) -> bool {
+        if let Some(reason) = Self::field(&self.reason) {
+            if m.reason.as_deref() != Some(reason) {
+                return false;
+            }
+        }
+        if let Some(queue) = Self::field(&self.original_queue) {
+            if m.original_queue.as_deref() != Some(queue) {
+                return false;
+            }
+        }
+        if let Some(needle) = Self::field(&self.text) {
+            let needle = needle.to_lowercase();
+            let headers = m.message.properties.get("headers").map(Value::to_string).unwrap_or_default();
+            let payload = String::from_utf8_lossy(&payload_bytes(&m.message)).to_lowercase();
+            if !payload.contains(&needle) && !headers.to_lowercase().contains(&needle) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The filter in words, for confirmation pages and the audit log.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(v) = Self::field(&self.original_queue) {
+            parts.push(format!("original queue {v:?}"));
+        }
+        if let Some(v) = Self::field(&self.reason) {
+            parts.push(format!("reason {v:?}"));
+        }
+        if let Some(v) = Self::field(&self.text) {
+            parts.push(format!("text {v:?} in payload or headers"));
+        }
+        if parts.is_empty() {
+            "every message".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
 /// The payload as bytes (decoding base64 where the broker had to use it).
 pub fn payload_bytes(m: &PeekedMessage) -> Vec<u8> {
     if m.payload_encoding == "base64" {

@@ -9,7 +9,9 @@ pub mod dlq;
 pub mod history;
 pub mod management;
 pub mod metrics;
+pub mod moves;
 pub mod poller;
+pub mod shovel;
 pub mod state;
 pub mod topology;
 pub mod web;
@@ -52,6 +54,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = build_state(config).await?;
+    let interrupted = audit::mark_interrupted(&state.db).await?;
+    if interrupted > 0 {
+        tracing::warn!(interrupted, "actions of a previous run did not finish; see the audit log");
+    }
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
 
@@ -75,6 +81,9 @@ pub async fn run(
         })
         .await;
 
+    // Moves first: each hands back the messages it holds and records how it ended, while the
+    // database is still open.
+    state.jobs.shutdown(SHUTDOWN_DEADLINE).await;
     cancel.cancel();
     tracker.close();
     if tokio::time::timeout(SHUTDOWN_DEADLINE, tracker.wait()).await.is_err() {

@@ -85,6 +85,16 @@ impl ManagementClient {
         self.request(reqwest::Method::GET, path, None).await
     }
 
+    /// PUTs a JSON body (creating a parameter, for example); the answer body is not read.
+    pub async fn put_json(&self, path: &str, body: &serde_json::Value) -> Result<(), BrokerError> {
+        self.send(reqwest::Method::PUT, path, Some(body)).await.map(|_| ())
+    }
+
+    /// DELETEs `path`.
+    pub async fn delete(&self, path: &str) -> Result<(), BrokerError> {
+        self.send(reqwest::Method::DELETE, path, None).await.map(|_| ())
+    }
+
     /// One request with an optional JSON body; the answer decoded as JSON.
     async fn request<T: DeserializeOwned>(
         &self,
@@ -92,6 +102,19 @@ impl ManagementClient {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<(T, usize), BrokerError> {
+        let body = self.send(method, path, body).await?;
+        let value = serde_json::from_slice(&body)
+            .map_err(|e| BrokerError::Malformed { path: strip_query(path), detail: e.to_string() })?;
+        Ok((value, body.len()))
+    }
+
+    /// One request; a 2xx answer's body, or the error that says why not.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<bytes::Bytes, BrokerError> {
         let url =
             self.base.join(path).map_err(|e| BrokerError::Malformed { path: path.into(), detail: e.to_string() })?;
         let mut request = self.http.request(method, url);
@@ -107,14 +130,11 @@ impl ManagementClient {
         let status = response.status();
         let body = response.bytes().await.map_err(|e| self.transport_error(e))?;
         match status.as_u16() {
-            200..=299 => {}
-            401 => return Err(BrokerError::Unauthorized { status: 401 }),
-            403 => return Err(BrokerError::Forbidden { status: 403 }),
-            code => return Err(BrokerError::Http { status: code, path: strip_query(path), body: snippet(&body) }),
+            200..=299 => Ok(body),
+            401 => Err(BrokerError::Unauthorized { status: 401 }),
+            403 => Err(BrokerError::Forbidden { status: 403 }),
+            code => Err(BrokerError::Http { status: code, path: strip_query(path), body: snippet(&body) }),
         }
-        let value = serde_json::from_slice(&body)
-            .map_err(|e| BrokerError::Malformed { path: strip_query(path), detail: e.to_string() })?;
-        Ok((value, body.len()))
     }
 
     fn transport_error(&self, e: reqwest::Error) -> BrokerError {

@@ -20,6 +20,8 @@ pub struct AppState {
     pub broker_ids: Arc<HashMap<String, i64>>,
     /// The last DLQ snapshot of each queue.
     pub snapshots: Snapshots,
+    /// Running and recent moves.
+    pub jobs: crate::moves::Jobs,
 }
 
 /// The latest poll result of every broker, written by the pollers and read by the pages.
@@ -141,6 +143,7 @@ impl AppState {
             live: Live::new(&names),
             broker_ids: Arc::new(broker_ids),
             snapshots: Snapshots::default(),
+            jobs: crate::moves::Jobs::default(),
         }
     }
 }

@@ -5,12 +5,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::dead_letters::{dead_letter, depth, drain_ids, numbered};
+use common::dead_letters::{dead_letter, dead_letter_through, depth, drain_ids, numbered};
 use common::{declare, wait_for, TestVhost, Warren};
-use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
+use lapin::options::{BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel};
-use serde_json::json;
+use lapin::{BasicProperties, Channel, ExchangeKind};
+use serde_json::{json, Value};
 
 fn encode(s: &str) -> String {
     warren::management::encode_segment(s)
@@ -48,9 +48,9 @@ async fn requeue_the_third_message_only() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("requeue3").await;
 
     let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
-    let (status, body) = warren.post_json(&path, json!({"selection": {"positions": [3]}})).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["report"]["moved"], json!([{"position": 3, "message_id": "m3", "to_queue": "work"}]));
+    let job = warren.run_move(&path, json!({"selection": {"positions": [3]}})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["report"]["moved"], json!([{"position": 3, "message_id": "m3", "to_queue": "work"}]));
 
     // It arrived once in its original queue, with warren's replay counter; the other 49 stay,
     // in order.
@@ -76,20 +76,133 @@ async fn requeue_the_third_message_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_into_a_missing_queue_acks_nothing() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("missing").await;
-
+    let all_fifty: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
     let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
-    let (status, body) =
-        warren.post_json(&path, json!({"selection": "all", "target": {"queue": "no-such-queue"}})).await;
-    assert_eq!(status, 409, "{body}");
-    assert_eq!(body["outcome"], "failed");
-    assert!(body["report"]["failed"][0]["reason"].as_str().unwrap().contains("unroutable"), "{body}");
-    assert!(body["report"]["moved"].as_array().unwrap().is_empty());
 
-    let expected: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
-    assert_eq!(drain_ids(&channel, "work.dlq").await, expected, "all 50 remain, in order");
+    // A named target that does not exist: refused before a message is read (a shovel would
+    // have created it as a classic queue).
+    let job = warren.run_move(&path, json!({"selection": "all", "target": {"queue": "no-such-queue"}})).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert!(job["error"].as_str().unwrap().contains("no queue named"), "{job}");
+    let (_, audit) = warren.get_json("/api/v1/audit").await;
+    assert_eq!(audit[0]["outcome"], "failed");
+    assert!(audit[0]["detail"].as_str().unwrap().contains("no queue named"), "{audit}");
+
+    // The queue they died in was deleted: every copy comes back unroutable, nothing is acked.
+    vhost.delete_queue("work").await;
+    let job = warren.run_move(&path, json!({"selection": "all"})).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(job["report"]["failed"].as_array().unwrap().len(), 50, "{job}");
+    assert!(job["report"]["failed"][0]["reason"].as_str().unwrap().contains("unroutable"), "{job}");
+    assert!(job["report"]["moved"].as_array().unwrap().is_empty());
+    assert_eq!(job["report"]["left"], 50);
+    assert_eq!(drain_ids(&channel, "work.dlq").await, all_fifty, "all 50 remain, in order");
     let (_, audit) = warren.get_json("/api/v1/audit").await;
     assert_eq!(audit[0]["outcome"], "failed");
     assert!(audit[0]["detail"].as_str().unwrap().contains("unroutable"));
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// "Requeue all matching": the whole queue is read, only matching messages move, the others
+/// stay in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_all_matching_a_filter() {
+    let vhost = TestVhost::create("matching").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    // Every third message is a refund.
+    let kind = |i: usize| if i % 3 == 0 { "refund" } else { "order" };
+    let messages = (1..=30)
+        .map(|i| {
+            (format!("m{i}"), format!("{{\"kind\": \"{}\", \"n\": {i}}}", kind(i)).into_bytes(), FieldTable::default())
+        })
+        .collect();
+    dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "work.dlq").await;
+
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let job =
+        warren.run_move(&path, json!({"selection": {"matching": {"text": "REFUND", "reason": "rejected"}}})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    let ids = |k: &str| (1..=30).filter(|i| kind(*i) == k).map(|i| format!("m{i}")).collect::<Vec<_>>();
+    assert_eq!(drain_ids(&channel, "work").await, ids("refund"));
+    assert_eq!(drain_ids(&channel, "work.dlq").await, ids("order"), "the others stay, in order");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// The original exchange and routing key come from `x-death`; every queue bound to that key
+/// gets a copy, as the confirmation page warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_through_the_original_exchange() {
+    let vhost = TestVhost::create("origexchange").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    channel.exchange_declare("orders", ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
+    channel.queue_declare("work", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    declare(&channel, "audit", false).await;
+    for queue in ["work", "audit"] {
+        channel.queue_bind(queue, "orders", "order.created", Default::default(), FieldTable::default()).await.unwrap();
+    }
+    dead_letter_through(&vhost, &channel, "work.dlq", false, ("orders", "order.created"), numbered(3)).await;
+    assert_eq!(drain_ids(&channel, "audit").await, vec!["m1", "m2", "m3"], "audit got the first copies");
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "work.dlq").await;
+
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all", "target": "original_exchange"})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["report"]["moved"][0]["to_queue"], "exchange \"orders\", routing key \"order.created\"");
+    assert_eq!(drain_ids(&channel, "work").await, vec!["m1", "m2", "m3"]);
+    assert_eq!(drain_ids(&channel, "audit").await, vec!["m1", "m2", "m3"], "the duplicates the UI warns about");
+    assert_eq!(depth(&channel, "work.dlq").await, 0);
+
+    // The browser asks with the warning before doing it.
+    let form = warren
+        .http
+        .post(warren.url(&format!("/dlq/local/{}/work.dlq/requeue", encode(&vhost.name))))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("scope=all&target=original-exchange")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(form.contains("Confirm: requeue") && form.contains("duplicates-warning"), "{form}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// A whole queue moved to a named queue goes through the broker's dynamic shovel: in order,
+/// nothing left behind, and the shovel is gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_a_whole_queue_uses_the_shovel() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("shovel").await;
+    declare(&channel, "parked", false).await;
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all", "target": {"queue": "parked"}})).await;
+    assert_eq!((job["state"].as_str(), job["method"].as_str()), (Some("done"), Some("shovel")), "{job}");
+    assert_eq!((job["progress"]["moved"].as_u64(), job["report"]["left"].as_u64()), (Some(50), Some(0)), "{job}");
+    let expected: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
+    assert_eq!(drain_ids(&channel, "parked").await, expected, "all 50, in order");
+    let (_, audit) = warren.get_json("/api/v1/audit").await;
+    assert_eq!((audit[0]["action"].as_str(), audit[0]["moved"].as_i64()), (Some("move"), Some(50)));
+    let shovels: Value = reqwest::Client::new()
+        .get(format!("{}/api/parameters/shovel/{}", common::MANAGEMENT, encode(&vhost.name)))
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shovels, json!([]), "the shovel removed itself");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
@@ -121,9 +234,8 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
     }
     assert_eq!(depth(&channel, "qdlq").await, 5, "nothing dropped");
     // Moving the head in order is allowed: every message read is moved.
-    let (status, body) =
-        warren.post_json(&path, json!({"selection": {"positions": [1, 2]}, "target": {"queue": "target"}})).await;
-    assert_eq!(status, 200, "{body}");
+    let job = warren.run_move(&path, json!({"selection": {"positions": [1, 2]}, "target": {"queue": "target"}})).await;
+    assert_eq!(job["state"], "done", "{job}");
     assert_eq!(drain_ids(&channel, "target").await, vec!["q1", "q2"]);
     assert_eq!(drain_ids(&channel, "qdlq").await, vec!["q3", "q4", "q5"]);
     warren.stop().await;
@@ -148,9 +260,14 @@ async fn the_browser_form_confirms_before_requeueing() {
     assert!(page.contains("Confirm: purge") && page.contains("cannot be undone"), "{page}");
     assert_eq!(depth(&channel, "work.dlq").await, 50, "asking purges nothing");
 
+    // Confirmed: the move starts and the browser is sent to its progress page.
     let done = form("position=3&position=5&scope=selected&target_queue=&confirm=true").await.unwrap();
-    let page = done.text().await.unwrap();
-    assert!(page.contains("Requeue: done"), "{page}");
+    let job_page = done.url().path().to_string();
+    assert!(job_page.starts_with("/jobs/"), "redirected to the job page, not {job_page}");
+    let id: i64 = job_page.trim_start_matches("/jobs/").parse().unwrap();
+    warren.wait_job(id).await;
+    let (_, page) = warren.get_text(&job_page).await;
+    assert!(page.contains("job-state\">done") && page.contains("m3") && page.contains("m5"), "{page}");
     assert_eq!(drain_ids(&channel, "work").await, vec!["m3", "m5"]);
     assert_eq!(depth(&channel, "work.dlq").await, 48);
     warren.stop().await;
@@ -161,9 +278,9 @@ async fn the_browser_form_confirms_before_requeueing() {
 async fn delete_selected_and_purge_are_recorded() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("delete").await;
     let base = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
-    let (status, body) = warren.post_json(&format!("{base}/delete"), json!({"selection": {"positions": [2]}})).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["report"]["moved"][0]["message_id"], "m2");
+    let job = warren.run_move(&format!("{base}/delete"), json!({"selection": {"positions": [2]}})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["report"]["moved"][0]["message_id"], "m2");
     assert_eq!(depth(&channel, "work").await, 0, "a delete makes no copy");
     assert_eq!(depth(&channel, "work.dlq").await, 49);
     let (status, _) =

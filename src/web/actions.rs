@@ -11,8 +11,11 @@ use serde_json::json;
 
 use super::api::find_queue;
 use super::{ApiError, WebError};
+use std::sync::Arc;
+
 use crate::audit;
 use crate::dlq::{self, MoveError, Selection, Target};
+use crate::moves::{self, Job, MoveRequest, StartError};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -71,70 +74,17 @@ async fn audit_page(State(state): State<AppState>) -> Result<Response, super::Pa
     Ok(super::html(askama::Template::render(&AuditPage { rows })?))
 }
 
-#[derive(Debug, Deserialize, serde::Serialize)]
-pub struct RequeueRequest {
-    pub selection: Selection,
-    #[serde(default)]
-    pub target: Target,
-}
-
-/// How a requeue ended, as recorded in the audit log.
-pub struct RequeueOutcome {
-    pub audit_id: i64,
-    /// `done`, `partial` or `failed`, or the error that stopped it before any message moved.
-    pub result: Result<(&'static str, dlq::MoveReport), MoveError>,
-}
-
-/// Runs a requeue with its audit entry (written before it starts, updated when it ends). The
-/// message copies are made and acked by `dlq::move_messages`; this only records and reports.
-pub async fn run_requeue(
+/// Starts a move as a background job (`moves::start`), as the actor of the request.
+pub async fn start_move(
     state: &AppState,
     view: &crate::metrics::QueueView,
-    request: &RequeueRequest,
-) -> Result<RequeueOutcome, WebError> {
-    let config = state
-        .broker_config(&view.broker)
-        .ok_or_else(|| WebError::NotFound(format!("no broker named {:?}", view.broker)))?;
-    let entry = audit::Entry {
-        actor: "anonymous",
-        broker: &view.broker,
-        vhost: &view.vhost,
-        queue: &view.name,
-        action: if request.target == Target::Discard { "delete" } else { "requeue" },
-        request: serde_json::to_string(request).expect("request serialises"),
-    };
-    let audit_id = audit::start(&state.db, entry).await?;
-    let limit = crate::browse::delivery_limit(view);
-    let outcome = dlq::move_messages(config, &view.vhost, &view.name, &request.selection, &request.target, limit).await;
-    // Whatever moved changed the queue's head: the snapshot's positions no longer hold.
-    state.snapshots.forget(&view.broker, &view.vhost, &view.name);
-    match outcome {
-        Ok(report) => {
-            let ids: Vec<Option<String>> = report.moved.iter().map(|m| m.message_id.clone()).collect();
-            let result = if report.failed.is_empty() {
-                "done"
-            } else if report.moved.is_empty() {
-                "failed"
-            } else {
-                "partial"
-            };
-            let detail = report.failed.first().map(|f| f.reason.clone());
-            audit::finish(
-                &state.db,
-                audit_id,
-                result,
-                report.moved.len(),
-                report.failed.len(),
-                &ids,
-                detail.as_deref(),
-            )
-            .await?;
-            Ok(RequeueOutcome { audit_id, result: Ok((result, report)) })
-        }
-        Err(e) => {
-            audit::finish(&state.db, audit_id, "failed", 0, 0, &[], Some(&e.to_string())).await?;
-            Ok(RequeueOutcome { audit_id, result: Err(e) })
-        }
+    request: MoveRequest,
+) -> Result<Result<Arc<Job>, MoveError>, WebError> {
+    match moves::start(state, view, request, "anonymous").await {
+        Ok(job) => Ok(Ok(job)),
+        Err(StartError::Refused(e)) => Ok(Err(e)),
+        Err(StartError::NoBroker(name)) => Err(WebError::NotFound(format!("no broker named {name:?}"))),
+        Err(StartError::Audit(e)) => Err(e.into()),
     }
 }
 
@@ -149,8 +99,8 @@ async fn delete(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<DeleteRequest>,
 ) -> Result<Response, ApiError> {
-    let request = RequeueRequest { selection: request.selection, target: Target::Discard };
-    respond(&state, &broker, &vhost, &queue, &request).await
+    let request = MoveRequest { selection: request.selection, target: Target::Discard };
+    respond(&state, &broker, &vhost, &queue, request).await
 }
 
 /// Runs a purge with its audit entry; returns the audit id and how many messages went.
@@ -198,37 +148,38 @@ async fn purge(
 async fn requeue(
     State(state): State<AppState>,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
-    Json(request): Json<RequeueRequest>,
+    Json(request): Json<MoveRequest>,
 ) -> Result<Response, ApiError> {
     if request.target == Target::Discard {
         return Err(WebError::BadRequest("use the delete action to delete messages".to_string()).into());
     }
-    respond(&state, &broker, &vhost, &queue, &request).await
+    respond(&state, &broker, &vhost, &queue, request).await
 }
 
+/// 202 with the job's status and where to follow it, or 422 when the move was refused.
 async fn respond(
     state: &AppState,
     broker: &str,
     vhost: &str,
     queue: &str,
-    request: &RequeueRequest,
+    request: MoveRequest,
 ) -> Result<Response, ApiError> {
     let view = find_queue(state, broker, vhost, queue).await?;
-    let outcome = run_requeue(state, &view, request).await?;
-    let audit_id = outcome.audit_id;
-    match outcome.result {
-        Ok((result, report)) => {
-            let status = if result == "failed" { StatusCode::CONFLICT } else { StatusCode::OK };
-            Ok((status, Json(json!({"outcome": result, "report": report, "audit_id": audit_id}))).into_response())
-        }
-        Err(e) => {
-            let status = match e {
-                MoveError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                _ => StatusCode::BAD_GATEWAY,
-            };
-            let body = json!({"error": {"code": "move_failed", "message": e.to_string()}, "audit_id": audit_id});
-            Ok((status, Json(body)).into_response())
-        }
+    match start_move(state, &view, request).await? {
+        Ok(job) => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({
+                "job": job.status(),
+                "status_url": format!("/api/v1/jobs/{}", job.id),
+                "page_url": format!("/jobs/{}", job.id),
+            })),
+        )
+            .into_response()),
+        Err(e) => Ok((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"error": {"code": "refused", "message": e.to_string()}})),
+        )
+            .into_response()),
     }
 }
 

@@ -18,8 +18,10 @@ use super::format;
 use super::pages::queue_href;
 use super::{html, ApiError, PageError, WebError};
 use crate::browse::{self, BrowseError, Snapshot, SnapshotMessage};
+use crate::dlq::{Selection, Target};
 use crate::management::encode_segment;
 use crate::metrics::QueueView;
+use crate::moves::MoveRequest;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -117,6 +119,8 @@ struct SnapshotView {
     filter_reason: String,
     filter_queue: String,
     filter_text: String,
+    /// A filter is set: "requeue all matching" is offered.
+    filtered: bool,
 }
 
 struct Row {
@@ -133,38 +137,8 @@ struct Row {
     delivery_count: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct Filters {
-    reason: Option<String>,
-    original: Option<String>,
-    text: Option<String>,
-}
-
 fn unknown_if_none(v: Option<String>) -> String {
     v.unwrap_or_else(|| format::UNKNOWN.to_string())
-}
-
-fn matches(m: &SnapshotMessage, f: &Filters) -> bool {
-    let non_empty = |o: &Option<String>| o.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
-    if let Some(reason) = non_empty(&f.reason) {
-        if m.reason.as_deref() != Some(reason.as_str()) {
-            return false;
-        }
-    }
-    if let Some(queue) = non_empty(&f.original) {
-        if m.original_queue.as_deref() != Some(queue.as_str()) {
-            return false;
-        }
-    }
-    if let Some(needle) = non_empty(&f.text) {
-        let needle = needle.to_lowercase();
-        let headers = m.message.properties.get("headers").map(Value::to_string).unwrap_or_default();
-        let payload = String::from_utf8_lossy(&browse::payload_bytes(&m.message)).to_lowercase();
-        if !payload.contains(&needle) && !headers.to_lowercase().contains(&needle) {
-            return false;
-        }
-    }
-    true
 }
 
 fn counts(values: impl Iterator<Item = Option<String>>) -> Vec<(String, usize)> {
@@ -177,11 +151,11 @@ fn counts(values: impl Iterator<Item = Option<String>>) -> Vec<(String, usize)> 
     out
 }
 
-fn snapshot_view(snapshot: &Snapshot, base: &str, f: &Filters) -> SnapshotView {
+fn snapshot_view(snapshot: &Snapshot, base: &str, f: &browse::Filter) -> SnapshotView {
     let rows: Vec<Row> = snapshot
         .messages
         .iter()
-        .filter(|m| matches(m, f))
+        .filter(|m| f.matches(m))
         .map(|m| Row {
             href: format!("{base}/messages/{}", m.position),
             position: m.position,
@@ -210,15 +184,16 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &Filters) -> SnapshotView {
         shown: rows.len(),
         rows,
         filter_reason: f.reason.clone().unwrap_or_default(),
-        filter_queue: f.original.clone().unwrap_or_default(),
+        filter_queue: f.original_queue.clone().unwrap_or_default(),
         filter_text: f.text.clone().unwrap_or_default(),
+        filtered: !f.is_empty(),
     }
 }
 
 fn render_page(
     state: &AppState,
     view: &QueueView,
-    filters: &Filters,
+    filters: &browse::Filter,
     notice: Option<String>,
     needs_confirmation: Option<String>,
 ) -> Result<String, WebError> {
@@ -249,7 +224,7 @@ fn render_page(
 async fn page(
     State(state): State<AppState>,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
-    Query(filters): Query<Filters>,
+    Query(filters): Query<browse::Filter>,
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     Ok(html(render_page(&state, &view, &filters, None, None)?))
@@ -265,11 +240,11 @@ async fn take_form(
         // Post/redirect/get: a reload of the page never reads the queue again.
         Ok(_) => Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response()),
         Err(BrowseError::NeedsConfirmation(message)) => {
-            let body = render_page(&state, &view, &Filters::default(), None, Some(message))?;
+            let body = render_page(&state, &view, &browse::Filter::default(), None, Some(message))?;
             Ok((StatusCode::CONFLICT, html(body)).into_response())
         }
         Err(e) => {
-            let body = render_page(&state, &view, &Filters::default(), Some(e.to_string()), None)?;
+            let body = render_page(&state, &view, &browse::Filter::default(), Some(e.to_string()), None)?;
             Ok((StatusCode::BAD_GATEWAY, html(body)).into_response())
         }
     }
@@ -361,7 +336,7 @@ async fn message_page(
                 messages: vec![m.clone()],
             },
             &base,
-            &Filters::default(),
+            &browse::Filter::default(),
         )
         .rows
         .remove(0),
@@ -396,24 +371,62 @@ async fn download(
 /// The requeue form's fields; `position` repeats, which a plain `Form` cannot read.
 struct RequeueForm {
     positions: Vec<usize>,
-    all: bool,
-    /// Delete the selected messages instead of moving them.
-    delete: bool,
-    /// Empty the whole queue.
-    purge: bool,
+    scope: Scope,
+    target: FormTarget,
     target_queue: String,
+    /// The browser's filter, for "all matching".
+    filter: browse::Filter,
     confirmed: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
+    Selected,
+    All,
+    Matching,
+    DeleteSelected,
+    Purge,
+}
+
+impl Scope {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::Selected => "selected",
+            Scope::All => "all",
+            Scope::Matching => "matching",
+            Scope::DeleteSelected => "delete-selected",
+            Scope::Purge => "purge",
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum FormTarget {
+    OriginalQueue,
+    OriginalExchange,
+    Queue,
+}
+
+impl FormTarget {
+    fn as_str(self) -> &'static str {
+        match self {
+            FormTarget::OriginalQueue => "original-queue",
+            FormTarget::OriginalExchange => "original-exchange",
+            FormTarget::Queue => "queue",
+        }
+    }
 }
 
 fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
     let mut form = RequeueForm {
         positions: Vec::new(),
-        all: false,
-        delete: false,
-        purge: false,
+        scope: Scope::Selected,
+        target: FormTarget::OriginalQueue,
         target_queue: String::new(),
+        filter: browse::Filter::default(),
         confirmed: false,
     };
+    let mut target = None;
     for pair in body.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
@@ -422,40 +435,44 @@ fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
                 .positions
                 .push(value.parse().map_err(|_| WebError::BadRequest(format!("position: {value:?} is not a number")))?),
             "scope" => {
-                form.all = value == "all";
-                form.delete = value == "delete-selected";
-                form.purge = value == "purge";
+                form.scope = match value.as_str() {
+                    "selected" => Scope::Selected,
+                    "all" => Scope::All,
+                    "matching" => Scope::Matching,
+                    "delete-selected" => Scope::DeleteSelected,
+                    "purge" => Scope::Purge,
+                    other => return Err(WebError::BadRequest(format!("scope: {other:?} is not an action"))),
+                }
+            }
+            "target" => {
+                target = Some(match value.as_str() {
+                    "original-queue" => FormTarget::OriginalQueue,
+                    "original-exchange" => FormTarget::OriginalExchange,
+                    "queue" => FormTarget::Queue,
+                    other => return Err(WebError::BadRequest(format!("target: {other:?} is not a target"))),
+                })
             }
             "target_queue" => form.target_queue = value.trim().to_string(),
+            "filter_reason" => form.filter.reason = Some(value),
+            "filter_original" => form.filter.original_queue = Some(value),
+            "filter_text" => form.filter.text = Some(value),
             "confirm" => form.confirmed = value == "true",
             _ => {}
         }
     }
-    if !form.all && !form.purge && form.positions.is_empty() {
+    // A queue name typed in without choosing "a queue I name" still means that queue.
+    form.target =
+        target.unwrap_or(if form.target_queue.is_empty() { FormTarget::OriginalQueue } else { FormTarget::Queue });
+    if form.target == FormTarget::Queue && form.target_queue.is_empty() {
+        return Err(WebError::BadRequest("target_queue: name the queue to move the messages to".to_string()));
+    }
+    if matches!(form.scope, Scope::Selected | Scope::DeleteSelected) && form.positions.is_empty() {
         return Err(WebError::BadRequest("select at least one message, or requeue all".to_string()));
     }
-    Ok(form)
-}
-
-struct ActionResult {
-    outcome: String,
-    moved: Vec<(usize, String, String)>,
-    failed: Vec<(usize, String, String)>,
-    returned: usize,
-    error: Option<String>,
-}
-
-impl ActionResult {
-    /// An action that stopped before any message moved.
-    fn failed(error: &dyn std::fmt::Display) -> Self {
-        ActionResult {
-            outcome: "failed".to_string(),
-            moved: Vec::new(),
-            failed: Vec::new(),
-            returned: 0,
-            error: Some(error.to_string()),
-        }
+    if form.scope == Scope::Matching && form.filter.is_empty() {
+        return Err(WebError::BadRequest("set a filter first, or requeue all".to_string()));
     }
+    Ok(form)
 }
 
 #[derive(Template)]
@@ -466,10 +483,22 @@ struct ActionPage {
     back_href: String,
     what: String,
     target: String,
+    duplicates_warning: bool,
+    form: FormEcho,
+    /// Set once the action ran (purge) or was refused.
+    outcome: Option<String>,
+    error: Option<String>,
+}
+
+/// The form's fields, posted back unchanged by the confirmation.
+struct FormEcho {
     positions: Vec<usize>,
     scope: &'static str,
+    target: &'static str,
     target_queue: String,
-    result: Option<ActionResult>,
+    filter_reason: String,
+    filter_original: String,
+    filter_text: String,
 }
 
 async fn requeue_form(
@@ -479,91 +508,83 @@ async fn requeue_form(
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     let form = parse_requeue_form(&body)?;
-    let action = if form.purge {
-        "Purge"
-    } else if form.delete {
-        "Delete"
-    } else {
-        "Requeue"
-    };
+    let deletes = matches!(form.scope, Scope::Purge | Scope::DeleteSelected);
     let mut page = ActionPage {
-        action,
+        action: match form.scope {
+            Scope::Purge => "Purge",
+            Scope::DeleteSelected => "Delete",
+            _ if form.target == FormTarget::Queue => "Move",
+            _ => "Requeue",
+        },
         name: queue.clone(),
         back_href: dlq_href(&broker, &vhost, &queue),
-        what: if form.all || form.purge {
-            "every message".to_string()
-        } else {
-            format!(
+        what: match form.scope {
+            Scope::All | Scope::Purge => "every message".to_string(),
+            Scope::Matching => format!("every message matching {}", form.filter.describe()),
+            Scope::Selected | Scope::DeleteSelected => format!(
                 "message(s) at position {}",
                 form.positions.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
-            )
+            ),
         },
-        target: if form.purge || form.delete {
+        target: if deletes {
             "nowhere: they are deleted for good".to_string()
-        } else if form.target_queue.is_empty() {
-            "the queue each message died in (x-first-death-queue)".to_string()
         } else {
-            format!("queue {:?}", form.target_queue)
+            match form.target {
+                FormTarget::OriginalQueue => "the queue each message died in (x-first-death-queue)".to_string(),
+                FormTarget::OriginalExchange => {
+                    "the exchange each message was first published to, with its original routing key".to_string()
+                }
+                FormTarget::Queue => format!("queue {:?}", form.target_queue),
+            }
         },
-        positions: form.positions.clone(),
-        scope: if form.purge {
-            "purge"
-        } else if form.delete {
-            "delete-selected"
-        } else if form.all {
-            "all"
-        } else {
-            "selected"
+        duplicates_warning: !deletes && form.target == FormTarget::OriginalExchange,
+        form: FormEcho {
+            positions: form.positions.clone(),
+            scope: form.scope.as_str(),
+            target: form.target.as_str(),
+            target_queue: form.target_queue.clone(),
+            filter_reason: form.filter.reason.clone().unwrap_or_default(),
+            filter_original: form.filter.original_queue.clone().unwrap_or_default(),
+            filter_text: form.filter.text.clone().unwrap_or_default(),
         },
-        target_queue: form.target_queue.clone(),
-        result: None,
+        outcome: None,
+        error: None,
     };
     // Every action asks first; the confirmation page posts the same form back with confirm=true.
     if !form.confirmed {
         return Ok(html(page.render()?));
     }
-    if form.purge {
+    if form.scope == Scope::Purge {
         let (_, outcome) = super::actions::run_purge(&state, &view).await?;
-        page.result = Some(match outcome {
-            Ok(n) => ActionResult {
-                outcome: format!("done, {n} messages deleted"),
-                moved: Vec::new(),
-                failed: Vec::new(),
-                returned: 0,
-                error: None,
-            },
-            Err(e) => ActionResult::failed(&e),
-        });
+        match outcome {
+            Ok(n) => page.outcome = Some(format!("done, {n} messages deleted")),
+            Err(e) => {
+                page.outcome = Some("failed".to_string());
+                page.error = Some(e.to_string());
+            }
+        }
         return Ok(html(page.render()?));
     }
-    let request = super::actions::RequeueRequest {
-        selection: if form.all { crate::dlq::Selection::All } else { crate::dlq::Selection::Positions(form.positions) },
-        target: if form.delete {
-            crate::dlq::Target::Discard
-        } else if form.target_queue.is_empty() {
-            crate::dlq::Target::OriginalQueue
-        } else {
-            crate::dlq::Target::Queue(form.target_queue)
+    let request = MoveRequest {
+        selection: match form.scope {
+            Scope::All => Selection::All,
+            Scope::Matching => Selection::Matching(form.filter),
+            _ => Selection::Positions(form.positions),
+        },
+        target: match (form.scope, form.target) {
+            (Scope::DeleteSelected, _) => Target::Discard,
+            (_, FormTarget::OriginalQueue) => Target::OriginalQueue,
+            (_, FormTarget::OriginalExchange) => Target::OriginalExchange,
+            (_, FormTarget::Queue) => Target::Queue(form.target_queue),
         },
     };
-    let outcome = super::actions::run_requeue(&state, &view, &request).await?;
-    let id = |m: &Option<String>| m.clone().unwrap_or_else(|| format::UNKNOWN.to_string());
-    page.result = Some(match outcome.result {
-        Ok((result, report)) => ActionResult {
-            outcome: result.to_string(),
-            moved: report
-                .moved
-                .iter()
-                .map(|m| {
-                    let to = if m.to_queue.is_empty() { "(deleted)".to_string() } else { m.to_queue.clone() };
-                    (m.position, id(&m.message_id), to)
-                })
-                .collect(),
-            failed: report.failed.iter().map(|f| (f.position, id(&f.message_id), f.reason.clone())).collect(),
-            returned: report.returned,
-            error: None,
-        },
-        Err(e) => ActionResult::failed(&e),
-    });
-    Ok(html(page.render()?))
+    match super::actions::start_move(&state, &view, request).await? {
+        // The job page shows the progress, a cancel button, and the final report.
+        Ok(job) => Ok(Redirect::to(&format!("/jobs/{}", job.id)).into_response()),
+        Err(e) => {
+            page.outcome = Some("refused".to_string());
+            page.error = Some(e.to_string());
+            Ok((StatusCode::UNPROCESSABLE_ENTITY, html(page.render()?)).into_response())
+        }
+    }
 }

@@ -5,6 +5,7 @@ mod api;
 mod assets;
 mod dlq_pages;
 mod format;
+mod jobs;
 mod pages;
 mod prometheus;
 mod query;
@@ -23,6 +24,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api::router())
         .merge(actions::router())
         .merge(dlq_pages::router())
+        .merge(jobs::router())
         .merge(assets::router())
         .merge(prometheus::router())
         .route("/healthz", get(healthz))

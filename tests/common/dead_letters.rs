@@ -23,6 +23,19 @@ pub fn numbered(n: usize) -> Vec<Message> {
 /// `messages` are published to `work` with confirms and rejected (requeue=false) one by one, so
 /// they land in the DLQ in order.
 pub async fn dead_letter(vhost: &TestVhost, channel: &Channel, dlq: &str, dlq_quorum: bool, messages: Vec<Message>) {
+    dead_letter_through(vhost, channel, dlq, dlq_quorum, ("", "work"), messages).await
+}
+
+/// As `dead_letter`, with the messages published to `exchange` with `routing_key` (which the
+/// caller binds to `work`), so that `x-death` records that route.
+pub async fn dead_letter_through(
+    vhost: &TestVhost,
+    channel: &Channel,
+    dlq: &str,
+    dlq_quorum: bool,
+    (exchange, routing_key): (&str, &str),
+    messages: Vec<Message>,
+) {
     let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
     channel.exchange_declare("dlx", ExchangeKind::Fanout, durable, FieldTable::default()).await.unwrap();
     let mut dlq_args = FieldTable::default();
@@ -37,8 +50,10 @@ pub async fn dead_letter(vhost: &TestVhost, channel: &Channel, dlq: &str, dlq_qu
     let n = messages.len();
     for (id, payload, headers) in messages {
         let properties = BasicProperties::default().with_message_id(id.into()).with_headers(headers);
-        let confirm =
-            channel.basic_publish("", "work", BasicPublishOptions::default(), &payload, properties).await.unwrap();
+        let confirm = channel
+            .basic_publish(exchange, routing_key, BasicPublishOptions::default(), &payload, properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     let consumer_channel = vhost.connect().await.create_channel().await.unwrap();

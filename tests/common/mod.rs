@@ -181,6 +181,28 @@ impl Warren {
         (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
     }
 
+    /// Starts a move (requeue, move or delete) at `path` and waits until its job ended;
+    /// returns the job's final status.
+    pub async fn run_move(&self, path: &str, body: Value) -> Value {
+        let (status, started) = self.post_json(path, body).await;
+        assert_eq!(status, 202, "the move starts: {started}");
+        let id = started["job"]["id"].as_i64().expect("a job id");
+        self.wait_job(id).await
+    }
+
+    /// Waits until job `id` is no longer running; returns its status.
+    pub async fn wait_job(&self, id: i64) -> Value {
+        wait_for(&format!("job {id} to end"), Duration::from_secs(120), || async {
+            let (_, job) = self.get_json(&format!("/api/v1/jobs/{id}")).await;
+            if job["state"] == "running" || job.is_null() {
+                Err(job.to_string())
+            } else {
+                Ok(job)
+            }
+        })
+        .await
+    }
+
     pub async fn get_text(&self, path: &str) -> (u16, String) {
         let response = self.http.get(self.url(path)).send().await.expect("warren answers");
         let status = response.status().as_u16();

@@ -1,0 +1,154 @@
+//! Bulk requeue throughput on the real broker: warren's own mover (publisher confirms, an ack
+//! per original only after its copy is confirmed) against the broker's dynamic shovel
+//! (`ack-mode: on-confirm`), on the same messages, in one run.
+//!
+//! `cargo bench --bench requeue` (needs RabbitMQ with the management and shovel plugins at
+//! 127.0.0.1, guest/guest). It creates the vhost `warren-bench-requeue`, fills `dlq` with
+//! `WARREN_BENCH_MESSAGES` (default 100,000) dead-letter-shaped messages, then, for each of
+//! `WARREN_BENCH_ROUNDS` (default 1) rounds: warren moves them all from `dlq` to `orders` (their
+//! `x-first-death-queue`), then the shovel moves them all back. It deletes the vhost at the end.
+//! The summary goes to stdout and to `target/bench-requeue.json` (or `$WARREN_BENCH_JSON`).
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::time::{Duration, Instant};
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use warren::config::{BrokerConfig, Config};
+use warren::dlq::{self, Plan, Progress, Selection, Target};
+
+const MANAGEMENT: &str = "http://127.0.0.1:15672";
+const VHOST: &str = "warren-bench-requeue";
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+async fn management(method: reqwest::Method, path: &str) {
+    let response = reqwest::Client::new()
+        .request(method, format!("{MANAGEMENT}/api/{path}"))
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await
+        .expect("the management API answers (is RabbitMQ running with rabbitmq_management?)");
+    assert!(response.status().is_success() || response.status() == 404, "{path}: {}", response.status());
+}
+
+fn broker() -> BrokerConfig {
+    let toml = format!("[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\n");
+    Config::from_toml(&toml).expect("bench config").brokers.remove(0)
+}
+
+/// Publishes `n` messages shaped like dead letters of `orders` into `dlq`, with confirms.
+async fn fill(broker: &BrokerConfig, n: usize) {
+    let connection = dlq::connect(broker, VHOST).await.expect("AMQP");
+    let channel = connection.create_channel().await.unwrap();
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    for queue in ["dlq", "orders"] {
+        channel.queue_declare(queue, durable, FieldTable::default()).await.unwrap();
+    }
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let payload = format!("{{\"order\": 1, \"note\": \"{}\"}}", "x".repeat(160));
+    let mut confirms = Vec::with_capacity(1000);
+    for i in 0..n {
+        let mut headers = FieldTable::default();
+        headers.insert("x-first-death-queue".into(), AMQPValue::LongString("orders".into()));
+        headers.insert("x-first-death-reason".into(), AMQPValue::LongString("rejected".into()));
+        let properties = BasicProperties::default()
+            .with_message_id(format!("m{i}").into())
+            .with_delivery_mode(2)
+            .with_headers(headers);
+        confirms.push(
+            channel.basic_publish("", "dlq", BasicPublishOptions::default(), payload.as_bytes(), properties).await.unwrap(),
+        );
+        if confirms.len() == 1000 {
+            for c in confirms.drain(..) {
+                assert!(c.await.unwrap().is_ack());
+            }
+        }
+    }
+    for c in confirms.drain(..) {
+        assert!(c.await.unwrap().is_ack());
+    }
+    connection.close(200, "done").await.ok();
+}
+
+async fn depth(broker: &BrokerConfig, queue: &str) -> u32 {
+    let connection = dlq::connect(broker, VHOST).await.expect("AMQP");
+    let channel = connection.create_channel().await.unwrap();
+    let q = channel
+        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .await
+        .unwrap();
+    connection.close(200, "done").await.ok();
+    q.message_count()
+}
+
+#[tokio::main]
+async fn main() {
+    let n = env_or("WARREN_BENCH_MESSAGES", 100_000);
+    let rounds = env_or("WARREN_BENCH_ROUNDS", 1);
+    let broker = broker();
+    management(reqwest::Method::DELETE, &format!("vhosts/{VHOST}")).await;
+    management(reqwest::Method::PUT, &format!("vhosts/{VHOST}")).await;
+    eprintln!("filling dlq with {n} messages");
+    fill(&broker, n).await;
+
+    let mut results = Vec::new();
+    for round in 1..=rounds {
+        let plan = Plan { selection: Selection::All, target: Target::OriginalQueue, delivery_limit: None, quorum: false };
+        let started = Instant::now();
+        let report = dlq::move_messages(&broker, VHOST, "dlq", &plan, &Progress::default(), &CancellationToken::new())
+            .await
+            .expect("warren's mover");
+        let warren_secs = started.elapsed().as_secs_f64();
+        assert_eq!(report.moved.len(), n, "warren moved every message: {:?}", report.stopped);
+        assert_eq!(depth(&broker, "orders").await as usize, n);
+
+        let started = Instant::now();
+        let shovelled = warren::shovel::move_all(
+            &broker,
+            VHOST,
+            "orders",
+            "dlq",
+            round as i64,
+            &Progress::default(),
+            &CancellationToken::new(),
+        )
+        .await
+        .expect("the shovel");
+        let shovel_secs = started.elapsed().as_secs_f64();
+        assert_eq!(shovelled.left, Some(0), "the shovel moved every message");
+        // The shovel's last acks can trail its removal by a moment.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (depth(&broker, "dlq").await as usize) < n && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(depth(&broker, "dlq").await as usize, n);
+
+        let (w, s) = (n as f64 / warren_secs, n as f64 / shovel_secs);
+        println!(
+            "round {round}: warren's mover {n} messages in {warren_secs:.1} s = {w:.0} msg/s; \
+             shovel {shovel_secs:.1} s = {s:.0} msg/s; warren/shovel = {:.2}",
+            w / s
+        );
+        results.push(json!({
+            "round": round, "messages": n,
+            "warren_secs": warren_secs, "warren_msgs_per_sec": w,
+            "shovel_secs": shovel_secs, "shovel_msgs_per_sec": s,
+        }));
+    }
+    management(reqwest::Method::DELETE, &format!("vhosts/{VHOST}")).await;
+
+    let path = std::env::var("WARREN_BENCH_JSON").unwrap_or_else(|_| {
+        let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_string());
+        format!("{dir}/bench-requeue.json")
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&json!({"rounds": results})).unwrap()).expect("write results");
+    println!("results in {path}");
+}

@@ -1,0 +1,349 @@
+//! Moves as background jobs: every requeue, move or delete runs outside the HTTP request, with
+//! live progress, a cancel, and a final report. The audit log records each job before it starts,
+//! checkpoints its progress every second, and records how it ended; a job cut short by a crash
+//! is marked `interrupted` at the next start (see `audit::mark_interrupted`).
+//!
+//! A whole queue moved to a named queue goes through the broker's dynamic shovel when the broker
+//! has the plugin (DOMAIN.md §6); everything else through warren's own mover (`dlq`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::audit;
+use crate::dlq::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target};
+use crate::metrics::QueueView;
+use crate::state::AppState;
+
+/// How often a running job's progress is written to the audit log.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// Jobs kept in memory; older finished jobs are still in the audit log.
+const KEEP_JOBS: usize = 200;
+
+/// What to move, as the API and the forms ask for it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct MoveRequest {
+    pub selection: Selection,
+    #[serde(default)]
+    pub target: Target,
+}
+
+impl MoveRequest {
+    /// The audit log's name for the action.
+    pub fn action(&self) -> &'static str {
+        match self.target {
+            Target::Discard => "delete",
+            Target::Queue(_) => "move",
+            Target::OriginalQueue | Target::OriginalExchange => "requeue",
+        }
+    }
+}
+
+/// How a job is carried out.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    InProcess,
+    Shovel,
+}
+
+/// One move, running or finished.
+#[derive(Debug)]
+pub struct Job {
+    /// The audit log entry's id.
+    pub id: i64,
+    pub broker: String,
+    pub vhost: String,
+    pub queue: String,
+    pub action: &'static str,
+    pub request: MoveRequest,
+    pub started_at: DateTime<Utc>,
+    pub progress: Progress,
+    cancel: CancellationToken,
+    state: Mutex<JobState>,
+}
+
+#[derive(Debug, Clone)]
+struct JobState {
+    method: Method,
+    finished: Option<Finished>,
+}
+
+#[derive(Debug, Clone)]
+struct Finished {
+    at: DateTime<Utc>,
+    outcome: &'static str,
+    result: Result<MoveReport, String>,
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobStatus {
+    pub id: i64,
+    pub broker: String,
+    pub vhost: String,
+    pub queue: String,
+    pub action: String,
+    /// `in-process` or `shovel`; unknown for jobs known only from the audit log.
+    pub method: Option<Method>,
+    /// `running`, then `done`, `partial`, `failed`, `cancelled` (or `interrupted` by a crash).
+    pub state: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub progress: ProgressCounts,
+    /// The full report, once finished (kept in memory only).
+    pub report: Option<MoveReport>,
+    pub error: Option<String>,
+}
+
+impl Job {
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    pub fn status(&self) -> JobStatus {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let (outcome, finished_at, report, error) = match state.finished {
+            None => ("running", None, None, None),
+            Some(f) => match f.result {
+                Ok(report) => (f.outcome, Some(f.at), Some(report), None),
+                Err(e) => (f.outcome, Some(f.at), None, Some(e)),
+            },
+        };
+        JobStatus {
+            id: self.id,
+            broker: self.broker.clone(),
+            vhost: self.vhost.clone(),
+            queue: self.queue.clone(),
+            action: self.action.to_string(),
+            method: Some(state.method),
+            state: outcome.to_string(),
+            started_at: self.started_at,
+            finished_at,
+            progress: self.progress.counts(),
+            report,
+            error,
+        }
+    }
+}
+
+impl JobStatus {
+    /// A job known only from the audit log (it ran before warren restarted).
+    pub fn from_audit(r: audit::Record) -> JobStatus {
+        JobStatus {
+            id: r.id,
+            broker: r.broker,
+            vhost: r.vhost,
+            queue: r.queue,
+            action: r.action,
+            method: None,
+            state: r.outcome,
+            started_at: DateTime::from_timestamp(r.at, 0).unwrap_or_default(),
+            finished_at: None,
+            progress: ProgressCounts { moved: r.moved as u64, failed: r.failed as u64, ..Default::default() },
+            report: None,
+            error: r.detail,
+        }
+    }
+}
+
+/// The running and recent jobs, and the tasks that run them (for an ordered shutdown).
+#[derive(Clone, Default)]
+pub struct Jobs {
+    jobs: Arc<Mutex<BTreeMap<i64, Arc<Job>>>>,
+    tasks: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl Jobs {
+    pub fn get(&self, id: i64) -> Option<Arc<Job>> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    }
+
+    fn insert(&self, job: Arc<Job>) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.insert(job.id, job);
+        while jobs.len() > KEEP_JOBS {
+            let oldest_finished =
+                jobs.iter().find(|(_, j)| j.state.lock().unwrap_or_else(|p| p.into_inner()).finished.is_some());
+            match oldest_finished.map(|(id, _)| *id) {
+                Some(id) => jobs.remove(&id),
+                None => break,
+            };
+        }
+    }
+
+    /// Cancels every running job and waits (up to `deadline`) until each has handed back what
+    /// it held and recorded how it ended.
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.cancel.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(deadline, self.tasks.wait()).await.is_err() {
+            tracing::warn!("moves did not stop within {deadline:?}; the next start marks them interrupted");
+        }
+    }
+}
+
+/// Why a move did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("no broker named {0:?}")]
+    NoBroker(String),
+    #[error(transparent)]
+    Refused(#[from] MoveError),
+    #[error("audit log: {0}")]
+    Audit(#[from] sqlx::Error),
+}
+
+/// Checks `request` against the queue, records it in the audit log and starts it in the
+/// background. Refusals (DOMAIN.md §5: reads that could make the broker drop messages) happen
+/// here, before anything is read or recorded.
+pub async fn start(
+    state: &AppState,
+    view: &QueueView,
+    request: MoveRequest,
+    actor: &str,
+) -> Result<Arc<Job>, StartError> {
+    if state.broker_config(&view.broker).is_none() {
+        return Err(StartError::NoBroker(view.broker.clone()));
+    }
+    let plan = Plan {
+        selection: request.selection.clone(),
+        target: request.target.clone(),
+        delivery_limit: crate::browse::delivery_limit(view),
+        quorum: view.kind == "quorum",
+    };
+    plan.check()?;
+    let entry = audit::Entry {
+        actor,
+        broker: &view.broker,
+        vhost: &view.vhost,
+        queue: &view.name,
+        action: request.action(),
+        request: serde_json::to_string(&request).expect("request serialises"),
+    };
+    let id = audit::start(&state.db, entry).await?;
+    let job = Arc::new(Job {
+        id,
+        broker: view.broker.clone(),
+        vhost: view.vhost.clone(),
+        queue: view.name.clone(),
+        action: request.action(),
+        request,
+        started_at: Utc::now(),
+        progress: Progress::default(),
+        cancel: state.jobs.cancel.child_token(),
+        state: Mutex::new(JobState { method: Method::InProcess, finished: None }),
+    });
+    state.jobs.insert(job.clone());
+    state.jobs.tasks.spawn(run(state.clone(), job.clone(), plan));
+    Ok(job)
+}
+
+/// Whether the broker's shovel can do this move: a whole queue to a queue the user named.
+fn shovel_fits(plan: &Plan) -> Option<&str> {
+    match (&plan.selection, &plan.target) {
+        (Selection::All, Target::Queue(name)) => Some(name),
+        _ => None,
+    }
+}
+
+async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
+    let broker = state.broker_config(&job.broker).expect("checked at start").clone();
+    let checkpoints = checkpoint_loop(state.clone(), job.clone());
+    let work = async {
+        if let Some(target) = shovel_fits(&plan) {
+            job.state.lock().unwrap_or_else(|p| p.into_inner()).method = Method::Shovel;
+            let moved =
+                crate::shovel::move_all(&broker, &job.vhost, &job.queue, target, job.id, &job.progress, &job.cancel)
+                    .await;
+            match moved {
+                Ok(report) => return Ok(report),
+                Err(crate::shovel::ShovelError::Unavailable(why)) => {
+                    tracing::info!(%why, "no dynamic shovel; moving in process");
+                    job.state.lock().unwrap_or_else(|p| p.into_inner()).method = Method::InProcess;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        dlq::move_messages(&broker, &job.vhost, &job.queue, &plan, &job.progress, &job.cancel)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let result = tokio::select! {
+        result = work => result,
+        _ = checkpoints => unreachable!("the checkpoint loop never ends"),
+    };
+    // Whatever moved changed the queue's head: a snapshot's positions no longer hold.
+    state.snapshots.forget(&job.broker, &job.vhost, &job.queue);
+
+    let counts = job.progress.counts();
+    let outcome = match &result {
+        Err(_) => "failed",
+        Ok(r) if r.cancelled => "cancelled",
+        Ok(r) if r.failed.is_empty() && r.stopped.is_none() => "done",
+        Ok(_) if counts.moved == 0 => "failed",
+        Ok(_) => "partial",
+    };
+    let (ids, detail) = match &result {
+        Ok(report) => (report.moved.iter().map(|m| m.message_id.clone()).collect(), describe(report)),
+        Err(e) => (Vec::new(), Some(e.clone())),
+    };
+    let finished = audit::finish(
+        &state.db,
+        job.id,
+        outcome,
+        counts.moved as usize,
+        counts.failed as usize,
+        &ids,
+        detail.as_deref(),
+    )
+    .await;
+    if let Err(e) = finished {
+        tracing::error!(error = %e, job = job.id, "recording the end of a move in the audit log failed");
+    }
+    job.state.lock().unwrap_or_else(|p| p.into_inner()).finished = Some(Finished { at: Utc::now(), outcome, result });
+}
+
+/// Writes the job's counts to its audit entry every second, so that a crash leaves the last
+/// known progress behind.
+async fn checkpoint_loop(state: AppState, job: Arc<Job>) {
+    let mut last = ProgressCounts::default();
+    loop {
+        tokio::time::sleep(CHECKPOINT_EVERY).await;
+        let counts = job.progress.counts();
+        if counts == last {
+            continue;
+        }
+        last = counts;
+        if let Err(e) = audit::progress(&state.db, job.id, counts.moved as usize, counts.failed as usize).await {
+            tracing::warn!(error = %e, job = job.id, "checkpointing a move's progress failed");
+        }
+    }
+}
+
+/// The audit log's summary of a report: why it stopped, the first failure, what is left.
+fn describe(report: &MoveReport) -> Option<String> {
+    let mut parts = Vec::new();
+    if report.cancelled {
+        parts.push("cancelled".to_string());
+    }
+    if let Some(stopped) = &report.stopped {
+        parts.push(format!("stopped: {stopped}"));
+    }
+    if let Some(first) = report.failed.first() {
+        parts.push(format!("first failure (position {}): {}", first.position, first.reason));
+    }
+    if let Some(left) = report.left {
+        parts.push(format!("{left} messages left in the queue"));
+    }
+    if let Some(note) = &report.note {
+        parts.push(note.clone());
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}

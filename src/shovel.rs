@@ -1,0 +1,168 @@
+//! Whole-queue moves by the broker's own dynamic shovel (DOMAIN.md §6): with
+//! `ack-mode: on-confirm` the broker acks each original only after the copy was confirmed, and
+//! `src-delete-after: queue-length` makes the shovel move the messages present when it starts
+//! and then remove itself. warren creates it, follows the source queue's depth for progress,
+//! deletes it on cancel, and reports what moved.
+//!
+//! The shovel cannot raise warren's replay counter; it marks each copy with the broker's own
+//! `x-shovelled` header instead (`dest-add-forward-headers`), which names the shovel
+//! (`warren-move-<audit id>`). And it cannot know message ids, so the report counts messages
+//! without listing them.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::BrokerConfig;
+use crate::dlq::{MoveError, MoveReport, Progress};
+use crate::management::{encode_segment, BrokerError, ManagementClient};
+
+/// How often the source queue's depth is read for progress.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShovelError {
+    /// The broker has no shovel plugin (or refuses dynamic shovels): use the in-process mover.
+    #[error("dynamic shovels are not available on this broker: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Move(#[from] MoveError),
+    #[error("management API: {0}")]
+    Broker(#[from] BrokerError),
+}
+
+/// The shovel's name for a move recorded under `audit_id`.
+pub fn name(audit_id: i64) -> String {
+    format!("warren-move-{audit_id}")
+}
+
+/// Moves every message `queue` holds now to `target` (an existing queue in the same vhost).
+pub async fn move_all(
+    broker: &BrokerConfig,
+    vhost: &str,
+    queue: &str,
+    target: &str,
+    audit_id: i64,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Result<MoveReport, ShovelError> {
+    let connection = crate::dlq::connect(broker, vhost).await?;
+    let outcome = shovel(&connection, broker, vhost, queue, target, audit_id, progress, cancel).await;
+    if let Err(e) = connection.close(200, "done").await {
+        tracing::warn!(error = %e, "closing the shovel watcher's AMQP connection");
+    }
+    outcome
+}
+
+/// Ready messages of `queue`, or `None` when it does not exist. A failed passive declare closes
+/// its channel, hence a channel per question.
+async fn ready(connection: &lapin::Connection, queue: &str) -> Result<Option<u32>, MoveError> {
+    let channel = connection.create_channel().await?;
+    let declared = channel
+        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .await;
+    match declared {
+        Ok(q) => {
+            channel.close(200, "done").await?;
+            Ok(Some(q.message_count()))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn shovel(
+    connection: &lapin::Connection,
+    broker: &BrokerConfig,
+    vhost: &str,
+    queue: &str,
+    target: &str,
+    audit_id: i64,
+    progress: &Progress,
+    cancel: &CancellationToken,
+) -> Result<MoveReport, ShovelError> {
+    let Some(expected) = ready(connection, queue).await? else {
+        return Err(MoveError::Refused(format!("no queue named {queue:?} in this vhost")).into());
+    };
+    // The shovel would create a missing destination as a plain classic queue: refuse instead,
+    // as the in-process mover does (nothing is moved).
+    if ready(connection, target).await?.is_none() {
+        return Err(MoveError::Refused(format!("no queue named {target:?} in this vhost; nothing was moved")).into());
+    }
+    progress.expected.store(u64::from(expected), Ordering::Relaxed);
+    let mut report = MoveReport {
+        note: Some(format!(
+            "moved by the broker's dynamic shovel {:?}; copies carry its x-shovelled header, and message ids are \
+             not known to warren",
+            name(audit_id)
+        )),
+        ..MoveReport::default()
+    };
+    if expected == 0 {
+        report.left = Some(0);
+        return Ok(report);
+    }
+
+    let client = ManagementClient::new(broker);
+    let path = format!("api/parameters/shovel/{}/{}", encode_segment(vhost), encode_segment(&name(audit_id)));
+    // `amqp://` without a host is the local node; the path names the vhost.
+    let uri = format!("amqp:///{}", encode_segment(vhost));
+    let definition = json!({"value": {
+        "src-protocol": "amqp091",
+        "src-uri": uri,
+        "src-queue": queue,
+        "src-delete-after": "queue-length",
+        "dest-protocol": "amqp091",
+        "dest-uri": uri,
+        "dest-queue": target,
+        "dest-add-forward-headers": true,
+        "ack-mode": "on-confirm",
+    }});
+    match client.put_json(&path, &definition).await {
+        Ok(()) => {}
+        Err(BrokerError::Http { status: 400 | 404, body, .. }) if body.contains("shovel") => {
+            return Err(ShovelError::Unavailable(body));
+        }
+        Err(e) => return Err(e.into()),
+    }
+
+    let status_path = format!("api/shovels/{}", encode_segment(vhost));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                client.delete(&path).await?;
+                report.cancelled = true;
+                break;
+            }
+            _ = tokio::time::sleep(PROGRESS_EVERY) => {}
+        }
+        let left = ready(connection, queue).await?.unwrap_or(0);
+        progress.moved.store(u64::from(expected.saturating_sub(left)), Ordering::Relaxed);
+        match client.get::<Value>(&path).await {
+            Ok(_) => {}
+            // The shovel removed itself: it moved what the queue held when it started.
+            Err(BrokerError::Http { status: 404, .. }) => break,
+            Err(e) => return Err(e.into()),
+        }
+        // A shovel that cannot run (for example its destination went away) says so here.
+        if let Ok((shovels, _)) = client.get::<Vec<Value>>(&status_path).await {
+            let ours = shovels.iter().find(|s| s.get("name").and_then(Value::as_str) == Some(&name(audit_id)));
+            if let Some(s) = ours.filter(|s| s.get("state").and_then(Value::as_str) == Some("terminated")) {
+                client.delete(&path).await?;
+                let reason = s.get("reason").map(Value::to_string).unwrap_or_else(|| "no reason given".to_string());
+                report.stopped = Some(format!("the shovel stopped: {reason}"));
+                break;
+            }
+        }
+    }
+    let left = ready(connection, queue).await?.unwrap_or(0);
+    report.left = Some(left);
+    let moved = u64::from(expected.saturating_sub(left));
+    progress.moved.store(moved, Ordering::Relaxed);
+    progress.read.store(moved, Ordering::Relaxed);
+    Ok(report)
+}

@@ -1,0 +1,168 @@
+//! Following a move: its status in the API, a page with a live progress bar (htmx refreshes
+//! the fragment every second while the move runs), a cancel button, and the final report.
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use super::{format, html, is_htmx, ApiError, PageError, WebError};
+use crate::audit;
+use crate::moves::JobStatus;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/jobs/{id}", get(job_json))
+        .route("/api/v1/jobs/{id}/cancel", post(cancel_json))
+        .route("/jobs/{id}", get(page))
+        .route("/jobs/{id}/cancel", post(cancel_form))
+}
+
+/// A job's status: from memory while warren runs it (and for a while after), else from the
+/// audit log.
+pub async fn job_status(state: &AppState, id: i64) -> Result<JobStatus, WebError> {
+    if let Some(job) = state.jobs.get(id) {
+        return Ok(job.status());
+    }
+    audit::get(&state.db, id)
+        .await?
+        .filter(|r| r.action != "purge")
+        .map(JobStatus::from_audit)
+        .ok_or_else(|| WebError::NotFound(format!("no move with id {id}")))
+}
+
+async fn job_json(State(state): State<AppState>, Path(id): Path<i64>) -> Result<Json<JobStatus>, ApiError> {
+    Ok(Json(job_status(&state, id).await?))
+}
+
+/// Asks a running job to stop: it stops reading, settles the copies in flight, and gives back
+/// what it holds. 409 when the job already ended.
+async fn cancel_json(State(state): State<AppState>, Path(id): Path<i64>) -> Result<Response, ApiError> {
+    let status = job_status(&state, id).await?;
+    let Some(job) = state.jobs.get(id).filter(|_| status.state == "running") else {
+        return Ok((
+            StatusCode::CONFLICT,
+            Json(json!({"error": {"code": "not_running", "message": format!("this move already ended ({})", status.state)}})),
+        )
+            .into_response());
+    };
+    job.cancel();
+    Ok((StatusCode::ACCEPTED, Json(job.status())).into_response())
+}
+
+/// Rows of the final report shown on the page; the API and the audit log have them all.
+const SHOWN_ROWS: usize = 1000;
+
+#[derive(Template)]
+#[template(path = "job.html")]
+struct JobPage {
+    title: String,
+    back_href: String,
+    fragment: String,
+}
+
+#[derive(Template)]
+#[template(path = "job_progress.html")]
+struct JobFragment {
+    self_href: String,
+    api_href: String,
+    running: bool,
+    state: String,
+    state_class: &'static str,
+    method: String,
+    started: String,
+    expected: u64,
+    moved: u64,
+    failed: u64,
+    read: u64,
+    percent: u64,
+    left: Option<u32>,
+    stopped: Option<String>,
+    note: Option<String>,
+    error: Option<String>,
+    moved_rows: Vec<(usize, String, String)>,
+    failed_rows: Vec<(usize, String, String)>,
+    more_moved: usize,
+    from_audit_only: bool,
+}
+
+fn fragment(status: &JobStatus) -> JobFragment {
+    let p = status.progress;
+    let id = |m: &Option<String>| m.clone().unwrap_or_else(|| format::UNKNOWN.to_string());
+    let report = status.report.as_ref();
+    let moved_rows: Vec<(usize, String, String)> = report
+        .map(|r| {
+            r.moved
+                .iter()
+                .take(SHOWN_ROWS)
+                .map(|m| {
+                    let to = if m.to_queue.is_empty() { "(deleted)".to_string() } else { m.to_queue.clone() };
+                    (m.position, id(&m.message_id), to)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    JobFragment {
+        self_href: format!("/jobs/{}", status.id),
+        api_href: format!("/api/v1/jobs/{}", status.id),
+        running: status.state == "running",
+        state_class: match status.state.as_str() {
+            "running" | "done" => "info",
+            "failed" | "interrupted" => "bad",
+            _ => "warn",
+        },
+        state: status.state.clone(),
+        method: match status.method {
+            Some(crate::moves::Method::Shovel) => "the broker's dynamic shovel".to_string(),
+            Some(crate::moves::Method::InProcess) => "warren's mover (publisher confirms)".to_string(),
+            None => format::UNKNOWN.to_string(),
+        },
+        started: format::time(Some(status.started_at)),
+        expected: p.expected,
+        moved: p.moved,
+        failed: p.failed,
+        read: p.read,
+        percent: (p.moved * 100).checked_div(p.expected).unwrap_or(0).min(100),
+        left: report.and_then(|r| r.left),
+        stopped: report.and_then(|r| r.stopped.clone()),
+        note: report.and_then(|r| r.note.clone()),
+        error: status.error.clone(),
+        more_moved: report.map(|r| r.moved.len().saturating_sub(SHOWN_ROWS)).unwrap_or(0),
+        failed_rows: report
+            .map(|r| r.failed.iter().map(|f| (f.position, id(&f.message_id), f.reason.clone())).collect())
+            .unwrap_or_default(),
+        moved_rows,
+        from_audit_only: status.method.is_none(),
+    }
+}
+
+async fn page(State(state): State<AppState>, Path(id): Path<i64>, headers: HeaderMap) -> Result<Response, PageError> {
+    let status = job_status(&state, id).await?;
+    let fragment = fragment(&status).render()?;
+    if is_htmx(&headers) {
+        return Ok(html(fragment));
+    }
+    let page = JobPage {
+        title: format!("{} from {}", status.action, status.queue),
+        back_href: format!(
+            "/dlq/{}/{}/{}",
+            crate::management::encode_segment(&status.broker),
+            crate::management::encode_segment(&status.vhost),
+            crate::management::encode_segment(&status.queue)
+        ),
+        fragment,
+    };
+    Ok(html(page.render()?))
+}
+
+async fn cancel_form(State(state): State<AppState>, Path(id): Path<i64>) -> Result<Response, PageError> {
+    job_status(&state, id).await?;
+    if let Some(job) = state.jobs.get(id) {
+        job.cancel();
+    }
+    Ok(Redirect::to(&format!("/jobs/{id}")).into_response())
+}

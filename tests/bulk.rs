@@ -1,0 +1,220 @@
+//! Bulk moves against the real broker: a cancel leaves a consistent report, and a warren killed
+//! with SIGKILL in the middle of a 10,000-message requeue loses nothing.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::dead_letters::depth;
+use common::{wait_for, TestVhost, Warren};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel};
+use serde_json::{json, Value};
+
+fn encode(s: &str) -> String {
+    warren::management::encode_segment(s)
+}
+
+/// `orders` dead-letters (through the default exchange) into `orders.dlq`; `n` messages are
+/// published to `orders` already expired, so the broker dead-letters each at once, with real
+/// `x-death` headers. The copies moved back carry no expiration (the broker removes it when it
+/// dead-letters), so they stay in `orders`.
+async fn dead_letters(channel: &Channel, n: usize) {
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare("orders.dlq", durable, FieldTable::default()).await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("orders.dlq".into()));
+    channel.queue_declare("orders", durable, args).await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let mut confirms = Vec::with_capacity(1000);
+    for i in 1..=n {
+        let properties = BasicProperties::default().with_message_id(format!("o{i}").into()).with_expiration("0".into());
+        let payload = format!("{{\"order\": {i}}}");
+        confirms.push(
+            channel
+                .basic_publish("", "orders", BasicPublishOptions::default(), payload.as_bytes(), properties)
+                .await
+                .unwrap(),
+        );
+        if confirms.len() == 1000 || i == n {
+            for confirm in confirms.drain(..) {
+                assert!(confirm.await.unwrap().is_ack());
+            }
+        }
+    }
+    wait_for(&format!("{n} dead letters"), Duration::from_secs(60), || async {
+        let in_dlq = depth(channel, "orders.dlq").await as usize;
+        if in_dlq == n {
+            Ok(())
+        } else {
+            Err(format!("{in_dlq}"))
+        }
+    })
+    .await;
+}
+
+/// Polls a job until `moved` reaches `at_least`; fails if the job ended first.
+async fn wait_until_moved(http: &reqwest::Client, base: &str, id: i64, at_least: u64) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let job: Value = http.get(format!("{base}/api/v1/jobs/{id}")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(job["state"], "running", "the job ended before the test could interrupt it: {job}");
+        if job["progress"]["moved"].as_u64().unwrap_or(0) >= at_least {
+            return job;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress: {job}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_bulk_requeue_with_a_consistent_report() {
+    let vhost = TestVhost::create("cancel").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letters(&channel, 20_000).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("orders.dlq listed", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "orders.dlq").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+
+    let path = format!("/api/v1/queues/local/{}/orders.dlq/requeue", encode(&vhost.name));
+    let (status, started) = warren.post_json(&path, json!({"selection": "all"})).await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["job"]["id"].as_i64().unwrap();
+    wait_until_moved(&warren.http, &warren.url(""), id, 200).await;
+    let (status, body) = warren.post_json(&format!("/api/v1/jobs/{id}/cancel"), json!({})).await;
+    assert_eq!(status, 202, "{body}");
+    let job = warren.wait_job(id).await;
+
+    assert_eq!(job["state"], "cancelled", "{job}");
+    let moved = job["progress"]["moved"].as_u64().unwrap();
+    let left = job["report"]["left"].as_u64().unwrap();
+    assert!(moved > 0 && moved < 20_000, "stopped part-way: {moved}");
+    assert_eq!(moved + left, 20_000, "every message is either moved or left: {job}");
+    assert_eq!(u64::from(depth(&channel, "orders").await), moved, "each moved message arrived once");
+    assert_eq!(u64::from(depth(&channel, "orders.dlq").await), left);
+    let (_, audit) = warren.get_json("/api/v1/audit").await;
+    assert_eq!((audit[0]["outcome"].as_str(), audit[0]["moved"].as_u64()), (Some("cancelled"), Some(moved)));
+    // A cancelled job cannot be cancelled again.
+    let (status, _) = warren.post_json(&format!("/api/v1/jobs/{id}/cancel"), json!({})).await;
+    assert_eq!(status, 409);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// warren as a separate process, so the test can SIGKILL it.
+struct Process {
+    child: Child,
+    base: String,
+}
+
+impl Process {
+    async fn start(dir: &std::path::Path, vhost: &str) -> Process {
+        // A free port: bind, note it, release it for warren.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = dir.join("warren.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\n[[brokers]]\nname = \"local\"\n\
+                 management_url = \"{}\"\nvhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n",
+                dir.join("warren.db").display().to_string(),
+                common::MANAGEMENT
+            ),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("warren starts");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        wait_for("warren answers", Duration::from_secs(30), || async {
+            match http.get(format!("{base}/healthz")).send().await {
+                Ok(r) if r.status().is_success() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        Process { child, base }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
+    const N: u64 = 10_000;
+    let vhost = TestVhost::create("sigkill").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letters(&channel, N as usize).await;
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+
+    let mut warren = Process::start(dir.path(), &vhost.name).await;
+    let queue_url = format!("{}/api/v1/queues/local/{}/orders.dlq", warren.base, encode(&vhost.name));
+    wait_for("orders.dlq listed", Duration::from_secs(30), || async {
+        let status = http.get(&queue_url).send().await.map(|r| r.status().as_u16());
+        if status.as_ref().is_ok_and(|s| *s == 200) {
+            Ok(())
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
+    let started: Value = http
+        .post(format!("{queue_url}/requeue"))
+        .json(&json!({"selection": "all"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = started["job"]["id"].as_i64().expect("a job");
+    let seen = wait_until_moved(&http, &warren.base, id, 500).await;
+    warren.child.kill().expect("SIGKILL");
+    warren.child.wait().unwrap();
+    let moved_before_kill = seen["progress"]["moved"].as_u64().unwrap();
+
+    // The broker returns what the dead connection held unacked; then the two queues together
+    // hold every message (a copy confirmed but not yet acked is in both).
+    let (in_dlq, in_orders) = wait_for("unacked messages returned to orders.dlq", Duration::from_secs(30), || async {
+        let (in_dlq, in_orders) =
+            (u64::from(depth(&channel, "orders.dlq").await), u64::from(depth(&channel, "orders").await));
+        if in_dlq + in_orders >= N {
+            Ok((in_dlq, in_orders))
+        } else {
+            Err(format!("dlq {in_dlq} + orders {in_orders} < {N}"))
+        }
+    })
+    .await;
+    assert!(in_orders >= moved_before_kill, "the kill happened mid-way: {in_orders} moved");
+    assert!(in_dlq > 0, "the kill happened before the end: {in_dlq} left");
+    assert!(in_dlq + in_orders <= N + 250, "duplicates only from the confirm window: {in_dlq} + {in_orders}");
+
+    // The next start says what happened.
+    let warren = Process::start(dir.path(), &vhost.name).await;
+    let audit: Value = http.get(format!("{}/api/v1/audit", warren.base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(audit[0]["outcome"], "interrupted", "{audit}");
+    assert!(audit[0]["detail"].as_str().unwrap().contains("warren stopped during this action"), "{audit}");
+    assert!(audit[0]["moved"].as_u64().unwrap() <= in_orders, "the checkpoint never over-reports: {audit}");
+    let job: Value = http.get(format!("{}/api/v1/jobs/{id}", warren.base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(job["state"], "interrupted", "{job}");
+    drop(warren);
+    connection.close(0, "done").await.ok();
+}
