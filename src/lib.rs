@@ -1,6 +1,7 @@
 //! warren: a web dashboard for RabbitMQ. `main.rs` parses the command line; everything else is
 //! here so that tests and benchmarks can start the same server.
 
+pub mod alerts;
 pub mod audit;
 pub mod browse;
 pub mod config;
