@@ -21,6 +21,10 @@ pub struct Config {
     pub retention: Duration,
     /// The brokers to watch, each polled by its own loop.
     pub brokers: Vec<BrokerConfig>,
+    /// Alert rules declared in the file (`[[alerts]]`): read-only in the UI and the API.
+    pub alerts: Vec<crate::alerts::Rule>,
+    /// How often a firing alert is notified again; `None`: never.
+    pub alert_repeat: Option<Duration>,
 }
 
 /// One RabbitMQ broker (or cluster) to watch.
@@ -108,6 +112,9 @@ struct FileConfig {
     retention_days: Option<u64>,
     #[serde(default)]
     brokers: Vec<FileBroker>,
+    #[serde(default)]
+    alerts: Vec<crate::alerts::Rule>,
+    alert_repeat_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -130,6 +137,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE: &str = "warren.db";
 pub const DEFAULT_RETENTION_DAYS: u64 = 7;
 pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 10;
+/// As Alertmanager's default `repeat_interval`.
+pub const DEFAULT_ALERT_REPEAT_SECS: u64 = 4 * 3600;
 
 impl Config {
     /// Loads the configuration from `overrides.config_path` (or `WARREN_CONFIG`), the process
@@ -209,7 +218,35 @@ impl Config {
             }
         }
 
-        Ok(Config { listen, database, retention: Duration::from_secs(retention_days * 86_400), brokers })
+        let alert_repeat = match file.alert_repeat_secs.unwrap_or(DEFAULT_ALERT_REPEAT_SECS) {
+            0 => None,
+            secs if secs > 30 * 86_400 => {
+                return Err(invalid("alert_repeat_secs", "must be at most 30 days (0: never)"))
+            }
+            secs => Some(Duration::from_secs(secs)),
+        };
+        for (i, rule) in file.alerts.iter().enumerate() {
+            if let Some(e) = rule.validate().into_iter().next() {
+                return Err(invalid(format!("alerts[{i}].{}", e.field), e.message));
+            }
+            if file.alerts[..i].iter().any(|r| r.id == rule.id) {
+                return Err(invalid(format!("alerts[{i}].id"), format!("{:?} is used twice", rule.id)));
+            }
+            if let Some(broker) = &rule.scope.broker {
+                if !brokers.iter().any(|b| &b.name == broker) {
+                    return Err(invalid(format!("alerts[{i}].scope.broker"), format!("no broker named {broker:?}")));
+                }
+            }
+        }
+
+        Ok(Config {
+            listen,
+            database,
+            retention: Duration::from_secs(retention_days * 86_400),
+            brokers,
+            alerts: file.alerts,
+            alert_repeat,
+        })
     }
 }
 

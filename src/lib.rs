@@ -68,6 +68,7 @@ pub async fn run(
         tracker.spawn(poller.run(cancel.child_token()));
     }
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));
+    tracker.spawn(alerts::runner::run(state.clone(), cancel.child_token()));
 
     let addr = listener.local_addr()?;
     tracing::info!(%addr, brokers = state.config.brokers.len(), "warren is serving on http://{addr}");

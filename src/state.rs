@@ -28,16 +28,31 @@ pub struct AppState {
 /// Each poll replaces a broker's queue list as a whole (`Arc`), so readers never block a poll
 /// for longer than a pointer swap.
 #[derive(Clone, Default)]
-pub struct Live(Arc<RwLock<HashMap<String, BrokerLive>>>);
+pub struct Live {
+    brokers: Arc<RwLock<HashMap<String, BrokerLive>>>,
+    /// Signalled after every poll (successful or not), for the alert evaluator.
+    polled: Arc<tokio::sync::Notify>,
+}
 
 impl Live {
     pub fn new(brokers: &[String]) -> Self {
         let map = brokers.iter().map(|name| (name.clone(), BrokerLive::new(name))).collect();
-        Live(Arc::new(RwLock::new(map)))
+        Live { brokers: Arc::new(RwLock::new(map)), polled: Arc::default() }
+    }
+
+    /// Called by a poller when a poll ended and its result is in place.
+    pub fn poll_finished(&self) {
+        // One waiter (the alert loop); a permit is kept if it is busy, so no poll is missed.
+        self.polled.notify_one();
+    }
+
+    /// Completes after the next poll of any broker ended.
+    pub async fn next_poll(&self) {
+        self.polled.notified().await
     }
 
     pub fn update(&self, broker: &str, f: impl FnOnce(&mut BrokerLive)) {
-        let mut map = self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut map = self.brokers.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(live) = map.get_mut(broker) {
             f(live);
         }
@@ -45,14 +60,14 @@ impl Live {
 
     /// A copy of every broker's state, in configuration order of names (sorted).
     pub fn snapshot(&self) -> Vec<BrokerLive> {
-        let map = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let map = self.brokers.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut all: Vec<BrokerLive> = map.values().cloned().collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
     }
 
     pub fn broker(&self, name: &str) -> Option<BrokerLive> {
-        let map = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let map = self.brokers.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         map.get(name).cloned()
     }
 }

@@ -58,6 +58,8 @@
 
 mod eval;
 mod rule;
+pub mod runner;
+pub mod store;
 mod template;
 mod value;
 

@@ -110,6 +110,7 @@ impl Poller {
                     delay
                 }
             };
+            self.live.poll_finished();
             let next = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
             self.live.update(&self.broker.name, |b| b.status.next_poll_at = Some(next));
             tokio::select! {

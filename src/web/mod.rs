@@ -1,6 +1,7 @@
 //! HTTP: HTML pages, the JSON API, static assets, health checks. Routes are merged here.
 
 mod actions;
+mod alerts;
 mod api;
 mod assets;
 mod dlq_pages;
@@ -23,6 +24,7 @@ pub fn router(state: AppState) -> Router {
         .merge(pages::router())
         .merge(api::router())
         .merge(actions::router())
+        .merge(alerts::router())
         .merge(dlq_pages::router())
         .merge(jobs::router())
         .merge(assets::router())
@@ -56,6 +58,11 @@ pub enum WebError {
     NotFound(String),
     #[error("{0}")]
     BadRequest(String),
+    /// Input that parsed but is not valid, with a message per field.
+    #[error("{}", .0.iter().map(|(f, m)| format!("{f}: {m}")).collect::<Vec<_>>().join("; "))]
+    Invalid(Vec<(String, String)>),
+    #[error("{0}")]
+    Conflict(String),
     #[error("database error")]
     Database(#[from] sqlx::Error),
     #[error("template error")]
@@ -67,6 +74,8 @@ impl WebError {
         match self {
             WebError::NotFound(_) => StatusCode::NOT_FOUND,
             WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            WebError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            WebError::Conflict(_) => StatusCode::CONFLICT,
             WebError::Database(_) | WebError::Template(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -75,6 +84,8 @@ impl WebError {
         match self {
             WebError::NotFound(_) => "not_found",
             WebError::BadRequest(_) => "bad_request",
+            WebError::Invalid(_) => "invalid",
+            WebError::Conflict(_) => "conflict",
             WebError::Database(_) | WebError::Template(_) => "internal",
         }
     }
@@ -105,7 +116,11 @@ impl<E: Into<WebError>> From<E> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         self.0.log();
-        let body = json!({"error": {"code": self.0.code(), "message": self.0.to_string()}});
+        let mut body = json!({"error": {"code": self.0.code(), "message": self.0.to_string()}});
+        if let WebError::Invalid(fields) = &self.0 {
+            body["error"]["fields"] =
+                fields.iter().map(|(field, message)| json!({"field": field, "message": message})).collect();
+        }
         (self.0.status(), Json(body)).into_response()
     }
 }

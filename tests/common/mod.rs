@@ -139,6 +139,8 @@ pub struct Warren {
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     pub dir: tempfile::TempDir,
+    /// The configuration it was started with (database in `dir`).
+    toml: String,
 }
 
 impl Warren {
@@ -147,6 +149,18 @@ impl Warren {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("warren.db");
         let toml = format!("listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{brokers_toml}", db.display().to_string());
+        Warren::start_in(dir, toml).await
+    }
+
+    /// Stops this warren and starts a new one on the same database and configuration.
+    pub async fn restart(mut self) -> Warren {
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        let toml = self.toml.clone();
+        self.stop().await;
+        Warren::start_in(dir, toml).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir, toml: String) -> Warren {
         let config = warren::config::Config::from_toml(&toml).expect("test config is valid");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -154,7 +168,7 @@ impl Warren {
         let task = tokio::spawn(warren::run(config, listener, async move {
             let _ = stopped.await;
         }));
-        Warren { addr, http: reqwest::Client::new(), stop: Some(stop), task: Some(task), dir }
+        Warren { addr, http: reqwest::Client::new(), stop: Some(stop), task: Some(task), dir, toml }
     }
 
     /// warren watching only `vhost` on the real broker.

@@ -1,0 +1,159 @@
+//! The alert loop: after every poll, evaluate the rules over the live data, record the phase
+//! changes and the states (so a restart neither forgets nor re-sends an alert), and decide who
+//! is told what. Notifications go out through the dispatcher, which never blocks this loop.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::store::{self, Silence};
+use super::{AlertKey, AlertPhase, AlertState, BrokerInput, Evaluator, Rule, Transition};
+use crate::state::AppState;
+
+/// What to tell about one alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tell {
+    /// Fired, or still firing and never told (it fired during a silence that has ended).
+    Firing,
+    /// Still firing, and the repeat interval has passed since it was last told.
+    Reminder,
+    /// Resolved after it was told it fired.
+    Resolved,
+}
+
+/// One notification to send.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub tell: Tell,
+    pub rule: Rule,
+    pub key: AlertKey,
+    pub value: Option<f64>,
+    pub at: DateTime<Utc>,
+    pub note: Option<String>,
+}
+
+/// Runs until `cancel`: one evaluation after each poll of any broker.
+pub async fn run(state: AppState, cancel: CancellationToken) {
+    let restored = match store::states(&state.db).await {
+        Ok(states) => states.into_iter().map(|(s, _)| s).collect(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the alert states; starting from none");
+            Vec::new()
+        }
+    };
+    let mut evaluator = Evaluator::restore(Vec::new(), restored);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = state.live.next_poll() => {}
+        }
+        match evaluate_once(&state, &mut evaluator, Utc::now()).await {
+            Ok(outgoing) => {
+                for o in outgoing {
+                    deliver(&state, o);
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "alert evaluation failed; will retry after the next poll"),
+        }
+    }
+}
+
+/// Hands one notification to the dispatcher.
+fn deliver(_state: &AppState, o: Outgoing) {
+    tracing::info!(rule = %o.rule.id, key = %o.key, tell = ?o.tell, "alert notification");
+}
+
+/// One evaluation: rules from the config and the database, the live data of every broker
+/// polled at least once, silences applied. Returns what to send.
+pub async fn evaluate_once(
+    state: &AppState,
+    evaluator: &mut Evaluator,
+    now: DateTime<Utc>,
+) -> Result<Vec<Outgoing>, sqlx::Error> {
+    let rules: Vec<Rule> =
+        store::all_rules(&state.config.alerts, &state.db).await?.into_iter().map(|r| r.rule).collect();
+    evaluator.set_rules(rules.clone());
+    let live = state.live.snapshot();
+    // A broker not polled yet is left out: "up with no queues" would read as every queue gone.
+    let inputs: Vec<BrokerInput> = live
+        .iter()
+        .filter_map(|b| b.status.up.map(|up| BrokerInput { name: &b.name, up, queues: &b.queues }))
+        .collect();
+    let transitions = evaluator.evaluate(now, &inputs);
+    let silences = store::silences(&state.db, true).await?;
+    let told: HashMap<(String, AlertKey), Option<DateTime<Utc>>> =
+        store::states(&state.db).await?.into_iter().map(|(s, at)| ((s.rule_id, s.key), at)).collect();
+    let repeat = state.config.alert_repeat;
+    let plan = plan(&rules, &transitions, &evaluator.states(), &told, &silences, repeat, now);
+    let notified: Vec<(String, AlertKey, DateTime<Utc>)> = plan
+        .outgoing
+        .iter()
+        .filter(|o| o.tell != Tell::Resolved)
+        .map(|o| (o.rule.id.clone(), o.key.clone(), now))
+        .collect();
+    store::record(&state.db, &plan.history, &evaluator.states(), &notified).await?;
+    Ok(plan.outgoing)
+}
+
+struct Plan {
+    /// Every transition, with whether a silence held back its notification.
+    history: Vec<(Transition, bool)>,
+    outgoing: Vec<Outgoing>,
+}
+
+/// Who is told what (pure): a firing alert is told once, when it is not silenced (so a silence
+/// that ends lets it through), then reminded every `repeat`; a resolved alert is told only if
+/// its firing was.
+fn plan(
+    rules: &[Rule],
+    transitions: &[Transition],
+    states: &[AlertState],
+    told: &HashMap<(String, AlertKey), Option<DateTime<Utc>>>,
+    silences: &[Silence],
+    repeat: Option<Duration>,
+    now: DateTime<Utc>,
+) -> Plan {
+    let silenced = |rule: &str, key: &AlertKey| silences.iter().any(|s| s.covers(rule, key, now));
+    let rule = |id: &str| rules.iter().find(|r| r.id == id);
+    let mut outgoing = Vec::new();
+    let history = transitions.iter().map(|t| (t.clone(), silenced(&t.rule_id, &t.key))).collect();
+    for t in transitions.iter().filter(|t| t.to == AlertPhase::Resolved) {
+        let was_told = told.get(&(t.rule_id.clone(), t.key.clone())).is_some_and(Option::is_some);
+        // A removed rule is no longer in `rules`: its resolution goes untold, and the history
+        // keeps the record.
+        if let (true, false, Some(rule)) = (was_told, silenced(&t.rule_id, &t.key), rule(&t.rule_id)) {
+            outgoing.push(Outgoing {
+                tell: Tell::Resolved,
+                rule: rule.clone(),
+                key: t.key.clone(),
+                value: t.value,
+                at: t.at,
+                note: t.note.clone(),
+            });
+        }
+    }
+    for s in states.iter().filter(|s| s.phase == AlertPhase::Firing) {
+        if silenced(&s.rule_id, &s.key) {
+            continue;
+        }
+        let Some(rule) = rule(&s.rule_id) else { continue };
+        let tell = match told.get(&(s.rule_id.clone(), s.key.clone())).copied().flatten() {
+            None => Tell::Firing,
+            Some(at) if repeat.is_some_and(|r| now - at >= chrono::Duration::from_std(r).unwrap_or_default()) => {
+                Tell::Reminder
+            }
+            Some(_) => continue,
+        };
+        outgoing.push(Outgoing {
+            tell,
+            rule: rule.clone(),
+            key: s.key.clone(),
+            value: s.last_value,
+            at: now,
+            note: None,
+        });
+    }
+    Plan { history, outgoing }
+}

@@ -1,0 +1,263 @@
+//! Alert rules, states, history and silences in SQLite. Rules from the config file are not
+//! stored: they are read from the configuration at every start.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{AlertKey, AlertState, Rule, Transition};
+use crate::history::Db;
+
+/// Where a rule comes from: the config file (read-only) or the UI and API.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Config,
+    Api,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredRule {
+    #[serde(flatten)]
+    pub rule: Rule,
+    pub source: Source,
+}
+
+fn key_json(key: &AlertKey) -> String {
+    serde_json::to_string(key).expect("keys serialise")
+}
+
+/// Rules created in the UI or the API, by id.
+pub async fn api_rules(db: &Db) -> Result<Vec<Rule>, sqlx::Error> {
+    let rows = sqlx::query("select id, definition from alert_rules order by id").fetch_all(db).await?;
+    let mut rules = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: String = row.try_get("id")?;
+        let definition: String = row.try_get("definition")?;
+        match serde_json::from_str::<Rule>(&definition) {
+            Ok(rule) => rules.push(rule),
+            // A rule written by another version of warren: skip it rather than stop alerting.
+            Err(e) => tracing::error!(rule = %id, error = %e, "a stored alert rule cannot be read; it is ignored"),
+        }
+    }
+    Ok(rules)
+}
+
+/// The config file's rules, then the stored ones.
+pub async fn all_rules(config_rules: &[Rule], db: &Db) -> Result<Vec<StoredRule>, sqlx::Error> {
+    let mut all: Vec<StoredRule> =
+        config_rules.iter().map(|r| StoredRule { rule: r.clone(), source: Source::Config }).collect();
+    all.extend(api_rules(db).await?.into_iter().map(|rule| StoredRule { rule, source: Source::Api }));
+    Ok(all)
+}
+
+/// Inserts or replaces a rule.
+pub async fn save_rule(db: &Db, rule: &Rule) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "insert into alert_rules (id, definition, updated_at) values (?, ?, ?)
+         on conflict (id) do update set definition = excluded.definition, updated_at = excluded.updated_at",
+    )
+    .bind(&rule.id)
+    .bind(serde_json::to_string(rule).expect("rules serialise"))
+    .bind(Utc::now().timestamp())
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Deletes a rule; false if there was none. Its alerts end at the next evaluation.
+pub async fn delete_rule(db: &Db, id: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("delete from alert_rules where id = ?").bind(id).execute(db).await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// The pending and firing alerts as last evaluated, with when each was last notified.
+pub async fn states(db: &Db) -> Result<Vec<(AlertState, Option<DateTime<Utc>>)>, sqlx::Error> {
+    let rows = sqlx::query("select state, notified_at from alert_states").fetch_all(db).await?;
+    let mut states = Vec::with_capacity(rows.len());
+    for row in rows {
+        let state: String = row.try_get("state")?;
+        let notified: Option<i64> = row.try_get("notified_at")?;
+        match serde_json::from_str(&state) {
+            Ok(s) => states.push((s, notified.and_then(|t| DateTime::from_timestamp(t, 0)))),
+            Err(e) => tracing::error!(error = %e, "a stored alert state cannot be read; it is dropped"),
+        }
+    }
+    Ok(states)
+}
+
+/// One evaluation's result, in one transaction: its transitions go to the history, and the
+/// stored states become exactly `states` (keeping when each was last notified).
+pub async fn record(
+    db: &Db,
+    transitions: &[(Transition, bool)],
+    states: &[AlertState],
+    notified: &[(String, AlertKey, DateTime<Utc>)],
+) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    for (t, silenced) in transitions {
+        sqlx::query(
+            "insert into alert_history (at, rule_id, alert_key, from_phase, to_phase, value, note, silenced)
+             values (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(t.at.timestamp())
+        .bind(&t.rule_id)
+        .bind(key_json(&t.key))
+        .bind(phase(t.from))
+        .bind(phase(t.to))
+        .bind(t.value)
+        .bind(&t.note)
+        .bind(*silenced)
+        .execute(&mut *tx)
+        .await?;
+    }
+    // States change at most once per poll and there are few: rewrite them whole, keeping
+    // `notified_at` of the alerts that stay.
+    let kept: Vec<(String, String, Option<i64>)> =
+        sqlx::query("select rule_id, alert_key, notified_at from alert_states")
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .map(|r| (r.get("rule_id"), r.get("alert_key"), r.get("notified_at")))
+            .collect();
+    sqlx::query("delete from alert_states").execute(&mut *tx).await?;
+    for s in states {
+        let key = key_json(&s.key);
+        let notified_at = notified
+            .iter()
+            .find(|(rule, k, _)| *rule == s.rule_id && *k == s.key)
+            .map(|(_, _, at)| at.timestamp())
+            .or_else(|| kept.iter().find(|(rule, k, _)| *rule == s.rule_id && *k == key).and_then(|(_, _, at)| *at));
+        sqlx::query("insert into alert_states (rule_id, alert_key, state, notified_at) values (?, ?, ?, ?)")
+            .bind(&s.rule_id)
+            .bind(&key)
+            .bind(serde_json::to_string(s).expect("states serialise"))
+            .bind(notified_at)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
+}
+
+fn phase(p: super::AlertPhase) -> &'static str {
+    match p {
+        super::AlertPhase::Inactive => "inactive",
+        super::AlertPhase::Pending => "pending",
+        super::AlertPhase::Firing => "firing",
+        super::AlertPhase::Resolved => "resolved",
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryEntry {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub rule_id: String,
+    pub key: serde_json::Value,
+    pub from: String,
+    pub to: String,
+    pub value: Option<f64>,
+    pub note: Option<String>,
+    pub silenced: bool,
+}
+
+/// The newest phase changes, newest first.
+pub async fn history(db: &Db, limit: i64) -> Result<Vec<HistoryEntry>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select id, at, rule_id, alert_key, from_phase, to_phase, value, note, silenced
+         from alert_history order by id desc limit ?",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let key: String = r.try_get("alert_key")?;
+            Ok(HistoryEntry {
+                id: r.try_get("id")?,
+                at: DateTime::from_timestamp(r.try_get("at")?, 0).unwrap_or_default(),
+                rule_id: r.try_get("rule_id")?,
+                key: serde_json::from_str(&key).unwrap_or(serde_json::Value::String(key)),
+                from: r.try_get("from_phase")?,
+                to: r.try_get("to_phase")?,
+                value: r.try_get("value")?,
+                note: r.try_get("note")?,
+                silenced: r.try_get("silenced")?,
+            })
+        })
+        .collect()
+}
+
+/// A silence: notifications of a rule (or of one of its alerts, or of every rule) are held back
+/// until a time. Alerts still change phase and show in the dashboard.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Silence {
+    #[serde(default)]
+    pub id: i64,
+    pub rule_id: Option<String>,
+    pub key: Option<AlertKey>,
+    pub until: DateTime<Utc>,
+    pub comment: String,
+    #[serde(default)]
+    pub created_by: String,
+    #[serde(default = "Utc::now")]
+    pub created_at: DateTime<Utc>,
+}
+
+impl Silence {
+    pub fn covers(&self, rule_id: &str, key: &AlertKey, now: DateTime<Utc>) -> bool {
+        self.until > now
+            && self.rule_id.as_deref().is_none_or(|r| r == rule_id)
+            && self.key.as_ref().is_none_or(|k| k == key)
+    }
+}
+
+pub async fn add_silence(db: &Db, s: &Silence) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "insert into silences (rule_id, alert_key, until, comment, created_by, created_at)
+         values (?, ?, ?, ?, ?, ?) returning id",
+    )
+    .bind(&s.rule_id)
+    .bind(s.key.as_ref().map(key_json))
+    .bind(s.until.timestamp())
+    .bind(&s.comment)
+    .bind(&s.created_by)
+    .bind(s.created_at.timestamp())
+    .fetch_one(db)
+    .await
+}
+
+/// Ends a silence now; false if there was none.
+pub async fn expire_silence(db: &Db, id: i64) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("update silences set until = min(until, ?) where id = ?")
+        .bind(Utc::now().timestamp())
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// Silences that have not ended (`active_only`) or the newest 200, newest first.
+pub async fn silences(db: &Db, active_only: bool) -> Result<Vec<Silence>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select id, rule_id, alert_key, until, comment, created_by, created_at from silences
+         where until > ? order by id desc limit 200",
+    )
+    .bind(if active_only { Utc::now().timestamp() } else { i64::MIN })
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let key: Option<String> = r.try_get("alert_key")?;
+            Ok(Silence {
+                id: r.try_get("id")?,
+                rule_id: r.try_get("rule_id")?,
+                key: key.and_then(|k| serde_json::from_str(&k).ok()),
+                until: DateTime::from_timestamp(r.try_get("until")?, 0).unwrap_or_default(),
+                comment: r.try_get("comment")?,
+                created_by: r.try_get("created_by")?,
+                created_at: DateTime::from_timestamp(r.try_get("created_at")?, 0).unwrap_or_default(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,267 @@
+//! Alerts in the JSON API: rules (create, edit, delete, preview, export as config), the alerts
+//! pending and firing now, their history, and silences. Rules declared in the config file are
+//! listed but read-only.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::{ApiError, WebError};
+use crate::alerts::store::{self, Silence, Source, StoredRule};
+use crate::alerts::{self, AlertKey, AlertState, Rule};
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/alerts", get(current))
+        .route("/api/v1/alerts/history", get(history))
+        .route("/api/v1/alerts/rules", get(rules).post(create_rule))
+        .route("/api/v1/alerts/rules/export", get(export))
+        .route("/api/v1/alerts/rules/preview", post(preview_json))
+        .route("/api/v1/alerts/rules/{id}", get(one_rule).post(update_rule))
+        .route("/api/v1/alerts/rules/{id}/delete", post(delete_rule))
+        .route("/api/v1/silences", get(silences).post(create_silence))
+        .route("/api/v1/silences/{id}/expire", post(expire_silence))
+}
+
+/// Parses a JSON body. serde's message names the field ("unknown field `x`", "missing field
+/// `metric`", "unknown variant `sideways`") with the line and column.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, WebError> {
+    serde_json::from_slice(body).map_err(|e| WebError::Invalid(vec![("body".to_string(), e.to_string())]))
+}
+
+/// Checks a rule as the API and the forms receive it: its own validation, and that a broker
+/// it names is configured.
+pub fn check_rule(state: &AppState, rule: &Rule) -> Result<(), WebError> {
+    let mut fields: Vec<(String, String)> =
+        rule.validate().into_iter().map(|e| (e.field.to_string(), e.message)).collect();
+    if let Some(broker) = &rule.scope.broker {
+        if state.broker_config(broker).is_none() {
+            fields.push(("scope.broker".to_string(), format!("no broker named {broker:?} is configured")));
+        }
+    }
+    if fields.is_empty() {
+        Ok(())
+    } else {
+        Err(WebError::Invalid(fields))
+    }
+}
+
+async fn find_rule(state: &AppState, id: &str) -> Result<StoredRule, WebError> {
+    store::all_rules(&state.config.alerts, &state.db)
+        .await?
+        .into_iter()
+        .find(|r| r.rule.id == id)
+        .ok_or_else(|| WebError::NotFound(format!("no alert rule with id {id:?}")))
+}
+
+async fn rules(State(state): State<AppState>) -> Result<Json<Vec<StoredRule>>, ApiError> {
+    Ok(Json(store::all_rules(&state.config.alerts, &state.db).await?))
+}
+
+async fn one_rule(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<StoredRule>, ApiError> {
+    Ok(Json(find_rule(&state, &id).await?))
+}
+
+/// Creates a rule from the API or a form (`source` api).
+pub async fn save_new_rule(state: &AppState, rule: &Rule) -> Result<(), WebError> {
+    check_rule(state, rule)?;
+    if store::all_rules(&state.config.alerts, &state.db).await?.iter().any(|r| r.rule.id == rule.id) {
+        return Err(WebError::Conflict(format!("a rule with id {:?} exists already", rule.id)));
+    }
+    store::save_rule(&state.db, rule).await?;
+    Ok(())
+}
+
+async fn create_rule(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let rule: Rule = parse(&body)?;
+    save_new_rule(&state, &rule).await?;
+    Ok((StatusCode::CREATED, Json(StoredRule { rule, source: Source::Api })).into_response())
+}
+
+async fn update_rule(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<StoredRule>, ApiError> {
+    let existing = find_rule(&state, &id).await?;
+    if existing.source == Source::Config {
+        return Err(WebError::Conflict(format!("rule {id:?} is declared in the config file; edit it there")).into());
+    }
+    let rule: Rule = parse(&body)?;
+    if rule.id != id {
+        return Err(WebError::Invalid(vec![("id".into(), "does not match the rule in the URL".into())]).into());
+    }
+    check_rule(&state, &rule)?;
+    store::save_rule(&state.db, &rule).await?;
+    Ok(Json(StoredRule { rule, source: Source::Api }))
+}
+
+async fn delete_rule(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let existing = find_rule(&state, &id).await?;
+    if existing.source == Source::Config {
+        return Err(WebError::Conflict(format!("rule {id:?} is declared in the config file; remove it there")).into());
+    }
+    store::delete_rule(&state.db, &id).await?;
+    Ok(Json(json!({"deleted": id})))
+}
+
+/// Every rule in the config file's format (`[[alerts]]` tables), to move rules made in the UI
+/// into configuration as code.
+async fn export(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let rules: Vec<Rule> =
+        store::all_rules(&state.config.alerts, &state.db).await?.into_iter().map(|r| r.rule).collect();
+    #[derive(Serialize)]
+    struct File {
+        alerts: Vec<Rule>,
+    }
+    let text = toml::to_string(&File { alerts: rules })
+        .map_err(|e| WebError::BadRequest(format!("cannot export the rules as TOML: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, "application/toml; charset=utf-8")], text).into_response())
+}
+
+/// One queue (or broker) a rule covers now, with its current value.
+#[derive(Debug, Serialize)]
+pub struct PreviewRow {
+    pub key: AlertKey,
+    /// `None`: the broker did not give the value (the alert would hold, not fire).
+    pub value: Option<f64>,
+    /// The condition holds now (it fires once it held for the rule's `for`).
+    pub holds: bool,
+}
+
+/// Which queues a rule matches now, with their values and whether the condition holds.
+pub fn preview(state: &AppState, rule: &Rule) -> Vec<PreviewRow> {
+    let mut rows = Vec::new();
+    for broker in state.live.snapshot() {
+        if !rule.scope.matches_broker(&broker.name) {
+            continue;
+        }
+        if rule.metric == alerts::Metric::BrokerUnreachable {
+            rows.push(PreviewRow {
+                key: AlertKey::broker(&broker.name),
+                value: None,
+                holds: broker.status.up == Some(false),
+            });
+            continue;
+        }
+        for view in broker.queues.iter().filter(|q| !q.deleted && rule.applies_to(q)) {
+            let value = alerts::value(rule.metric, view);
+            rows.push(PreviewRow { key: AlertKey::of(view), value, holds: value.is_some_and(|v| rule.holds(v)) });
+        }
+    }
+    rows
+}
+
+async fn preview_json(State(state): State<AppState>, body: Bytes) -> Result<Json<serde_json::Value>, ApiError> {
+    let rule: Rule = parse(&body)?;
+    check_rule(&state, &rule)?;
+    let rows = preview(&state, &rule);
+    Ok(Json(json!({"matches": rows.len(), "holding": rows.iter().filter(|r| r.holds).count(), "queues": rows})))
+}
+
+/// A pending or firing alert with its rule's name and severity, and whether it is silenced.
+#[derive(Debug, Serialize)]
+pub struct AlertView {
+    #[serde(flatten)]
+    pub state: AlertState,
+    pub rule_name: String,
+    pub severity: Option<alerts::Severity>,
+    pub silenced: bool,
+    pub notified_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The pending and firing alerts as of the last evaluation, firing first.
+pub async fn current_alerts(state: &AppState) -> Result<Vec<AlertView>, WebError> {
+    let rules = store::all_rules(&state.config.alerts, &state.db).await?;
+    let silences = store::silences(&state.db, true).await?;
+    let now = chrono::Utc::now();
+    let mut views: Vec<AlertView> = store::states(&state.db)
+        .await?
+        .into_iter()
+        .map(|(s, notified_at)| {
+            let rule = rules.iter().find(|r| r.rule.id == s.rule_id);
+            AlertView {
+                rule_name: rule.map(|r| r.rule.name.clone()).unwrap_or_else(|| s.rule_id.clone()),
+                severity: rule.map(|r| r.rule.severity),
+                silenced: silences.iter().any(|x| x.covers(&s.rule_id, &s.key, now)),
+                notified_at,
+                state: s,
+            }
+        })
+        .collect();
+    views.sort_by_key(|v| (v.state.phase != alerts::AlertPhase::Firing, v.state.active_since));
+    Ok(views)
+}
+
+async fn current(State(state): State<AppState>) -> Result<Json<Vec<AlertView>>, ApiError> {
+    Ok(Json(current_alerts(&state).await?))
+}
+
+#[derive(Debug, Deserialize)]
+struct Limit {
+    limit: Option<i64>,
+}
+
+async fn history(
+    State(state): State<AppState>,
+    Query(q): Query<Limit>,
+) -> Result<Json<Vec<store::HistoryEntry>>, ApiError> {
+    Ok(Json(store::history(&state.db, q.limit.unwrap_or(200).clamp(1, 5000)).await?))
+}
+
+async fn silences(State(state): State<AppState>) -> Result<Json<Vec<Silence>>, ApiError> {
+    Ok(Json(store::silences(&state.db, false).await?))
+}
+
+/// Validates and stores a silence set by `actor`.
+pub async fn add_silence(state: &AppState, mut silence: Silence, actor: &str) -> Result<Silence, WebError> {
+    let mut fields = Vec::new();
+    if silence.until <= chrono::Utc::now() {
+        fields.push(("until".to_string(), "must be in the future".to_string()));
+    }
+    if silence.until > chrono::Utc::now() + chrono::Duration::days(365) {
+        fields.push(("until".to_string(), "must be within a year".to_string()));
+    }
+    if silence.comment.trim().is_empty() {
+        fields.push(("comment".to_string(), "say why (it is shown to everyone)".to_string()));
+    }
+    if let Some(rule) = &silence.rule_id {
+        if find_rule(state, rule).await.is_err() {
+            fields.push(("rule_id".to_string(), format!("no alert rule with id {rule:?}")));
+        }
+    } else if silence.key.is_some() {
+        fields.push(("rule_id".to_string(), "a silence of one alert names its rule".to_string()));
+    }
+    if !fields.is_empty() {
+        return Err(WebError::Invalid(fields));
+    }
+    silence.created_by = actor.to_string();
+    silence.created_at = chrono::Utc::now();
+    silence.id = store::add_silence(&state.db, &silence).await?;
+    Ok(silence)
+}
+
+async fn create_silence(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let silence: Silence = parse(&body)?;
+    let silence = add_silence(&state, silence, "anonymous").await?;
+    Ok((StatusCode::CREATED, Json(silence)).into_response())
+}
+
+async fn expire_silence(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if !store::expire_silence(&state.db, id).await? {
+        return Err(WebError::NotFound(format!("no silence with id {id}")).into());
+    }
+    Ok(Json(json!({"expired": id})))
+}
