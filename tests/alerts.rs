@@ -16,6 +16,10 @@ async fn alert(warren: &Warren, rule: &str, queue: &str) -> Option<Value> {
     alerts.as_array()?.iter().find(|a| a["rule_id"] == rule && a["key"]["queue"] == queue).cloned()
 }
 
+fn common_encode(s: &str) -> String {
+    warren::management::encode_segment(s)
+}
+
 fn time(v: &Value) -> chrono::DateTime<chrono::Utc> {
     v.as_str().expect("a time").parse().expect("RFC 3339")
 }
@@ -89,6 +93,12 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
     })
     .await;
     let fired_at = time(&firing["fired_at"]);
+    // Shown on the alerts page, the overview and the queue page.
+    for page in ["/alerts".to_string(), "/".to_string(), format!("/queues/local/{}/work", common_encode(&vhost.name))] {
+        let (status, text) = warren.get_text(&page).await;
+        assert_eq!(status, 200);
+        assert!(text.contains("Deep work queue") && text.contains("firing"), "{page} shows the alert: {text}");
+    }
     assert!(fired_at - active_since >= chrono::Duration::seconds(10), "fired {fired_at}, pending since {active_since}");
     assert_eq!(firings(&warren, "deep").await, 1);
 
@@ -110,6 +120,65 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
     .await;
     let (_, history) = warren.get_json("/api/v1/alerts/history").await;
     assert_eq!(history[0]["to"], "resolved", "{history}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// The rule editor: errors at the field, the typed values kept, and a preview of the queues
+/// the rule would match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rule_editor_reports_errors_at_the_field_and_previews_matches() {
+    let vhost = TestVhost::create("alertform").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    publish(&channel, "orders", 3, BasicProperties::default()).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("orders listed with 3 ready", Duration::from_secs(20), || async {
+        match warren.queue(&vhost.name, "orders").await {
+            Some(q) if q["ready"] == 3 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let post = |path: &'static str, body: String| {
+        warren.http.post(warren.url(path)).header("content-type", "application/x-www-form-urlencoded").body(body).send()
+    };
+    let vhost_field = common_encode(&vhost.name);
+    let preview = post(
+        "/alerts/preview",
+        format!("id=a&name=A&vhost={vhost_field}&queue=ord*&metric=ready&comparator=%3E&threshold=2&severity=info"),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(preview.contains("orders") && preview.contains("holds"), "{preview}");
+
+    let bad = post("/alerts/rules", "id=a&name=A&metric=ready&comparator=%3E&threshold=lots&severity=info".into())
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 422);
+    let page = bad.text().await.unwrap();
+    assert!(
+        page.contains("field-error") && page.contains("&#34;lots&#34; is not a number") && page.contains("value=\"lots\""),
+        "{page}"
+    );
+
+    let good = post(
+        "/alerts/rules",
+        format!("id=a&name=Orders+waiting&vhost={vhost_field}&queue=orders&metric=ready&comparator=%3E&threshold=2&for_secs=0&severity=info"),
+    )
+    .await
+    .unwrap();
+    assert!(good.url().path() == "/alerts" && good.status().is_success(), "{}", good.status());
+    let (_, rules) = warren.get_json("/api/v1/alerts/rules").await;
+    assert_eq!(rules[0]["id"], "a", "{rules}");
+    let (_, export) = warren.get_text("/api/v1/alerts/rules/export").await;
+    assert!(export.contains("[[alerts]]") && export.contains("id = \"a\""), "{export}");
+    let config = warren::config::Config::from_toml(&export).expect("the export is a valid config file");
+    assert_eq!(config.alerts.len(), 1);
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

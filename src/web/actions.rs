@@ -48,6 +48,20 @@ struct AuditPage {
     rows: Vec<AuditRow>,
 }
 
+/// The first ids of a move and how many more: a bulk move records 100,000 of them, which the
+/// API returns whole and the page does not.
+fn shown_ids(ids: &serde_json::Value) -> String {
+    const SHOWN: usize = 20;
+    match ids.as_array() {
+        Some(all) if all.len() > SHOWN => {
+            let first: Vec<String> = all[..SHOWN].iter().map(|v| v.as_str().unwrap_or("?").to_string()).collect();
+            format!("{} … and {} more (all in the API)", first.join(", "), all.len() - SHOWN)
+        }
+        Some(all) => all.iter().map(|v| v.as_str().unwrap_or("?").to_string()).collect::<Vec<_>>().join(", "),
+        None => ids.to_string(),
+    }
+}
+
 async fn audit_page(State(state): State<AppState>) -> Result<Response, super::PageError> {
     let rows = audit::recent(&state.db, 500)
         .await?
@@ -67,7 +81,7 @@ async fn audit_page(State(state): State<AppState>) -> Result<Response, super::Pa
             outcome: r.outcome,
             moved: r.moved,
             failed: r.failed,
-            message_ids: r.message_ids.to_string(),
+            message_ids: shown_ids(&r.message_ids),
             detail: r.detail.unwrap_or_default(),
         })
         .collect();

@@ -1,6 +1,7 @@
 //! HTTP: HTML pages, the JSON API, static assets, health checks. Routes are merged here.
 
 mod actions;
+mod alert_pages;
 mod alerts;
 mod api;
 mod assets;
@@ -25,6 +26,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api::router())
         .merge(actions::router())
         .merge(alerts::router())
+        .merge(alert_pages::router())
         .merge(dlq_pages::router())
         .merge(jobs::router())
         .merge(assets::router())

@@ -96,6 +96,7 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
 #[derive(Template)]
 #[template(path = "overview_brokers.html")]
 struct OverviewBrokers {
+    alerts: Vec<super::alert_pages::AlertRow>,
     brokers: Vec<BrokerRow>,
     dlqs: Vec<QueueRow>,
     dlq_sources: Vec<String>,
@@ -114,6 +115,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Result<R
         live.iter().flat_map(|b| b.queues.iter()).filter(|q| q.dead_letters.is_dlq).collect();
     dlqs.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
     let fragment = OverviewBrokers {
+        alerts: super::alert_pages::alert_rows(&state, None).await?,
         brokers: live.iter().map(broker_row).collect(),
         dlq_sources: dlqs.iter().map(|q| q.dead_letters.dead_letter_sources.join(", ")).collect(),
         dlqs: dlqs.into_iter().map(|q| queue_row(q, Vec::new())).collect(),
@@ -370,6 +372,7 @@ async fn queues(
 #[derive(Template)]
 #[template(path = "queue_stats.html")]
 struct QueueStats {
+    alerts: Vec<super::alert_pages::AlertRow>,
     self_href: String,
     row: QueueRow,
     updated: String,
@@ -475,6 +478,7 @@ async fn queue(
     let live = super::api::broker_live(&state, &broker)?;
     let href = queue_href(&broker, &vhost, &name);
     let stats = QueueStats {
+        alerts: super::alert_pages::alert_rows(&state, Some(&crate::alerts::AlertKey::of(&view))).await?,
         self_href: match &raw_query {
             Some(q) => format!("{href}?{q}"),
             None => href.clone(),

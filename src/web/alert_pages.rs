@@ -1,0 +1,369 @@
+//! The alerts page: what fires and is pending now, the rules with an editor and a live preview
+//! (htmx posts the form as it is typed and swaps in the queues it would match), silences, and
+//! the history of phase changes. Every form also works without JavaScript.
+
+use std::collections::HashMap;
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use serde_json::{json, Map, Value};
+
+use super::alerts::{add_silence, check_rule, current_alerts, preview, save_new_rule};
+use super::pages::queue_href;
+use super::{format, html, PageError, WebError};
+use crate::alerts::store::{self, Silence, Source};
+use crate::alerts::{AlertKey, Rule};
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/alerts", get(page))
+        .route("/alerts/rules", post(create_form))
+        .route("/alerts/preview", post(preview_form))
+        .route("/alerts/rules/{id}/delete", post(delete_form))
+        .route("/alerts/silences", post(silence_form))
+        .route("/alerts/silences/{id}/expire", post(expire_form))
+}
+
+/// A pending or firing alert as the page shows it (the overview and the queue page too).
+pub struct AlertRow {
+    pub rule: String,
+    pub rule_id: String,
+    pub severity: String,
+    pub phase: String,
+    pub what: String,
+    pub href: Option<String>,
+    pub since: String,
+    pub value: String,
+    pub silenced: bool,
+    pub key_json: String,
+}
+
+/// The alerts as rows, optionally only those of one queue.
+pub async fn alert_rows(state: &AppState, only: Option<&AlertKey>) -> Result<Vec<AlertRow>, WebError> {
+    Ok(current_alerts(state)
+        .await?
+        .into_iter()
+        .filter(|a| only.is_none_or(|k| *k == a.state.key))
+        .map(|a| {
+            let key = &a.state.key;
+            AlertRow {
+                rule: a.rule_name,
+                rule_id: a.state.rule_id.clone(),
+                severity: a.severity.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default(),
+                phase: format!("{:?}", a.state.phase).to_lowercase(),
+                what: key.to_string(),
+                href: match (&key.vhost, &key.queue) {
+                    (Some(v), Some(q)) => Some(queue_href(&key.broker, v, q)),
+                    _ => None,
+                },
+                since: format::time(Some(a.state.fired_at.unwrap_or(a.state.active_since))),
+                value: a.state.last_value.map(|v| format!("{v:.2}")).unwrap_or_else(|| format::UNKNOWN.to_string()),
+                silenced: a.silenced,
+                key_json: serde_json::to_string(key).unwrap_or_default(),
+            }
+        })
+        .collect())
+}
+
+struct RuleRow {
+    id: String,
+    name: String,
+    condition: String,
+    scope: String,
+    severity: String,
+    from_config: bool,
+}
+
+struct HistoryRow {
+    at: String,
+    rule_id: String,
+    what: String,
+    change: String,
+    value: String,
+    note: String,
+}
+
+#[derive(Template)]
+#[template(path = "alerts.html")]
+struct AlertsPage {
+    alerts: Vec<AlertRow>,
+    rules: Vec<RuleRow>,
+    silences: Vec<(i64, String, String, String, String)>,
+    history: Vec<HistoryRow>,
+    form: RuleForm,
+    errors: HashMap<String, String>,
+    error_list: Vec<(String, String)>,
+    preview: PreviewFragment,
+}
+
+#[derive(Template)]
+#[template(path = "alerts_preview.html")]
+struct PreviewFragment {
+    rows: Vec<(String, Option<String>, String, bool)>,
+    problem: Option<String>,
+}
+
+/// The editor's fields as typed (strings, so a bad number is shown back as typed).
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+struct RuleForm {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    broker: String,
+    #[serde(default)]
+    vhost: String,
+    #[serde(default)]
+    queue: String,
+    #[serde(default)]
+    queue_type: String,
+    #[serde(default)]
+    dlq_only: Option<String>,
+    #[serde(default)]
+    metric: String,
+    #[serde(default)]
+    comparator: String,
+    #[serde(default)]
+    threshold: String,
+    #[serde(default)]
+    for_secs: String,
+    #[serde(default)]
+    keep_firing_for_secs: String,
+    #[serde(default)]
+    severity: String,
+    #[serde(default)]
+    description: String,
+}
+
+impl RuleForm {
+    /// The rule the form describes, or the fields that could not be read.
+    fn rule(&self) -> Result<Rule, WebError> {
+        let mut errors = Vec::new();
+        let mut number = |field: &str, text: &str, default: Option<f64>| -> Option<f64> {
+            match (text.trim(), default) {
+                ("", d) => d,
+                (t, _) => match t.parse::<f64>() {
+                    Ok(v) if v.is_finite() => Some(v),
+                    _ => {
+                        errors.push((field.to_string(), format!("{t:?} is not a number")));
+                        None
+                    }
+                },
+            }
+        };
+        let threshold = number("threshold", &self.threshold, None);
+        let for_secs = number("for_secs", &self.for_secs, Some(0.0));
+        let keep = number("keep_firing_for_secs", &self.keep_firing_for_secs, Some(0.0));
+        if !errors.is_empty() {
+            return Err(WebError::Invalid(errors));
+        }
+        let text = |s: &str| (!s.trim().is_empty()).then(|| Value::String(s.trim().to_string()));
+        let mut scope = Map::new();
+        for (key, value) in [("broker", &self.broker), ("queue_type", &self.queue_type)] {
+            if let Some(v) = text(value) {
+                scope.insert(key.into(), v);
+            }
+        }
+        scope.insert("vhost".into(), text(&self.vhost).unwrap_or_else(|| "*".into()));
+        scope.insert("queue".into(), text(&self.queue).unwrap_or_else(|| "*".into()));
+        scope.insert("dlq_only".into(), Value::Bool(self.dlq_only.is_some()));
+        let mut rule = json!({
+            "id": self.id.trim(), "name": self.name.trim(), "scope": scope,
+            "metric": self.metric, "severity": self.severity,
+            "for_secs": for_secs.unwrap_or(0.0) as i64, "keep_firing_for_secs": keep.unwrap_or(0.0) as i64,
+        });
+        if self.metric != "broker_unreachable" {
+            rule["comparator"] = Value::String(self.comparator.clone());
+            if let Some(t) = threshold {
+                rule["threshold"] = json!(t);
+            }
+        }
+        if let Some(d) = text(&self.description) {
+            rule["description"] = d;
+        }
+        serde_json::from_value(rule).map_err(|e| WebError::Invalid(vec![("rule".into(), e.to_string())]))
+    }
+}
+
+fn condition(rule: &Rule) -> String {
+    let mut text = rule.metric.as_str().to_string();
+    if let (Some(c), Some(t)) = (rule.comparator, rule.threshold) {
+        text = format!("{text} {} {t}", c.as_str());
+    }
+    if rule.for_secs > 0 {
+        text = format!("{text} for {}", format::duration(rule.for_secs as f64));
+    }
+    if rule.keep_firing_for_secs > 0 {
+        text = format!("{text}, keep firing {}", format::duration(rule.keep_firing_for_secs as f64));
+    }
+    text
+}
+
+fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
+    let rule = form.rule().and_then(|r| check_rule(state, &r).map(|_| r));
+    match rule {
+        Ok(rule) => PreviewFragment {
+            rows: preview(state, &rule)
+                .into_iter()
+                .take(200)
+                .map(|r| {
+                    let href = match (&r.key.vhost, &r.key.queue) {
+                        (Some(v), Some(q)) => Some(queue_href(&r.key.broker, v, q)),
+                        _ => None,
+                    };
+                    let value = r.value.map(|v| format!("{v:.2}")).unwrap_or_else(|| format::UNKNOWN.to_string());
+                    (r.key.to_string(), href, value, r.holds)
+                })
+                .collect(),
+            problem: None,
+        },
+        Err(e) => PreviewFragment { rows: Vec::new(), problem: Some(e.to_string()) },
+    }
+}
+
+async fn render(state: &AppState, form: RuleForm, error: Option<WebError>) -> Result<String, WebError> {
+    let rules = store::all_rules(&state.config.alerts, &state.db).await?;
+    let error_list: Vec<(String, String)> = match error {
+        Some(WebError::Invalid(fields)) => fields,
+        Some(other) => vec![("rule".to_string(), other.to_string())],
+        None => Vec::new(),
+    };
+    let page = AlertsPage {
+        alerts: alert_rows(state, None).await?,
+        rules: rules
+            .iter()
+            .map(|r| RuleRow {
+                id: r.rule.id.clone(),
+                name: r.rule.name.clone(),
+                condition: condition(&r.rule),
+                scope: format!(
+                    "{} / {} / {}{}{}",
+                    r.rule.scope.broker.as_deref().unwrap_or("*"),
+                    r.rule.scope.vhost,
+                    r.rule.scope.queue,
+                    r.rule.scope.queue_type.as_deref().map(|t| format!(" ({t})")).unwrap_or_default(),
+                    if r.rule.scope.dlq_only { ", DLQs only" } else { "" }
+                ),
+                severity: format!("{:?}", r.rule.severity).to_lowercase(),
+                from_config: r.source == Source::Config,
+            })
+            .collect(),
+        silences: store::silences(&state.db, true)
+            .await?
+            .into_iter()
+            .map(|s| {
+                let what = match (&s.rule_id, &s.key) {
+                    (None, _) => "every alert".to_string(),
+                    (Some(r), None) => format!("rule {r}"),
+                    (Some(r), Some(k)) => format!("rule {r}, {k}"),
+                };
+                (s.id, what, format::time(Some(s.until)), s.comment, s.created_by)
+            })
+            .collect(),
+        history: store::history(&state.db, 100)
+            .await?
+            .into_iter()
+            .map(|h| HistoryRow {
+                at: format::time(Some(h.at)),
+                what: serde_json::from_value::<AlertKey>(h.key.clone()).map(|k| k.to_string()).unwrap_or_default(),
+                rule_id: h.rule_id,
+                change: format!("{} → {}{}", h.from, h.to, if h.silenced { " (silenced)" } else { "" }),
+                value: h.value.map(|v| format!("{v:.2}")).unwrap_or_default(),
+                note: h.note.unwrap_or_default(),
+            })
+            .collect(),
+        preview: preview_fragment(state, &form),
+        errors: error_list.iter().cloned().collect(),
+        error_list,
+        form,
+    };
+    Ok(page.render()?)
+}
+
+fn blank_form() -> RuleForm {
+    RuleForm {
+        metric: "ready".into(),
+        comparator: ">".into(),
+        severity: "warning".into(),
+        for_secs: "60".into(),
+        ..RuleForm::default()
+    }
+}
+
+async fn page(State(state): State<AppState>) -> Result<Response, PageError> {
+    Ok(html(render(&state, blank_form(), None).await?))
+}
+
+async fn preview_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
+    Ok(html(preview_fragment(&state, &form).render().map_err(WebError::from)?))
+}
+
+async fn create_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
+    let saved = match form.rule() {
+        Ok(rule) => save_new_rule(&state, &rule).await,
+        Err(e) => Err(e),
+    };
+    match saved {
+        Ok(()) => Ok(Redirect::to("/alerts").into_response()),
+        Err(e @ (WebError::Invalid(_) | WebError::Conflict(_))) => {
+            let status = if matches!(e, WebError::Conflict(_)) {
+                StatusCode::CONFLICT
+            } else {
+                StatusCode::UNPROCESSABLE_ENTITY
+            };
+            Ok((status, html(render(&state, form, Some(e)).await?)).into_response())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn delete_form(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, PageError> {
+    if state.config.alerts.iter().any(|r| r.id == id) {
+        return Err(WebError::Conflict(format!("rule {id:?} is declared in the config file; remove it there")).into());
+    }
+    store::delete_rule(&state.db, &id).await?;
+    Ok(Redirect::to("/alerts").into_response())
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct SilenceForm {
+    rule_id: Option<String>,
+    /// An `AlertKey` as JSON, to silence one alert of the rule.
+    key: Option<String>,
+    hours: String,
+    comment: String,
+}
+
+async fn silence_form(State(state): State<AppState>, Form(form): Form<SilenceForm>) -> Result<Response, PageError> {
+    let hours: f64 = form.hours.trim().parse().ok().filter(|h: &f64| h.is_finite() && *h > 0.0).ok_or_else(|| {
+        WebError::Invalid(vec![("hours".into(), format!("{:?} is not a positive number", form.hours))])
+    })?;
+    let key = match form.key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
+        Some(k) => Some(
+            serde_json::from_str(k).map_err(|_| WebError::Invalid(vec![("key".into(), "not an alert key".into())]))?,
+        ),
+        None => None,
+    };
+    let silence = Silence {
+        id: 0,
+        rule_id: form.rule_id.filter(|r| !r.trim().is_empty()),
+        key,
+        until: chrono::Utc::now() + chrono::Duration::seconds((hours * 3600.0) as i64),
+        comment: form.comment,
+        created_by: String::new(),
+        created_at: chrono::Utc::now(),
+    };
+    add_silence(&state, silence, "anonymous").await?;
+    Ok(Redirect::to("/alerts").into_response())
+}
+
+async fn expire_form(State(state): State<AppState>, Path(id): Path<i64>) -> Result<Response, PageError> {
+    store::expire_silence(&state.db, id).await?;
+    Ok(Redirect::to("/alerts").into_response())
+}
