@@ -301,6 +301,16 @@ async fn names_that_need_encoding_work_everywhere() {
     assert_eq!(status, 200);
 
     // The list links to the queue page; following the link works and the name is escaped.
+    // Every answer forbids inline script, framing and content sniffing.
+    let response =
+        warren.http.get(warren.url(&format!("/queues?vhost={}", common_encode(&vhost.name)))).send().await.unwrap();
+    let csp = response.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+    assert!(response.headers().contains_key("referrer-policy"));
     let (_, list) = warren.get_text(&format!("/queues?vhost={}", common_encode(&vhost.name))).await;
     assert!(!list.contains("<b>name</b>"), "markup in a queue name is escaped");
     let href = list

@@ -157,3 +157,94 @@ fn plan(
     }
     Plan { history, outgoing }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule() -> Rule {
+        serde_json::from_value(serde_json::json!({"id": "deep", "name": "Deep", "metric": "ready",
+            "comparator": ">", "threshold": 10, "severity": "warning"}))
+        .expect("a valid rule")
+    }
+
+    fn key() -> AlertKey {
+        AlertKey::queue("local", "/", "work")
+    }
+
+    fn firing(now: DateTime<Utc>) -> AlertState {
+        AlertState {
+            rule_id: "deep".into(),
+            key: key(),
+            phase: AlertPhase::Firing,
+            active_since: now,
+            fired_at: Some(now),
+            false_since: None,
+            last_value: Some(11.0),
+            observed_at: now,
+        }
+    }
+
+    fn silence(until: DateTime<Utc>) -> Silence {
+        Silence {
+            id: 1,
+            rule_id: Some("deep".into()),
+            key: None,
+            until,
+            comment: "deploying".into(),
+            created_by: "ops".into(),
+            created_at: until,
+        }
+    }
+
+    fn tells(plan: &Plan) -> Vec<Tell> {
+        plan.outgoing.iter().map(|o| o.tell).collect()
+    }
+
+    #[test]
+    fn a_firing_alert_is_told_once_then_reminded_after_the_repeat_interval() {
+        let t0 = Utc::now();
+        let hour = Some(Duration::from_secs(3600));
+        let never = HashMap::new();
+        let states = [firing(t0)];
+        assert_eq!(tells(&plan(&[rule()], &[], &states, &never, &[], hour, t0)), vec![Tell::Firing]);
+        let told = HashMap::from([(("deep".to_string(), key()), Some(t0))]);
+        let later = t0 + chrono::Duration::minutes(59);
+        assert!(tells(&plan(&[rule()], &[], &states, &told, &[], hour, later)).is_empty());
+        let later = t0 + chrono::Duration::minutes(60);
+        assert_eq!(tells(&plan(&[rule()], &[], &states, &told, &[], hour, later)), vec![Tell::Reminder]);
+        assert!(tells(&plan(&[rule()], &[], &states, &told, &[], None, later)).is_empty(), "no repeat configured");
+    }
+
+    #[test]
+    fn a_silence_holds_back_notifications_and_its_end_lets_them_through() {
+        let t0 = Utc::now();
+        let states = [firing(t0)];
+        let never = HashMap::new();
+        let silences = [silence(t0 + chrono::Duration::minutes(30))];
+        let during = plan(&[rule()], &[], &states, &never, &silences, None, t0);
+        assert!(tells(&during).is_empty());
+        let after = plan(&[rule()], &[], &states, &never, &silences, None, t0 + chrono::Duration::minutes(31));
+        assert_eq!(tells(&after), vec![Tell::Firing], "told once the silence ended");
+    }
+
+    #[test]
+    fn resolved_is_told_only_when_the_firing_was() {
+        let t0 = Utc::now();
+        let resolved = Transition {
+            rule_id: "deep".into(),
+            key: key(),
+            from: AlertPhase::Firing,
+            to: AlertPhase::Resolved,
+            value: Some(0.0),
+            at: t0,
+            note: None,
+        };
+        let told = HashMap::from([(("deep".to_string(), key()), Some(t0))]);
+        let untold = HashMap::from([(("deep".to_string(), key()), None)]);
+        let p = plan(&[rule()], std::slice::from_ref(&resolved), &[], &told, &[], None, t0);
+        assert_eq!(tells(&p), vec![Tell::Resolved]);
+        assert_eq!(p.history.len(), 1);
+        assert!(tells(&plan(&[rule()], std::slice::from_ref(&resolved), &[], &untold, &[], None, t0)).is_empty());
+    }
+}
