@@ -1,0 +1,224 @@
+//! Notifications: telling people that an alert fired, still fires, or resolved, through a
+//! generic webhook, a Slack-compatible incoming webhook, or email over SMTP.
+//!
+//! - [`NotificationChannel`] is one destination, declared in the TOML file (`[[notifications]]`)
+//!   or stored as JSON; [`NotificationChannel::validate`] reports problems by field.
+//! - [`Notification`] is what is said; [`send`] makes one attempt to say it on one channel.
+//! - [`Dispatcher`] runs one task per channel with its own bounded queue, so a receiver that
+//!   hangs or answers 500 delays neither the alert evaluator nor any other channel. It retries
+//!   with exponential backoff ([`DeliveryPolicy`]) and records every attempt in the delivery log
+//!   ([`recent_deliveries`]).
+//! - Which alerts are told, and when a reminder is due ([`reminder_due`]), is the evaluator
+//!   loop's decision, not this module's.
+//!
+//! # Secrets
+//!
+//! Webhook and Slack URLs usually carry their token in the path, so a URL is a [`Secret`]:
+//! pages, API answers and logs show [`NotificationChannel::display_target`] (scheme and host),
+//! errors are stripped of the URL and scrubbed of it, and `Debug` prints `***`. Only
+//! [`NotificationChannel::to_storage_json`] holds the real values, for the database.
+//!
+//! # Webhook body (version 1)
+//!
+//! A generic webhook receives `POST` with `Content-Type: application/json`:
+//!
+//! ```json
+//! {
+//!   "version": 1,
+//!   "kind": "firing",
+//!   "at": "2025-05-01T12:00:00Z",
+//!   "summary": "[FIRING] Orders backlog (critical): queue 'orders' (vhost '/', broker 'main'): ready 37 (threshold > 10)",
+//!   "description": "Orders backlog: ready is 37 (> 10) for queue 'orders' (vhost '/', broker 'main')",
+//!   "rule": {
+//!     "id": "orders-backlog",
+//!     "name": "Orders backlog",
+//!     "severity": "critical",
+//!     "metric": "ready",
+//!     "comparator": ">",
+//!     "threshold": 10.0
+//!   },
+//!   "alert": { "broker": "main", "vhost": "/", "queue": "orders", "value": 37.0 },
+//!   "note": null,
+//!   "dashboard_url": "http://warren.example/queues/main/%2F/orders"
+//! }
+//! ```
+//!
+//! - `version`: 1; a change that breaks receivers gets a new number.
+//! - `kind`: `firing` (the alert started firing), `reminder` (still firing, sent every repeat
+//!   interval), `resolved`, or `test` (the "send test notification" button).
+//! - `at`: when the change happened (RFC 3339, UTC).
+//! - `summary`: one line for humans, the same text as the Slack message and the email subject.
+//! - `description`: the rule's description template filled in, or a generated sentence.
+//! - `rule.metric`, `rule.comparator`, `rule.threshold`: `null` for `broker_unreachable` rules,
+//!   which compare no number, and for tests. `severity` is `info`, `warning` or `critical`.
+//! - `alert`: what the alert is about; `vhost` and `queue` are `null` for a broker-level alert.
+//!   `value` is the reading that caused the change, `null` when there was none (broker alerts,
+//!   a queue deleted, a rule removed).
+//! - `note`: why an alert ended other than by its condition ("queue deleted", "rule removed").
+//! - `dashboard_url`: where to look, when warren knows its public address.
+//!
+//! A test notification has `kind: "test"`, `rule.id: "test"`, `rule.severity: "info"` and
+//! `alert.broker: "warren"`. Any 2xx answer counts as delivered; the answer's body is ignored.
+//!
+//! # Slack and email
+//!
+//! Slack-compatible webhooks (Slack, Mattermost, Rocket.Chat) get `{"text": "..."}`: the
+//! summary, the description and a link to the dashboard, escaped for Slack's markup. Email is
+//! plain text with the summary as subject; the body lists rule, severity, alert, value,
+//! threshold, time and note.
+
+mod channel;
+mod dispatch;
+mod log;
+mod message;
+mod send;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub use channel::{ChannelKind, ChannelView, EmailSettings, NotificationChannel, SmtpSecurity};
+pub use dispatch::{DeliveryPolicy, Dispatcher};
+pub use log::{recent_deliveries, record, DeliveryRecord, LogEntry, Outcome};
+pub use message::WEBHOOK_VERSION;
+pub use send::{send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};
+
+use super::{AlertKey, Comparator, Metric, Rule, Severity};
+#[cfg(doc)]
+use crate::config::Secret;
+
+/// Why a notification is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotificationKind {
+    Firing,
+    Resolved,
+    /// Still firing, and the repeat interval has passed since it was last told.
+    Reminder,
+    /// Sent by the "send test notification" button, about no alert.
+    Test,
+}
+
+impl NotificationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationKind::Firing => "firing",
+            NotificationKind::Resolved => "resolved",
+            NotificationKind::Reminder => "reminder",
+            NotificationKind::Test => "test",
+        }
+    }
+
+    fn parse(text: &str) -> Option<NotificationKind> {
+        use NotificationKind::*;
+        [Firing, Resolved, Reminder, Test].into_iter().find(|kind| kind.as_str() == text)
+    }
+}
+
+/// One thing to tell, the same for every channel; each channel renders it its own way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notification {
+    pub kind: NotificationKind,
+    pub rule_id: String,
+    pub rule_name: String,
+    pub severity: Severity,
+    /// `None` for a test notification.
+    pub metric: Option<Metric>,
+    /// `None` for `broker_unreachable` rules and tests, which compare no number.
+    pub comparator: Option<Comparator>,
+    pub threshold: Option<f64>,
+    pub key: AlertKey,
+    /// The reading behind the change; `None` when there was none (unknown, never 0).
+    pub value: Option<f64>,
+    /// The rule's description template filled in, or a generated sentence.
+    pub description: String,
+    pub at: DateTime<Utc>,
+    /// Why an alert ended other than by its condition ("queue deleted", "rule removed").
+    pub note: Option<String>,
+    /// A link to the alert in warren, when warren knows its public address.
+    pub dashboard_url: Option<String>,
+}
+
+impl Notification {
+    /// A notification about one alert of `rule`.
+    pub fn for_rule(
+        kind: NotificationKind,
+        rule: &Rule,
+        key: AlertKey,
+        value: Option<f64>,
+        at: DateTime<Utc>,
+        note: Option<String>,
+    ) -> Notification {
+        Notification {
+            kind,
+            rule_id: rule.id.clone(),
+            rule_name: rule.name.clone(),
+            severity: rule.severity,
+            metric: Some(rule.metric),
+            comparator: rule.comparator,
+            threshold: rule.threshold,
+            description: rule.describe(&key, value),
+            key,
+            value,
+            at,
+            note,
+            dashboard_url: None,
+        }
+    }
+
+    /// What the "send test notification" button sends: about no alert, with the placeholder
+    /// rule and broker the module docs list.
+    pub fn test(at: DateTime<Utc>) -> Notification {
+        Notification {
+            kind: NotificationKind::Test,
+            rule_id: "test".to_string(),
+            rule_name: "Test notification".to_string(),
+            severity: Severity::Info,
+            metric: None,
+            comparator: None,
+            threshold: None,
+            key: AlertKey::broker("warren"),
+            value: None,
+            description: "This is a test notification from warren: this channel works.".to_string(),
+            at,
+            note: None,
+            dashboard_url: None,
+        }
+    }
+}
+
+/// Whether a firing alert last told at `last_sent` is due a reminder at `now`, given the
+/// repeat interval. A `repeat` too large for a date never comes due.
+pub fn reminder_due(last_sent: DateTime<Utc>, repeat: Duration, now: DateTime<Utc>) -> bool {
+    chrono::Duration::from_std(repeat).is_ok_and(|repeat| now - last_sent >= repeat)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn a_reminder_is_due_once_the_repeat_interval_has_passed() {
+        let sent = Utc.with_ymd_and_hms(2025, 5, 1, 12, 0, 0).unwrap();
+        let hour = Duration::from_secs(3600);
+        assert!(!reminder_due(sent, hour, sent));
+        assert!(!reminder_due(sent, hour, sent + chrono::Duration::seconds(3599)));
+        assert!(reminder_due(sent, hour, sent + chrono::Duration::seconds(3600)));
+        assert!(reminder_due(sent, hour, sent + chrono::Duration::days(2)));
+        // A clock that went backwards is not a reason to remind.
+        assert!(!reminder_due(sent, hour, sent - chrono::Duration::seconds(10)));
+        assert!(!reminder_due(sent, Duration::MAX, sent + chrono::Duration::days(10_000)));
+    }
+
+    #[test]
+    fn kinds_serialize_as_their_names() {
+        for kind in
+            [NotificationKind::Firing, NotificationKind::Resolved, NotificationKind::Reminder, NotificationKind::Test]
+        {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+    }
+}

@@ -1,0 +1,504 @@
+//! Notifications against real receivers on loopback: an HTTP server the test starts (answering
+//! 200, 500, 404, or never), a tiny SMTP server, and a real SQLite file for the delivery log.
+//! No RabbitMQ is needed.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use chrono::Utc;
+use common::wait_for;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use warren::alerts::notify::{
+    recent_deliveries, DeliveryError, DeliveryPolicy, DeliveryRecord, Dispatcher, Notification, NotificationChannel,
+    NotificationKind, Outcome,
+};
+use warren::alerts::{AlertKey, Comparator, Metric, Rule, Scope, Severity};
+use warren::history::Db;
+
+/// In every receiver URL: it must never show up in the log table, the logs or `Debug`.
+const TOKEN: &str = "T0KEN-s3cr3t-4711";
+
+/// One request the HTTP receiver got.
+#[derive(Debug, Clone)]
+struct Received {
+    path: String,
+    body: Value,
+    at: Instant,
+}
+
+/// An HTTP receiver on loopback. The first path segment says how it answers: `ok` 200,
+/// `fail` 500 (echoing the path, as some proxies do), `gone` 404, `hang` never.
+#[derive(Clone, Default)]
+struct Receiver {
+    base: String,
+    requests: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let receiver = Receiver { base: format!("http://{}", listener.local_addr().unwrap()), ..Receiver::default() };
+        let app = Router::new().fallback(answer).with_state(receiver.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        receiver
+    }
+
+    fn url(&self, behaviour: &str) -> String {
+        format!("{}/{behaviour}/services/{TOKEN}", self.base)
+    }
+
+    fn requests(&self, behaviour: &str) -> Vec<Received> {
+        let prefix = format!("/{behaviour}/");
+        self.requests.lock().unwrap().iter().filter(|r| r.path.starts_with(&prefix)).cloned().collect()
+    }
+}
+
+async fn answer(State(receiver): State<Receiver>, uri: Uri, Json(body): Json<Value>) -> Response {
+    let path = uri.path().to_string();
+    receiver.requests.lock().unwrap().push(Received { path: path.clone(), body, at: Instant::now() });
+    match path.split('/').nth(1) {
+        Some("ok") => StatusCode::OK.into_response(),
+        Some("fail") => (StatusCode::INTERNAL_SERVER_ERROR, format!("no upstream for {path}")).into_response(),
+        Some("gone") => (StatusCode::NOT_FOUND, "no_service").into_response(),
+        _ => std::future::pending().await,
+    }
+}
+
+fn channel(id: &str, kind: &str, url: &str) -> NotificationChannel {
+    let channel: NotificationChannel =
+        toml::from_str(&format!("id = \"{id}\"\nname = \"Channel {id}\"\ntype = \"{kind}\"\nurl = \"{url}\"")).unwrap();
+    assert!(channel.validate().is_empty(), "{:?}", channel.validate());
+    channel
+}
+
+fn firing() -> Notification {
+    let rule = Rule {
+        id: "orders-backlog".to_string(),
+        name: "Orders backlog".to_string(),
+        scope: Scope::default(),
+        metric: Metric::Ready,
+        comparator: Some(Comparator::Gt),
+        threshold: Some(10.0),
+        for_secs: 0,
+        keep_firing_for_secs: 0,
+        severity: Severity::Critical,
+        description: None,
+    };
+    Notification::for_rule(
+        NotificationKind::Firing,
+        &rule,
+        AlertKey::queue("main", "/", "orders"),
+        Some(37.0),
+        Utc::now(),
+        None,
+    )
+}
+
+/// A database of its own in a temporary directory, kept alive with it.
+async fn database() -> (tempfile::TempDir, Db) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = warren::history::open(&dir.path().join("warren.db")).await.unwrap();
+    (dir, db)
+}
+
+fn fast_policy() -> DeliveryPolicy {
+    DeliveryPolicy {
+        max_attempts: 3,
+        first_backoff: Duration::from_millis(200),
+        max_backoff: Duration::from_secs(1),
+        attempt_timeout: Duration::from_secs(5),
+        queue_capacity: 10,
+    }
+}
+
+/// Waits until the delivery log holds rows of `channel` that satisfy `done`; returns them oldest first.
+async fn log_rows(db: &Db, channel: &str, what: &str, done: impl Fn(&[DeliveryRecord]) -> bool) -> Vec<DeliveryRecord> {
+    wait_for(what, Duration::from_secs(10), || async {
+        let mut rows = recent_deliveries(db, 100).await.map_err(|e| e.to_string())?;
+        rows.retain(|r| r.channel_id == channel);
+        rows.reverse();
+        if done(&rows) {
+            Ok(rows)
+        } else {
+            Err(format!("{rows:?}"))
+        }
+    })
+    .await
+}
+
+fn assert_no_token(text: &str) {
+    assert!(!text.contains(TOKEN) && !text.contains("/services/"), "a secret URL leaked: {text}");
+}
+
+/// Everything `tracing` writes while the guard lives, on this thread (the tests that use it
+/// run on the current-thread runtime, so the dispatcher's tasks log here too).
+#[derive(Clone, Default)]
+struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLogs {
+    fn start() -> (CapturedLogs, tracing::subscriber::DefaultGuard) {
+        let logs = CapturedLogs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_gets_the_documented_body_and_the_log_its_status() {
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    dispatcher.set_channels(vec![channel("hook", "webhook", &receiver.url("ok"))]);
+
+    assert_eq!(dispatcher.notify(&firing()), 1);
+
+    let rows = log_rows(&db, "hook", "a sent row", |rows| !rows.is_empty()).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].outcome, rows[0].attempt, rows[0].http_status), (Outcome::Sent, 1, Some(200)));
+    assert_eq!(rows[0].kind, NotificationKind::Firing);
+    assert_eq!(rows[0].rule_id.as_deref(), Some("orders-backlog"));
+    assert_eq!(rows[0].alert_key, Some(AlertKey::queue("main", "/", "orders")));
+    assert_eq!(rows[0].channel_name, "Channel hook");
+
+    let requests = receiver.requests("ok");
+    assert_eq!(requests.len(), 1);
+    let body = &requests[0].body;
+    assert_eq!(body["version"], 1);
+    assert_eq!(body["kind"], "firing");
+    assert_eq!(body["rule"]["id"], "orders-backlog");
+    assert_eq!(body["rule"]["severity"], "critical");
+    assert_eq!(body["rule"]["metric"], "ready");
+    assert_eq!(body["rule"]["comparator"], ">");
+    assert_eq!(body["rule"]["threshold"], 10.0);
+    assert_eq!(body["alert"], serde_json::json!({"broker": "main", "vhost": "/", "queue": "orders", "value": 37.0}));
+    assert!(body["summary"].as_str().unwrap().starts_with("[FIRING] Orders backlog (critical)"), "{body}");
+    assert!(body["at"].as_str().unwrap().parse::<chrono::DateTime<Utc>>().is_ok(), "{body}");
+    assert!(body["note"].is_null() && body["dashboard_url"].is_null(), "{body}");
+
+    assert!(dispatcher.shutdown(Duration::from_secs(5)).await);
+}
+
+#[tokio::test]
+async fn a_500_is_retried_with_backoff_then_given_up_and_every_attempt_logged_without_the_url() {
+    let (logs, _guard) = CapturedLogs::start();
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let failing = channel("failing", "webhook", &receiver.url("fail"));
+    dispatcher.set_channels(vec![failing.clone(), channel("gone", "slack", &receiver.url("gone"))]);
+
+    assert_eq!(dispatcher.notify(&firing()), 2);
+
+    let rows = log_rows(&db, "failing", "three attempts", |rows| rows.len() >= 3).await;
+    let attempts: Vec<_> = rows.iter().map(|r| (r.attempt, r.outcome, r.http_status)).collect();
+    assert_eq!(
+        attempts,
+        [(1, Outcome::Failed, Some(500)), (2, Outcome::Failed, Some(500)), (3, Outcome::GaveUp, Some(500))]
+    );
+    for row in &rows {
+        let error = row.error.as_deref().unwrap();
+        assert!(error.starts_with("the receiver answered HTTP 500: no upstream for "), "{error}");
+        assert_no_token(error);
+    }
+    // Waits of 200 ms, then 400 ms, between the attempts the receiver saw.
+    let requests = receiver.requests("fail");
+    assert_eq!(requests.len(), 3);
+    let gaps: Vec<Duration> = requests.windows(2).map(|w| w[1].at - w[0].at).collect();
+    assert!(gaps[0] >= Duration::from_millis(200) && gaps[1] >= Duration::from_millis(400), "{gaps:?}");
+    assert!(gaps[1] > gaps[0], "the backoff grows: {gaps:?}");
+
+    // A 404 says the hook is gone: retrying cannot help, so one attempt only.
+    let rows = log_rows(&db, "gone", "one attempt", |rows| !rows.is_empty()).await;
+    assert_eq!((rows[0].attempt, rows[0].outcome, rows[0].http_status), (1, Outcome::GaveUp, Some(404)));
+    assert_eq!(rows[0].error.as_deref(), Some("the receiver answered HTTP 404: no_service"));
+    assert_eq!(receiver.requests("gone").len(), 1);
+
+    assert!(dispatcher.shutdown(Duration::from_secs(5)).await);
+    let logs = logs.text();
+    assert!(logs.contains("notification attempt failed; giving up"), "{logs}");
+    assert!(logs.contains(&format!("{}/…", receiver.base)), "logs name the channel's masked target: {logs}");
+    assert_no_token(&logs);
+    assert_no_token(&format!("{failing:?} {:?} {dispatcher:?}", dispatcher.channels()));
+    assert_no_token(&serde_json::to_string(&failing.view()).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_webhook_delays_neither_the_caller_nor_another_channel() {
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let policy = DeliveryPolicy { queue_capacity: 2, attempt_timeout: Duration::from_secs(30), ..fast_policy() };
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), policy);
+    dispatcher.set_channels(vec![
+        channel("hanging", "webhook", &receiver.url("hang")),
+        channel("fine", "slack", &receiver.url("ok")),
+    ]);
+
+    assert_eq!(dispatcher.notify(&firing()), 2);
+    wait_for("the first attempt to reach the hanging receiver", Duration::from_secs(5), || async {
+        match receiver.requests("hang").len() {
+            0 => Err("no request yet".to_string()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+
+    // The hanging channel holds one notification in flight and queues two more; each new one
+    // reaches the other channel at once, and handing it over never waits.
+    let mut queued = Vec::new();
+    for expected in 2..=6 {
+        let started = Instant::now();
+        queued.push(dispatcher.notify(&firing()));
+        assert!(started.elapsed() < Duration::from_millis(100), "notify blocked for {:?}", started.elapsed());
+        wait_for("the other channel's message", Duration::from_secs(2), || async {
+            let sent = recent_deliveries(&db, 100).await.unwrap().iter().filter(|r| r.channel_id == "fine").count();
+            match (receiver.requests("ok").len(), sent) {
+                (received, sent) if received == expected && sent == expected => Ok(()),
+                (received, sent) => Err(format!("{received} received, {sent} logged as sent, {expected} expected")),
+            }
+        })
+        .await;
+    }
+    assert_eq!(queued, [2, 2, 1, 1, 1], "channels that took each notification");
+
+    let rows = log_rows(&db, "hanging", "dropped rows for the full queue", |rows| rows.len() >= 3).await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for row in &rows {
+        assert_eq!((row.outcome, row.attempt), (Outcome::Dropped, 1));
+        assert!(row.error.as_deref().unwrap().contains("queue is full"), "{row:?}");
+    }
+    assert_eq!(receiver.requests("hang").len(), 1, "one attempt at a time per channel");
+
+    // Shutdown abandons the hanging attempt and records what was still waiting.
+    assert!(dispatcher.shutdown(Duration::from_secs(5)).await, "the dispatcher did not stop");
+    let rows = recent_deliveries(&db, 100).await.unwrap();
+    let errors: Vec<&str> =
+        rows.iter().filter(|r| r.channel_id == "hanging").map(|r| r.error.as_deref().unwrap()).collect();
+    assert_eq!(errors.len(), 6, "{rows:?}");
+    assert_eq!(errors.iter().filter(|e| e.contains("during the attempt")).count(), 1, "{errors:?}");
+    assert_eq!(errors.iter().filter(|e| e.contains("before sending")).count(), 2, "{errors:?}");
+}
+
+#[tokio::test]
+async fn slack_gets_a_text_message() {
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    dispatcher.set_channels(vec![channel("slack", "slack", &receiver.url("ok"))]);
+    let mut resolved = firing();
+    resolved.kind = NotificationKind::Resolved;
+    resolved.value = Some(3.0);
+    resolved.dashboard_url = Some("http://warren.test/queues/main/%2F/orders".to_string());
+
+    dispatcher.notify(&resolved);
+
+    log_rows(&db, "slack", "a sent row", |rows| rows.iter().any(|r| r.outcome == Outcome::Sent)).await;
+    let body = &receiver.requests("ok")[0].body;
+    let text = body["text"].as_str().unwrap();
+    assert_eq!(body.as_object().unwrap().len(), 1, "Slack gets only text: {body}");
+    assert!(
+        text.starts_with(
+            "[RESOLVED] Orders backlog (critical): queue 'orders' (vhost '/', broker 'main'): ready 3 (threshold &gt; 10)\n"
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with("<http://warren.test/queues/main/%2F/orders|Open in warren>"), "{text}");
+    dispatcher.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn send_test_makes_one_attempt_and_reports_it() {
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let ok = channel("ok", "webhook", &receiver.url("ok"));
+    let failing = channel("failing", "webhook", &receiver.url("fail"));
+
+    // The channels need not be the dispatcher's: the button tests the form being edited.
+    let delivered = dispatcher.send_test(&ok).await.unwrap();
+    assert_eq!(delivered.http_status, Some(200));
+    assert_eq!(receiver.requests("ok")[0].body["kind"], "test");
+
+    let error = dispatcher.send_test(&failing).await.unwrap_err();
+    assert_eq!(error.http_status(), Some(500));
+    assert_no_token(&error.to_string());
+    assert_eq!(receiver.requests("fail").len(), 1, "a test is never retried");
+
+    let rows = recent_deliveries(&db, 10).await.unwrap();
+    let summary: Vec<_> = rows.iter().map(|r| (r.channel_id.as_str(), r.kind, r.outcome, r.http_status)).collect();
+    assert_eq!(
+        summary,
+        [
+            ("failing", NotificationKind::Test, Outcome::GaveUp, Some(500)),
+            ("ok", NotificationKind::Test, Outcome::Sent, Some(200))
+        ]
+    );
+    assert!(rows.iter().all(|r| r.rule_id.is_none() && r.alert_key.is_none()));
+}
+
+#[tokio::test]
+async fn connection_errors_do_not_quote_the_url() {
+    let (logs, _guard) = CapturedLogs::start();
+    let (_dir, db) = database().await;
+    // A port nothing listens on: bound, then released.
+    let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+    let refused = channel("refused", "webhook", &format!("http://127.0.0.1:{port}/hook/{TOKEN}?token={TOKEN}"));
+    let dispatcher =
+        Dispatcher::new(reqwest::Client::new(), db.clone(), DeliveryPolicy { max_attempts: 2, ..fast_policy() });
+
+    let error = dispatcher.send_test(&refused).await.unwrap_err();
+    assert!(matches!(error, DeliveryError::Transport(_)), "{error:?}");
+    assert_no_token(&error.to_string());
+    assert_no_token(&format!("{error:?}"));
+
+    dispatcher.set_channels(vec![refused]);
+    dispatcher.notify(&firing());
+    let rows = log_rows(&db, "refused", "two failed attempts and a test", |rows| rows.len() >= 3).await;
+    for row in &rows {
+        assert_no_token(row.error.as_deref().unwrap());
+    }
+    assert_eq!(rows[2].outcome, Outcome::GaveUp);
+    dispatcher.shutdown(Duration::from_secs(5)).await;
+    assert_no_token(&logs.text());
+}
+
+/// One message the fake SMTP server accepted.
+#[derive(Debug, Clone, Default)]
+struct Mail {
+    from: String,
+    to: Vec<String>,
+    data: String,
+}
+
+/// Just enough SMTP for a client that sends one message per connection: EHLO, MAIL, RCPT,
+/// DATA, QUIT (and RSET, NOOP).
+async fn start_smtp() -> (u16, Arc<Mutex<Vec<Mail>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mails = Arc::new(Mutex::new(Vec::new()));
+    let accepted = mails.clone();
+    tokio::spawn(async move {
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::spawn(smtp_session(socket, accepted.clone()));
+        }
+    });
+    (port, mails)
+}
+
+async fn smtp_session(socket: TcpStream, mails: Arc<Mutex<Vec<Mail>>>) -> std::io::Result<()> {
+    let (read, mut write) = socket.into_split();
+    let mut lines = BufReader::new(read).lines();
+    write.write_all(b"220 fake.test ESMTP\r\n").await?;
+    let mut mail = Mail::default();
+    while let Some(line) = lines.next_line().await? {
+        let command = line.to_ascii_uppercase();
+        let reply: &[u8] = if command.starts_with("EHLO") || command.starts_with("HELO") {
+            b"250 fake.test\r\n"
+        } else if command.starts_with("MAIL FROM:") {
+            mail.from = line["MAIL FROM:".len()..].trim().to_string();
+            b"250 OK\r\n"
+        } else if command.starts_with("RCPT TO:") {
+            mail.to.push(line["RCPT TO:".len()..].trim().to_string());
+            b"250 OK\r\n"
+        } else if command == "DATA" {
+            write.write_all(b"354 go ahead\r\n").await?;
+            while let Some(data) = lines.next_line().await? {
+                if data == "." {
+                    break;
+                }
+                mail.data.push_str(data.strip_prefix('.').unwrap_or(&data));
+                mail.data.push('\n');
+            }
+            mails.lock().unwrap().push(std::mem::take(&mut mail));
+            b"250 OK queued\r\n"
+        } else if command == "QUIT" {
+            write.write_all(b"221 bye\r\n").await?;
+            return Ok(());
+        } else if command == "RSET" || command == "NOOP" {
+            b"250 OK\r\n"
+        } else {
+            b"502 not implemented\r\n"
+        };
+        write.write_all(reply).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn email_goes_out_over_smtp() {
+    let (port, mails) = start_smtp().await;
+    let (_dir, db) = database().await;
+    let email: NotificationChannel = toml::from_str(&format!(
+        "id = \"mail\"\nname = \"Ops mail\"\ntype = \"email\"\nhost = \"127.0.0.1\"\nport = {port}\n\
+         security = \"none\"\nfrom = \"Warren <warren@example.com>\"\nto = [\"ops@example.com\", \"oncall@example.com\"]"
+    ))
+    .unwrap();
+    assert!(email.validate().is_empty(), "{:?}", email.validate());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+
+    assert_eq!(dispatcher.send_test(&email).await.unwrap().http_status, None);
+    dispatcher.set_channels(vec![email]);
+    dispatcher.notify(&firing());
+    let rows = log_rows(&db, "mail", "two sent mails", |rows| rows.len() >= 2).await;
+    assert!(rows.iter().all(|r| r.outcome == Outcome::Sent && r.http_status.is_none()), "{rows:?}");
+
+    let mails = mails.lock().unwrap().clone();
+    assert_eq!(mails.len(), 2, "{mails:?}");
+    assert_eq!(mails[1].from, "<warren@example.com>");
+    assert_eq!(mails[1].to, ["<ops@example.com>", "<oncall@example.com>"]);
+    assert!(mails[0].data.contains("Subject: [TEST] This is a test notification from warren"), "{}", mails[0].data);
+    let data = &mails[1].data;
+    assert!(data.contains("Subject: [FIRING] Orders backlog (critical)"), "{data}");
+    assert!(data.contains("From: Warren <warren@example.com>"), "{data}");
+    assert!(data.contains("Content-Type: text/plain"), "{data}");
+    assert!(data.contains("Threshold: > 10"), "{data}");
+    dispatcher.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn starttls_that_the_server_does_not_offer_sends_nothing_in_clear() {
+    let (port, mails) = start_smtp().await;
+    let (_dir, db) = database().await;
+    let email: NotificationChannel = toml::from_str(&format!(
+        "id = \"mail\"\nname = \"Ops mail\"\ntype = \"email\"\nhost = \"127.0.0.1\"\nport = {port}\n\
+         user = \"warren\"\npassword = \"hunter2hunter2\"\nfrom = \"warren@example.com\"\nto = [\"ops@example.com\"]"
+    ))
+    .unwrap();
+    assert!(email.validate().is_empty(), "{:?}", email.validate());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+
+    let error = dispatcher.send_test(&email).await.unwrap_err();
+    assert!(matches!(error, DeliveryError::Smtp { .. }), "{error:?}");
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+    assert!(mails.lock().unwrap().is_empty());
+    let rows = recent_deliveries(&db, 10).await.unwrap();
+    assert_eq!((rows[0].outcome, rows[0].http_status), (Outcome::GaveUp, None));
+}
