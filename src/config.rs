@@ -25,6 +25,8 @@ pub struct Config {
     pub alerts: Vec<crate::alerts::Rule>,
     /// How often a firing alert is notified again; `None`: never.
     pub alert_repeat: Option<Duration>,
+    /// Where alert notifications go (`[[notifications]]`).
+    pub notifications: Vec<crate::alerts::notify::NotificationChannel>,
 }
 
 /// One RabbitMQ broker (or cluster) to watch.
@@ -115,6 +117,8 @@ struct FileConfig {
     #[serde(default)]
     alerts: Vec<crate::alerts::Rule>,
     alert_repeat_secs: Option<u64>,
+    #[serde(default)]
+    notifications: Vec<crate::alerts::notify::NotificationChannel>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -239,6 +243,15 @@ impl Config {
             }
         }
 
+        for (i, channel) in file.notifications.iter().enumerate() {
+            if let Some(e) = channel.validate().into_iter().next() {
+                return Err(invalid(format!("notifications[{i}].{}", e.field), e.message));
+            }
+            if file.notifications[..i].iter().any(|c| c.id == channel.id) {
+                return Err(invalid(format!("notifications[{i}].id"), format!("{:?} is used twice", channel.id)));
+            }
+        }
+
         Ok(Config {
             listen,
             database,
@@ -246,6 +259,7 @@ impl Config {
             brokers,
             alerts: file.alerts,
             alert_repeat,
+            notifications: file.notifications,
         })
     }
 }

@@ -91,6 +91,8 @@ pub async fn run(
     if tokio::time::timeout(SHUTDOWN_DEADLINE, tracker.wait()).await.is_err() {
         tracing::warn!("background tasks did not stop within {SHUTDOWN_DEADLINE:?}");
     }
+    // After the alert loop: what it queued is sent or logged as dropped before the database closes.
+    state.notifier.shutdown(SHUTDOWN_DEADLINE).await;
     state.db.close().await;
     served.map_err(Into::into)
 }

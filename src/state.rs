@@ -22,6 +22,8 @@ pub struct AppState {
     pub snapshots: Snapshots,
     /// Running and recent moves.
     pub jobs: crate::moves::Jobs,
+    /// Sends alert notifications in the background.
+    pub notifier: crate::alerts::notify::Dispatcher,
 }
 
 /// The latest poll result of every broker, written by the pollers and read by the pages.
@@ -152,6 +154,12 @@ impl AppState {
 
     pub fn new(config: Config, db: Db, broker_ids: HashMap<String, i64>) -> Self {
         let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("TLS backend initialises");
+        let notifier = crate::alerts::notify::Dispatcher::new(http, db.clone(), Default::default());
+        notifier.set_channels(config.notifications.clone());
         AppState {
             config: Arc::new(config),
             db,
@@ -159,6 +167,7 @@ impl AppState {
             broker_ids: Arc::new(broker_ids),
             snapshots: Snapshots::default(),
             jobs: crate::moves::Jobs::default(),
+            notifier,
         }
     }
 }

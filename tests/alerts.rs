@@ -5,10 +5,60 @@ mod common;
 
 use std::time::Duration;
 
-use common::{declare, publish, wait_for, TestVhost, Warren};
+use std::sync::{Arc, Mutex};
+
+use common::{declare, publish, wait_for, TestVhost, Warren, MANAGEMENT};
 use lapin::options::QueuePurgeOptions;
 use lapin::BasicProperties;
 use serde_json::{json, Value};
+
+/// A webhook receiver on loopback: it keeps every JSON body it gets; when `hang` is set it
+/// never answers.
+#[derive(Clone, Default)]
+struct Receiver {
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Receiver {
+    async fn start(hang: bool) -> (Receiver, String) {
+        let receiver = Receiver::default();
+        let kept = receiver.clone();
+        let app = axum::Router::new().route(
+            "/hook/{token}",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let kept = kept.clone();
+                async move {
+                    kept.bodies.lock().unwrap().push(body);
+                    if hang {
+                        std::future::pending::<()>().await;
+                    }
+                    "ok"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook/s3cr3t-token", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (receiver, url)
+    }
+
+    /// The bodies of kind `kind` ("firing", "resolved", ...) about rule `rule`.
+    fn of(&self, kind: &str, rule: &str) -> Vec<Value> {
+        self.bodies.lock().unwrap().iter().filter(|b| b["kind"] == kind && b["rule"]["id"] == rule).cloned().collect()
+    }
+}
+
+/// warren watching `vhost` every second, notifying the given webhooks, with `rules` declared.
+async fn warren_notifying(vhost: &str, hooks: &[(&str, &str)], rules: &str) -> Warren {
+    let mut toml = format!(
+        "alert_repeat_secs = 0\n{rules}\n[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\n\
+         vhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n"
+    );
+    for (id, url) in hooks {
+        toml.push_str(&format!("[[notifications]]\nid = {id:?}\nname = {id:?}\ntype = \"webhook\"\nurl = {url:?}\n"));
+    }
+    Warren::start(&toml).await
+}
 
 /// The alert of rule `rule` on queue `queue`, if pending or firing.
 async fn alert(warren: &Warren, rule: &str, queue: &str) -> Option<Value> {
@@ -35,7 +85,8 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     declare(&channel, "work", false).await;
-    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let (receiver, hook) = Receiver::start(false).await;
+    let warren = warren_notifying(&vhost.name, &[("hook", &hook)], "").await;
 
     // Bad input is refused with a message per field.
     let (status, body) = warren
@@ -101,6 +152,32 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
     }
     assert!(fired_at - active_since >= chrono::Duration::seconds(10), "fired {fired_at}, pending since {active_since}");
     assert_eq!(firings(&warren, "deep").await, 1);
+    wait_for("the firing notification", Duration::from_secs(10), || async {
+        let sent = receiver.of("firing", "deep");
+        if sent.len() == 1 {
+            Ok(())
+        } else {
+            Err(format!("{sent:?}"))
+        }
+    })
+    .await;
+    let sent = &receiver.of("firing", "deep")[0];
+    assert_eq!(
+        (sent["alert"]["queue"].as_str(), sent["alert"]["value"].as_f64()),
+        (Some("work"), Some(11.0)),
+        "{sent}"
+    );
+    // The channel is listed without its token; the delivery is logged.
+    let (_, channels) = warren.get_json("/api/v1/notifications/channels").await;
+    assert!(!channels.to_string().contains("s3cr3t-token"), "{channels}");
+    let (_, deliveries) = warren.get_json("/api/v1/notifications/deliveries").await;
+    assert_eq!((deliveries[0]["outcome"].as_str(), deliveries[0]["http_status"].as_u64()), (Some("sent"), Some(200)));
+    // The "send test notification" button.
+    let (status, body) = warren.post_json("/api/v1/notifications/channels/hook/test", json!({})).await;
+    assert_eq!((status, body["outcome"].as_str()), (200, Some("sent")), "{body}");
+    assert_eq!(receiver.bodies.lock().unwrap().iter().filter(|b| b["kind"] == "test").count(), 1);
+    let page = warren.http.post(warren.url("/alerts/channels/hook/test")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("Test notification sent to hook") && !page.contains("s3cr3t-token"), "{page}");
 
     // A restart neither forgets it nor fires it again.
     let warren = warren.restart().await;
@@ -108,6 +185,7 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
     let after = alert(&warren, "deep", "work").await.expect("remembered");
     assert_eq!((after["phase"].as_str(), time(&after["fired_at"])), (Some("firing"), fired_at), "{after}");
     assert_eq!(firings(&warren, "deep").await, 1, "not fired a second time");
+    assert_eq!(receiver.of("firing", "deep").len(), 1, "not notified a second time");
 
     // Drained: it resolves.
     channel.queue_purge("work", QueuePurgeOptions::default()).await.unwrap();
@@ -120,6 +198,16 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
     .await;
     let (_, history) = warren.get_json("/api/v1/alerts/history").await;
     assert_eq!(history[0]["to"], "resolved", "{history}");
+    wait_for("the resolved notification", Duration::from_secs(10), || async {
+        let sent = receiver.of("resolved", "deep");
+        if sent.len() == 1 {
+            Ok(())
+        } else {
+            Err(format!("{sent:?}"))
+        }
+    })
+    .await;
+    assert_eq!(receiver.of("firing", "deep").len(), 1);
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
@@ -162,7 +250,9 @@ async fn the_rule_editor_reports_errors_at_the_field_and_previews_matches() {
     assert_eq!(bad.status().as_u16(), 422);
     let page = bad.text().await.unwrap();
     assert!(
-        page.contains("field-error") && page.contains("&#34;lots&#34; is not a number") && page.contains("value=\"lots\""),
+        page.contains("field-error")
+            && page.contains("&#34;lots&#34; is not a number")
+            && page.contains("value=\"lots\""),
         "{page}"
     );
 
@@ -179,6 +269,86 @@ async fn the_rule_editor_reports_errors_at_the_field_and_previews_matches() {
     assert!(export.contains("[[alerts]]") && export.contains("id = \"a\""), "{export}");
     let config = warren::config::Config::from_toml(&export).expect("the export is a valid config file");
     assert_eq!(config.alerts.len(), 1);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+const ANY_READY: &str = "[[alerts]]\nid = \"any\"\nname = \"Anything ready\"\nmetric = \"ready\"\ncomparator = \">\"\nthreshold = 0\nseverity = \"info\"\n";
+
+/// A silence holds notifications back while the alert still fires; when it ends the
+/// notification goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silence_suppresses_notifications_and_its_expiry_restores_them() {
+    let vhost = TestVhost::create("silence").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "work", false).await;
+    let (receiver, hook) = Receiver::start(false).await;
+    let warren = warren_notifying(&vhost.name, &[("hook", &hook)], ANY_READY).await;
+    let until = chrono::Utc::now() + chrono::Duration::seconds(8);
+    let (status, body) =
+        warren.post_json("/api/v1/silences", json!({"rule_id": "any", "until": until, "comment": "deploying"})).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, _) = warren
+        .post_json("/api/v1/silences", json!({"rule_id": "any", "until": chrono::Utc::now(), "comment": ""}))
+        .await;
+    assert_eq!(status, 422, "a silence in the past without a comment is refused");
+
+    publish(&channel, "work", 1, BasicProperties::default()).await;
+    let firing = wait_for("the alert to fire", Duration::from_secs(20), || async {
+        match alert(&warren, "any", "work").await {
+            Some(a) if a["phase"] == "firing" => Ok(a),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(firing["silenced"], true);
+    let sent = wait_for("the notification after the silence", Duration::from_secs(30), || async {
+        let sent = receiver.of("firing", "any");
+        if sent.is_empty() {
+            Err("nothing yet".to_string())
+        } else {
+            Ok(sent)
+        }
+    })
+    .await;
+    assert!(chrono::Utc::now() >= until, "nothing was sent during the silence");
+    assert_eq!(sent.len(), 1);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// A webhook that never answers delays neither the poller nor the other channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_webhook_delays_neither_the_poller_nor_another_channel() {
+    let vhost = TestVhost::create("hang").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "work", false).await;
+    let (hanging, hang_url) = Receiver::start(true).await;
+    let (fast, fast_url) = Receiver::start(false).await;
+    let warren = warren_notifying(&vhost.name, &[("hang", &hang_url), ("fast", &fast_url)], ANY_READY).await;
+
+    publish(&channel, "work", 1, BasicProperties::default()).await;
+    wait_for("the fast channel to be told", Duration::from_secs(15), || async {
+        if fast.of("firing", "any").len() == 1 {
+            Ok(())
+        } else {
+            Err("not yet".to_string())
+        }
+    })
+    .await;
+    assert_eq!(hanging.of("firing", "any").len(), 1, "the hanging one got the request and holds it");
+    // The poller goes on: new messages show within a few polls.
+    publish(&channel, "work", 4, BasicProperties::default()).await;
+    wait_for("5 ready while the webhook hangs", Duration::from_secs(8), || async {
+        match warren.queue(&vhost.name, "work").await {
+            Some(q) if q["ready"] == 5 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(hanging.of("firing", "any").len() == 1 && hanging.bodies.lock().unwrap().len() == 1);
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

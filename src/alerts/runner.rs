@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use super::notify::{Notification, NotificationKind};
 use super::store::{self, Silence};
 use super::{AlertKey, AlertPhase, AlertState, BrokerInput, Evaluator, Rule, Transition};
 use crate::state::AppState;
@@ -60,9 +61,15 @@ pub async fn run(state: AppState, cancel: CancellationToken) {
     }
 }
 
-/// Hands one notification to the dispatcher.
-fn deliver(_state: &AppState, o: Outgoing) {
-    tracing::info!(rule = %o.rule.id, key = %o.key, tell = ?o.tell, "alert notification");
+/// Hands one notification to the dispatcher, which never blocks.
+fn deliver(state: &AppState, o: Outgoing) {
+    let kind = match o.tell {
+        Tell::Firing => NotificationKind::Firing,
+        Tell::Reminder => NotificationKind::Reminder,
+        Tell::Resolved => NotificationKind::Resolved,
+    };
+    let channels = state.notifier.notify(&Notification::for_rule(kind, &o.rule, o.key.clone(), o.value, o.at, o.note));
+    tracing::info!(rule = %o.rule.id, key = %o.key, tell = ?o.tell, channels, "alert notification queued");
 }
 
 /// One evaluation: rules from the config and the database, the live data of every broker

@@ -27,6 +27,7 @@ pub fn router() -> Router<AppState> {
         .route("/alerts/rules/{id}/delete", post(delete_form))
         .route("/alerts/silences", post(silence_form))
         .route("/alerts/silences/{id}/expire", post(expire_form))
+        .route("/alerts/channels/{id}/test", post(test_form))
 }
 
 /// A pending or firing alert as the page shows it (the overview and the queue page too).
@@ -96,6 +97,9 @@ struct AlertsPage {
     silences: Vec<(i64, String, String, String, String)>,
     history: Vec<HistoryRow>,
     form: RuleForm,
+    channels: Vec<crate::alerts::notify::ChannelView>,
+    deliveries: Vec<(String, String, String, String, String, String)>,
+    notice: Option<(bool, String)>,
     errors: HashMap<String, String>,
     error_list: Vec<(String, String)>,
     preview: PreviewFragment,
@@ -228,6 +232,15 @@ fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
 }
 
 async fn render(state: &AppState, form: RuleForm, error: Option<WebError>) -> Result<String, WebError> {
+    render_with(state, form, error, None).await
+}
+
+async fn render_with(
+    state: &AppState,
+    form: RuleForm,
+    error: Option<WebError>,
+    notice: Option<(bool, String)>,
+) -> Result<String, WebError> {
     let rules = store::all_rules(&state.config.alerts, &state.db).await?;
     let error_list: Vec<(String, String)> = match error {
         Some(WebError::Invalid(fields)) => fields,
@@ -279,6 +292,27 @@ async fn render(state: &AppState, form: RuleForm, error: Option<WebError>) -> Re
             })
             .collect(),
         preview: preview_fragment(state, &form),
+        channels: state.notifier.channels().iter().map(|c| c.view()).collect(),
+        deliveries: crate::alerts::notify::recent_deliveries(&state.db, 50)
+            .await?
+            .into_iter()
+            .map(|d| {
+                (
+                    format::time(Some(d.at)),
+                    d.channel_name,
+                    d.kind.as_str().to_string(),
+                    d.alert_key.map(|k| k.to_string()).unwrap_or_default(),
+                    format!("{:?}", d.outcome).to_lowercase(),
+                    match (d.http_status, d.error) {
+                        (Some(s), Some(e)) => format!("HTTP {s}: {e}"),
+                        (Some(s), None) => format!("HTTP {s}"),
+                        (None, Some(e)) => e,
+                        (None, None) => String::new(),
+                    },
+                )
+            })
+            .collect(),
+        notice,
         errors: error_list.iter().cloned().collect(),
         error_list,
         form,
@@ -366,4 +400,15 @@ async fn silence_form(State(state): State<AppState>, Form(form): Form<SilenceFor
 async fn expire_form(State(state): State<AppState>, Path(id): Path<i64>) -> Result<Response, PageError> {
     store::expire_silence(&state.db, id).await?;
     Ok(Redirect::to("/alerts").into_response())
+}
+
+async fn test_form(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, PageError> {
+    let notice = match super::alerts::send_test(&state, &id).await? {
+        Ok(status) => (
+            true,
+            format!("Test notification sent to {id}{}.", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()),
+        ),
+        Err(e) => (false, format!("Test notification to {id} failed: {e}")),
+    };
+    Ok(html(render_with(&state, blank_form(), None, Some(notice)).await?))
 }

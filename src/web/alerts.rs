@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{ApiError, WebError};
 use crate::alerts::store::{self, Silence, Source, StoredRule};
-use crate::alerts::{self, AlertKey, AlertState, Rule};
+use crate::alerts::{self, notify, AlertKey, AlertState, Rule};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -27,6 +27,43 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/alerts/rules/{id}/delete", post(delete_rule))
         .route("/api/v1/silences", get(silences).post(create_silence))
         .route("/api/v1/silences/{id}/expire", post(expire_silence))
+        .route("/api/v1/notifications/channels", get(channels))
+        .route("/api/v1/notifications/channels/{id}/test", post(test_channel))
+        .route("/api/v1/notifications/deliveries", get(deliveries))
+}
+
+/// The configured channels, masked: no URL path, token or password.
+async fn channels(State(state): State<AppState>) -> Json<Vec<notify::ChannelView>> {
+    Json(state.notifier.channels().iter().map(notify::NotificationChannel::view).collect())
+}
+
+/// Sends a test notification to one channel now (one attempt, recorded in the delivery log).
+pub async fn send_test(state: &AppState, id: &str) -> Result<Result<Option<u16>, String>, WebError> {
+    let channel = state
+        .notifier
+        .channels()
+        .into_iter()
+        .find(|c| c.id == id)
+        .ok_or_else(|| WebError::NotFound(format!("no notification channel with id {id:?}")))?;
+    Ok(state.notifier.send_test(&channel).await.map(|d| d.http_status).map_err(|e| e.to_string()))
+}
+
+async fn test_channel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    match send_test(&state, &id).await? {
+        Ok(status) => Ok(Json(json!({"outcome": "sent", "http_status": status})).into_response()),
+        Err(error) => Ok((
+            StatusCode::BAD_GATEWAY,
+            Json(json!({"outcome": "failed", "error": {"code": "delivery_failed", "message": error}})),
+        )
+            .into_response()),
+    }
+}
+
+async fn deliveries(
+    State(state): State<AppState>,
+    Query(q): Query<Limit>,
+) -> Result<Json<Vec<notify::DeliveryRecord>>, ApiError> {
+    Ok(Json(notify::recent_deliveries(&state.db, q.limit.unwrap_or(200).clamp(1, 5000)).await?))
 }
 
 /// Parses a JSON body. serde's message names the field ("unknown field `x`", "missing field
