@@ -64,7 +64,10 @@ async fn fill(broker: &BrokerConfig, n: usize) {
             .with_delivery_mode(2)
             .with_headers(headers);
         confirms.push(
-            channel.basic_publish("", "dlq", BasicPublishOptions::default(), payload.as_bytes(), properties).await.unwrap(),
+            channel
+                .basic_publish("", "dlq", BasicPublishOptions::default(), payload.as_bytes(), properties)
+                .await
+                .unwrap(),
         );
         if confirms.len() == 1000 {
             for c in confirms.drain(..) {
@@ -101,7 +104,8 @@ async fn main() {
 
     let mut results = Vec::new();
     for round in 1..=rounds {
-        let plan = Plan { selection: Selection::All, target: Target::OriginalQueue, delivery_limit: None, quorum: false };
+        let plan =
+            Plan { selection: Selection::All, target: Target::OriginalQueue, delivery_limit: None, quorum: false };
         let started = Instant::now();
         let report = dlq::move_messages(&broker, VHOST, "dlq", &plan, &Progress::default(), &CancellationToken::new())
             .await
