@@ -93,7 +93,7 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
         .post_json(
             "/api/v1/alerts/rules",
             json!({"id": "bad", "name": "", "metric": "ready", "comparator": ">", "threshold": 10,
-                   "for_secs": -5, "severity": "warning", "scope": {"queue": "/x/"}}),
+                   "for_secs": -5, "severity": "warning", "scope": {"queue": "/x(/"}}),
         )
         .await;
     assert_eq!(status, 422, "{body}");

@@ -12,8 +12,8 @@
 //! description template. The same serde shape is the JSON in the database and a `[[alerts]]`
 //! table in the TOML file. [`Rule::validate`] reports problems by field.
 //!
-//! Patterns are globs only: warren has no regex crate, and `/.../` patterns are refused (not
-//! taken literally) so that they can mean regular expressions later.
+//! Patterns are globs (`*`, `?`), or regular expressions written `/.../` that must match the
+//! whole name.
 //!
 //! # Alerts and their phases
 //!

@@ -56,9 +56,9 @@ pub struct Rule {
 }
 
 /// Which queues a rule watches. Patterns are globs (`*` any run of characters, `?` one
-/// character) over whole names, as for `vhosts_include` in the configuration. A pattern written
-/// `/.../` is refused rather than matched literally: warren has no regular-expression crate yet,
-/// and refusing keeps that spelling free to mean a regex later without changing existing rules.
+/// character) over whole names, as for `vhosts_include` in the configuration, or regular
+/// expressions written `/.../`, which must match the whole name (anchored, as Prometheus label
+/// matchers are): `/orders\.(eu|us)/` matches `orders.eu` but not `orders.eu.dlq`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Scope {
@@ -74,11 +74,47 @@ pub struct Scope {
     pub queue_type: Option<String>,
     /// Only dead-letter queues, as detected from topology (DOMAIN.md §4), not from names.
     pub dlq_only: bool,
+    /// The compiled regular expressions of `vhost` and `queue`, built at the first match: a
+    /// rule is matched against every queue at every poll.
+    #[serde(skip)]
+    pub(crate) compiled: Compiled,
+}
+
+/// A cache, equal to any other so that two scopes compare by their patterns.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Compiled(std::sync::OnceLock<[Option<regex::Regex>; 2]>);
+
+impl PartialEq for Compiled {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// The regular expression of a `/.../` pattern, anchored; `None` for a glob.
+fn regex_of(pattern: &str) -> Option<Result<regex::Regex, regex::Error>> {
+    let inner = pattern.strip_prefix('/')?.strip_suffix('/')?;
+    Some(regex::Regex::new(&format!("^(?:{inner})$")))
+}
+
+fn pattern_matches(pattern: &str, compiled: &Option<regex::Regex>, name: &str) -> bool {
+    match compiled {
+        Some(re) => re.is_match(name),
+        // An invalid regex (refused by `validate`) matches nothing.
+        None if regex_of(pattern).is_some() => false,
+        None => glob_match(pattern, name),
+    }
 }
 
 impl Default for Scope {
     fn default() -> Self {
-        Scope { broker: None, vhost: "*".to_string(), queue: "*".to_string(), queue_type: None, dlq_only: false }
+        Scope {
+            broker: None,
+            vhost: "*".to_string(),
+            queue: "*".to_string(),
+            queue_type: None,
+            dlq_only: false,
+            compiled: Compiled::default(),
+        }
     }
 }
 
@@ -88,9 +124,13 @@ impl Scope {
     }
 
     pub fn matches(&self, view: &QueueView) -> bool {
+        let [vhost, queue] = self
+            .compiled
+            .0
+            .get_or_init(|| [regex_of(&self.vhost).and_then(Result::ok), regex_of(&self.queue).and_then(Result::ok)]);
         self.matches_broker(&view.broker)
-            && glob_match(&self.vhost, &view.vhost)
-            && glob_match(&self.queue, &view.name)
+            && pattern_matches(&self.vhost, vhost, &view.vhost)
+            && pattern_matches(&self.queue, queue, &view.name)
             && self.queue_type.as_deref().is_none_or(|t| t == view.kind)
             && (!self.dlq_only || view.dead_letters.is_dlq)
     }
@@ -314,10 +354,11 @@ fn pattern_problem(pattern: &str) -> Option<String> {
     if pattern.is_empty() {
         return Some("must not be empty; * matches every name".to_string());
     }
-    if pattern.len() >= 2 && pattern.starts_with('/') && pattern.ends_with('/') {
-        return Some("regular expressions are not supported yet; use a glob with * and ?".to_string());
+    match regex_of(pattern) {
+        Some(Err(e)) => Some(format!("not a valid regular expression: {}", e.to_string().lines().last().unwrap_or(""))),
+        Some(Ok(_)) if pattern.len() > 1000 => Some("must be at most 1000 characters".to_string()),
+        _ => None,
     }
-    None
 }
 
 #[cfg(test)]
@@ -402,7 +443,7 @@ mod tests {
         bad.id = "orders backlog".to_string();
         bad.name = "  ".to_string();
         bad.scope.vhost = String::new();
-        bad.scope.queue = "/orders\\..*/".to_string();
+        bad.scope.queue = "/orders(/".to_string();
         bad.scope.queue_type = Some("lazy".to_string());
         bad.threshold = Some(f64::NAN);
         bad.for_secs = -1;
@@ -423,7 +464,7 @@ mod tests {
             ]
         );
         let errors = bad.validate();
-        assert!(errors[3].message.contains("regular expressions"), "{}", errors[3]);
+        assert!(errors[3].message.contains("not a valid regular expression"), "{}", errors[3]);
         assert!(errors[8].message.contains("{colour}"), "{}", errors[8]);
 
         let mut infinite = rule(Metric::PublishRate);
@@ -466,6 +507,13 @@ mod tests {
         assert!(scope.matches(&queue("prod-eu", "orders.1").kind("quorum").view));
         scope.broker = Some("other".to_string());
         assert!(!scope.matches(&queue("prod-eu", "orders.1").kind("quorum").view));
+
+        // `/.../` is a regular expression over the whole name.
+        let regex = Scope { queue: "/orders\\.(eu|us)/".to_string(), ..Scope::default() };
+        assert!(regex.matches(&queue("/", "orders.eu").view));
+        assert!(!regex.matches(&queue("/", "orders.eu.dlq").view), "anchored");
+        assert!(!regex.matches(&queue("/", "orders.asia").view));
+        assert!(rule(Metric::Ready).validate().is_empty());
 
         let dlqs = Scope { dlq_only: true, ..Scope::default() };
         assert!(!dlqs.matches(&queue("/", "orders").view));

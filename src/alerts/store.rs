@@ -14,6 +14,20 @@ use crate::history::Db;
 pub enum Source {
     Config,
     Api,
+    /// warren's own rule: a broker that does not answer is an alert even when nobody wrote a
+    /// rule for it (missing data never fires queue alerts, so without it an outage says nothing).
+    Builtin,
+}
+
+/// The id of the built-in rule; writing any `broker_unreachable` rule replaces it.
+pub const BUILTIN_UNREACHABLE: &str = "builtin-broker-unreachable";
+
+fn builtin_unreachable() -> Rule {
+    serde_json::from_value(serde_json::json!({
+        "id": BUILTIN_UNREACHABLE, "name": "Broker unreachable", "metric": "broker_unreachable",
+        "for_secs": 60, "severity": "critical",
+    }))
+    .expect("the built-in rule is valid")
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -48,6 +62,9 @@ pub async fn all_rules(config_rules: &[Rule], db: &Db) -> Result<Vec<StoredRule>
     let mut all: Vec<StoredRule> =
         config_rules.iter().map(|r| StoredRule { rule: r.clone(), source: Source::Config }).collect();
     all.extend(api_rules(db).await?.into_iter().map(|rule| StoredRule { rule, source: Source::Api }));
+    if !all.iter().any(|r| r.rule.metric == super::Metric::BrokerUnreachable) {
+        all.push(StoredRule { rule: builtin_unreachable(), source: Source::Builtin });
+    }
     Ok(all)
 }
 
@@ -260,4 +277,25 @@ pub async fn silences(db: &Db, active_only: bool) -> Result<Vec<Silence>, sqlx::
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_broker_unreachable_rule_exists_unless_one_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
+        let rules = all_rules(&[], &db).await.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!((rules[0].rule.id.as_str(), rules[0].source), (BUILTIN_UNREACHABLE, Source::Builtin));
+        assert!(rules[0].rule.validate().is_empty());
+        let own: Rule = serde_json::from_value(serde_json::json!({"id": "down", "name": "Down",
+            "metric": "broker_unreachable", "for_secs": 10, "severity": "warning"}))
+        .unwrap();
+        save_rule(&db, &own).await.unwrap();
+        let rules = all_rules(&[], &db).await.unwrap();
+        assert_eq!(rules.iter().map(|r| r.rule.id.as_str()).collect::<Vec<_>>(), vec!["down"]);
+    }
 }

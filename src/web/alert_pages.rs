@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use super::alerts::{add_silence, check_rule, current_alerts, preview, save_new_rule};
 use super::pages::queue_href;
 use super::{format, html, PageError, WebError};
-use crate::alerts::store::{self, Silence, Source};
+use crate::alerts::store::{self, Silence};
 use crate::alerts::{AlertKey, Rule};
 use crate::state::AppState;
 
@@ -77,7 +77,7 @@ struct RuleRow {
     condition: String,
     scope: String,
     severity: String,
-    from_config: bool,
+    read_only: Option<&'static str>,
 }
 
 struct HistoryRow {
@@ -264,7 +264,7 @@ async fn render_with(
                     if r.rule.scope.dlq_only { ", DLQs only" } else { "" }
                 ),
                 severity: format!("{:?}", r.rule.severity).to_lowercase(),
-                from_config: r.source == Source::Config,
+                read_only: super::alerts::read_only(r.source),
             })
             .collect(),
         silences: store::silences(&state.db, true)
@@ -358,8 +358,9 @@ async fn create_form(State(state): State<AppState>, Form(form): Form<RuleForm>) 
 }
 
 async fn delete_form(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, PageError> {
-    if state.config.alerts.iter().any(|r| r.id == id) {
-        return Err(WebError::Conflict(format!("rule {id:?} is declared in the config file; remove it there")).into());
+    let rules = store::all_rules(&state.config.alerts, &state.db).await?;
+    if let Some(why) = rules.iter().find(|r| r.rule.id == id).and_then(|r| super::alerts::read_only(r.source)) {
+        return Err(WebError::Conflict(format!("rule {id:?} {why}")).into());
     }
     store::delete_rule(&state.db, &id).await?;
     Ok(Redirect::to("/alerts").into_response())

@@ -97,6 +97,15 @@ async fn find_rule(state: &AppState, id: &str) -> Result<StoredRule, WebError> {
         .ok_or_else(|| WebError::NotFound(format!("no alert rule with id {id:?}")))
 }
 
+/// Why a rule cannot be changed through the API, if it cannot.
+pub fn read_only(source: Source) -> Option<&'static str> {
+    match source {
+        Source::Config => Some("is declared in the config file; change it there"),
+        Source::Builtin => Some("is built in; write a broker_unreachable rule of your own to replace it"),
+        Source::Api => None,
+    }
+}
+
 async fn rules(State(state): State<AppState>) -> Result<Json<Vec<StoredRule>>, ApiError> {
     Ok(Json(store::all_rules(&state.config.alerts, &state.db).await?))
 }
@@ -127,8 +136,8 @@ async fn update_rule(
     body: Bytes,
 ) -> Result<Json<StoredRule>, ApiError> {
     let existing = find_rule(&state, &id).await?;
-    if existing.source == Source::Config {
-        return Err(WebError::Conflict(format!("rule {id:?} is declared in the config file; edit it there")).into());
+    if let Some(why) = read_only(existing.source) {
+        return Err(WebError::Conflict(format!("rule {id:?} {why}")).into());
     }
     let rule: Rule = parse(&body)?;
     if rule.id != id {
@@ -144,8 +153,8 @@ async fn delete_rule(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let existing = find_rule(&state, &id).await?;
-    if existing.source == Source::Config {
-        return Err(WebError::Conflict(format!("rule {id:?} is declared in the config file; remove it there")).into());
+    if let Some(why) = read_only(existing.source) {
+        return Err(WebError::Conflict(format!("rule {id:?} {why}")).into());
     }
     store::delete_rule(&state.db, &id).await?;
     Ok(Json(json!({"deleted": id})))
@@ -154,8 +163,13 @@ async fn delete_rule(
 /// Every rule in the config file's format (`[[alerts]]` tables), to move rules made in the UI
 /// into configuration as code.
 async fn export(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let rules: Vec<Rule> =
-        store::all_rules(&state.config.alerts, &state.db).await?.into_iter().map(|r| r.rule).collect();
+    // The built-in rule is not exported: it exists whenever no broker_unreachable rule does.
+    let rules: Vec<Rule> = store::all_rules(&state.config.alerts, &state.db)
+        .await?
+        .into_iter()
+        .filter(|r| r.source != Source::Builtin)
+        .map(|r| r.rule)
+        .collect();
     #[derive(Serialize)]
     struct File {
         alerts: Vec<Rule>,
