@@ -3,6 +3,7 @@
 
 pub mod alerts;
 pub mod audit;
+pub mod auth;
 pub mod browse;
 pub mod config;
 pub mod demo;

@@ -1,0 +1,385 @@
+//! Local accounts: argon2id password hashes in the `users` table, and logins in the audit log.
+
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use rand::RngCore;
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{check_name, shorten, AuthError, Role};
+use crate::history::Db;
+
+/// Shorter passwords are refused (NIST SP 800-63B asks for at least 8; 12 leaves a margin for
+/// offline guessing after a database leak).
+pub const MIN_PASSWORD_LEN: usize = 12;
+/// Longer ones are refused: nobody types more, and hashing megabytes on request costs time.
+pub const MAX_PASSWORD_LEN: usize = 1024;
+
+/// An account as the rest of warren sees it; the hash never leaves this file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct User {
+    pub name: String,
+    pub role: Role,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// A disabled user cannot log in and has no sessions.
+    pub disabled: bool,
+}
+
+fn check_password(password: &str) -> Result<(), AuthError> {
+    let chars = password.chars().count();
+    if chars < MIN_PASSWORD_LEN {
+        Err(AuthError::PasswordTooShort)
+    } else if chars > MAX_PASSWORD_LEN {
+        Err(AuthError::PasswordTooLong)
+    } else {
+        Ok(())
+    }
+}
+
+/// Hashes with argon2id and the crate's default parameters (19 MiB, 2 passes, 1 lane: OWASP's
+/// recommendation), off the async threads because it takes tens of milliseconds of CPU.
+async fn hash_password(password: &str) -> Result<String, AuthError> {
+    let password = password.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut salt = [0u8; 16];
+        rand::rngs::OsRng.fill_bytes(&mut salt);
+        let salt = SaltString::encode_b64(&salt).map_err(|e| AuthError::Hash(e.to_string()))?;
+        let hash =
+            Argon2::default().hash_password(password.as_bytes(), &salt).map_err(|e| AuthError::Hash(e.to_string()))?;
+        Ok(hash.to_string())
+    })
+    .await?
+}
+
+/// Whether `password` matches the PHC string `hash`; a malformed hash matches nothing.
+async fn password_matches(password: &str, hash: String) -> Result<bool, AuthError> {
+    let password = password.to_owned();
+    Ok(tokio::task::spawn_blocking(move || {
+        PasswordHash::new(&hash)
+            .is_ok_and(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+    })
+    .await?)
+}
+
+/// A hash of a password nobody knows, with the same parameters as real ones: verifying against
+/// it for an unknown user takes as long as for a known one, so timing does not tell which names
+/// exist. Made on first use (that one call takes a hash longer).
+async fn dummy_hash() -> Result<String, AuthError> {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    if let Some(hash) = DUMMY.get() {
+        return Ok(hash.clone());
+    }
+    let hash = hash_password(&super::random_secret()).await?;
+    Ok(DUMMY.get_or_init(|| hash).clone())
+}
+
+/// Creates a user. The name is 1-64 letters, digits or `-_.@`; the password at least
+/// [`MIN_PASSWORD_LEN`] characters.
+pub async fn add_user(db: &Db, name: &str, role: Role, password: &str) -> Result<(), AuthError> {
+    check_name(name)?;
+    check_password(password)?;
+    let hash = hash_password(password).await?;
+    let added = sqlx::query(
+        "insert into users (name, role, password_hash, created_at) values (?, ?, ?, ?) on conflict (name) do nothing",
+    )
+    .bind(name)
+    .bind(role.as_str())
+    .bind(hash)
+    .bind(chrono::Utc::now().timestamp())
+    .execute(db)
+    .await?;
+    if added.rows_affected() == 0 {
+        return Err(AuthError::UserExists(name.to_string()));
+    }
+    Ok(())
+}
+
+/// Replaces a user's password and ends all their sessions (a password change logs out
+/// everywhere, including whoever knew the old one).
+pub async fn set_password(db: &Db, name: &str, password: &str) -> Result<(), AuthError> {
+    check_password(password)?;
+    let hash = hash_password(password).await?;
+    let mut tx = db.begin().await?;
+    let updated = sqlx::query("update users set password_hash = ? where name = ?")
+        .bind(hash)
+        .bind(name)
+        .execute(&mut *tx)
+        .await?;
+    if updated.rows_affected() == 0 {
+        return Err(AuthError::NoSuchUser(shorten(name)));
+    }
+    sqlx::query("delete from sessions where user_name = ?").bind(name).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The condition that keeps at least one enabled admin other than `name` (bound twice).
+const NOT_LAST_ADMIN: &str = "(role != 'admin' or disabled != 0
+     or exists (select 1 from users other where other.role = 'admin' and other.disabled = 0 and other.name != ?))";
+
+/// Removes a user and (by cascade) their sessions. The last enabled admin cannot be removed, so
+/// the web UI cannot lock everyone out (`warren user add` on the command line always can add one).
+pub async fn remove_user(db: &Db, name: &str) -> Result<(), AuthError> {
+    let sql = format!("delete from users where name = ? and {NOT_LAST_ADMIN}");
+    let removed = sqlx::query(&sql).bind(name).bind(name).execute(db).await?;
+    if removed.rows_affected() == 0 {
+        return Err(not_changed(db, name).await?);
+    }
+    Ok(())
+}
+
+/// Disables (ending their sessions) or re-enables a user; the last enabled admin cannot be disabled.
+pub async fn set_disabled(db: &Db, name: &str, disabled: bool) -> Result<(), AuthError> {
+    let mut tx = db.begin().await?;
+    let sql = format!("update users set disabled = ? where name = ? and (? = 0 or {NOT_LAST_ADMIN})");
+    let updated = sqlx::query(&sql).bind(disabled).bind(name).bind(disabled).bind(name).execute(&mut *tx).await?;
+    if updated.rows_affected() == 0 {
+        drop(tx);
+        return Err(not_changed(db, name).await?);
+    }
+    if disabled {
+        sqlx::query("delete from sessions where user_name = ?").bind(name).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Why a guarded change touched no row: the user does not exist, or is the last admin.
+async fn not_changed(db: &Db, name: &str) -> Result<AuthError, AuthError> {
+    Ok(match get_user(db, name).await? {
+        Some(_) => AuthError::LastAdmin(name.to_string()),
+        None => AuthError::NoSuchUser(shorten(name)),
+    })
+}
+
+fn user_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<User, AuthError> {
+    Ok(User {
+        name: row.try_get("name")?,
+        role: row.try_get::<String, _>("role")?.parse()?,
+        created_at: row.try_get("created_at")?,
+        disabled: row.try_get("disabled")?,
+    })
+}
+
+pub async fn get_user(db: &Db, name: &str) -> Result<Option<User>, AuthError> {
+    let row = sqlx::query("select name, role, created_at, disabled from users where name = ?")
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
+    row.as_ref().map(user_from_row).transpose()
+}
+
+/// All users by name.
+pub async fn list_users(db: &Db) -> Result<Vec<User>, AuthError> {
+    let rows = sqlx::query("select name, role, created_at, disabled from users order by name").fetch_all(db).await?;
+    rows.iter().map(user_from_row).collect()
+}
+
+/// How many accounts exist (enabled or not); zero means no local login is configured.
+pub async fn count_users(db: &Db) -> Result<i64, AuthError> {
+    Ok(sqlx::query_scalar("select count(*) from users").fetch_one(db).await?)
+}
+
+/// The user if `password` is theirs and the account is enabled. An unknown name costs the same
+/// hash verification as a known one, and a disabled account is checked like an enabled one, so
+/// the answer time does not tell which names exist.
+pub async fn verify_password(db: &Db, name: &str, password: &str) -> Result<Option<User>, AuthError> {
+    if password.chars().count() > MAX_PASSWORD_LEN {
+        return Ok(None);
+    }
+    let row = sqlx::query("select name, role, created_at, disabled, password_hash from users where name = ?")
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
+    let Some(row) = row else {
+        password_matches(password, dummy_hash().await?).await?;
+        return Ok(None);
+    };
+    let user = user_from_row(&row)?;
+    let matches = password_matches(password, row.try_get("password_hash")?).await?;
+    Ok((matches && !user.disabled).then_some(user))
+}
+
+/// How a login attempt ended, for the audit log. Unknown names and wrong passwords are one
+/// outcome, as the person at the login form is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoginOutcome {
+    Success,
+    Failed,
+    /// Refused by the throttle before the password was checked.
+    Throttled,
+}
+
+/// Writes a login attempt to the audit log (action `login`, outcome `done` or `failed`). The
+/// name is what was typed, shortened and without control characters: it is hostile input.
+pub async fn record_login(db: &Db, name: &str, peer: IpAddr, outcome: LoginOutcome) -> Result<(), AuthError> {
+    let (result, detail) = match outcome {
+        LoginOutcome::Success => ("done", None),
+        LoginOutcome::Failed => ("failed", Some("unknown user, wrong password or disabled account")),
+        LoginOutcome::Throttled => ("failed", Some("refused: too many failed logins, throttled")),
+    };
+    let request = serde_json::json!({ "peer": peer.to_canonical().to_string() }).to_string();
+    sqlx::query(
+        "insert into audit_log (at, actor, broker, vhost, queue, action, request, outcome, detail)
+         values (?, ?, '', '', '', 'login', ?, ?, ?)",
+    )
+    .bind(chrono::Utc::now().timestamp())
+    .bind(shorten(name))
+    .bind(request)
+    .bind(result)
+    .bind(detail)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::test_db;
+
+    const PW: &str = "correct horse battery";
+
+    #[tokio::test]
+    async fn add_and_verify() {
+        let (_dir, db) = test_db().await;
+        assert_eq!(count_users(&db).await.unwrap(), 0);
+        add_user(&db, "alice", Role::Operator, PW).await.unwrap();
+        assert_eq!(count_users(&db).await.unwrap(), 1);
+
+        let user = verify_password(&db, "alice", PW).await.unwrap().expect("right password");
+        assert_eq!((user.name.as_str(), user.role, user.disabled), ("alice", Role::Operator, false));
+        assert!(verify_password(&db, "alice", "correct horse battery!").await.unwrap().is_none());
+        assert!(verify_password(&db, "Alice", PW).await.unwrap().is_none());
+        assert!(verify_password(&db, "bob", PW).await.unwrap().is_none());
+        assert!(verify_password(&db, "alice", &"x".repeat(MAX_PASSWORD_LEN + 1)).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn passwords_are_stored_as_argon2id() {
+        let (_dir, db) = test_db().await;
+        add_user(&db, "alice", Role::Viewer, PW).await.unwrap();
+        add_user(&db, "bob", Role::Viewer, PW).await.unwrap();
+        let hashes: Vec<String> =
+            sqlx::query_scalar("select password_hash from users order by name").fetch_all(&db).await.unwrap();
+        for hash in &hashes {
+            assert!(hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{hash}");
+            assert!(!hash.contains(PW));
+        }
+        assert_ne!(hashes[0], hashes[1], "each hash has its own salt");
+    }
+
+    #[tokio::test]
+    async fn unknown_users_cost_a_real_verification() {
+        let dummy = dummy_hash().await.unwrap();
+        assert!(dummy.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{dummy}");
+        assert_eq!(dummy_hash().await.unwrap(), dummy, "made once");
+        assert!(!password_matches("", dummy).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn add_user_validates() {
+        let (_dir, db) = test_db().await;
+        assert!(matches!(add_user(&db, "", Role::Admin, PW).await, Err(AuthError::InvalidName(_))));
+        assert!(matches!(add_user(&db, "a b", Role::Admin, PW).await, Err(AuthError::InvalidName(_))));
+        assert!(matches!(add_user(&db, "alice", Role::Admin, "elevenchars").await, Err(AuthError::PasswordTooShort)));
+        assert!(matches!(
+            add_user(&db, "alice", Role::Admin, &"p".repeat(MAX_PASSWORD_LEN + 1)).await,
+            Err(AuthError::PasswordTooLong)
+        ));
+        // Characters, not bytes: twelve non-ASCII letters are enough.
+        add_user(&db, "alice", Role::Admin, "ääääääääääää").await.unwrap();
+        assert!(matches!(add_user(&db, "alice", Role::Viewer, PW).await, Err(AuthError::UserExists(_))));
+        assert_eq!(count_users(&db).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn set_password_replaces_the_old_one_and_ends_sessions() {
+        let (_dir, db) = test_db().await;
+        add_user(&db, "alice", Role::Admin, PW).await.unwrap();
+        let user = get_user(&db, "alice").await.unwrap().unwrap();
+        let new = crate::auth::create_session(&db, &user, crate::auth::DEFAULT_SESSION_TTL, 1000).await.unwrap();
+
+        set_password(&db, "alice", "a new long password").await.unwrap();
+        assert!(verify_password(&db, "alice", PW).await.unwrap().is_none());
+        assert!(verify_password(&db, "alice", "a new long password").await.unwrap().is_some());
+        let idle = crate::auth::DEFAULT_SESSION_IDLE;
+        assert!(crate::auth::session(&db, &new.cookie, idle, 1001).await.unwrap().is_none());
+
+        assert!(matches!(set_password(&db, "bob", "a new long password").await, Err(AuthError::NoSuchUser(_))));
+        assert!(matches!(set_password(&db, "alice", "short").await, Err(AuthError::PasswordTooShort)));
+    }
+
+    #[tokio::test]
+    async fn the_last_enabled_admin_stays() {
+        let (_dir, db) = test_db().await;
+        add_user(&db, "root", Role::Admin, PW).await.unwrap();
+        add_user(&db, "ops", Role::Operator, PW).await.unwrap();
+        assert!(matches!(remove_user(&db, "root").await, Err(AuthError::LastAdmin(_))));
+        assert!(matches!(set_disabled(&db, "root", true).await, Err(AuthError::LastAdmin(_))));
+        assert!(matches!(remove_user(&db, "nobody").await, Err(AuthError::NoSuchUser(_))));
+
+        remove_user(&db, "ops").await.unwrap();
+        add_user(&db, "second", Role::Admin, PW).await.unwrap();
+        set_disabled(&db, "second", true).await.unwrap();
+        // A disabled admin does not count as the other admin.
+        assert!(matches!(remove_user(&db, "root").await, Err(AuthError::LastAdmin(_))));
+        // ...but can itself be removed, and re-enabled.
+        set_disabled(&db, "second", false).await.unwrap();
+        remove_user(&db, "root").await.unwrap();
+        let names: Vec<String> = list_users(&db).await.unwrap().into_iter().map(|u| u.name).collect();
+        assert_eq!(names, ["second"]);
+    }
+
+    #[tokio::test]
+    async fn disabled_users_cannot_log_in_and_lose_sessions() {
+        let (_dir, db) = test_db().await;
+        add_user(&db, "root", Role::Admin, PW).await.unwrap();
+        add_user(&db, "alice", Role::Viewer, PW).await.unwrap();
+        let alice = get_user(&db, "alice").await.unwrap().unwrap();
+        let new = crate::auth::create_session(&db, &alice, crate::auth::DEFAULT_SESSION_TTL, 1000).await.unwrap();
+
+        set_disabled(&db, "alice", true).await.unwrap();
+        assert!(verify_password(&db, "alice", PW).await.unwrap().is_none());
+        let idle = crate::auth::DEFAULT_SESSION_IDLE;
+        assert!(crate::auth::session(&db, &new.cookie, idle, 1001).await.unwrap().is_none());
+        assert!(get_user(&db, "alice").await.unwrap().unwrap().disabled);
+
+        set_disabled(&db, "alice", false).await.unwrap();
+        assert!(verify_password(&db, "alice", PW).await.unwrap().is_some());
+        assert!(matches!(set_disabled(&db, "nobody", true).await, Err(AuthError::NoSuchUser(_))));
+    }
+
+    #[tokio::test]
+    async fn removing_a_user_ends_their_sessions() {
+        let (_dir, db) = test_db().await;
+        add_user(&db, "alice", Role::Viewer, PW).await.unwrap();
+        let alice = get_user(&db, "alice").await.unwrap().unwrap();
+        crate::auth::create_session(&db, &alice, crate::auth::DEFAULT_SESSION_TTL, 1000).await.unwrap();
+        remove_user(&db, "alice").await.unwrap();
+        let left: i64 = sqlx::query_scalar("select count(*) from sessions").fetch_one(&db).await.unwrap();
+        assert_eq!(left, 0);
+        assert!(get_user(&db, "alice").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn logins_go_to_the_audit_log() {
+        let (_dir, db) = test_db().await;
+        let peer: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        record_login(&db, "alice", peer, LoginOutcome::Success).await.unwrap();
+        record_login(&db, "evil\n<b>name", peer, LoginOutcome::Failed).await.unwrap();
+        record_login(&db, "alice", peer, LoginOutcome::Throttled).await.unwrap();
+        let entries = crate::audit::recent(&db, 10).await.unwrap();
+        assert_eq!(entries.len(), 3);
+        let failed = &entries[1];
+        assert_eq!((failed.action.as_str(), failed.outcome.as_str()), ("login", "failed"));
+        assert_eq!(failed.actor, "evil?<b>name");
+        assert_eq!(failed.request["peer"], "192.0.2.7");
+        assert_eq!(entries[2].outcome, "done");
+        assert!(entries[0].detail.as_deref().unwrap().contains("throttled"));
+    }
+}
