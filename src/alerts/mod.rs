@@ -65,6 +65,7 @@ mod template;
 mod value;
 
 pub use eval::{AlertKey, AlertPhase, AlertState, BrokerInput, Evaluator, Transition};
+pub(crate) use rule::id_and_name_problems;
 pub use rule::{Comparator, FieldError, Metric, Rule, Scope, Severity, MAX_DURATION_SECS};
 pub use template::PLACEHOLDERS;
 pub use value::{value, InflowTracker};

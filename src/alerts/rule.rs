@@ -282,15 +282,8 @@ impl Rule {
         let mut errors = Vec::new();
         let mut error = |field: &'static str, message: String| errors.push(FieldError { field, message });
 
-        if self.id.is_empty() || self.id.chars().count() > MAX_ID_CHARS {
-            error("id", format!("must be 1 to {MAX_ID_CHARS} characters"));
-        } else if !self.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
-            error("id", "may only contain letters, digits, '-', '_' and '.'".to_string());
-        }
-        if self.name.trim().is_empty() {
-            error("name", "must not be empty".to_string());
-        } else if self.name.chars().count() > MAX_NAME_CHARS {
-            error("name", format!("must be at most {MAX_NAME_CHARS} characters"));
+        for e in id_and_name_problems(&self.id, &self.name) {
+            error(e.field, e.message);
         }
 
         if self.scope.broker.as_deref().is_some_and(|b| b.trim().is_empty()) {
@@ -348,6 +341,23 @@ impl Rule {
         }
         errors
     }
+}
+
+/// The checks every named thing (rules, notification channels) shares: an id usable in URLs
+/// and config files, and a name to show.
+pub(crate) fn id_and_name_problems(id: &str, name: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if id.is_empty() || id.chars().count() > MAX_ID_CHARS {
+        errors.push(FieldError { field: "id", message: format!("must be 1 to {MAX_ID_CHARS} characters") });
+    } else if !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        errors.push(FieldError { field: "id", message: "may only contain letters, digits, '-', '_' and '.'".into() });
+    }
+    if name.trim().is_empty() {
+        errors.push(FieldError { field: "name", message: "must not be empty".into() });
+    } else if name.chars().count() > MAX_NAME_CHARS {
+        errors.push(FieldError { field: "name", message: format!("must be at most {MAX_NAME_CHARS} characters") });
+    }
+    errors
 }
 
 fn pattern_problem(pattern: &str) -> Option<String> {

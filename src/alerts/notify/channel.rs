@@ -12,9 +12,6 @@ use super::{Notification, NotificationKind};
 use crate::alerts::{FieldError, Severity};
 use crate::config::Secret;
 
-const MAX_ID_CHARS: usize = 64;
-const MAX_NAME_CHARS: usize = 200;
-
 /// One destination. In TOML:
 ///
 /// ```toml
@@ -222,15 +219,8 @@ impl NotificationChannel {
         let mut errors = Vec::new();
         let mut error = |field: &'static str, message: String| errors.push(FieldError { field, message });
 
-        if self.id.is_empty() || self.id.chars().count() > MAX_ID_CHARS {
-            error("id", format!("must be 1 to {MAX_ID_CHARS} characters"));
-        } else if !self.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
-            error("id", "may only contain letters, digits, '-', '_' and '.'".to_string());
-        }
-        if self.name.trim().is_empty() {
-            error("name", "must not be empty".to_string());
-        } else if self.name.chars().count() > MAX_NAME_CHARS {
-            error("name", format!("must be at most {MAX_NAME_CHARS} characters"));
+        for e in crate::alerts::id_and_name_problems(&self.id, &self.name) {
+            error(e.field, e.message);
         }
 
         match &self.kind {
