@@ -265,6 +265,21 @@ async fn the_rule_editor_reports_errors_at_the_field_and_previews_matches() {
     assert!(good.url().path() == "/alerts" && good.status().is_success(), "{}", good.status());
     let (_, rules) = warren.get_json("/api/v1/alerts/rules").await;
     assert_eq!(rules[0]["id"], "a", "{rules}");
+    // Edit it: the editor loads the rule, saving replaces it.
+    let (status, editor) = warren.get_text("/alerts?edit=a").await;
+    assert_eq!(status, 200);
+    assert!(editor.contains("Edit rule a") && editor.contains("name=\"threshold\" value=\"2\""), "{editor}");
+    let saved = post(
+        "/alerts/rules",
+        format!("editing=a&id=a&name=Orders+waiting&vhost={vhost_field}&queue=orders&metric=ready&comparator=%3E&threshold=5&for_secs=0&severity=info"),
+    )
+    .await
+    .unwrap();
+    assert!(saved.status().is_success(), "{}", saved.status());
+    let (_, rule) = warren.get_json("/api/v1/alerts/rules/a").await;
+    assert_eq!(rule["threshold"], 5.0, "{rule}");
+    let (status, _) = warren.get_text("/alerts?edit=builtin-broker-unreachable").await;
+    assert_eq!(status, 409, "the built-in rule is read-only");
     let (_, export) = warren.get_text("/api/v1/alerts/rules/export").await;
     assert!(export.contains("[[alerts]]") && export.contains("id = \"a\""), "{export}");
     let config = warren::config::Config::from_toml(&export).expect("the export is a valid config file");

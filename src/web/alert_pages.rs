@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -115,6 +115,9 @@ struct PreviewFragment {
 /// The editor's fields as typed (strings, so a bad number is shown back as typed).
 #[derive(Debug, Default, Clone, serde::Deserialize)]
 struct RuleForm {
+    /// The id of the rule being edited; empty for a new rule.
+    #[serde(default)]
+    editing: String,
     #[serde(default)]
     id: String,
     #[serde(default)]
@@ -330,8 +333,48 @@ fn blank_form() -> RuleForm {
     }
 }
 
-async fn page(State(state): State<AppState>) -> Result<Response, PageError> {
-    Ok(html(render(&state, blank_form(), None).await?))
+/// The editor's fields for an existing rule.
+fn form_of(rule: &Rule) -> RuleForm {
+    let number = |v: f64| if v.fract() == 0.0 { format!("{v:.0}") } else { v.to_string() };
+    RuleForm {
+        editing: rule.id.clone(),
+        id: rule.id.clone(),
+        name: rule.name.clone(),
+        broker: rule.scope.broker.clone().unwrap_or_default(),
+        vhost: rule.scope.vhost.clone(),
+        queue: rule.scope.queue.clone(),
+        queue_type: rule.scope.queue_type.clone().unwrap_or_default(),
+        dlq_only: rule.scope.dlq_only.then(|| "on".to_string()),
+        metric: rule.metric.as_str().to_string(),
+        comparator: rule.comparator.map(|c| c.as_str().to_string()).unwrap_or_default(),
+        threshold: rule.threshold.map(number).unwrap_or_default(),
+        for_secs: rule.for_secs.to_string(),
+        keep_firing_for_secs: rule.keep_firing_for_secs.to_string(),
+        severity: format!("{:?}", rule.severity).to_lowercase(),
+        description: rule.description.clone().unwrap_or_default(),
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct PageQuery {
+    /// A rule to load into the editor.
+    edit: Option<String>,
+}
+
+async fn page(State(state): State<AppState>, Query(q): Query<PageQuery>) -> Result<Response, PageError> {
+    let form = match q.edit {
+        Some(id) => {
+            let rules = store::all_rules(&state.config.alerts, &state.db).await?;
+            let found = rules.into_iter().find(|r| r.rule.id == id);
+            let stored = found.ok_or_else(|| WebError::NotFound(format!("no alert rule with id {id:?}")))?;
+            if let Some(why) = super::alerts::read_only(stored.source) {
+                return Err(WebError::Conflict(format!("rule {id:?} {why}")).into());
+            }
+            form_of(&stored.rule)
+        }
+        None => blank_form(),
+    };
+    Ok(html(render(&state, form, None).await?))
 }
 
 async fn preview_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
@@ -340,7 +383,8 @@ async fn preview_form(State(state): State<AppState>, Form(form): Form<RuleForm>)
 
 async fn create_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
     let saved = match form.rule() {
-        Ok(rule) => save_new_rule(&state, &rule).await,
+        Ok(rule) if form.editing.is_empty() => save_new_rule(&state, &rule).await,
+        Ok(rule) => super::alerts::save_existing_rule(&state, &form.editing, &rule).await,
         Err(e) => Err(e),
     };
     match saved {

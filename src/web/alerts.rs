@@ -130,21 +130,27 @@ async fn create_rule(State(state): State<AppState>, body: Bytes) -> Result<Respo
     Ok((StatusCode::CREATED, Json(StoredRule { rule, source: Source::Api })).into_response())
 }
 
+/// Replaces rule `id` (one made in the UI or the API) with `rule`.
+pub async fn save_existing_rule(state: &AppState, id: &str, rule: &Rule) -> Result<(), WebError> {
+    let existing = find_rule(state, id).await?;
+    if let Some(why) = read_only(existing.source) {
+        return Err(WebError::Conflict(format!("rule {id:?} {why}")));
+    }
+    if rule.id != id {
+        return Err(WebError::Invalid(vec![("id".into(), format!("cannot change (it is {id:?})"))]));
+    }
+    check_rule(state, rule)?;
+    store::save_rule(&state.db, rule).await?;
+    Ok(())
+}
+
 async fn update_rule(
     State(state): State<AppState>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<StoredRule>, ApiError> {
-    let existing = find_rule(&state, &id).await?;
-    if let Some(why) = read_only(existing.source) {
-        return Err(WebError::Conflict(format!("rule {id:?} {why}")).into());
-    }
     let rule: Rule = parse(&body)?;
-    if rule.id != id {
-        return Err(WebError::Invalid(vec![("id".into(), "does not match the rule in the URL".into())]).into());
-    }
-    check_rule(&state, &rule)?;
-    store::save_rule(&state.db, &rule).await?;
+    save_existing_rule(&state, &id, &rule).await?;
     Ok(Json(StoredRule { rule, source: Source::Api }))
 }
 
