@@ -2,7 +2,7 @@
 # Run:   docker run -p 8080:8080 -e WARREN_LISTEN=0.0.0.0:8080 -v warren-data:/data warren
 FROM rust:1-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src src
 COPY migrations migrations
 COPY templates templates

@@ -106,6 +106,17 @@ async fn retention_loop(state: AppState, cancel: CancellationToken) {
             Ok(removed) => tracing::debug!(removed, "retention cleanup done"),
             Err(e) => tracing::error!(error = %e, "retention cleanup failed; will retry"),
         }
+        // Alert history and the delivery log follow the same window. The audit log is kept:
+        // it is the record of who changed what on the brokers.
+        let pruned = async {
+            let history = alerts::store::prune_history(&state.db, cutoff).await?;
+            let deliveries = alerts::notify::prune(&state.db, cutoff).await?;
+            Ok::<_, sqlx::Error>((history, deliveries))
+        };
+        match pruned.await {
+            Ok((history, deliveries)) => tracing::debug!(history, deliveries, "alert history cleanup done"),
+            Err(e) => tracing::error!(error = %e, "alert history cleanup failed; will retry"),
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(RETENTION_EVERY) => {}

@@ -80,7 +80,7 @@ use serde::{Deserialize, Serialize};
 
 pub use channel::{ChannelKind, ChannelView, EmailSettings, NotificationChannel, SmtpSecurity};
 pub use dispatch::{DeliveryPolicy, Dispatcher};
-pub use log::{recent_deliveries, record, DeliveryRecord, LogEntry, Outcome};
+pub use log::{prune, recent_deliveries, record, DeliveryRecord, LogEntry, Outcome};
 pub use message::WEBHOOK_VERSION;
 pub use send::{send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};
 

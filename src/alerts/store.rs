@@ -165,6 +165,12 @@ fn phase(p: super::AlertPhase) -> &'static str {
     }
 }
 
+/// Deletes phase changes older than `cutoff` (unix seconds); returns how many. The states of
+/// alerts still pending or firing are not history and stay.
+pub async fn prune_history(db: &Db, cutoff: i64) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query("delete from alert_history where at < ?").bind(cutoff).execute(db).await?.rows_affected())
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct HistoryEntry {
     pub id: i64,
@@ -297,5 +303,23 @@ mod tests {
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
         assert_eq!(rules.iter().map(|r| r.rule.id.as_str()).collect::<Vec<_>>(), vec!["down"]);
+    }
+
+    #[tokio::test]
+    async fn old_history_is_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
+        let transition = |at: i64| Transition {
+            rule_id: "r".into(),
+            key: AlertKey::broker("b"),
+            from: super::super::AlertPhase::Inactive,
+            to: super::super::AlertPhase::Firing,
+            value: None,
+            at: DateTime::from_timestamp(at, 0).unwrap(),
+            note: None,
+        };
+        record(&db, &[(transition(1_000), false), (transition(5_000), false)], &[], &[]).await.unwrap();
+        assert_eq!(prune_history(&db, 2_000).await.unwrap(), 1);
+        assert_eq!(history(&db, 10).await.unwrap().len(), 1);
     }
 }

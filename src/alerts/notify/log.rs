@@ -113,6 +113,11 @@ pub async fn record(db: &Db, entry: &LogEntry) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
+/// Deletes rows older than `cutoff` (unix seconds); returns how many.
+pub async fn prune(db: &Db, cutoff: i64) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query("delete from notification_log where at < ?").bind(cutoff).execute(db).await?.rows_affected())
+}
+
 /// The latest `limit` rows, newest first.
 pub async fn recent_deliveries(db: &Db, limit: i64) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
     let rows = sqlx::query(
