@@ -345,18 +345,10 @@ impl<'a> Mover<'a> {
         let publisher = connection.create_channel().await?;
         publisher.confirm_select(ConfirmSelectOptions::default()).await?;
         if let Target::Queue(name) = &plan.target {
-            // Fail before reading anything rather than on the first copy. A failed passive
-            // declare closes its channel, hence a channel of its own.
-            let probe = connection.create_channel().await?;
-            if let Err(e) = probe
-                .queue_declare(name, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
-                .await
-            {
-                return Err(MoveError::Refused(format!(
-                    "no queue named {name:?} in this vhost ({e}); nothing was moved"
-                )));
+            // Fail before reading anything rather than on the first copy.
+            if queue_ready(connection, name).await?.is_none() {
+                return Err(MoveError::Refused(format!("no queue named {name:?} in this vhost; nothing was moved")));
             }
-            probe.close(200, "done").await?;
         }
         Ok(Mover {
             queue,
@@ -611,9 +603,22 @@ impl<'a> Mover<'a> {
     }
 }
 
+/// Ready messages of `queue`, or `None` when it does not exist. A failed passive declare closes
+/// its channel, hence a channel of its own.
+pub async fn queue_ready(connection: &Connection, queue: &str) -> Result<Option<u32>, MoveError> {
+    let channel = connection.create_channel().await?;
+    match ready_count(&channel, queue).await {
+        Ok(n) => {
+            channel.close(200, "done").await?;
+            Ok(Some(n))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
 /// Ready messages in `queue`, from a passive declare (live, unlike the management API's
 /// statistics which lag by seconds).
-async fn ready_count(channel: &lapin::Channel, queue: &str) -> Result<u32, MoveError> {
+pub async fn ready_count(channel: &lapin::Channel, queue: &str) -> Result<u32, MoveError> {
     let declared = channel
         .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
         .await?;

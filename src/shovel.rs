@@ -12,13 +12,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
-use crate::dlq::{MoveError, MoveReport, Progress};
+use crate::dlq::{queue_ready, ready_count, MoveError, MoveReport, Progress};
 use crate::management::{encode_segment, BrokerError, ManagementClient};
 
 /// How often the source queue's depth is read for progress.
@@ -58,22 +56,6 @@ pub async fn move_all(
     outcome
 }
 
-/// Ready messages of `queue`, or `None` when it does not exist. A failed passive declare closes
-/// its channel, hence a channel per question.
-async fn ready(connection: &lapin::Connection, queue: &str) -> Result<Option<u32>, MoveError> {
-    let channel = connection.create_channel().await?;
-    let declared = channel
-        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
-        .await;
-    match declared {
-        Ok(q) => {
-            channel.close(200, "done").await?;
-            Ok(Some(q.message_count()))
-        }
-        Err(_) => Ok(None),
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn shovel(
     connection: &lapin::Connection,
@@ -85,12 +67,12 @@ async fn shovel(
     progress: &Progress,
     cancel: &CancellationToken,
 ) -> Result<MoveReport, ShovelError> {
-    let Some(expected) = ready(connection, queue).await? else {
+    let Some(expected) = queue_ready(connection, queue).await? else {
         return Err(MoveError::Refused(format!("no queue named {queue:?} in this vhost")).into());
     };
     // The shovel would create a missing destination as a plain classic queue: refuse instead,
     // as the in-process mover does (nothing is moved).
-    if ready(connection, target).await?.is_none() {
+    if queue_ready(connection, target).await?.is_none() {
         return Err(MoveError::Refused(format!("no queue named {target:?} in this vhost; nothing was moved")).into());
     }
     progress.expected.store(u64::from(expected), Ordering::Relaxed);
@@ -131,6 +113,9 @@ async fn shovel(
     }
 
     let status_path = format!("api/shovels/{}", encode_segment(vhost));
+    // One channel for the progress reads; if the source goes away it closes, and the depth
+    // reads as 0 (nothing left to move).
+    let watch = connection.create_channel().await.map_err(MoveError::from)?;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => {
@@ -140,7 +125,7 @@ async fn shovel(
             }
             _ = tokio::time::sleep(PROGRESS_EVERY) => {}
         }
-        let left = ready(connection, queue).await?.unwrap_or(0);
+        let left = ready_count(&watch, queue).await.unwrap_or(0);
         progress.moved.store(u64::from(expected.saturating_sub(left)), Ordering::Relaxed);
         match client.get::<Value>(&path).await {
             Ok(_) => {}
@@ -159,7 +144,8 @@ async fn shovel(
             }
         }
     }
-    let left = ready(connection, queue).await?.unwrap_or(0);
+    let left = queue_ready(connection, queue).await?.unwrap_or(0);
+    watch.close(200, "done").await.ok();
     report.left = Some(left);
     let moved = u64::from(expected.saturating_sub(left));
     progress.moved.store(moved, Ordering::Relaxed);

@@ -94,13 +94,18 @@ pub async fn evaluate_once(
         store::states(&state.db).await?.into_iter().map(|(s, at)| ((s.rule_id, s.key), at)).collect();
     let repeat = state.config.alert_repeat;
     let plan = plan(&rules, &transitions, &evaluator.states(), &told, &silences, repeat, now);
-    let notified: Vec<(String, AlertKey, DateTime<Utc>)> = plan
-        .outgoing
-        .iter()
-        .filter(|o| o.tell != Tell::Resolved)
-        .map(|o| (o.rule.id.clone(), o.key.clone(), now))
+    // Told now (firing or reminder), or as before.
+    let states: Vec<(AlertState, Option<DateTime<Utc>>)> = evaluator
+        .states()
+        .into_iter()
+        .map(|s| {
+            let id = (s.rule_id.clone(), s.key.clone());
+            let now_told = plan.outgoing.iter().any(|o| o.tell != Tell::Resolved && o.rule.id == id.0 && o.key == id.1);
+            let at = if now_told { Some(now) } else { told.get(&id).copied().flatten() };
+            (s, at)
+        })
         .collect();
-    store::record(&state.db, &plan.history, &evaluator.states(), &notified).await?;
+    store::record(&state.db, &plan.history, &states).await?;
     Ok(plan.outgoing)
 }
 

@@ -104,12 +104,11 @@ pub async fn states(db: &Db) -> Result<Vec<(AlertState, Option<DateTime<Utc>>)>,
 }
 
 /// One evaluation's result, in one transaction: its transitions go to the history, and the
-/// stored states become exactly `states` (keeping when each was last notified).
+/// stored states become exactly `states`, each with when it was last notified.
 pub async fn record(
     db: &Db,
     transitions: &[(Transition, bool)],
-    states: &[AlertState],
-    notified: &[(String, AlertKey, DateTime<Utc>)],
+    states: &[(AlertState, Option<DateTime<Utc>>)],
 ) -> Result<(), sqlx::Error> {
     let mut tx = db.begin().await?;
     for (t, silenced) in transitions {
@@ -128,28 +127,14 @@ pub async fn record(
         .execute(&mut *tx)
         .await?;
     }
-    // States change at most once per poll and there are few: rewrite them whole, keeping
-    // `notified_at` of the alerts that stay.
-    let kept: Vec<(String, String, Option<i64>)> =
-        sqlx::query("select rule_id, alert_key, notified_at from alert_states")
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .map(|r| (r.get("rule_id"), r.get("alert_key"), r.get("notified_at")))
-            .collect();
+    // States change at most once per poll and there are few: rewrite them whole.
     sqlx::query("delete from alert_states").execute(&mut *tx).await?;
-    for s in states {
-        let key = key_json(&s.key);
-        let notified_at = notified
-            .iter()
-            .find(|(rule, k, _)| *rule == s.rule_id && *k == s.key)
-            .map(|(_, _, at)| at.timestamp())
-            .or_else(|| kept.iter().find(|(rule, k, _)| *rule == s.rule_id && *k == key).and_then(|(_, _, at)| *at));
+    for (s, notified_at) in states {
         sqlx::query("insert into alert_states (rule_id, alert_key, state, notified_at) values (?, ?, ?, ?)")
             .bind(&s.rule_id)
-            .bind(&key)
+            .bind(key_json(&s.key))
             .bind(serde_json::to_string(s).expect("states serialise"))
-            .bind(notified_at)
+            .bind(notified_at.map(|t| t.timestamp()))
             .execute(&mut *tx)
             .await?;
     }
@@ -318,7 +303,7 @@ mod tests {
             at: DateTime::from_timestamp(at, 0).unwrap(),
             note: None,
         };
-        record(&db, &[(transition(1_000), false), (transition(5_000), false)], &[], &[]).await.unwrap();
+        record(&db, &[(transition(1_000), false), (transition(5_000), false)], &[]).await.unwrap();
         assert_eq!(prune_history(&db, 2_000).await.unwrap(), 1);
         assert_eq!(history(&db, 10).await.unwrap().len(), 1);
     }
