@@ -27,6 +27,34 @@ pub struct Config {
     pub alert_repeat: Option<Duration>,
     /// Where alert notifications go (`[[notifications]]`).
     pub notifications: Vec<crate::alerts::notify::NotificationChannel>,
+    /// Logins, sessions and the trusted proxy (`[auth]`).
+    pub auth: AuthConfig,
+}
+
+/// How people and scripts prove who they are (`[auth]`). Local users live in the database
+/// (`warren user add`); this holds what the file decides.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// A session ends this long after login, whatever happens.
+    pub session_ttl: Duration,
+    /// A session ends after this long without a request.
+    pub session_idle: Duration,
+    /// `Secure` on the session cookie: `None` decides per request (set when the request came over
+    /// TLS, as a TLS-terminating proxy says in `X-Forwarded-Proto`).
+    pub secure_cookie: Option<bool>,
+    /// A trusted reverse proxy's user header (`[auth.proxy]`), as an alternative to local logins.
+    pub proxy: Option<crate::auth::ProxyAuth>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            session_ttl: crate::auth::DEFAULT_SESSION_TTL,
+            session_idle: crate::auth::DEFAULT_SESSION_IDLE,
+            secure_cookie: None,
+            proxy: None,
+        }
+    }
 }
 
 /// One RabbitMQ broker (or cluster) to watch.
@@ -119,6 +147,27 @@ struct FileConfig {
     alert_repeat_secs: Option<u64>,
     #[serde(default)]
     notifications: Vec<crate::alerts::notify::NotificationChannel>,
+    auth: Option<FileAuth>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAuth {
+    session_ttl_secs: Option<u64>,
+    session_idle_secs: Option<u64>,
+    secure_cookie: Option<bool>,
+    proxy: Option<FileProxy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProxy {
+    /// e.g. `X-Forwarded-User` (oauth2-proxy), `Remote-User`.
+    header: String,
+    role_header: Option<String>,
+    default_role: Option<String>,
+    /// The proxy's addresses or networks (`10.0.0.5`, `10.0.0.0/24`).
+    trusted: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -252,6 +301,8 @@ impl Config {
             }
         }
 
+        let auth = build_auth(file.auth.unwrap_or_default())?;
+
         Ok(Config {
             listen,
             database,
@@ -260,8 +311,43 @@ impl Config {
             alerts: file.alerts,
             alert_repeat,
             notifications: file.notifications,
+            auth,
         })
     }
+}
+
+fn build_auth(file: FileAuth) -> Result<AuthConfig, ConfigError> {
+    let secs = |field: &str, value: Option<u64>, default: Duration| -> Result<Duration, ConfigError> {
+        match value {
+            None => Ok(default),
+            Some(s) if (60..=30 * 86_400).contains(&s) => Ok(Duration::from_secs(s)),
+            Some(_) => Err(invalid(format!("auth.{field}"), "must be from 60 seconds to 30 days")),
+        }
+    };
+    let session_ttl = secs("session_ttl_secs", file.session_ttl_secs, crate::auth::DEFAULT_SESSION_TTL)?;
+    let session_idle = secs("session_idle_secs", file.session_idle_secs, crate::auth::DEFAULT_SESSION_IDLE)?;
+    let proxy = match file.proxy {
+        None => None,
+        Some(p) => {
+            let mut trusted = Vec::with_capacity(p.trusted.len());
+            for (i, text) in p.trusted.iter().enumerate() {
+                let cidr = text
+                    .parse()
+                    .map_err(|e: crate::auth::AuthError| invalid(format!("auth.proxy.trusted[{i}]"), e.to_string()))?;
+                trusted.push(cidr);
+            }
+            let default_role = match &p.default_role {
+                None => crate::auth::Role::Viewer,
+                Some(text) => text
+                    .parse()
+                    .map_err(|e: crate::auth::AuthError| invalid("auth.proxy.default_role", e.to_string()))?,
+            };
+            let proxy = crate::auth::ProxyAuth { header: p.header, role_header: p.role_header, default_role, trusted };
+            proxy.validate().map_err(|e| invalid("auth.proxy", e.to_string()))?;
+            Some(proxy)
+        }
+    };
+    Ok(AuthConfig { session_ttl, session_idle, secure_cookie: file.secure_cookie, proxy })
 }
 
 fn overrides_touch_broker(o: &Overrides) -> bool {
@@ -478,6 +564,35 @@ mod tests {
         let err = Config::from_toml("colour = 3").unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");
         assert!(!err.to_string().contains('\n'), "one line: {err}");
+    }
+
+    #[test]
+    fn auth_section_is_validated() {
+        let config = Config::from_toml("").unwrap();
+        assert!(config.auth.proxy.is_none());
+        assert_eq!(config.auth.session_ttl, crate::auth::DEFAULT_SESSION_TTL);
+        let config = Config::from_toml(
+            "[auth]\nsession_idle_secs = 600\n[auth.proxy]\nheader = \"X-Forwarded-User\"\ndefault_role = \"operator\"\ntrusted = [\"10.0.0.0/8\", \"::1\"]\n",
+        )
+        .unwrap();
+        let proxy = config.auth.proxy.unwrap();
+        assert_eq!(proxy.default_role, crate::auth::Role::Operator);
+        assert!(proxy.is_trusted("10.9.8.7".parse().unwrap()) && !proxy.is_trusted("11.0.0.1".parse().unwrap()));
+        assert_eq!(config.auth.session_idle, Duration::from_secs(600));
+        for (toml, field) in [
+            ("[auth.proxy]\nheader = \"X-User\"\ntrusted = []\n", "auth.proxy"),
+            ("[auth.proxy]\nheader = \"X-User\"\ntrusted = [\"10.0.0.0/33\"]\n", "auth.proxy.trusted[0]"),
+            ("[auth.proxy]\nheader = \"bad header\"\ntrusted = [\"10.0.0.1\"]\n", "auth.proxy"),
+            (
+                "[auth.proxy]\nheader = \"X-User\"\ndefault_role = \"root\"\ntrusted = [\"10.0.0.1\"]\n",
+                "auth.proxy.default_role",
+            ),
+            ("[auth]\nsession_ttl_secs = 5\n", "auth.session_ttl_secs"),
+            ("[auth]\npassword = \"x\"\n", "password"),
+        ] {
+            let err = Config::from_toml(toml).unwrap_err().to_string();
+            assert!(err.contains(field), "{toml}: {err}");
+        }
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = build_state(config).await?;
+    check_access(&state, listener.local_addr()?).await?;
     let interrupted = audit::mark_interrupted(&state.db).await?;
     if interrupted > 0 {
         tracing::warn!(interrupted, "actions of a previous run did not finish; see the audit log");
@@ -75,6 +76,8 @@ pub async fn run(
     tracing::info!(%addr, brokers = state.config.brokers.len(), "warren is serving on http://{addr}");
     let app = web::router(state.clone());
     let serve_cancel = cancel.clone();
+    // The peer address decides whether anonymous access (loopback) or a proxy header is accepted.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             tokio::select! {
@@ -98,6 +101,21 @@ pub async fn run(
     served.map_err(Into::into)
 }
 
+/// Refuses to serve a non-loopback address without authentication, and says how to set it up
+/// when there is none.
+async fn check_access(state: &AppState, listen: std::net::SocketAddr) -> anyhow::Result<()> {
+    let users = auth::count_users(&state.db).await?;
+    let proxy = state.config.auth.proxy.is_some();
+    auth::check_bind(listen, users > 0 || proxy).map_err(|message| anyhow::anyhow!(message))?;
+    if users == 0 && !proxy {
+        tracing::warn!(
+            "no users: login is off and warren answers only requests from this machine. To require logins, \
+             create an admin with `warren user add NAME --role admin` (the password is read from stdin)"
+        );
+    }
+    Ok(())
+}
+
 /// Deletes samples older than the retention window, hourly, starting at once.
 async fn retention_loop(state: AppState, cancel: CancellationToken) {
     loop {
@@ -116,6 +134,11 @@ async fn retention_loop(state: AppState, cancel: CancellationToken) {
         match pruned.await {
             Ok((history, deliveries)) => tracing::debug!(history, deliveries, "alert history cleanup done"),
             Err(e) => tracing::error!(error = %e, "alert history cleanup failed; will retry"),
+        }
+        let now = chrono::Utc::now().timestamp();
+        match auth::purge_expired(&state.db, state.config.auth.session_idle, now).await {
+            Ok(sessions) => tracing::debug!(sessions, "expired sessions removed"),
+            Err(e) => tracing::error!(error = %e, "session cleanup failed; will retry"),
         }
         tokio::select! {
             _ = cancel.cancelled() => return,

@@ -63,6 +63,43 @@ enum Command {
         #[arg(long, default_value = "warren-demo")]
         vhost: String,
     },
+    /// Manage local accounts (stored in the database; a running warren sees changes at once).
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Manage API tokens for scripts (sent as `Authorization: Bearer wrn_...`).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create a user. The password is read from standard input (asked twice on a terminal).
+    Add {
+        name: String,
+        /// viewer (reads), operator (also moves messages, silences alerts), admin (everything).
+        #[arg(long)]
+        role: String,
+    },
+    /// Set a user's password (read like `add`); ends the user's sessions.
+    Passwd { name: String },
+    /// Remove a user and end their sessions.
+    Remove { name: String },
+    /// List users and their roles.
+    List,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token; it is printed once and stored only as a hash.
+    Add {
+        name: String,
+        #[arg(long)]
+        role: String,
+    },
+    /// List tokens (never their values).
+    List,
+    /// Revoke a token by id.
+    Revoke { id: i64 },
 }
 
 fn main() -> ExitCode {
@@ -107,6 +144,8 @@ fn main() -> ExitCode {
             }
             Command::Demo { cleanup, vhost } => demo(config, cleanup, vhost).await,
             Command::Healthcheck => healthcheck(config).await,
+            Command::User(command) => user(config, command).await,
+            Command::Token(command) => token(config, command).await,
         }
     });
     match result {
@@ -116,6 +155,78 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The new password: from the terminal without echo (twice), or the first line of stdin.
+fn read_password(name: &str) -> anyhow::Result<String> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        let first = rpassword::prompt_password(format!("Password for {name}: "))?;
+        let again = rpassword::prompt_password("Again: ")?;
+        anyhow::ensure!(first == again, "the passwords differ; nothing changed");
+        return Ok(first);
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_string())
+}
+
+async fn user(config: Config, command: UserCommand) -> anyhow::Result<()> {
+    use warren::auth;
+    let db = warren::history::open(&config.database).await?;
+    match command {
+        UserCommand::Add { name, role } => {
+            let role: auth::Role = role.parse()?;
+            let password = read_password(&name)?;
+            auth::add_user(&db, &name, role, &password).await?;
+            println!("user {name} ({role}) created in {}", config.database.display());
+            println!("warren now requires logins; it may also listen on addresses other than loopback");
+        }
+        UserCommand::Passwd { name } => {
+            let password = read_password(&name)?;
+            auth::set_password(&db, &name, &password).await?;
+            let ended = auth::end_user_sessions(&db, &name).await?;
+            println!("password of {name} changed; {ended} session(s) ended");
+        }
+        UserCommand::Remove { name } => {
+            auth::remove_user(&db, &name).await?;
+            println!("user {name} removed");
+        }
+        UserCommand::List => {
+            for u in auth::list_users(&db).await? {
+                let disabled = if u.disabled { " (disabled)" } else { "" };
+                println!("{}\t{}{disabled}", u.name, u.role);
+            }
+        }
+    }
+    db.close().await;
+    Ok(())
+}
+
+async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
+    use warren::auth;
+    let db = warren::history::open(&config.database).await?;
+    match command {
+        TokenCommand::Add { name, role } => {
+            let role: auth::Role = role.parse()?;
+            let now = chrono::Utc::now().timestamp();
+            let created = auth::create_token(&db, &name, role, "cli", now).await?;
+            println!("{}", created.token);
+            eprintln!("token {name} ({role}, id {}) created; it is shown only now", created.id);
+        }
+        TokenCommand::List => {
+            for t in auth::list_tokens(&db).await? {
+                let state = if t.revoked { "revoked" } else { "live" };
+                println!("{}\t{}\t{}\t{state}\tcreated by {}", t.id, t.name, t.role, t.created_by);
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            auth::revoke_token(&db, id).await?;
+            println!("token {id} revoked");
+        }
+    }
+    db.close().await;
+    Ok(())
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

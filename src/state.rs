@@ -24,6 +24,8 @@ pub struct AppState {
     pub jobs: crate::moves::Jobs,
     /// Sends alert notifications in the background.
     pub notifier: crate::alerts::notify::Dispatcher,
+    /// Who must log in, the login throttle, CSRF tokens without a session.
+    pub gate: Arc<crate::auth::Gate>,
 }
 
 /// The latest poll result of every broker, written by the pollers and read by the pages.
@@ -160,7 +162,9 @@ impl AppState {
             .expect("TLS backend initialises");
         let notifier = crate::alerts::notify::Dispatcher::new(http, db.clone(), Default::default());
         notifier.set_channels(config.notifications.clone());
+        let gate = Arc::new(crate::auth::Gate::new(config.auth.clone()));
         AppState {
+            gate,
             config: Arc::new(config),
             db,
             live: Live::new(&names),

@@ -15,6 +15,7 @@
 //!   gives a guesser one fresh burst of five tries per restart at most.
 //! - Without any authentication configured warren only serves on loopback ([`check_bind`]).
 
+mod gate;
 mod policy;
 mod proxy;
 mod sessions;
@@ -30,6 +31,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use gate::Gate;
 pub use policy::{anonymous_allowed, check_bind, required_role};
 pub use proxy::{Cidr, ProxyAuth};
 pub use sessions::{

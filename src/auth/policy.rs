@@ -16,7 +16,8 @@ use super::Role;
 /// | `POST /dlq/{b}/{v}/{q}/requeue`, `snapshot` | operator |
 /// | `POST /api/v1/jobs/{id}/cancel`, `/jobs/{id}/cancel` | operator |
 /// | `POST /api/v1/silences...`, `/alerts/silences...` | operator |
-/// | `POST /alerts/preview`, `/api/v1/alerts/rules/preview` (read-only) | viewer |
+/// | `POST /alerts/preview`, `/api/v1/alerts/rules/preview` (read-only), `/logout` | viewer |
+/// | `GET /api/v1/users...`, `/api/v1/tokens...` | admin |
 /// | `POST /api/v1/alerts/rules...`, `/alerts/rules...` | admin |
 /// | `POST /api/v1/notifications/...`, `/alerts/channels/...` | admin |
 /// | any other `POST`, and any other method | admin |
@@ -25,6 +26,11 @@ use super::Role;
 /// Logging in and out are not in this table: the web layer handles them before any role check.
 pub fn required_role(method: &Method, path: &str) -> Role {
     if method == Method::GET || method == Method::HEAD {
+        // Accounts and tokens are listed to admins only: names of accounts help a guesser.
+        let accounts = ["/api/v1/users", "/api/v1/tokens"];
+        if accounts.iter().any(|p| path == *p || path.strip_prefix(p).is_some_and(|rest| rest.starts_with('/'))) {
+            return Role::Admin;
+        }
         return Role::Viewer;
     }
     if method != Method::POST {
@@ -43,7 +49,7 @@ pub fn required_role(method: &Method, path: &str) -> Role {
         | ["jobs", _, "cancel"]
         | ["api", "v1", "silences", ..]
         | ["alerts", "silences", ..] => Role::Operator,
-        ["alerts", "preview"] | ["api", "v1", "alerts", "rules", "preview"] => Role::Viewer,
+        ["alerts", "preview"] | ["api", "v1", "alerts", "rules", "preview"] | ["logout"] => Role::Viewer,
         // Alert rules, notification channels, and everything not listed.
         _ => Role::Admin,
     }

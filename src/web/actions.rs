@@ -45,6 +45,7 @@ struct AuditRow {
 #[derive(askama::Template)]
 #[template(path = "audit.html")]
 struct AuditPage {
+    me: super::Me,
     rows: Vec<AuditRow>,
 }
 
@@ -62,7 +63,7 @@ fn shown_ids(ids: &serde_json::Value) -> String {
     }
 }
 
-async fn audit_page(State(state): State<AppState>) -> Result<Response, super::PageError> {
+async fn audit_page(State(state): State<AppState>, me: super::Me) -> Result<Response, super::PageError> {
     let rows = audit::recent(&state.db, 500)
         .await?
         .into_iter()
@@ -85,7 +86,7 @@ async fn audit_page(State(state): State<AppState>) -> Result<Response, super::Pa
             detail: r.detail.unwrap_or_default(),
         })
         .collect();
-    Ok(super::html(askama::Template::render(&AuditPage { rows })?))
+    Ok(super::html(askama::Template::render(&AuditPage { me, rows })?))
 }
 
 /// Starts a move as a background job (`moves::start`), as the actor of the request.
@@ -93,8 +94,9 @@ pub async fn start_move(
     state: &AppState,
     view: &crate::metrics::QueueView,
     request: MoveRequest,
+    actor: &str,
 ) -> Result<Result<Arc<Job>, MoveError>, WebError> {
-    match moves::start(state, view, request, "anonymous").await {
+    match moves::start(state, view, request, actor).await {
         Ok(job) => Ok(Ok(job)),
         Err(StartError::Refused(e)) => Ok(Err(e)),
         Err(StartError::NoBroker(name)) => Err(WebError::NotFound(format!("no broker named {name:?}"))),
@@ -110,23 +112,25 @@ pub struct DeleteRequest {
 /// Deletes the selected messages: read and acked without a copy. Destructive by intent.
 async fn delete(
     State(state): State<AppState>,
+    access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<DeleteRequest>,
 ) -> Result<Response, ApiError> {
     let request = MoveRequest { selection: request.selection, target: Target::Discard };
-    respond(&state, &broker, &vhost, &queue, request).await
+    respond(&state, &access, &broker, &vhost, &queue, request).await
 }
 
 /// Runs a purge with its audit entry; returns the audit id and how many messages went.
 pub async fn run_purge(
     state: &AppState,
     view: &crate::metrics::QueueView,
+    actor: &str,
 ) -> Result<(i64, Result<u32, MoveError>), WebError> {
     let config = state
         .broker_config(&view.broker)
         .ok_or_else(|| WebError::NotFound(format!("no broker named {:?}", view.broker)))?;
     let entry = audit::Entry {
-        actor: "anonymous",
+        actor,
         broker: &view.broker,
         vhost: &view.vhost,
         queue: &view.name,
@@ -145,10 +149,11 @@ pub async fn run_purge(
 
 async fn purge(
     State(state): State<AppState>,
+    access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
 ) -> Result<Response, ApiError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
-    let (audit_id, outcome) = run_purge(&state, &view).await?;
+    let (audit_id, outcome) = run_purge(&state, &view, &access.principal.actor()).await?;
     match outcome {
         Ok(purged) => Ok(Json(json!({"outcome": "done", "purged": purged, "audit_id": audit_id})).into_response()),
         Err(e) => Ok((
@@ -161,25 +166,27 @@ async fn purge(
 
 async fn requeue(
     State(state): State<AppState>,
+    access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<MoveRequest>,
 ) -> Result<Response, ApiError> {
     if request.target == Target::Discard {
         return Err(WebError::BadRequest("use the delete action to delete messages".to_string()).into());
     }
-    respond(&state, &broker, &vhost, &queue, request).await
+    respond(&state, &access, &broker, &vhost, &queue, request).await
 }
 
 /// 202 with the job's status and where to follow it, or 422 when the move was refused.
 async fn respond(
     state: &AppState,
+    access: &super::Access,
     broker: &str,
     vhost: &str,
     queue: &str,
     request: MoveRequest,
 ) -> Result<Response, ApiError> {
     let view = find_queue(state, broker, vhost, queue).await?;
-    match start_move(state, &view, request).await? {
+    match start_move(state, &view, request, &access.principal.actor()).await? {
         Ok(job) => Ok((
             StatusCode::ACCEPTED,
             Json(json!({

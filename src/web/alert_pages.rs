@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use super::alerts::{add_silence, check_rule, current_alerts, preview, save_new_rule};
 use super::pages::queue_href;
 use super::{format, html, PageError, WebError};
+use super::{Access, Me};
 use crate::alerts::store::{self, Silence};
 use crate::alerts::{AlertKey, Rule};
 use crate::state::AppState;
@@ -92,6 +93,7 @@ struct HistoryRow {
 #[derive(Template)]
 #[template(path = "alerts.html")]
 struct AlertsPage {
+    me: super::Me,
     alerts: Vec<AlertRow>,
     rules: Vec<RuleRow>,
     silences: Vec<(i64, String, String, String, String)>,
@@ -234,12 +236,13 @@ fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
     }
 }
 
-async fn render(state: &AppState, form: RuleForm, error: Option<WebError>) -> Result<String, WebError> {
-    render_with(state, form, error, None).await
+async fn render(state: &AppState, me: Me, form: RuleForm, error: Option<WebError>) -> Result<String, WebError> {
+    render_with(state, me, form, error, None).await
 }
 
 async fn render_with(
     state: &AppState,
+    me: Me,
     form: RuleForm,
     error: Option<WebError>,
     notice: Option<(bool, String)>,
@@ -251,6 +254,7 @@ async fn render_with(
         None => Vec::new(),
     };
     let page = AlertsPage {
+        me,
         alerts: alert_rows(state, None).await?,
         rules: rules
             .iter()
@@ -361,7 +365,7 @@ struct PageQuery {
     edit: Option<String>,
 }
 
-async fn page(State(state): State<AppState>, Query(q): Query<PageQuery>) -> Result<Response, PageError> {
+async fn page(State(state): State<AppState>, me: Me, Query(q): Query<PageQuery>) -> Result<Response, PageError> {
     let form = match q.edit {
         Some(id) => {
             let rules = store::all_rules(&state.config.alerts, &state.db).await?;
@@ -374,14 +378,14 @@ async fn page(State(state): State<AppState>, Query(q): Query<PageQuery>) -> Resu
         }
         None => blank_form(),
     };
-    Ok(html(render(&state, form, None).await?))
+    Ok(html(render(&state, me, form, None).await?))
 }
 
 async fn preview_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
     Ok(html(preview_fragment(&state, &form).render().map_err(WebError::from)?))
 }
 
-async fn create_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
+async fn create_form(State(state): State<AppState>, me: Me, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
     let saved = match form.rule() {
         Ok(rule) if form.editing.is_empty() => save_new_rule(&state, &rule).await,
         Ok(rule) => super::alerts::save_existing_rule(&state, &form.editing, &rule).await,
@@ -395,7 +399,7 @@ async fn create_form(State(state): State<AppState>, Form(form): Form<RuleForm>) 
             } else {
                 StatusCode::UNPROCESSABLE_ENTITY
             };
-            Ok((status, html(render(&state, form, Some(e)).await?)).into_response())
+            Ok((status, html(render(&state, me, form, Some(e)).await?)).into_response())
         }
         Err(e) => Err(e.into()),
     }
@@ -419,7 +423,11 @@ struct SilenceForm {
     comment: String,
 }
 
-async fn silence_form(State(state): State<AppState>, Form(form): Form<SilenceForm>) -> Result<Response, PageError> {
+async fn silence_form(
+    State(state): State<AppState>,
+    access: Access,
+    Form(form): Form<SilenceForm>,
+) -> Result<Response, PageError> {
     let hours: f64 = form.hours.trim().parse().ok().filter(|h: &f64| h.is_finite() && *h > 0.0).ok_or_else(|| {
         WebError::Invalid(vec![("hours".into(), format!("{:?} is not a positive number", form.hours))])
     })?;
@@ -438,7 +446,7 @@ async fn silence_form(State(state): State<AppState>, Form(form): Form<SilenceFor
         created_by: String::new(),
         created_at: chrono::Utc::now(),
     };
-    add_silence(&state, silence, "anonymous").await?;
+    add_silence(&state, silence, &access.principal.actor()).await?;
     Ok(Redirect::to("/alerts").into_response())
 }
 
@@ -447,7 +455,7 @@ async fn expire_form(State(state): State<AppState>, Path(id): Path<i64>) -> Resu
     Ok(Redirect::to("/alerts").into_response())
 }
 
-async fn test_form(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, PageError> {
+async fn test_form(State(state): State<AppState>, me: Me, Path(id): Path<String>) -> Result<Response, PageError> {
     let notice = match super::alerts::send_test(&state, &id).await? {
         Ok(status) => (
             true,
@@ -455,5 +463,5 @@ async fn test_form(State(state): State<AppState>, Path(id): Path<String>) -> Res
         ),
         Err(e) => (false, format!("Test notification to {id} failed: {e}")),
     };
-    Ok(html(render_with(&state, blank_form(), None, Some(notice)).await?))
+    Ok(html(render_with(&state, me, blank_form(), None, Some(notice)).await?))
 }

@@ -307,9 +307,13 @@ pub async fn add_silence(state: &AppState, mut silence: Silence, actor: &str) ->
     Ok(silence)
 }
 
-async fn create_silence(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+async fn create_silence(
+    State(state): State<AppState>,
+    access: super::Access,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let silence: Silence = parse(&body)?;
-    let silence = add_silence(&state, silence, "anonymous").await?;
+    let silence = add_silence(&state, silence, &access.principal.actor()).await?;
     Ok((StatusCode::CREATED, Json(silence)).into_response())
 }
 

@@ -93,6 +93,7 @@ async fn snapshot_json(
 #[derive(Template)]
 #[template(path = "dlq.html")]
 struct DlqPage {
+    me: super::Me,
     name: String,
     vhost: String,
     broker: String,
@@ -192,6 +193,7 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &browse::Filter) -> Snapsho
 
 fn render_page(
     state: &AppState,
+    me: super::Me,
     view: &QueueView,
     filters: &browse::Filter,
     notice: Option<String>,
@@ -200,6 +202,7 @@ fn render_page(
     let base = dlq_href(&view.broker, &view.vhost, &view.name);
     let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
     let page = DlqPage {
+        me,
         name: view.name.clone(),
         vhost: view.vhost.clone(),
         broker: view.broker.clone(),
@@ -223,15 +226,17 @@ fn render_page(
 
 async fn page(
     State(state): State<AppState>,
+    me: super::Me,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Query(filters): Query<browse::Filter>,
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
-    Ok(html(render_page(&state, &view, &filters, None, None)?))
+    Ok(html(render_page(&state, me, &view, &filters, None, None)?))
 }
 
 async fn take_form(
     State(state): State<AppState>,
+    me: super::Me,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Form(request): Form<TakeRequest>,
 ) -> Result<Response, PageError> {
@@ -240,11 +245,11 @@ async fn take_form(
         // Post/redirect/get: a reload of the page never reads the queue again.
         Ok(_) => Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response()),
         Err(BrowseError::NeedsConfirmation(message)) => {
-            let body = render_page(&state, &view, &browse::Filter::default(), None, Some(message))?;
+            let body = render_page(&state, me, &view, &browse::Filter::default(), None, Some(message))?;
             Ok((StatusCode::CONFLICT, html(body)).into_response())
         }
         Err(e) => {
-            let body = render_page(&state, &view, &browse::Filter::default(), Some(e.to_string()), None)?;
+            let body = render_page(&state, me, &view, &browse::Filter::default(), Some(e.to_string()), None)?;
             Ok((StatusCode::BAD_GATEWAY, html(body)).into_response())
         }
     }
@@ -253,6 +258,7 @@ async fn take_form(
 #[derive(Template)]
 #[template(path = "dlq_message.html")]
 struct MessagePage {
+    me: super::Me,
     name: String,
     back_href: String,
     download_href: String,
@@ -294,6 +300,7 @@ fn show(v: &Value) -> String {
 
 async fn message_page(
     State(state): State<AppState>,
+    me: super::Me,
     Path((broker, vhost, queue, position)): Path<(String, String, String, usize)>,
 ) -> Result<Response, PageError> {
     let m = snapshot_message(&state, &broker, &vhost, &queue, position)?;
@@ -324,6 +331,7 @@ async fn message_page(
         format!("showing the first {} of {} bytes", format::count(Some(kept)), format::count(Some(m.payload_bytes)))
     });
     let page = MessagePage {
+        me,
         name: queue.clone(),
         back_href: base.clone(),
         download_href: format!("{base}/messages/{position}/payload"),
@@ -478,6 +486,7 @@ fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
 #[derive(Template)]
 #[template(path = "dlq_action.html")]
 struct ActionPage {
+    me: super::Me,
     action: &'static str,
     name: String,
     back_href: String,
@@ -503,6 +512,7 @@ struct FormEcho {
 
 async fn requeue_form(
     State(state): State<AppState>,
+    access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     body: String,
 ) -> Result<Response, PageError> {
@@ -510,6 +520,7 @@ async fn requeue_form(
     let form = parse_requeue_form(&body)?;
     let deletes = matches!(form.scope, Scope::Purge | Scope::DeleteSelected);
     let mut page = ActionPage {
+        me: super::Me::of(&access),
         action: match form.scope {
             Scope::Purge => "Purge",
             Scope::DeleteSelected => "Delete",
@@ -555,7 +566,7 @@ async fn requeue_form(
         return Ok(html(page.render()?));
     }
     if form.scope == Scope::Purge {
-        let (_, outcome) = super::actions::run_purge(&state, &view).await?;
+        let (_, outcome) = super::actions::run_purge(&state, &view, &access.principal.actor()).await?;
         match outcome {
             Ok(n) => page.outcome = Some(format!("done, {n} messages deleted")),
             Err(e) => {
@@ -578,7 +589,7 @@ async fn requeue_form(
             (_, FormTarget::Queue) => Target::Queue(form.target_queue),
         },
     };
-    match super::actions::start_move(&state, &view, request).await? {
+    match super::actions::start_move(&state, &view, request, &access.principal.actor()).await? {
         // The job page shows the progress, a cancel button, and the final report.
         Ok(job) => Ok(Redirect::to(&format!("/jobs/{}", job.id)).into_response()),
         Err(e) => {

@@ -60,6 +60,7 @@ const SHOWN_ROWS: usize = 1000;
 #[derive(Template)]
 #[template(path = "job.html")]
 struct JobPage {
+    me: super::Me,
     title: String,
     back_href: String,
     fragment: String,
@@ -68,6 +69,7 @@ struct JobPage {
 #[derive(Template)]
 #[template(path = "job_progress.html")]
 struct JobFragment {
+    me: super::Me,
     self_href: String,
     api_href: String,
     running: bool,
@@ -90,7 +92,7 @@ struct JobFragment {
     from_audit_only: bool,
 }
 
-fn fragment(status: &JobStatus) -> JobFragment {
+fn fragment(status: &JobStatus, me: super::Me) -> JobFragment {
     let p = status.progress;
     let id = |m: &Option<String>| m.clone().unwrap_or_else(|| format::UNKNOWN.to_string());
     let report = status.report.as_ref();
@@ -107,6 +109,7 @@ fn fragment(status: &JobStatus) -> JobFragment {
         })
         .unwrap_or_default();
     JobFragment {
+        me,
         self_href: format!("/jobs/{}", status.id),
         api_href: format!("/api/v1/jobs/{}", status.id),
         running: status.state == "running",
@@ -140,13 +143,19 @@ fn fragment(status: &JobStatus) -> JobFragment {
     }
 }
 
-async fn page(State(state): State<AppState>, Path(id): Path<i64>, headers: HeaderMap) -> Result<Response, PageError> {
+async fn page(
+    State(state): State<AppState>,
+    me: super::Me,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
     let status = job_status(&state, id).await?;
-    let fragment = fragment(&status).render()?;
+    let fragment = fragment(&status, me.clone()).render()?;
     if is_htmx(&headers) {
         return Ok(html(fragment));
     }
     let page = JobPage {
+        me,
         title: format!("{} from {}", status.action, status.queue),
         back_href: format!(
             "/dlq/{}/{}/{}",

@@ -1,5 +1,6 @@
 //! HTTP: HTML pages, the JSON API, static assets, health checks. Routes are merged here.
 
+mod access;
 mod actions;
 mod alert_pages;
 mod alerts;
@@ -18,10 +19,12 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+pub use self::access::{Access, Me};
 use crate::state::AppState;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .merge(access::router())
         .merge(pages::router())
         .merge(api::router())
         .merge(actions::router())
@@ -33,6 +36,7 @@ pub fn router(state: AppState) -> Router {
         .merge(prometheus::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), access::gate))
         .layer(axum::middleware::map_response(security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
@@ -158,7 +162,8 @@ impl<E: Into<WebError>> From<E> for PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         self.0.log();
-        let page = pages::ErrorPage { status: self.0.status().as_u16(), message: self.0.to_string() };
+        let page =
+            pages::ErrorPage { status: self.0.status().as_u16(), message: self.0.to_string(), me: Me::default() };
         let html = askama::Template::render(&page)
             .unwrap_or_else(|_| "<!doctype html><title>error</title><p>error</p>".to_string());
         (self.0.status(), Html(html)).into_response()

@@ -34,6 +34,7 @@ pub fn queue_href(broker: &str, vhost: &str, name: &str) -> String {
 #[derive(Template)]
 #[template(path = "error.html")]
 pub struct ErrorPage {
+    pub me: super::Me,
     pub status: u16,
     pub message: String,
 }
@@ -105,11 +106,12 @@ struct OverviewBrokers {
 #[derive(Template)]
 #[template(path = "overview.html")]
 struct OverviewPage {
+    me: super::Me,
     fragment: String,
     brokers: Vec<String>,
 }
 
-async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, PageError> {
+async fn overview(State(state): State<AppState>, me: super::Me, headers: HeaderMap) -> Result<Response, PageError> {
     let live = state.live.snapshot();
     let mut dlqs: Vec<&QueueView> =
         live.iter().flat_map(|b| b.queues.iter()).filter(|q| q.dead_letters.is_dlq).collect();
@@ -124,7 +126,7 @@ async fn overview(State(state): State<AppState>, headers: HeaderMap) -> Result<R
     if is_htmx(&headers) {
         return Ok(html(fragment));
     }
-    let page = OverviewPage { fragment, brokers: live.iter().map(|b| encode_segment(&b.name)).collect() };
+    let page = OverviewPage { me, fragment, brokers: live.iter().map(|b| encode_segment(&b.name)).collect() };
     Ok(html(page.render()?))
 }
 
@@ -241,6 +243,7 @@ struct QueuesTable {
 #[derive(Template)]
 #[template(path = "queues.html")]
 struct QueuesPage {
+    me: super::Me,
     fragment: String,
     brokers: Vec<String>,
     broker: String,
@@ -289,6 +292,7 @@ const COLUMNS: &[(&str, &str, bool)] = &[
 
 async fn queues(
     State(state): State<AppState>,
+    me: super::Me,
     headers: HeaderMap,
     Query(query): Query<QueueQuery>,
 ) -> Result<Response, PageError> {
@@ -357,6 +361,7 @@ async fn queues(
         return Ok(html(fragment));
     }
     let page = QueuesPage {
+        me,
         fragment,
         brokers: live.iter().map(|b| b.name.clone()).collect(),
         broker: listing.broker.clone().unwrap_or_default(),
@@ -390,6 +395,7 @@ struct Range {
 #[derive(Template)]
 #[template(path = "queue.html")]
 struct QueuePage {
+    me: super::Me,
     fragment: String,
     row: QueueRow,
     history_src: String,
@@ -469,6 +475,7 @@ fn pairs(map: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, Strin
 
 async fn queue(
     State(state): State<AppState>,
+    me: super::Me,
     headers: HeaderMap,
     Path((broker, vhost, name)): Path<(String, String, String)>,
     Query(range): Query<RangeQuery>,
@@ -507,6 +514,7 @@ async fn queue(
         _ => format!("{api}?range=1h"),
     };
     let page = QueuePage {
+        me,
         fragment,
         history_src,
         ranges: RANGES

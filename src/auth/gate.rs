@@ -1,0 +1,108 @@
+//! The running server's authentication state: whether logins are required, the login throttle,
+//! and the CSRF tokens of principals without a session.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+use super::{count_users, AuthError, LoginThrottle, Principal};
+use crate::config::AuthConfig;
+use crate::history::Db;
+
+/// Shared by every request (in `AppState`).
+pub struct Gate {
+    pub config: AuthConfig,
+    pub throttle: Mutex<LoginThrottle>,
+    /// Signs the CSRF tokens of proxy and anonymous principals; new at every start, so a page
+    /// opened before a restart must be reloaded before its forms work again.
+    csrf_key: [u8; 32],
+    /// Once a local user exists, logins stay required until restart (a removed last user does
+    /// not silently open the dashboard).
+    accounts_exist: AtomicBool,
+}
+
+impl Gate {
+    pub fn new(config: AuthConfig) -> Gate {
+        let mut csrf_key = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut csrf_key);
+        Gate { config, throttle: Mutex::new(LoginThrottle::new()), csrf_key, accounts_exist: AtomicBool::new(false) }
+    }
+
+    /// Whether anyone must prove who they are: local users exist or a trusted proxy is set up.
+    /// Without either, warren serves loopback requests anonymously (see `anonymous_allowed`).
+    /// Users added while warren runs (API or `warren user add`) take effect at the next request.
+    pub async fn auth_configured(&self, db: &Db) -> Result<bool, AuthError> {
+        if self.config.proxy.is_some() || self.accounts_exist.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let exist = count_users(db).await? > 0;
+        if exist {
+            self.accounts_exist.store(true, Ordering::Relaxed);
+        }
+        Ok(exist)
+    }
+
+    /// The CSRF token of a principal that has no session (a proxy user, or anonymous on
+    /// loopback): HMAC-SHA256 of its audit name under this process's key. Stateless, so a proxy
+    /// user needs no row in the database.
+    pub fn csrf_token_for(&self, principal: &Principal) -> String {
+        let mac = hmac_sha256(&self.csrf_key, format!("csrf\0{}", principal.actor()).as_bytes());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac)
+    }
+
+    /// Locks the throttle, surviving a panic in another holder (its state is still usable).
+    pub fn throttle(&self) -> std::sync::MutexGuard<'_, LoginThrottle> {
+        self.throttle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// RFC 2104 over SHA-256 (a 32-byte key is shorter than the 64-byte block, so it is only padded).
+fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
+    let mut inner_key = [0x36u8; 64];
+    let mut outer_key = [0x5cu8; 64];
+    for (i, byte) in key.iter().enumerate() {
+        inner_key[i] ^= byte;
+        outer_key[i] ^= byte;
+    }
+    let inner = Sha256::new().chain_update(inner_key).chain_update(message).finalize();
+    Sha256::new().chain_update(outer_key).chain_update(inner).finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{add_user, test_db, How, Role};
+
+    #[test]
+    fn hmac_matches_rfc_4231_style_vector() {
+        // RFC 4231 test case 2 uses a 4-byte key "Jefe"; padded with zeros to 32 bytes it is the
+        // same HMAC key (keys are zero-padded to the block size either way).
+        let mut key = [0u8; 32];
+        key[..4].copy_from_slice(b"Jefe");
+        let mac = hmac_sha256(&key, b"what do ya want for nothing?");
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    }
+
+    #[test]
+    fn csrf_tokens_differ_by_principal_and_process() {
+        let gate = Gate::new(AuthConfig::default());
+        let alice = Principal { name: "alice".into(), role: Role::Admin, via: How::Proxy };
+        let bob = Principal { name: "bob".into(), role: Role::Admin, via: How::Proxy };
+        assert_eq!(gate.csrf_token_for(&alice), gate.csrf_token_for(&alice));
+        assert_ne!(gate.csrf_token_for(&alice), gate.csrf_token_for(&bob));
+        assert_ne!(gate.csrf_token_for(&alice), Gate::new(AuthConfig::default()).csrf_token_for(&alice));
+    }
+
+    #[tokio::test]
+    async fn logins_are_required_once_a_user_exists() {
+        let (_dir, db) = test_db().await;
+        let gate = Gate::new(AuthConfig::default());
+        assert!(!gate.auth_configured(&db).await.unwrap());
+        add_user(&db, "alice", Role::Admin, "correct horse battery").await.unwrap();
+        assert!(gate.auth_configured(&db).await.unwrap());
+    }
+}

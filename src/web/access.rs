@@ -1,0 +1,623 @@
+//! Who is asking, at the web boundary: the middleware that identifies every request (trusted
+//! proxy header, API token, session cookie, or anonymous on loopback when no authentication is
+//! configured), checks its CSRF token and its role, and the login, logout and account pages.
+//!
+//! Order of the checks, and why:
+//! 1. Public paths (health checks, static files, the login form) pass untouched.
+//! 2. An `Authorization: Bearer` header is decisive: a wrong token is refused, never ignored, so
+//!    a script with a revoked token fails loudly instead of running as someone else.
+//! 3. A trusted proxy's user header, only from the proxy's addresses.
+//! 4. A session cookie.
+//! 5. Anonymous, only while no user exists and no proxy is configured, and only for requests
+//!    that really come from this machine (`auth::anonymous_allowed`).
+//!
+//! Then every request that is not a GET or HEAD must carry the CSRF token (header
+//! `x-csrf-token`, which htmx sends from `hx-headers` on `<body>`, or the form field
+//! `csrf_token`): always for sessions; for proxy and anonymous principals whenever a browser
+//! sent it (a browser always sends `Origin` or `Sec-Fetch-Site` with such a request, and a
+//! cross-site page cannot remove them). Token requests need none: browsers never add a bearer
+//! token by themselves. Last, the role the route needs (`auth::required_role`).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{ApiError, WebError};
+use crate::auth::{self, AuthError, How, LoginOutcome, Principal, Role};
+use crate::state::AppState;
+
+/// Form bodies are read whole to find their CSRF field; none of warren's forms comes close.
+const FORM_LIMIT: usize = 2 * 1024 * 1024;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/api/v1/me", get(me))
+        .route("/api/v1/users", get(list_users).post(add_user))
+        .route("/api/v1/users/{name}/delete", post(remove_user))
+        .route("/api/v1/users/{name}/password", post(set_password))
+        .route("/api/v1/tokens", get(list_tokens).post(add_token))
+        .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
+}
+
+/// The identified principal of a request and the CSRF token its pages must send back.
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub principal: Principal,
+    /// Empty for API tokens (they need none).
+    pub csrf: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Access {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // The middleware puts it on every request that is not public; a handler asking for it
+        // on a public route is a programming error, answered as such.
+        parts.extensions.get::<Access>().cloned().ok_or_else(|| {
+            ApiError(WebError::BadRequest("this request was not identified; it needs to be logged in".into()))
+        })
+    }
+}
+
+/// What the page layout shows of the requester: the name and role in the header, the logout
+/// button for sessions, the CSRF token for forms and htmx.
+#[derive(Debug, Clone, Default)]
+pub struct Me {
+    pub name: String,
+    pub role: &'static str,
+    pub csrf: String,
+    /// Logged in with a session (so there is something to log out of).
+    pub session: bool,
+    /// Not anonymous: worth showing who.
+    pub known: bool,
+    pub operator: bool,
+    pub admin: bool,
+}
+
+impl Me {
+    pub fn of(access: &Access) -> Me {
+        let p = &access.principal;
+        Me {
+            name: p.actor(),
+            role: p.role.as_str(),
+            csrf: access.csrf.clone(),
+            session: p.via == How::Session,
+            known: p.via != How::Anonymous,
+            operator: p.role.allows(Role::Operator),
+            admin: p.role.allows(Role::Admin),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Me {
+    type Rejection = std::convert::Infallible;
+
+    /// Public pages (the error page of a public route) get an empty `Me`.
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts.extensions.get::<Access>().map(Me::of).unwrap_or_default())
+    }
+}
+
+fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/login" | "/favicon.ico") || path.starts_with("/static/")
+}
+
+/// Whether the requester is a script or API client (JSON answers) rather than a browser page.
+fn wants_json(path: &str, headers: &HeaderMap) -> bool {
+    if path.starts_with("/api/") || path == "/metrics" {
+        return true;
+    }
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    !accept.contains("text/html") && !super::is_htmx(headers)
+}
+
+/// Why a request is not served, answered in one place (`refuse`).
+enum Refusal {
+    /// Nobody proved who they are.
+    Unauthenticated(&'static str),
+    Forbidden {
+        code: &'static str,
+        message: String,
+    },
+    TooLarge,
+    Internal(AuthError),
+}
+
+/// The peer address from the connection; a request without one (a router driven in-process) is
+/// treated as remote, which is the strict choice.
+fn peer_of(request: &Request) -> IpAddr {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+/// The middleware: identifies, checks CSRF and role, then runs the handler with `Access` in the
+/// request's extensions.
+pub async fn gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_string();
+    if is_public(&path) {
+        return next.run(request).await;
+    }
+    let json = wants_json(&path, request.headers());
+    let htmx = super::is_htmx(request.headers());
+    let target = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| path.clone());
+    let method = request.method().clone();
+    let cross_site = request.headers().get("sec-fetch-site").is_some_and(|v| v == "cross-site");
+    match admit(&state, request).await {
+        Ok(request) => next.run(request).await,
+        Err(Refusal::Unauthenticated(_)) if cross_site && !json && method == Method::GET => reload_same_site(),
+        Err(refusal) => refuse(refusal, json, htmx, &method, &target),
+    }
+}
+
+async fn admit(state: &AppState, mut request: Request) -> Result<Request, Refusal> {
+    let peer = peer_of(&request);
+    let now = chrono::Utc::now().timestamp();
+    let (principal, session_csrf) = identify(state, peer, request.headers(), now).await?;
+
+    let changes_state = !matches!(*request.method(), Method::GET | Method::HEAD);
+    let csrf = match principal.via {
+        How::Token => String::new(),
+        How::Session => session_csrf.unwrap_or_default(),
+        How::Proxy | How::Anonymous => state.gate.csrf_token_for(&principal),
+    };
+    if changes_state && principal.via != How::Token {
+        let from_browser = ["origin", "sec-fetch-site"].iter().any(|h| request.headers().contains_key(*h));
+        if principal.via == How::Session || from_browser {
+            let (given, rebuilt) = presented_csrf(request).await?;
+            request = rebuilt;
+            if !auth::csrf_ok(&csrf, given.as_deref()) {
+                return Err(Refusal::Forbidden {
+                    code: "csrf",
+                    message: "this request carries no valid CSRF token: reload the page and try again \
+                              (scripts: send the session's token in the x-csrf-token header, or use an API token)"
+                        .into(),
+                });
+            }
+        }
+    }
+
+    let needed = auth::required_role(request.method(), request.uri().path());
+    if !principal.role.allows(needed) {
+        return Err(Refusal::Forbidden {
+            code: "forbidden",
+            message: format!(
+                "this needs the {needed} role; {} is {} {}",
+                principal.actor(),
+                if principal.role == Role::Admin { "an" } else { "a" },
+                principal.role
+            ),
+        });
+    }
+    request.extensions_mut().insert(Access { principal, csrf });
+    Ok(request)
+}
+
+/// Who the request is from, and the CSRF token of its session if it has one.
+async fn identify(
+    state: &AppState,
+    peer: IpAddr,
+    headers: &HeaderMap,
+    now: i64,
+) -> Result<(Principal, Option<String>), Refusal> {
+    if let Some(presented) = auth::bearer_token(headers) {
+        return match auth::token(&state.db, presented, now).await.map_err(Refusal::Internal)? {
+            Some(principal) => Ok((principal, None)),
+            None => Err(Refusal::Unauthenticated("the API token is unknown or revoked")),
+        };
+    }
+    if let Some(proxy) = &state.gate.config.proxy {
+        if let Some(principal) = proxy.principal(peer, headers) {
+            return Ok((principal, None));
+        }
+    }
+    if let Some(cookie) = auth::session_cookie_from(headers) {
+        let idle = state.gate.config.session_idle;
+        if let Some(active) = auth::session(&state.db, cookie, idle, now).await.map_err(Refusal::Internal)? {
+            return Ok((active.principal, Some(active.csrf_token)));
+        }
+    }
+    if state.gate.auth_configured(&state.db).await.map_err(Refusal::Internal)? {
+        return Err(Refusal::Unauthenticated("log in first"));
+    }
+    if auth::anonymous_allowed(peer, headers) {
+        return Ok((Principal::anonymous(), None));
+    }
+    Err(Refusal::Forbidden {
+        code: "loopback_only",
+        message: "warren runs without authentication, so it serves only requests made directly on this \
+                  machine (no proxy headers, a loopback Host). Create a user with `warren user add NAME --role admin` \
+                  or configure [auth.proxy]"
+            .into(),
+    })
+}
+
+/// The CSRF token a request presents: the header, or else the `csrf_token` field of a form body
+/// (which is read and put back for the handler).
+async fn presented_csrf(request: Request) -> Result<(Option<String>, Request), Refusal> {
+    if let Some(value) = request.headers().get(auth::CSRF_HEADER) {
+        let given = value.to_str().ok().map(str::to_string);
+        return Ok((given, request));
+    }
+    let is_form = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    if !is_form {
+        return Ok((None, request));
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, FORM_LIMIT).await.map_err(|_| Refusal::TooLarge)?;
+    let given = form_field(&bytes, auth::CSRF_FIELD);
+    Ok((given, Request::from_parts(parts, Body::from(bytes))))
+}
+
+/// The first value of `name` in a urlencoded body, decoded.
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.split('&').filter_map(|pair| pair.split_once('=')).find(|(key, _)| *key == name).map(|(_, value)| {
+        percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned()
+    })
+}
+
+fn refuse(refusal: Refusal, json: bool, htmx: bool, method: &Method, target: &str) -> Response {
+    let (status, code, message) = match refusal {
+        Refusal::Unauthenticated(why) => {
+            if !json && method == Method::GET {
+                let login = format!("/login?next={}", percent_encoding::utf8_percent_encode(target, NEXT_SET));
+                if htmx {
+                    // htmx would swap a redirect's login page into a fragment; this reloads the page.
+                    return ([("hx-redirect", login)], StatusCode::OK).into_response();
+                }
+                return Redirect::to(&login).into_response();
+            }
+            (StatusCode::UNAUTHORIZED, "unauthenticated", why.to_string())
+        }
+        Refusal::Forbidden { code, message } => (StatusCode::FORBIDDEN, code, message),
+        Refusal::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", "the form is too large".to_string()),
+        Refusal::Internal(e) => {
+            tracing::error!(error = %e, "authentication failed on a storage error");
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal", "authentication is unavailable; see warren's log".into())
+        }
+    };
+    if json {
+        let mut response = (status, Json(json!({"error": {"code": code, "message": message}}))).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        return response;
+    }
+    let page = super::pages::ErrorPage { status: status.as_u16(), message, me: Me::default() };
+    let html = askama::Template::render(&page).unwrap_or_else(|_| "error".to_string());
+    (status, Html(html)).into_response()
+}
+
+/// A link from another site (an alert in Slack, say) arrives without the `SameSite=Strict`
+/// session cookie, so a logged-in user would land on the login form. This page reloads itself:
+/// the reload starts on warren's own page, so the browser sends the cookie; without a session
+/// the reload is same-origin and gets the login redirect, so it cannot loop.
+fn reload_same_site() -> Response {
+    let html = "<!doctype html><meta http-equiv=\"refresh\" content=\"0\"><title>warren</title><p>Loading…</p>";
+    ([(header::CACHE_CONTROL, "no-store")], Html(html)).into_response()
+}
+
+/// Characters escaped in the `next` parameter (everything but unreserved and `/`).
+const NEXT_SET: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'/').remove(b'-').remove(b'_');
+
+/// Only a path on this site: `/x` but not `//host` or `/\host` (both leave the site).
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/\\") && !n.contains(['\r', '\n']) => {
+            n.to_string()
+        }
+        _ => "/".to_string(),
+    }
+}
+
+// ----- Login and logout -----
+
+#[derive(askama::Template)]
+#[template(path = "login.html")]
+struct LoginPage {
+    me: Me,
+    next: String,
+    name: String,
+    error: Option<String>,
+    /// No users and no proxy: there is nothing to log in to.
+    login_off: bool,
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    next: Option<String>,
+}
+
+async fn login_page(
+    State(state): State<AppState>,
+    Query(query): Query<LoginQuery>,
+) -> Result<Response, super::PageError> {
+    let login_off = !state.gate.auth_configured(&state.db).await.map_err(auth_error)?;
+    let page = LoginPage {
+        me: Me::default(),
+        next: safe_next(query.next.as_deref()),
+        name: String::new(),
+        error: None,
+        login_off,
+    };
+    Ok(Html(askama::Template::render(&page)?).into_response())
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    name: String,
+    password: String,
+    next: Option<String>,
+}
+
+fn auth_error(e: AuthError) -> WebError {
+    match e {
+        AuthError::Db(e) => WebError::Database(e),
+        other => WebError::BadRequest(other.to_string()),
+    }
+}
+
+/// Whether a login form came from warren's own page: a cross-site page must not log a
+/// victim's browser into the attacker's account.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else { return true };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin = origin.to_str().ok().and_then(|o| o.split_once("://").map(|(_, rest)| rest));
+    matches!((origin, host), (Some(o), Some(h)) if o == h)
+}
+
+/// Whether the browser reached warren over TLS (directly or through a TLS-terminating proxy).
+fn over_tls(state: &AppState, headers: &HeaderMap) -> bool {
+    state.gate.config.secure_cookie.unwrap_or_else(|| {
+        headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("https"))
+    })
+}
+
+async fn login(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Result<Response, super::PageError> {
+    let peer = peer.ip();
+    let next = safe_next(form.next.as_deref());
+    let page = |status: StatusCode, error: String| -> Result<Response, super::PageError> {
+        let page = LoginPage {
+            me: Me::default(),
+            next: next.clone(),
+            name: auth::shorten(&form.name),
+            error: Some(error),
+            login_off: false,
+        };
+        Ok((status, Html(askama::Template::render(&page)?)).into_response())
+    };
+    if !same_origin(&headers) {
+        return page(StatusCode::FORBIDDEN, "This login form was sent from another site.".into());
+    }
+    let throttled = state.gate.throttle().begin_login(peer, &form.name, std::time::Instant::now());
+    if let Err(wait) = throttled {
+        auth::record_login(&state.db, &form.name, peer, LoginOutcome::Throttled).await.map_err(auth_error)?;
+        let mut response = page(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("Too many failed logins. Try again in {} seconds.", wait.as_secs().max(1)),
+        )?;
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+        return Ok(response);
+    }
+    let Some(user) = auth::verify_password(&state.db, &form.name, &form.password).await.map_err(auth_error)? else {
+        auth::record_login(&state.db, &form.name, peer, LoginOutcome::Failed).await.map_err(auth_error)?;
+        return page(StatusCode::UNAUTHORIZED, "Wrong name or password.".into());
+    };
+    state.gate.throttle().login_succeeded(peer, &user.name);
+    auth::record_login(&state.db, &user.name, peer, LoginOutcome::Success).await.map_err(auth_error)?;
+    let ttl = state.gate.config.session_ttl;
+    let session =
+        auth::create_session(&state.db, &user, ttl, chrono::Utc::now().timestamp()).await.map_err(auth_error)?;
+    let cookie = auth::session_cookie(&session.cookie, ttl, over_tls(&state, &headers));
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response())
+}
+
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, super::PageError> {
+    if let Some(cookie) = auth::session_cookie_from(&headers) {
+        auth::end_session(&state.db, cookie).await.map_err(auth_error)?;
+    }
+    let cookie = auth::clear_session_cookie(over_tls(&state, &headers));
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response())
+}
+
+// ----- Accounts and tokens (JSON API, admin) -----
+
+async fn me(access: Access) -> Json<serde_json::Value> {
+    let p = &access.principal;
+    // The CSRF token too, for scripts that use a session: another site cannot read this answer
+    // (no CORS), so it gives nothing away.
+    Json(json!({"name": p.name, "role": p.role, "via": p.via, "actor": p.actor(), "csrf_token": access.csrf}))
+}
+
+async fn list_users(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let users = auth::list_users(&state.db).await.map_err(account_error)?;
+    let users: Vec<_> = users
+        .iter()
+        .map(|u| json!({"name": u.name, "role": u.role, "created_at": u.created_at, "disabled": u.disabled}))
+        .collect();
+    Ok(Json(json!({ "users": users })))
+}
+
+#[derive(Deserialize)]
+struct NewUser {
+    name: String,
+    role: Role,
+    password: String,
+}
+
+/// Account errors are the admin's input problems (422/404/409), or storage errors.
+fn account_error(e: AuthError) -> ApiError {
+    ApiError(match e {
+        AuthError::Db(e) => WebError::Database(e),
+        AuthError::NoSuchUser(_) | AuthError::NoSuchToken(_) => WebError::NotFound(e.to_string()),
+        AuthError::UserExists(_) | AuthError::TokenExists(_) | AuthError::LastAdmin(_) => {
+            WebError::Conflict(e.to_string())
+        }
+        AuthError::InvalidName(_) => WebError::Invalid(vec![("name".into(), e.to_string())]),
+        AuthError::PasswordTooShort | AuthError::PasswordTooLong => {
+            WebError::Invalid(vec![("password".into(), e.to_string())])
+        }
+        other => WebError::BadRequest(other.to_string()),
+    })
+}
+
+/// Records an account change in the audit log (no broker, vhost or queue).
+async fn audit_account(
+    state: &AppState,
+    access: &Access,
+    action: &str,
+    request: serde_json::Value,
+) -> Result<(), ApiError> {
+    let entry = crate::audit::Entry {
+        actor: &access.principal.actor(),
+        broker: "",
+        vhost: "",
+        queue: "",
+        action,
+        request: request.to_string(),
+    };
+    let id = crate::audit::start(&state.db, entry).await?;
+    crate::audit::finish(&state.db, id, "done", 0, 0, &[], None).await?;
+    Ok(())
+}
+
+async fn add_user(
+    State(state): State<AppState>,
+    access: Access,
+    Json(new): Json<NewUser>,
+) -> Result<Response, ApiError> {
+    auth::add_user(&state.db, &new.name, new.role, &new.password).await.map_err(account_error)?;
+    audit_account(&state, &access, "user add", json!({"name": new.name, "role": new.role})).await?;
+    Ok((StatusCode::CREATED, Json(json!({"name": new.name, "role": new.role}))).into_response())
+}
+
+async fn remove_user(
+    State(state): State<AppState>,
+    access: Access,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    auth::remove_user(&state.db, &name).await.map_err(account_error)?;
+    audit_account(&state, &access, "user remove", json!({"name": name})).await?;
+    Ok(Json(json!({"removed": name})))
+}
+
+#[derive(Deserialize)]
+struct NewPassword {
+    password: String,
+}
+
+/// Sets a password and ends the user's sessions (whoever knew the old one is logged out).
+async fn set_password(
+    State(state): State<AppState>,
+    access: Access,
+    Path(name): Path<String>,
+    Json(body): Json<NewPassword>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    auth::set_password(&state.db, &name, &body.password).await.map_err(account_error)?;
+    let ended = auth::end_user_sessions(&state.db, &name).await.map_err(account_error)?;
+    audit_account(&state, &access, "user password", json!({"name": name})).await?;
+    Ok(Json(json!({"name": name, "sessions_ended": ended})))
+}
+
+async fn list_tokens(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let tokens = auth::list_tokens(&state.db).await.map_err(account_error)?;
+    Ok(Json(json!({ "tokens": tokens })))
+}
+
+#[derive(Deserialize)]
+struct NewTokenRequest {
+    name: String,
+    role: Role,
+}
+
+/// Creates an API token; the answer is the only place the token is ever shown.
+async fn add_token(
+    State(state): State<AppState>,
+    access: Access,
+    Json(body): Json<NewTokenRequest>,
+) -> Result<Response, ApiError> {
+    let now = chrono::Utc::now().timestamp();
+    let actor = access.principal.actor();
+    let token = auth::create_token(&state.db, &body.name, body.role, &actor, now).await.map_err(account_error)?;
+    audit_account(&state, &access, "token add", json!({"name": body.name, "role": body.role, "id": token.id})).await?;
+    let answer = json!({"id": token.id, "name": body.name, "role": body.role, "token": token.token,
+        "note": "shown once: warren keeps only its hash"});
+    Ok((StatusCode::CREATED, Json(answer)).into_response())
+}
+
+async fn revoke_token(
+    State(state): State<AppState>,
+    access: Access,
+    Path(id): Path<i64>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    auth::revoke_token(&state.db, id).await.map_err(account_error)?;
+    audit_account(&state, &access, "token revoke", json!({"id": id})).await?;
+    Ok(Json(json!({"revoked": id})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_stays_on_this_site() {
+        assert_eq!(safe_next(Some("/queues?sort=ready")), "/queues?sort=ready");
+        for bad in ["//evil.example", "/\\evil.example", "https://evil.example", "", "queues", "/x\r\nSet-Cookie: a"] {
+            assert_eq!(safe_next(Some(bad)), "/", "{bad:?}");
+        }
+        assert_eq!(safe_next(None), "/");
+    }
+
+    #[test]
+    fn form_fields_are_found_and_decoded() {
+        assert_eq!(form_field(b"a=1&csrf_token=abc-_x&b=2", "csrf_token").as_deref(), Some("abc-_x"));
+        assert_eq!(form_field(b"csrf_token=a%2Bb+c", "csrf_token").as_deref(), Some("a+b c"));
+        assert_eq!(form_field(b"xcsrf_token=1", "csrf_token"), None);
+        assert_eq!(form_field(b"\xff\xfe", "csrf_token"), None);
+    }
+
+    #[test]
+    fn login_forms_must_come_from_this_site() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("warren.example:8080"));
+        assert!(same_origin(&headers));
+        headers.insert(header::ORIGIN, HeaderValue::from_static("https://warren.example:8080"));
+        assert!(same_origin(&headers));
+        headers.insert(header::ORIGIN, HeaderValue::from_static("https://evil.example"));
+        assert!(!same_origin(&headers));
+    }
+
+    #[test]
+    fn browsers_get_pages_and_scripts_get_json() {
+        let mut headers = HeaderMap::new();
+        assert!(wants_json("/api/v1/queues", &headers));
+        assert!(wants_json("/queues", &headers));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("text/html,application/xhtml+xml"));
+        assert!(!wants_json("/queues", &headers));
+        assert!(wants_json("/api/v1/queues", &headers));
+    }
+}

@@ -1,0 +1,481 @@
+//! Users, roles, CSRF, API tokens, the trusted proxy header and the bind check, against a real
+//! warren (in process, its own SQLite file), a real RabbitMQ vhost, and headless Chromium.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::dead_letters::{dead_letter, depth, numbered};
+use common::{wait_for, TestVhost, Warren};
+use fantoccini::Locator;
+use reqwest::redirect::Policy;
+use serde_json::{json, Value};
+use warren::auth::{self, Role};
+
+const PASSWORD: &str = "correct horse battery staple";
+
+fn encode(s: &str) -> String {
+    warren::management::encode_segment(s)
+}
+
+/// A client that shows redirects instead of following them.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().redirect(Policy::none()).build().unwrap()
+}
+
+/// Creates users in the database of a running warren (as `warren user add` does).
+async fn add_users(warren: &Warren, users: &[(&str, Role)]) {
+    // Not before warren has migrated the database: two processes migrating at once collide.
+    wait_for("warren to serve", Duration::from_secs(20), || async {
+        match client().get(warren.url("/healthz")).send().await {
+            Ok(r) if r.status().is_success() => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
+    for (name, role) in users {
+        auth::add_user(&db, name, *role, PASSWORD).await.unwrap();
+    }
+    db.close().await;
+}
+
+/// A logged-in browser session, driven by hand: the cookie and the CSRF token.
+struct Session {
+    cookie: String,
+    csrf: String,
+}
+
+async fn login(warren: &Warren, name: &str) -> Session {
+    let response = client()
+        .post(warren.url("/login"))
+        .form(&[("name", name), ("password", PASSWORD), ("next", "/queues")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 303, "{name} logs in");
+    assert_eq!(response.headers()["location"], "/queues");
+    let set_cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set_cookie.contains(attribute), "{set_cookie}");
+    }
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+    let me: Value =
+        client().get(warren.url("/api/v1/me")).header("cookie", &cookie).send().await.unwrap().json().await.unwrap();
+    assert_eq!(me["name"], name, "{me}");
+    Session { cookie, csrf: me["csrf_token"].as_str().unwrap().to_string() }
+}
+
+enum Auth<'a> {
+    Session { session: &'a Session, csrf: Option<&'a str> },
+    Token(&'a str),
+    Nobody,
+}
+
+async fn post(warren: &Warren, path: &str, auth: Auth<'_>, body: Value) -> (u16, Value) {
+    let mut request = client().post(warren.url(path)).json(&body);
+    match auth {
+        Auth::Session { session, csrf } => {
+            request = request.header("cookie", &session.cookie);
+            if let Some(csrf) = csrf {
+                request = request.header("x-csrf-token", csrf);
+            }
+        }
+        Auth::Token(token) => request = request.bearer_auth(token),
+        Auth::Nobody => {}
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(warren: &Warren, path: &str, session: &Session) -> (u16, Value) {
+    let response = client().get(warren.url(path)).header("cookie", &session.cookie).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Every state-changing endpoint, API and pages, with the role it needs.
+fn actions(vhost: &str) -> Vec<(String, Role)> {
+    let q = format!("local/{}/dlq", encode(vhost));
+    let mut all = vec![
+        (format!("/api/v1/queues/{q}/requeue"), Role::Operator),
+        (format!("/api/v1/queues/{q}/delete"), Role::Operator),
+        (format!("/api/v1/queues/{q}/purge"), Role::Operator),
+        (format!("/api/v1/queues/{q}/snapshot"), Role::Operator),
+        (format!("/dlq/{q}/requeue"), Role::Operator),
+        (format!("/dlq/{q}/snapshot"), Role::Operator),
+        ("/api/v1/jobs/1/cancel".into(), Role::Operator),
+        ("/jobs/1/cancel".into(), Role::Operator),
+        ("/api/v1/silences".into(), Role::Operator),
+        ("/api/v1/silences/1/expire".into(), Role::Operator),
+        ("/alerts/silences".into(), Role::Operator),
+        ("/alerts/silences/1/expire".into(), Role::Operator),
+    ];
+    for admin in [
+        "/api/v1/alerts/rules",
+        "/api/v1/alerts/rules/r1",
+        "/api/v1/alerts/rules/r1/delete",
+        "/alerts/rules",
+        "/alerts/rules/r1/delete",
+        "/api/v1/notifications/channels/c1/test",
+        "/alerts/channels/c1/test",
+        "/api/v1/users",
+        "/api/v1/users/someone/delete",
+        "/api/v1/users/someone/password",
+        "/api/v1/tokens",
+        "/api/v1/tokens/1/revoke",
+    ] {
+        all.push((admin.to_string(), Role::Admin));
+    }
+    all
+}
+
+/// A DLQ with 20 messages, watched by warren, with an admin, an operator and a viewer.
+async fn setup(test: &str) -> (TestVhost, lapin::Connection, lapin::Channel, Warren) {
+    let vhost = TestVhost::create(test).await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "dlq", false, numbered(20)).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    add_users(&warren, &[("ada", Role::Admin), ("otto", Role::Operator), ("vera", Role::Viewer)]).await;
+    let admin = login(&warren, "ada").await;
+    wait_for("the DLQ listed with 20 messages", Duration::from_secs(30), || async {
+        let (_, q) = get(&warren, &format!("/api/v1/queues/local/{}/dlq", encode(&vhost.name)), &admin).await;
+        if q["total"] == 20 {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    (vhost, connection, channel, warren)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewers_are_refused_every_action_and_the_queue_keeps_its_messages() {
+    let (vhost, connection, channel, warren) = setup("roles").await;
+    let vera = login(&warren, "vera").await;
+    let otto = login(&warren, "otto").await;
+    let body = json!({"selection": "all", "target": {"kind": "original_queue"}});
+    for (path, needed) in actions(&vhost.name) {
+        let (status, answer) =
+            post(&warren, &path, Auth::Session { session: &vera, csrf: Some(&vera.csrf) }, body.clone()).await;
+        assert_eq!(status, 403, "a viewer on {path}: {answer}");
+        if path.starts_with("/api/") {
+            assert_eq!(answer["error"]["code"], "forbidden", "{path}: {answer}");
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains(needed.as_str()) && message.contains("vera is a viewer"), "{message}");
+        }
+        if needed == Role::Admin {
+            let (status, answer) =
+                post(&warren, &path, Auth::Session { session: &otto, csrf: Some(&otto.csrf) }, body.clone()).await;
+            assert_eq!(status, 403, "an operator on {path}: {answer}");
+        }
+    }
+    // Reading is allowed; account lists are not.
+    assert_eq!(get(&warren, "/api/v1/queues", &vera).await.0, 200);
+    assert_eq!(get(&warren, "/api/v1/users", &vera).await.0, 403);
+    assert_eq!(get(&warren, "/api/v1/tokens", &otto).await.0, 403);
+    assert_eq!(depth(&channel, "dlq").await, 20, "nothing was taken off the DLQ");
+
+    // The same with API tokens: a viewer token is refused, an operator token needs no CSRF.
+    let admin = login(&warren, "ada").await;
+    let admin_auth = || Auth::Session { session: &admin, csrf: Some(&admin.csrf) };
+    let (status, viewer_token) =
+        post(&warren, "/api/v1/tokens", admin_auth(), json!({"name": "ci-read", "role": "viewer"})).await;
+    assert_eq!(status, 201, "{viewer_token}");
+    let (_, operator_token) =
+        post(&warren, "/api/v1/tokens", admin_auth(), json!({"name": "ops", "role": "operator"})).await;
+    let purge = format!("/api/v1/queues/local/{}/dlq/purge", encode(&vhost.name));
+    let (status, answer) = post(&warren, &purge, Auth::Token(viewer_token["token"].as_str().unwrap()), json!({})).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (403, Some("forbidden")), "{answer}");
+    assert_eq!(depth(&channel, "dlq").await, 20);
+    let (status, answer) =
+        post(&warren, &purge, Auth::Token(operator_token["token"].as_str().unwrap()), json!({})).await;
+    assert_eq!(status, 200, "an operator token purges: {answer}");
+    assert_eq!(answer["purged"], 20);
+
+    // The audit log names who did it; a revoked token is refused, not ignored.
+    let (_, audit) = get(&warren, "/api/v1/audit", &admin).await;
+    let entry = audit.as_array().unwrap().iter().find(|e| e["action"] == "purge").expect("purge audited");
+    assert_eq!(entry["actor"], "token:ops", "{entry}");
+    let id = operator_token["id"].as_i64().unwrap();
+    let (status, _) = post(&warren, &format!("/api/v1/tokens/{id}/revoke"), admin_auth(), json!({})).await;
+    assert_eq!(status, 200);
+    let (status, answer) =
+        post(&warren, &purge, Auth::Token(operator_token["token"].as_str().unwrap()), json!({})).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (401, Some("unauthenticated")), "{answer}");
+    let (_, tokens) = get(&warren, "/api/v1/tokens", &admin).await;
+    assert!(!tokens.to_string().contains(operator_token["token"].as_str().unwrap()), "tokens are never listed");
+
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_changes_need_the_csrf_token_and_anonymous_requests_need_a_login() {
+    let (vhost, connection, channel, warren) = setup("csrf").await;
+    let otto = login(&warren, "otto").await;
+    let purge = format!("/api/v1/queues/local/{}/dlq/purge", encode(&vhost.name));
+    for csrf in [None, Some("wrong"), Some("")] {
+        let (status, answer) = post(&warren, &purge, Auth::Session { session: &otto, csrf }, json!({})).await;
+        assert_eq!((status, answer["error"]["code"].as_str()), (403, Some("csrf")), "token {csrf:?}: {answer}");
+    }
+    // A plain HTML form without the field is refused too; with it, it passes the check.
+    let form = |csrf: Option<&str>| {
+        let mut fields = vec![("scope", "purge".to_string()), ("confirm", "true".to_string())];
+        if let Some(csrf) = csrf {
+            fields.push(("csrf_token", csrf.to_string()));
+        }
+        client()
+            .post(warren.url(&format!("/dlq/local/{}/dlq/requeue", encode(&vhost.name))))
+            .header("cookie", &otto.cookie)
+            .form(&fields)
+            .send()
+    };
+    assert_eq!(form(None).await.unwrap().status().as_u16(), 403);
+    assert_eq!(depth(&channel, "dlq").await, 20, "refused requests took nothing");
+    let purged = form(Some(&otto.csrf)).await.unwrap();
+    assert_eq!(purged.status().as_u16(), 200);
+    assert!(purged.text().await.unwrap().contains("20 messages deleted"));
+    assert_eq!(depth(&channel, "dlq").await, 0);
+
+    // No credentials: the API says 401, pages redirect to the login form.
+    let (status, answer) = post(&warren, &purge, Auth::Nobody, json!({})).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (401, Some("unauthenticated")), "{answer}");
+    let page = client().get(warren.url("/queues?sort=ready")).header("accept", "text/html").send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 303);
+    assert_eq!(page.headers()["location"], "/login?next=/queues%3Fsort%3Dready");
+    let api = client().get(warren.url("/api/v1/queues")).send().await.unwrap();
+    assert_eq!(api.status().as_u16(), 401);
+
+    // Logout ends the session on the server, not only in the browser.
+    let logout = client()
+        .post(warren.url("/logout"))
+        .header("cookie", &otto.cookie)
+        .form(&[("csrf_token", otto.csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(logout.status().as_u16(), 303);
+    assert!(logout.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+    assert_eq!(get(&warren, "/api/v1/me", &otto).await.0, 401, "the old cookie no longer works");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_guessing_is_throttled_and_every_login_is_audited() {
+    let warren = Warren::start("[[brokers]]\nname = \"local\"\nvhosts_include = [\"warren-none\"]\n").await;
+    add_users(&warren, &[("ada", Role::Admin)]).await;
+    let attempt = |password: &'static str| {
+        client().post(warren.url("/login")).form(&[("name", "ada"), ("password", password)]).send()
+    };
+    for _ in 0..auth::FREE_FAILURES {
+        assert_eq!(attempt("guess").await.unwrap().status().as_u16(), 401);
+    }
+    let throttled = attempt(PASSWORD).await.unwrap();
+    assert_eq!(throttled.status().as_u16(), 429, "even the right password waits");
+    assert!(throttled.headers().contains_key("retry-after"));
+    assert!(throttled.text().await.unwrap().contains("Too many failed logins"));
+
+    let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
+    let logins: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("select actor, outcome, detail from audit_log where action = 'login' order by id")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    db.close().await;
+    assert_eq!(logins.len(), auth::FREE_FAILURES + 1, "{logins:?}");
+    assert!(logins.iter().all(|(actor, outcome, _)| actor == "ada" && outcome == "failed"), "{logins:?}");
+    assert!(logins.last().unwrap().2.as_deref().unwrap().contains("throttled"));
+    warren.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxy_header_is_believed_only_from_the_proxy() {
+    let proxy = |trusted: &str| {
+        format!(
+            "[[brokers]]\nname = \"local\"\nvhosts_include = [\"warren-none\"]\n\
+             [auth.proxy]\nheader = \"X-Forwarded-User\"\nrole_header = \"X-Forwarded-Role\"\ntrusted = [{trusted:?}]\n"
+        )
+    };
+    let warren = Warren::start(&proxy("127.0.0.1/32")).await;
+    let me = |warren: &Warren, user: Option<&str>| {
+        let mut request = client().get(warren.url("/api/v1/me"));
+        if let Some(user) = user {
+            request = request.header("x-forwarded-user", user).header("x-forwarded-role", "operator");
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, answer) = me(&warren, Some("bob")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!((answer["actor"].as_str(), answer["role"].as_str()), (Some("proxy:bob"), Some("operator")));
+    assert_eq!(me(&warren, None).await.0, 401, "no header, no access: the proxy counts as authentication");
+    assert_eq!(me(&warren, Some("<script>")).await.0, 401, "an invalid name is refused");
+    warren.stop().await;
+
+    let elsewhere = Warren::start(&proxy("10.1.2.0/24")).await;
+    assert_eq!(me(&elsewhere, Some("bob")).await.0, 401, "the header from an untrusted address is ignored");
+    elsewhere.stop().await;
+}
+
+/// The real binary: on 0.0.0.0 without users it refuses to start and says what to do; after
+/// `warren user add` it starts.
+#[test]
+fn listening_on_all_interfaces_without_authentication_refuses_to_start() {
+    let binary = env!("CARGO_BIN_EXE_warren");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("warren.db");
+    let db = db.to_str().unwrap();
+    let refused = Command::new(binary)
+        .args(["--database", db, "--listen", "0.0.0.0:0", "--management-url", "http://127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "it must not start");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0") && stderr.contains("warren user add"),
+        "the message says what to configure: {stderr}"
+    );
+
+    let mut add = Command::new(binary)
+        .args(["--database", db, "user", "add", "ada", "--role", "admin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(add.stdin.take().unwrap(), "{PASSWORD}").unwrap();
+    assert!(add.wait().unwrap().success(), "warren user add");
+
+    let mut serving = Command::new(binary)
+        .args(["--database", db, "--listen", "0.0.0.0:0", "--management-url", "http://127.0.0.1:9"])
+        .env("RUST_LOG", "warren=info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(serving.stdout.take().unwrap());
+    let started = stdout.lines().map_while(Result::ok).take(50).any(|line| line.contains("warren is serving"));
+    serving.kill().unwrap();
+    serving.wait().unwrap();
+    assert!(started, "with a user it starts on 0.0.0.0");
+}
+
+/// In Chromium: the login form, a queue named with markup that never runs, htmx requests and
+/// forms that carry the CSRF token, and logout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_logs_in_acts_with_csrf_tokens_and_runs_no_script_from_a_queue_name() {
+    let vhost = TestVhost::create("access-ui").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let hostile = "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>";
+    common::declare(&channel, hostile, false).await;
+    common::publish(&channel, hostile, 2, lapin::BasicProperties::default()).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    add_users(&warren, &[("ada", Role::Admin)]).await;
+    let (_driver, browser) = common::browser::start().await;
+
+    browser.goto(&warren.url("/queues")).await.unwrap();
+    assert_eq!(browser.current_url().await.unwrap().path(), "/login", "the list needs a login");
+    browser.find(Locator::Css("input[name=name]")).await.unwrap().send_keys("ada").await.unwrap();
+    browser.find(Locator::Css("input[name=password]")).await.unwrap().send_keys(PASSWORD).await.unwrap();
+    browser.find(Locator::Css("form.login button")).await.unwrap().click().await.unwrap();
+    wait_for("the queue list after login", Duration::from_secs(30), || async {
+        let url = browser.current_url().await.map_err(|e| e.to_string())?;
+        let text = browser
+            .find(Locator::Css("body"))
+            .await
+            .map_err(|e| e.to_string())?
+            .text()
+            .await
+            .map_err(|e| e.to_string())?;
+        if url.path() == "/queues" && text.contains(hostile) {
+            Ok(())
+        } else {
+            Err(format!("{url}: {}", text.chars().take(200).collect::<String>()))
+        }
+    })
+    .await;
+    let header = browser.find(Locator::Css("header .who")).await.unwrap().text().await.unwrap();
+    assert!(header.contains("ada") && header.contains("admin"), "{header}");
+    browser.find(Locator::LinkText(hostile)).await.unwrap().click().await.unwrap();
+    wait_for("the queue page", Duration::from_secs(20), || async {
+        let h1 = browser.find(Locator::Css("h1.queue-name")).await.map_err(|e| e.to_string())?;
+        let text = h1.text().await.map_err(|e| e.to_string())?;
+        if text.starts_with(hostile) {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let safe = browser.execute("return window.__pwned === undefined;", vec![]).await.unwrap();
+    assert_eq!(safe, Value::Bool(true), "markup in a queue name ran");
+
+    // The rule editor: typing runs an htmx POST (CSRF token in the header from <body
+    // hx-headers>); saving is a plain form POST (CSRF token in the hidden field).
+    browser.goto(&warren.url("/alerts")).await.unwrap();
+    let editor = "form.rule-editor";
+    for (field, value) in [("id", "browser-rule"), ("name", "Anything ready"), ("threshold", "0"), ("for_secs", "0")] {
+        let input = browser.find(Locator::Css(&format!("{editor} input[name={field}]"))).await.unwrap();
+        input.clear().await.unwrap();
+        input.send_keys(value).await.unwrap();
+    }
+    wait_for("the live preview (an htmx POST) to list the queue", Duration::from_secs(20), || async {
+        let preview = browser.find(Locator::Css("#preview")).await.map_err(|e| e.to_string())?;
+        let text = preview.text().await.map_err(|e| e.to_string())?;
+        if text.contains(hostile) {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    browser.find(Locator::Css(&format!("{editor} button[type=submit]"))).await.unwrap().click().await.unwrap();
+    wait_for("the saved rule on the alerts page", Duration::from_secs(20), || async {
+        let text = browser
+            .find(Locator::Css("body"))
+            .await
+            .map_err(|e| e.to_string())?
+            .text()
+            .await
+            .map_err(|e| e.to_string())?;
+        if text.contains("browser-rule") && !text.contains("CSRF") {
+            Ok(())
+        } else {
+            Err(text.chars().take(300).collect())
+        }
+    })
+    .await;
+    let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
+    let saved: i64 =
+        sqlx::query_scalar("select count(*) from alert_rules where id = 'browser-rule'").fetch_one(&db).await.unwrap();
+    db.close().await;
+    assert_eq!(saved, 1, "the form POST was accepted");
+    let safe = browser.execute("return window.__pwned === undefined;", vec![]).await.unwrap();
+    assert_eq!(safe, Value::Bool(true), "markup in a queue name ran in the preview");
+
+    browser.find(Locator::Css("form.logout button")).await.unwrap().click().await.unwrap();
+    wait_for("the login page after logout", Duration::from_secs(20), || async {
+        let url = browser.current_url().await.map_err(|e| e.to_string())?;
+        if url.path() == "/login" {
+            Ok(())
+        } else {
+            Err(url.to_string())
+        }
+    })
+    .await;
+    browser.goto(&warren.url("/alerts")).await.unwrap();
+    assert_eq!(browser.current_url().await.unwrap().path(), "/login", "logged out for real");
+    browser.close().await.unwrap();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
