@@ -127,6 +127,10 @@ fn actions(vhost: &str) -> Vec<(String, Role)> {
         "/api/v1/users/someone/password",
         "/api/v1/tokens",
         "/api/v1/tokens/1/revoke",
+        "/access/users",
+        "/access/users/someone/delete",
+        "/access/tokens",
+        "/access/tokens/1/revoke",
     ] {
         all.push((admin.to_string(), Role::Admin));
     }
@@ -179,6 +183,7 @@ async fn viewers_are_refused_every_action_and_the_queue_keeps_its_messages() {
     assert_eq!(get(&warren, "/api/v1/queues", &vera).await.0, 200);
     assert_eq!(get(&warren, "/api/v1/users", &vera).await.0, 403);
     assert_eq!(get(&warren, "/api/v1/tokens", &otto).await.0, 403);
+    assert_eq!(get(&warren, "/access", &otto).await.0, 403);
     assert_eq!(depth(&channel, "dlq").await, 20, "nothing was taken off the DLQ");
 
     // The same with API tokens: a viewer token is refused, an operator token needs no CSRF.
@@ -208,6 +213,16 @@ async fn viewers_are_refused_every_action_and_the_queue_keeps_its_messages() {
     let (status, answer) =
         post(&warren, &purge, Auth::Token(operator_token["token"].as_str().unwrap()), json!({})).await;
     assert_eq!((status, answer["error"]["code"].as_str()), (401, Some("unauthenticated")), "{answer}");
+    let added = client()
+        .post(warren.url("/access/users"))
+        .header("cookie", &admin.cookie)
+        .form(&[("name", "newbie"), ("role", "viewer"), ("password", PASSWORD), ("csrf_token", admin.csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status().as_u16(), 200);
+    assert!(added.text().await.unwrap().contains("User newbie (viewer) created"));
+    assert_eq!(login(&warren, "newbie").await.csrf.len(), 43);
     let (_, tokens) = get(&warren, "/api/v1/tokens", &admin).await;
     assert!(!tokens.to_string().contains(operator_token["token"].as_str().unwrap()), "tokens are never listed");
 

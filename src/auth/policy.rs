@@ -17,7 +17,7 @@ use super::Role;
 /// | `POST /api/v1/jobs/{id}/cancel`, `/jobs/{id}/cancel` | operator |
 /// | `POST /api/v1/silences...`, `/alerts/silences...` | operator |
 /// | `POST /alerts/preview`, `/api/v1/alerts/rules/preview` (read-only), `/logout` | viewer |
-/// | `GET /api/v1/users...`, `/api/v1/tokens...` | admin |
+/// | `GET /api/v1/users...`, `/api/v1/tokens...`, `/access` | admin |
 /// | `POST /api/v1/alerts/rules...`, `/alerts/rules...` | admin |
 /// | `POST /api/v1/notifications/...`, `/alerts/channels/...` | admin |
 /// | any other `POST`, and any other method | admin |
@@ -27,7 +27,7 @@ use super::Role;
 pub fn required_role(method: &Method, path: &str) -> Role {
     if method == Method::GET || method == Method::HEAD {
         // Accounts and tokens are listed to admins only: names of accounts help a guesser.
-        let accounts = ["/api/v1/users", "/api/v1/tokens"];
+        let accounts = ["/api/v1/users", "/api/v1/tokens", "/access"];
         if accounts.iter().any(|p| path == *p || path.strip_prefix(p).is_some_and(|rest| rest.starts_with('/'))) {
             return Role::Admin;
         }

@@ -48,6 +48,11 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/users/{name}/password", post(set_password))
         .route("/api/v1/tokens", get(list_tokens).post(add_token))
         .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
+        .route("/access", get(access_page))
+        .route("/access/users", post(add_user_form))
+        .route("/access/users/{name}/delete", post(remove_user_form))
+        .route("/access/tokens", post(add_token_form))
+        .route("/access/tokens/{id}/revoke", post(revoke_token_form))
 }
 
 /// The identified principal of a request and the CSRF token its pages must send back.
@@ -577,6 +582,140 @@ async fn revoke_token(
     auth::revoke_token(&state.db, id).await.map_err(account_error)?;
     audit_account(&state, &access, "token revoke", json!({"id": id})).await?;
     Ok(Json(json!({"revoked": id})))
+}
+
+// ----- Accounts and tokens (HTML, admin) -----
+
+#[derive(askama::Template)]
+#[template(path = "access.html")]
+struct AccessPage {
+    me: Me,
+    users: Vec<auth::User>,
+    tokens: Vec<auth::TokenInfo>,
+    /// (ok, text): the outcome of the last form.
+    notice: Option<(bool, String)>,
+    /// A token just created: shown this once.
+    new_token: Option<String>,
+    proxy: Option<String>,
+}
+
+async fn render_access(
+    state: &AppState,
+    me: Me,
+    notice: Option<(bool, String)>,
+    new_token: Option<String>,
+) -> Result<Response, super::PageError> {
+    let page = AccessPage {
+        me,
+        users: auth::list_users(&state.db).await.map_err(auth_error)?,
+        tokens: auth::list_tokens(&state.db).await.map_err(auth_error)?,
+        notice,
+        new_token,
+        proxy: state.gate.config.proxy.as_ref().map(|p| {
+            let trusted: Vec<String> = p.trusted.iter().map(ToString::to_string).collect();
+            format!("header {} from {}", p.header, trusted.join(", "))
+        }),
+    };
+    let status = match &page.notice {
+        Some((false, _)) => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::OK,
+    };
+    // A page holding a fresh token must not be cached anywhere.
+    Ok((status, [(header::CACHE_CONTROL, "no-store")], Html(askama::Template::render(&page)?)).into_response())
+}
+
+async fn access_page(State(state): State<AppState>, me: Me) -> Result<Response, super::PageError> {
+    render_access(&state, me, None, None).await
+}
+
+#[derive(Deserialize)]
+struct UserForm {
+    name: String,
+    role: String,
+    password: String,
+}
+
+/// Runs an account change for a form: its audit entry on success, its message either way.
+async fn form_outcome(
+    state: &AppState,
+    access: &Access,
+    done: Result<String, AuthError>,
+    action: &str,
+    request: serde_json::Value,
+) -> Result<(bool, String), super::PageError> {
+    match done {
+        Ok(text) => {
+            audit_account(state, access, action, request).await.map_err(|e| super::PageError(e.0))?;
+            Ok((true, text))
+        }
+        Err(AuthError::Db(e)) => Err(WebError::Database(e).into()),
+        Err(e) => Ok((false, e.to_string())),
+    }
+}
+
+async fn add_user_form(
+    State(state): State<AppState>,
+    access: Access,
+    Form(form): Form<UserForm>,
+) -> Result<Response, super::PageError> {
+    let done = async {
+        let role: Role = form.role.parse()?;
+        auth::add_user(&state.db, &form.name, role, &form.password).await?;
+        Ok(format!("User {} ({role}) created.", form.name))
+    }
+    .await;
+    let request = json!({"name": form.name, "role": form.role});
+    let notice = form_outcome(&state, &access, done, "user add", request).await?;
+    render_access(&state, Me::of(&access), Some(notice), None).await
+}
+
+async fn remove_user_form(
+    State(state): State<AppState>,
+    access: Access,
+    Path(name): Path<String>,
+) -> Result<Response, super::PageError> {
+    let done = auth::remove_user(&state.db, &name).await.map(|()| format!("User {name} removed."));
+    let notice = form_outcome(&state, &access, done, "user remove", json!({"name": name})).await?;
+    render_access(&state, Me::of(&access), Some(notice), None).await
+}
+
+#[derive(Deserialize)]
+struct TokenForm {
+    name: String,
+    role: String,
+}
+
+async fn add_token_form(
+    State(state): State<AppState>,
+    access: Access,
+    Form(form): Form<TokenForm>,
+) -> Result<Response, super::PageError> {
+    let now = chrono::Utc::now().timestamp();
+    let created = async {
+        let role: Role = form.role.parse()?;
+        auth::create_token(&state.db, &form.name, role, &access.principal.actor(), now).await
+    }
+    .await;
+    let (done, token) = match created {
+        Ok(t) => (
+            Ok(format!("Token {} created (id {}). Copy it now: it is not shown again.", form.name, t.id)),
+            Some(t.token),
+        ),
+        Err(e) => (Err(e), None),
+    };
+    let request = json!({"name": form.name, "role": form.role});
+    let notice = form_outcome(&state, &access, done, "token add", request).await?;
+    render_access(&state, Me::of(&access), Some(notice), token).await
+}
+
+async fn revoke_token_form(
+    State(state): State<AppState>,
+    access: Access,
+    Path(id): Path<i64>,
+) -> Result<Response, super::PageError> {
+    let done = auth::revoke_token(&state.db, id).await.map(|()| format!("Token {id} revoked."));
+    let notice = form_outcome(&state, &access, done, "token revoke", json!({"id": id})).await?;
+    render_access(&state, Me::of(&access), Some(notice), None).await
 }
 
 #[cfg(test)]
