@@ -674,13 +674,15 @@ async fn roll_up_broker(
            (broker_id, bucket, samples, last_ts, ready_avg, ready_max, unacked_avg, unacked_max, consumers_avg,
             queues_last, publish_rate_avg_m, confirm_rate_avg_m, ack_rate_avg_m, deliver_rate_avg_m,
             redeliver_rate_avg_m, unroutable_rate_avg_m, poll_ms_avg, poll_ms_max)
-         select ?1, (ts / ?4) * ?4 as b, count(*), max(ts), avg(ready), max(ready), avg(unacked), max(unacked),
-                avg(consumers),
-                (select queues from broker_samples l where l.broker_id = ?1 and l.ts = max(s.ts)),
-                avg(publish_rate_m), avg(confirm_rate_m), avg(ack_rate_m), avg(deliver_rate_m),
-                avg(redeliver_rate_m), avg(unroutable_rate_m), avg(poll_ms), max(poll_ms)
-         from broker_samples s where broker_id = ?1 and ts >= ?2 and ts < ?3
-         group by b",
+         select ?1, b, n, last_ts, ready_avg, ready_max, unacked_avg, unacked_max, consumers_avg,
+                (select queues from broker_samples l where l.broker_id = ?1 and l.ts = g.last_ts),
+                p, c, a, d, r, u, poll_avg, poll_max
+         from (select (ts / ?4) * ?4 as b, count(*) as n, max(ts) as last_ts, avg(ready) as ready_avg,
+                      max(ready) as ready_max, avg(unacked) as unacked_avg, max(unacked) as unacked_max,
+                      avg(consumers) as consumers_avg, avg(publish_rate_m) as p, avg(confirm_rate_m) as c,
+                      avg(ack_rate_m) as a, avg(deliver_rate_m) as d, avg(redeliver_rate_m) as r,
+                      avg(unroutable_rate_m) as u, avg(poll_ms) as poll_avg, max(poll_ms) as poll_max
+               from broker_samples where broker_id = ?1 and ts >= ?2 and ts < ?3 group by b) g",
         level.broker_table()
     );
     sqlx::query(&sql).bind(broker_id).bind(start).bind(end).bind(level.secs()).execute(&mut *tx).await?;
