@@ -17,6 +17,9 @@ use warren::state::AppState;
 
 const POLL: i64 = 10;
 
+/// (queue id, bucket, samples, ready average in milli, last ready) of a stored minute.
+type RollupRow = (i64, i64, i64, Option<i64>, Option<i64>);
+
 struct Fixture {
     _dir: tempfile::TempDir,
     state: AppState,
@@ -213,7 +216,7 @@ async fn minute_rollups_and_the_live_tail_agree_with_raw_samples() {
     // Idempotent: rolling the same buckets up again (a restart before the watermark was saved)
     // gives the same rows.
     let dump = || async {
-        let rows: Vec<(i64, i64, i64, Option<i64>, Option<i64>)> = sqlx::query_as(
+        let rows: Vec<RollupRow> = sqlx::query_as(
             "select queue_id, bucket, samples, ready_avg_m, ready from queue_rollups_1m order by queue_id, bucket",
         )
         .fetch_all(&f.state.db)

@@ -604,15 +604,13 @@ async fn roll_up_hour(db: &Db, broker_id: i64, start: i64) -> Result<(), sqlx::E
     }
     // The value in force at the start of the hour: the last values of each queue's latest minute
     // row before it (queues without minute rows in the hour held it throughout).
-    let sql = format!(
-        "select q.id, r.ready, r.unacked, r.consumers, r.publish_count, r.publish_rate_m, r.deliver_rate_m,
+    let sql = "select q.id, r.ready, r.unacked, r.consumers, r.publish_count, r.publish_rate_m, r.deliver_rate_m,
                 r.ack_rate_m, r.redeliver_rate_m, r.head_ts, r.est_oldest_ts, r.est_bound
          from queues q join queue_rollups_1m r on r.queue_id = q.id
            and r.bucket = (select max(bucket) from queue_rollups_1m where queue_id = q.id and bucket < ?2)
-         where q.broker_id = ?1 and q.id in (select value from json_each(?3))"
-    );
+         where q.broker_id = ?1 and q.id in (select value from json_each(?3))";
     let ids: Vec<i64> = by_queue.keys().copied().collect();
-    let prev_rows = sqlx::query(&sql)
+    let prev_rows = sqlx::query(sql)
         .bind(broker_id)
         .bind(start)
         .bind(serde_json::to_string(&ids).expect("ids serialise"))
