@@ -264,6 +264,13 @@ async fn pruning_keeps_what_is_not_rolled_up_and_the_value_in_force() {
     assert_eq!(minute_rows, 1);
     let hours = get(&f, &format!("/api/v1/queues/local/v/idle/history?from={start}&to={}", start + 2 * 3600 - 1)).await;
     assert_eq!(hours["points"][1]["ready"], 5.0, "{hours}");
+
+    // A queue deleted longer ago than the retention loses its last rows and its record.
+    sqlx::query("update queues set deleted_at = ? where name = 'idle'").bind(start + 7200).execute(&db).await.unwrap();
+    rollup::prune(&f.state.db, now + 40 * 86_400, windows, &[f.broker_id]).await.unwrap();
+    let names: Vec<String> = sqlx::query_scalar("select name from queues order by name").fetch_all(&db).await.unwrap();
+    assert_eq!(names, vec!["busy".to_string(), "unknown".to_string()]);
+    assert!(count("queue_rollups_1h").await > 0, "the others keep the row still in force");
 }
 
 /// Against the real broker: warren's own polls show up at every resolution, the newest minutes

@@ -752,6 +752,15 @@ pub async fn prune(db: &Db, now: i64, windows: Windows, broker_ids: &[i64]) -> R
         let sql = format!("delete from {} where bucket < ?", level.broker_table());
         removed += sqlx::query(&sql).bind(cutoff).execute(db).await?.rows_affected();
     }
+    // A queue gone for longer than the retention has no value in force any more: its last rows
+    // go too, and then the queue itself.
+    for level in [Level::Minute, Level::Hour] {
+        let sql = format!(
+            "delete from {} where queue_id in (select id from queues where deleted_at < ?)",
+            level.queue_table()
+        );
+        removed += sqlx::query(&sql).bind(hour_cutoff).execute(db).await?.rows_affected();
+    }
     sqlx::query(
         "delete from queues where deleted_at < ?1
            and not exists (select 1 from queue_samples where queue_id = queues.id)
