@@ -17,8 +17,13 @@ pub struct Config {
     pub listen: SocketAddr,
     /// SQLite database file; created if missing.
     pub database: PathBuf,
-    /// How long raw samples are kept before the cleanup deletes them.
+    /// How long history is kept at all: 1-hour roll-ups (and alert history, notification
+    /// deliveries) older than this are deleted.
     pub retention: Duration,
+    /// How long raw samples (every poll's changes) are kept; they also feed the FIFO age estimate.
+    pub raw_retention: Duration,
+    /// How long 1-minute roll-ups are kept.
+    pub minute_retention: Duration,
     /// The brokers to watch, each polled by its own loop.
     pub brokers: Vec<BrokerConfig>,
     /// Alert rules declared in the file (`[[alerts]]`): read-only in the UI and the API.
@@ -140,6 +145,8 @@ struct FileConfig {
     listen: Option<String>,
     database: Option<PathBuf>,
     retention_days: Option<u64>,
+    raw_retention_hours: Option<u64>,
+    minute_retention_days: Option<u64>,
     #[serde(default)]
     brokers: Vec<FileBroker>,
     #[serde(default)]
@@ -188,7 +195,12 @@ struct FileBroker {
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE: &str = "warren.db";
-pub const DEFAULT_RETENTION_DAYS: u64 = 7;
+/// Hour roll-ups are small (a row per busy queue per hour): keep enough for a 30-day chart.
+pub const DEFAULT_RETENTION_DAYS: u64 = 30;
+/// Raw samples cost most; two days cover the 1 h and 6 h charts and most FIFO age estimates.
+pub const DEFAULT_RAW_RETENTION_HOURS: u64 = 48;
+/// Minute roll-ups cover the 24 h and 7 d charts.
+pub const DEFAULT_MINUTE_RETENTION_DAYS: u64 = 7;
 pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 10;
 /// As Alertmanager's default `repeat_interval`.
 pub const DEFAULT_ALERT_REPEAT_SECS: u64 = 4 * 3600;
@@ -247,6 +259,22 @@ impl Config {
         };
         if retention_days == 0 || retention_days > 3650 {
             return Err(invalid("retention_days", "must be from 1 to 3650"));
+        }
+        let minute_retention_days = match env("WARREN_MINUTE_RETENTION_DAYS") {
+            Some(text) => parse_u64("minute_retention_days", &text)?,
+            None => file.minute_retention_days.unwrap_or(DEFAULT_MINUTE_RETENTION_DAYS.min(retention_days)),
+        };
+        if minute_retention_days == 0 || minute_retention_days > retention_days {
+            return Err(invalid("minute_retention_days", "must be from 1 to retention_days"));
+        }
+        let raw_retention_hours = match env("WARREN_RAW_RETENTION_HOURS") {
+            Some(text) => parse_u64("raw_retention_hours", &text)?,
+            None => file.raw_retention_hours.unwrap_or(DEFAULT_RAW_RETENTION_HOURS.min(minute_retention_days * 24)),
+        };
+        // Two hours at least: the roll-up reads the value in force before each hour, and idle
+        // queues write a keyframe only once an hour.
+        if raw_retention_hours < 2 || raw_retention_hours > minute_retention_days * 24 {
+            return Err(invalid("raw_retention_hours", "must be from 2 to minute_retention_days x 24"));
         }
 
         let mut file_brokers = file.brokers;
@@ -307,6 +335,8 @@ impl Config {
             listen,
             database,
             retention: Duration::from_secs(retention_days * 86_400),
+            raw_retention: Duration::from_secs(raw_retention_hours * 3600),
+            minute_retention: Duration::from_secs(minute_retention_days * 86_400),
             brokers,
             alerts: file.alerts,
             alert_repeat,
@@ -593,6 +623,25 @@ mod tests {
             let err = Config::from_toml(toml).unwrap_err().to_string();
             assert!(err.contains(field), "{toml}: {err}");
         }
+    }
+
+    #[test]
+    fn history_windows_have_defaults_and_limits() {
+        let config = Config::from_toml("").unwrap();
+        assert_eq!(config.retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(config.minute_retention, Duration::from_secs(7 * 86_400));
+        assert_eq!(config.raw_retention, Duration::from_secs(48 * 3600));
+        // Shorter retention shortens the defaults of the finer windows with it.
+        let config = Config::from_toml("retention_days = 1").unwrap();
+        assert_eq!((config.minute_retention.as_secs(), config.raw_retention.as_secs()), (86_400, 86_400));
+        let config = Config::from_toml("raw_retention_hours = 6\nminute_retention_days = 2").unwrap();
+        assert_eq!((config.minute_retention.as_secs(), config.raw_retention.as_secs()), (2 * 86_400, 6 * 3600));
+        let err = Config::from_toml("retention_days = 3\nminute_retention_days = 4").unwrap_err();
+        assert!(err.to_string().contains("minute_retention_days"), "{err}");
+        let err = Config::from_toml("raw_retention_hours = 1").unwrap_err();
+        assert!(err.to_string().contains("raw_retention_hours"), "{err}");
+        let err = Config::from_toml("minute_retention_days = 1\nraw_retention_hours = 25").unwrap_err();
+        assert!(err.to_string().contains("raw_retention_hours"), "{err}");
     }
 
     #[test]

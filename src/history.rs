@@ -4,6 +4,8 @@
 //! only when a value changed (plus an hourly keyframe per queue), so 90% idle queues cost next to
 //! nothing. A stored value holds until the queue's next row; `broker_samples` records every
 //! successful poll, so a reader knows where the broker was unreachable and draws a gap there.
+//! Raw samples are kept for a short window; [`rollup`] keeps 1-minute and 1-hour aggregates for
+//! longer, and [`series`] reads whichever resolution fits a chart's range.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -14,6 +16,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::Row;
 
 use crate::metrics::rate_from_milli;
+
+pub mod rollup;
+pub mod series;
 
 pub type Db = SqlitePool;
 
@@ -572,7 +577,8 @@ pub async fn broker_history(
     Ok(points)
 }
 
-/// Deletes samples older than `before` (unix seconds) and queues deleted before it.
+/// Deletes raw samples and broker polls older than `before` (unix seconds). Called by
+/// [`rollup::prune`], which decides how far raw data may go.
 pub async fn prune(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
     let mut removed = 0;
     // queue_samples is keyed by (queue_id, ts) and has no index on ts alone (it would cost more
@@ -589,10 +595,6 @@ pub async fn prune(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
                 .rows_affected();
     }
     removed += sqlx::query("delete from broker_samples where ts < ?").bind(before).execute(db).await?.rows_affected();
-    sqlx::query("delete from queues where deleted_at < ? and not exists (select 1 from queue_samples where queue_id = queues.id)")
-        .bind(before)
-        .execute(db)
-        .await?;
     Ok(removed)
 }
 

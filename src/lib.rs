@@ -32,6 +32,9 @@ use crate::state::AppState;
 /// How long background loops get to finish after the server stopped.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How often the roll-up step runs: minute buckets should be ready soon after they end.
+const ROLLUP_EVERY: Duration = Duration::from_secs(60);
+
 /// How often the retention cleanup runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
 
@@ -47,8 +50,8 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     Ok(AppState::new(config, db, ids))
 }
 
-/// Runs warren on `listener` until `shutdown` completes: one poller per broker, the retention
-/// cleanup, and the web server. Shutdown is ordered: stop accepting requests, cancel the loops,
+/// Runs warren on `listener` until `shutdown` completes: one poller per broker, the history
+/// roll-up and retention cleanup, and the web server. Shutdown is ordered: stop accepting requests, cancel the loops,
 /// wait for them with a deadline, close the database.
 pub async fn run(
     config: Config,
@@ -116,33 +119,55 @@ async fn check_access(state: &AppState, listen: std::net::SocketAddr) -> anyhow:
     Ok(())
 }
 
-/// Deletes samples older than the retention window, hourly, starting at once.
+/// Rolls up history every minute and deletes what fell out of its window every hour, starting
+/// at once. The roll-up checks `cancel` between its transactions, so a long catch-up (the first
+/// start on an existing database) does not hold up shutdown.
 async fn retention_loop(state: AppState, cancel: CancellationToken) {
+    let broker_ids: Vec<i64> = state.broker_ids.values().copied().collect();
+    let windows = history::rollup::Windows::from_config(&state.config);
+    let mut last_cleanup: Option<tokio::time::Instant> = None;
     loop {
-        let cutoff = chrono::Utc::now().timestamp() - state.config.retention.as_secs() as i64;
-        match history::prune(&state.db, cutoff).await {
-            Ok(removed) => tracing::debug!(removed, "retention cleanup done"),
-            Err(e) => tracing::error!(error = %e, "retention cleanup failed; will retry"),
-        }
-        // Alert history and the delivery log follow the same window. The audit log is kept:
-        // it is the record of who changed what on the brokers.
-        let pruned = async {
-            let history = alerts::store::prune_history(&state.db, cutoff).await?;
-            let deliveries = alerts::notify::prune(&state.db, cutoff).await?;
-            Ok::<_, sqlx::Error>((history, deliveries))
-        };
-        match pruned.await {
-            Ok((history, deliveries)) => tracing::debug!(history, deliveries, "alert history cleanup done"),
-            Err(e) => tracing::error!(error = %e, "alert history cleanup failed; will retry"),
-        }
         let now = chrono::Utc::now().timestamp();
-        match auth::purge_expired(&state.db, state.config.auth.session_idle, now).await {
-            Ok(sessions) => tracing::debug!(sessions, "expired sessions removed"),
-            Err(e) => tracing::error!(error = %e, "session cleanup failed; will retry"),
+        for &id in &broker_ids {
+            match history::rollup::roll_up(&state.db, id, now, &cancel).await {
+                Ok(buckets) => tracing::debug!(broker_id = id, buckets, "history roll-up done"),
+                Err(e) => tracing::error!(broker_id = id, error = %e, "history roll-up failed; will retry"),
+            }
+        }
+        if cancel.is_cancelled() {
+            return;
+        }
+        if last_cleanup.is_none_or(|at| at.elapsed() >= RETENTION_EVERY) {
+            last_cleanup = Some(tokio::time::Instant::now());
+            retention_cleanup(&state, &broker_ids, windows, now).await;
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(RETENTION_EVERY) => {}
+            _ = tokio::time::sleep(ROLLUP_EVERY) => {}
         }
+    }
+}
+
+async fn retention_cleanup(state: &AppState, broker_ids: &[i64], windows: history::rollup::Windows, now: i64) {
+    match history::rollup::prune(&state.db, now, windows, broker_ids).await {
+        Ok(removed) => tracing::debug!(removed, "history cleanup done"),
+        Err(e) => tracing::error!(error = %e, "history cleanup failed; will retry"),
+    }
+    // Alert history and the delivery log follow the longest window. The audit log is kept: it
+    // is the record of who changed what on the brokers.
+    let cutoff = now - state.config.retention.as_secs() as i64;
+    let pruned = async {
+        let history = alerts::store::prune_history(&state.db, cutoff).await?;
+        let deliveries = alerts::notify::prune(&state.db, cutoff).await?;
+        Ok::<_, sqlx::Error>((history, deliveries))
+    };
+    match pruned.await {
+        Ok((history, deliveries)) => tracing::debug!(history, deliveries, "alert history cleanup done"),
+        Err(e) => tracing::error!(error = %e, "alert history cleanup failed; will retry"),
+    }
+    // Expired sessions are refused when presented; this only keeps the table small.
+    match auth::purge_expired(&state.db, state.config.auth.session_idle, now).await {
+        Ok(sessions) => tracing::debug!(sessions, "expired sessions removed"),
+        Err(e) => tracing::error!(error = %e, "session cleanup failed; will retry"),
     }
 }

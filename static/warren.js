@@ -13,14 +13,33 @@
     return data;
   }
 
+  function duration(secs) {
+    if (secs % 3600 === 0) { return (secs / 3600) + " h"; }
+    if (secs % 60 === 0) { return (secs / 60) + " min"; }
+    return secs + " s";
+  }
+
+  // Which data a chart shows: long ranges come from warren's roll-ups, where each point is the
+  // average of a step (min, max and last are in the JSON).
+  function resolutionText(body) {
+    if (!body.resolution || !body.step) { return ""; }
+    if (body.resolution === "raw") { return "Raw samples, a point every " + duration(body.step) + "."; }
+    var source = body.resolution === "1h" ? "1-hour" : "1-minute";
+    return "From " + source + " roll-ups: averages per " + duration(body.step) + ".";
+  }
+
   function makeChart(el) {
     var names = el.dataset.series.split(",");
     var unit = el.dataset.unit || "";
     var chart = null;
+    var note = document.createElement("p");
+    note.className = "chart-resolution hint";
+    el.parentNode.appendChild(note);
     function load() {
       fetch(el.dataset.src, { headers: { "Accept": "application/json" } })
         .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.json(); })
         .then(function (body) {
+          note.textContent = resolutionText(body);
           var data = seriesData(body.points || [], names);
           if (chart) { chart.setData(data); return; }
           var opts = {

@@ -9,6 +9,8 @@ use serde_json::{json, Value};
 
 use super::query::{QueueQuery, RangeQuery, TimeRange};
 use super::{ApiError, WebError};
+use crate::history::rollup::Windows;
+use crate::history::series::{self, Resolution, RollupPoint};
 use crate::history::{self, BrokerPoint, QueuePoint};
 use crate::metrics::{exact_age, rate_from_milli, QueueView};
 use crate::state::{AppState, BrokerLive};
@@ -60,7 +62,17 @@ pub struct BrokerHistory {
     pub from: i64,
     pub to: i64,
     pub step: i64,
+    /// `raw`: each point averages the polls in `(ts - step, ts]`; `1m` / `1h`: read from roll-ups,
+    /// each point averages the polls in `[ts, ts + step)`.
+    pub resolution: Resolution,
     pub points: Vec<BrokerPoint>,
+}
+
+/// The resolution for a range, and the step in whole buckets of it.
+fn resolution_for(state: &AppState, range: &TimeRange) -> (Resolution, i64) {
+    let windows = Windows::from_config(&state.config);
+    let resolution = series::choose(range.step, range.from, Utc::now().timestamp(), &windows);
+    (resolution, resolution.step(range.step))
 }
 
 pub async fn load_broker_history(
@@ -70,9 +82,14 @@ pub async fn load_broker_history(
 ) -> Result<BrokerHistory, WebError> {
     broker_live(state, broker)?;
     let id = state.broker_ids[broker];
-    let TimeRange { from, to, step } = range.validate(Utc::now(), poll_interval_secs(state, broker))?;
-    let points = history::broker_history(&state.db, id, from, to, step).await?;
-    Ok(BrokerHistory { broker: broker.to_string(), from, to, step, points })
+    let range = range.validate(Utc::now(), poll_interval_secs(state, broker))?;
+    let (resolution, step) = resolution_for(state, &range);
+    let TimeRange { from, to, .. } = range;
+    let points = match resolution {
+        Resolution::Raw => history::broker_history(&state.db, id, from, to, step).await?,
+        _ => series::broker_series(&state.db, id, resolution, from, to, step).await?,
+    };
+    Ok(BrokerHistory { broker: broker.to_string(), from, to, step, resolution, points })
 }
 
 async fn broker_history(
@@ -170,7 +187,28 @@ pub struct QueueHistory {
     pub from: i64,
     pub to: i64,
     pub step: i64,
-    pub points: Vec<QueuePoint>,
+    /// Which data the points come from: `raw` samples (each point the values in force at its
+    /// time) or `1m` / `1h` roll-ups (each point aggregates `[ts, ts + step)`, with min, max,
+    /// last and coverage).
+    pub resolution: Resolution,
+    pub points: QueuePoints,
+}
+
+/// A queue's points: their shape follows the resolution.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum QueuePoints {
+    Raw(Vec<QueuePoint>),
+    Rollup(Vec<RollupPoint>),
+}
+
+impl QueuePoints {
+    pub fn len(&self) -> usize {
+        match self {
+            QueuePoints::Raw(p) => p.len(),
+            QueuePoints::Rollup(p) => p.len(),
+        }
+    }
 }
 
 pub async fn load_queue_history(
@@ -182,12 +220,32 @@ pub async fn load_queue_history(
 ) -> Result<QueueHistory, WebError> {
     broker_live(state, broker)?;
     let interval = poll_interval_secs(state, broker);
-    let TimeRange { from, to, step } = range.validate(Utc::now(), interval)?;
+    let range = range.validate(Utc::now(), interval)?;
+    let (resolution, step) = resolution_for(state, &range);
+    let TimeRange { from, to, .. } = range;
     let known = history::find_queue(&state.db, broker, vhost, name).await?.ok_or_else(|| {
         WebError::NotFound(format!("no history for queue {name:?} in vhost {vhost:?} on broker {broker:?}"))
     })?;
-    let points =
-        history::queue_history(&state.db, state.broker_ids[broker], known.id, from, to, step, interval).await?;
+    let broker_id = state.broker_ids[broker];
+    let points = match resolution {
+        Resolution::Raw => {
+            QueuePoints::Raw(history::queue_history(&state.db, broker_id, known.id, from, to, step, interval).await?)
+        }
+        _ => QueuePoints::Rollup(
+            series::queue_series(
+                &state.db,
+                broker_id,
+                known.id,
+                known.deleted_at,
+                resolution,
+                from,
+                to,
+                step,
+                interval,
+            )
+            .await?,
+        ),
+    };
     Ok(QueueHistory {
         broker: broker.to_string(),
         vhost: vhost.to_string(),
@@ -195,6 +253,7 @@ pub async fn load_queue_history(
         from,
         to,
         step,
+        resolution,
         points,
     })
 }

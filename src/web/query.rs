@@ -180,11 +180,12 @@ fn compare(sort: &str, a: &QueueView, b: &QueueView) -> Keyed {
 pub struct RangeQuery {
     pub from: Option<String>,
     pub to: Option<String>,
-    /// Shorthand for the last N: `1h`, `6h`, `24h`, `7d`.
+    /// Shorthand for the last N: `1h`, `6h`, `24h`, `7d`, `30d`.
     pub range: Option<String>,
 }
 
-pub const RANGES: &[(&str, i64)] = &[("1h", 3600), ("6h", 6 * 3600), ("24h", 86_400), ("7d", 7 * 86_400)];
+pub const RANGES: &[(&str, i64)] =
+    &[("1h", 3600), ("6h", 6 * 3600), ("24h", 86_400), ("7d", 7 * 86_400), ("30d", 30 * 86_400)];
 
 /// Points per chart at most; the step grows with the range.
 const MAX_POINTS: i64 = 720;
@@ -217,11 +218,10 @@ impl RangeQuery {
         let from = match (non_empty(&self.from), non_empty(&self.range)) {
             (Some(f), _) => parse_time("from", &f)?,
             (None, Some(r)) => {
-                let secs = RANGES
-                    .iter()
-                    .find(|(name, _)| *name == r)
-                    .map(|(_, s)| *s)
-                    .ok_or_else(|| WebError::BadRequest(format!("range: {r:?} is not one of 1h, 6h, 24h, 7d")))?;
+                let secs = RANGES.iter().find(|(name, _)| *name == r).map(|(_, s)| *s).ok_or_else(|| {
+                    let names: Vec<&str> = RANGES.iter().map(|(name, _)| *name).collect();
+                    WebError::BadRequest(format!("range: {r:?} is not one of {}", names.join(", ")))
+                })?;
                 to - secs
             }
             (None, None) => to - 3600,
