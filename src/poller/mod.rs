@@ -22,7 +22,7 @@ use crate::metrics::{self, rate_to_milli, BrokerCounters, BrokerRates, CounterWi
 use crate::state::{BrokerTotals, Live, VhostLive};
 use crate::topology::{self, QueueConfig, VhostTopology};
 
-pub use self::track::KEYFRAME_SECS;
+pub use self::track::{keyframe_due, KEYFRAME_SECS};
 
 /// Bindings change rarely and listing them costs the broker: refresh each vhost's topology at
 /// most this often, or sooner when a queue appears or its arguments or policy change.
