@@ -1161,7 +1161,7 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
             };
             let k = &mut known[i];
             let previous = k.counters.as_ref().map(|c| (c, INTERVAL as f64));
-            let view = metrics::queue_view(BROKER, raw, true, previous, now);
+            let view = metrics::queue_view(BROKER, raw.clone(), true, previous, now);
             let sample = stored_sample(&view);
             k.counters = Some(view.counters);
             let due = match (k.last, k.id) {

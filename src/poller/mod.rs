@@ -150,7 +150,7 @@ impl Poller {
         let broker = self.broker.clone();
         self.polls += 1;
         let (mut views, marks, gone) =
-            track::derive(&mut self.queues, &raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
+            track::derive(&mut self.queues, raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
         bytes += self.apply_topology(&mut views, &marks, fetched).await;
         estimate::estimate_ages(&self.db, &mut self.queues, &mut views, self.broker.poll_interval.as_secs_f64(), now)
             .await?;
