@@ -1,25 +1,31 @@
-//! `cargo bench --bench poll`: what one poll of 10,000 queues costs warren, and what its history
-//! costs on disk. See benches/README.md for how to read the output.
+//! `cargo bench --bench poll`: what one poll of 10,000 and of 50,000 queues costs warren (CPU,
+//! and the memory of the process holding them with 30 days of history in its database), and what
+//! their history costs on disk. See benches/README.md for how to read the output.
 //!
-//! Two phases, one process each side:
+//! One measuring process per size (this binary re-executed with `WARREN_BENCH_MEASURE=1`), so
+//! that each size's memory figures are its own. Each runs:
 //!
+//! - **History.** A child process (`WARREN_BENCH_SEED=path`) writes `WARREN_BENCH_HISTORY_DAYS`
+//!   days of rows for every queue into the database first (see `seed_history`).
 //! - **A, the real poller.** A synthetic management API (3.10 shapes, `columns=`, pages of 500,
-//!   gzip) runs in a *child process* (this binary re-executed with `WARREN_BENCH_SERVE=1`), so the
-//!   parent's CPU time is warren's alone. The parent calls `Poller::poll_once` back to back and
-//!   records wall and process CPU time per poll (`CLOCK_PROCESS_CPUTIME_ID`, all threads).
+//!   gzip) runs in a *child process* (`WARREN_BENCH_SERVE=1`), so the measuring process's CPU
+//!   time is warren's alone. It calls `Poller::poll_once` back to back and records wall and
+//!   process CPU time per poll (`CLOCK_PROCESS_CPUTIME_ID`, all threads), then VmRSS and VmHWM.
 //! - **B, storage at a 10 s poll interval.** `poll_once` stamps rows with the wall clock (unix
 //!   seconds) and takes rates against `Instant`s, so back-to-back polls land 10-20 in the same
 //!   second: `insert or replace` collapses them and rates stay unknown. Phase A's database therefore
 //!   says little about disk cost. Phase B feeds the same synthetic data through warren's public
 //!   derive functions (`metrics::queue_view`) and writer (`history::write_poll`) with virtual
-//!   timestamps 10 s apart, mirroring `Poller::derive`'s change-only rule and hourly keyframe, and
-//!   measures the database after the same number of polls.
+//!   timestamps 10 s apart, mirroring `Poller::derive`'s change-only rule and keyframes
+//!   (`poller::keyframe_due`), and measures a fresh database after `WARREN_BENCH_STORAGE_POLLS`.
 //!
-//! Environment: WARREN_BENCH_QUEUES (10000), WARREN_BENCH_POLLS (1000), WARREN_BENCH_BUSY_PERCENT
-//! (10), WARREN_BENCH_NO_TS_PERCENT (0: share of queues whose messages carry no timestamp, so
-//! warren estimates their age from history), WARREN_BENCH_STORAGE (1; 0 skips phase B),
-//! WARREN_BENCH_GZIP (1), WARREN_BENCH_JSON (report path; default `$CARGO_TARGET_DIR` or
-//! `target/`, file `bench-poll.json`).
+//! Environment: WARREN_BENCH_QUEUES (10000,50000: one size or a list), WARREN_BENCH_POLLS (300),
+//! WARREN_BENCH_BUSY_PERCENT (10), WARREN_BENCH_NO_TS_PERCENT (0: share of queues whose messages
+//! carry no timestamp, so warren estimates their age from history), WARREN_BENCH_HISTORY_DAYS
+//! (30; 0: start on an empty database), WARREN_BENCH_HISTORY_BUSY_STEP (300 s),
+//! WARREN_BENCH_STORAGE (1; 0 skips phase B), WARREN_BENCH_STORAGE_POLLS (720), WARREN_BENCH_GZIP
+//! (1), WARREN_BENCH_JSON (report path; default `$CARGO_TARGET_DIR` or `target/`, file
+//! `bench-poll.json`, and `bench-poll-{queues}.json` per size beside it).
 
 // The same allocator as the warren binary (src/main.rs), so the figures are the product's.
 #[global_allocator]
@@ -45,10 +51,14 @@ use warren::config::Config;
 use warren::history::{self, PollWrite, QueueMeta, StoredSample};
 use warren::management::{QueuePage, RawQueue};
 use warren::metrics::{self, rate_to_milli, QueueCounters};
-use warren::poller::{Poller, KEYFRAME_SECS};
+use warren::poller::{keyframe_due, Poller, KEYFRAME_SECS};
 use warren::state::Live;
 
 const SERVE_ENV: &str = "WARREN_BENCH_SERVE";
+/// Set in the child that measures one size (one process per size, so that its memory is its own).
+const MEASURE_ENV: &str = "WARREN_BENCH_MEASURE";
+/// Set (to the database path) in the child that writes the synthetic history.
+const SEED_ENV: &str = "WARREN_BENCH_SEED";
 const VHOST: &str = "bench";
 const BROKER: &str = "bench";
 /// Virtual seconds between two polls (warren's default poll interval).
@@ -65,25 +75,47 @@ fn env_num(key: &str, default: u64) -> u64 {
 
 #[derive(Clone, Copy)]
 struct Settings {
+    /// Queues of this process's run (the first of `WARREN_BENCH_QUEUES`).
     queues: usize,
     polls: usize,
     busy_percent: u64,
     no_ts_percent: u64,
     storage: bool,
     gzip: bool,
+    /// Days of synthetic history in the database before phase A (0: an empty database).
+    history_days: u64,
+    /// Seconds between two synthetic history rows of a busy queue.
+    history_busy_step: u64,
+    /// Polls of phase B (virtual 10 s apart): at least two hours, so that keyframes show.
+    storage_polls: usize,
+}
+
+/// `WARREN_BENCH_QUEUES`: one size or a comma-separated list.
+fn sizes_from_env() -> Vec<usize> {
+    let text = std::env::var("WARREN_BENCH_QUEUES").unwrap_or_default();
+    let text = if text.trim().is_empty() { "10000,50000".to_string() } else { text };
+    text.split(',')
+        .map(|v| v.trim().parse().unwrap_or_else(|_| panic!("WARREN_BENCH_QUEUES: {v:?} is not a whole number")))
+        .collect()
 }
 
 impl Settings {
     fn from_env() -> Settings {
         let s = Settings {
-            queues: env_num("WARREN_BENCH_QUEUES", 10_000) as usize,
-            polls: env_num("WARREN_BENCH_POLLS", 1_000) as usize,
+            queues: sizes_from_env()[0],
+            polls: env_num("WARREN_BENCH_POLLS", 300) as usize,
             busy_percent: env_num("WARREN_BENCH_BUSY_PERCENT", 10),
             no_ts_percent: env_num("WARREN_BENCH_NO_TS_PERCENT", 0),
             storage: env_num("WARREN_BENCH_STORAGE", 1) != 0,
             gzip: env_num("WARREN_BENCH_GZIP", 1) != 0,
+            history_days: env_num("WARREN_BENCH_HISTORY_DAYS", 30),
+            history_busy_step: env_num("WARREN_BENCH_HISTORY_BUSY_STEP", 300).max(INTERVAL as u64),
+            storage_polls: env_num("WARREN_BENCH_STORAGE_POLLS", 720) as usize,
         };
-        assert!(s.queues >= 2 && s.polls >= 2 && s.busy_percent <= 100 && s.no_ts_percent <= 100, "bad settings");
+        assert!(
+            s.queues >= 2 && s.polls >= 2 && s.storage_polls >= 2 && s.busy_percent <= 100 && s.no_ts_percent <= 100,
+            "bad settings"
+        );
         s
     }
 }
@@ -93,9 +125,52 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     if std::env::var_os(SERVE_ENV).is_some() {
         runtime.block_on(serve(settings));
-    } else {
+    } else if let Some(path) = std::env::var_os(SEED_ENV) {
+        runtime.block_on(seed_history(&settings, Path::new(&path)));
+    } else if std::env::var_os(MEASURE_ENV).is_some() {
         runtime.block_on(bench(settings));
+    } else {
+        drop(runtime);
+        orchestrate(&sizes_from_env());
     }
+}
+
+/// Runs one measuring child per size, then merges their reports and prints the comparison.
+fn orchestrate(sizes: &[usize]) {
+    let path = report_path();
+    let mut by_size = serde_json::Map::new();
+    for &size in sizes {
+        let child_path = path.with_file_name(format!("bench-poll-{size}.json"));
+        let status = Command::new(std::env::current_exe().expect("current exe"))
+            .env(MEASURE_ENV, "1")
+            .env("WARREN_BENCH_QUEUES", size.to_string())
+            .env("WARREN_BENCH_JSON", &child_path)
+            .status()
+            .expect("run the measuring child");
+        assert!(status.success(), "the run with {size} queues failed: {status}");
+        let text = std::fs::read_to_string(&child_path).expect("child report");
+        by_size.insert(size.to_string(), serde_json::from_str(&text).expect("child report is JSON"));
+    }
+    println!("\nSummary (one process per size; CPU = all threads of warren's process)");
+    println!(
+        "  {:>7} {:>26} {:>12} {:>11} {:>11} {:>14}",
+        "queues", "CPU ms/poll p50 / p95", "mean", "projected", "VmRSS MB", "VmHWM MB"
+    );
+    for (size, r) in &by_size {
+        let a = &r["phase_a_poller"];
+        let cpu = &a["all_after_first"]["cpu_ms"];
+        println!(
+            "  {size:>7} {:>12.1} / {:>11.1} {:>12.1} {:>11} {:>11.1} {:>14.1}",
+            cpu["p50"].as_f64().unwrap_or(f64::NAN),
+            cpu["p95"].as_f64().unwrap_or(f64::NAN),
+            cpu["mean"].as_f64().unwrap_or(f64::NAN),
+            a["projected_mean_cpu_ms_per_poll_at_10s_interval"].as_f64().map_or("n/a".into(), |v| format!("{v:.1}")),
+            a["memory"]["after_polls"]["vm_rss_kb"].as_f64().unwrap_or(f64::NAN) / 1024.0,
+            a["memory"]["after_polls"]["vm_hwm_kb"].as_f64().unwrap_or(f64::NAN) / 1024.0,
+        );
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&json!({"sizes": by_size})).unwrap()).expect("write report");
+    println!("\nreport: {} (one file per size beside it)", path.display());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,6 +528,119 @@ async fn queues(
     reply(&server, &headers, body)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Synthetic history: `history_days` of rows before t0, written by a child process straight into
+// the database file, so that the measuring process starts on a database the size of a long-running
+// warren's without carrying the writer's memory.
+
+/// Writes the history in a child process; returns (rows, seconds).
+fn seed_in_child(settings: &Settings, path: &Path, t0: i64) -> (u64, f64) {
+    let started = Instant::now();
+    let output = Command::new(std::env::current_exe().expect("current exe"))
+        .env(SEED_ENV, path)
+        .env("WARREN_BENCH_QUEUES", settings.queues.to_string())
+        .env("WARREN_BENCH_T0", t0.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run the history writer");
+    assert!(output.status.success(), "the history writer failed: {}", output.status);
+    let rows = String::from_utf8_lossy(&output.stdout).trim().parse().expect("row count");
+    (rows, started.elapsed().as_secs_f64())
+}
+
+/// The child's work: queue rows exactly as the poller would write them for the model's queues,
+/// then per queue one row per hour (an idle queue's keyframe) or per `history_busy_step` (a busy
+/// queue), from `history_days` days before t0 up to t0. Rows are generated inside SQLite by a
+/// recursive CTE crossed with a small table of per-queue parameters, in primary-key order, with
+/// the journal off: tens of millions of rows a minute instead of one statement per row.
+async fn seed_history(settings: &Settings, path: &Path) {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+    let t0: i64 = std::env::var("WARREN_BENCH_T0").ok().and_then(|v| v.parse().ok()).expect("WARREN_BENCH_T0");
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Off)
+        .synchronous(SqliteSynchronous::Off)
+        .pragma("cache_size", "-65536");
+    let db = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.expect("open");
+    sqlx::migrate!("./migrations").run(&db).await.expect("migrations");
+    let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
+    let model = Model::new(settings, t0);
+    let start = t0 - settings.history_days as i64 * 86_400;
+    sqlx::query("create temp table seed (id integer primary key, busy integer, ready integer, consumers integer, head_ts integer, publish integer, inc integer)")
+        .execute(&db)
+        .await
+        .expect("seed table");
+    let mut tx = db.begin().await.expect("begin");
+    for q in &model.queues {
+        let state = model.state(q, 0, t0);
+        let id: i64 = sqlx::query_scalar(
+            "insert into queues (broker_id, vhost, name, kind, durable, arguments, policy, effective_policy, first_seen)
+             values (?, ?, ?, 'classic', 1, ?, ?, ?, ?) returning id",
+        )
+        .bind(broker_id)
+        .bind(VHOST)
+        .bind(&q.name)
+        .bind(q.arguments)
+        .bind(q.policy)
+        .bind(q.effective_policy)
+        .bind(start)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("queue row");
+        sqlx::query("insert into seed values (?, ?, ?, ?, ?, ?, ?)")
+            .bind(id)
+            .bind(q.busy)
+            .bind(state.ready as i64)
+            .bind(state.consumers as i64)
+            .bind(state.head_ts)
+            .bind(state.stats.map(|s| s[0] as i64))
+            .bind(q.inc as i64)
+            .execute(&mut *tx)
+            .await
+            .expect("seed row");
+    }
+    tx.commit().await.expect("commit");
+    // Busy queues: values that move on every row, counters that grow (inc messages per 10 s).
+    let busy_sql = "with recursive t(ts) as (select ?1 union all select ts + ?3 from t where ts + ?3 < ?2)
+        insert into queue_samples (queue_id, ts, ready, unacked, consumers, publish_count, publish_rate_m,
+            deliver_rate_m, ack_rate_m, redeliver_rate_m, head_ts)
+        select s.id, t.ts, abs(random()) % (s.inc / 2 + 1), abs(random()) % 50, s.consumers,
+            s.inc * (t.ts - ?1) / 10, s.inc * 100, s.inc * 100 - abs(random()) % 100, s.inc * 100 - abs(random()) % 100,
+            s.inc / 2, t.ts - abs(random()) % 60
+        from seed s cross join t where s.busy = 1 and s.id between ?4 and ?5";
+    // Idle queues: the same values every hour (the keyframe), all rates 0.
+    let idle_sql = "with recursive t(ts) as (select ?1 union all select ts + ?3 from t where ts + ?3 < ?2)
+        insert into queue_samples (queue_id, ts, ready, unacked, consumers, publish_count, publish_rate_m,
+            deliver_rate_m, ack_rate_m, redeliver_rate_m, head_ts)
+        select s.id, t.ts, s.ready, 0, s.consumers, s.publish, 0, 0, 0, 0, s.head_ts
+        from seed s cross join t where s.busy = 0 and s.id between ?4 and ?5";
+    let max_id: i64 = sqlx::query_scalar("select max(id) from seed").fetch_one(&db).await.expect("max id");
+    let mut rows = 0u64;
+    let chunk = 500;
+    let started = Instant::now();
+    for low in (1..=max_id).step_by(chunk) {
+        let high = low + chunk as i64 - 1;
+        for (sql, step) in [(busy_sql, settings.history_busy_step as i64), (idle_sql, KEYFRAME_SECS)] {
+            let done = sqlx::query(sql)
+                .bind(start)
+                .bind(t0)
+                .bind(step)
+                .bind(low)
+                .bind(high)
+                .execute(&db)
+                .await
+                .expect("history rows");
+            rows += done.rows_affected();
+        }
+        if (high / chunk as i64) % 20 == 0 {
+            eprintln!("  history: {rows} rows, {:.0} s", started.elapsed().as_secs_f64());
+        }
+    }
+    db.close().await;
+    println!("{rows}");
+}
+
 fn start_server(settings: &Settings, t0: i64) -> (Child, String) {
     let mut child = Command::new(std::env::current_exe().expect("current exe"))
         .env(SERVE_ENV, "1")
@@ -535,6 +723,18 @@ fn thread_cpu_ns() -> HashMap<String, u64> {
         *out.entry(name).or_insert(0) += ns;
     }
     out
+}
+
+/// VmRSS and VmHWM (peak) of this process, in kB, from /proc/self/status.
+fn memory_status() -> Value {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    json!({"vm_rss_kb": field("VmRSS:"), "vm_hwm_kb": field("VmHWM:")})
 }
 
 #[derive(Clone, Copy, Default)]
@@ -662,11 +862,23 @@ async fn bench(settings: Settings) {
     let (mut child, addr) = start_server(&settings, t0);
     let dir = tempfile::tempdir().expect("tempdir");
     let config = temp_config(dir.path(), &addr);
+    let seeded = (settings.history_days > 0).then(|| {
+        eprintln!("  writing {} days of history ...", settings.history_days);
+        let (rows, secs) = seed_in_child(&settings, &config.database, t0);
+        let bytes = std::fs::metadata(&config.database).map(|m| m.len()).unwrap_or(0);
+        eprintln!("  history: {rows} rows, {:.0} MB, in {secs:.0} s", bytes as f64 / 1e6);
+        json!({"days": settings.history_days, "rows": rows, "file_bytes": bytes, "seconds": (secs * 10.0).round() / 10.0,
+            "idle_queue_row_every_secs": KEYFRAME_SECS, "busy_queue_row_every_secs": settings.history_busy_step})
+    });
+    let memory_at_start = memory_status();
     let db = history::open(&config.database).await.expect("open db");
     let broker = config.brokers[0].clone();
     let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
     let live = Live::new(&[BROKER.to_string()]);
+    let load_started = Instant::now();
     let mut poller = Poller::new(broker, db.clone(), live.clone(), broker_id).await.expect("poller");
+    let load_ms = load_started.elapsed().as_secs_f64() * 1e3;
+    let memory_loaded = memory_status();
 
     let mut records = Vec::with_capacity(polls);
     let threads_before = thread_cpu_ns();
@@ -686,6 +898,10 @@ async fn bench(settings: Settings) {
     }
     let total_cpu_ms = (process_cpu_ns() - cpu_start) as f64 / 1e6;
     let total_wall_s = wall_start.elapsed().as_secs_f64();
+    // Measured while the poller (what it remembers per queue) and the live state (every queue's
+    // view, as the pages read it) are held, before anything else is allocated.
+    let memory_after = memory_status();
+    let live_queues = live.broker(BROKER).map_or(0, |b| b.queues.len());
     let proc_total_ms = proc_stat_cpu_ns().zip(proc_before).map(|(a, b)| (a - b) as f64 / 1e6);
     let threads_after = thread_cpu_ns();
     let mut by_thread: Vec<(String, f64)> = threads_after
@@ -714,7 +930,9 @@ async fn bench(settings: Settings) {
     let steady = 1..polls;
     let first = 1..(polls.min(101));
     let last = polls.saturating_sub(100).max(1)..polls;
-    let phase_a_storage = storage_report(&db, &config.database, queues, polls).await;
+    // With seeded history the database is gigabytes: dbstat would take minutes and say little.
+    let phase_a_storage =
+        if seeded.is_none() { storage_report(&db, &config.database, queues, polls).await } else { Value::Null };
     db.close().await;
     drop(child.stdin.take());
     let _ = child.kill();
@@ -740,6 +958,8 @@ async fn bench(settings: Settings) {
     };
 
     let poll1 = records[0];
+    let first_poll_is =
+        if seeded.is_some() { "queues known from the database, no counters in memory yet" } else { "every queue new" };
     let a = json!({
         "what": "Poller::poll_once back to back against the synthetic API (child process); CPU is this process only",
         "polls": polls,
@@ -747,7 +967,7 @@ async fn bench(settings: Settings) {
         "total_cpu_ms_per_poll": total_cpu_ms / polls as f64,
         "proc_stat_cpu_ms_per_poll": proc_total_ms.map(|t| t / polls as f64),
         "first_poll": {"cpu_ms": poll1.cpu_ms, "wall_ms": poll1.wall_ms, "rows": poll1.rows,
-            "note": "inserts every queue's metadata and first sample"},
+            "note": first_poll_is},
         "first_100": window(&records, first.clone()),
         "last_100": window(&records, last.clone()),
         "all_after_first": window(&records, steady.clone()),
@@ -763,6 +983,11 @@ async fn bench(settings: Settings) {
         "rows_written": rows_written,
         "storage_note": "timestamps are wall-clock seconds: back-to-back polls share a second and `insert or replace` keeps one row per queue per second; see phase B for disk cost",
         "storage": phase_a_storage,
+        "history_before_the_run": seeded,
+        "load_known_queues_ms": (load_ms * 10.0).round() / 10.0,
+        "memory": {"note": "/proc/self/status of this process (warren's poller, live state, SQLite pool; the fake broker is another process)",
+            "before_opening_the_database": memory_at_start, "after_loading_known_queues": memory_loaded,
+            "after_polls": memory_after, "live_queues": live_queues},
         "per_poll": {
             "cpu_ms": records.iter().map(|r| (r.cpu_ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
             "wall_ms": records.iter().map(|r| (r.wall_ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
@@ -773,7 +998,7 @@ async fn bench(settings: Settings) {
 
     println!("\nPhase A: real poller, {polls} polls back to back ({total_wall_s:.1} s)");
     println!(
-        "  poll 1 (all {queues} queues new): {:.1} ms CPU, {:.1} ms wall, {} rows",
+        "  poll 1 ({first_poll_is}): {:.1} ms CPU, {:.1} ms wall, {} rows",
         poll1.cpu_ms, poll1.wall_ms, poll1.rows
     );
     for (label, key) in [("first 100", "first_100"), ("last 100", "last_100"), ("all after 1", "all_after_first")] {
@@ -811,9 +1036,25 @@ async fn bench(settings: Settings) {
             projected_cpu_ms.unwrap_or(0.0)
         );
     }
+    if seeded.is_none() {
+        println!(
+            "  database: {} rows written, {} kept ({} distinct seconds; same-second rows are replaced)",
+            rows_written, a["storage"]["queue_sample_rows"], a["storage"]["distinct_sample_timestamps"]
+        );
+    } else {
+        let h = &a["history_before_the_run"];
+        println!(
+            "  database before the run: {} days of history, {} rows, {:.0} MB (written in {} s); known queues loaded in {load_ms:.0} ms",
+            h["days"], h["rows"], h["file_bytes"].as_f64().unwrap_or(0.0) / 1e6, h["seconds"]
+        );
+    }
+    let mb = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN) / 1024.0;
     println!(
-        "  database: {} rows written, {} kept ({} distinct seconds; same-second rows are replaced)",
-        rows_written, a["storage"]["queue_sample_rows"], a["storage"]["distinct_sample_timestamps"]
+        "  memory: VmRSS {:.1} MB, VmHWM {:.1} MB holding {live_queues} queues' live state (before opening the database: VmRSS {:.1} MB; after loading known queues {:.1} MB)",
+        mb(&memory_after, "vm_rss_kb"),
+        mb(&memory_after, "vm_hwm_kb"),
+        mb(&memory_at_start, "vm_rss_kb"),
+        mb(&memory_loaded, "vm_rss_kb"),
     );
 
     // ---- Phase B: storage with virtual timestamps 10 s apart.
@@ -821,7 +1062,8 @@ async fn bench(settings: Settings) {
 
     let report = json!({
         "settings": {"queues": queues, "polls": polls, "busy_percent": settings.busy_percent,
-            "busy_queues": busy, "no_ts_percent": settings.no_ts_percent, "gzip": settings.gzip, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
+            "busy_queues": busy, "no_ts_percent": settings.no_ts_percent, "gzip": settings.gzip,
+            "storage_polls": settings.storage_polls, "history_days": settings.history_days, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
         "phase_a_poller": a,
         "phase_b_storage": b,
     });
@@ -887,7 +1129,7 @@ struct Known {
 }
 
 async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> Value {
-    let Settings { queues, polls, .. } = *settings;
+    let Settings { queues, storage_polls: polls, .. } = *settings;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("storage.db");
     let db = history::open(&path).await.expect("open db");
@@ -919,12 +1161,12 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
             };
             let k = &mut known[i];
             let previous = k.counters.as_ref().map(|c| (c, INTERVAL as f64));
-            let view = metrics::queue_view(BROKER, raw, true, previous, now);
+            let view = metrics::queue_view(BROKER, raw.clone(), true, previous, now);
             let sample = stored_sample(&view);
             k.counters = Some(view.counters);
-            let due = match k.last {
-                Some((last_ts, last)) => last != sample || ts - last_ts >= KEYFRAME_SECS,
-                None => true,
+            let due = match (k.last, k.id) {
+                (Some((last_ts, last)), Some(id)) => last != sample || keyframe_due(id, last_ts, ts),
+                _ => true,
             };
             if !due {
                 continue;

@@ -204,12 +204,12 @@ pub fn exact_age(total: Option<u64>, head_ts: Option<i64>, now: DateTime<Utc>) -
 /// queue existed then) and the time between the two polls.
 pub fn queue_view(
     broker: &str,
-    raw: &RawQueue,
+    raw: RawQueue,
     stats_enabled: bool,
     previous: Option<(&QueueCounters, f64)>,
     now: DateTime<Utc>,
 ) -> QueueView {
-    let counters = queue_counters(raw, stats_enabled);
+    let counters = queue_counters(&raw, stats_enabled);
     let rates = match previous {
         Some((prev, dt)) => rates_between(prev, &counters, dt),
         None => QueueRates::default(),
@@ -219,11 +219,11 @@ pub fn queue_view(
     let (oldest_age_secs, oldest_age_source) = exact_age(total, head_ts, now);
     QueueView {
         broker: broker.to_string(),
-        vhost: raw.vhost.clone(),
-        name: raw.name.clone(),
-        kind: raw.kind.clone().unwrap_or_else(|| "classic".to_string()),
+        vhost: raw.vhost,
+        name: raw.name,
+        kind: raw.kind.unwrap_or_else(|| "classic".to_string()),
         durable: raw.durable,
-        state: raw.state.clone(),
+        state: raw.state,
         ready: raw.messages_ready,
         unacked: raw.messages_unacknowledged,
         total,
@@ -242,9 +242,9 @@ pub fn queue_view(
         no_consumers: false,
         hung_consumer_secs: None,
         dead_letters: Default::default(),
-        arguments: raw.arguments.clone().unwrap_or_default(),
-        policy: raw.policy.clone(),
-        effective_policy: raw.effective_policy_definition.clone().unwrap_or_default(),
+        arguments: raw.arguments.unwrap_or_default(),
+        policy: raw.policy,
+        effective_policy: raw.effective_policy_definition.unwrap_or_default(),
         updated_at: now,
         deleted: false,
         id: None,
@@ -414,7 +414,7 @@ mod tests {
         let fresh: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/"}"#).unwrap();
         assert_eq!(queue_counters(&fresh, true).publish, None, "no stats yet is unknown");
         assert_eq!(queue_counters(&raw, false).publish, None);
-        let view = queue_view("b", &raw, false, Some((&QueueCounters::default(), 10.0)), Utc::now());
+        let view = queue_view("b", raw, false, Some((&QueueCounters::default(), 10.0)), Utc::now());
         assert_eq!(view.publish_rate, None, "no stats on the broker means unknown rates");
     }
 
@@ -433,7 +433,7 @@ mod tests {
     fn missing_depth_stays_unknown() {
         // A new quorum queue has no messages* keys for its first seconds [3.10].
         let raw: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/","type":"quorum"}"#).unwrap();
-        let view = queue_view("b", &raw, true, None, Utc::now());
+        let view = queue_view("b", raw, true, None, Utc::now());
         assert_eq!((view.ready, view.unacked, view.total), (None, None, None));
         assert_eq!(view.oldest_age_source, AgeSource::Unknown);
         assert_eq!(view.oldest_age_secs, None);
@@ -470,7 +470,7 @@ mod tests {
             r#"{"name":"q","vhost":"/","messages":100,"messages_ready":90,"messages_unacknowledged":10,"consumers":0}"#,
         )
         .unwrap();
-        let mut view = queue_view("b", &raw, true, None, Utc::now());
+        let mut view = queue_view("b", raw, true, None, Utc::now());
         view.publish_rate = Some(2.0);
         view.ack_rate = Some(7.0);
         view.deliver_rate = Some(10.0);

@@ -22,7 +22,7 @@ use crate::metrics::{self, rate_to_milli, BrokerCounters, BrokerRates, CounterWi
 use crate::state::{BrokerTotals, Live, VhostLive};
 use crate::topology::{self, QueueConfig, VhostTopology};
 
-pub use self::track::KEYFRAME_SECS;
+pub use self::track::{keyframe_due, KEYFRAME_SECS};
 
 /// Bindings change rarely and listing them costs the broker: refresh each vhost's topology at
 /// most this often, or sooner when a queue appears or its arguments or policy change.
@@ -150,7 +150,7 @@ impl Poller {
         let broker = self.broker.clone();
         self.polls += 1;
         let (mut views, marks, gone) =
-            track::derive(&mut self.queues, &raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
+            track::derive(&mut self.queues, raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
         bytes += self.apply_topology(&mut views, &marks, fetched).await;
         estimate::estimate_ages(&self.db, &mut self.queues, &mut views, self.broker.poll_interval.as_secs_f64(), now)
             .await?;

@@ -11,7 +11,7 @@ mod format;
 mod jobs;
 mod pages;
 mod prometheus;
-mod query;
+pub mod query;
 
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
