@@ -5,6 +5,7 @@ mod alert_pages;
 mod alerts;
 mod api;
 mod assets;
+mod brokers;
 mod dlq_pages;
 mod format;
 mod jobs;
@@ -31,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(assets::router())
         .merge(prometheus::router())
+        .merge(brokers::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(axum::middleware::map_response(security_headers))
