@@ -155,7 +155,7 @@ async fn scrape_every_10s(window: Duration) -> (u64, u64) {
 async fn run() {
     let queues = env_u64("WARREN_BENCH_QUEUES", 10_000) as usize;
     let window = Duration::from_secs(env_u64("WARREN_BENCH_WINDOW_SECS", 90));
-    let rounds = env_u64("WARREN_BENCH_ROUNDS", 3).max(1) as usize;
+    let rounds = env_u64("WARREN_BENCH_ROUNDS", 3) as usize;
     let ticks = clock_ticks();
     let pid = beam_pid();
     eprintln!("beam.smp pid {pid}; {queues} queues; {rounds} rounds of idle / warren / scrape, windows of {window:?}");
@@ -172,6 +172,13 @@ async fn run() {
     let broker = config.brokers[0].clone();
     let db = history::open(&config.database).await.expect("open db");
     let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
+
+    let per_call = per_call_costs(&broker, pid, ticks).await;
+    if rounds == 0 {
+        delete_vhost().await;
+        print_per_call(&per_call);
+        return;
+    }
 
     let (mut idle, mut warren, mut scrape) = (Vec::new(), Vec::new(), Vec::new());
     let mut warren_calls = Vec::new();
@@ -277,6 +284,7 @@ async fn run() {
         },
         "scrape": {"scrapes": scraped.0, "bytes": scraped.1},
         "windows": windows,
+        "per_call": per_call.json(),
     });
     let path = std::env::var("WARREN_BENCH_JSON").unwrap_or_else(|_| {
         let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
@@ -324,5 +332,145 @@ async fn run() {
         last.estimated_load.unwrap_or_default() * 100.0
     );
     println!("  reference scrape: {} scrapes, {} bytes", scraped.0, scraped.1);
+    print_per_call(&per_call);
     println!("  full result: {path}");
+}
+
+/// Broker CPU per call, measured on calls made back to back (the broker's idle rate over the
+/// same wall time subtracted): far less exposed to other load on a shared broker than minutes-long
+/// windows, and the per-minute figures follow from the cadences.
+struct PerCall {
+    /// (name, broker CPU-s per call, wall s per call, bytes per call)
+    calls: Vec<(&'static str, f64, f64, u64)>,
+    idle_per_sec: f64,
+}
+
+impl PerCall {
+    fn get(&self, name: &str) -> (f64, f64) {
+        self.calls.iter().find(|c| c.0 == name).map(|c| (c.1, c.2)).unwrap()
+    }
+
+    /// Broker CPU-s per minute: warren's defaults (scrape and small calls every 10 s, the stats
+    /// listing at the interval its measured duration gives under the 5% budget) and the
+    /// reference scrape every 10 s.
+    fn per_minute(&self) -> (f64, f64, f64) {
+        let (scrape, scrape_wall) = self.get("warren scrape (coarse + queue_metrics)");
+        let (small, small_wall) = self.get("overview + vhosts + alarm check");
+        let (listing, listing_wall) = self.get("stats listing (all pages)");
+        let (reference, _) = self.get("reference scrape (coarse + consumer_count)");
+        let cheap_share = (scrape_wall + small_wall) / 10.0;
+        let stats_interval = (listing_wall / (0.05 - cheap_share).max(0.005)).max(30.0);
+        let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * listing;
+        (warren, 6.0 * reference, stats_interval)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let (warren, reference, stats_interval) = self.per_minute();
+        json!({
+            "idle_broker_cpu_per_sec": self.idle_per_sec,
+            "calls": self.calls.iter().map(|c| json!({"call": c.0, "broker_cpu_secs": c.1, "wall_secs": c.2, "bytes": c.3})).collect::<Vec<_>>(),
+            "derived_stats_interval_secs": stats_interval,
+            "derived_warren_cpu_secs_per_min": warren,
+            "derived_scrape_cpu_secs_per_min": reference,
+            "derived_ratio": warren / reference,
+        })
+    }
+}
+
+fn print_per_call(p: &PerCall) {
+    println!("  per call (back to back, idle {:.3} CPU-s/s subtracted):", p.idle_per_sec);
+    for (name, cpu, wall, bytes) in &p.calls {
+        println!("    {name:45} broker CPU {cpu:.3} s, wall {wall:.3} s, {bytes} bytes");
+    }
+    let (warren, reference, every) = p.per_minute();
+    println!(
+        "  derived per minute: warren {warren:.2} CPU-s (stats listing every {every:.0} s), scrape every 10 s {reference:.2} CPU-s, ratio {:.2}",
+        warren / reference
+    );
+}
+
+async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: f64) -> PerCall {
+    let idle_start = beam_cpu_ticks(pid);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let idle_per_sec = (beam_cpu_ticks(pid) - idle_start) / ticks / 20.0;
+    let http = reqwest::Client::builder().gzip(true).build().unwrap();
+    let client = warren::management::ManagementClient::new(broker);
+    let vhost = warren::management::encode_segment(VHOST);
+    let reference_url =
+        format!("{PROMETHEUS}/metrics/detailed?vhost={vhost}&family=queue_coarse_metrics&family=queue_consumer_count");
+    let warren_url =
+        format!("{PROMETHEUS}/{}", warren::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], false));
+
+    let mut calls = Vec::new();
+    // (cpu, wall, bytes) summed over `n` calls, each measured on its own
+    async fn measure_one<F: std::future::Future<Output = u64>>(
+        pid: u32,
+        ticks: f64,
+        idle: f64,
+        f: F,
+    ) -> (f64, f64, u64) {
+        let (cpu0, t0) = (beam_cpu_ticks(pid), Instant::now());
+        let bytes = f.await;
+        let wall = t0.elapsed().as_secs_f64();
+        ((beam_cpu_ticks(pid) - cpu0) / ticks - idle * wall, wall, bytes)
+    }
+    for (name, url) in [
+        ("reference scrape (coarse + consumer_count)", &reference_url),
+        ("warren scrape (coarse + queue_metrics)", &warren_url),
+    ] {
+        let n = 10;
+        let mut total = (0.0, 0.0, 0);
+        for _ in 0..n {
+            let (c, w, b) = measure_one(pid, ticks, idle_per_sec, async {
+                http.get(url.as_str()).send().await.unwrap().bytes().await.unwrap().len() as u64
+            })
+            .await;
+            total = (total.0 + c, total.1 + w, total.2 + b);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        calls.push((name, total.0 / n as f64, total.1 / n as f64, total.2 / n));
+    }
+    {
+        let n = 10;
+        let mut total = (0.0, 0.0, 0);
+        for _ in 0..n {
+            let (c, w, b) = measure_one(pid, ticks, idle_per_sec, async {
+                let (_, a) = client.overview().await.unwrap();
+                let (_, b) = client.vhosts().await.unwrap();
+                let c = client.get::<serde_json::Value>("api/health/checks/alarms").await.map(|(_, n)| n).unwrap_or(0);
+                (a + b + c) as u64
+            })
+            .await;
+            total = (total.0 + c, total.1 + w, total.2 + b);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        calls.push(("overview + vhosts + alarm check", total.0 / n as f64, total.1 / n as f64, total.2 / n));
+    }
+    {
+        // The management API caches a listing for about 5x its compute time: space them out as
+        // warren does, so that each one is computed.
+        let n = 3;
+        let mut total = (0.0, 0.0, 0);
+        for _ in 0..n {
+            tokio::time::sleep(Duration::from_secs(25)).await;
+            let (c, w, b) = measure_one(pid, ticks, idle_per_sec, async {
+                let mut bytes = 0;
+                let mut page = 1;
+                loop {
+                    let (body, size) = client.queues_page(VHOST, page).await.unwrap();
+                    bytes += size as u64;
+                    if page >= body.page_count {
+                        break bytes;
+                    }
+                    page += 1;
+                }
+            })
+            .await;
+            total = (total.0 + c, total.1 + w, total.2 + b);
+        }
+        calls.push(("stats listing (all pages)", total.0 / n as f64, total.1 / n as f64, total.2 / n));
+    }
+    let p = PerCall { calls, idle_per_sec };
+    print_per_call(&p);
+    p
 }

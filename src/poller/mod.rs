@@ -170,7 +170,8 @@ impl Poller {
             let delay = match outcome {
                 Ok(_) => {
                     failures = 0;
-                    self.next_interval().saturating_sub(started.elapsed())
+                    // `poll_once` set the interval from this poll's calls.
+                    Duration::from_secs_f64(self.load.interval_secs).saturating_sub(started.elapsed())
                 }
                 Err(error) => {
                     failures += 1;
@@ -255,7 +256,9 @@ impl Poller {
                     bytes += self.fetch_vhost(&vhost.name, &mut raw_queues, &mut calls.stats).await?;
                 }
                 self.listed(&raw_queues, started, now, calls.stats);
-                (raw_queues, true, DepthSource::Listing)
+                // 4.x with the metrics collector off lists no counters; the scrape's stay in force.
+                let counters_in_scrape = self.prometheus_in_use() && self.load.prometheus.counters;
+                (raw_queues, stats_enabled || !counters_in_scrape, DepthSource::Listing)
             }
         };
         let fetched = Instant::now();
@@ -300,6 +303,7 @@ impl Poller {
         track::commit(&mut self.queues, &mut views, &marks, &write, &ids, &gone);
 
         self.last_calls = calls;
+        self.next_interval();
         self.update_load(now, depth_source, counters_fresh);
         let load = self.load.clone();
         let queue_count = views.len();
