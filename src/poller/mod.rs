@@ -256,6 +256,9 @@ impl Poller {
                     bytes += self.fetch_vhost(&vhost.name, &mut raw_queues, &mut calls.stats).await?;
                 }
                 self.listed(&raw_queues, started, now, calls.stats);
+                if self.prometheus.is_some() && self.load.prometheus.available.is_none() {
+                    bytes += self.probe_prometheus(&watched, &raw_queues, started, now, &mut calls).await;
+                }
                 // 4.x with the metrics collector off lists no counters; the scrape's stay in force.
                 let counters_in_scrape = self.prometheus_in_use() && self.load.prometheus.counters;
                 (raw_queues, stats_enabled || !counters_in_scrape, DepthSource::Listing)
@@ -363,7 +366,10 @@ impl Poller {
     /// in alarm, and, when every poll is a listing (no Prometheus source), spaced by the budget.
     fn next_interval(&mut self) -> Duration {
         let base = self.broker.poll_interval;
-        let (mut interval, mut why) = load::poll_interval(base, self.last_calls.total(), self.alarm.is_some());
+        // With the scrape serving depth, the stats listing is spaced by the budget instead: only
+        // the calls every poll makes count toward stretching the poll interval.
+        let recurring = if self.prometheus_in_use() { self.last_calls.cheap } else { self.last_calls.total() };
+        let (mut interval, mut why) = load::poll_interval(base, recurring, self.alarm.is_some());
         if !self.prometheus_in_use() {
             if let Some(listing) = &self.listing {
                 let (every, by_budget) = load::stats_interval(
@@ -440,6 +446,43 @@ impl Poller {
         // Queues the listing does not know (created since): list again as soon as the budget allows.
         self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty();
         queues
+    }
+
+    /// Detection at start: one scrape right after the first listing says whether the plugin
+    /// answers and serves every listed queue, so the next poll already uses the right source.
+    async fn probe_prometheus(
+        &mut self,
+        watched: &[VhostEntry],
+        listed: &[RawQueue],
+        started: Instant,
+        now: DateTime<Utc>,
+        calls: &mut PollCalls,
+    ) -> usize {
+        let client = self.prometheus.clone().expect("probe_prometheus checks the client");
+        let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
+        let probe =
+            timed(&mut self.load, &mut calls.other, "prometheus", "/metrics/detailed", client.scrape(&names, false));
+        match probe.await {
+            Ok((scrape, size)) => {
+                let missing =
+                    listed.iter().filter(|q| !scrape.queues.contains_key(&(q.vhost.clone(), q.name.clone()))).count();
+                // A queue created between the two calls is missing once; more is a node-local endpoint.
+                if missing > 1 {
+                    let reason = format!(
+                        "incomplete: it did not serve {missing} of {} listed queues (in a cluster each node serves only its own queues' metrics)",
+                        listed.len()
+                    );
+                    self.prometheus_unavailable(started, now, reason);
+                } else {
+                    self.prometheus_answered(now, &scrape);
+                }
+                size
+            }
+            Err(error) => {
+                self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}"));
+                0
+            }
+        }
     }
 
     fn prometheus_answered(&mut self, now: DateTime<Utc>, scrape: &Scrape) {
