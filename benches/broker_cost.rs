@@ -354,7 +354,7 @@ impl PerCall {
     /// listing at the interval its measured duration gives under the 5% budget) and the
     /// reference scrape every 10 s.
     fn per_minute(&self) -> (f64, f64, f64) {
-        let (scrape, scrape_wall) = self.get("warren scrape (coarse + queue_metrics)");
+        let (scrape, scrape_wall) = self.get("warren scrape (default families)");
         let (small, small_wall) = self.get("overview + vhosts + alarm check");
         let (listing, listing_wall) = self.get("stats listing (all pages)");
         let (reference, _) = self.get("reference scrape (coarse + consumer_count)");
@@ -398,8 +398,11 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
     let vhost = warren::management::encode_segment(VHOST);
     let reference_url =
         format!("{PROMETHEUS}/metrics/detailed?vhost={vhost}&family=queue_coarse_metrics&family=queue_consumer_count");
-    let warren_url =
-        format!("{PROMETHEUS}/{}", warren::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], false));
+    let scrape_url = |head_timestamps| {
+        let path = warren::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], false, head_timestamps);
+        format!("{PROMETHEUS}/{path}")
+    };
+    let (warren_url, head_url) = (scrape_url(false), scrape_url(true));
 
     let mut calls = Vec::new();
     // (cpu, wall, bytes) summed over `n` calls, each measured on its own
@@ -416,7 +419,8 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
     }
     for (name, url) in [
         ("reference scrape (coarse + consumer_count)", &reference_url),
-        ("warren scrape (coarse + queue_metrics)", &warren_url),
+        ("warren scrape (default families)", &warren_url),
+        ("scrape with head timestamps (+ queue_metrics)", &head_url),
     ] {
         let n = 10;
         let mut total = (0.0, 0.0, 0);

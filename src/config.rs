@@ -63,6 +63,9 @@ pub struct BrokerConfig {
     pub stats_max_interval: Duration,
     /// How often an unavailable Prometheus endpoint is tried again.
     pub source_recheck: Duration,
+    /// Also scrape `queue_metrics` for head timestamps every poll (about 4x the broker cost of
+    /// the depth scrape); without it they come from the stats listing (see `poller`).
+    pub prometheus_head_timestamps: bool,
 }
 
 impl BrokerConfig {
@@ -155,6 +158,7 @@ struct FileBroker {
     stats_min_interval_secs: Option<u64>,
     stats_max_interval_secs: Option<u64>,
     source_recheck_secs: Option<u64>,
+    prometheus_head_timestamps: Option<bool>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -472,6 +476,7 @@ fn build_broker(
         stats_min_interval: Duration::from_secs(stats_min_interval_secs),
         stats_max_interval: Duration::from_secs(stats_max_interval_secs),
         source_recheck: Duration::from_secs(source_recheck_secs),
+        prometheus_head_timestamps: file.prometheus_head_timestamps.unwrap_or(false),
     })
 }
 

@@ -40,6 +40,26 @@ async fn depth_comes_from_the_prometheus_plugin() {
     declare(&channel, "orders", false).await;
     let stamped = BasicProperties::default().with_timestamp(chrono::Utc::now().timestamp() as u64 - 30);
     publish(&channel, "orders", 7, stamped.clone()).await;
+    // The management API shows a new queue's head timestamp with its next stats emission (up to
+    // 5 s); warren reads it from the listing, so start once it is there.
+    let url = format!("{MANAGEMENT}/api/queues/{}/orders", warren::management::encode_segment(&vhost.name));
+    wait_for("the head timestamp in the management API", Duration::from_secs(30), || async {
+        let q: Value = reqwest::Client::new()
+            .get(&url)
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        if q["head_message_timestamp"].is_number() {
+            Ok(())
+        } else {
+            Err(format!("{q}"))
+        }
+    })
+    .await;
     // Listings only at start (and when a queue appears): every later depth change is the scrape's.
     let warren =
         Warren::start(&config(&vhost.name, "stats_min_interval_secs = 600\nstats_max_interval_secs = 600\n")).await;
@@ -48,9 +68,14 @@ async fn depth_comes_from_the_prometheus_plugin() {
         let l = load(&warren).await;
         let q = warren.queue(&vhost.name, "orders").await;
         let ready = q.as_ref().map(|q| q["ready"].clone());
+        // exact: a listing with the queue's stats (and its head timestamp) is in place.
+        let exact = q.as_ref().is_some_and(|q| q["oldest_age_source"] == "exact");
         match (&l["prometheus"]["available"], l["sources"][0]["source"].as_str()) {
-            (Value::Bool(true), Some(s)) if s.starts_with("prometheus") && ready == Some(7.into()) => Ok(()),
-            _ => Err(format!("prometheus={} sources[0]={} ready={ready:?}", l["prometheus"], l["sources"][0])),
+            (Value::Bool(true), Some(s)) if s.starts_with("prometheus") && ready == Some(7.into()) && exact => Ok(()),
+            _ => Err(format!(
+                "prometheus={} sources[0]={} queue={q:?} totals={}",
+                l["prometheus"], l["sources"][0], l["totals"]
+            )),
         }
     })
     .await;

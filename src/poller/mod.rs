@@ -236,7 +236,7 @@ impl Poller {
                 &mut calls.cheap,
                 "prometheus",
                 "/metrics/detailed",
-                client.scrape(&names, counters),
+                client.scrape(&names, counters, self.broker.prometheus_head_timestamps),
             )
             .await;
             match answer {
@@ -415,17 +415,28 @@ impl Poller {
         let listing = self.listing.as_ref().expect("a scrape needs a listing");
         let mut queues = listing.queues.clone();
         let mut matched = 0;
+        // A queue listed before its first stats reached the management database (a new queue,
+        // for seconds) has no counts or head timestamp in the listing: list it again.
+        let mut listed_without_stats = false;
         self.missing_in_scrape.clear();
         for q in &mut queues {
             let key = (q.vhost.clone(), q.name.clone());
             match scrape.queues.get(&key) {
                 Some(s) => {
                     matched += 1;
+                    listed_without_stats |= q.messages_ready.is_none() && s.ready.is_some();
+                    if self.broker.prometheus_head_timestamps {
+                        q.head_message_timestamp = s.head_ts;
+                    } else if !head_unmoved(q, s) {
+                        // Without `queue_metrics` the listing's head timestamp is the only one;
+                        // once the head may have moved it is no longer exact (the age then falls
+                        // back to warren's estimate), and a stale "exact" would overstate it.
+                        q.head_message_timestamp = None;
+                    }
                     q.messages = s.messages;
                     q.messages_ready = s.ready;
                     q.messages_unacknowledged = s.unacked;
                     q.consumers = s.consumers;
-                    q.head_message_timestamp = s.head_ts;
                     if scrape.has_counters {
                         // Counter rows appear with the first event: absent is 0, as in 3.x listings.
                         q.message_stats = Some(QueueStats {
@@ -444,7 +455,7 @@ impl Poller {
             }
         }
         // Queues the listing does not know (created since): list again as soon as the budget allows.
-        self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty();
+        self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || listed_without_stats;
         queues
     }
 
@@ -460,8 +471,13 @@ impl Poller {
     ) -> usize {
         let client = self.prometheus.clone().expect("probe_prometheus checks the client");
         let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
-        let probe =
-            timed(&mut self.load, &mut calls.other, "prometheus", "/metrics/detailed", client.scrape(&names, false));
+        let probe = timed(
+            &mut self.load,
+            &mut calls.other,
+            "prometheus",
+            "/metrics/detailed",
+            client.scrape(&names, false, self.broker.prometheus_head_timestamps),
+        );
         match probe.await {
             Ok((scrape, size)) => {
                 let missing =
@@ -541,6 +557,7 @@ impl Poller {
         let listing_at = self.listing.as_ref().map(|l| l.sampled_at);
         let listing_cost = self.listing.as_ref().map(|l| l.cost.as_secs_f64());
         let prometheus_used = depth == DepthSource::Prometheus || self.prometheus_in_use();
+        let head_timestamps_scraped = b.prometheus_head_timestamps;
         let l = &mut self.load;
         l.backing_off = self.alarm.as_ref().map(|a| {
             format!("resource alarm: {a}; polls are spaced twice as far and the stats listing waits until it clears")
@@ -623,11 +640,20 @@ impl Poller {
                 reason: depth_reason.clone(),
                 sampled_at: depth_at,
             },
-            MetricSource {
-                metric: "oldest-message age (head timestamp)",
-                source: depth_source,
-                reason: depth_reason,
-                sampled_at: depth_at,
+            if head_timestamps_scraped || depth == DepthSource::Listing {
+                MetricSource {
+                    metric: "oldest-message age (head timestamp)",
+                    source: depth_source,
+                    reason: depth_reason,
+                    sampled_at: depth_at,
+                }
+            } else {
+                MetricSource {
+                    metric: "oldest-message age (head timestamp)",
+                    source: "management listing; between listings kept while the head cannot have moved, else warren's estimate".into(),
+                    reason: "head timestamps are only in the plugin's queue_metrics family, about 4x the broker cost of the depth scrape (prometheus_head_timestamps = true asks for it)".into(),
+                    sampled_at: listing_at,
+                }
             },
             MetricSource {
                 metric: "queue rates (publish, deliver, ack, redeliver)",
@@ -802,6 +828,17 @@ fn rates_from(
     };
     window.push(fetched, current, keep_secs);
     rates
+}
+
+/// Whether a queue's head message is still the one the listing saw: no consumer and nothing
+/// unacked, then or now, and no fewer ready messages (FIFO: publishes only add at the tail; only
+/// a consumer, basic.get, expiry or a purge removes the head, and the last three lower `ready`).
+/// A consumer that attached and left between the two readings goes unseen: a known limit.
+fn head_unmoved(listed: &RawQueue, now: &crate::prometheus::QueueSample) -> bool {
+    let idle = |consumers: Option<u64>, unacked: Option<u64>| consumers == Some(0) && unacked == Some(0);
+    idle(listed.consumers, listed.messages_unacknowledged)
+        && idle(now.consumers, now.unacked)
+        && matches!((listed.messages_ready, now.ready), (Some(before), Some(after)) if after >= before)
 }
 
 /// Awaits one call to the broker and records its duration, size and outcome.
