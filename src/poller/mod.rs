@@ -605,7 +605,7 @@ impl Poller {
         let (depth_source, depth_reason) = match depth {
             DepthSource::Prometheus => (
                 "prometheus /metrics/detailed, every poll".to_string(),
-                "the plugin serves depth, consumers and head timestamps for a fraction of a listing's broker CPU"
+                "the plugin serves depth and consumers for a fraction of a listing's broker CPU (PERF.md, benches/README.md)"
                     .to_string(),
             ),
             DepthSource::Listing if prometheus_used => (
@@ -908,5 +908,24 @@ mod tests {
         assert_eq!(backoff(s, 3), Duration::from_secs(40));
         assert_eq!(backoff(s, 4), Duration::from_secs(60));
         assert_eq!(backoff(s, 30), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_listed_head_timestamp_stays_only_while_the_head_cannot_have_moved() {
+        let listed: RawQueue = serde_json::from_str(
+            r#"{"name":"q","consumers":0,"messages_ready":7,"messages_unacknowledged":0,"head_message_timestamp":1700000000}"#,
+        )
+        .unwrap();
+        let now = |ready, unacked, consumers| crate::prometheus::QueueSample {
+            ready: Some(ready),
+            unacked: Some(unacked),
+            consumers: Some(consumers),
+            ..Default::default()
+        };
+        assert!(head_unmoved(&listed, &now(7, 0, 0)));
+        assert!(head_unmoved(&listed, &now(12, 0, 0)), "publishes add at the tail");
+        assert!(!head_unmoved(&listed, &now(6, 0, 0)), "a get, an expiry or a purge removed messages");
+        assert!(!head_unmoved(&listed, &now(7, 0, 1)), "a consumer is attached");
+        assert!(!head_unmoved(&listed, &now(6, 1, 0)), "a message is unacked");
     }
 }
