@@ -256,12 +256,22 @@ impl Poller {
                     bytes += self.fetch_vhost(&vhost.name, &mut raw_queues, &mut calls.stats).await?;
                 }
                 self.listed(&raw_queues, started, now, calls.stats);
-                if self.prometheus.is_some() && self.load.prometheus.available.is_none() {
-                    bytes += self.probe_prometheus(&watched, &raw_queues, started, now, &mut calls).await;
+                // Depth from the scrape on listing polls too: the listing's counts lag the
+                // plugin's by up to a stats interval, and alternating sources would make depth
+                // jump back and forth (an alert on depth would flap).
+                let mut depth_source = DepthSource::Listing;
+                if self.prometheus.is_some() && self.load.prometheus.available != Some(false) {
+                    let (scrape, size) =
+                        self.scrape_after_listing(&watched, &raw_queues, started, now, &mut calls).await;
+                    bytes += size;
+                    if let Some(scrape) = scrape {
+                        raw_queues = self.overlay(&scrape);
+                        depth_source = DepthSource::Prometheus;
+                    }
                 }
                 // 4.x with the metrics collector off lists no counters; the scrape's stay in force.
                 let counters_in_scrape = self.prometheus_in_use() && self.load.prometheus.counters;
-                (raw_queues, stats_enabled || !counters_in_scrape, DepthSource::Listing)
+                (raw_queues, stats_enabled || !counters_in_scrape, depth_source)
             }
         };
         let fetched = Instant::now();
@@ -459,17 +469,18 @@ impl Poller {
         queues
     }
 
-    /// Detection at start: one scrape right after the first listing says whether the plugin
-    /// answers and serves every listed queue, so the next poll already uses the right source.
-    async fn probe_prometheus(
+    /// The scrape right after a listing: at start it is the detection (does the plugin answer,
+    /// does it serve every listed queue); later it keeps depth from one source. `None` when the
+    /// plugin failed or is incomplete (then marked unavailable, with the reason).
+    async fn scrape_after_listing(
         &mut self,
         watched: &[VhostEntry],
         listed: &[RawQueue],
         started: Instant,
         now: DateTime<Utc>,
         calls: &mut PollCalls,
-    ) -> usize {
-        let client = self.prometheus.clone().expect("probe_prometheus checks the client");
+    ) -> (Option<Scrape>, usize) {
+        let client = self.prometheus.clone().expect("the caller checks the client");
         let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
         let probe = timed(
             &mut self.load,
@@ -489,14 +500,15 @@ impl Poller {
                         listed.len()
                     );
                     self.prometheus_unavailable(started, now, reason);
+                    (None, size)
                 } else {
                     self.prometheus_answered(now, &scrape);
+                    (Some(scrape), size)
                 }
-                size
             }
             Err(error) => {
                 self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}"));
-                0
+                (None, 0)
             }
         }
     }
