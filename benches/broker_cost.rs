@@ -351,7 +351,8 @@ impl PerCall {
     }
 
     /// Broker CPU-s per minute: warren's defaults (scrape and small calls every 10 s, the stats
-    /// listing at the interval its measured duration gives under the 5% budget) and the
+    /// listing, with its own scrape, at the interval its measured duration gives under the 5%
+    /// budget and the 30 s minimum) and the
     /// reference scrape every 10 s.
     fn per_minute(&self) -> (f64, f64, f64) {
         let (scrape, scrape_wall) = self.get("warren scrape (default families)");
@@ -360,7 +361,8 @@ impl PerCall {
         let (reference, _) = self.get("reference scrape (coarse + consumer_count)");
         let cheap_share = (scrape_wall + small_wall) / 10.0;
         let stats_interval = (listing_wall / (0.05 - cheap_share).max(0.005)).max(30.0);
-        let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * listing;
+        // Each listing poll also scrapes, so that depth keeps one source.
+        let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * (listing + scrape);
         (warren, 6.0 * reference, stats_interval)
     }
 

@@ -39,6 +39,11 @@ pub use self::track::KEYFRAME_SECS;
 /// most this often, or sooner when a queue appears or its arguments or policy change.
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(60);
 
+/// A listed queue the plugin has not served for this long makes the plugin an incomplete source
+/// (in a cluster each node serves only its own queues). New queues reach the plugin's tables
+/// seconds after they exist, so a shorter absence proves nothing.
+const MISSING_GRACE: Duration = Duration::from_secs(30);
+
 /// Everything one broker's loop owns.
 pub struct Poller {
     broker: BrokerConfig,
@@ -61,7 +66,7 @@ pub struct Poller {
     need_listing: bool,
     /// Listed queues the last scrape did not serve: still listed at the next listing means the
     /// endpoint is incomplete (in a cluster each node serves only its own queues' metrics).
-    missing_in_scrape: HashSet<QueueKey>,
+    missing_in_scrape: HashMap<QueueKey, Instant>,
     /// Broker time of the last poll's calls: all of them, the cheap ones, the stats listing.
     last_calls: PollCalls,
     /// A resource alarm in force (the reason), from the health check.
@@ -150,7 +155,7 @@ impl Poller {
             prometheus_retry_at: None,
             listing: None,
             need_listing: false,
-            missing_in_scrape: HashSet::new(),
+            missing_in_scrape: HashMap::new(),
             last_calls: PollCalls::default(),
             alarm: None,
             load,
@@ -226,11 +231,16 @@ impl Poller {
 
         // Depth from the scrape when the plugin serves it and no listing is due.
         let mut scraped: Option<(Vec<RawQueue>, bool)> = None;
+        // When the counters were read: the start of the call that served them. Rates need
+        // readings a whole number of 5 s stats steps apart (`CounterWindow::baseline`); with one
+        // reading per listing, the listing's varying duration must not shift its time.
+        let mut counters_at = Instant::now();
         if self.scrape_this_poll(started) {
             let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
             // Per-queue counters exist in the plugin from 4.0 only (DOMAIN.md §7).
             let counters = overview.rabbitmq_version.as_deref().is_some_and(|v| !v.starts_with('3'));
             let client = self.prometheus.clone().expect("scrape_this_poll checks the client");
+            counters_at = Instant::now();
             let answer = timed(
                 &mut self.load,
                 &mut calls.cheap,
@@ -252,6 +262,7 @@ impl Poller {
             Some((queues, counters)) => (queues, counters, DepthSource::Prometheus),
             None => {
                 let mut raw_queues: Vec<RawQueue> = Vec::new();
+                counters_at = Instant::now();
                 for vhost in &watched {
                     bytes += self.fetch_vhost(&vhost.name, &mut raw_queues, &mut calls.stats).await?;
                 }
@@ -261,8 +272,7 @@ impl Poller {
                 // jump back and forth (an alert on depth would flap).
                 let mut depth_source = DepthSource::Listing;
                 if self.prometheus.is_some() && self.load.prometheus.available != Some(false) {
-                    let (scrape, size) =
-                        self.scrape_after_listing(&watched, &raw_queues, started, now, &mut calls).await;
+                    let (scrape, size) = self.scrape_after_listing(&watched, started, now, &mut calls).await;
                     bytes += size;
                     if let Some(scrape) = scrape {
                         raw_queues = self.overlay(&scrape);
@@ -274,7 +284,7 @@ impl Poller {
                 (raw_queues, stats_enabled || !counters_in_scrape, depth_source)
             }
         };
-        let fetched = Instant::now();
+        let fetched = counters_at;
 
         let ctx = PollContext {
             broker: self.broker.name.clone(),
@@ -428,7 +438,7 @@ impl Poller {
         // A queue listed before its first stats reached the management database (a new queue,
         // for seconds) has no counts or head timestamp in the listing: list it again.
         let mut listed_without_stats = false;
-        self.missing_in_scrape.clear();
+        let mut missing = HashMap::new();
         for q in &mut queues {
             let key = (q.vhost.clone(), q.name.clone());
             match scrape.queues.get(&key) {
@@ -460,11 +470,14 @@ impl Poller {
                 None => {
                     (q.messages, q.messages_ready, q.messages_unacknowledged) = (None, None, None);
                     (q.consumers, q.head_message_timestamp) = (None, None);
-                    self.missing_in_scrape.insert(key);
+                    // Since when: a new queue reaches the plugin's tables seconds after it exists.
+                    let since = self.missing_in_scrape.get(&key).copied().unwrap_or_else(Instant::now);
+                    missing.insert(key, since);
                 }
             }
         }
         // Queues the listing does not know (created since): list again as soon as the budget allows.
+        self.missing_in_scrape = missing;
         self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || listed_without_stats;
         queues
     }
@@ -475,7 +488,6 @@ impl Poller {
     async fn scrape_after_listing(
         &mut self,
         watched: &[VhostEntry],
-        listed: &[RawQueue],
         started: Instant,
         now: DateTime<Utc>,
         calls: &mut PollCalls,
@@ -491,20 +503,10 @@ impl Poller {
         );
         match probe.await {
             Ok((scrape, size)) => {
-                let missing =
-                    listed.iter().filter(|q| !scrape.queues.contains_key(&(q.vhost.clone(), q.name.clone()))).count();
-                // A queue created between the two calls is missing once; more is a node-local endpoint.
-                if missing > 1 {
-                    let reason = format!(
-                        "incomplete: it did not serve {missing} of {} listed queues (in a cluster each node serves only its own queues' metrics)",
-                        listed.len()
-                    );
-                    self.prometheus_unavailable(started, now, reason);
-                    (None, size)
-                } else {
-                    self.prometheus_answered(now, &scrape);
-                    (Some(scrape), size)
-                }
+                // Queues it does not serve get unknown depth; still missing after
+                // `MISSING_GRACE`, they make it incomplete (see `listed`).
+                self.prometheus_answered(now, &scrape);
+                (Some(scrape), size)
             }
             Err(error) => {
                 self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}"));
@@ -543,12 +545,14 @@ impl Poller {
         self.missing_in_scrape.clear();
     }
 
-    /// Records a stats listing; notices queues the previous scrape left out although they exist.
+    /// Records a stats listing; notices queues the scrapes have left out for `MISSING_GRACE`
+    /// although they still exist.
     fn listed(&mut self, queues: &[RawQueue], started: Instant, now: DateTime<Utc>, cost: Duration) {
         if !self.missing_in_scrape.is_empty() {
             let listed: HashSet<(&str, &str)> = queues.iter().map(|q| (q.vhost.as_str(), q.name.as_str())).collect();
-            let still =
-                self.missing_in_scrape.iter().filter(|(v, n)| listed.contains(&(v.as_str(), n.as_str()))).count();
+            // Deleted queues are not missing.
+            self.missing_in_scrape.retain(|(v, n), _| listed.contains(&(v.as_str(), n.as_str())));
+            let still = self.missing_in_scrape.values().filter(|since| since.elapsed() >= MISSING_GRACE).count();
             if still > 0 {
                 let reason = format!(
                     "incomplete: it did not serve {still} of {} listed queues (in a cluster each node serves only its own queues' metrics)",
@@ -557,7 +561,6 @@ impl Poller {
                 self.prometheus_unavailable(started, now, reason);
             }
         }
-        self.missing_in_scrape.clear();
         self.need_listing = false;
         self.listing = Some(Listing { queues: queues.to_vec(), at: Instant::now(), sampled_at: now, cost });
     }
