@@ -81,6 +81,24 @@ pub struct BrokerConfig {
     pub poll_interval: Duration,
     /// Limit for one HTTP request to the management API.
     pub request_timeout: Duration,
+    /// The broker's Prometheus plugin (`/metrics/detailed`), the cheap source of depth, consumers
+    /// and head timestamps; `None` (`prometheus_url = "off"`) uses the management API only.
+    /// Default: the management host, plain HTTP, port 15692.
+    pub prometheus_url: Option<reqwest::Url>,
+    /// Share of one broker core warren may spend on being watched (0.05 = 5%): the per-queue
+    /// message stats listing, the broker's most expensive call, is spaced so that its estimated
+    /// cost per second stays within what is left of this after the cheap calls.
+    pub broker_cpu_budget: f64,
+    /// Shortest interval of the message stats listing when the Prometheus source serves depth
+    /// (default three poll intervals: the management API recommends 30 s, its stats move in 5 s steps).
+    pub stats_min_interval: Duration,
+    /// Rates should be at least this fresh; when the budget forbids it, the broker page says so.
+    pub stats_max_interval: Duration,
+    /// How often an unavailable Prometheus endpoint is tried again.
+    pub source_recheck: Duration,
+    /// Also scrape `queue_metrics` for head timestamps every poll (about 4x the broker cost of
+    /// the depth scrape); without it they come from the stats listing (see `poller`).
+    pub prometheus_head_timestamps: bool,
 }
 
 impl BrokerConfig {
@@ -191,6 +209,12 @@ struct FileBroker {
     vhosts_exclude: Option<Vec<String>>,
     poll_interval_secs: Option<u64>,
     request_timeout_secs: Option<u64>,
+    prometheus_url: Option<String>,
+    broker_cpu_budget: Option<f64>,
+    stats_min_interval_secs: Option<u64>,
+    stats_max_interval_secs: Option<u64>,
+    source_recheck_secs: Option<u64>,
+    prometheus_head_timestamps: Option<bool>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -202,6 +226,9 @@ pub const DEFAULT_RAW_RETENTION_HOURS: u64 = 48;
 /// Minute roll-ups cover the 24 h and 7 d charts.
 pub const DEFAULT_MINUTE_RETENTION_DAYS: u64 = 7;
 pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 10;
+pub const DEFAULT_BROKER_CPU_BUDGET: f64 = 0.05;
+pub const DEFAULT_STATS_MAX_INTERVAL_SECS: u64 = 60;
+pub const DEFAULT_SOURCE_RECHECK_SECS: u64 = 300;
 /// As Alertmanager's default `repeat_interval`.
 pub const DEFAULT_ALERT_REPEAT_SECS: u64 = 4 * 3600;
 
@@ -520,6 +547,36 @@ fn build_broker(
         None => patterns(file.vhosts_exclude, "vhosts_exclude")?,
     };
 
+    let prometheus_url = match benv("PROMETHEUS_URL").or(file.prometheus_url) {
+        Some(text) if text == "off" || text.is_empty() => None,
+        Some(text) => {
+            let mut url = reqwest::Url::parse(&text)
+                .map_err(|e| invalid(field("prometheus_url"), format!("{text:?} is not a URL: {e}")))?;
+            if !url.path().ends_with('/') {
+                let path = format!("{}/", url.path());
+                url.set_path(&path);
+            }
+            Some(url)
+        }
+        None => Some(crate::prometheus::default_url(&management_url)),
+    };
+    let broker_cpu_budget = match benv("BROKER_CPU_BUDGET") {
+        Some(text) => text.parse::<f64>().map_err(|_| invalid(field("broker_cpu_budget"), "must be a number"))?,
+        None => file.broker_cpu_budget.unwrap_or(DEFAULT_BROKER_CPU_BUDGET),
+    };
+    if !(broker_cpu_budget > 0.0 && broker_cpu_budget <= 1.0) {
+        return Err(invalid(field("broker_cpu_budget"), "must be above 0 and at most 1 (one core)"));
+    }
+    let stats_min_interval_secs = file.stats_min_interval_secs.unwrap_or(3 * poll_interval_secs);
+    let stats_max_interval_secs = file.stats_max_interval_secs.unwrap_or(DEFAULT_STATS_MAX_INTERVAL_SECS);
+    if stats_min_interval_secs == 0 || stats_max_interval_secs < stats_min_interval_secs.min(60) {
+        return Err(invalid(
+            field("stats_min_interval_secs"),
+            "must be at least 1 and not above stats_max_interval_secs",
+        ));
+    }
+    let source_recheck_secs = file.source_recheck_secs.unwrap_or(DEFAULT_SOURCE_RECHECK_SECS).max(1);
+
     Ok(BrokerConfig {
         name,
         management_url,
@@ -530,6 +587,12 @@ fn build_broker(
         vhosts_exclude,
         poll_interval: Duration::from_secs(poll_interval_secs),
         request_timeout: Duration::from_secs(request_timeout_secs),
+        prometheus_url,
+        broker_cpu_budget,
+        stats_min_interval: Duration::from_secs(stats_min_interval_secs),
+        stats_max_interval: Duration::from_secs(stats_max_interval_secs),
+        source_recheck: Duration::from_secs(source_recheck_secs),
+        prometheus_head_timestamps: file.prometheus_head_timestamps.unwrap_or(false),
     })
 }
 
@@ -579,6 +642,26 @@ mod tests {
         assert_eq!(broker.management_url.as_str(), "http://127.0.0.1:15672/");
         assert_eq!((broker.user.as_str(), broker.password.expose()), ("guest", "guest"));
         assert_eq!(broker.poll_interval, Duration::from_secs(10));
+        assert_eq!(broker.prometheus_url.as_ref().map(|u| u.as_str()), Some("http://127.0.0.1:15692/"));
+        assert_eq!(broker.broker_cpu_budget, 0.05);
+        assert_eq!(
+            (broker.stats_min_interval, broker.stats_max_interval),
+            (Duration::from_secs(30), Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn prometheus_source_can_be_turned_off_or_moved() {
+        let off = Config::from_toml("[[brokers]]\nname = \"a\"\nprometheus_url = \"off\"\n").unwrap();
+        assert!(off.brokers[0].prometheus_url.is_none());
+        let moved = Config::from_toml(
+            "[[brokers]]\nname = \"a\"\nprometheus_url = \"http://exporter:9419\"\nbroker_cpu_budget = 0.02\n",
+        )
+        .unwrap();
+        assert_eq!(moved.brokers[0].prometheus_url.as_ref().unwrap().as_str(), "http://exporter:9419/");
+        assert_eq!(moved.brokers[0].broker_cpu_budget, 0.02);
+        let err = Config::from_toml("[[brokers]]\nname = \"a\"\nbroker_cpu_budget = 0\n").unwrap_err();
+        assert!(err.to_string().contains("broker_cpu_budget"), "{err}");
     }
 
     #[test]

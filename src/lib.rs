@@ -13,6 +13,7 @@ pub mod management;
 pub mod metrics;
 pub mod moves;
 pub mod poller;
+pub mod prometheus;
 pub mod shovel;
 pub mod state;
 pub mod topology;

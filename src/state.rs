@@ -87,6 +87,9 @@ pub struct BrokerLive {
     pub vhosts: Vec<VhostLive>,
     #[serde(skip)]
     pub queues: Arc<Vec<QueueView>>,
+    /// Sources, cadences and the cost of warren's calls (the broker page).
+    #[serde(skip)]
+    pub load: crate::poller::BrokerLoad,
 }
 
 /// Rates of one vhost (publish, confirm, ack, deliver, redeliver, unroutable).
@@ -105,6 +108,7 @@ impl BrokerLive {
             totals: BrokerTotals::default(),
             vhosts: Vec::new(),
             queues: Arc::new(Vec::new()),
+            load: Default::default(),
         }
     }
 

@@ -1,24 +1,35 @@
 //! One loop per broker: fetch, derive, store, publish to the live state.
 //!
-//! Never more than one poll in flight per broker (the loop awaits each poll before sleeping).
-//! A failed poll keeps the last data (shown as stale), backs off exponentially up to six poll
-//! intervals, and the loop recovers by itself when the broker answers again.
+//! Never more than one request in flight per broker: the loop awaits each call and each poll
+//! before sleeping. A failed poll keeps the last data (shown as stale), backs off exponentially
+//! up to six poll intervals, and the loop recovers by itself when the broker answers again.
+//!
+//! Light on the broker (PERF.md: the stats of 10,000 queues cost it 3-4 CPU-seconds per call):
+//! depth, consumers and head timestamps come every poll from the Prometheus plugin when it is
+//! reachable and complete; the management listing with message stats (rates) and metadata runs
+//! at a slower cadence set by the broker CPU budget (`load::stats_interval`), sooner when the
+//! scrape shows queues the listing does not have. Without the plugin every poll is a listing,
+//! spaced by the same budget.
 
 mod estimate;
+mod load;
 mod track;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+pub use self::load::{BrokerLoad, CallRecord, CallTotals, MetricSource, PrometheusState};
 use self::track::{PollContext, QueueKey, Tracked};
 use crate::config::BrokerConfig;
 use crate::history::{self, Db};
-use crate::management::{BrokerError, ManagementClient, Overview, RawQueue, VhostEntry};
+use crate::management::{BrokerError, ManagementClient, Overview, QueueStats, RawQueue, VhostEntry};
 use crate::metrics::{self, rate_to_milli, BrokerCounters, BrokerRates, CounterWindow, QueueView};
+use crate::prometheus::{PrometheusClient, Scrape};
 use crate::state::{BrokerTotals, Live, VhostLive};
 use crate::topology::{self, QueueConfig, VhostTopology};
 
@@ -27,6 +38,11 @@ pub use self::track::{keyframe_due, KEYFRAME_SECS};
 /// Bindings change rarely and listing them costs the broker: refresh each vhost's topology at
 /// most this often, or sooner when a queue appears or its arguments or policy change.
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(60);
+
+/// A listed queue the plugin has not served for this long makes the plugin an incomplete source
+/// (in a cluster each node serves only its own queues). New queues reach the plugin's tables
+/// seconds after they exist, so a shorter absence proves nothing.
+const MISSING_GRACE: Duration = Duration::from_secs(30);
 
 /// Everything one broker's loop owns.
 pub struct Poller {
@@ -41,6 +57,49 @@ pub struct Poller {
     topology: HashMap<String, (Instant, VhostTopology)>,
     /// Number of the current poll (see `track::derive`).
     polls: u64,
+    prometheus: Option<PrometheusClient>,
+    /// When an unavailable Prometheus endpoint is tried again.
+    prometheus_retry_at: Option<Instant>,
+    /// The last stats listing: metadata and counters that polls between listings reuse.
+    listing: Option<Listing>,
+    /// The last scrape showed queues the listing does not have (created since).
+    need_listing: bool,
+    /// Listed queues the last scrape did not serve: still listed at the next listing means the
+    /// endpoint is incomplete (in a cluster each node serves only its own queues' metrics).
+    missing_in_scrape: HashMap<QueueKey, Instant>,
+    /// Broker time of the last poll's calls: all of them, the cheap ones, the stats listing.
+    last_calls: PollCalls,
+    /// A resource alarm in force (the reason), from the health check.
+    alarm: Option<String>,
+    load: BrokerLoad,
+}
+
+/// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
+#[derive(Debug, Clone, Copy, Default)]
+struct PollCalls {
+    cheap: Duration,
+    stats: Duration,
+    other: Duration,
+}
+
+impl PollCalls {
+    fn total(&self) -> Duration {
+        self.cheap + self.stats + self.other
+    }
+}
+
+struct Listing {
+    queues: Vec<RawQueue>,
+    at: Instant,
+    sampled_at: DateTime<Utc>,
+    cost: Duration,
+}
+
+/// Which source served this poll's depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DepthSource {
+    Prometheus,
+    Listing,
 }
 
 /// Result of one successful poll, for callers that measure (the benchmark).
@@ -66,6 +125,21 @@ impl Poller {
     pub async fn new(broker: BrokerConfig, db: Db, live: Live, broker_id: i64) -> Result<Self, sqlx::Error> {
         let queues = history::known_queues(&db, broker_id).await?.into_iter().map(Tracked::from_known).collect();
         let client = ManagementClient::new(&broker);
+        let prometheus = broker.prometheus_url.clone().map(|url| PrometheusClient::new(&broker, url));
+        let load = BrokerLoad {
+            prometheus: PrometheusState {
+                url: broker.prometheus_url.as_ref().map(|u| u.to_string()),
+                reason: match &broker.prometheus_url {
+                    Some(_) => "not tried yet: the first poll lists queues from the management API".into(),
+                    None => "turned off in the configuration (prometheus_url = \"off\")".into(),
+                },
+                ..PrometheusState::default()
+            },
+            base_interval_secs: broker.poll_interval.as_secs_f64(),
+            interval_secs: broker.poll_interval.as_secs_f64(),
+            budget: broker.broker_cpu_budget,
+            ..BrokerLoad::default()
+        };
         Ok(Poller {
             broker,
             client,
@@ -77,12 +151,19 @@ impl Poller {
             vhost_counters: HashMap::new(),
             topology: HashMap::new(),
             polls: 0,
+            prometheus,
+            prometheus_retry_at: None,
+            listing: None,
+            need_listing: false,
+            missing_in_scrape: HashMap::new(),
+            last_calls: PollCalls::default(),
+            alarm: None,
+            load,
         })
     }
 
     /// Polls until `cancel` fires. The first poll starts at once.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let interval = self.broker.poll_interval;
         let mut failures: u32 = 0;
         loop {
             let started = Instant::now();
@@ -94,11 +175,19 @@ impl Poller {
             let delay = match outcome {
                 Ok(_) => {
                     failures = 0;
-                    interval.saturating_sub(started.elapsed())
+                    // `poll_once` set the interval from this poll's calls.
+                    Duration::from_secs_f64(self.load.interval_secs).saturating_sub(started.elapsed())
                 }
                 Err(error) => {
                     failures += 1;
-                    let delay = backoff(interval, failures);
+                    let delay = backoff(self.next_interval(), failures);
+                    self.load.backing_off = match &error {
+                        PollError::Broker(BrokerError::Http { status: 503, .. }) => {
+                            Some(format!("the broker answered 503 (overloaded or starting): next try in {delay:?}"))
+                        }
+                        _ => Some(format!("the last poll failed: next try in {delay:?}")),
+                    };
+                    let load = self.load.clone();
                     tracing::warn!(broker = %self.broker.name, %error, retry_in = ?delay, "poll failed");
                     self.live.update(&self.broker.name, |b| {
                         b.status.up = Some(false);
@@ -106,6 +195,7 @@ impl Poller {
                         b.status.last_attempt = Some(attempt_at);
                         b.status.down_since.get_or_insert(attempt_at);
                         b.status.consecutive_failures = failures;
+                        b.load = load;
                     });
                     delay
                 }
@@ -120,38 +210,96 @@ impl Poller {
         }
     }
 
-    /// One complete poll: every watched vhost's queues, all pages, then one write. Any failed
-    /// request fails the whole poll, so a partial listing never marks queues as deleted.
+    /// One complete poll: every watched vhost's queues (from the scrape or the listing), then one
+    /// write. Any failed management request fails the whole poll, so a partial listing never
+    /// marks queues as deleted; a failed scrape falls back to the listing in the same poll.
     pub async fn poll_once(&mut self) -> Result<PollStats, PollError> {
         let started = Instant::now();
         let now = Utc::now();
-        let (overview, mut bytes) = self.client.overview().await?;
+        let mut calls = PollCalls::default();
+        let (overview, mut bytes) =
+            timed(&mut self.load, &mut calls.cheap, "management", "/api/overview", self.client.overview()).await?;
         // 4.x with the metrics collector off serves no message_stats at all: rates are then
         // unavailable, not zero.
         let stats_enabled = overview.disable_stats != Some(true) && overview.message_stats.is_some();
 
-        let (vhosts, vhost_bytes) = self.client.vhosts().await?;
+        let (vhosts, vhost_bytes) =
+            timed(&mut self.load, &mut calls.cheap, "management", "/api/vhosts", self.client.vhosts()).await?;
         bytes += vhost_bytes;
         let watched: Vec<VhostEntry> = vhosts.into_iter().filter(|v| self.broker.watches_vhost(&v.name)).collect();
-        let mut raw_queues: Vec<RawQueue> = Vec::new();
-        for vhost in &watched {
-            bytes += self.fetch_vhost(&vhost.name, &mut raw_queues).await?;
+        self.alarm = self.check_alarms(&mut calls).await;
+
+        // Depth from the scrape when the plugin serves it and no listing is due.
+        let mut scraped: Option<(Vec<RawQueue>, bool)> = None;
+        // When the counters were read: the start of the call that served them. Rates need
+        // readings a whole number of 5 s stats steps apart (`CounterWindow::baseline`); with one
+        // reading per listing, the listing's varying duration must not shift its time.
+        let mut counters_at = Instant::now();
+        if self.scrape_this_poll(started) {
+            let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
+            // Per-queue counters exist in the plugin from 4.0 only (DOMAIN.md §7).
+            let counters = overview.rabbitmq_version.as_deref().is_some_and(|v| !v.starts_with('3'));
+            let client = self.prometheus.clone().expect("scrape_this_poll checks the client");
+            counters_at = Instant::now();
+            let answer = timed(
+                &mut self.load,
+                &mut calls.cheap,
+                "prometheus",
+                "/metrics/detailed",
+                client.scrape(&names, counters, self.broker.prometheus_head_timestamps),
+            )
+            .await;
+            match answer {
+                Ok((scrape, size)) => {
+                    bytes += size;
+                    scraped = Some((self.overlay(&scrape), scrape.has_counters));
+                    self.prometheus_answered(now, &scrape);
+                }
+                Err(error) => self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}")),
+            }
         }
-        let fetched = Instant::now();
+        let (raw_queues, counters_fresh, depth_source) = match scraped {
+            Some((queues, counters)) => (queues, counters, DepthSource::Prometheus),
+            None => {
+                let mut raw_queues: Vec<RawQueue> = Vec::new();
+                counters_at = Instant::now();
+                for vhost in &watched {
+                    bytes += self.fetch_vhost(&vhost.name, &mut raw_queues, &mut calls.stats).await?;
+                }
+                self.listed(&raw_queues, started, now, calls.stats);
+                // Depth from the scrape on listing polls too: the listing's counts lag the
+                // plugin's by up to a stats interval, and alternating sources would make depth
+                // jump back and forth (an alert on depth would flap).
+                let mut depth_source = DepthSource::Listing;
+                if self.prometheus.is_some() && self.load.prometheus.available != Some(false) {
+                    let (scrape, size) = self.scrape_after_listing(&watched, started, now, &mut calls).await;
+                    bytes += size;
+                    if let Some(scrape) = scrape {
+                        raw_queues = self.overlay(&scrape);
+                        depth_source = DepthSource::Prometheus;
+                    }
+                }
+                // 4.x with the metrics collector off lists no counters; the scrape's stay in force.
+                let counters_in_scrape = self.prometheus_in_use() && self.load.prometheus.counters;
+                (raw_queues, stats_enabled || !counters_in_scrape, depth_source)
+            }
+        };
+        let fetched = counters_at;
 
         let ctx = PollContext {
             broker: self.broker.name.clone(),
-            stats_enabled,
+            stats_enabled: stats_enabled || (depth_source == DepthSource::Prometheus && counters_fresh),
             now,
             fetched,
             rate_window_secs: self.rate_window_secs(),
             keep_readings_secs: self.keep_readings_secs(),
+            counters_fresh,
         };
         let broker = self.broker.clone();
         self.polls += 1;
         let (mut views, marks, gone) =
             track::derive(&mut self.queues, raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
-        bytes += self.apply_topology(&mut views, &marks, fetched).await;
+        bytes += self.apply_topology(&mut views, &marks, fetched, &mut calls.other).await;
         estimate::estimate_ages(&self.db, &mut self.queues, &mut views, self.broker.poll_interval.as_secs_f64(), now)
             .await?;
 
@@ -177,12 +325,17 @@ impl Poller {
         let ids = history::write_poll(&self.db, &write).await?;
         track::commit(&mut self.queues, &mut views, &marks, &write, &ids, &gone);
 
+        self.last_calls = calls;
+        self.next_interval();
+        self.update_load(now, depth_source, counters_fresh);
+        let load = self.load.clone();
         let queue_count = views.len();
         self.live.update(&self.broker.name, |b| {
             b.queues = Arc::new(views);
             b.totals = totals;
             b.rates = rates;
             b.vhosts = vhost_rates;
+            b.load = load;
             let s = &mut b.status;
             s.up = Some(true);
             s.error = None;
@@ -199,12 +352,359 @@ impl Poller {
         Ok(PollStats { queues: queue_count, samples_written, bytes })
     }
 
+    /// Whether this poll reads depth from the scrape: the plugin is configured and not known to
+    /// be unavailable (or its re-check is due), a listing exists to take metadata from, and no
+    /// listing is due. During a resource alarm a due listing waits (the broker comes first).
+    fn scrape_this_poll(&self, started: Instant) -> bool {
+        if self.prometheus.is_none() {
+            return false;
+        }
+        let Some(listing) = &self.listing else { return false };
+        if self.load.prometheus.available == Some(false) && self.prometheus_retry_at.is_none_or(|retry| started < retry)
+        {
+            return false;
+        }
+        let since = started.duration_since(listing.at);
+        let (stats_every, budget_every) = self.stats_intervals();
+        let due = since >= stats_every || (self.need_listing && since >= budget_every);
+        !due || self.alarm.is_some()
+    }
+
+    /// The stats listing's interval, and the shortest one the budget allows (for a listing
+    /// brought forward because queues appeared).
+    fn stats_intervals(&self) -> (Duration, Duration) {
+        let b = &self.broker;
+        let cost = self.listing.as_ref().map_or(0.0, |l| l.cost.as_secs_f64());
+        let cheap = self.last_calls.cheap.as_secs_f64();
+        let (every, _) = load::stats_interval(cost, cheap, b.poll_interval, b.broker_cpu_budget, b.stats_min_interval);
+        let (budget_every, _) =
+            load::stats_interval(cost, cheap, b.poll_interval, b.broker_cpu_budget, b.poll_interval);
+        (every, budget_every)
+    }
+
+    /// The delay between polls: the configured interval, stretched when the broker is slow or
+    /// in alarm, and, when every poll is a listing (no Prometheus source), spaced by the budget.
+    fn next_interval(&mut self) -> Duration {
+        let base = self.broker.poll_interval;
+        // With the scrape serving depth, the stats listing is spaced by the budget instead: only
+        // the calls every poll makes count toward stretching the poll interval.
+        let recurring = if self.prometheus_in_use() { self.last_calls.cheap } else { self.last_calls.total() };
+        let (mut interval, mut why) = load::poll_interval(base, recurring, self.alarm.is_some());
+        if !self.prometheus_in_use() {
+            if let Some(listing) = &self.listing {
+                let (every, by_budget) = load::stats_interval(
+                    listing.cost.as_secs_f64(),
+                    self.last_calls.cheap.as_secs_f64(),
+                    base,
+                    self.broker.broker_cpu_budget,
+                    base,
+                );
+                if by_budget && every > interval {
+                    interval = every;
+                    why = Some(format!(
+                        "without the Prometheus source every poll lists queues ({:.2} s of broker time): spaced to stay within the {:.0}% budget",
+                        listing.cost.as_secs_f64(),
+                        self.broker.broker_cpu_budget * 100.0
+                    ));
+                }
+            }
+        }
+        self.load.interval_secs = interval.as_secs_f64();
+        self.load.stretched = why;
+        interval
+    }
+
+    fn prometheus_in_use(&self) -> bool {
+        self.prometheus.is_some() && self.load.prometheus.available == Some(true)
+    }
+
+    /// A resource alarm (memory or disk) from the broker's health check, which answers 503 then.
+    /// Other failures of the check (an old version without it) say nothing about alarms.
+    async fn check_alarms(&mut self, calls: &mut PollCalls) -> Option<String> {
+        let check = self.client.get::<serde_json::Value>("api/health/checks/alarms");
+        match timed(&mut self.load, &mut calls.cheap, "management", "/api/health/checks/alarms", check).await {
+            Err(BrokerError::Http { status: 503, body, .. }) => Some(body),
+            _ => None,
+        }
+    }
+
+    /// The last listing's queues with depth, consumers and head timestamp from the scrape (and
+    /// counters, on 4.x). A listed queue the scrape does not serve gets unknown numbers, never the
+    /// listing's old ones as if current.
+    fn overlay(&mut self, scrape: &Scrape) -> Vec<RawQueue> {
+        let listing = self.listing.as_ref().expect("a scrape needs a listing");
+        let mut queues = listing.queues.clone();
+        let mut matched = 0;
+        // A queue listed before its first stats reached the management database (a new queue,
+        // for seconds) has no counts or head timestamp in the listing: list it again.
+        let mut listed_without_stats = false;
+        let mut missing = HashMap::new();
+        for q in &mut queues {
+            let key = (q.vhost.clone(), q.name.clone());
+            match scrape.queues.get(&key) {
+                Some(s) => {
+                    matched += 1;
+                    listed_without_stats |= q.messages_ready.is_none() && s.ready.is_some();
+                    if self.broker.prometheus_head_timestamps {
+                        q.head_message_timestamp = s.head_ts;
+                    } else if !head_unmoved(q, s) {
+                        // Without `queue_metrics` the listing's head timestamp is the only one;
+                        // once the head may have moved it is no longer exact (the age then falls
+                        // back to warren's estimate), and a stale "exact" would overstate it.
+                        q.head_message_timestamp = None;
+                    }
+                    q.messages = s.messages;
+                    q.messages_ready = s.ready;
+                    q.messages_unacknowledged = s.unacked;
+                    q.consumers = s.consumers;
+                    if scrape.has_counters {
+                        // Counter rows appear with the first event: absent is 0, as in 3.x listings.
+                        q.message_stats = Some(QueueStats {
+                            publish: Some(s.publish.unwrap_or(0)),
+                            deliver_get: Some(s.deliver_get.unwrap_or(0)),
+                            ack: Some(s.ack.unwrap_or(0)),
+                            redeliver: Some(s.redeliver.unwrap_or(0)),
+                        });
+                    }
+                }
+                None => {
+                    (q.messages, q.messages_ready, q.messages_unacknowledged) = (None, None, None);
+                    (q.consumers, q.head_message_timestamp) = (None, None);
+                    // Since when: a new queue reaches the plugin's tables seconds after it exists.
+                    let since = self.missing_in_scrape.get(&key).copied().unwrap_or_else(Instant::now);
+                    missing.insert(key, since);
+                }
+            }
+        }
+        // Queues the listing does not know (created since): list again as soon as the budget allows.
+        self.missing_in_scrape = missing;
+        self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || listed_without_stats;
+        queues
+    }
+
+    /// The scrape right after a listing: at start it is the detection (does the plugin answer,
+    /// does it serve every listed queue); later it keeps depth from one source. `None` when the
+    /// plugin failed or is incomplete (then marked unavailable, with the reason).
+    async fn scrape_after_listing(
+        &mut self,
+        watched: &[VhostEntry],
+        started: Instant,
+        now: DateTime<Utc>,
+        calls: &mut PollCalls,
+    ) -> (Option<Scrape>, usize) {
+        let client = self.prometheus.clone().expect("the caller checks the client");
+        let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
+        let probe = timed(
+            &mut self.load,
+            &mut calls.other,
+            "prometheus",
+            "/metrics/detailed",
+            client.scrape(&names, false, self.broker.prometheus_head_timestamps),
+        );
+        match probe.await {
+            Ok((scrape, size)) => {
+                // Queues it does not serve get unknown depth; still missing after
+                // `MISSING_GRACE`, they make it incomplete (see `listed`).
+                self.prometheus_answered(now, &scrape);
+                (Some(scrape), size)
+            }
+            Err(error) => {
+                self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}"));
+                (None, 0)
+            }
+        }
+    }
+
+    fn prometheus_answered(&mut self, now: DateTime<Utc>, scrape: &Scrape) {
+        let p = &mut self.load.prometheus;
+        p.available = Some(true);
+        p.counters = scrape.has_counters;
+        p.checked_at = Some(now);
+        p.next_check_at = None;
+        p.reason = format!(
+            "answers: {} queues in the last scrape{}",
+            scrape.queue_count,
+            if scrape.skipped_lines > 0 {
+                format!(", {} unreadable lines skipped", scrape.skipped_lines)
+            } else {
+                String::new()
+            }
+        );
+        self.prometheus_retry_at = None;
+    }
+
+    fn prometheus_unavailable(&mut self, started: Instant, now: DateTime<Utc>, reason: String) {
+        tracing::info!(broker = %self.broker.name, %reason, "Prometheus source not used; management API serves depth");
+        let recheck = self.broker.source_recheck;
+        let p = &mut self.load.prometheus;
+        p.available = Some(false);
+        p.reason = reason;
+        p.checked_at = Some(now);
+        p.next_check_at = Some(now + chrono::Duration::from_std(recheck).unwrap_or_default());
+        self.prometheus_retry_at = Some(started + recheck);
+        self.missing_in_scrape.clear();
+    }
+
+    /// Records a stats listing; notices queues the scrapes have left out for `MISSING_GRACE`
+    /// although they still exist.
+    fn listed(&mut self, queues: &[RawQueue], started: Instant, now: DateTime<Utc>, cost: Duration) {
+        if !self.missing_in_scrape.is_empty() {
+            let listed: HashSet<(&str, &str)> = queues.iter().map(|q| (q.vhost.as_str(), q.name.as_str())).collect();
+            // Deleted queues are not missing.
+            self.missing_in_scrape.retain(|(v, n), _| listed.contains(&(v.as_str(), n.as_str())));
+            let still = self.missing_in_scrape.values().filter(|since| since.elapsed() >= MISSING_GRACE).count();
+            if still > 0 {
+                let reason = format!(
+                    "incomplete: it did not serve {still} of {} listed queues (in a cluster each node serves only its own queues' metrics)",
+                    queues.len()
+                );
+                self.prometheus_unavailable(started, now, reason);
+            }
+        }
+        self.need_listing = false;
+        self.listing = Some(Listing { queues: queues.to_vec(), at: Instant::now(), sampled_at: now, cost });
+    }
+
+    /// What the broker page says about sources, cadences and ages after this poll.
+    fn update_load(&mut self, now: DateTime<Utc>, depth: DepthSource, counters_fresh: bool) {
+        let (stats_every, _) = self.stats_intervals();
+        let b = &self.broker;
+        let listing_at = self.listing.as_ref().map(|l| l.sampled_at);
+        let listing_cost = self.listing.as_ref().map(|l| l.cost.as_secs_f64());
+        let prometheus_used = depth == DepthSource::Prometheus || self.prometheus_in_use();
+        let head_timestamps_scraped = b.prometheus_head_timestamps;
+        let l = &mut self.load;
+        l.backing_off = self.alarm.as_ref().map(|a| {
+            format!("resource alarm: {a}; polls are spaced twice as far and the stats listing waits until it clears")
+        });
+        l.depth_sampled_at = Some(now);
+        l.metadata_sampled_at = listing_at;
+        l.stats_cost_secs = listing_cost;
+        let by_budget = listing_cost.is_some_and(|c| {
+            load::stats_interval(
+                c,
+                self.last_calls.cheap.as_secs_f64(),
+                b.poll_interval,
+                b.broker_cpu_budget,
+                b.stats_min_interval,
+            )
+            .1
+        });
+        if prometheus_used {
+            l.stats_interval_secs = stats_every.as_secs_f64();
+            l.stats_reason = if by_budget {
+                format!(
+                    "the last listing took {:.2} s of broker time; at most one every {:.0} s keeps warren within {:.0}% of a core",
+                    listing_cost.unwrap_or_default(),
+                    stats_every.as_secs_f64(),
+                    b.broker_cpu_budget * 100.0
+                )
+            } else {
+                format!("the minimum stats interval ({} s): the listing is cheap", b.stats_min_interval.as_secs())
+            };
+        } else {
+            l.stats_interval_secs = l.interval_secs;
+            l.stats_reason = "every poll lists queues (no Prometheus source)".into();
+        }
+        l.rates_slower_than_wanted = l.stats_interval_secs > b.stats_max_interval.as_secs_f64() + 0.5;
+        if counters_fresh {
+            l.rates_sampled_at = Some(now);
+        } else if l.rates_sampled_at.is_none() {
+            l.rates_sampled_at = listing_at;
+        }
+        let cheap = self.last_calls.cheap.as_secs_f64();
+        let interval = Duration::from_secs_f64(l.interval_secs.max(0.001));
+        let stats = listing_cost.map(|c| (c, Duration::from_secs_f64(l.stats_interval_secs.max(0.001))));
+        l.estimated_load = Some(load::estimated_load(cheap, interval, stats));
+
+        let (depth_source, depth_reason) = match depth {
+            DepthSource::Prometheus => (
+                "prometheus /metrics/detailed, every poll".to_string(),
+                "the plugin serves depth and consumers for a fraction of a listing's broker CPU (PERF.md, benches/README.md)"
+                    .to_string(),
+            ),
+            DepthSource::Listing if prometheus_used => (
+                "management listing (this poll)".to_string(),
+                "a stats listing was due; the scrape serves the polls in between".to_string(),
+            ),
+            DepthSource::Listing => (
+                "management /api/queues listing, every poll".to_string(),
+                format!("Prometheus source not used: {}", l.prometheus.reason),
+            ),
+        };
+        let rates = if l.prometheus.counters && prometheus_used {
+            ("prometheus counters (4.x), every poll".to_string(), "the plugin serves per-queue counters".to_string())
+        } else {
+            (
+                format!("management listing with message_stats, every {:.0} s", l.stats_interval_secs),
+                "only the management API has per-queue counters before RabbitMQ 4.0; rates are counter deltas over the time between listings".to_string(),
+            )
+        };
+        let rates_at = l.rates_sampled_at;
+        let depth_at = l.depth_sampled_at;
+        l.sources = vec![
+            MetricSource {
+                metric: "ready, unacked, total",
+                source: depth_source.clone(),
+                reason: depth_reason.clone(),
+                sampled_at: depth_at,
+            },
+            MetricSource {
+                metric: "consumers",
+                source: depth_source.clone(),
+                reason: depth_reason.clone(),
+                sampled_at: depth_at,
+            },
+            if head_timestamps_scraped || depth == DepthSource::Listing {
+                MetricSource {
+                    metric: "oldest-message age (head timestamp)",
+                    source: depth_source,
+                    reason: depth_reason,
+                    sampled_at: depth_at,
+                }
+            } else {
+                MetricSource {
+                    metric: "oldest-message age (head timestamp)",
+                    source: "management listing; between listings kept while the head cannot have moved, else warren's estimate".into(),
+                    reason: "head timestamps are only in the plugin's queue_metrics family, about 4x the broker cost of the depth scrape (prometheus_head_timestamps = true asks for it)".into(),
+                    sampled_at: listing_at,
+                }
+            },
+            MetricSource {
+                metric: "queue rates (publish, deliver, ack, redeliver)",
+                source: rates.0,
+                reason: rates.1,
+                sampled_at: rates_at,
+            },
+            MetricSource {
+                metric: "broker and vhost rates (confirm, unroutable)",
+                source: "management /api/overview and /api/vhosts, every poll".into(),
+                reason: "confirms and unroutable counts exist only there; both calls are cheap".into(),
+                sampled_at: Some(now),
+            },
+            MetricSource {
+                metric: "type, arguments, policy",
+                source: "management listing".into(),
+                reason: "only the management API has them; refreshed with every stats listing".into(),
+                sampled_at: listing_at,
+            },
+        ];
+    }
+
     /// All pages of one vhost's queues; returns the bytes read.
-    async fn fetch_vhost(&self, vhost: &str, out: &mut Vec<RawQueue>) -> Result<usize, PollError> {
+    async fn fetch_vhost(
+        &mut self,
+        vhost: &str,
+        out: &mut Vec<RawQueue>,
+        spent: &mut Duration,
+    ) -> Result<usize, PollError> {
         let mut bytes = 0;
         let mut page = 1;
+        let endpoint = format!("/api/queues/{}", crate::management::encode_segment(vhost));
         loop {
-            let (body, size) = match self.client.queues_page(vhost, page).await {
+            let answer =
+                timed(&mut self.load, spent, "management", &endpoint, self.client.queues_page(vhost, page)).await;
+            let (body, size) = match answer {
                 Ok(answer) => answer,
                 // The vhost was deleted since the listing: it has no queues now.
                 Err(BrokerError::Http { status: 404, .. }) => return Ok(bytes),
@@ -232,7 +732,13 @@ impl Poller {
     /// Refreshes stale vhost topologies and sets each view's dead-letter facts. A failed
     /// topology call keeps the previous topology (it is logged, the poll goes on): dead-letter
     /// routing is not worth losing the numbers for. Returns the bytes read.
-    async fn apply_topology(&mut self, views: &mut [QueueView], marks: &[track::Mark], fetched: Instant) -> usize {
+    async fn apply_topology(
+        &mut self,
+        views: &mut [QueueView],
+        marks: &[track::Mark],
+        fetched: Instant,
+        spent: &mut Duration,
+    ) -> usize {
         let mut by_vhost: HashMap<&str, Vec<usize>> = HashMap::new();
         for (i, view) in views.iter().enumerate() {
             by_vhost.entry(view.vhost.as_str()).or_default().push(i);
@@ -244,7 +750,7 @@ impl Poller {
             let changed = indexes.iter().any(|&i| marks[i].meta.is_some());
             let stale = self.topology.get(vhost).is_none_or(|(at, _)| fetched.duration_since(*at) >= TOPOLOGY_EVERY);
             if changed || stale {
-                match self.fetch_topology(vhost).await {
+                match self.fetch_topology(vhost, spent).await {
                     Ok((topology, size)) => {
                         bytes += size;
                         self.topology.insert(vhost.clone(), (fetched, topology));
@@ -274,9 +780,18 @@ impl Poller {
         bytes
     }
 
-    async fn fetch_topology(&self, vhost: &str) -> Result<(VhostTopology, usize), BrokerError> {
-        let (bindings, a) = self.client.bindings(vhost).await?;
-        let (exchanges, b) = self.client.exchanges(vhost).await?;
+    async fn fetch_topology(
+        &mut self,
+        vhost: &str,
+        spent: &mut Duration,
+    ) -> Result<(VhostTopology, usize), BrokerError> {
+        let path = crate::management::encode_segment(vhost);
+        let (bindings, a) =
+            timed(&mut self.load, spent, "management", &format!("/api/bindings/{path}"), self.client.bindings(vhost))
+                .await?;
+        let (exchanges, b) =
+            timed(&mut self.load, spent, "management", &format!("/api/exchanges/{path}"), self.client.exchanges(vhost))
+                .await?;
         Ok((VhostTopology { bindings, exchanges }, a + b))
     }
 
@@ -285,9 +800,11 @@ impl Poller {
         self.broker.poll_interval.as_secs_f64().max(2.0 * metrics::STATS_STEP_SECS)
     }
 
-    /// Readings older than this are never a baseline (see `CounterWindow::baseline`).
+    /// Readings older than this are never a baseline (see `CounterWindow::baseline`). Counters
+    /// are read once per stats listing, so the previous listing's reading must still be there.
     fn keep_readings_secs(&self) -> f64 {
-        (self.rate_window_secs() * 5.0).max(65.0)
+        let listings = self.stats_intervals().0.as_secs_f64().max(self.load.interval_secs) * 2.5;
+        (self.rate_window_secs() * 5.0).max(65.0).max(listings)
     }
 
     fn broker_rates(&mut self, overview: &Overview, stats_enabled: bool, fetched: Instant) -> BrokerRates {
@@ -328,6 +845,54 @@ fn rates_from(
     rates
 }
 
+/// Whether a queue's head message is still the one the listing saw: no consumer and nothing
+/// unacked, then or now, and no fewer ready messages (FIFO: publishes only add at the tail; only
+/// a consumer, basic.get, expiry or a purge removes the head, and the last three lower `ready`).
+/// A consumer that attached and left between the two readings goes unseen: a known limit.
+fn head_unmoved(listed: &RawQueue, now: &crate::prometheus::QueueSample) -> bool {
+    let idle = |consumers: Option<u64>, unacked: Option<u64>| consumers == Some(0) && unacked == Some(0);
+    idle(listed.consumers, listed.messages_unacknowledged)
+        && idle(now.consumers, now.unacked)
+        && matches!((listed.messages_ready, now.ready), (Some(before), Some(after)) if after >= before)
+}
+
+/// Awaits one call to the broker and records its duration, size and outcome.
+async fn timed<T>(
+    load: &mut BrokerLoad,
+    spent: &mut Duration,
+    source: &'static str,
+    endpoint: &str,
+    call: impl Future<Output = Result<(T, usize), BrokerError>>,
+) -> Result<(T, usize), BrokerError> {
+    let at = Utc::now();
+    let started = Instant::now();
+    let result = call.await;
+    let took = started.elapsed();
+    *spent += took;
+    let (status, error, bytes) = match &result {
+        Ok((_, size)) => (Some(200), None, *size as u64),
+        Err(e) => {
+            let status = match e {
+                BrokerError::Unauthorized { status } | BrokerError::Forbidden { status } => Some(*status),
+                BrokerError::Http { status, .. } => Some(*status),
+                BrokerError::Malformed { .. } => Some(200),
+                _ => None,
+            };
+            (status, Some(e.to_string()), 0)
+        }
+    };
+    load.record(CallRecord {
+        at,
+        source,
+        endpoint: endpoint.to_string(),
+        duration_ms: took.as_secs_f64() * 1000.0,
+        bytes,
+        status,
+        error,
+    });
+    result
+}
+
 /// Delay after `failures` consecutive failed polls: the interval doubled per failure, at most
 /// six intervals (one minute at the default 10 s).
 pub fn backoff(interval: Duration, failures: u32) -> Duration {
@@ -358,5 +923,24 @@ mod tests {
         assert_eq!(backoff(s, 3), Duration::from_secs(40));
         assert_eq!(backoff(s, 4), Duration::from_secs(60));
         assert_eq!(backoff(s, 30), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_listed_head_timestamp_stays_only_while_the_head_cannot_have_moved() {
+        let listed: RawQueue = serde_json::from_str(
+            r#"{"name":"q","consumers":0,"messages_ready":7,"messages_unacknowledged":0,"head_message_timestamp":1700000000}"#,
+        )
+        .unwrap();
+        let now = |ready, unacked, consumers| crate::prometheus::QueueSample {
+            ready: Some(ready),
+            unacked: Some(unacked),
+            consumers: Some(consumers),
+            ..Default::default()
+        };
+        assert!(head_unmoved(&listed, &now(7, 0, 0)));
+        assert!(head_unmoved(&listed, &now(12, 0, 0)), "publishes add at the tail");
+        assert!(!head_unmoved(&listed, &now(6, 0, 0)), "a get, an expiry or a purge removed messages");
+        assert!(!head_unmoved(&listed, &now(7, 0, 1)), "a consumer is attached");
+        assert!(!head_unmoved(&listed, &now(6, 1, 0)), "a message is unacked");
     }
 }

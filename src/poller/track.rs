@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::history::{KnownQueue, PollWrite, QueueMeta, StoredSample};
 use crate::management::RawQueue;
-use crate::metrics::{self, rate_to_milli, CounterWindow, Estimate, QueueCounters, QueueView};
+use crate::metrics::{self, rate_to_milli, CounterWindow, Estimate, QueueCounters, QueueRates, QueueView};
 
 /// A queue's rows are rewritten at least this often even when nothing changed, so that a reader
 /// never has to look further back than this for the value in force.
@@ -46,6 +46,9 @@ pub struct Tracked {
     pub last_known: Option<QueueCounters>,
     /// Consecutive complete polls that did not list this queue.
     pub missing_polls: u32,
+    /// Rates of the last poll with fresh counters, shown until the next one (the message stats
+    /// listing runs at a slower cadence than depth polls).
+    pub rates: QueueRates,
 }
 
 impl Tracked {
@@ -64,6 +67,7 @@ impl Tracked {
             seen_poll: 0,
             last_known: None,
             missing_polls: 0,
+            rates: QueueRates::default(),
         };
         (key, tracked)
     }
@@ -82,6 +86,7 @@ impl Tracked {
             seen_poll: 0,
             last_known: None,
             missing_polls: 0,
+            rates: QueueRates::default(),
         }
     }
 
@@ -93,6 +98,7 @@ impl Tracked {
         self.incarnation_since = ts;
         self.estimate = None;
         self.no_ack_since = None;
+        self.rates = QueueRates::default();
     }
 }
 
@@ -104,6 +110,10 @@ pub struct PollContext {
     pub fetched: Instant,
     pub rate_window_secs: f64,
     pub keep_readings_secs: f64,
+    /// False when this poll's counters are the previous stats listing's (depth came from the
+    /// cheap source): counters are then neither a new reading nor evidence about consumers, and
+    /// each queue keeps the rates of the last fresh reading.
+    pub counters_fresh: bool,
 }
 
 /// What `derive` learned of each view that the write needs, so that planning and committing
@@ -145,10 +155,11 @@ pub fn derive(
         let previous_reading = tracked.counters.latest().copied();
         // Compare with the last counters that were known: a queue re-created under the same name
         // may first show none at all, then its channel's old count again.
-        let went_back = tracked.last_known.is_some_and(|c| counters_went_back(&c, &current));
+        let went_back = ctx.counters_fresh && tracked.last_known.is_some_and(|c| counters_went_back(&c, &current));
         // After a restart of warren: a publish counter below what was stored means the queue (or
         // the node) started again while warren was away; older history is not this queue's.
-        let restarted_while_away = tracked.last_known.is_none()
+        let restarted_while_away = ctx.counters_fresh
+            && tracked.last_known.is_none()
             && tracked.incarnation_since == 0
             && matches!((current.publish, tracked.last_written.and_then(|(_, s)| s.publish_count)),
                         (Some(now), Some(stored)) if (now as i64) < stored);
@@ -159,7 +170,7 @@ pub fn derive(
             tracked.last_known = Some(current);
         }
         let settled = tracked.settle_until.is_none_or(|until| ctx.fetched >= until);
-        let baseline = if tracked.deleted || !settled {
+        let baseline = if tracked.deleted || !settled || !ctx.counters_fresh {
             None
         } else {
             tracked.counters.baseline(ctx.fetched, ctx.rate_window_secs)
@@ -172,22 +183,40 @@ pub fn derive(
             ctx.now,
         );
 
+        if ctx.counters_fresh {
+            tracked.rates = QueueRates {
+                publish: view.publish_rate,
+                deliver: view.deliver_rate,
+                ack: view.ack_rate,
+                redeliver: view.redeliver_rate,
+            };
+        } else if !tracked.deleted && settled {
+            (view.publish_rate, view.deliver_rate, view.ack_rate, view.redeliver_rate) =
+                (tracked.rates.publish, tracked.rates.deliver, tracked.rates.ack, tracked.rates.redeliver);
+        }
+
         // Hung consumer: unacked messages and an ack counter that did not move.
         let holding = view.unacked.is_some_and(|u| u > 0);
         let acked = match (previous_reading.and_then(|c| c.ack), current.ack) {
             (Some(before), Some(now)) => now != before,
             _ => true, // unknown counters never accuse a consumer
         };
-        tracked.no_ack_since = match (holding && !acked, tracked.no_ack_since) {
-            (false, _) => None,
-            (true, Some((since, polls))) => Some((since, polls + 1)),
-            (true, None) => Some((ctx.fetched, 1)),
-        };
+        if ctx.counters_fresh {
+            tracked.no_ack_since = match (holding && !acked, tracked.no_ack_since) {
+                (false, _) => None,
+                (true, Some((since, polls))) => Some((since, polls + 1)),
+                (true, None) => Some((ctx.fetched, 1)),
+            };
+        } else if !holding {
+            tracked.no_ack_since = None;
+        }
         let no_ack_for =
             tracked.no_ack_since.map(|(since, polls)| (ctx.fetched.duration_since(since).as_secs_f64(), polls));
         metrics::apply_health(&mut view, no_ack_for);
 
-        tracked.counters.push(ctx.fetched, current, ctx.keep_readings_secs);
+        if ctx.counters_fresh {
+            tracked.counters.push(ctx.fetched, current, ctx.keep_readings_secs);
+        }
         view.id = tracked.id;
         // Compared in place: building the metadata row (two JSON documents, four strings) for
         // every queue on every poll was a measurable share of a poll, and it rarely changes.
@@ -213,6 +242,7 @@ pub fn derive(
                 tracked.last_known = None;
                 tracked.no_ack_since = None;
                 tracked.estimate = None;
+                tracked.rates = QueueRates::default();
                 gone.push(key.clone());
             }
         }

@@ -6,6 +6,7 @@ mod alert_pages;
 mod alerts;
 mod api;
 mod assets;
+mod brokers;
 mod dlq_pages;
 mod format;
 mod jobs;
@@ -34,6 +35,7 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(assets::router())
         .merge(prometheus::router())
+        .merge(brokers::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(axum::middleware::from_fn_with_state(state.clone(), access::gate))

@@ -153,11 +153,68 @@ pub fn render(brokers: &[BrokerLive]) -> String {
             }
         }
     }
+    render_load(&mut out, brokers);
     header(&mut out, &Family { name: "warren_up", help: "warren is running." });
     out.push_str("warren_up 1\n");
     header(&mut out, &Family { name: "warren_build_info", help: "warren's version." });
     sample(&mut out, "warren_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
     out
+}
+
+/// warren's own cost to each broker: its calls (counters per endpoint), the cadences in force,
+/// and how old the numbers shown are.
+fn render_load(out: &mut String, brokers: &[BrokerLive]) {
+    type Total = fn(&crate::poller::CallTotals) -> f64;
+    let counters: &[(&str, &str, Total)] = &[
+        ("warren_broker_calls_total", "HTTP calls warren made to the broker, per endpoint.", |t| t.calls as f64),
+        ("warren_broker_call_errors_total", "Calls that failed, per endpoint.", |t| t.errors as f64),
+        ("warren_broker_call_seconds_total", "Time spent waiting for the broker's answers, per endpoint.", |t| {
+            t.seconds
+        }),
+        ("warren_broker_call_bytes_total", "Bytes of the broker's answers, per endpoint.", |t| t.bytes as f64),
+    ];
+    for (name, help, value) in counters {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+        for b in brokers {
+            for (endpoint, totals) in &b.load.totals {
+                let (source, endpoint) = endpoint.split_once(' ').unwrap_or(("", endpoint));
+                sample(out, name, &[("broker", &b.name), ("source", source), ("endpoint", endpoint)], value(totals));
+            }
+        }
+    }
+    type LoadValue = fn(&crate::poller::BrokerLoad, chrono::DateTime<chrono::Utc>) -> Option<f64>;
+    let gauges: &[(&str, &str, LoadValue)] = &[
+        (
+            "warren_broker_poll_interval_seconds",
+            "Poll interval in force (stretched when the broker is slow).",
+            |l, _| Some(l.interval_secs),
+        ),
+        ("warren_broker_stats_interval_seconds", "Interval of the message stats listing (queue rates).", |l, _| {
+            Some(l.stats_interval_secs)
+        }),
+        ("warren_broker_estimated_load_cores", "warren's estimated share of one broker core.", |l, _| l.estimated_load),
+        ("warren_broker_cpu_budget_cores", "The configured budget, as a share of one broker core.", |l, _| {
+            Some(l.budget)
+        }),
+        ("warren_broker_depth_age_seconds", "Age of the depth and consumer numbers shown.", |l, now| {
+            l.depth_sampled_at.map(|t| (now - t).num_milliseconds() as f64 / 1000.0)
+        }),
+        ("warren_broker_rates_age_seconds", "Age of the counters behind the queue rates shown.", |l, now| {
+            l.rates_sampled_at.map(|t| (now - t).num_milliseconds() as f64 / 1000.0)
+        }),
+        ("warren_broker_prometheus_source_up", "1 when depth comes from the Prometheus plugin, 0 when not.", |l, _| {
+            l.prometheus.available.map(|a| if a { 1.0 } else { 0.0 })
+        }),
+    ];
+    let now = chrono::Utc::now();
+    for (name, help, value) in gauges {
+        header(out, &Family { name, help });
+        for b in brokers {
+            if let Some(v) = value(&b.load, now) {
+                sample(out, name, &[("broker", &b.name)], v);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,236 @@
+//! What warren costs the broker, and the cadences chosen from it: the budget math (pure
+//! functions), the record of recent calls, and what the broker page shows about sources.
+//!
+//! Cost proxy: a call's wall-clock duration stands for the broker CPU it cost. PERF.md measured
+//! both for the expensive listings (4.4 s wall / 4.1 s CPU, 3.0 / 2.9, 0.8 / 0.9): the broker
+//! builds the whole answer before sending the first byte, so the wait is its work. For small
+//! calls the wall time also holds network and transfer, so the proxy overstates their cost,
+//! which errs on the broker's side.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// Recent calls kept per broker.
+pub const RECENT_CALLS: usize = 60;
+
+/// A poll whose calls took more than this share of the interval stretches the interval.
+pub const STRETCH_AT: f64 = 0.5;
+
+/// One HTTP call warren made to the broker.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallRecord {
+    pub at: DateTime<Utc>,
+    /// `management` or `prometheus`.
+    pub source: &'static str,
+    /// The endpoint without its query (`/api/queues/{vhost}` pages are one endpoint).
+    pub endpoint: String,
+    pub duration_ms: f64,
+    pub bytes: u64,
+    /// HTTP status, `None` when no answer arrived.
+    pub status: Option<u16>,
+    pub error: Option<String>,
+}
+
+/// Totals per endpoint since warren started (for `/metrics`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CallTotals {
+    pub calls: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    pub bytes: u64,
+}
+
+/// Which source serves one metric, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricSource {
+    pub metric: &'static str,
+    pub source: String,
+    pub reason: String,
+    /// When the value shown was sampled.
+    pub sampled_at: Option<DateTime<Utc>>,
+}
+
+/// The Prometheus endpoint's state as the last check found it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PrometheusState {
+    /// `None`: turned off in the configuration.
+    pub url: Option<String>,
+    /// `None` until it was tried.
+    pub available: Option<bool>,
+    pub reason: String,
+    pub checked_at: Option<DateTime<Utc>>,
+    pub next_check_at: Option<DateTime<Utc>>,
+    /// Per-queue counters come from it too (RabbitMQ 4.x).
+    pub counters: bool,
+}
+
+/// What the broker page shows about warren's load on one broker.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BrokerLoad {
+    pub prometheus: PrometheusState,
+    pub sources: Vec<MetricSource>,
+    /// The configured poll interval, and the one in force (stretched when the broker is slow).
+    pub base_interval_secs: f64,
+    pub interval_secs: f64,
+    /// Why the interval is longer than configured, if it is.
+    pub stretched: Option<String>,
+    /// Interval of the message stats listing (rates), and why it is that long.
+    pub stats_interval_secs: f64,
+    pub stats_reason: String,
+    /// True when the budget forbids rates as fresh as `stats_max_interval`.
+    pub rates_slower_than_wanted: bool,
+    /// The last stats listing's duration (the cost estimate), seconds.
+    pub stats_cost_secs: Option<f64>,
+    /// The configured budget and warren's estimated load, as shares of one broker core.
+    pub budget: f64,
+    pub estimated_load: Option<f64>,
+    /// Backing off: resource alarm or the broker answering 503.
+    pub backing_off: Option<String>,
+    pub depth_sampled_at: Option<DateTime<Utc>>,
+    pub rates_sampled_at: Option<DateTime<Utc>>,
+    pub metadata_sampled_at: Option<DateTime<Utc>>,
+    /// Newest first.
+    pub calls: VecDeque<CallRecord>,
+    pub totals: BTreeMap<String, CallTotals>,
+}
+
+impl BrokerLoad {
+    pub fn record(&mut self, call: CallRecord) {
+        let totals = self.totals.entry(format!("{} {}", call.source, call.endpoint)).or_default();
+        totals.calls += 1;
+        totals.errors += u64::from(call.error.is_some());
+        totals.seconds += call.duration_ms / 1000.0;
+        totals.bytes += call.bytes;
+        self.calls.push_front(call);
+        self.calls.truncate(RECENT_CALLS);
+    }
+}
+
+/// The stats listing's interval: long enough that its estimated cost per second fits in what
+/// the budget leaves after the calls made every poll, never shorter than `min`. Returns the
+/// interval and whether the budget (rather than `min`) set it.
+pub fn stats_interval(
+    stats_cost_secs: f64,
+    cheap_cost_per_poll_secs: f64,
+    poll_interval: Duration,
+    budget: f64,
+    min: Duration,
+) -> (Duration, bool) {
+    let cheap_share = cheap_cost_per_poll_secs / poll_interval.as_secs_f64().max(0.001);
+    // When the cheap calls alone use the budget up, the listing still runs, at a tenth of the
+    // budget: rates every hour are better than none, and the broker page says why.
+    let available = (budget - cheap_share).max(budget * 0.1);
+    let by_budget = Duration::from_secs_f64((stats_cost_secs / available).min(86_400.0));
+    if by_budget > min {
+        (by_budget, true)
+    } else {
+        (min, false)
+    }
+}
+
+/// The poll interval in force: the configured one, stretched to twice the time the last poll's
+/// calls took when that exceeded half of it (so the broker is busy with warren at most half the
+/// time), and doubled during a resource alarm. At most ten times the configured interval.
+pub fn poll_interval(base: Duration, last_calls: Duration, alarm: bool) -> (Duration, Option<String>) {
+    let mut interval = base;
+    let mut why = None;
+    if last_calls.as_secs_f64() > base.as_secs_f64() * STRETCH_AT {
+        interval = last_calls * 2;
+        why = Some(format!(
+            "the last poll's calls took {:.1} s, more than half of the {} s interval",
+            last_calls.as_secs_f64(),
+            base.as_secs()
+        ));
+    }
+    if alarm {
+        interval *= 2;
+        why = Some(match why {
+            Some(w) => format!("{w}; doubled during the resource alarm"),
+            None => "doubled during the broker's resource alarm".to_string(),
+        });
+    }
+    (interval.min(base * 10), why)
+}
+
+/// Estimated share of one broker core spent on warren: each kind of call's cost over its interval.
+pub fn estimated_load(cheap_cost_per_poll_secs: f64, interval: Duration, stats: Option<(f64, Duration)>) -> f64 {
+    let cheap = cheap_cost_per_poll_secs / interval.as_secs_f64().max(0.001);
+    let stats = stats.map_or(0.0, |(cost, every)| cost / every.as_secs_f64().max(0.001));
+    cheap + stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn cheap_listings_run_at_the_minimum_interval() {
+        // 20 ms listing, 10 ms of cheap calls per 10 s poll, 5% budget: far within budget.
+        assert_eq!(stats_interval(0.02, 0.01, S(10), 0.05, S(30)), (S(30), false));
+    }
+
+    #[test]
+    fn expensive_listings_are_spaced_by_the_budget() {
+        // PERF.md: 3 s for the stats of 10,000 queues; the scrape (0.16 s) every 10 s leaves
+        // 5% - 1.6% = 3.4% of a core, so the listing runs every 3 / 0.034 = 88 s.
+        let (every, by_budget) = stats_interval(3.0, 0.16, S(10), 0.05, S(30));
+        assert!(by_budget);
+        assert!((every.as_secs_f64() - 88.2).abs() < 0.1, "{every:?}");
+        // cost / interval stays within what the budget leaves
+        assert!(3.0 / every.as_secs_f64() + 0.016 <= 0.05 + 1e-9);
+        // A 10% budget gets rates every 36 s.
+        assert_eq!(stats_interval(3.0, 0.16, S(10), 0.10, S(30)).0.as_secs(), 35);
+    }
+
+    #[test]
+    fn cheap_calls_over_budget_still_leave_rates_a_tenth() {
+        let (every, by_budget) = stats_interval(1.0, 1.0, S(10), 0.05, S(30));
+        assert!(by_budget);
+        assert_eq!(every.as_secs(), 200, "1 s / (5% / 10)");
+    }
+
+    #[test]
+    fn slow_calls_stretch_the_poll_interval() {
+        assert_eq!(poll_interval(S(10), Duration::from_millis(4000), false), (S(10), None));
+        let (every, why) = poll_interval(S(10), Duration::from_millis(6000), false);
+        assert_eq!(every, S(12));
+        assert!(why.unwrap().contains("6.0 s"));
+        let (every, why) = poll_interval(S(10), Duration::from_millis(100), true);
+        assert_eq!(every, S(20));
+        assert!(why.unwrap().contains("alarm"));
+        assert_eq!(poll_interval(S(10), S(500), true).0, S(100), "at most ten intervals");
+    }
+
+    #[test]
+    fn load_adds_each_call_over_its_interval() {
+        let load = estimated_load(0.2, S(10), Some((3.0, S(60))));
+        assert!((load - 0.07).abs() < 1e-9);
+        assert_eq!(estimated_load(0.1, S(10), None), 0.01);
+    }
+
+    #[test]
+    fn the_call_ring_is_bounded_and_totals_add_up() {
+        let mut load = BrokerLoad::default();
+        for i in 0..100 {
+            load.record(CallRecord {
+                at: Utc::now(),
+                source: "prometheus",
+                endpoint: "/metrics/detailed".into(),
+                duration_ms: 10.0,
+                bytes: i,
+                status: Some(200),
+                error: None,
+            });
+        }
+        assert_eq!(load.calls.len(), RECENT_CALLS);
+        assert_eq!(load.calls[0].bytes, 99, "newest first");
+        let t = &load.totals["prometheus /metrics/detailed"];
+        assert_eq!((t.calls, t.bytes), (100, 4950));
+        assert!((t.seconds - 1.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,380 @@
+//! The RabbitMQ Prometheus plugin as a source of per-queue numbers (DOMAIN.md §7): depth,
+//! consumers and head timestamp on every version, per-queue delivery and publish counters from
+//! 4.0. It serves them for a fraction of the broker CPU of a management listing (PERF.md), so
+//! the poller reads depth from here every poll and asks the management API only for what only
+//! it has.
+//!
+//! The parser reads only what warren needs from the text format and survives hostile label
+//! values: RabbitMQ 3.10 writes queue names into labels without escaping them (a name with a `"`
+//! or a `\` breaks the line's syntax), 4.x escapes them. A line that cannot be read unambiguously
+//! is skipped and counted, never guessed.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::config::BrokerConfig;
+use crate::management::{encode_segment, BrokerError};
+
+/// Families asked for every poll: depth and consumers, what a Prometheus server scraping the
+/// plugin for queue depth asks.
+pub const FAMILIES: &[&str] = &["queue_coarse_metrics", "queue_consumer_count"];
+/// Head timestamps are only in `queue_metrics` (16 more series per queue; the plugin then skips
+/// `queue_consumer_count`, which reads the same table). Measured at 10,000 queues it costs the
+/// broker about 4x the scrape above (benches/README.md), so it is asked only when configured.
+pub const HEAD_TIMESTAMP_FAMILY: &str = "queue_metrics";
+/// Per-queue counters, RabbitMQ 4.0 and later only.
+pub const COUNTER_FAMILIES: &[&str] = &["queue_delivery_metrics", "queue_exchange_metrics"];
+
+/// One queue's numbers from a scrape. `None`: the scrape had no sample for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QueueSample {
+    pub ready: Option<u64>,
+    pub unacked: Option<u64>,
+    pub messages: Option<u64>,
+    pub consumers: Option<u64>,
+    /// Seconds since the epoch; `NaN` in the scrape (no timestamped head message) is `None`,
+    /// like the management API's `null`.
+    pub head_ts: Option<f64>,
+    /// 4.x counters, summed over exchanges (publish) or delivery modes (deliver_get is
+    /// deliver + deliver_no_ack + get + get_no_ack, as in the management API).
+    pub publish: Option<u64>,
+    pub deliver_get: Option<u64>,
+    pub ack: Option<u64>,
+    pub redeliver: Option<u64>,
+}
+
+/// What one scrape said.
+#[derive(Debug, Clone, Default)]
+pub struct Scrape {
+    /// By (vhost, queue). A queue whose labels decode differently with and without escapes is
+    /// stored under both readings; the caller looks up the names it knows from the management API.
+    pub queues: HashMap<(String, String), QueueSample>,
+    /// The scrape had per-queue counters (4.x with the counter families asked for).
+    pub has_counters: bool,
+    /// Sample lines that could not be read unambiguously (skipped).
+    pub skipped_lines: usize,
+    /// Queues in the scrape (lines of `queue_messages`), to notice queues the caller does not know.
+    pub queue_count: usize,
+}
+
+/// Which field a metric name fills.
+#[derive(Clone, Copy)]
+enum Field {
+    Ready,
+    Unacked,
+    Messages,
+    Consumers,
+    HeadTs,
+    Publish,
+    DeliverGet,
+    Ack,
+    Redeliver,
+}
+
+fn field_of(metric: &str) -> Option<Field> {
+    let name = metric.strip_prefix("rabbitmq_detailed_").or_else(|| metric.strip_prefix("rabbitmq_"))?;
+    Some(match name {
+        "queue_messages_ready" => Field::Ready,
+        "queue_messages_unacked" => Field::Unacked,
+        "queue_messages" => Field::Messages,
+        "queue_consumers" => Field::Consumers,
+        "queue_head_message_timestamp" => Field::HeadTs,
+        "queue_exchange_messages_published_total" => Field::Publish,
+        "queue_messages_delivered_ack_total"
+        | "queue_messages_delivered_total"
+        | "queue_get_ack_total"
+        | "queue_get_total" => Field::DeliverGet,
+        "queue_messages_acked_total" => Field::Ack,
+        "queue_messages_redelivered_total" => Field::Redeliver,
+        _ => return None,
+    })
+}
+
+/// Parses the queue families of a `/metrics/detailed` answer.
+pub fn parse(text: &str) -> Scrape {
+    let mut scrape = Scrape::default();
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let Some(field) = field_of(&line[..name_end]) else { continue };
+        let Some((keys, value)) = queue_line(&line[name_end..]) else {
+            scrape.skipped_lines += 1;
+            continue;
+        };
+        if matches!(field, Field::Publish | Field::DeliverGet | Field::Ack | Field::Redeliver) {
+            scrape.has_counters = true;
+        }
+        if matches!(field, Field::Messages) {
+            scrape.queue_count += 1;
+        }
+        for key in keys {
+            apply(scrape.queues.entry(key).or_default(), field, value);
+        }
+    }
+    scrape
+}
+
+fn apply(sample: &mut QueueSample, field: Field, value: f64) {
+    // Counts are whole and non-negative; anything else (NaN, Inf) is no value.
+    let count = (value.is_finite() && value >= 0.0).then_some(value as u64);
+    let add = |slot: &mut Option<u64>| {
+        if let Some(c) = count {
+            *slot = Some(slot.unwrap_or(0) + c);
+        }
+    };
+    match field {
+        Field::Ready => sample.ready = count,
+        Field::Unacked => sample.unacked = count,
+        Field::Messages => sample.messages = count,
+        Field::Consumers => sample.consumers = count,
+        Field::HeadTs => sample.head_ts = value.is_finite().then_some(value),
+        Field::Publish => add(&mut sample.publish),
+        Field::DeliverGet => add(&mut sample.deliver_get),
+        Field::Ack => add(&mut sample.ack),
+        Field::Redeliver => add(&mut sample.redeliver),
+    }
+}
+
+/// The (vhost, queue) readings of a sample line's labels and its value. `rest` starts at the
+/// `{` (or the space before the value).
+fn queue_line(rest: &str) -> Option<(Vec<(String, String)>, f64)> {
+    if let Some((labels, after)) = strict_labels(rest) {
+        let value = parse_value(after)?;
+        let find = |key: &str| labels.iter().find(|(k, _, _)| k == key);
+        let (_, vhost, raw_vhost) = find("vhost")?;
+        let (_, queue, raw_queue) = find("queue")?;
+        let mut keys = vec![(vhost.clone(), queue.clone())];
+        // 3.10 does not escape: `a\nb` in the scrape may be the literal name `a\nb`.
+        if (raw_vhost, raw_queue) != (vhost, queue) {
+            keys.push((raw_vhost.clone(), raw_queue.clone()));
+        }
+        return Some((keys, value));
+    }
+    // Unescaped quotes (3.10): only the plain `{vhost="…",queue="…"} value` layout can be split,
+    // and only when the separator occurs exactly once.
+    let inner_end = rest.rfind("} ")?;
+    let value = parse_value(&rest[inner_end + 1..])?;
+    let inner = rest.strip_prefix("{vhost=\"")?.get(..inner_end - "{vhost=\"".len())?.strip_suffix('"')?;
+    let mut parts = inner.split("\",queue=\"");
+    let (vhost, queue) = (parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((vec![(vhost.to_string(), queue.to_string())], value))
+}
+
+/// Labels by the format's rules: `{k="v",…}` with `\\`, `\"` and `\n` escapes. Returns each
+/// label as (key, decoded value, raw value) and the text after the `}`.
+type Label = (String, String, String);
+fn strict_labels(rest: &str) -> Option<(Vec<Label>, &str)> {
+    let mut s = rest.strip_prefix('{')?;
+    let mut labels = Vec::new();
+    loop {
+        if let Some(after) = s.strip_prefix('}') {
+            return Some((labels, after));
+        }
+        let eq = s.find('=')?;
+        let key = s[..eq].trim().to_string();
+        s = s[eq + 1..].strip_prefix('"')?;
+        let (mut value, mut end) = (String::new(), None);
+        let mut chars = s.char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                '\\' => match chars.next()? {
+                    (_, 'n') => value.push('\n'),
+                    (_, other) => value.push(other),
+                },
+                c => value.push(c),
+            }
+        }
+        let end = end?;
+        labels.push((key, value, s[..end].to_string()));
+        s = &s[end + 1..];
+        if let Some(after) = s.strip_prefix(',') {
+            s = after;
+        } else if !s.starts_with('}') {
+            return None;
+        }
+    }
+}
+
+/// The sample value: the first token after the labels (an optional timestamp may follow).
+fn parse_value(after: &str) -> Option<f64> {
+    let token = after.split_whitespace().next()?;
+    match token {
+        "NaN" => Some(f64::NAN),
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        t => t.parse().ok(),
+    }
+}
+
+/// One broker's Prometheus endpoint.
+#[derive(Clone)]
+pub struct PrometheusClient {
+    http: reqwest::Client,
+    pub base: reqwest::Url,
+    timeout: Duration,
+}
+
+impl PrometheusClient {
+    pub fn new(broker: &BrokerConfig, base: reqwest::Url) -> Self {
+        let http = reqwest::Client::builder()
+            .gzip(true)
+            .connect_timeout(broker.request_timeout.min(Duration::from_secs(5)))
+            .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("TLS backend initialises");
+        PrometheusClient { http, base, timeout: broker.request_timeout }
+    }
+
+    /// The path and query of a scrape of these vhosts' queues.
+    pub fn scrape_path(vhosts: &[String], counters: bool, head_timestamps: bool) -> String {
+        let mut path = String::from("metrics/detailed?");
+        let families = FAMILIES
+            .iter()
+            .chain(if head_timestamps { &[HEAD_TIMESTAMP_FAMILY][..] } else { &[] })
+            .chain(if counters { COUNTER_FAMILIES } else { &[] });
+        let mut params: Vec<String> = families.map(|f| format!("family={f}")).collect();
+        params.extend(vhosts.iter().map(|v| format!("vhost={}", encode_segment(v))));
+        path.push_str(&params.join("&"));
+        path
+    }
+
+    /// Scrapes the queue families of `vhosts`; returns the parsed scrape and the body's size.
+    pub async fn scrape(
+        &self,
+        vhosts: &[String],
+        counters: bool,
+        head_timestamps: bool,
+    ) -> Result<(Scrape, usize), BrokerError> {
+        let path = Self::scrape_path(vhosts, counters, head_timestamps);
+        let url =
+            self.base.join(&path).map_err(|e| BrokerError::Malformed { path: path.clone(), detail: e.to_string() })?;
+        let response = self.http.get(url).timeout(self.timeout).send().await.map_err(|e| {
+            if e.is_timeout() {
+                BrokerError::Timeout(self.timeout)
+            } else {
+                BrokerError::Unreachable(format!("{}: {e}", self.base))
+            }
+        })?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(|e| BrokerError::Unreachable(format!("{}: {e}", self.base)))?;
+        if !(200..300).contains(&status) {
+            let text = String::from_utf8_lossy(&body[..body.len().min(200)]).trim().to_string();
+            return Err(BrokerError::Http { status, path: "/metrics/detailed".into(), body: text });
+        }
+        let text = std::str::from_utf8(&body)
+            .map_err(|e| BrokerError::Malformed { path: "/metrics/detailed".into(), detail: e.to_string() })?;
+        Ok((parse(text), body.len()))
+    }
+}
+
+/// The default Prometheus endpoint of a broker: the management host, plain HTTP, port 15692.
+pub fn default_url(management: &reqwest::Url) -> reqwest::Url {
+    let host = management.host_str().unwrap_or("127.0.0.1");
+    let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_string() };
+    reqwest::Url::parse(&format!("http://{host}:15692/")).expect("a host and a port make a URL")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(path: &str) -> String {
+        let path = format!("{}/tests/fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+    }
+
+    fn key(v: &str, q: &str) -> (String, String) {
+        (v.to_string(), q.to_string())
+    }
+
+    /// Recorded on 3.10.8: a classic queue with 3 timestamped messages, a quorum queue with 3
+    /// (no head timestamp: the line is absent), an empty queue (NaN) and a queue named
+    /// `we"ird\nameq`, which 3.10 writes without escaping.
+    #[test]
+    fn parses_a_recorded_3_10_scrape() {
+        let scrape = parse(&fixture("rabbitmq-3.10.8/prometheus-detailed-queues.txt"));
+        let orders = scrape.queues[&key("light-fixture", "orders")];
+        assert_eq!(
+            (orders.ready, orders.unacked, orders.messages, orders.consumers),
+            (Some(3), Some(0), Some(3), Some(0))
+        );
+        assert_eq!(orders.head_ts, Some(1700000000.0));
+        let quorum = scrape.queues[&key("light-fixture", "quorum.q")];
+        assert_eq!((quorum.ready, quorum.head_ts), (Some(3), None));
+        let empty = scrape.queues[&key("light-fixture", "empty")];
+        assert_eq!((empty.messages, empty.head_ts), (Some(0), None), "NaN is no timestamp");
+        let weird = scrape.queues[&key("light-fixture", "we\"ird\\nameq")];
+        assert_eq!((weird.ready, weird.consumers), (Some(0), Some(0)), "the unescaped name is read raw");
+        assert!(!scrape.has_counters, "3.10 has no per-queue counters");
+        assert_eq!(scrape.skipped_lines, 0);
+        assert_eq!(scrape.queue_count, 4);
+    }
+
+    /// Shaped after the 4.x collector (rabbit_prometheus_collector's queue_delivery_metrics and
+    /// queue_exchange_metrics, label values escaped): counters summed per queue.
+    #[test]
+    fn parses_4x_counters() {
+        let scrape = parse(&fixture("rabbitmq-4.x/prometheus-detailed-queues.txt"));
+        assert!(scrape.has_counters);
+        let orders = scrape.queues[&key("/", "orders")];
+        assert_eq!((orders.ready, orders.unacked, orders.consumers), (Some(40), Some(2), Some(1)));
+        assert_eq!(orders.publish, Some(1200 + 300), "published through two exchanges");
+        assert_eq!(orders.deliver_get, Some(1100 + 5 + 7 + 1), "delivered ack + no-ack + get + get no-ack");
+        assert_eq!((orders.ack, orders.redeliver), (Some(1150), Some(9)));
+        let escaped = scrape.queues[&key("/", "a\"b\\c\nd")];
+        assert_eq!(escaped.ready, Some(5), "4.x escapes label values");
+    }
+
+    #[test]
+    fn hostile_labels_are_skipped_or_read_exactly() {
+        let text = "rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"x\",queue=\"y\"} 1\n\
+            rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"a\",queue=\"b\" 1\n\
+            rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"p\\\"q\"} 2\n\
+            rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"un\"closed\",queue=\"z\"} 3\n\
+            rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"ok\"} notanumber\n\
+            rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"neg\"} -4\n\
+            rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"ts\"} 6 1700000000000\n\
+            rabbitmq_detailed_queue_messages_ready{vhost=\"v\",queue=\"é ü\"} 7\n\
+            rabbitmq_detailed_queue_messages_ready{vhost=\"v\"} 8\n\
+            some_other_metric{vhost=\"v\",queue=\"other\"} 9\n";
+        let scrape = parse(text);
+        // Duplicate keys: the first `queue` wins (never a merged name).
+        assert_eq!(scrape.queues[&key("v", "x")].ready, Some(1));
+        assert_eq!(scrape.queues[&key("v", "p\"q")].ready, Some(2));
+        assert_eq!(scrape.queues[&key("v", "p\\\"q")].ready, Some(2), "the raw reading is kept too");
+        assert!(scrape.queues.keys().all(|(_, q)| !q.contains("closed")), "ambiguous line skipped");
+        assert_eq!(scrape.queues[&key("v", "neg")].ready, None, "a negative count is no count");
+        assert_eq!(scrape.queues[&key("v", "ts")].ready, Some(6));
+        assert_eq!(scrape.queues[&key("v", "é ü")].ready, Some(7));
+        assert!(!scrape.queues.contains_key(&key("v", "other")));
+        // unclosed braces, the ambiguous 3.10 line, the bad number, the label-less line
+        assert_eq!(scrape.skipped_lines, 4);
+    }
+
+    #[test]
+    fn scrape_path_asks_for_the_families_and_vhosts() {
+        let path = PrometheusClient::scrape_path(&["/".into(), "a b".into()], false, false);
+        assert_eq!(
+            path,
+            "metrics/detailed?family=queue_coarse_metrics&family=queue_consumer_count&vhost=%2F&vhost=a%20b"
+        );
+        assert!(PrometheusClient::scrape_path(&[], true, false).contains("family=queue_delivery_metrics"));
+        assert!(PrometheusClient::scrape_path(&[], false, true).contains("family=queue_metrics"));
+    }
+
+    #[test]
+    fn default_url_uses_the_management_host() {
+        let url = default_url(&"https://rabbit.example:15671/mgmt/".parse().unwrap());
+        assert_eq!(url.as_str(), "http://rabbit.example:15692/");
+    }
+}

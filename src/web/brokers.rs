@@ -1,0 +1,171 @@
+//! The broker page: which source serves which number and why, the cadences in force, and what
+//! warren's recent calls cost the broker (issue 8: a monitoring tool must never become the
+//! broker's heaviest client, so its cost is shown where the numbers are).
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::api::broker_live;
+use super::format;
+use super::{html, is_htmx, ApiError, PageError};
+use crate::management::encode_segment;
+use crate::poller::BrokerLoad;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/brokers/{broker}", get(page)).route("/api/v1/brokers/{broker}", get(json))
+}
+
+/// The broker's load as JSON, with the age of each number in seconds.
+#[derive(Serialize)]
+struct BrokerLoadJson {
+    broker: String,
+    depth_age_secs: Option<f64>,
+    rates_age_secs: Option<f64>,
+    metadata_age_secs: Option<f64>,
+    #[serde(flatten)]
+    load: BrokerLoad,
+}
+
+fn age_secs(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<f64> {
+    t.map(|t| (now - t).num_milliseconds() as f64 / 1000.0)
+}
+
+async fn json(State(state): State<AppState>, Path(broker): Path<String>) -> Result<Json<BrokerLoadJson>, ApiError> {
+    let live = broker_live(&state, &broker)?;
+    let now = Utc::now();
+    let load = live.load;
+    Ok(Json(BrokerLoadJson {
+        broker: live.name,
+        depth_age_secs: age_secs(load.depth_sampled_at, now),
+        rates_age_secs: age_secs(load.rates_sampled_at, now),
+        metadata_age_secs: age_secs(load.metadata_sampled_at, now),
+        load,
+    }))
+}
+
+struct SourceRow {
+    metric: &'static str,
+    source: String,
+    reason: String,
+    age: String,
+}
+
+struct CallRow {
+    at: String,
+    source: &'static str,
+    endpoint: String,
+    duration: String,
+    bytes: String,
+    status: String,
+    error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "broker_load.html")]
+struct LoadFragment {
+    href: String,
+    prometheus_url: String,
+    prometheus_state: &'static str,
+    prometheus_reason: String,
+    prometheus_next_check: Option<String>,
+    sources: Vec<SourceRow>,
+    interval: String,
+    base_interval: String,
+    stretched: Option<String>,
+    stats_interval: String,
+    stats_reason: String,
+    rates_slower_than_wanted: bool,
+    budget: String,
+    estimated_load: String,
+    backing_off: Option<String>,
+    calls: Vec<CallRow>,
+    totals: Vec<(String, String, String, String, String)>,
+}
+
+#[derive(Template)]
+#[template(path = "broker.html")]
+struct BrokerPage {
+    name: String,
+    fragment: String,
+}
+
+async fn page(
+    State(state): State<AppState>,
+    Path(broker): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let live = broker_live(&state, &broker)?;
+    let now = Utc::now();
+    let l = &live.load;
+    let p = &l.prometheus;
+    let fragment = LoadFragment {
+        href: format!("/brokers/{}", encode_segment(&live.name)),
+        prometheus_url: p.url.clone().unwrap_or_else(|| "off".into()),
+        prometheus_state: match p.available {
+            Some(true) => "in use",
+            Some(false) => "not used",
+            None if p.url.is_none() => "off",
+            None => "not tried yet",
+        },
+        prometheus_reason: p.reason.clone(),
+        prometheus_next_check: p.next_check_at.map(|t| format::time(Some(t))),
+        sources: l
+            .sources
+            .iter()
+            .map(|s| SourceRow {
+                metric: s.metric,
+                source: s.source.clone(),
+                reason: s.reason.clone(),
+                age: format::ago(s.sampled_at, now),
+            })
+            .collect(),
+        interval: format::duration(l.interval_secs),
+        base_interval: format::duration(l.base_interval_secs),
+        stretched: l.stretched.clone(),
+        stats_interval: format::duration(l.stats_interval_secs),
+        stats_reason: l.stats_reason.clone(),
+        rates_slower_than_wanted: l.rates_slower_than_wanted,
+        budget: format!("{:.1}%", l.budget * 100.0),
+        estimated_load: l.estimated_load.map_or(format::UNKNOWN.to_string(), |v| format!("{:.2}%", v * 100.0)),
+        backing_off: l.backing_off.clone(),
+        calls: l
+            .calls
+            .iter()
+            .map(|c| CallRow {
+                at: format::ago(Some(c.at), now),
+                source: c.source,
+                endpoint: c.endpoint.clone(),
+                duration: format!("{:.1} ms", c.duration_ms),
+                bytes: format::count(Some(c.bytes)),
+                status: c.status.map_or("no answer".to_string(), |s| s.to_string()),
+                error: c.error.clone(),
+            })
+            .collect(),
+        totals: l
+            .totals
+            .iter()
+            .map(|(k, t)| {
+                let mean = if t.calls > 0 { t.seconds * 1000.0 / t.calls as f64 } else { 0.0 };
+                (
+                    k.clone(),
+                    format::count(Some(t.calls)),
+                    format::count(Some(t.errors)),
+                    format!("{mean:.1} ms"),
+                    format::count(Some(t.bytes)),
+                )
+            })
+            .collect(),
+    }
+    .render()?;
+    if is_htmx(&headers) {
+        return Ok(html(fragment));
+    }
+    Ok(html(BrokerPage { name: live.name, fragment }.render()?))
+}

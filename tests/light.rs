@@ -1,0 +1,210 @@
+//! Light on the broker (issue 8), against the real broker: depth from the Prometheus plugin,
+//! the management API as fallback, rates from the slower stats listing, and the broker page.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{declare, publish, wait_for, TestVhost, Warren, MANAGEMENT};
+use lapin::BasicProperties;
+use serde_json::Value;
+
+fn config(vhost: &str, extra: &str) -> String {
+    format!(
+        "[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\nvhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n{extra}"
+    )
+}
+
+async fn load(warren: &Warren) -> Value {
+    let (status, body) = warren.get_json("/api/v1/brokers/local").await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Listing pages fetched so far (one page per listing of a small vhost).
+fn listings(load: &Value) -> u64 {
+    load["totals"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with("management /api/queues/"))
+        .map(|(_, t)| t["calls"].as_u64().unwrap())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn depth_comes_from_the_prometheus_plugin() {
+    let vhost = TestVhost::create("light-prom").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    let stamped = BasicProperties::default().with_timestamp(chrono::Utc::now().timestamp() as u64 - 30);
+    publish(&channel, "orders", 7, stamped.clone()).await;
+    // The management API shows a new queue's head timestamp with its next stats emission (up to
+    // 5 s); warren reads it from the listing, so start once it is there.
+    let url = format!("{MANAGEMENT}/api/queues/{}/orders", warren::management::encode_segment(&vhost.name));
+    wait_for("the head timestamp in the management API", Duration::from_secs(30), || async {
+        let q: Value = reqwest::Client::new()
+            .get(&url)
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        if q["head_message_timestamp"].is_number() {
+            Ok(())
+        } else {
+            Err(format!("{q}"))
+        }
+    })
+    .await;
+    // Listings only at start (and when a queue appears): every later depth change is the scrape's.
+    let warren =
+        Warren::start(&config(&vhost.name, "stats_min_interval_secs = 600\nstats_max_interval_secs = 600\n")).await;
+
+    wait_for("the Prometheus source in use with the depth", Duration::from_secs(30), || async {
+        let l = load(&warren).await;
+        let q = warren.queue(&vhost.name, "orders").await;
+        let ready = q.as_ref().map(|q| q["ready"].clone());
+        // exact: a listing with the queue's stats (and its head timestamp) is in place.
+        let exact = q.as_ref().is_some_and(|q| q["oldest_age_source"] == "exact");
+        match (&l["prometheus"]["available"], l["sources"][0]["source"].as_str()) {
+            (Value::Bool(true), Some(s)) if s.starts_with("prometheus") && ready == Some(7.into()) && exact => Ok(()),
+            _ => Err(format!(
+                "prometheus={} sources[0]={} queue={q:?} totals={}",
+                l["prometheus"], l["sources"][0], l["totals"]
+            )),
+        }
+    })
+    .await;
+    let listed = listings(&load(&warren).await);
+
+    publish(&channel, "orders", 5, stamped).await;
+    let q = wait_for("depth 12 from the scrape", Duration::from_secs(30), || async {
+        match warren.queue(&vhost.name, "orders").await {
+            Some(q) if q["ready"] == 12 => Ok(q),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(listings(&load(&warren).await), listed, "no listing was needed for the new depth");
+    // The head timestamp keeps its meaning: exact age from the broker's timestamp.
+    assert_eq!(q["oldest_age_source"], "exact");
+    assert!(q["oldest_age_secs"].as_f64().unwrap() >= 29.0, "{q}");
+    assert_eq!(q["consumers"], 0);
+
+    // A queue that appears is listed (for its type and arguments) as soon as the scrape shows it.
+    declare(&channel, "audit", true).await;
+    wait_for("the new quorum queue listed", Duration::from_secs(30), || async {
+        match warren.queue(&vhost.name, "audit").await {
+            Some(q) if q["type"] == "quorum" && q["ready"] == 0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // The broker page and /metrics show the sources and the calls' cost.
+    let (status, page) = warren.get_text("/brokers/local").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("/metrics/detailed") && page.contains("in use"), "{page}");
+    let l = load(&warren).await;
+    assert!(l["depth_age_secs"].as_f64().unwrap() < 10.0, "{l}");
+    assert!(l["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["source"] == "prometheus" && c["bytes"].as_u64() > Some(0)));
+    let (_, metrics) = warren.get_text("/metrics").await;
+    assert!(
+        metrics.contains(
+            "warren_broker_calls_total{broker=\"local\",source=\"prometheus\",endpoint=\"/metrics/detailed\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("warren_broker_prometheus_source_up{broker=\"local\"} 1"));
+    warren.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn falls_back_to_the_management_api_when_prometheus_is_unreachable() {
+    let vhost = TestVhost::create("light-fallback").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    publish(&channel, "orders", 3, BasicProperties::default()).await;
+    let unused_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let warren =
+        Warren::start(&config(&vhost.name, &format!("prometheus_url = \"http://127.0.0.1:{unused_port}\"\n"))).await;
+
+    let l = wait_for("the Prometheus source marked unavailable", Duration::from_secs(30), || async {
+        let l = load(&warren).await;
+        if l["prometheus"]["available"] == false {
+            Ok(l)
+        } else {
+            Err(format!("{}", l["prometheus"]))
+        }
+    })
+    .await;
+    assert!(l["prometheus"]["reason"].as_str().unwrap().contains("unreachable"), "{l}");
+    assert!(l["prometheus"]["next_check_at"].is_string(), "re-checked later: {l}");
+
+    publish(&channel, "orders", 4, BasicProperties::default()).await;
+    wait_for("depth from the management listing", Duration::from_secs(30), || async {
+        let l = load(&warren).await;
+        let q = warren.queue(&vhost.name, "orders").await;
+        let source = l["sources"][0]["source"].as_str().unwrap_or_default().to_string();
+        match q {
+            Some(q) if q["ready"] == 7 && source.starts_with("management") => Ok(()),
+            other => Err(format!("source={source} queue={other:?}")),
+        }
+    })
+    .await;
+    warren.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rates_come_from_the_slower_stats_listing() {
+    let vhost = TestVhost::create("light-rates").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    // Stats listings every 4 s, depth every second.
+    let warren = Warren::start(&config(&vhost.name, "stats_min_interval_secs = 4\n")).await;
+    wait_for("the Prometheus source in use", Duration::from_secs(30), || async {
+        let l = load(&warren).await;
+        if l["prometheus"]["available"] == true {
+            Ok(())
+        } else {
+            Err(format!("{}", l["prometheus"]))
+        }
+    })
+    .await;
+
+    let publisher = {
+        let channel = channel.clone();
+        tokio::spawn(async move {
+            for _ in 0..150 {
+                publish(&channel, "orders", 5, BasicProperties::default()).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let (l, q) = wait_for("a publish rate from counter deltas", Duration::from_secs(60), || async {
+        let l = load(&warren).await;
+        match warren.queue(&vhost.name, "orders").await {
+            Some(q) if q["publish_rate"].as_f64().is_some_and(|r| r > 0.0) => Ok((l, q)),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!((l["stats_interval_secs"].as_f64().unwrap() - 4.0).abs() < 0.01, "{l}");
+    assert!(l["sources"][3]["source"].as_str().unwrap().contains("every 4 s"), "{l}");
+    // Between listings the rate stays (it is the last one measured) and says how old it is.
+    let rates_age = l["rates_age_secs"].as_f64().unwrap();
+    assert!(rates_age < 10.0, "{l}");
+    assert!(q["publish_rate"].as_f64().unwrap() < 100.0, "about 20 msg/s, never a spike: {q}");
+    publisher.abort();
+    warren.stop().await;
+}
