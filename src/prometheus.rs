@@ -224,6 +224,18 @@ pub struct PrometheusClient {
     timeout: Duration,
 }
 
+/// The endpoint as pages, logs and errors show it: credentials in the URL (a proxy in front of
+/// the plugin may want them) are replaced by `****`.
+pub fn shown_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    if !url.username().is_empty() || url.password().is_some() {
+        // Setting credentials fails only for URLs that cannot have them (no host).
+        let _ = shown.set_username("****");
+        let _ = shown.set_password(None);
+    }
+    shown.to_string()
+}
+
 impl PrometheusClient {
     pub fn new(broker: &BrokerConfig, base: reqwest::Url) -> Self {
         let http = reqwest::Client::builder()
@@ -262,11 +274,14 @@ impl PrometheusClient {
             if e.is_timeout() {
                 BrokerError::Timeout(self.timeout)
             } else {
-                BrokerError::Unreachable(format!("{}: {e}", self.base))
+                BrokerError::Unreachable(format!("{}: {}", shown_url(&self.base), e.without_url()))
             }
         })?;
         let status = response.status().as_u16();
-        let body = response.bytes().await.map_err(|e| BrokerError::Unreachable(format!("{}: {e}", self.base)))?;
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| BrokerError::Unreachable(format!("{}: {}", shown_url(&self.base), e.without_url())))?;
         if !(200..300).contains(&status) {
             let text = String::from_utf8_lossy(&body[..body.len().min(200)]).trim().to_string();
             return Err(BrokerError::Http { status, path: "/metrics/detailed".into(), body: text });
@@ -291,6 +306,16 @@ mod tests {
     fn fixture(path: &str) -> String {
         let path = format!("{}/tests/fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_never_shown() {
+        let url = reqwest::Url::parse("http://scraper:s3cret@proxy:9419/plugin/").unwrap();
+        let shown = shown_url(&url);
+        assert!(!shown.contains("s3cret") && !shown.contains("scraper"), "{shown}");
+        assert_eq!(shown, "http://****@proxy:9419/plugin/");
+        let plain = reqwest::Url::parse("http://127.0.0.1:15692/").unwrap();
+        assert_eq!(shown_url(&plain), "http://127.0.0.1:15692/");
     }
 
     fn key(v: &str, q: &str) -> (String, String) {

@@ -98,8 +98,10 @@ async fn write_history(f: &Fixture, start: i64, end: i64, down: impl Fn(i64) -> 
 }
 
 async fn get(f: &Fixture, path: &str) -> Value {
-    let response =
-        warren::web::router(f.state.clone()).oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+    let mut request = Request::get(path).body(Body::empty()).unwrap();
+    // Without logins configured warren answers only this machine: say where the request is from.
+    request.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(([127, 0, 0, 1], 1))));
+    let response = warren::web::router(f.state.clone()).oneshot(request).await.unwrap();
     assert_eq!(response.status(), 200, "{path}");
     serde_json::from_slice(&axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap()
 }

@@ -128,7 +128,7 @@ impl Poller {
         let prometheus = broker.prometheus_url.clone().map(|url| PrometheusClient::new(&broker, url));
         let load = BrokerLoad {
             prometheus: PrometheusState {
-                url: broker.prometheus_url.as_ref().map(|u| u.to_string()),
+                url: broker.prometheus_url.as_ref().map(crate::prometheus::shown_url),
                 reason: match &broker.prometheus_url {
                     Some(_) => "not tried yet: the first poll lists queues from the management API".into(),
                     None => "turned off in the configuration (prometheus_url = \"off\")".into(),

@@ -94,11 +94,13 @@ struct LoadFragment {
 struct BrokerPage {
     name: String,
     fragment: String,
+    me: super::Me,
 }
 
 async fn page(
     State(state): State<AppState>,
     Path(broker): Path<String>,
+    me: super::Me,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let live = broker_live(&state, &broker)?;
@@ -167,5 +169,5 @@ async fn page(
     if is_htmx(&headers) {
         return Ok(html(fragment));
     }
-    Ok(html(BrokerPage { name: live.name, fragment }.render()?))
+    Ok(html(BrokerPage { name: live.name, fragment, me }.render()?))
 }
