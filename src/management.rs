@@ -295,6 +295,10 @@ pub struct RawQueue {
     pub head_message_timestamp: Option<f64>,
     #[serde(default, deserialize_with = "lenient_object")]
     pub message_stats: Option<QueueStats>,
+    /// Set by warren, never by the broker: the listing had no stats for this queue yet, so its
+    /// counters are unknown even once depth comes from another source (the Prometheus plugin).
+    #[serde(skip)]
+    pub counters_unknown: bool,
 }
 
 /// Cumulative per-queue counters.

@@ -170,7 +170,7 @@ pub fn queue_counters(raw: &RawQueue, stats_enabled: bool) -> QueueCounters {
     // all (a new quorum queue, for seconds): its counters are unknown, not 0, or the first real
     // reading would look like a burst.
     let no_stats_yet = raw.messages.is_none() && raw.messages_ready.is_none() && raw.message_stats.is_none();
-    if !stats_enabled || no_stats_yet {
+    if !stats_enabled || no_stats_yet || raw.counters_unknown {
         return QueueCounters::default();
     }
     let stats = raw.message_stats.clone().unwrap_or_default();
@@ -427,6 +427,17 @@ mod tests {
         assert_eq!(exact_age(None, None, now), (None, AgeSource::Unknown));
         assert_eq!(exact_age(Some(1), Some(1_000_130), now).0, Some(0.0), "small clock skew clamps to 0");
         assert_eq!(exact_age(Some(1), Some(1_000_100_000), now), (None, AgeSource::Unknown), "milliseconds");
+    }
+
+    #[test]
+    fn depth_from_elsewhere_does_not_invent_counters() {
+        // A listing without stats, then depth from the Prometheus scrape: the counters stay
+        // unknown instead of reading as a publish count of 0.
+        let mut raw: RawQueue = serde_json::from_str(r#"{"name":"q","vhost":"/","type":"quorum"}"#).unwrap();
+        (raw.messages, raw.messages_ready, raw.messages_unacknowledged) = (Some(12), Some(12), Some(0));
+        assert_eq!(queue_counters(&raw, true).publish, Some(0), "3.x listings omit zero counters");
+        raw.counters_unknown = true;
+        assert_eq!(queue_counters(&raw, true).publish, None);
     }
 
     #[test]

@@ -131,6 +131,24 @@ pub fn stats_interval(
     }
 }
 
+/// `interval` rounded up to a whole number of polls that is also a whole number of the
+/// management API's 5 s stats steps. Listings run on poll ticks and rates need two readings a
+/// whole number of steps apart (`CounterWindow::baseline`): 6 s apart at a 2 s poll, no pair of
+/// recent readings is, and the rate falls back to a long window that still holds old bursts.
+pub fn whole_stats_steps(interval: Duration, poll_interval: Duration) -> Duration {
+    let poll = poll_interval.as_secs().max(1);
+    let step = crate::metrics::STATS_STEP_SECS as u64;
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let grid = poll / gcd(poll, step) * step;
+    let steps = (interval.as_secs_f64() / grid as f64).ceil().max(1.0) as u64;
+    Duration::from_secs(steps * grid)
+}
+
 /// The poll interval in force: the configured one, stretched to twice the time the last poll's
 /// calls took when that exceeded half of it (so the broker is busy with warren at most half the
 /// time), and doubled during a resource alarm. At most ten times the configured interval.
@@ -165,6 +183,16 @@ pub fn estimated_load(cheap_cost_per_poll_secs: f64, interval: Duration, stats: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_intervals_are_whole_polls_and_whole_stats_steps() {
+        let s = Duration::from_secs;
+        assert_eq!(whole_stats_steps(s(6), s(2)), s(10));
+        assert_eq!(whole_stats_steps(s(30), s(10)), s(30));
+        assert_eq!(whole_stats_steps(Duration::from_secs_f64(257.6), s(10)), s(260));
+        assert_eq!(whole_stats_steps(s(9), s(3)), s(15));
+        assert_eq!(whole_stats_steps(s(0), s(10)), s(10));
+    }
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 

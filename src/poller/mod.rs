@@ -364,7 +364,9 @@ impl Poller {
         {
             return false;
         }
-        let since = started.duration_since(listing.at);
+        // Measured from the start of the listing's poll, with a quarter poll of slack for timer
+        // jitter: a listing due every poll must not skip every other one.
+        let since = started.duration_since(listing.at) + self.broker.poll_interval / 4;
         let (stats_every, budget_every) = self.stats_intervals();
         let due = since >= stats_every || (self.need_listing && since >= budget_every);
         !due || self.alarm.is_some()
@@ -377,6 +379,9 @@ impl Poller {
         let cost = self.listing.as_ref().map_or(0.0, |l| l.cost.as_secs_f64());
         let cheap = self.last_calls.cheap.as_secs_f64();
         let (every, _) = load::stats_interval(cost, cheap, b.poll_interval, b.broker_cpu_budget, b.stats_min_interval);
+        // Listing every poll keeps readings one poll apart; a longer interval must keep them a
+        // whole number of stats steps apart.
+        let every = if every > b.poll_interval { load::whole_stats_steps(every, b.poll_interval) } else { every };
         let (budget_every, _) =
             load::stats_interval(cost, cheap, b.poll_interval, b.broker_cpu_budget, b.poll_interval);
         (every, budget_every)
@@ -445,6 +450,18 @@ impl Poller {
                 Some(s) => {
                     matched += 1;
                     listed_without_stats |= q.messages_ready.is_none() && s.ready.is_some();
+                    // Depth from the scrape must not make a listing without stats look like one
+                    // with every counter at 0: the next real reading would be a burst, and the
+                    // age estimate would take the 0 for the time before the messages arrived.
+                    q.counters_unknown |= !scrape.has_counters
+                        && q.messages.is_none()
+                        && q.messages_ready.is_none()
+                        && q.message_stats.is_none();
+                    // Messages arrived in a queue the listing saw empty: their head timestamp is
+                    // in the next listing only, so bring it forward as far as the budget allows.
+                    listed_without_stats |= !self.broker.prometheus_head_timestamps
+                        && q.messages_ready == Some(0)
+                        && s.ready.is_some_and(|r| r > 0);
                     if self.broker.prometheus_head_timestamps {
                         q.head_message_timestamp = s.head_ts;
                     } else if !head_unmoved(q, s) {
@@ -476,7 +493,8 @@ impl Poller {
                 }
             }
         }
-        // Queues the listing does not know (created since): list again as soon as the budget allows.
+        // Queues the listing does not know (created since), or knows without their stats or head
+        // timestamp: list again as soon as the budget allows.
         self.missing_in_scrape = missing;
         self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || listed_without_stats;
         queues
@@ -562,7 +580,7 @@ impl Poller {
             }
         }
         self.need_listing = false;
-        self.listing = Some(Listing { queues: queues.to_vec(), at: Instant::now(), sampled_at: now, cost });
+        self.listing = Some(Listing { queues: queues.to_vec(), at: started, sampled_at: now, cost });
     }
 
     /// What the broker page says about sources, cadences and ages after this poll.
