@@ -244,10 +244,12 @@ async fn prometheus_export_parses_and_matches_the_api() {
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     let api = wait_for("the queue with 9 ready", Duration::from_secs(30), || async {
         let q = warren.queue(&vhost.name, name).await.ok_or("not listed")?;
-        if q["ready"] == 9 && warren.queue(&vhost.name, hostile).await.is_some() {
+        // Depth comes from the Prometheus plugin each poll, the head timestamp with the next
+        // stats listing: wait for both.
+        if q["ready"] == 9 && q["oldest_age_source"] == "exact" && warren.queue(&vhost.name, hostile).await.is_some() {
             Ok(q)
         } else {
-            Err(format!("ready {}", q["ready"]))
+            Err(format!("ready {} age source {}", q["ready"], q["oldest_age_source"]))
         }
     })
     .await;
