@@ -841,7 +841,7 @@ fn fmt_stats(v: &Value) -> String {
 fn temp_config(dir: &Path, addr: &str) -> Config {
     let toml = format!(
         "database = {:?}\n[[brokers]]\nname = \"{BROKER}\"\nmanagement_url = \"http://{addr}\"\n\
-         poll_interval_secs = {INTERVAL}\nrequest_timeout_secs = 60\n",
+         poll_interval_secs = {INTERVAL}\nrequest_timeout_secs = 60\nprometheus_url = \"off\"\n",
         dir.join("bench.db").display().to_string()
     );
     Config::from_toml(&toml).expect("bench config")

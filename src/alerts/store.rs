@@ -227,7 +227,9 @@ pub async fn add_silence(db: &Db, s: &Silence) -> Result<i64, sqlx::Error> {
     )
     .bind(&s.rule_id)
     .bind(s.key.as_ref().map(key_json))
-    .bind(s.until.timestamp())
+    // Whole seconds, rounded up: a silence asked to last until 12:00:07.4 must not end at 07.0
+    // and let a notification out early.
+    .bind(s.until.timestamp() + i64::from(s.until.timestamp_subsec_nanos() > 0))
     .bind(&s.comment)
     .bind(&s.created_by)
     .bind(s.created_at.timestamp())

@@ -580,7 +580,10 @@ impl Poller {
             }
         }
         self.need_listing = false;
-        self.listing = Some(Listing { queues: queues.to_vec(), at: started, sampled_at: now, cost });
+        // The queues are kept for the scrapes to overlay; without a Prometheus source only the
+        // listing's time and cost matter (a copy of 50,000 queues is tens of MB).
+        let kept = if self.prometheus.is_some() { queues.to_vec() } else { Vec::new() };
+        self.listing = Some(Listing { queues: kept, at: started, sampled_at: now, cost });
     }
 
     /// What the broker page says about sources, cadences and ages after this poll.
