@@ -28,8 +28,52 @@
 //! `bench-poll.json`, and `bench-poll-{queues}.json` per size beside it).
 
 // The same allocator as the warren binary (src/main.rs), so the figures are the product's.
+// Wrapped to count the bytes the process has allocated and not freed: RSS says what the
+// operating system sees, the count says how much of it is warren's live data (the rest is the
+// allocator's free pages, SQLite's page cache and the binary).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Counting = Counting;
+
+struct Counting;
+
+static HEAP_LIVE: AtomicU64 = AtomicU64::new(0);
+static HEAP_PEAK: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { mimalloc::MiMalloc.alloc(layout) };
+        if !p.is_null() {
+            let now = HEAP_LIVE.fetch_add(layout.size() as u64, Ordering::Relaxed) + layout.size() as u64;
+            HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) };
+        HEAP_LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) };
+        if !p.is_null() {
+            let now = HEAP_LIVE.fetch_add(layout.size() as u64, Ordering::Relaxed) + layout.size() as u64;
+            HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                let grown = (new_size - layout.size()) as u64;
+                let now = HEAP_LIVE.fetch_add(grown, Ordering::Relaxed) + grown;
+                HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+            } else {
+                HEAP_LIVE.fetch_sub((layout.size() - new_size) as u64, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -734,7 +778,8 @@ fn memory_status() -> Value {
             .find_map(|l| l.strip_prefix(name))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
     };
-    json!({"vm_rss_kb": field("VmRSS:"), "vm_hwm_kb": field("VmHWM:")})
+    json!({"vm_rss_kb": field("VmRSS:"), "vm_hwm_kb": field("VmHWM:"),
+        "heap_live_kb": HEAP_LIVE.load(Ordering::Relaxed) / 1024, "heap_peak_kb": HEAP_PEAK.load(Ordering::Relaxed) / 1024})
 }
 
 #[derive(Clone, Copy, Default)]
@@ -902,6 +947,11 @@ async fn bench(settings: Settings) {
     // view, as the pages read it) are held, before anything else is allocated.
     let memory_after = memory_status();
     let live_queues = live.broker(BROKER).map_or(0, |b| b.queues.len());
+    // What each part holds: the poller's memory of every queue, then the pages' views.
+    drop(poller);
+    let memory_without_poller = memory_status();
+    live.update(BROKER, |b| b.queues = Arc::new(Vec::new()));
+    let memory_without_views = memory_status();
     let proc_total_ms = proc_stat_cpu_ns().zip(proc_before).map(|(a, b)| (a - b) as f64 / 1e6);
     let threads_after = thread_cpu_ns();
     let mut by_thread: Vec<(String, f64)> = threads_after
@@ -987,7 +1037,8 @@ async fn bench(settings: Settings) {
         "load_known_queues_ms": (load_ms * 10.0).round() / 10.0,
         "memory": {"note": "/proc/self/status of this process (warren's poller, live state, SQLite pool; the fake broker is another process)",
             "before_opening_the_database": memory_at_start, "after_loading_known_queues": memory_loaded,
-            "after_polls": memory_after, "live_queues": live_queues},
+            "after_polls": memory_after, "live_queues": live_queues,
+            "after_dropping_the_poller": memory_without_poller, "after_dropping_the_views": memory_without_views},
         "per_poll": {
             "cpu_ms": records.iter().map(|r| (r.cpu_ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
             "wall_ms": records.iter().map(|r| (r.wall_ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
@@ -1056,6 +1107,15 @@ async fn bench(settings: Settings) {
         mb(&memory_at_start, "vm_rss_kb"),
         mb(&memory_loaded, "vm_rss_kb"),
     );
+    println!(
+        "  heap (allocated, not freed): {:.1} MB after polls (peak {:.1} MB, after loading known queues {:.1} MB); \
+         {:.1} MB without the poller's per-queue memory, {:.1} MB without the views too",
+        mb(&memory_after, "heap_live_kb"),
+        mb(&memory_after, "heap_peak_kb"),
+        mb(&memory_loaded, "heap_live_kb"),
+        mb(&memory_without_poller, "heap_live_kb"),
+        mb(&memory_without_views, "heap_live_kb"),
+    );
 
     // ---- Phase B: storage with virtual timestamps 10 s apart.
     let b = if settings.storage { Some(storage_phase(&settings, &model, &idle).await) } else { None };
@@ -1115,9 +1175,9 @@ fn queue_meta(view: &metrics::QueueView) -> QueueMeta {
         name: view.name.clone(),
         kind: view.kind.clone(),
         durable: view.durable,
-        arguments: Value::Object(view.arguments.clone()).to_string(),
+        arguments: Value::Object((*view.arguments).clone()).to_string(),
         policy: view.policy.clone(),
-        effective_policy: Value::Object(view.effective_policy.clone()).to_string(),
+        effective_policy: Value::Object((*view.effective_policy).clone()).to_string(),
     }
 }
 

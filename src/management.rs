@@ -5,6 +5,7 @@
 //! quorum queue has no `messages*` keys for seconds; 4.x drops empty keys and may serve no
 //! `message_stats` at all): absence is carried as `None`, never turned into 0 here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -277,11 +278,13 @@ pub struct RawQueue {
     pub kind: Option<String>,
     pub durable: Option<bool>,
     pub state: Option<String>,
+    /// Shared between queues and polls (`poller::shared::SharedMaps`): most queues of a broker
+    /// have one of a few argument maps and effective policies.
     #[serde(default, deserialize_with = "lenient_object")]
-    pub arguments: Option<Map<String, Value>>,
+    pub arguments: Option<Arc<Map<String, Value>>>,
     pub policy: Option<String>,
     #[serde(default, deserialize_with = "lenient_object")]
-    pub effective_policy_definition: Option<Map<String, Value>>,
+    pub effective_policy_definition: Option<Arc<Map<String, Value>>>,
     pub messages: Option<u64>,
     pub messages_ready: Option<u64>,
     pub messages_unacknowledged: Option<u64>,

@@ -4,6 +4,8 @@
 //! Truthful numbers (DEVELOPERS.md): a value the broker did not give is `None` and is shown as
 //! unknown, never as 0; the oldest-message age always carries its source.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -100,9 +102,10 @@ pub struct QueueView {
     pub hung_consumer_secs: Option<f64>,
     #[serde(flatten)]
     pub dead_letters: crate::topology::DeadLetterInfo,
-    pub arguments: Map<String, Value>,
+    /// Shared with other queues' views and the next poll's (see `RawQueue::arguments`).
+    pub arguments: Arc<Map<String, Value>>,
     pub policy: Option<String>,
-    pub effective_policy: Map<String, Value>,
+    pub effective_policy: Arc<Map<String, Value>>,
     pub updated_at: DateTime<Utc>,
     /// True when the queue no longer exists on the broker; its history is kept.
     pub deleted: bool,
@@ -290,48 +293,92 @@ pub fn apply_health(view: &mut QueueView, no_ack_for: Option<(f64, u32)>) {
 /// least `min_window` long, from a short history of readings.
 pub const STATS_STEP_SECS: f64 = 5.0;
 
+/// Recent counter readings, kept as runs of equal readings: counters never go back (a queue
+/// whose counters did is cleared), so counters read equal at two polls held that value at every
+/// instant between them. An idle queue, most of a large broker, then holds one run instead of
+/// one reading per poll: at 50,000 queues the readings were the largest part of warren's memory.
 #[derive(Debug, Clone)]
 pub struct CounterWindow<C> {
-    readings: std::collections::VecDeque<(std::time::Instant, C)>,
+    runs: std::collections::VecDeque<Run<C>>,
+}
+
+/// Counters read equal at every poll from `first` to `last`.
+#[derive(Debug, Clone, Copy)]
+struct Run<C> {
+    first: std::time::Instant,
+    last: std::time::Instant,
+    counters: C,
 }
 
 impl<C: Copy> Default for CounterWindow<C> {
     fn default() -> Self {
-        CounterWindow { readings: std::collections::VecDeque::new() }
+        CounterWindow { runs: std::collections::VecDeque::new() }
     }
 }
 
-impl<C: Copy> CounterWindow<C> {
-    /// Most readings kept; with polls of at least 1 s this spans the windows chosen below.
-    const MAX_READINGS: usize = 16;
+impl<C: Copy + PartialEq> CounterWindow<C> {
+    /// Most runs kept; with polls of at least 1 s this spans the windows chosen below.
+    const MAX_RUNS: usize = 16;
 
     /// The reading to take a rate against at `now`, with its age in seconds: the youngest one
     /// at least `min_window` old whose age is within half a second of a multiple of the stats
-    /// step; failing that, the oldest one at least one step old.
+    /// step; failing that, the oldest one at least one step old. A run offers every age between
+    /// its first and last reading, so the age chosen in a run is the aligned one itself.
     pub fn baseline(&self, now: std::time::Instant, min_window_secs: f64) -> Option<(C, f64)> {
-        let aged = self.readings.iter().map(|(at, c)| (*c, now.duration_since(*at).as_secs_f64()));
-        let aligned = |age: f64| (age - (age / STATS_STEP_SECS).round() * STATS_STEP_SECS).abs() <= 0.5;
-        aged.clone()
-            .filter(|(_, age)| *age >= min_window_secs - 0.5 && aligned(*age))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .or_else(|| aged.filter(|(_, age)| *age >= STATS_STEP_SECS - 0.5).max_by(|a, b| a.1.total_cmp(&b.1)))
+        let age = |at: std::time::Instant| now.duration_since(at).as_secs_f64();
+        let aligned = self
+            .runs
+            .iter()
+            .filter_map(|run| {
+                let (lo, hi) = (age(run.last).max(min_window_secs - 0.5), age(run.first));
+                if lo > hi {
+                    return None;
+                }
+                // The first multiple of the step that `lo` is within half a second of, or below.
+                let target = ((lo - 0.5) / STATS_STEP_SECS).ceil() * STATS_STEP_SECS;
+                let chosen = target.clamp(lo, hi);
+                ((chosen - target).abs() <= 0.5).then_some((run.counters, chosen))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        aligned.or_else(|| {
+            let oldest = self.runs.front()?;
+            let oldest_age = age(oldest.first);
+            (oldest_age >= STATS_STEP_SECS - 0.5).then_some((oldest.counters, oldest_age))
+        })
     }
 
     pub fn push(&mut self, at: std::time::Instant, counters: C, keep_secs: f64) {
-        self.readings.push_back((at, counters));
-        while self.readings.len() > Self::MAX_READINGS
-            || self.readings.front().is_some_and(|(t, _)| at.duration_since(*t).as_secs_f64() > keep_secs)
-        {
-            self.readings.pop_front();
+        match self.runs.back_mut() {
+            Some(run) if run.counters == counters => run.last = at,
+            _ => {
+                // Room is made before pushing, so the buffer never grows past the limit.
+                if self.runs.len() >= Self::MAX_RUNS {
+                    self.runs.pop_front();
+                }
+                self.runs.push_back(Run { first: at, last: at, counters });
+            }
+        }
+        let keep = std::time::Duration::from_secs_f64(keep_secs);
+        while self.runs.front().is_some_and(|run| at.duration_since(run.last) > keep) {
+            self.runs.pop_front();
+        }
+        if let Some(front) = self.runs.front_mut() {
+            // A run older than the window still holds its value at the window's start.
+            if at.duration_since(front.first) > keep {
+                front.first = at.checked_sub(keep).unwrap_or(front.first);
+            }
+        }
+        if self.runs.len() == 1 && self.runs.capacity() > 1 {
+            self.runs.shrink_to_fit(); // an idle queue keeps one run, not a buffer for sixteen
         }
     }
 
     pub fn latest(&self) -> Option<&C> {
-        self.readings.back().map(|(_, c)| c)
+        self.runs.back().map(|run| &run.counters)
     }
 
     pub fn clear(&mut self) {
-        self.readings.clear();
+        self.runs.clear();
     }
 }
 
@@ -473,6 +520,47 @@ mod tests {
         let mut fresh = CounterWindow::default();
         fresh.push(start, 1u64, 65.0);
         assert!(fresh.baseline(start + Duration::from_secs(2), 10.0).is_none());
+    }
+
+    #[test]
+    fn equal_readings_are_one_run_offering_every_age_between() {
+        use std::time::{Duration, Instant};
+        let start = Instant::now();
+        let mut window = CounterWindow::default();
+        // Readings 0.7 s apart, none of them a whole number of 5 s steps before `now`.
+        for i in 0..30u64 {
+            window.push(start + Duration::from_millis(700 * i), 5u64, 65.0);
+        }
+        assert_eq!(window.runs.len(), 1);
+        assert!(window.runs.capacity() <= 1, "an idle window keeps no spare buffer");
+        let now = start + Duration::from_millis(700 * 29 + 300);
+        let (reading, age) = window.baseline(now, 10.0).unwrap();
+        assert_eq!(reading, 5);
+        assert!((age - 10.0).abs() < 1e-9, "the run held 5 exactly 10 s ago: {age}");
+        // A new value starts a run; the old run is still the baseline 10 s back.
+        window.push(now, 9, 65.0);
+        let (reading, age) = window.baseline(now + Duration::from_secs(2), 10.0).unwrap();
+        assert_eq!((reading, age), (5, 10.0));
+        // A run older than the window is trimmed to it.
+        let mut idle = CounterWindow::default();
+        for i in 0..40u64 {
+            idle.push(start + Duration::from_secs(5 * i), 1u64, 65.0);
+        }
+        let (_, age) = idle.baseline(start + Duration::from_secs(195), 1000.0).unwrap();
+        assert!((age - 65.0).abs() < 1e-6, "oldest age {age}");
+    }
+
+    #[test]
+    fn changing_readings_keep_a_bounded_buffer() {
+        use std::time::{Duration, Instant};
+        let start = Instant::now();
+        let mut window = CounterWindow::default();
+        for i in 0..100u64 {
+            window.push(start + Duration::from_millis(100 * i), i, 65.0);
+        }
+        assert_eq!(window.runs.len(), 16);
+        assert!(window.runs.capacity() <= 16, "capacity {}", window.runs.capacity());
+        assert_eq!(window.latest(), Some(&99));
     }
 
     #[test]

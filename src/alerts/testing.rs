@@ -1,7 +1,6 @@
 //! Test fixtures: queues with only the numbers a test cares about, everything else unknown.
 
 use chrono::{DateTime, Utc};
-use serde_json::Map;
 
 use crate::metrics::{AgeSource, QueueCounters, QueueView};
 
@@ -38,9 +37,9 @@ pub fn queue(vhost: &str, name: &str) -> TestQueue {
             no_consumers: false,
             hung_consumer_secs: None,
             dead_letters: Default::default(),
-            arguments: Map::new(),
+            arguments: Default::default(),
             policy: None,
-            effective_policy: Map::new(),
+            effective_policy: Default::default(),
             updated_at: at(0),
             deleted: false,
             id: None,

@@ -13,6 +13,7 @@
 
 mod estimate;
 mod load;
+mod shared;
 mod track;
 
 use std::collections::{HashMap, HashSet};
@@ -72,6 +73,8 @@ pub struct Poller {
     /// A resource alarm in force (the reason), from the health check.
     alarm: Option<String>,
     load: BrokerLoad,
+    /// Every distinct argument map and effective policy, held once.
+    maps: shared::SharedMaps,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -159,6 +162,7 @@ impl Poller {
             last_calls: PollCalls::default(),
             alarm: None,
             load,
+            maps: shared::SharedMaps::default(),
         })
     }
 
@@ -349,6 +353,8 @@ impl Poller {
             s.cluster_name = overview.cluster_name.clone();
             s.stats_enabled = Some(stats_enabled);
         });
+        // The previous views are gone unless a page still reads them: maps only they held go.
+        self.maps.prune();
         Ok(PollStats { queues: queue_count, samples_written, bytes })
     }
 
@@ -737,10 +743,13 @@ impl Poller {
             };
             bytes += size;
             let page_count = body.page_count;
+            let maps = &mut self.maps;
             out.extend(body.items.into_iter().map(|mut q| {
                 if q.vhost.is_empty() {
                     q.vhost = vhost.to_string();
                 }
+                q.arguments = Some(maps.share_or_empty(q.arguments.take()));
+                q.effective_policy_definition = Some(maps.share_or_empty(q.effective_policy_definition.take()));
                 q
             }));
             if page >= page_count {

@@ -380,9 +380,9 @@ pub fn queue_meta(view: &QueueView) -> QueueMeta {
         name: view.name.clone(),
         kind: view.kind.clone(),
         durable: view.durable,
-        arguments: serde_json::Value::Object(view.arguments.clone()).to_string(),
+        arguments: serde_json::Value::Object((*view.arguments).clone()).to_string(),
         policy: view.policy.clone(),
-        effective_policy: serde_json::Value::Object(view.effective_policy.clone()).to_string(),
+        effective_policy: serde_json::Value::Object((*view.effective_policy).clone()).to_string(),
     }
 }
 

@@ -116,7 +116,7 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
     let not_found = || WebError::NotFound(format!("no queue {name:?} in vhost {vhost:?} on broker {broker:?}"));
     let known = history::find_queue(&state.db, broker, vhost, name).await?.ok_or_else(not_found)?;
     let parse = |text: &str| match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => map,
+        Ok(Value::Object(map)) => std::sync::Arc::new(map),
         _ => Default::default(),
     };
     let (ts, sample) = known.last_sample.unwrap_or_default();
