@@ -769,7 +769,28 @@ fn thread_cpu_ns() -> HashMap<String, u64> {
     out
 }
 
-/// VmRSS and VmHWM (peak) of this process, in kB, from /proc/self/status.
+/// glibc's `struct mallinfo2`: SQLite allocates with the C library's malloc, not Rust's.
+#[repr(C)]
+#[allow(dead_code)] // the layout is glibc's; two fields are read
+struct MallInfo2 {
+    arena: usize,
+    ordblks: usize,
+    smblks: usize,
+    hblks: usize,
+    hblkhd: usize,
+    usmblks: usize,
+    fsmblks: usize,
+    uordblks: usize,
+    fordblks: usize,
+    keepcost: usize,
+}
+
+extern "C" {
+    fn mallinfo2() -> MallInfo2;
+}
+
+/// VmRSS and VmHWM (peak) of this process, in kB, from /proc/self/status; the bytes Rust code
+/// holds (`HEAP_LIVE`, with its peak); and what the C library's malloc (SQLite) holds and uses.
 fn memory_status() -> Value {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
@@ -778,8 +799,11 @@ fn memory_status() -> Value {
             .find_map(|l| l.strip_prefix(name))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
     };
+    // SAFETY: mallinfo2 only reads the allocator's counters (glibc 2.33 and later).
+    let c = unsafe { mallinfo2() };
     json!({"vm_rss_kb": field("VmRSS:"), "vm_hwm_kb": field("VmHWM:"),
-        "heap_live_kb": HEAP_LIVE.load(Ordering::Relaxed) / 1024, "heap_peak_kb": HEAP_PEAK.load(Ordering::Relaxed) / 1024})
+        "heap_live_kb": HEAP_LIVE.load(Ordering::Relaxed) / 1024, "heap_peak_kb": HEAP_PEAK.load(Ordering::Relaxed) / 1024,
+        "c_malloc_in_use_kb": (c.uordblks + c.hblkhd) / 1024, "c_malloc_held_kb": (c.arena + c.hblkhd) / 1024})
 }
 
 #[derive(Clone, Copy, Default)]
@@ -1115,6 +1139,13 @@ async fn bench(settings: Settings) {
         mb(&memory_loaded, "heap_live_kb"),
         mb(&memory_without_poller, "heap_live_kb"),
         mb(&memory_without_views, "heap_live_kb"),
+    );
+    println!(
+        "  C malloc (SQLite): {:.1} MB in use, {:.1} MB held after polls (after loading known queues {:.1} / {:.1} MB)",
+        mb(&memory_after, "c_malloc_in_use_kb"),
+        mb(&memory_after, "c_malloc_held_kb"),
+        mb(&memory_loaded, "c_malloc_in_use_kb"),
+        mb(&memory_loaded, "c_malloc_held_kb"),
     );
 
     // ---- Phase B: storage with virtual timestamps 10 s apart.

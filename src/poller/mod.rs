@@ -126,7 +126,14 @@ impl Poller {
     /// Loads what the database knows of this broker's queues, so that a restart does not
     /// rewrite every queue's sample.
     pub async fn new(broker: BrokerConfig, db: Db, live: Live, broker_id: i64) -> Result<Self, sqlx::Error> {
-        let queues = history::known_queues(&db, broker_id).await?.into_iter().map(Tracked::from_known).collect();
+        // Sized once: a map grown by doubling holds both tables while it moves (34 MB at 50,000).
+        let known = history::count_known_queues(&db, broker_id).await?;
+        let mut queues = HashMap::with_capacity(usize::try_from(known).unwrap_or(0));
+        history::known_queues(&db, broker_id, |k| {
+            let (key, tracked) = Tracked::from_known(k);
+            queues.insert(key, tracked);
+        })
+        .await?;
         let client = ManagementClient::new(&broker);
         let prometheus = broker.prometheus_url.clone().map(|url| PrometheusClient::new(&broker, url));
         let load = BrokerLoad {
@@ -234,7 +241,7 @@ impl Poller {
         self.alarm = self.check_alarms(&mut calls).await;
 
         // Depth from the scrape when the plugin serves it and no listing is due.
-        let mut scraped: Option<(Vec<RawQueue>, bool)> = None;
+        let mut scraped: Option<(Vec<Vec<RawQueue>>, bool)> = None;
         // When the counters were read: the start of the call that served them. Rates need
         // readings a whole number of 5 s stats steps apart (`CounterWindow::baseline`); with one
         // reading per listing, the listing's varying duration must not shift its time.
@@ -256,7 +263,7 @@ impl Poller {
             match answer {
                 Ok((scrape, size)) => {
                     bytes += size;
-                    scraped = Some((self.overlay(&scrape), scrape.has_counters));
+                    scraped = Some((vec![self.overlay(&scrape)], scrape.has_counters));
                     self.prometheus_answered(now, &scrape);
                 }
                 Err(error) => self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}")),
@@ -265,7 +272,9 @@ impl Poller {
         let (raw_queues, counters_fresh, depth_source) = match scraped {
             Some((queues, counters)) => (queues, counters, DepthSource::Prometheus),
             None => {
-                let mut raw_queues: Vec<RawQueue> = Vec::new();
+                // Kept as the pages they came in: `derive` frees each page once it is read, so
+                // the whole listing (16 MB at 50,000 queues) is never held beside both views.
+                let mut raw_queues: Vec<Vec<RawQueue>> = Vec::new();
                 counters_at = Instant::now();
                 for vhost in &watched {
                     bytes += self.fetch_vhost(&vhost.name, &mut raw_queues, &mut calls.stats).await?;
@@ -279,7 +288,7 @@ impl Poller {
                     let (scrape, size) = self.scrape_after_listing(&watched, started, now, &mut calls).await;
                     bytes += size;
                     if let Some(scrape) = scrape {
-                        raw_queues = self.overlay(&scrape);
+                        raw_queues = vec![self.overlay(&scrape)];
                         depth_source = DepthSource::Prometheus;
                     }
                 }
@@ -571,16 +580,17 @@ impl Poller {
 
     /// Records a stats listing; notices queues the scrapes have left out for `MISSING_GRACE`
     /// although they still exist.
-    fn listed(&mut self, queues: &[RawQueue], started: Instant, now: DateTime<Utc>, cost: Duration) {
+    fn listed(&mut self, pages: &[Vec<RawQueue>], started: Instant, now: DateTime<Utc>, cost: Duration) {
+        let queues = || pages.iter().flatten();
         if !self.missing_in_scrape.is_empty() {
-            let listed: HashSet<(&str, &str)> = queues.iter().map(|q| (q.vhost.as_str(), q.name.as_str())).collect();
+            let listed: HashSet<(&str, &str)> = queues().map(|q| (q.vhost.as_str(), q.name.as_str())).collect();
             // Deleted queues are not missing.
             self.missing_in_scrape.retain(|(v, n), _| listed.contains(&(v.as_str(), n.as_str())));
             let still = self.missing_in_scrape.values().filter(|since| since.elapsed() >= MISSING_GRACE).count();
             if still > 0 {
                 let reason = format!(
                     "incomplete: it did not serve {still} of {} listed queues (in a cluster each node serves only its own queues' metrics)",
-                    queues.len()
+                    queues().count()
                 );
                 self.prometheus_unavailable(started, now, reason);
             }
@@ -588,7 +598,7 @@ impl Poller {
         self.need_listing = false;
         // The queues are kept for the scrapes to overlay; without a Prometheus source only the
         // listing's time and cost matter (a copy of 50,000 queues is tens of MB).
-        let kept = if self.prometheus.is_some() { queues.to_vec() } else { Vec::new() };
+        let kept = if self.prometheus.is_some() { queues().cloned().collect() } else { Vec::new() };
         self.listing = Some(Listing { queues: kept, at: started, sampled_at: now, cost });
     }
 
@@ -722,7 +732,7 @@ impl Poller {
     async fn fetch_vhost(
         &mut self,
         vhost: &str,
-        out: &mut Vec<RawQueue>,
+        out: &mut Vec<Vec<RawQueue>>,
         spent: &mut Duration,
     ) -> Result<usize, PollError> {
         let mut bytes = 0;
@@ -744,14 +754,15 @@ impl Poller {
             bytes += size;
             let page_count = body.page_count;
             let maps = &mut self.maps;
-            out.extend(body.items.into_iter().map(|mut q| {
+            let mut items = body.items;
+            for q in &mut items {
                 if q.vhost.is_empty() {
                     q.vhost = vhost.to_string();
                 }
                 q.arguments = Some(maps.share_or_empty(q.arguments.take()));
                 q.effective_policy_definition = Some(maps.share_or_empty(q.effective_policy_definition.take()));
-                q
-            }));
+            }
+            out.push(items);
             if page >= page_count {
                 return Ok(bytes);
             }

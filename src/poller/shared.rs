@@ -51,7 +51,7 @@ impl SharedMaps {
     }
 }
 
-fn hash_map(map: &Map<String, Value>, h: &mut impl Hasher) {
+pub(super) fn hash_map(map: &Map<String, Value>, h: &mut impl Hasher) {
     map.len().hash(h);
     for (key, value) in map {
         key.hash(h);

@@ -151,11 +151,8 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         hung_consumer_secs: None,
         dead_letters: crate::topology::DeadLetterInfo {
             dead_letter_target: crate::topology::dead_letter_config(&arguments, &effective_policy).map(
-                |(exchange, routing_key, configured_by)| crate::topology::DeadLetterTarget {
-                    exchange,
-                    routing_key,
-                    configured_by,
-                    queues: None,
+                |(exchange, routing_key, configured_by)| {
+                    Box::new(crate::topology::DeadLetterTarget { exchange, routing_key, configured_by, queues: None })
                 },
             ),
             ..Default::default()
