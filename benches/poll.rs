@@ -787,6 +787,7 @@ struct MallInfo2 {
 
 extern "C" {
     fn mallinfo2() -> MallInfo2;
+    fn malloc_trim(pad: usize) -> i32;
 }
 
 /// VmRSS and VmHWM (peak) of this process, in kB, from /proc/self/status; the bytes Rust code
@@ -976,6 +977,9 @@ async fn bench(settings: Settings) {
     let memory_without_poller = memory_status();
     live.update(BROKER, |b| b.queues = Arc::new(Vec::new()));
     let memory_without_views = memory_status();
+    // SAFETY: malloc_trim only returns the C library's free pages to the system.
+    unsafe { malloc_trim(0) };
+    let memory_after_c_trim = memory_status();
     let proc_total_ms = proc_stat_cpu_ns().zip(proc_before).map(|(a, b)| (a - b) as f64 / 1e6);
     let threads_after = thread_cpu_ns();
     let mut by_thread: Vec<(String, f64)> = threads_after
@@ -1062,7 +1066,8 @@ async fn bench(settings: Settings) {
         "memory": {"note": "/proc/self/status of this process (warren's poller, live state, SQLite pool; the fake broker is another process)",
             "before_opening_the_database": memory_at_start, "after_loading_known_queues": memory_loaded,
             "after_polls": memory_after, "live_queues": live_queues,
-            "after_dropping_the_poller": memory_without_poller, "after_dropping_the_views": memory_without_views},
+            "after_dropping_the_poller": memory_without_poller, "after_dropping_the_views": memory_without_views,
+            "after_dropping_both_and_malloc_trim": memory_after_c_trim},
         "per_poll": {
             "cpu_ms": records.iter().map(|r| (r.cpu_ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
             "wall_ms": records.iter().map(|r| (r.wall_ms * 10.0).round() / 10.0).collect::<Vec<_>>(),
@@ -1146,6 +1151,13 @@ async fn bench(settings: Settings) {
         mb(&memory_after, "c_malloc_held_kb"),
         mb(&memory_loaded, "c_malloc_in_use_kb"),
         mb(&memory_loaded, "c_malloc_held_kb"),
+    );
+    println!(
+        "  VmRSS without the poller {:.1} MB, without the views too {:.1} MB, after malloc_trim {:.1} MB (C malloc held {:.1} MB)",
+        mb(&memory_without_poller, "vm_rss_kb"),
+        mb(&memory_without_views, "vm_rss_kb"),
+        mb(&memory_after_c_trim, "vm_rss_kb"),
+        mb(&memory_after_c_trim, "c_malloc_held_kb"),
     );
 
     // ---- Phase B: storage with virtual timestamps 10 s apart.

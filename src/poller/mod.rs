@@ -833,6 +833,11 @@ impl Poller {
         let (exchanges, b) =
             timed(&mut self.load, spent, "management", &format!("/api/exchanges/{path}"), self.client.exchanges(vhost))
                 .await?;
+        // The default exchange's implicit binding of every queue is listed too: routing by name
+        // needs none of them (`topology::Routes`), and at 50,000 queues they were 7 MB kept.
+        let mut bindings = bindings;
+        bindings.retain(|b| !b.source.is_empty());
+        bindings.shrink_to_fit();
         Ok((VhostTopology { bindings, exchanges }, a + b))
     }
 
