@@ -112,8 +112,10 @@ pub struct QueueView {
     /// warren's database id, once the queue has been stored.
     #[serde(skip)]
     pub id: Option<i64>,
+    /// The cumulative publish counter (stored, and the FIFO age estimate's input); the other
+    /// counters live in the poller's window only.
     #[serde(skip)]
-    pub counters: QueueCounters,
+    pub publish_count: Option<u64>,
     /// `head_message_timestamp` in unix seconds, as stored.
     #[serde(skip)]
     pub head_ts: Option<i64>,
@@ -251,7 +253,7 @@ pub fn queue_view(
         updated_at: now,
         deleted: false,
         id: None,
-        counters,
+        publish_count: counters.publish,
         head_ts,
         estimate: None,
     }

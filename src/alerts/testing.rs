@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::metrics::{AgeSource, QueueCounters, QueueView};
+use crate::metrics::{AgeSource, QueueView};
 
 /// The evaluation time `secs` seconds after a fixed start.
 pub fn at(secs: i64) -> DateTime<Utc> {
@@ -43,7 +43,7 @@ pub fn queue(vhost: &str, name: &str) -> TestQueue {
             updated_at: at(0),
             deleted: false,
             id: None,
-            counters: QueueCounters::default(),
+            publish_count: None,
             head_ts: None,
             estimate: None,
         },

@@ -31,7 +31,7 @@ pub async fn estimate_ages(
         if view.oldest_age_source != AgeSource::Unknown {
             continue;
         }
-        let (Some(total), Some(published), Some(id)) = (view.total, view.counters.publish, view.id) else {
+        let (Some(total), Some(published), Some(id)) = (view.total, view.publish_count, view.id) else {
             continue;
         };
         let Some(tracked) = queues.get_mut(&(view.vhost.clone(), view.name.clone())) else {

@@ -426,7 +426,7 @@ pub fn stored_sample(view: &QueueView) -> StoredSample {
         ready: view.ready.map(|v| v as i64),
         unacked: view.unacked.map(|v| v as i64),
         consumers: view.consumers.map(|v| v as i64),
-        publish_count: view.counters.publish.map(|v| v as i64),
+        publish_count: view.publish_count.map(|v| v as i64),
         publish_rate_m: rate_to_milli(view.publish_rate),
         deliver_rate_m: rate_to_milli(view.deliver_rate),
         ack_rate_m: rate_to_milli(view.ack_rate),

@@ -163,7 +163,7 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         updated_at,
         deleted: known.deleted_at.is_some(),
         id: Some(known.id),
-        counters: Default::default(),
+        publish_count: None,
         head_ts: sample.head_ts,
         estimate: None,
     })
