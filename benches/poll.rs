@@ -1221,9 +1221,9 @@ fn stored_sample(view: &metrics::QueueView) -> StoredSample {
 /// Mirrors `poller::track::queue_meta` (private there).
 fn queue_meta(view: &metrics::QueueView) -> QueueMeta {
     QueueMeta {
-        vhost: view.vhost.clone(),
-        name: view.name.clone(),
-        kind: view.kind.clone(),
+        vhost: view.vhost.to_string(),
+        name: view.name.to_string(),
+        kind: view.kind.to_string(),
         durable: view.durable,
         arguments: Value::Object((*view.arguments).clone()).to_string(),
         policy: view.policy.clone(),

@@ -83,7 +83,7 @@ impl Snapshots {
 
 /// A quorum queue's delivery limit: the broker's figure (4.x), else argument or policy.
 pub fn delivery_limit(view: &QueueView) -> Option<i64> {
-    if view.kind != "quorum" {
+    if &*view.kind != "quorum" {
         return None;
     }
     view.delivery_limit.or_else(|| {
@@ -117,7 +117,7 @@ pub async fn take(
     let messages = peeked.into_iter().enumerate().map(|(i, m)| summarize(i + 1, m)).collect();
     let snapshot = Arc::new(Snapshot {
         taken_at: Utc::now(),
-        queue_type: view.kind.clone(),
+        queue_type: view.kind.to_string(),
         delivery_limit: limit,
         requested: count,
         messages,

@@ -67,13 +67,15 @@ pub struct QueueRates {
 /// A queue as warren shows it: the API's queue object.
 #[derive(Debug, Clone, Serialize)]
 pub struct QueueView {
-    pub broker: String,
-    pub vhost: String,
-    pub name: String,
+    /// Names are shared (`Arc<str>`): between the views of one poll (broker, vhost, type,
+    /// state) and with the poller's own record of the queue and the next poll's view (name).
+    pub broker: Arc<str>,
+    pub vhost: Arc<str>,
+    pub name: Arc<str>,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: Arc<str>,
     pub durable: Option<bool>,
-    pub state: Option<String>,
+    pub state: Option<Arc<str>>,
     pub ready: Option<u64>,
     pub unacked: Option<u64>,
     pub total: Option<u64>,
@@ -208,7 +210,34 @@ pub fn exact_age(total: Option<u64>, head_ts: Option<i64>, now: DateTime<Utc>) -
 /// Builds the view of one queue from its raw form, its counters at the previous poll (if the
 /// queue existed then) and the time between the two polls.
 pub fn queue_view(
-    broker: &str,
+    broker: impl Into<Arc<str>>,
+    raw: RawQueue,
+    stats_enabled: bool,
+    previous: Option<(&QueueCounters, f64)>,
+    now: DateTime<Utc>,
+) -> QueueView {
+    let names = QueueNames {
+        broker: broker.into(),
+        vhost: raw.vhost.as_str().into(),
+        name: raw.name.as_str().into(),
+        kind: raw.kind.as_deref().unwrap_or("classic").into(),
+        state: raw.state.as_deref().map(Into::into),
+    };
+    queue_view_named(names, raw, stats_enabled, previous, now)
+}
+
+/// A view's names, which the poller shares between views and polls (see `QueueView::broker`).
+pub struct QueueNames {
+    pub broker: Arc<str>,
+    pub vhost: Arc<str>,
+    pub name: Arc<str>,
+    pub kind: Arc<str>,
+    pub state: Option<Arc<str>>,
+}
+
+/// `queue_view` with names already made; the raw queue's own names are not used.
+pub fn queue_view_named(
+    names: QueueNames,
     raw: RawQueue,
     stats_enabled: bool,
     previous: Option<(&QueueCounters, f64)>,
@@ -223,12 +252,12 @@ pub fn queue_view(
     let head_ts = raw.head_message_timestamp.map(|ts| ts as i64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, head_ts, now);
     QueueView {
-        broker: broker.to_string(),
-        vhost: raw.vhost,
-        name: raw.name,
-        kind: raw.kind.unwrap_or_else(|| "classic".to_string()),
+        broker: names.broker,
+        vhost: names.vhost,
+        name: names.name,
+        kind: names.kind,
         durable: raw.durable,
-        state: raw.state,
+        state: names.state,
         ready: raw.messages_ready,
         unacked: raw.messages_unacknowledged,
         total,

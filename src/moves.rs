@@ -210,13 +210,13 @@ pub async fn start(
     actor: &str,
 ) -> Result<Arc<Job>, StartError> {
     if state.broker_config(&view.broker).is_none() {
-        return Err(StartError::NoBroker(view.broker.clone()));
+        return Err(StartError::NoBroker(view.broker.to_string()));
     }
     let plan = Plan {
         selection: request.selection.clone(),
         target: request.target.clone(),
         delivery_limit: crate::browse::delivery_limit(view),
-        quorum: view.kind == "quorum",
+        quorum: &*view.kind == "quorum",
     };
     plan.check()?;
     let entry = audit::Entry {
@@ -230,9 +230,9 @@ pub async fn start(
     let id = audit::start(&state.db, entry).await?;
     let job = Arc::new(Job {
         id,
-        broker: view.broker.clone(),
-        vhost: view.vhost.clone(),
-        queue: view.name.clone(),
+        broker: view.broker.to_string(),
+        vhost: view.vhost.to_string(),
+        queue: view.name.to_string(),
         action: request.action(),
         request,
         started_at: Utc::now(),

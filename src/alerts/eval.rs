@@ -315,7 +315,7 @@ fn why_ended(rules: &[Rule], id: &(String, AlertKey), brokers: &[BrokerInput<'_>
         if !broker.up {
             return None;
         }
-        let present = broker.queues.iter().any(|q| &q.vhost == vhost && &q.name == queue && !q.deleted);
+        let present = broker.queues.iter().any(|q| *q.vhost == **vhost && *q.name == **queue && !q.deleted);
         if !present {
             return Some("queue deleted");
         }

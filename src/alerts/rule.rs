@@ -131,7 +131,7 @@ impl Scope {
         self.matches_broker(&view.broker)
             && pattern_matches(&self.vhost, vhost, &view.vhost)
             && pattern_matches(&self.queue, queue, &view.name)
-            && self.queue_type.as_deref().is_none_or(|t| t == view.kind)
+            && self.queue_type.as_deref().is_none_or(|t| t == &*view.kind)
             && (!self.dlq_only || view.dead_letters.is_dlq)
     }
 

@@ -13,12 +13,12 @@ pub fn at(secs: i64) -> DateTime<Utc> {
 pub fn queue(vhost: &str, name: &str) -> TestQueue {
     TestQueue {
         view: QueueView {
-            broker: "local".to_string(),
-            vhost: vhost.to_string(),
-            name: name.to_string(),
-            kind: "classic".to_string(),
+            broker: "local".into(),
+            vhost: vhost.into(),
+            name: name.into(),
+            kind: "classic".into(),
             durable: Some(true),
-            state: Some("running".to_string()),
+            state: Some("running".into()),
             ready: None,
             unacked: None,
             total: None,
@@ -56,12 +56,12 @@ pub struct TestQueue {
 
 impl TestQueue {
     pub fn broker(mut self, broker: &str) -> Self {
-        self.view.broker = broker.to_string();
+        self.view.broker = broker.into();
         self
     }
 
     pub fn kind(mut self, kind: &str) -> Self {
-        self.view.kind = kind.to_string();
+        self.view.kind = kind.into();
         self
     }
 

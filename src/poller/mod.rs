@@ -67,7 +67,7 @@ pub struct Poller {
     need_listing: bool,
     /// Listed queues the last scrape did not serve: still listed at the next listing means the
     /// endpoint is incomplete (in a cluster each node serves only its own queues' metrics).
-    missing_in_scrape: HashMap<QueueKey, Instant>,
+    missing_in_scrape: HashMap<(String, String), Instant>,
     /// Broker time of the last poll's calls: all of them, the cheap ones, the stats listing.
     last_calls: PollCalls,
     /// A resource alarm in force (the reason), from the health check.
@@ -300,7 +300,7 @@ impl Poller {
         let fetched = counters_at;
 
         let ctx = PollContext {
-            broker: self.broker.name.clone(),
+            broker: self.broker.name.as_str().into(),
             stats_enabled: stats_enabled || (depth_source == DepthSource::Prometheus && counters_fresh),
             now,
             fetched,
@@ -311,7 +311,7 @@ impl Poller {
         let broker = self.broker.clone();
         self.polls += 1;
         let (mut views, marks, gone) =
-            track::derive(&mut self.queues, raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
+            track::derive(&mut self.queues, &mut self.maps, raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
         bytes += self.apply_topology(&mut views, &marks, fetched, &mut calls.other).await;
         estimate::estimate_ages(&self.db, &mut self.queues, &mut views, self.broker.poll_interval.as_secs_f64(), now)
             .await?;
@@ -782,7 +782,7 @@ impl Poller {
     ) -> usize {
         let mut by_vhost: HashMap<&str, Vec<usize>> = HashMap::new();
         for (i, view) in views.iter().enumerate() {
-            by_vhost.entry(view.vhost.as_str()).or_default().push(i);
+            by_vhost.entry(&*view.vhost).or_default().push(i);
         }
         let by_vhost: Vec<(String, Vec<usize>)> = by_vhost.into_iter().map(|(v, i)| (v.to_string(), i)).collect();
         let mut bytes = 0;
@@ -812,7 +812,7 @@ impl Poller {
                 .collect();
             let mut info = topology::analyse(&configs, topology);
             for &i in indexes {
-                if let Some(facts) = info.remove(&views[i].name) {
+                if let Some(facts) = info.remove(&*views[i].name) {
                     views[i].dead_letters = facts;
                 }
             }

@@ -5,7 +5,7 @@
 //! poll they were, at 50,000 queues, tens of MB held twice (the live views and the next poll's):
 //! each distinct map is now kept once, and every view holding it points to it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -17,6 +17,8 @@ pub type SharedMap = Arc<Map<String, Value>>;
 pub struct SharedMaps {
     /// Distinct maps by a hash of their contents; equal hashes are told apart by comparing.
     by_hash: HashMap<u64, Vec<SharedMap>>,
+    /// Vhost names, queue types and states: a handful of distinct strings for every view.
+    strs: HashSet<Arc<str>>,
 }
 
 impl SharedMaps {
@@ -37,8 +39,19 @@ impl SharedMaps {
         self.share(map.unwrap_or_default())
     }
 
-    /// Forgets the maps nothing else holds any more (queues deleted or changed).
+    /// The shared copy of `s`.
+    pub fn share_str(&mut self, s: &str) -> Arc<str> {
+        if let Some(shared) = self.strs.get(s) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = s.into();
+        self.strs.insert(shared.clone());
+        shared
+    }
+
+    /// Forgets the maps and strings nothing else holds any more (queues deleted or changed).
     pub fn prune(&mut self) {
+        self.strs.retain(|s| Arc::strong_count(s) > 1);
         self.by_hash.retain(|_, maps| {
             maps.retain(|m| Arc::strong_count(m) > 1);
             !maps.is_empty()

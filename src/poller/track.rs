@@ -3,13 +3,15 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::shared::SharedMaps;
 use crate::history::{KnownQueue, PollWrite, QueueMeta, StoredSample};
 use crate::management::RawQueue;
-use crate::metrics::{self, rate_to_milli, CounterWindow, Estimate, QueueCounters, QueueRates, QueueView};
+use crate::metrics::{self, rate_to_milli, CounterWindow, Estimate, QueueCounters, QueueNames, QueueRates, QueueView};
 
 /// A queue's rows are rewritten at least this often even when nothing changed, so that a reader
 /// never has to look further back than this for the value in force.
@@ -22,7 +24,8 @@ pub const KEYFRAME_SECS: i64 = 3600;
 /// queue. Three stats intervals absorb that jump into the baseline instead of showing a spike.
 const SETTLE: Duration = Duration::from_secs(15);
 
-pub type QueueKey = (String, String);
+/// Vhost and name, shared with the views (`QueueView::vhost`, `QueueView::name`).
+pub type QueueKey = (Arc<str>, Arc<str>);
 
 /// What the poller remembers of a queue. At 50,000 queues every byte here is 50 kB: what is
 /// only compared (the stored metadata and values) is kept as a fingerprint, not as a copy.
@@ -118,7 +121,7 @@ fn stored_meta_fingerprint(meta: &QueueMeta) -> u64 {
 impl Tracked {
     pub fn from_known(k: KnownQueue) -> (QueueKey, Tracked) {
         let meta = stored_meta_fingerprint(&k.meta);
-        let key = (k.meta.vhost, k.meta.name);
+        let key = (k.meta.vhost.into(), k.meta.name.into());
         let tracked = Tracked {
             id: Some(k.id),
             meta,
@@ -169,7 +172,7 @@ impl Tracked {
 
 /// Parameters of one derivation.
 pub struct PollContext {
-    pub broker: String,
+    pub broker: Arc<str>,
     pub stats_enabled: bool,
     pub now: DateTime<Utc>,
     pub fetched: Instant,
@@ -196,6 +199,7 @@ pub struct Mark {
 /// disappeared. `poll` numbers this poll: each tracked queue remembers the last poll it was in.
 pub fn derive(
     queues: &mut HashMap<QueueKey, Tracked>,
+    shared: &mut SharedMaps,
     raw_pages: Vec<Vec<RawQueue>>,
     ctx: &PollContext,
     poll: u64,
@@ -209,7 +213,11 @@ pub fn derive(
     // copying them, so a poll of 50,000 queues does not hold both copies at once.
     for raw in raw_pages.into_iter().flatten() {
         let current = metrics::queue_counters(&raw, ctx.stats_enabled);
-        let tracked = queues.entry((raw.vhost.clone(), raw.name.clone())).or_insert_with(|| Tracked::new(ts));
+        let vhost = shared.share_str(&raw.vhost);
+        let entry = queues.entry((vhost.clone(), raw.name.as_str().into()));
+        // The view's name is the map's key: one copy per queue, whichever poll it is.
+        let name = entry.key().1.clone();
+        let tracked = entry.or_insert_with(|| Tracked::new(ts));
         if tracked.seen_poll == poll {
             continue; // a queue created during pagination can shift into the next page twice
         }
@@ -238,8 +246,15 @@ pub fn derive(
         } else {
             tracked.counters.baseline(ctx.fetched, ctx.rate_window_secs)
         };
-        let mut view = metrics::queue_view(
-            &ctx.broker,
+        let names = QueueNames {
+            broker: ctx.broker.clone(),
+            vhost,
+            name,
+            kind: shared.share_str(raw.kind.as_deref().unwrap_or("classic")),
+            state: raw.state.as_deref().map(|s| shared.share_str(s)),
+        };
+        let mut view = metrics::queue_view_named(
+            names,
             raw,
             ctx.stats_enabled,
             baseline.as_ref().map(|(c, age)| (c, *age)),
@@ -406,9 +421,9 @@ fn counters_went_back(previous: &QueueCounters, current: &QueueCounters) -> bool
 
 pub fn queue_meta(view: &QueueView) -> QueueMeta {
     QueueMeta {
-        vhost: view.vhost.clone(),
-        name: view.name.clone(),
-        kind: view.kind.clone(),
+        vhost: view.vhost.to_string(),
+        name: view.name.to_string(),
+        kind: view.kind.to_string(),
         durable: view.durable,
         arguments: serde_json::Value::Object((*view.arguments).clone()).to_string(),
         policy: view.policy.clone(),

@@ -110,7 +110,7 @@ async fn queues(State(state): State<AppState>, Query(query): Query<QueueQuery>) 
 /// has seen it (a deleted queue keeps its history).
 pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str) -> Result<QueueView, WebError> {
     let live = broker_live(state, broker)?;
-    if let Some(q) = live.queues.iter().find(|q| q.vhost == vhost && q.name == name) {
+    if let Some(q) = live.queues.iter().find(|q| *q.vhost == *vhost && *q.name == *name) {
         return Ok(q.clone());
     }
     let not_found = || WebError::NotFound(format!("no queue {name:?} in vhost {vhost:?} on broker {broker:?}"));
@@ -126,10 +126,10 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
     let total = sample.ready.zip(sample.unacked).map(|(r, u)| (r + u) as u64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, sample.head_ts, updated_at);
     Ok(QueueView {
-        broker: broker.to_string(),
-        vhost: known.meta.vhost,
-        name: known.meta.name,
-        kind: known.meta.kind,
+        broker: broker.into(),
+        vhost: known.meta.vhost.into(),
+        name: known.meta.name.into(),
+        kind: known.meta.kind.into(),
         durable: known.meta.durable,
         state: None,
         ready: sample.ready.map(|v| v as u64),

@@ -203,9 +203,9 @@ fn render_page(
     let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
     let page = DlqPage {
         me,
-        name: view.name.clone(),
-        vhost: view.vhost.clone(),
-        broker: view.broker.clone(),
+        name: view.name.to_string(),
+        vhost: view.vhost.to_string(),
+        broker: view.broker.to_string(),
         queue_href: queue_href(&view.broker, &view.vhost, &view.name),
         total: format::count(view.total),
         age: format::age(view),

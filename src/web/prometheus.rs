@@ -80,10 +80,10 @@ pub fn render(brokers: &[BrokerLive]) -> String {
         if let Some(v) = q.oldest_age_secs {
             let lower = if q.oldest_age_lower_bound { "true" } else { "false" };
             let labels = [
-                ("broker", q.broker.as_str()),
-                ("vhost", q.vhost.as_str()),
-                ("queue", q.name.as_str()),
-                ("type", q.kind.as_str()),
+                ("broker", &*q.broker),
+                ("vhost", &*q.vhost),
+                ("queue", &*q.name),
+                ("type", &*q.kind),
                 ("source", q.oldest_age_source.as_str()),
                 ("lower_bound", lower),
             ];

@@ -113,7 +113,7 @@ impl Listing {
             .iter()
             .filter(|b| self.broker.as_ref().is_none_or(|name| &b.name == name))
             .flat_map(|b| b.queues.iter())
-            .filter(|q| self.vhost.as_ref().is_none_or(|v| &q.vhost == v))
+            .filter(|q| self.vhost.as_ref().is_none_or(|v| *q.vhost == **v))
             .filter(|q| needle.as_ref().is_none_or(|n| q.name.to_lowercase().contains(n)))
             .filter(|q| !self.dlq_only || q.dead_letters.is_dlq)
             .collect();
