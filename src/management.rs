@@ -161,7 +161,7 @@ impl ManagementClient {
         self.get(&format!("api/vhosts?columns={VHOST_COLUMNS}")).await
     }
 
-    pub async fn bindings(&self, vhost: &str) -> Result<(Vec<crate::topology::Binding>, usize), BrokerError> {
+    pub async fn bindings(&self, vhost: &str) -> Result<(crate::topology::ExchangeBindings, usize), BrokerError> {
         self.get(&format!(
             "api/bindings/{}?columns=source,destination,destination_type,routing_key",
             encode_segment(vhost)

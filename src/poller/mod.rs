@@ -298,6 +298,15 @@ impl Poller {
             }
         };
         let fetched = counters_at;
+        // Topologies due by age are read before the views are built: the bindings listing is the
+        // largest answer after the queues' (at least one binding per queue), and read here it is
+        // not held beside two copies of every view (the pages' and this poll's). Those due
+        // because a queue appeared or changed are read after `derive`, which finds them.
+        let vhosts: HashSet<&str> = raw_queues.iter().flatten().map(|q| q.vhost.as_str()).collect();
+        let vhosts: Vec<String> = vhosts.into_iter().map(str::to_string).collect();
+        for vhost in vhosts {
+            bytes += self.refresh_topology_if_stale(&vhost, fetched, &mut calls.other).await;
+        }
 
         let ctx = PollContext {
             broker: self.broker.name.as_str().into(),
@@ -336,6 +345,7 @@ impl Poller {
         };
         let samples_written = write.samples.len() + write.new_samples.len();
         let ids = history::write_poll(&self.db, &write).await?;
+        history::release_freed_memory();
         track::commit(&mut self.queues, &mut views, &marks, &write, &ids, &gone);
 
         self.last_calls = calls;
@@ -788,18 +798,13 @@ impl Poller {
         let mut bytes = 0;
         for (vhost, indexes) in &by_vhost {
             // A queue seen for the first time, or whose settings changed, may change routing.
+            // Read after the listing in this poll already: it has what the listing has.
+            let read_this_poll = self.topology.get(vhost).is_some_and(|(at, _)| *at == fetched);
             let changed = indexes.iter().any(|&i| marks[i].meta.is_some());
-            let stale = self.topology.get(vhost).is_none_or(|(at, _)| fetched.duration_since(*at) >= TOPOLOGY_EVERY);
-            if changed || stale {
-                match self.fetch_topology(vhost, spent).await {
-                    Ok((topology, size)) => {
-                        bytes += size;
-                        self.topology.insert(vhost.clone(), (fetched, topology));
-                    }
-                    Err(e) => {
-                        tracing::warn!(broker = %self.broker.name, %vhost, error = %e, "topology refresh failed")
-                    }
-                }
+            if changed && !read_this_poll {
+                bytes += self.refresh_topology(vhost, fetched, spent).await;
+            } else {
+                bytes += self.refresh_topology_if_stale(vhost, fetched, spent).await;
             }
             let topology = self.topology.get(vhost).map(|(_, t)| t);
             let configs: Vec<QueueConfig<'_>> = indexes
@@ -821,6 +826,29 @@ impl Poller {
         bytes
     }
 
+    async fn refresh_topology_if_stale(&mut self, vhost: &str, fetched: Instant, spent: &mut Duration) -> usize {
+        let stale = self.topology.get(vhost).is_none_or(|(at, _)| fetched.duration_since(*at) >= TOPOLOGY_EVERY);
+        if stale {
+            self.refresh_topology(vhost, fetched, spent).await
+        } else {
+            0
+        }
+    }
+
+    /// Reads a vhost's topology; a failure keeps the previous one. Returns the bytes read.
+    async fn refresh_topology(&mut self, vhost: &str, fetched: Instant, spent: &mut Duration) -> usize {
+        match self.fetch_topology(vhost, spent).await {
+            Ok((topology, size)) => {
+                self.topology.insert(vhost.to_string(), (fetched, topology));
+                size
+            }
+            Err(e) => {
+                tracing::warn!(broker = %self.broker.name, %vhost, error = %e, "topology refresh failed");
+                0
+            }
+        }
+    }
+
     async fn fetch_topology(
         &mut self,
         vhost: &str,
@@ -833,12 +861,7 @@ impl Poller {
         let (exchanges, b) =
             timed(&mut self.load, spent, "management", &format!("/api/exchanges/{path}"), self.client.exchanges(vhost))
                 .await?;
-        // The default exchange's implicit binding of every queue is listed too: routing by name
-        // needs none of them (`topology::Routes`), and at 50,000 queues they were 7 MB kept.
-        let mut bindings = bindings;
-        bindings.retain(|b| !b.source.is_empty());
-        bindings.shrink_to_fit();
-        Ok((VhostTopology { bindings, exchanges }, a + b))
+        Ok((VhostTopology { bindings: bindings.0, exchanges }, a + b))
     }
 
     /// Rates span at least one poll interval and at least two stats steps (10 s).
