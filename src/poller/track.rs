@@ -60,9 +60,9 @@ pub struct Tracked {
 /// The last row written for a queue: when, a fingerprint of its values, and its publish counter.
 ///
 /// A fingerprint instead of the values: a row is written when the values' fingerprint changed.
-/// Two different samples share a 64-bit fingerprint with odds of 2^-64 per poll and queue (about
-/// once in 10^11 days at 50,000 queues every 10 s), and even then the next change or the hourly
-/// keyframe writes the row.
+/// Two different samples share a 64-bit fingerprint with odds of 2^-64 per poll and queue (at
+/// 50,000 queues every 10 s, once in about 10^10 days), and even then the next change or the
+/// hourly keyframe writes the row. The metadata fingerprint (`Tracked::meta`) is the same bet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
     pub ts: i64,
