@@ -24,7 +24,9 @@
 //! carry no timestamp, so warren estimates their age from history), WARREN_BENCH_HISTORY_DAYS
 //! (30; 0: start on an empty database), WARREN_BENCH_HISTORY_BUSY_STEP (300 s),
 //! WARREN_BENCH_STORAGE (1; 0 skips phase B), WARREN_BENCH_STORAGE_POLLS (720), WARREN_BENCH_GZIP
-//! (1), WARREN_BENCH_JSON (report path; default `$CARGO_TARGET_DIR` or `target/`, file
+//! (1), WARREN_BENCH_PROMETHEUS (0; 1: the synthetic broker also serves `/metrics/detailed` and
+//! warren reads depth from it, listing queues only as its broker CPU budget allows),
+//! WARREN_BENCH_JSON (report path; default `$CARGO_TARGET_DIR` or `target/`, file
 //! `bench-poll.json`, and `bench-poll-{queues}.json` per size beside it).
 
 // The same allocator as the warren binary (src/main.rs), so the figures are the product's.
@@ -132,6 +134,8 @@ struct Settings {
     history_busy_step: u64,
     /// Polls of phase B (virtual 10 s apart): at least two hours, so that keyframes show.
     storage_polls: usize,
+    /// Serve `/metrics/detailed` and configure warren to use it.
+    prometheus: bool,
 }
 
 /// `WARREN_BENCH_QUEUES`: one size or a comma-separated list.
@@ -155,6 +159,7 @@ impl Settings {
             history_days: env_num("WARREN_BENCH_HISTORY_DAYS", 30),
             history_busy_step: env_num("WARREN_BENCH_HISTORY_BUSY_STEP", 300).max(INTERVAL as u64),
             storage_polls: env_num("WARREN_BENCH_STORAGE_POLLS", 720) as usize,
+            prometheus: env_num("WARREN_BENCH_PROMETHEUS", 0) != 0,
         };
         assert!(
             s.queues >= 2 && s.polls >= 2 && s.storage_polls >= 2 && s.busy_percent <= 100 && s.no_ts_percent <= 100,
@@ -487,6 +492,7 @@ async fn serve(settings: Settings) {
         .route("/api/queues/{vhost}", get(queues))
         .route("/api/bindings/{vhost}", get(bindings))
         .route("/api/exchanges/{vhost}", get(exchanges))
+        .route("/metrics/detailed", get(metrics))
         .with_state(server);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     println!("listening {}", listener.local_addr().unwrap());
@@ -522,6 +528,27 @@ async fn vhosts(State(server): State<Arc<Server>>, headers: HeaderMap) -> Respon
     let step = server.step.load(Ordering::SeqCst);
     let body = json!([{"name": VHOST, "message_stats": server.model.message_stats(step)}]);
     reply(&server, &headers, body.to_string())
+}
+
+/// The plugin's per-queue depth and consumers (`family=queue_coarse_metrics` and
+/// `queue_consumer_count`), as RabbitMQ 3.10 writes them, at the current step.
+async fn metrics(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    use std::fmt::Write as _;
+    let step = server.step.load(Ordering::SeqCst);
+    let now = chrono::Utc::now().timestamp();
+    let model = &server.model;
+    let mut out = String::with_capacity(model.queues.len() * 300);
+    for (family, pick) in
+        [("queue_messages_ready", 0), ("queue_messages_unacked", 1), ("queue_messages", 2), ("queue_consumers", 3)]
+    {
+        let _ = writeln!(out, "# TYPE rabbitmq_detailed_{family} gauge");
+        for q in &model.queues {
+            let s = model.state(q, step, now);
+            let value = [s.ready, s.unacked, s.ready + s.unacked, s.consumers][pick];
+            let _ = writeln!(out, "rabbitmq_detailed_{family}{{vhost=\"{VHOST}\",queue=\"{}\"}} {value}", q.name);
+        }
+    }
+    reply(&server, &headers, out)
 }
 
 fn not_found() -> Response {
@@ -908,10 +935,11 @@ fn fmt_stats(v: &Value) -> String {
     )
 }
 
-fn temp_config(dir: &Path, addr: &str) -> Config {
+fn temp_config(dir: &Path, addr: &str, prometheus: bool) -> Config {
+    let prometheus_url = if prometheus { format!("http://{addr}/") } else { "off".to_string() };
     let toml = format!(
         "database = {:?}\n[[brokers]]\nname = \"{BROKER}\"\nmanagement_url = \"http://{addr}\"\n\
-         poll_interval_secs = {INTERVAL}\nrequest_timeout_secs = 60\nprometheus_url = \"off\"\n",
+         poll_interval_secs = {INTERVAL}\nrequest_timeout_secs = 60\nprometheus_url = {prometheus_url:?}\n",
         dir.join("bench.db").display().to_string()
     );
     Config::from_toml(&toml).expect("bench config")
@@ -922,16 +950,17 @@ async fn bench(settings: Settings) {
     let t0 = chrono::Utc::now().timestamp();
     let busy = Model::new(&settings, t0).queues.iter().filter(|q| q.busy).count();
     println!(
-        "warren poll benchmark: {queues} queues ({busy} busy, {} idle, {}% without timestamps), {polls} polls, gzip {}",
+        "warren poll benchmark: {queues} queues ({busy} busy, {} idle, {}% without timestamps), {polls} polls, gzip {}, depth from {}",
         queues - busy,
         settings.no_ts_percent,
-        if settings.gzip { "on" } else { "off" }
+        if settings.gzip { "on" } else { "off" },
+        if settings.prometheus { "the Prometheus plugin (/metrics/detailed)" } else { "the management listing" }
     );
 
     // ---- Phase A: the real poller against the synthetic API in a child process.
     let (mut child, addr) = start_server(&settings, t0);
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = temp_config(dir.path(), &addr);
+    let config = temp_config(dir.path(), &addr, settings.prometheus);
     let seeded = (settings.history_days > 0).then(|| {
         eprintln!("  writing {} days of history ...", settings.history_days);
         let (rows, secs) = seed_in_child(&settings, &config.database, t0);
@@ -1173,7 +1202,7 @@ async fn bench(settings: Settings) {
     let report = json!({
         "settings": {"queues": queues, "polls": polls, "busy_percent": settings.busy_percent,
             "busy_queues": busy, "no_ts_percent": settings.no_ts_percent, "gzip": settings.gzip,
-            "storage_polls": settings.storage_polls, "history_days": settings.history_days, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
+            "storage_polls": settings.storage_polls, "prometheus": settings.prometheus, "history_days": settings.history_days, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
         "phase_a_poller": a,
         "phase_b_storage": b,
     });
