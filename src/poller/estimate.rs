@@ -41,16 +41,8 @@ pub async fn estimate_ages(
         let estimate = match tracked.estimate {
             Some((cached_target, estimate)) if cached_target == target => estimate,
             _ => {
-                let (estimate, settled) = estimate_one(
-                    db,
-                    id,
-                    tracked.incarnation_since,
-                    target,
-                    total as i64,
-                    published as i64,
-                    poll_interval_secs,
-                )
-                .await?;
+                let (estimate, settled) =
+                    estimate_one(db, id, tracked, target, total as i64, published as i64, poll_interval_secs).await?;
                 // Without any stored sample yet the answer changes at the next poll.
                 tracked.estimate = settled.then_some((target, estimate));
                 estimate
@@ -64,7 +56,7 @@ pub async fn estimate_ages(
 async fn estimate_one(
     db: &Db,
     queue_id: i64,
-    since: i64,
+    tracked: &Tracked,
     target: i64,
     total: i64,
     published: i64,
@@ -75,7 +67,13 @@ async fn estimate_one(
         // or the node restarted and its counters began again).
         return Ok((Estimate::Impossible, true));
     }
-    if let Some((_, next)) = history::publish_crossing(db, queue_id, since, target).await? {
+    let since = tracked.incarnation_since;
+    // A recent crossing (a backlog younger than the last rows written) needs no query.
+    let crossing = match tracked.recent_crossing(since, target) {
+        Some(found) => Some(found),
+        None => history::publish_crossing(db, queue_id, since, target).await?,
+    };
+    if let Some((_, next)) = crossing {
         // `next` is absent when the crossing poll is the one being written now.
         let seen_at = next.map(|t| t as f64).unwrap_or_else(|| Utc::now().timestamp() as f64);
         // Published after the previous poll and before this one, and the broker's counters lag

@@ -55,7 +55,14 @@ pub struct Tracked {
     /// Rates of the last poll with fresh counters, shown until the next one (the message stats
     /// listing runs at a slower cadence than depth polls).
     pub rates: QueueRates,
+    /// While the queue's age is estimated: the newest rows written for it, oldest first, as
+    /// (ts, publish counter), so that a recent FIFO crossing is found without a query (two per
+    /// busy queue per poll otherwise: 5,000 busy queues cost more than the rest of a poll).
+    pub recent_rows: std::collections::VecDeque<(i64, Option<i64>)>,
 }
+
+/// Rows kept in `Tracked::recent_rows`.
+const RECENT_ROWS: usize = 16;
 
 /// The last row written for a queue: when, a fingerprint of its values, and its publish counter.
 ///
@@ -130,6 +137,7 @@ impl Tracked {
             counters: CounterWindow::default(),
             settle_until: None,
             no_ack_since: None,
+            recent_rows: Default::default(),
             incarnation_since: 0,
             estimate: None,
             seen_poll: 0,
@@ -149,6 +157,7 @@ impl Tracked {
             counters: CounterWindow::default(),
             settle_until: None,
             no_ack_since: None,
+            recent_rows: Default::default(),
             incarnation_since: ts,
             estimate: None,
             seen_poll: 0,
@@ -158,12 +167,34 @@ impl Tracked {
         }
     }
 
+    /// `history::publish_crossing` answered from `recent_rows` when they hold the answer: the
+    /// latest row since `since` with a publish counter at most `target`, and the time of the row
+    /// after it. `None`: not among the recent rows (the database may still have it).
+    pub fn recent_crossing(&self, since: i64, target: i64) -> Option<(i64, Option<i64>)> {
+        let rows = &self.recent_rows;
+        let i = rows.iter().rposition(|(ts, publish)| *ts >= since && publish.is_some_and(|p| p <= target))?;
+        Some((rows[i].0, rows.get(i + 1).map(|(ts, _)| *ts)))
+    }
+
+    /// Records a row just written, or forgets the recent rows once the age is exact again.
+    fn wrote(&mut self, ts: i64, publish: Option<i64>, age_exact: bool) {
+        if age_exact {
+            self.recent_rows = Default::default();
+            return;
+        }
+        if self.recent_rows.len() == RECENT_ROWS {
+            self.recent_rows.pop_front();
+        }
+        self.recent_rows.push_back((ts, publish));
+    }
+
     /// The queue was re-created: rates settle, and older history is not this queue's.
     fn restart(&mut self, fetched: Instant, ts: i64) {
         self.counters.clear();
         self.last_known = None;
         self.settle_until = Some(fetched + SETTLE);
         self.incarnation_since = ts;
+        self.recent_rows.clear();
         self.estimate = None;
         self.no_ack_since = None;
         self.rates = QueueRates::default();
@@ -391,7 +422,10 @@ pub fn commit(
             view.id = Some(id);
         }
         if sample_written {
-            t.last_written = Some(Written::new(write.ts, &stored_sample(view)));
+            let sample = stored_sample(view);
+            t.last_written = Some(Written::new(write.ts, &sample));
+            // Every row written is recorded: the recent rows are the newest ones, without gaps.
+            t.wrote(write.ts, sample.publish_count, view.oldest_age_source == metrics::AgeSource::Exact);
         }
     }
     for key in gone {
@@ -481,6 +515,28 @@ mod tests {
         // The hard limit still applies to a queue whose last row fell just after its slot.
         assert!(keyframe_due(0, 0, KEYFRAME_SECS));
         assert!(!keyframe_due(5, 10, 3000));
+    }
+
+    #[test]
+    fn recent_rows_answer_the_crossing_as_the_database_would() {
+        let mut t = Tracked::new(0);
+        for (ts, publish) in [(100, Some(10)), (110, Some(20)), (120, None), (130, Some(30))] {
+            t.wrote(ts, publish, false);
+        }
+        // The latest row at or below the target, and the row after it (a row without a counter
+        // still ends the span, as `min(ts)` over the table does).
+        assert_eq!(t.recent_crossing(0, 25), Some((110, Some(120))));
+        assert_eq!(t.recent_crossing(0, 30), Some((130, None)), "crossed in the poll being written");
+        assert_eq!(t.recent_crossing(0, 5), None, "older than the recent rows: ask the database");
+        assert_eq!(t.recent_crossing(115, 25), None, "rows before the incarnation do not count");
+        for ts in 0..40 {
+            t.wrote(200 + ts, Some(100 + ts), false);
+        }
+        assert_eq!(t.recent_rows.len(), RECENT_ROWS);
+        assert_eq!(t.recent_crossing(0, 130), Some((230, Some(231))));
+        assert_eq!(t.recent_crossing(0, 110), None, "dropped from the recent rows");
+        t.wrote(300, Some(500), true);
+        assert!(t.recent_rows.is_empty(), "an exact age needs no estimate");
     }
 
     #[test]
