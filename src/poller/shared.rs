@@ -1,9 +1,10 @@
-//! Argument maps and effective policies shared between queues and polls.
+//! Argument maps, effective policies and short names shared between queues and polls.
 //!
 //! A broker's queues mostly carry one of a few argument maps (`x-queue-type`, a dead-letter
 //! exchange) and effective policies (one policy applies to many queues). Parsed per queue and per
 //! poll they were, at 50,000 queues, tens of MB held twice (the live views and the next poll's):
-//! each distinct map is now kept once, and every view holding it points to it.
+//! each distinct map is now kept once, and every view holding it points to it. Vhost names,
+//! queue types and states are shared the same way.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
