@@ -170,6 +170,7 @@ impl Settings {
 }
 
 fn main() {
+    warren::memory::purge_freed_pages_at_once(); // as warren's own main does
     let settings = Settings::from_env();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     if std::env::var_os(SERVE_ENV).is_some() {

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod dlq;
 pub mod history;
 pub mod management;
+pub mod memory;
 pub mod metrics;
 pub mod moves;
 pub mod poller;

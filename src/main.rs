@@ -103,6 +103,7 @@ enum TokenCommand {
 }
 
 fn main() -> ExitCode {
+    warren::memory::purge_freed_pages_at_once();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
