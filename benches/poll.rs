@@ -170,7 +170,10 @@ impl Settings {
 }
 
 fn main() {
-    warren::memory::purge_freed_pages_at_once(); // as warren's own main does
+    // As warren's own main does; WARREN_BENCH_PURGE_DELAY_DEFAULT=1 keeps mimalloc's default, for A/B.
+    if std::env::var_os("WARREN_BENCH_PURGE_DELAY_DEFAULT").is_none() {
+        warren::memory::purge_freed_pages_at_once();
+    }
     let settings = Settings::from_env();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     if std::env::var_os(SERVE_ENV).is_some() {
