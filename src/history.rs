@@ -176,24 +176,6 @@ pub async fn known_queues(db: &Db, broker_id: i64, mut each: impl FnMut(KnownQue
     Ok(())
 }
 
-/// Returns the memory SQLite freed to the system. SQLite allocates with the C library's malloc,
-/// and glibc keeps what was freed in its per-thread arenas: the poll benchmark at 50,000 queues
-/// measured 14 to 26 MB held there for 2.5 MB in use, a tenth of warren's memory. Called after
-/// each poll's write; it takes no pointers and only gives free pages back.
-pub fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> i32;
-        }
-        // SAFETY: malloc_trim has no preconditions; it returns free memory at the top of each
-        // arena and unused whole pages inside them to the system.
-        unsafe {
-            malloc_trim(0);
-        }
-    }
-}
-
 /// Applies one poll's writes in a single transaction; returns the ids of `upserts`, in order.
 pub async fn write_poll(db: &Db, write: &PollWrite) -> Result<Vec<i64>, sqlx::Error> {
     let mut tx = db.begin().await?;

@@ -73,7 +73,8 @@ pub struct Poller {
     /// A resource alarm in force (the reason), from the health check.
     alarm: Option<String>,
     load: BrokerLoad,
-    /// Every distinct argument map and effective policy, held once.
+    /// Every distinct argument map, effective policy and short name (vhost, type, state), held
+    /// once.
     maps: shared::SharedMaps,
 }
 
@@ -345,7 +346,7 @@ impl Poller {
         };
         let samples_written = write.samples.len() + write.new_samples.len();
         let ids = history::write_poll(&self.db, &write).await?;
-        history::release_freed_memory();
+        crate::memory::release_sqlite_freed_memory();
         track::commit(&mut self.queues, &mut views, &marks, &write, &ids, &gone);
 
         self.last_calls = calls;
