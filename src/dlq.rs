@@ -247,8 +247,9 @@ fn header_count(delivery: &Delivery, key: &str) -> i64 {
 }
 
 /// The exchange and routing key a dead-lettered message was first published with: the
-/// `x-death` entry of its first-death queue holds the original routing keys.
-fn original_route(delivery: &Delivery) -> Option<(String, String)> {
+/// `x-death` entry of its first-death queue holds the original routing keys. Public, like
+/// `replay_properties`, for the fuzz targets: both read headers anyone can publish.
+pub fn original_route(delivery: &Delivery) -> Option<(String, String)> {
     let first_queue = header_string(delivery, "x-first-death-queue")?;
     let AMQPValue::FieldArray(deaths) = headers(delivery)?.get("x-death")? else { return None };
     let death = deaths.as_slice().iter().find_map(|d| match d {
@@ -263,8 +264,23 @@ fn original_route(delivery: &Delivery) -> Option<(String, String)> {
     Some((exchange, key))
 }
 
+/// Whether the AMQP parser kept part of the headers as raw bytes because they nest deeper
+/// than it reads (vendor/amq-protocol-types): a copy published from them would differ from the
+/// original. The walk is bounded by that same limit.
+fn headers_cut(properties: &BasicProperties) -> bool {
+    fn cut(value: &AMQPValue, depth: usize) -> bool {
+        lapin::types::parsing::is_beyond_nesting_limit(value, depth)
+            || match value {
+                AMQPValue::FieldTable(t) => t.inner().values().any(|v| cut(v, depth + 1)),
+                AMQPValue::FieldArray(a) => a.as_slice().iter().any(|v| cut(v, depth + 1)),
+                _ => false,
+            }
+    }
+    properties.headers().as_ref().is_some_and(|h| h.inner().values().any(|v| cut(v, 1)))
+}
+
 /// The properties of the copy: the original's, with warren's replay counter raised.
-fn replay_properties(delivery: &Delivery) -> BasicProperties {
+pub fn replay_properties(delivery: &Delivery) -> BasicProperties {
     let mut headers = delivery.properties.headers().clone().unwrap_or_default();
     let count = header_count(delivery, REPLAY_HEADER) + 1;
     headers.insert(ShortString::from(REPLAY_HEADER), AMQPValue::LongLongInt(count));
@@ -473,6 +489,14 @@ impl<'a> Mover<'a> {
         }
     }
 
+    /// Records a message that cannot be moved for a reason of its own (not the target's): it
+    /// stays in the source and the move goes on.
+    fn skip(&mut self, tag: u64, position: usize, message_id: Option<String>, reason: String) {
+        self.keep(tag);
+        Progress::add(&self.progress.failed);
+        self.report.failed.push(Failed { position, message_id, reason });
+    }
+
     fn keep(&mut self, tag: u64) {
         self.kept.push(tag);
         self.report.returned += 1;
@@ -505,6 +529,16 @@ impl<'a> Mover<'a> {
                 Progress::add(&self.progress.moved);
                 self.report.moved.push(Moved { position, message_id, to_queue: String::new() });
             }
+            Ok(Route::Publish { .. }) if headers_cut(&delivery.properties) => self.skip(
+                tag,
+                position,
+                message_id,
+                format!(
+                    "its headers nest deeper than {} levels: warren reads them only that far and does not \
+                     publish an altered copy; it stays in this queue (a shovel copies it whole)",
+                    lapin::types::parsing::MAX_NESTING_DEPTH
+                ),
+            ),
             Ok(Route::Publish { exchange, routing_key, label }) => {
                 let options = BasicPublishOptions { mandatory: true, ..Default::default() };
                 let confirm = self
@@ -697,7 +731,10 @@ pub async fn peek(
     outcome
 }
 
-fn peeked(delivery: &Delivery, payload_limit: usize) -> crate::management::PeekedMessage {
+/// A delivery as the DLQ browser keeps it: at most `payload_limit` payload bytes (text, or
+/// base64 when they are not UTF-8) and the properties as JSON. Public for the fuzz targets,
+/// which feed it properties and payloads read from arbitrary bytes.
+pub fn peeked(delivery: &Delivery, payload_limit: usize) -> crate::management::PeekedMessage {
     use base64::Engine;
     let kept = &delivery.data[..delivery.data.len().min(payload_limit)];
     let (payload_encoding, payload) = match std::str::from_utf8(kept) {
