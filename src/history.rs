@@ -335,6 +335,7 @@ async fn poll_times(db: &Db, broker_id: i64, from: i64, to: i64) -> Result<Vec<i
 /// Grid of `step`-second points over `[from, to]`; a point is covered when a successful poll
 /// happened in the step ending there (or within `max_gap` of it, for steps shorter than a poll).
 fn covered_grid(from: i64, to: i64, step: i64, max_gap: i64, polls: &[i64]) -> Vec<(i64, bool)> {
+    debug_assert!(from <= to && step > 0);
     let mut out = Vec::new();
     let mut t = from + (to - from) % step;
     let mut i = 0;
@@ -344,7 +345,11 @@ fn covered_grid(from: i64, to: i64, step: i64, max_gap: i64, polls: &[i64]) -> V
         }
         let covered = i > 0 && t - polls[i - 1] <= step.max(max_gap);
         out.push((t, covered));
-        t += step;
+        // Checked, so that no range can make this loop run forever.
+        match t.checked_add(step) {
+            Some(next) => t = next,
+            None => break,
+        }
     }
     out
 }

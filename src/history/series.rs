@@ -219,7 +219,11 @@ fn points_of(
         let expected = (span as f64 / poll_interval_secs.max(1) as f64).max(1.0);
         let coverage = (acc.samples() as f64 / expected).min(1.0);
         points.push(RollupPoint::new(t, &acc.finish(), (coverage * 1000.0).round() / 1000.0));
-        t += step;
+        // Checked, so that no range can make this loop run forever.
+        match t.checked_add(step) {
+            Some(next) => t = next,
+            None => break,
+        }
     }
     points
 }

@@ -198,15 +198,26 @@ pub struct TimeRange {
     pub step: i64,
 }
 
-/// Parses RFC 3339 or unix seconds.
+/// The latest time a request may name: 9999-12-31T23:59:59Z. Together with the earliest, 0 (no
+/// history predates 1970), it keeps every sum and difference of two times far from `i64`'s
+/// limits: `to - from` once wrapped and made a chart grid of 2^63 points.
+pub const MAX_TIME: i64 = 253_402_300_799;
+
+/// Parses RFC 3339 or unix seconds, from 1970 to the end of year 9999.
 pub fn parse_time(field: &str, text: &str) -> Result<i64, WebError> {
     let text = text.trim();
-    if let Ok(secs) = text.parse::<i64>() {
-        return Ok(secs);
+    let secs = match text.parse::<i64>() {
+        Ok(secs) => secs,
+        Err(_) => DateTime::parse_from_rfc3339(text).map(|t| t.timestamp()).map_err(|_| {
+            WebError::BadRequest(format!("{field}: {text:?} is neither RFC 3339 nor unix seconds"))
+        })?,
+    };
+    if !(0..=MAX_TIME).contains(&secs) {
+        return Err(WebError::BadRequest(format!(
+            "{field}: {text:?} is outside 1970-01-01 to 9999-12-31 (unix seconds 0 to {MAX_TIME})"
+        )));
     }
-    DateTime::parse_from_rfc3339(text)
-        .map(|t| t.timestamp())
-        .map_err(|_| WebError::BadRequest(format!("{field}: {text:?} is neither RFC 3339 nor unix seconds")))
+    Ok(secs)
 }
 
 impl RangeQuery {
@@ -222,9 +233,9 @@ impl RangeQuery {
                     let names: Vec<&str> = RANGES.iter().map(|(name, _)| *name).collect();
                     WebError::BadRequest(format!("range: {r:?} is not one of {}", names.join(", ")))
                 })?;
-                to - secs
+                (to - secs).max(0)
             }
-            (None, None) => to - 3600,
+            (None, None) => (to - 3600).max(0),
         };
         if from >= to {
             return Err(WebError::BadRequest("from must be before to".to_string()));
@@ -260,5 +271,27 @@ mod tests {
         let r = RangeQuery { range: Some("7d".into()), ..Default::default() }.validate(Utc::now(), 10).unwrap();
         assert_eq!(r.to - r.from, 7 * 86_400);
         assert_eq!(r.step, 7 * 86_400 / MAX_POINTS);
+    }
+
+    #[test]
+    fn times_near_the_limits_of_i64_are_refused_not_wrapped() {
+        // `to - from` wrapped to a small positive span and the chart grid never ended.
+        let r = RangeQuery {
+            from: Some("9223372036854775806".into()),
+            to: Some("9223372036854775807".into()),
+            ..Default::default()
+        };
+        assert!(r.validate(Utc::now(), 10).unwrap_err().to_string().starts_with("from:"));
+        let r = RangeQuery { from: Some("-9223372036854775808".into()), ..Default::default() };
+        assert!(r.validate(Utc::now(), 10).unwrap_err().to_string().starts_with("from:"));
+        let r = RangeQuery { to: Some("-1".into()), range: Some("30d".into()), ..Default::default() };
+        assert!(r.validate(Utc::now(), 10).unwrap_err().to_string().starts_with("to:"));
+        let r = RangeQuery { from: Some("+262142-12-31T23:59:59Z".into()), ..Default::default() };
+        assert!(r.validate(Utc::now(), 10).is_err());
+        // The ends of the accepted span still work.
+        let r = RangeQuery { from: Some(MAX_TIME.to_string()), to: Some("0".into()), ..Default::default() };
+        assert!(r.validate(Utc::now(), 10).is_err(), "from after to");
+        let r = RangeQuery { to: Some("100".into()), ..Default::default() }.validate(Utc::now(), 10).unwrap();
+        assert_eq!((r.from, r.to), (0, 100));
     }
 }
