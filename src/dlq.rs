@@ -264,19 +264,60 @@ pub fn original_route(delivery: &Delivery) -> Option<(String, String)> {
     Some((exchange, key))
 }
 
-/// Whether the AMQP parser kept part of the headers as raw bytes because they nest deeper
-/// than it reads (vendor/amq-protocol-types): a copy published from them would differ from the
-/// original. The walk is bounded by that same limit.
-fn headers_cut(properties: &BasicProperties) -> bool {
+/// Why a copy published from what warren read would differ from the original, if it would:
+/// the AMQP parser (vendor/amq-protocol-types) keeps headers nested past its limit as raw
+/// bytes, and reads short strings that are not UTF-8 with U+FFFD in place of their bytes. A
+/// U+FFFD sent as such is refused too: the message stays where it is, which is safe. The walk
+/// is bounded by the parser's nesting limit.
+fn copy_would_differ(properties: &BasicProperties) -> Option<String> {
+    use lapin::types::parsing::{has_replaced_bytes, is_beyond_nesting_limit, MAX_NESTING_DEPTH};
     fn cut(value: &AMQPValue, depth: usize) -> bool {
-        lapin::types::parsing::is_beyond_nesting_limit(value, depth)
+        is_beyond_nesting_limit(value, depth)
             || match value {
                 AMQPValue::FieldTable(t) => t.inner().values().any(|v| cut(v, depth + 1)),
                 AMQPValue::FieldArray(a) => a.as_slice().iter().any(|v| cut(v, depth + 1)),
                 _ => false,
             }
     }
-    properties.headers().as_ref().is_some_and(|h| h.inner().values().any(|v| cut(v, 1)))
+    fn replaced(value: &AMQPValue) -> bool {
+        match value {
+            AMQPValue::ShortString(s) => has_replaced_bytes(s),
+            AMQPValue::FieldTable(t) => table_replaced(t),
+            AMQPValue::FieldArray(a) => a.as_slice().iter().any(replaced),
+            _ => false,
+        }
+    }
+    fn table_replaced(table: &FieldTable) -> bool {
+        table.inner().iter().any(|(k, v)| has_replaced_bytes(k) || replaced(v))
+    }
+    let headers = properties.headers().as_ref();
+    if headers.is_some_and(|h| h.inner().values().any(|v| cut(v, 1))) {
+        return Some(format!(
+            "its headers nest deeper than {MAX_NESTING_DEPTH} levels: warren reads them only that far and does \
+             not publish an altered copy; it stays in this queue (a shovel copies it whole)"
+        ));
+    }
+    let p = properties;
+    let strings = [
+        p.content_type(),
+        p.content_encoding(),
+        p.correlation_id(),
+        p.reply_to(),
+        p.expiration(),
+        p.message_id(),
+        p.kind(),
+        p.user_id(),
+        p.app_id(),
+        p.cluster_id(),
+    ];
+    if strings.iter().any(|s| s.as_ref().is_some_and(has_replaced_bytes)) || headers.is_some_and(table_replaced) {
+        return Some(
+            "a property or header holds bytes that are not UTF-8 (or U+FFFD): warren reads them replaced and does \
+             not publish an altered copy; it stays in this queue (a shovel copies it whole)"
+                .to_string(),
+        );
+    }
+    None
 }
 
 /// The properties of the copy: the original's, with warren's replay counter raised.
@@ -529,17 +570,11 @@ impl<'a> Mover<'a> {
                 Progress::add(&self.progress.moved);
                 self.report.moved.push(Moved { position, message_id, to_queue: String::new() });
             }
-            Ok(Route::Publish { .. }) if headers_cut(&delivery.properties) => self.skip(
-                tag,
-                position,
-                message_id,
-                format!(
-                    "its headers nest deeper than {} levels: warren reads them only that far and does not \
-                     publish an altered copy; it stays in this queue (a shovel copies it whole)",
-                    lapin::types::parsing::MAX_NESTING_DEPTH
-                ),
-            ),
             Ok(Route::Publish { exchange, routing_key, label }) => {
+                if let Some(reason) = copy_would_differ(&delivery.properties) {
+                    self.skip(tag, position, message_id, reason);
+                    return Ok(());
+                }
                 let options = BasicPublishOptions { mandatory: true, ..Default::default() };
                 let confirm = self
                     .publisher

@@ -2,7 +2,7 @@ use crate::{flags::*, types::*, value::*};
 use nom::{
     self,
     bytes::streaming::take,
-    combinator::{all_consuming, complete, flat_map, map, map_opt, map_parser, map_res},
+    combinator::{all_consuming, complete, flat_map, map, map_opt, map_parser},
     error::{context, ContextError, ErrorKind, ParseError, VerboseErrorKind},
     multi::fold_many0,
     number::streaming::{
@@ -257,8 +257,23 @@ pub fn parse_decimal_value<I: ParsableInput>(i: I) -> ParserResult<I, DecimalVal
     )(i)
 }
 
-fn make_str<I: nom::InputIter<Item = u8>>(i: I) -> Result<String, std::string::FromUtf8Error> {
-    String::from_utf8(i.iter_elements().collect())
+/// Short strings that are not UTF-8 are read with U+FFFD in place of each invalid sequence.
+/// Brokers pass such bytes on (RabbitMQ delivers a `message_id` or header key of bytes `ff fe`
+/// as it was published), and refusing them failed the whole frame: the client closed its
+/// connection, and the message could never be read. A reader that must copy a message exactly
+/// treats a U+FFFD in a short string as possibly replaced; see [has_replaced_bytes].
+fn make_str<I: nom::InputIter<Item = u8>>(i: I) -> String {
+    let bytes: Vec<u8> = i.iter_elements().collect();
+    match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
+/// True when `s` may have been read with invalid bytes replaced (see [make_str]); a U+FFFD sent
+/// as such looks the same.
+pub fn has_replaced_bytes(s: &ShortString) -> bool {
+    s.as_str().contains(char::REPLACEMENT_CHARACTER)
 }
 
 /// Parse a [ShortString](../type.ShortString.html)
@@ -266,7 +281,7 @@ pub fn parse_short_string<I: ParsableInput>(i: I) -> ParserResult<I, ShortString
     context(
         "parse_short_string",
         map(
-            map_res(flat_map(parse_short_short_uint, take), make_str),
+            map(flat_map(parse_short_short_uint, take), make_str),
             ShortString::from,
         ),
     )(i)
@@ -706,6 +721,17 @@ mod nesting_tests {
         assert_eq!(&raw.as_slice()[1..], rest.as_slice());
         // Dropping the parsed value must not recurse deeply either (it is bounded by the limit).
         drop(parsed);
+    }
+
+    #[test]
+    fn short_strings_that_are_not_utf8_are_read_with_replacements() {
+        let bytes = [4u8, 0xff, 0xfe, b'i', b'd'];
+        let (rest, s) = parse_short_string(&bytes[..]).expect("parses");
+        assert!(rest.is_empty());
+        assert_eq!(s.as_str(), "\u{fffd}\u{fffd}id");
+        assert!(has_replaced_bytes(&s));
+        let (_, ok) = parse_short_string(&[2u8, b'o', b'k'][..]).unwrap();
+        assert!(!has_replaced_bytes(&ok));
     }
 
     #[test]
