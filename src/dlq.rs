@@ -29,8 +29,15 @@ use crate::config::BrokerConfig;
 /// re-publishes (DOMAIN.md §4), so the number of replays is kept in a header of warren's own.
 pub const REPLAY_HEADER: &str = "x-warren-replay-count";
 
-/// Messages read ahead by a whole-queue move (the consumer's prefetch).
+/// Messages read ahead by a whole-queue move (the consumer's prefetch), at most.
 const PREFETCH: u16 = 250;
+/// Message bytes a move holds at once, about: what the prefetch window brings in and the copies
+/// awaiting their confirm (each kept to match returns). A count alone let 250 messages of
+/// 100 MB each into memory at once.
+const MOVE_MEMORY: usize = 64 * 1024 * 1024;
+/// The prefetch when the queue's message bytes are unknown (management API unreachable, or a
+/// broker without message stats): small, since nothing says the messages are.
+const PREFETCH_UNKNOWN_SIZE: u16 = 8;
 /// Publishes awaiting their confirm at once: the copies are pipelined, each original is acked
 /// when its own confirm arrives.
 const CONFIRM_WINDOW: usize = 250;
@@ -339,9 +346,13 @@ pub async fn move_messages(
     cancel: &CancellationToken,
 ) -> Result<MoveReport, MoveError> {
     plan.check()?;
+    let prefetch = match plan.selection {
+        Selection::All => consumer_prefetch(broker, vhost, queue).await,
+        _ => 1, // reads with basic.get: no window
+    };
     let connection = connect(broker, vhost).await?;
     let outcome = async {
-        let mut mover = Mover::open(&connection, queue, plan, progress).await?;
+        let mut mover = Mover::open(&connection, queue, plan, progress, prefetch).await?;
         mover.run(cancel).await?;
         mover.finish().await
     }
@@ -350,6 +361,35 @@ pub async fn move_messages(
         tracing::warn!(error = %e, "closing the mover's AMQP connection");
     }
     outcome
+}
+
+/// The prefetch for a consumer that reads `queue` whole: as many messages of the queue's
+/// average size as fit in [`MOVE_MEMORY`] (from the management API's `message_bytes_ready`).
+async fn consumer_prefetch(broker: &BrokerConfig, vhost: &str, queue: &str) -> u16 {
+    #[derive(Deserialize)]
+    struct Sizes {
+        messages_ready: Option<u64>,
+        message_bytes_ready: Option<u64>,
+    }
+    let path = format!(
+        "api/queues/{}/{}?columns=messages_ready,message_bytes_ready",
+        crate::management::encode_segment(vhost),
+        crate::management::encode_segment(queue)
+    );
+    match crate::management::ManagementClient::new(broker).get::<Sizes>(&path).await {
+        Ok((Sizes { messages_ready: Some(n), message_bytes_ready: Some(bytes) }, _)) => prefetch_for(n, bytes),
+        Ok(_) => PREFETCH_UNKNOWN_SIZE,
+        Err(e) => {
+            tracing::warn!(error = %e, queue, "message sizes unknown; the move reads a few at a time");
+            PREFETCH_UNKNOWN_SIZE
+        }
+    }
+}
+
+/// Prefetch for `messages` ready holding `bytes` in all.
+fn prefetch_for(messages: u64, bytes: u64) -> u16 {
+    let average = (bytes / messages.max(1)).max(1);
+    (MOVE_MEMORY as u64 / average).clamp(1, u64::from(PREFETCH)) as u16
 }
 
 /// A copy published and not yet confirmed.
@@ -384,6 +424,9 @@ struct Mover<'a> {
     source: lapin::Channel,
     publisher: lapin::Channel,
     in_flight: Vec<Pending>,
+    /// Body bytes of the copies in flight.
+    in_flight_bytes: usize,
+    prefetch: u16,
     /// Deliveries read and not moved; returned to the source at the end, in order.
     kept: Vec<u64>,
     report: MoveReport,
@@ -397,6 +440,7 @@ impl<'a> Mover<'a> {
         queue: &'a str,
         plan: &'a Plan,
         progress: &'a Progress,
+        prefetch: u16,
     ) -> Result<Mover<'a>, MoveError> {
         let source = connection.create_channel().await?;
         let publisher = connection.create_channel().await?;
@@ -414,6 +458,8 @@ impl<'a> Mover<'a> {
             source,
             publisher,
             in_flight: Vec::new(),
+            in_flight_bytes: 0,
+            prefetch,
             kept: Vec::new(),
             report: MoveReport::default(),
             stop: None,
@@ -463,7 +509,7 @@ impl<'a> Mover<'a> {
     /// Reads a whole queue with a consumer (much faster than one `basic.get` per message). Every
     /// message delivered is moved, so none is given back except those that fail.
     async fn run_consumer(&mut self, to_read: usize, cancel: &CancellationToken) -> Result<(), MoveError> {
-        self.source.basic_qos(PREFETCH, BasicQosOptions::default()).await?;
+        self.source.basic_qos(self.prefetch, BasicQosOptions::default()).await?;
         let mut consumer = self
             .source
             .basic_consume(self.queue, "warren-mover", BasicConsumeOptions::default(), FieldTable::default())
@@ -581,8 +627,9 @@ impl<'a> Mover<'a> {
                     .basic_publish(&exchange, &routing_key, options, &delivery.data, replay_properties(&delivery))
                     .await?;
                 let copy = Copy { tag, position, message_id, to: label, exchange, routing_key, data: delivery.data };
+                self.in_flight_bytes += copy.data.len();
                 self.in_flight.push(Pending { copy, confirm });
-                if self.in_flight.len() >= CONFIRM_WINDOW {
+                if self.in_flight.len() >= CONFIRM_WINDOW || self.in_flight_bytes >= MOVE_MEMORY {
                     self.settle_batch().await?;
                 }
             }
@@ -603,6 +650,7 @@ impl<'a> Mover<'a> {
     /// original in the source (a duplicate), never ack an original whose copy was lost.
     async fn settle_batch(&mut self) -> Result<(), MoveError> {
         let batch = std::mem::take(&mut self.in_flight);
+        self.in_flight_bytes = 0;
         let mut confirmed = Vec::with_capacity(batch.len());
         let mut returned = Vec::new();
         let mut copies = Vec::with_capacity(batch.len());
@@ -855,5 +903,20 @@ fn value_json(v: &AMQPValue, depth: usize) -> serde_json::Value {
         AMQPValue::FieldTable(t) => table_json(t, depth),
         AMQPValue::ByteArray(b) => Value::String(format!("{:?}", b.as_slice())),
         AMQPValue::Void => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefetch_keeps_a_whole_queue_move_within_its_memory() {
+        assert_eq!(prefetch_for(10_000, 10_000 * 200), PREFETCH, "small messages: the full window");
+        assert_eq!(prefetch_for(100, 100 * 100 * 1024 * 1024), 1, "100 MB each: one at a time");
+        assert_eq!(prefetch_for(100, 100 * 1024 * 1024), 64, "1 MB each");
+        assert_eq!(prefetch_for(50, 50 * 4 * 1024 * 1024), 16);
+        assert_eq!(prefetch_for(0, 0), PREFETCH, "an empty queue");
+        assert_eq!(prefetch_for(1, u64::MAX), 1);
     }
 }
