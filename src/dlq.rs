@@ -327,9 +327,22 @@ fn copy_would_differ(properties: &BasicProperties) -> Option<String> {
     None
 }
 
-/// The properties of the copy: the original's, with warren's replay counter raised.
+/// Headers the broker keeps for its own bookkeeping of one queue, which must not travel with a
+/// copy: a quorum queue's `x-delivery-count` (raised by every read and hand-back; DOMAIN.md §8)
+/// would make a consumer that reads it for its own retry decisions see deliveries the copy
+/// never had. The `x-death` family stays: it is the message's history, and applications read it.
+const BROKER_BOOKKEEPING_HEADERS: &[&str] = &["x-delivery-count"];
+
+/// The properties of the copy: the original's, without the broker's bookkeeping headers, with
+/// warren's replay counter raised.
 pub fn replay_properties(delivery: &Delivery) -> BasicProperties {
-    let mut headers = delivery.properties.headers().clone().unwrap_or_default();
+    let original = delivery.properties.headers().clone().unwrap_or_default();
+    let mut headers = FieldTable::default();
+    for (key, value) in original.inner() {
+        if !BROKER_BOOKKEEPING_HEADERS.contains(&key.as_str()) {
+            headers.insert(key.clone(), value.clone());
+        }
+    }
     let count = header_count(delivery, REPLAY_HEADER) + 1;
     headers.insert(ShortString::from(REPLAY_HEADER), AMQPValue::LongLongInt(count));
     delivery.properties.clone().with_headers(headers)

@@ -297,3 +297,44 @@ async fn delete_selected_and_purge_are_recorded() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// A quorum DLQ counts every read in `x-delivery-count`; the copies warren publishes once carried
+/// it, so a consumer that reads it for its own retry decisions saw deliveries the copy never had.
+/// The copy keeps every header the application set, and warren's replay counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_copies_leave_the_brokers_delivery_count_behind() {
+    let vhost = TestVhost::create("deliverycount").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "qdlq", true).await;
+    for i in 1..=3 {
+        let mut headers = FieldTable::default();
+        headers.insert("x-app-attempt".into(), AMQPValue::LongInt(7));
+        let properties = BasicProperties::default().with_message_id(format!("c{i}").into()).with_headers(headers);
+        let confirm =
+            channel.basic_publish("", "qdlq", BasicPublishOptions::default(), b"x", properties).await.unwrap();
+        assert!(confirm.await.unwrap().is_ack());
+    }
+    declare(&channel, "target", false).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "qdlq").await;
+    // A snapshot reads and hands back each message once: the broker's count is now 1.
+    let base = format!("/api/v1/queues/local/{}/qdlq", encode(&vhost.name));
+    let (status, snapshot) = warren.post_json(&format!("{base}/snapshot"), json!({"confirm": "true"})).await;
+    assert_eq!(status, 200, "{snapshot}");
+    let job = warren
+        .run_move(&format!("{base}/requeue"), json!({"selection": {"positions": [1, 2, 3]}, "target": {"queue": "target"}}))
+        .await;
+    assert_eq!(job["state"], "done", "{job}");
+    for i in 1..=3 {
+        let message = channel.basic_get("target", BasicGetOptions { no_ack: true }).await.unwrap().expect("a copy");
+        let properties = &message.delivery.properties;
+        assert_eq!(properties.message_id().as_ref().map(|s| s.as_str()), Some(format!("c{i}").as_str()));
+        let headers = properties.headers().as_ref().expect("headers").inner();
+        assert_eq!(headers.get("x-delivery-count"), None, "c{i}: {headers:?}");
+        assert_eq!(headers.get("x-app-attempt"), Some(&AMQPValue::LongInt(7)), "c{i}");
+        assert_eq!(headers.get("x-warren-replay-count"), Some(&AMQPValue::LongLongInt(1)), "c{i}");
+    }
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
