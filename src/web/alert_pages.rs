@@ -116,7 +116,7 @@ struct PreviewFragment {
 
 /// The editor's fields as typed (strings, so a bad number is shown back as typed).
 #[derive(Debug, Default, Clone, serde::Deserialize)]
-struct RuleForm {
+pub struct RuleForm {
     /// The id of the rule being edited; empty for a new rule.
     #[serde(default)]
     editing: String,
@@ -152,7 +152,7 @@ struct RuleForm {
 
 impl RuleForm {
     /// The rule the form describes, or the fields that could not be read.
-    fn rule(&self) -> Result<Rule, WebError> {
+    pub fn rule(&self) -> Result<Rule, WebError> {
         let mut errors = Vec::new();
         let mut number = |field: &str, text: &str, default: Option<f64>| -> Option<f64> {
             match (text.trim(), default) {
@@ -423,14 +423,31 @@ struct SilenceForm {
     comment: String,
 }
 
+/// Longest silence the form takes, in hours: a year, as `add_silence` checks for every silence.
+const MAX_SILENCE_HOURS: f64 = 365.0 * 24.0;
+
+/// The form's duration, checked before any time arithmetic: `hours=1e300` once overflowed
+/// chrono's duration and panicked the request before the one-year check could refuse it.
+fn silence_hours(text: &str) -> Result<f64, WebError> {
+    let invalid = |message: String| WebError::Invalid(vec![("hours".into(), message)]);
+    let hours: f64 = text
+        .trim()
+        .parse()
+        .ok()
+        .filter(|h: &f64| h.is_finite() && *h > 0.0)
+        .ok_or_else(|| invalid(format!("{text:?} is not a positive number")))?;
+    if hours > MAX_SILENCE_HOURS {
+        return Err(invalid(format!("{text:?}: a silence lasts at most a year ({MAX_SILENCE_HOURS} hours)")));
+    }
+    Ok(hours)
+}
+
 async fn silence_form(
     State(state): State<AppState>,
     access: Access,
     Form(form): Form<SilenceForm>,
 ) -> Result<Response, PageError> {
-    let hours: f64 = form.hours.trim().parse().ok().filter(|h: &f64| h.is_finite() && *h > 0.0).ok_or_else(|| {
-        WebError::Invalid(vec![("hours".into(), format!("{:?} is not a positive number", form.hours))])
-    })?;
+    let hours = silence_hours(&form.hours)?;
     let key = match form.key.as_deref().map(str::trim).filter(|k| !k.is_empty()) {
         Some(k) => Some(
             serde_json::from_str(k).map_err(|_| WebError::Invalid(vec![("key".into(), "not an alert key".into())]))?,
@@ -441,7 +458,7 @@ async fn silence_form(
         id: 0,
         rule_id: form.rule_id.filter(|r| !r.trim().is_empty()),
         key,
-        until: chrono::Utc::now() + chrono::Duration::seconds((hours * 3600.0) as i64),
+        until: chrono::Utc::now() + chrono::Duration::seconds((hours * 3600.0).round() as i64),
         comment: form.comment,
         created_by: String::new(),
         created_at: chrono::Utc::now(),
@@ -464,4 +481,18 @@ async fn test_form(State(state): State<AppState>, me: Me, Path(id): Path<String>
         Err(e) => (false, format!("Test notification to {id} failed: {e}")),
     };
     Ok(html(render_with(&state, me, blank_form(), None, Some(notice)).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silence_hours_are_checked_before_any_time_arithmetic() {
+        for bad in ["1e300", "inf", "NaN", "-1", "0", "8761", "9223372036854775807", "", "two"] {
+            assert!(silence_hours(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(silence_hours(" 8760 ").unwrap(), 8760.0);
+        assert_eq!(silence_hours("0.5").unwrap(), 0.5);
+    }
 }

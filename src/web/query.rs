@@ -281,7 +281,8 @@ mod tests {
             to: Some("9223372036854775807".into()),
             ..Default::default()
         };
-        assert!(r.validate(Utc::now(), 10).unwrap_err().to_string().starts_with("from:"));
+        let error = r.validate(Utc::now(), 10).unwrap_err().to_string();
+        assert!(error.starts_with("to:") && error.contains("outside 1970-01-01 to 9999-12-31"), "{error}");
         let r = RangeQuery { from: Some("-9223372036854775808".into()), ..Default::default() };
         assert!(r.validate(Utc::now(), 10).unwrap_err().to_string().starts_with("from:"));
         let r = RangeQuery { to: Some("-1".into()), range: Some("30d".into()), ..Default::default() };
