@@ -52,14 +52,20 @@ fn user_key(name: &str) -> String {
     }
 }
 
-fn addr_key(peer: IpAddr) -> String {
+/// Where a login comes from, as the throttle counts it and the audit log aggregates it: the IPv4
+/// address, or the /64 of an IPv6 one.
+pub fn source(peer: IpAddr) -> String {
     match peer.to_canonical() {
-        IpAddr::V4(v4) => format!("addr:{v4}"),
+        IpAddr::V4(v4) => v4.to_string(),
         IpAddr::V6(v6) => {
             let s = v6.segments();
-            format!("addr:{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
         }
     }
+}
+
+fn addr_key(peer: IpAddr) -> String {
+    format!("addr:{}", source(peer))
 }
 
 impl LoginThrottle {

@@ -10,6 +10,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{check_name, shorten, AuthError, Role};
+use crate::audit;
 use crate::history::Db;
 
 /// Shorter passwords are refused (NIST SP 800-63B asks for at least 8; 12 leaves a margin for
@@ -214,26 +215,19 @@ pub enum LoginOutcome {
     Throttled,
 }
 
-/// Writes a login attempt to the audit log (action `login`, outcome `done` or `failed`). The
-/// name is what was typed, shortened and without control characters: it is hostile input.
+/// Writes a login attempt to the audit log: a success as a row of its own, a failure counted in
+/// its source's row for the name and minute (`audit::login_failed`). The name is what was typed,
+/// shortened and without control characters: it is hostile input.
 pub async fn record_login(db: &Db, name: &str, peer: IpAddr, outcome: LoginOutcome) -> Result<(), AuthError> {
-    let (result, detail) = match outcome {
-        LoginOutcome::Success => ("done", None),
-        LoginOutcome::Failed => ("failed", Some("unknown user, wrong password or disabled account")),
-        LoginOutcome::Throttled => ("failed", Some("refused: too many failed logins, throttled")),
-    };
-    let request = serde_json::json!({ "peer": peer.to_canonical().to_string() }).to_string();
-    sqlx::query(
-        "insert into audit_log (at, actor, broker, vhost, queue, action, request, outcome, detail)
-         values (?, ?, '', '', '', 'login', ?, ?, ?)",
-    )
-    .bind(chrono::Utc::now().timestamp())
-    .bind(shorten(name))
-    .bind(request)
-    .bind(result)
-    .bind(detail)
-    .execute(db)
-    .await?;
+    let name = shorten(name);
+    match outcome {
+        LoginOutcome::Success => audit::login_succeeded(db, &name, &peer.to_canonical().to_string()).await?,
+        LoginOutcome::Failed | LoginOutcome::Throttled => {
+            let throttled = outcome == LoginOutcome::Throttled;
+            let now = chrono::Utc::now().timestamp();
+            audit::login_failed(db, &name, &super::throttle::source(peer), throttled, now).await?
+        }
+    }
     Ok(())
 }
 
@@ -241,6 +235,7 @@ pub async fn record_login(db: &Db, name: &str, peer: IpAddr, outcome: LoginOutco
 mod tests {
     use super::*;
     use crate::auth::test_db;
+    use serde_json::json;
 
     const PW: &str = "correct horse battery";
 
@@ -372,14 +367,33 @@ mod tests {
         let peer: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
         record_login(&db, "alice", peer, LoginOutcome::Success).await.unwrap();
         record_login(&db, "evil\n<b>name", peer, LoginOutcome::Failed).await.unwrap();
+        record_login(&db, "alice", peer, LoginOutcome::Failed).await.unwrap();
         record_login(&db, "alice", peer, LoginOutcome::Throttled).await.unwrap();
-        let entries = crate::audit::recent(&db, 10).await.unwrap();
-        assert_eq!(entries.len(), 3);
-        let failed = &entries[1];
-        assert_eq!((failed.action.as_str(), failed.outcome.as_str()), ("login", "failed"));
-        assert_eq!(failed.actor, "evil?<b>name");
-        assert_eq!(failed.request["peer"], "192.0.2.7");
-        assert_eq!(entries[2].outcome, "done");
-        assert!(entries[0].detail.as_deref().unwrap().contains("throttled"));
+        let page = audit::Page { kind: Some(audit::Kind::Login), before: None, after: None, per_page: 10 };
+        let entries = audit::list(&db, &page).await.unwrap().records;
+        assert!(entries.iter().all(|e| e.kind == audit::Kind::Login));
+        let (alice, evil) = (&entries[entries.len() - 1], &entries[entries.len() - 2]);
+        assert_eq!((alice.outcome.as_str(), alice.attempts, alice.source.as_deref()), ("done", 1, Some("192.0.2.7")));
+        assert_eq!((evil.action.as_str(), evil.outcome.as_str()), ("login", "failed"));
+        assert_eq!(evil.actor, "evil?<b>name");
+        assert_eq!((evil.source.as_deref(), &evil.request["peer"]), (Some("192.0.2.7"), &json!("192.0.2.7")));
+        // Alice's two failures share a row (two if the minute turned between them).
+        let failed = &entries[..entries.len() - 2];
+        assert!(failed.iter().all(|e| e.actor == "alice" && e.outcome == "failed"), "{failed:?}");
+        let counts = failed.iter().fold((0, 0), |(n, t), e| (n + e.attempts, t + e.throttled));
+        assert_eq!((failed.len() <= 2, counts), (true, (2, 1)), "{failed:?}");
+    }
+
+    #[tokio::test]
+    async fn failed_logins_from_ipv6_count_per_slash_64() {
+        let (_dir, db) = test_db().await;
+        for peer in ["2001:db8:1:2::1", "2001:db8:1:2:ffff::9"] {
+            record_login(&db, "alice", peer.parse().unwrap(), LoginOutcome::Failed).await.unwrap();
+        }
+        let page = audit::Page { kind: None, before: None, after: None, per_page: 10 };
+        let entries = audit::list(&db, &page).await.unwrap().records;
+        // One row (two if the minute turned between the attempts).
+        assert!(entries.iter().all(|e| e.source.as_deref() == Some("2001:db8:1:2::/64")), "{entries:?}");
+        assert_eq!(entries.iter().map(|e| e.attempts).sum::<i64>(), 2);
     }
 }

@@ -490,23 +490,14 @@ fn account_error(e: AuthError) -> ApiError {
     })
 }
 
-/// Records an account change in the audit log (no broker, vhost or queue).
+/// Records an account change in the audit log (kind `account`).
 async fn audit_account(
     state: &AppState,
     access: &Access,
     action: &str,
     request: serde_json::Value,
 ) -> Result<(), ApiError> {
-    let entry = crate::audit::Entry {
-        actor: &access.principal.actor(),
-        broker: "",
-        vhost: "",
-        queue: "",
-        action,
-        request: request.to_string(),
-    };
-    let id = crate::audit::start(&state.db, entry).await?;
-    crate::audit::finish(&state.db, id, "done", 0, 0, &[], None).await?;
+    crate::audit::account(&state.db, &access.principal.actor(), action, &request).await?;
     Ok(())
 }
 

@@ -1,10 +1,10 @@
 //! State-changing actions (POST only), in the JSON API. Each is recorded in the audit log
-//! before it runs and updated when it ends.
+//! before it runs and updated when it ends (the log's views are in `audit.rs`).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
@@ -23,70 +23,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/requeue", post(requeue))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/delete", post(delete))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/purge", post(purge))
-        .route("/api/v1/audit", get(audit_log))
-        .route("/audit", get(audit_page))
-}
-
-struct AuditRow {
-    at: String,
-    actor: String,
-    action: String,
-    broker: String,
-    vhost: String,
-    queue: String,
-    outcome: String,
-    outcome_class: &'static str,
-    moved: i64,
-    failed: i64,
-    message_ids: String,
-    detail: String,
-}
-
-#[derive(askama::Template)]
-#[template(path = "audit.html")]
-struct AuditPage {
-    me: super::Me,
-    rows: Vec<AuditRow>,
-}
-
-/// The first ids of a move and how many more: a bulk move records 100,000 of them, which the
-/// API returns whole and the page does not.
-fn shown_ids(ids: &serde_json::Value) -> String {
-    const SHOWN: usize = 20;
-    match ids.as_array() {
-        Some(all) if all.len() > SHOWN => {
-            let first: Vec<String> = all[..SHOWN].iter().map(|v| v.as_str().unwrap_or("?").to_string()).collect();
-            format!("{} … and {} more (all in the API)", first.join(", "), all.len() - SHOWN)
-        }
-        Some(all) => all.iter().map(|v| v.as_str().unwrap_or("?").to_string()).collect::<Vec<_>>().join(", "),
-        None => ids.to_string(),
-    }
-}
-
-async fn audit_page(State(state): State<AppState>, me: super::Me) -> Result<Response, super::PageError> {
-    let rows = audit::recent(&state.db, 500)
-        .await?
-        .into_iter()
-        .map(|r| AuditRow {
-            at: super::format::time(chrono::DateTime::from_timestamp(r.at, 0)),
-            outcome_class: match r.outcome.as_str() {
-                "done" => "info",
-                "failed" => "bad",
-                _ => "warn",
-            },
-            actor: r.actor,
-            action: r.action,
-            broker: r.broker,
-            vhost: r.vhost,
-            queue: r.queue,
-            outcome: r.outcome,
-            moved: r.moved,
-            failed: r.failed,
-            message_ids: shown_ids(&r.message_ids),
-            detail: r.detail.unwrap_or_default(),
-        })
-        .collect();
-    Ok(super::html(askama::Template::render(&AuditPage { me, rows })?))
 }
 
 /// Starts a move as a background job (`moves::start`), as the actor of the request.
@@ -202,8 +138,4 @@ async fn respond(
         )
             .into_response()),
     }
-}
-
-async fn audit_log(State(state): State<AppState>) -> Result<Json<Vec<audit::Record>>, ApiError> {
-    Ok(Json(audit::recent(&state.db, 500).await?))
 }

@@ -6,6 +6,7 @@ mod alert_pages;
 mod alerts;
 mod api;
 mod assets;
+mod audit;
 mod brokers;
 mod dlq_pages;
 mod format;
@@ -29,6 +30,7 @@ pub fn router(state: AppState) -> Router {
         .merge(pages::router())
         .merge(api::router())
         .merge(actions::router())
+        .merge(audit::router())
         .merge(alerts::router())
         .merge(alert_pages::router())
         .merge(dlq_pages::router())

@@ -1,0 +1,268 @@
+//! The audit log as a page (`/audit`) and in the JSON API (`/api/v1/audit`): one kind or all,
+//! newest first, paged by entry id through the whole log, account names for admins only.
+//!
+//! The API answers a JSON array, as it always has, and points to the pages around it with a
+//! `Link` header (`rel="next"` older, `rel="prev"` newer, `rel="first"` the newest), so scripts
+//! that read the array keep working.
+
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::{Access, ApiError, Me, WebError};
+use crate::audit::{self, Kind, Listing, Page, Record};
+use crate::auth::{shorten, Role};
+use crate::state::AppState;
+
+/// Entries per page unless asked otherwise.
+pub const DEFAULT_PER_PAGE: i64 = 100;
+/// The most entries one page may ask for (a bulk move's entry alone can list 100,000 ids).
+pub const MAX_PER_PAGE: i64 = 500;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/audit", get(audit_api)).route("/audit", get(audit_page))
+}
+
+/// `?kind=&before=&after=&per_page=`, as text so that a bad value gets a 400 that says why.
+#[derive(Debug, Default, Deserialize)]
+struct AuditQuery {
+    /// `action`, `login`, `account`, or `all` (the default).
+    kind: Option<String>,
+    /// Entries older than this id (the `older` cursor of a page).
+    before: Option<String>,
+    /// Entries newer than this id (the `newer` cursor of a page).
+    after: Option<String>,
+    per_page: Option<String>,
+}
+
+fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+impl AuditQuery {
+    fn validate(&self) -> Result<Page, WebError> {
+        let kind = match given(&self.kind) {
+            None | Some("all") => None,
+            Some(text) => Some(Kind::parse(text).ok_or_else(|| {
+                WebError::BadRequest(format!("kind: {:?} is not one of all, action, login, account", shorten(text)))
+            })?),
+        };
+        let id = |field: &str, value: &Option<String>| -> Result<Option<i64>, WebError> {
+            given(value)
+                .map(|text| {
+                    text.parse::<i64>().ok().filter(|id| *id >= 1).ok_or_else(|| {
+                        WebError::BadRequest(format!("{field}: {:?} is not an entry id (from 1)", shorten(text)))
+                    })
+                })
+                .transpose()
+        };
+        let (before, after) = (id("before", &self.before)?, id("after", &self.after)?);
+        if before.is_some() && after.is_some() {
+            return Err(WebError::BadRequest("before and after: give one of them, not both".to_string()));
+        }
+        let per_page = match given(&self.per_page) {
+            None => DEFAULT_PER_PAGE,
+            Some(text) => text.parse::<i64>().ok().filter(|n| (1..=MAX_PER_PAGE).contains(n)).ok_or_else(|| {
+                WebError::BadRequest(format!(
+                    "per_page: {:?} is not a whole number from 1 to {MAX_PER_PAGE}",
+                    shorten(text)
+                ))
+            })?,
+        };
+        Ok(Page { kind, before, after, per_page })
+    }
+}
+
+/// Reads the page asked for, with account names hidden unless the caller is an admin.
+async fn read(state: &AppState, page: &Page, admin: bool, own_actor: &str) -> Result<Listing, WebError> {
+    let mut listing = audit::list(&state.db, page).await?;
+    if !admin {
+        listing.records.iter_mut().for_each(|r| r.hide_account_names(own_actor));
+    }
+    Ok(listing)
+}
+
+/// A link to another page of the same view.
+fn href(path: &str, page: &Page, cursor: Option<(&str, i64)>) -> String {
+    let mut pairs: Vec<String> = Vec::new();
+    if let Some(kind) = page.kind {
+        pairs.push(format!("kind={}", kind.as_str()));
+    }
+    if let Some((name, id)) = cursor {
+        pairs.push(format!("{name}={id}"));
+    }
+    if page.per_page != DEFAULT_PER_PAGE {
+        pairs.push(format!("per_page={}", page.per_page));
+    }
+    if pairs.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", pairs.join("&"))
+    }
+}
+
+/// Where the pages around this one are: (newest, newer, older), each only where there is one.
+fn neighbours(path: &str, page: &Page, listing: &Listing) -> (Option<String>, Option<String>, Option<String>) {
+    let newer = listing.newer.map(|id| href(path, page, Some(("after", id))));
+    let newest = newer.as_ref().map(|_| href(path, page, None));
+    let older = listing.older.map(|id| href(path, page, Some(("before", id))));
+    (newest, newer, older)
+}
+
+async fn audit_api(
+    State(state): State<AppState>,
+    access: Access,
+    Query(query): Query<AuditQuery>,
+) -> Result<Response, ApiError> {
+    let page = query.validate()?;
+    let admin = access.principal.role.allows(Role::Admin);
+    let listing = read(&state, &page, admin, &access.principal.actor()).await?;
+    let (newest, newer, older) = neighbours("/api/v1/audit", &page, &listing);
+    let links: Vec<String> = [(older, "next"), (newer, "prev"), (newest, "first")]
+        .into_iter()
+        .filter_map(|(url, rel)| url.map(|url| format!("<{url}>; rel=\"{rel}\"")))
+        .collect();
+    let mut response = Json(listing.records).into_response();
+    if !links.is_empty() {
+        let value = links.join(", ").parse().expect("links are ASCII: paths and numbers");
+        response.headers_mut().insert(header::LINK, value);
+    }
+    Ok(response)
+}
+
+struct AuditRow {
+    at: String,
+    actor: String,
+    action: String,
+    broker: String,
+    vhost: String,
+    queue: String,
+    outcome: String,
+    outcome_class: &'static str,
+    /// Moved and failed messages: broker actions only.
+    moved: String,
+    failed: String,
+    message_ids: String,
+    detail: String,
+}
+
+/// One of the page's kind filters.
+struct KindLink {
+    label: &'static str,
+    href: String,
+    active: bool,
+}
+
+#[derive(askama::Template)]
+#[template(path = "audit.html")]
+struct AuditPage {
+    me: Me,
+    kinds: Vec<KindLink>,
+    rows: Vec<AuditRow>,
+    newest_href: Option<String>,
+    newer_href: Option<String>,
+    older_href: Option<String>,
+}
+
+/// The first ids of a move and how many more: a bulk move records 100,000 of them, which the
+/// API returns whole and the page does not.
+fn shown_ids(ids: &serde_json::Value) -> String {
+    const SHOWN: usize = 20;
+    match ids.as_array() {
+        Some(all) if all.len() > SHOWN => {
+            let first: Vec<String> = all[..SHOWN].iter().map(|v| v.as_str().unwrap_or("?").to_string()).collect();
+            format!("{} … and {} more (all in the API)", first.join(", "), all.len() - SHOWN)
+        }
+        Some(all) => all.iter().map(|v| v.as_str().unwrap_or("?").to_string()).collect::<Vec<_>>().join(", "),
+        None => ids.to_string(),
+    }
+}
+
+fn time(secs: i64) -> String {
+    super::format::time(chrono::DateTime::from_timestamp(secs, 0))
+}
+
+/// What the Detail column says: for a login, where from and (failures) how many; for an
+/// account change, what it was about.
+fn detail(r: &Record) -> String {
+    let recorded = r.detail.clone().unwrap_or_default();
+    match r.kind {
+        Kind::Action => recorded,
+        Kind::Login => {
+            let from = r.source.as_deref().unwrap_or("an unknown address");
+            if r.outcome == "done" {
+                return format!("from {from}");
+            }
+            let attempts = if r.attempts == 1 { "1 attempt".to_string() } else { format!("{} attempts", r.attempts) };
+            let until = r.last_at.filter(|last| *last != r.at).map(|last| format!(" until {}", time(last)));
+            let throttled = match r.throttled {
+                0 => String::new(),
+                n => format!(", {n} of them refused by the throttle"),
+            };
+            format!("{attempts} from {from}{}{throttled}", until.unwrap_or_default())
+        }
+        Kind::Account => match r.request.as_object() {
+            Some(fields) => fields
+                .iter()
+                .map(|(key, value)| {
+                    format!("{key}: {}", value.as_str().map_or_else(|| value.to_string(), str::to_string))
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => recorded,
+        },
+    }
+}
+
+fn row(r: Record) -> AuditRow {
+    let action = r.kind == Kind::Action;
+    let count = |n: i64| if action { n.to_string() } else { String::new() };
+    AuditRow {
+        at: time(r.at),
+        outcome_class: match r.outcome.as_str() {
+            "done" => "info",
+            "failed" => "bad",
+            _ => "warn",
+        },
+        detail: detail(&r),
+        moved: count(r.moved),
+        failed: count(r.failed),
+        message_ids: if action { shown_ids(&r.message_ids) } else { String::new() },
+        actor: r.actor,
+        action: r.action,
+        broker: r.broker,
+        vhost: r.vhost,
+        queue: r.queue,
+        outcome: r.outcome,
+    }
+}
+
+async fn audit_page(
+    State(state): State<AppState>,
+    me: Me,
+    Query(query): Query<AuditQuery>,
+) -> Result<Response, super::PageError> {
+    let page = query.validate()?;
+    let listing = read(&state, &page, me.admin, &me.name).await?;
+    let (newest_href, newer_href, older_href) = neighbours("/audit", &page, &listing);
+    let filters = [
+        (None, "all"),
+        (Some(Kind::Action), "actions"),
+        (Some(Kind::Login), "logins"),
+        (Some(Kind::Account), "account changes"),
+    ];
+    let kinds = filters
+        .into_iter()
+        .map(|(kind, label)| KindLink {
+            label,
+            href: href("/audit", &Page { kind, before: None, after: None, ..page }, None),
+            active: kind == page.kind,
+        })
+        .collect();
+    let rows = listing.records.into_iter().map(row).collect();
+    let html = askama::Template::render(&AuditPage { me, kinds, rows, newest_href, newer_href, older_href })?;
+    Ok(super::html(html))
+}
