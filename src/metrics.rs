@@ -199,9 +199,12 @@ pub fn exact_age(total: Option<u64>, head_ts: Option<i64>, now: DateTime<Utc>) -
         // belong, or a badly wrong publisher clock): fall back to what is known otherwise.
         (_, Some(ts)) if ts > now.timestamp() + 60 => (None, AgeSource::Unknown),
         (_, Some(ts)) => {
+            // So far in the past that the age overflows: no usable timestamp either.
+            let Some(age_ms) = ts.checked_mul(1000).and_then(|ms| now.timestamp_millis().checked_sub(ms)) else {
+                return (None, AgeSource::Unknown);
+            };
             // A publisher clock slightly ahead of ours would give a negative age; the message is new.
-            let age_ms = (now.timestamp_millis() - ts * 1000).max(0);
-            (Some(age_ms as f64 / 1000.0), AgeSource::Exact)
+            (Some(age_ms.max(0) as f64 / 1000.0), AgeSource::Exact)
         }
         _ => (None, AgeSource::Unknown),
     }
@@ -248,7 +251,8 @@ pub fn queue_view_named(
         Some((prev, dt)) => rates_between(prev, &counters, dt),
         None => QueueRates::default(),
     };
-    let total = raw.messages.or_else(|| Some(raw.messages_ready? + raw.messages_unacknowledged?));
+    // A sum past u64 is no number the broker gave: unknown, like a missing part.
+    let total = raw.messages.or_else(|| raw.messages_ready?.checked_add(raw.messages_unacknowledged?));
     let head_ts = raw.head_message_timestamp.map(|ts| ts as i64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, head_ts, now);
     QueueView {
@@ -430,14 +434,15 @@ impl BrokerCounters {
             return BrokerCounters::default();
         }
         let s = stats.cloned().unwrap_or_default();
-        let unroutable = s.return_unroutable.unwrap_or(0) + s.drop_unroutable.unwrap_or(0);
+        // A sum past u64 is no number the broker gave.
+        let unroutable = s.return_unroutable.unwrap_or(0).checked_add(s.drop_unroutable.unwrap_or(0));
         BrokerCounters {
             publish: Some(s.publish.unwrap_or(0)),
             confirm: Some(s.confirm.unwrap_or(0)),
             ack: Some(s.ack.unwrap_or(0)),
             deliver: Some(s.deliver_get.unwrap_or(0)),
             redeliver: Some(s.redeliver.unwrap_or(0)),
-            unroutable: Some(unroutable),
+            unroutable,
         }
     }
 }
@@ -505,6 +510,20 @@ mod tests {
         assert_eq!(exact_age(None, None, now), (None, AgeSource::Unknown));
         assert_eq!(exact_age(Some(1), Some(1_000_130), now).0, Some(0.0), "small clock skew clamps to 0");
         assert_eq!(exact_age(Some(1), Some(1_000_100_000), now), (None, AgeSource::Unknown), "milliseconds");
+    }
+
+    /// Crashes of the `management_json` fuzz target: numbers a broker (or whatever answers in its
+    /// place) may send panicked in arithmetic, or wrapped in a release build.
+    #[test]
+    fn numbers_out_of_range_are_unknown_not_a_panic() {
+        let raw: RawQueue =
+            serde_json::from_str(r#"{"name":"q","messages_ready":18446744073709551615,"messages_unacknowledged":1}"#)
+                .unwrap();
+        assert_eq!(queue_view("b", raw, true, None, Utc::now()).total, None, "a total past u64 is no number");
+        let now = DateTime::from_timestamp(1_000_100, 0).unwrap();
+        assert_eq!(exact_age(Some(3), Some(i64::MIN / 10), now), (None, AgeSource::Unknown));
+        let stats = OverviewStats { return_unroutable: Some(u64::MAX), drop_unroutable: Some(1), ..Default::default() };
+        assert_eq!(BrokerCounters::from_overview(Some(&stats), true).unroutable, None);
     }
 
     #[test]

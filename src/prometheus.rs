@@ -138,7 +138,7 @@ fn count_line(scrape: &mut Scrape, field: Field) {
 
 fn merge(into: &mut QueueSample, from: &QueueSample) {
     let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (Some(a), Some(b)) => Some(a + b),
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
         (a, b) => a.or(b),
     };
     into.ready = from.ready.or(into.ready);
@@ -166,11 +166,12 @@ fn plain_line(rest: &str) -> Option<(&str, &str, f64)> {
 }
 
 fn apply(sample: &mut QueueSample, field: Field, value: f64) {
-    // Counts are whole and non-negative; anything else (NaN, Inf) is no value.
+    // Counts are whole and non-negative; anything else (NaN, Inf) is no value. A count past u64
+    // reads as u64::MAX (`as` saturates), and so does a sum past it.
     let count = (value.is_finite() && value >= 0.0).then_some(value as u64);
     let add = |slot: &mut Option<u64>| {
         if let Some(c) = count {
-            *slot = Some(slot.unwrap_or(0) + c);
+            *slot = Some(slot.unwrap_or(0).saturating_add(c));
         }
     };
     match field {
@@ -402,6 +403,19 @@ mod tests {
 
     /// Shaped after the 4.x collector (rabbit_prometheus_collector's queue_delivery_metrics and
     /// queue_exchange_metrics, label values escaped): counters summed per queue.
+    /// A crash of the `prometheus_text` fuzz target: a counter summed over exchanges overflowed.
+    /// A value past u64 already reads as u64::MAX; a sum past it stays there.
+    #[test]
+    fn huge_counters_saturate_instead_of_overflowing() {
+        let line = |exchange: &str| {
+            format!("rabbitmq_detailed_queue_exchange_messages_published_total{{vhost=\"/\",queue=\"a\",exchange=\"{exchange}\"}} 1e30\n")
+        };
+        let plain = "rabbitmq_detailed_queue_messages_acked_total{vhost=\"/\",queue=\"a\"} 1e30\n";
+        let scrape = parse(&format!("{}{}{plain}{plain}", line("x"), line("y")));
+        let a = scrape.queues[&key("/", "a")];
+        assert_eq!((a.publish, a.ack), (Some(u64::MAX), Some(u64::MAX)));
+    }
+
     #[test]
     fn parses_4x_counters() {
         let scrape = parse(&fixture("rabbitmq-4.x/prometheus-detailed-queues.txt"));

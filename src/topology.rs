@@ -128,19 +128,38 @@ pub fn dead_letter_config(
 }
 
 /// AMQP topic matching: `*` is one word, `#` zero or more.
+///
+/// `#` is a run of words like `*` in a glob, so this is glob matching over words: on a mismatch
+/// only the last `#` seen takes one more word, and nothing before it is ever retried. Trying
+/// every split for every `#` (as a recursive match does) takes exponential time on a key of many
+/// `#` words, and anyone who may bind a queue chooses the keys that the poller analyses.
 pub fn topic_matches(pattern: &str, key: &str) -> bool {
-    fn go(p: &[&str], k: &[&str]) -> bool {
-        match (p.first(), k.first()) {
-            (None, None) => true,
-            (Some(&"#"), _) => go(&p[1..], k) || (!k.is_empty() && go(p, &k[1..])),
-            (Some(&"*"), Some(_)) => go(&p[1..], &k[1..]),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &k[1..]),
-            _ => false,
-        }
-    }
     let p: Vec<&str> = if pattern.is_empty() { Vec::new() } else { pattern.split('.').collect() };
     let k: Vec<&str> = if key.is_empty() { Vec::new() } else { key.split('.').collect() };
-    go(&p, &k)
+    let (mut pi, mut ki) = (0, 0);
+    // The last `#` and the first key word it does not cover yet.
+    let mut hash: Option<(usize, usize)> = None;
+    while ki < k.len() {
+        match p.get(pi) {
+            Some(&"#") => {
+                hash = Some((pi, ki));
+                pi += 1;
+            }
+            Some(&w) if w == "*" || w == k[ki] => {
+                pi += 1;
+                ki += 1;
+            }
+            _ => match hash {
+                Some((h, covered)) => {
+                    hash = Some((h, covered + 1));
+                    pi = h + 1;
+                    ki = covered + 1;
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&w| w == "#")
 }
 
 /// Bindings by source exchange, and exchange types, for routing lookups.
@@ -347,6 +366,43 @@ mod tests {
         assert!(topic_matches("*.created", "orders.created"));
         assert!(!topic_matches("*.created", "orders.eu.created"));
         assert!(topic_matches("#", ""));
+    }
+
+    /// A timeout of the `management_json` fuzz target: a binding key of many `#` words against a
+    /// long routing key took exponential time (15 of each took seconds, 30 hung the poller's
+    /// topology analysis; a binding key may hold over a hundred).
+    #[test]
+    fn topic_matching_takes_linear_time() {
+        let hashes = vec!["#"; 15].join(".");
+        let words = vec!["a"; 15].join(".");
+        let started = std::time::Instant::now();
+        assert!(!topic_matches(&format!("{hashes}.z"), &words));
+        assert!(topic_matches(&format!("{hashes}.a"), &words));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "took {:?}", started.elapsed());
+        for (pattern, key, matches) in [
+            ("#", "", true),
+            ("#", "a.b", true),
+            ("a.#", "a", true),
+            ("#.a", "a", true),
+            ("a.#.b", "a.b", true),
+            ("a.#.b", "a.x.y.b", true),
+            ("a.#.b", "a.x.y.c", false),
+            ("*", "", false),
+            ("*", "a", true),
+            ("*.*", "a", false),
+            ("#.*", "a", true),
+            ("#.*", "", false),
+            ("a.*.#", "a", false),
+            ("a.*.#", "a.b", true),
+            ("#.b.#.c", "a.b.x.b.c", true),
+            ("#.b.#.c", "a.b.x.b.d", false),
+            ("", "", true),
+            ("", "a", false),
+            ("a", "", false),
+            ("a..b", "a..b", true),
+        ] {
+            assert_eq!(topic_matches(pattern, key), matches, "{pattern:?} against {key:?}");
+        }
     }
 
     #[test]
