@@ -343,7 +343,8 @@ pub fn replay_properties(delivery: &Delivery) -> BasicProperties {
             headers.insert(key.clone(), value.clone());
         }
     }
-    let count = header_count(delivery, REPLAY_HEADER) + 1;
+    // The counter comes with the message, so its publisher chose it: at the limit it stays there.
+    let count = header_count(delivery, REPLAY_HEADER).saturating_add(1);
     headers.insert(ShortString::from(REPLAY_HEADER), AMQPValue::LongLongInt(count));
     delivery.properties.clone().with_headers(headers)
 }
@@ -931,5 +932,25 @@ mod tests {
         assert_eq!(prefetch_for(50, 50 * 4 * 1024 * 1024), 16);
         assert_eq!(prefetch_for(0, 0), PREFETCH, "an empty queue");
         assert_eq!(prefetch_for(1, u64::MAX), 1);
+    }
+
+    /// A crash of the `amqp_field_table` fuzz target: anyone who can publish to a DLQ chooses
+    /// the replay counter, and raising `i64::MAX` overflowed (a panic in the mover's task).
+    #[test]
+    fn a_replay_counter_at_its_limit_stays_there() {
+        let mut headers = FieldTable::default();
+        headers.insert(REPLAY_HEADER.into(), AMQPValue::LongLongInt(i64::MAX));
+        let delivery = Delivery {
+            delivery_tag: 1,
+            exchange: "".into(),
+            routing_key: "orders.dlq".into(),
+            redelivered: false,
+            properties: BasicProperties::default().with_headers(headers),
+            data: Vec::new(),
+            acker: lapin::acker::Acker::default(),
+        };
+        let copy = replay_properties(&delivery);
+        let count = copy.headers().as_ref().and_then(|h| h.inner().get(REPLAY_HEADER).cloned());
+        assert_eq!(count, Some(AMQPValue::LongLongInt(i64::MAX)));
     }
 }
