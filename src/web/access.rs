@@ -325,7 +325,7 @@ const NEXT_SET: &percent_encoding::AsciiSet =
     &percent_encoding::NON_ALPHANUMERIC.remove(b'/').remove(b'-').remove(b'_');
 
 /// Only a path on this site: `/x` but not `//host` or `/\host` (both leave the site).
-fn safe_next(next: Option<&str>) -> String {
+pub fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/\\") && !n.contains(['\r', '\n']) => {
             n.to_string()

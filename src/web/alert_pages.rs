@@ -428,7 +428,7 @@ const MAX_SILENCE_HOURS: f64 = 365.0 * 24.0;
 
 /// The form's duration, checked before any time arithmetic: `hours=1e300` once overflowed
 /// chrono's duration and panicked the request before the one-year check could refuse it.
-fn silence_hours(text: &str) -> Result<f64, WebError> {
+pub fn silence_hours(text: &str) -> Result<f64, WebError> {
     let invalid = |message: String| WebError::Invalid(vec![("hours".into(), message)]);
     let hours: f64 = text
         .trim()

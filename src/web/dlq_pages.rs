@@ -377,7 +377,7 @@ async fn download(
 }
 
 /// The requeue form's fields; `position` repeats, which a plain `Form` cannot read.
-struct RequeueForm {
+pub struct RequeueForm {
     positions: Vec<usize>,
     scope: Scope,
     target: FormTarget,
@@ -425,7 +425,7 @@ impl FormTarget {
     }
 }
 
-fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
+pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
     let mut form = RequeueForm {
         positions: Vec::new(),
         scope: Scope::Selected,

@@ -15,6 +15,14 @@ mod pages;
 mod prometheus;
 pub mod query;
 
+/// The parsers of request input that live with their handlers, public so that the fuzz targets
+/// (`fuzz/`) run the handlers' own code on generated input, without a server.
+pub mod input {
+    pub use super::access::safe_next;
+    pub use super::alert_pages::{silence_hours, RuleForm};
+    pub use super::dlq_pages::{parse_requeue_form, RequeueForm, TakeRequest};
+}
+
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
