@@ -441,6 +441,9 @@ struct Mover<'a> {
     /// Body bytes of the copies in flight.
     in_flight_bytes: usize,
     prefetch: u16,
+    /// While a consumer reads: its window. Copies in flight and messages kept both hold a place
+    /// in it, so the copies are settled before it fills.
+    window: Option<usize>,
     /// Deliveries read and not moved; returned to the source at the end, in order.
     kept: Vec<u64>,
     report: MoveReport,
@@ -474,6 +477,7 @@ impl<'a> Mover<'a> {
             in_flight: Vec::new(),
             in_flight_bytes: 0,
             prefetch,
+            window: None,
             kept: Vec::new(),
             report: MoveReport::default(),
             stop: None,
@@ -505,7 +509,11 @@ impl<'a> Mover<'a> {
     /// messages (by position or by filter) hold the skipped ones unacked, which would also
     /// fill a consumer's window.
     async fn run_gets(&mut self, to_read: usize, cancel: &CancellationToken) -> Result<(), MoveError> {
-        let mut position = 0;
+        self.gets_from(0, to_read, cancel).await
+    }
+
+    /// Reads with `basic.get` after `position` messages were read, up to `to_read`.
+    async fn gets_from(&mut self, mut position: usize, to_read: usize, cancel: &CancellationToken) -> Result<(), MoveError> {
         while position < to_read && self.stop.is_none() {
             if cancel.is_cancelled() {
                 self.report.cancelled = true;
@@ -521,9 +529,13 @@ impl<'a> Mover<'a> {
     }
 
     /// Reads a whole queue with a consumer (much faster than one `basic.get` per message). Every
-    /// message delivered is moved, so none is given back except those that fail.
+    /// message delivered is moved, so none is given back except those that fail. Those stay
+    /// unacked in the consumer's window until the end; once they fill it, no delivery can come,
+    /// and the rest is read with `basic.get` (which no window limits).
     async fn run_consumer(&mut self, to_read: usize, cancel: &CancellationToken) -> Result<(), MoveError> {
         self.source.basic_qos(self.prefetch, BasicQosOptions::default()).await?;
+        self.window = Some(usize::from(self.prefetch));
+        let mut window_full = false;
         let mut consumer = self
             .source
             .basic_consume(self.queue, "warren-mover", BasicConsumeOptions::default(), FieldTable::default())
@@ -538,6 +550,10 @@ impl<'a> Mover<'a> {
                 Ok(Some(delivery)) => {
                     position += 1;
                     self.handle(position, delivery?).await?;
+                    if self.kept.len() >= usize::from(self.prefetch) {
+                        window_full = true;
+                        break;
+                    }
                 }
                 Ok(None) => break, // the broker cancelled the consumer (queue deleted)
                 // Nothing for 2 s: the rest was taken by another consumer, or is unacked there.
@@ -557,6 +573,10 @@ impl<'a> Mover<'a> {
             } else {
                 self.handle(position, delivery).await?;
             }
+        }
+        self.window = None;
+        if window_full && self.stop.is_none() && !self.report.cancelled {
+            self.gets_from(position, to_read, cancel).await?;
         }
         Ok(())
     }
@@ -643,7 +663,8 @@ impl<'a> Mover<'a> {
                 let copy = Copy { tag, position, message_id, to: label, exchange, routing_key, data: delivery.data };
                 self.in_flight_bytes += copy.data.len();
                 self.in_flight.push(Pending { copy, confirm });
-                if self.in_flight.len() >= CONFIRM_WINDOW || self.in_flight_bytes >= MOVE_MEMORY {
+                let window_full = self.window.is_some_and(|w| self.in_flight.len() + self.kept.len() >= w);
+                if self.in_flight.len() >= CONFIRM_WINDOW || self.in_flight_bytes >= MOVE_MEMORY || window_full {
                     self.settle_batch().await?;
                 }
             }
