@@ -185,8 +185,7 @@ async fn user(config: Config, command: UserCommand) -> anyhow::Result<()> {
         }
         UserCommand::Passwd { name } => {
             let password = read_password(&name)?;
-            auth::set_password(&db, &name, &password).await?;
-            let ended = auth::end_user_sessions(&db, &name).await?;
+            let ended = auth::set_password(&db, &name, &password).await?;
             println!("password of {name} changed; {ended} session(s) ended");
         }
         UserCommand::Remove { name } => {

@@ -496,3 +496,28 @@ async fn a_browser_logs_in_acts_with_csrf_tokens_and_runs_no_script_from_a_queue
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// A password change ends the user's sessions in its own transaction; the answer once counted
+/// them afterwards and said `sessions_ended: 0`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_change_reports_the_sessions_it_ended() {
+    let warren = Warren::start("[[brokers]]\nname = \"local\"\nvhosts_include = [\"warren-none\"]\n").await;
+    add_users(&warren, &[("ada", Role::Admin), ("vera", Role::Viewer)]).await;
+    let ada = login(&warren, "ada").await;
+    let first = login(&warren, "vera").await;
+    let second = login(&warren, "vera").await;
+    let (status, body) = post(
+        &warren,
+        "/api/v1/users/vera/password",
+        Auth::Session { session: &ada, csrf: Some(&ada.csrf) },
+        json!({"password": "another long password"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["sessions_ended"], 2, "{body}");
+    for session in [&first, &second] {
+        assert_eq!(get(&warren, "/api/v1/me", session).await.0, 401, "vera's old sessions are gone");
+    }
+    assert_eq!(get(&warren, "/api/v1/me", &ada).await.0, 200, "ada's session stays");
+    warren.stop().await;
+}

@@ -162,6 +162,8 @@ pub enum AuthError {
     NoTrustedProxy,
     #[error("invalid header name {0:?}")]
     InvalidHeader(String),
+    #[error("too many password checks at once; try again in a few seconds")]
+    Busy,
     #[error("password hashing failed: {0}")]
     Hash(String),
     #[error("password hashing task failed: {0}")]

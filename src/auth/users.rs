@@ -41,11 +41,35 @@ fn check_password(password: &str) -> Result<(), AuthError> {
     }
 }
 
+/// How long a password check waits for its turn before the request is refused as busy.
+const HASH_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs an argon2 computation when one of few slots is free. Each takes 19 MiB while it runs,
+/// and the blocking pool runs hundreds at once: 60 concurrent logins took peak memory from 123
+/// to 780 MB. More checks at once than cores finish no sooner, so the slots are the cores (at
+/// most 4); the rest wait in line, up to [`HASH_QUEUE_WAIT`]. Process-wide like the CPUs it
+/// shares out, hence a static.
+async fn run_argon2<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, AuthError> {
+    static SLOTS: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
+    let slots = SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        tokio::sync::Semaphore::new(cores.clamp(1, MAX_CONCURRENT_HASHES))
+    });
+    let _slot = tokio::time::timeout(HASH_QUEUE_WAIT, slots.acquire())
+        .await
+        .map_err(|_| AuthError::Busy)?
+        .expect("the semaphore is never closed");
+    Ok(tokio::task::spawn_blocking(work).await?)
+}
+
+/// Argon2 computations at once, at most (see [`run_argon2`]).
+pub const MAX_CONCURRENT_HASHES: usize = 4;
+
 /// Hashes with argon2id and the crate's default parameters (19 MiB, 2 passes, 1 lane: OWASP's
 /// recommendation), off the async threads because it takes tens of milliseconds of CPU.
 async fn hash_password(password: &str) -> Result<String, AuthError> {
     let password = password.to_owned();
-    tokio::task::spawn_blocking(move || {
+    run_argon2(move || {
         let mut salt = [0u8; 16];
         rand::rngs::OsRng.fill_bytes(&mut salt);
         let salt = SaltString::encode_b64(&salt).map_err(|e| AuthError::Hash(e.to_string()))?;
@@ -59,11 +83,11 @@ async fn hash_password(password: &str) -> Result<String, AuthError> {
 /// Whether `password` matches the PHC string `hash`; a malformed hash matches nothing.
 async fn password_matches(password: &str, hash: String) -> Result<bool, AuthError> {
     let password = password.to_owned();
-    Ok(tokio::task::spawn_blocking(move || {
+    run_argon2(move || {
         PasswordHash::new(&hash)
             .is_ok_and(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
     })
-    .await?)
+    .await
 }
 
 /// A hash of a password nobody knows, with the same parameters as real ones: verifying against
@@ -100,8 +124,8 @@ pub async fn add_user(db: &Db, name: &str, role: Role, password: &str) -> Result
 }
 
 /// Replaces a user's password and ends all their sessions (a password change logs out
-/// everywhere, including whoever knew the old one).
-pub async fn set_password(db: &Db, name: &str, password: &str) -> Result<(), AuthError> {
+/// everywhere, including whoever knew the old one); returns how many sessions it ended.
+pub async fn set_password(db: &Db, name: &str, password: &str) -> Result<u64, AuthError> {
     check_password(password)?;
     let hash = hash_password(password).await?;
     let mut tx = db.begin().await?;
@@ -113,9 +137,9 @@ pub async fn set_password(db: &Db, name: &str, password: &str) -> Result<(), Aut
     if updated.rows_affected() == 0 {
         return Err(AuthError::NoSuchUser(shorten(name)));
     }
-    sqlx::query("delete from sessions where user_name = ?").bind(name).execute(&mut *tx).await?;
+    let ended = sqlx::query("delete from sessions where user_name = ?").bind(name).execute(&mut *tx).await?;
     tx.commit().await?;
-    Ok(())
+    Ok(ended.rows_affected())
 }
 
 /// The condition that keeps at least one enabled admin other than `name` (bound twice).
@@ -299,7 +323,7 @@ mod tests {
         let user = get_user(&db, "alice").await.unwrap().unwrap();
         let new = crate::auth::create_session(&db, &user, crate::auth::DEFAULT_SESSION_TTL, 1000).await.unwrap();
 
-        set_password(&db, "alice", "a new long password").await.unwrap();
+        assert_eq!(set_password(&db, "alice", "a new long password").await.unwrap(), 1, "sessions ended");
         assert!(verify_password(&db, "alice", PW).await.unwrap().is_none());
         assert!(verify_password(&db, "alice", "a new long password").await.unwrap().is_some());
         let idle = crate::auth::DEFAULT_SESSION_IDLE;
@@ -307,6 +331,37 @@ mod tests {
 
         assert!(matches!(set_password(&db, "bob", "a new long password").await, Err(AuthError::NoSuchUser(_))));
         assert!(matches!(set_password(&db, "alice", "short").await, Err(AuthError::PasswordTooShort)));
+    }
+
+    #[tokio::test]
+    async fn password_checks_run_a_few_at_a_time() {
+        // 60 concurrent logins once ran 60 argon2 computations of 19 MiB each at once.
+        let (_dir, db) = test_db().await;
+        add_user(&db, "alice", Role::Admin, PW).await.unwrap();
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let checks: Vec<_> = (0..24)
+            .map(|_| {
+                let (running, most) = (running.clone(), most.clone());
+                tokio::spawn(async move {
+                    run_argon2(move || {
+                        use std::sync::atomic::Ordering::SeqCst;
+                        let now = running.fetch_add(1, SeqCst) + 1;
+                        most.fetch_max(now, SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        running.fetch_sub(1, SeqCst);
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for check in checks {
+            check.await.unwrap().unwrap();
+        }
+        let most = most.load(std::sync::atomic::Ordering::SeqCst);
+        assert!((1..=MAX_CONCURRENT_HASHES).contains(&most), "{most} at once");
+        // Real checks go through the same slots and still answer.
+        assert!(verify_password(&db, "alice", PW).await.unwrap().is_some());
     }
 
     #[tokio::test]

@@ -324,10 +324,17 @@ fn reload_same_site() -> Response {
 const NEXT_SET: &percent_encoding::AsciiSet =
     &percent_encoding::NON_ALPHANUMERIC.remove(b'/').remove(b'-').remove(b'_');
 
-/// Only a path on this site: `/x` but not `//host` or `/\host` (both leave the site).
+/// Only a path on this site: `/x` but not `//host` or `/\host` (both leave the site). URL
+/// parsers drop tabs and newlines anywhere (WHATWG URL), so `/\t/host` is `//host` to a browser:
+/// a `next` with any control character is refused whole rather than cleaned, and so is a
+/// backslash anywhere (browsers read it as `/`). A space stays: parsers keep it inside a URL.
 pub fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/\\") && !n.contains(['\r', '\n']) => {
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.chars().any(|c| c.is_control() || c == '\\') =>
+        {
             n.to_string()
         }
         _ => "/".to_string(),
@@ -377,6 +384,7 @@ struct LoginForm {
 fn auth_error(e: AuthError) -> WebError {
     match e {
         AuthError::Db(e) => WebError::Database(e),
+        AuthError::Busy => WebError::Unavailable(e.to_string()),
         other => WebError::BadRequest(other.to_string()),
     }
 }
@@ -483,6 +491,7 @@ fn account_error(e: AuthError) -> ApiError {
             WebError::Conflict(e.to_string())
         }
         AuthError::InvalidName(_) => WebError::Invalid(vec![("name".into(), e.to_string())]),
+        AuthError::Busy => WebError::Unavailable(e.to_string()),
         AuthError::PasswordTooShort | AuthError::PasswordTooLong => {
             WebError::Invalid(vec![("password".into(), e.to_string())])
         }
@@ -533,8 +542,9 @@ async fn set_password(
     Path(name): Path<String>,
     Json(body): Json<NewPassword>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    auth::set_password(&state.db, &name, &body.password).await.map_err(account_error)?;
-    let ended = auth::end_user_sessions(&state.db, &name).await.map_err(account_error)?;
+    // The password change ends the sessions itself, in its transaction: counting them after it
+    // found none and answered `sessions_ended: 0`.
+    let ended = auth::set_password(&state.db, &name, &body.password).await.map_err(account_error)?;
     audit_account(&state, &access, "user password", json!({"name": name})).await?;
     Ok(Json(json!({"name": name, "sessions_ended": ended})))
 }
@@ -716,10 +726,22 @@ mod tests {
     #[test]
     fn next_stays_on_this_site() {
         assert_eq!(safe_next(Some("/queues?sort=ready")), "/queues?sort=ready");
-        for bad in ["//evil.example", "/\\evil.example", "https://evil.example", "", "queues", "/x\r\nSet-Cookie: a"] {
+        for bad in [
+            "//evil.example",
+            "/\\evil.example",
+            "https://evil.example",
+            "",
+            "queues",
+            "/x\r\nSet-Cookie: a",
+            "/\t/evil.example/phish",
+            "/\n/evil.example",
+            "/\u{0}/evil.example",
+            "/x\\..\\\\evil.example",
+        ] {
             assert_eq!(safe_next(Some(bad)), "/", "{bad:?}");
         }
         assert_eq!(safe_next(None), "/");
+        assert_eq!(safe_next(Some("/queues?name=my queue")), "/queues?name=my queue");
     }
 
     #[test]

@@ -100,6 +100,9 @@ pub enum WebError {
     Invalid(Vec<(String, String)>),
     #[error("{0}")]
     Conflict(String),
+    /// warren is busy (too many password checks at once): try again soon.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("database error")]
     Database(#[from] sqlx::Error),
     #[error("template error")]
@@ -113,6 +116,7 @@ impl WebError {
             WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
             WebError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             WebError::Conflict(_) => StatusCode::CONFLICT,
+            WebError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             WebError::Database(_) | WebError::Template(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -123,6 +127,7 @@ impl WebError {
             WebError::BadRequest(_) => "bad_request",
             WebError::Invalid(_) => "invalid",
             WebError::Conflict(_) => "conflict",
+            WebError::Unavailable(_) => "unavailable",
             WebError::Database(_) | WebError::Template(_) => "internal",
         }
     }
