@@ -513,7 +513,12 @@ impl<'a> Mover<'a> {
     }
 
     /// Reads with `basic.get` after `position` messages were read, up to `to_read`.
-    async fn gets_from(&mut self, mut position: usize, to_read: usize, cancel: &CancellationToken) -> Result<(), MoveError> {
+    async fn gets_from(
+        &mut self,
+        mut position: usize,
+        to_read: usize,
+        cancel: &CancellationToken,
+    ) -> Result<(), MoveError> {
         while position < to_read && self.stop.is_none() {
             if cancel.is_cancelled() {
                 self.report.cancelled = true;

@@ -330,11 +330,7 @@ const NEXT_SET: &percent_encoding::AsciiSet =
 /// backslash anywhere (browsers read it as `/`). A space stays: parsers keep it inside a URL.
 pub fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n)
-            if n.starts_with('/')
-                && !n.starts_with("//")
-                && !n.chars().any(|c| c.is_control() || c == '\\') =>
-        {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.chars().any(|c| c.is_control() || c == '\\') => {
             n.to_string()
         }
         _ => "/".to_string(),

@@ -208,9 +208,9 @@ pub fn parse_time(field: &str, text: &str) -> Result<i64, WebError> {
     let text = text.trim();
     let secs = match text.parse::<i64>() {
         Ok(secs) => secs,
-        Err(_) => DateTime::parse_from_rfc3339(text).map(|t| t.timestamp()).map_err(|_| {
-            WebError::BadRequest(format!("{field}: {text:?} is neither RFC 3339 nor unix seconds"))
-        })?,
+        Err(_) => DateTime::parse_from_rfc3339(text)
+            .map(|t| t.timestamp())
+            .map_err(|_| WebError::BadRequest(format!("{field}: {text:?} is neither RFC 3339 nor unix seconds")))?,
     };
     if !(0..=MAX_TIME).contains(&secs) {
         return Err(WebError::BadRequest(format!(
