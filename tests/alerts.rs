@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use std::sync::{Arc, Mutex};
 
-use common::{declare, publish, wait_for, TestVhost, Warren, MANAGEMENT};
+use common::{declare, publish, wait_for, TestVhost, Warren};
 use lapin::options::QueuePurgeOptions;
 use lapin::BasicProperties;
 use serde_json::{json, Value};
@@ -51,7 +51,7 @@ impl Receiver {
 /// warren watching `vhost` every second, notifying the given webhooks, with `rules` declared.
 async fn warren_notifying(vhost: &str, hooks: &[(&str, &str)], rules: &str) -> Warren {
     let mut toml = format!(
-        "alert_repeat_secs = 0\n{rules}\n[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\n\
+        "alert_repeat_secs = 0\n{rules}\n[[brokers]]\nname = \"local\"\n\
          vhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n"
     );
     for (id, url) in hooks {

@@ -122,9 +122,9 @@ impl Process {
             &config,
             format!(
                 "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\n[[brokers]]\nname = \"local\"\n\
-                 management_url = \"{}\"\nvhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n",
+                 {}vhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n",
                 dir.join("warren.db").display().to_string(),
-                common::MANAGEMENT
+                common::broker().toml()
             ),
         )
         .unwrap();

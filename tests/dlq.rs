@@ -194,7 +194,7 @@ async fn moving_a_whole_queue_uses_the_shovel() {
     let (_, audit) = warren.get_json("/api/v1/audit").await;
     assert_eq!((audit[0]["action"].as_str(), audit[0]["moved"].as_i64()), (Some("move"), Some(50)));
     let shovels: Value = reqwest::Client::new()
-        .get(format!("{}/api/parameters/shovel/{}", common::MANAGEMENT, encode(&vhost.name)))
+        .get(format!("{}/api/parameters/shovel/{}", common::broker().management, encode(&vhost.name)))
         .basic_auth("guest", Some("guest"))
         .send()
         .await

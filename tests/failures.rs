@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use common::{declare, publish, wait_for, TestVhost, Warren, MANAGEMENT};
+use common::{broker, declare, publish, wait_for, TestVhost, Warren};
 use lapin::BasicProperties;
 use serde_json::Value;
 
@@ -33,7 +33,7 @@ async fn fake_management(State(mode): State<Arc<Mutex<Mode>>>, request: Request)
         Mode::Proxy => {
             let path = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
             let auth = request.headers().get("authorization").cloned();
-            let mut forward = reqwest::Client::new().get(format!("{MANAGEMENT}{path}"));
+            let mut forward = reqwest::Client::new().get(format!("{}{path}", broker().management));
             if let Some(auth) = auth {
                 forward = forward.header("authorization", auth);
             }
@@ -86,7 +86,10 @@ async fn broker_failures_show_as_down_and_recover() {
         probe.local_addr().unwrap().port()
     };
     let warren = Warren::start(&format!(
-        "[[brokers]]\nname = \"local\"\nmanagement_url = \"http://127.0.0.1:{port}\"\nvhosts_include = [{:?}]\npoll_interval_secs = 1\nrequest_timeout_secs = 2\n",
+        "[[brokers]]\nname = \"local\"\nmanagement_url = \"http://127.0.0.1:{port}\"\namqp_url = {:?}\nprometheus_url = {:?}\n\
+         vhosts_include = [{:?}]\npoll_interval_secs = 1\nrequest_timeout_secs = 2\n",
+        broker().amqp,
+        broker().prometheus,
         vhost.name
     ))
     .await;
@@ -145,7 +148,7 @@ async fn broker_failures_show_as_down_and_recover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_reported_as_such() {
     let warren = Warren::start(&format!(
-        "[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\nuser = \"guest\"\npassword = \"not-the-password\"\nvhosts_include = [\"none\"]\npoll_interval_secs = 1\n"
+        "[[brokers]]\nname = \"local\"\nuser = \"guest\"\npassword = \"not-the-password\"\nvhosts_include = [\"none\"]\npoll_interval_secs = 1\n"
     ))
     .await;
     let down = wait_down(&warren, "401").await;

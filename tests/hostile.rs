@@ -27,7 +27,7 @@ async fn publish_raw(vhost: &TestVhost, queue: &str, message_id: &str, extra_hea
             "routing_key":"{queue}","payload":"{{\"id\":\"{message_id}\"}}","payload_encoding":"string"}}"#
     );
     let response = reqwest::Client::new()
-        .post(format!("{}/api/exchanges/{}/amq.default/publish", common::MANAGEMENT, encode(&vhost.name)))
+        .post(format!("{}/api/exchanges/{}/amq.default/publish", common::broker().management, encode(&vhost.name)))
         .basic_auth("guest", Some("guest"))
         .header("content-type", "application/json")
         .body(body)
@@ -203,7 +203,7 @@ mod raw {
 
     /// `headers` is an encoded field table's content (without its length).
     pub fn publish(vhost: &str, routing_key: &str, message_id: &[u8], headers: &[u8]) -> Result<(), String> {
-        let mut s = TcpStream::connect("127.0.0.1:5672").unwrap();
+        let mut s = TcpStream::connect(crate::common::broker().amqp_addr()).unwrap();
         s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
         s.write_all(b"AMQP\x00\x00\x09\x01").unwrap();
         expect(&mut s, 10, 10)?;

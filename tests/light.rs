@@ -5,14 +5,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{declare, publish, wait_for, TestVhost, Warren, MANAGEMENT};
+use common::{broker, declare, publish, wait_for, TestVhost, Warren};
 use lapin::BasicProperties;
 use serde_json::Value;
 
 fn config(vhost: &str, extra: &str) -> String {
-    format!(
-        "[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\nvhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n{extra}"
-    )
+    format!("[[brokers]]\nname = \"local\"\nvhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n{extra}")
 }
 
 async fn load(warren: &Warren) -> Value {
@@ -42,7 +40,7 @@ async fn depth_comes_from_the_prometheus_plugin() {
     publish(&channel, "orders", 7, stamped.clone()).await;
     // The management API shows a new queue's head timestamp with its next stats emission (up to
     // 5 s); warren reads it from the listing, so start once it is there.
-    let url = format!("{MANAGEMENT}/api/queues/{}/orders", warren::management::encode_segment(&vhost.name));
+    let url = format!("{}/api/queues/{}/orders", broker().management, warren::management::encode_segment(&vhost.name));
     wait_for("the head timestamp in the management API", Duration::from_secs(30), || async {
         let q: Value = reqwest::Client::new()
             .get(&url)

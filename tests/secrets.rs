@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use common::dead_letters::{dead_letter, numbered};
-use common::{wait_for, TestVhost, Warren, MANAGEMENT};
+use common::{broker, wait_for, TestVhost, Warren};
 use serde_json::json;
 
 /// A broker user of its own with a password no page could contain by chance.
@@ -23,7 +23,10 @@ impl BrokerUser {
         let password = format!("pw-{:032x}", rand::random::<u128>());
         let http = reqwest::Client::new();
         let put = |path: String, body: serde_json::Value| {
-            http.put(format!("{MANAGEMENT}/api/{path}")).basic_auth("guest", Some("guest")).json(&body).send()
+            http.put(format!("{}/api/{path}", broker().management))
+                .basic_auth("guest", Some("guest"))
+                .json(&body)
+                .send()
         };
         let created =
             put(format!("users/{name}"), json!({"password": password, "tags": "administrator"})).await.unwrap();
@@ -37,7 +40,7 @@ impl BrokerUser {
 
 impl Drop for BrokerUser {
     fn drop(&mut self) {
-        let (http, url) = (self.http.clone(), format!("{MANAGEMENT}/api/users/{}", self.name));
+        let (http, url) = (self.http.clone(), format!("{}/api/users/{}", broker().management, self.name));
         // Best effort, from a thread of its own: Drop cannot await.
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -69,7 +72,7 @@ async fn no_page_or_api_answer_contains_a_secret() {
     let toml = format!(
         "[[alerts]]\nid = \"any\"\nname = \"Anything ready\"\nmetric = \"ready\"\ncomparator = \">\"\nthreshold = 0\n\
          severity = \"info\"\n\
-         [[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\nuser = {:?}\npassword = {:?}\n\
+         [[brokers]]\nname = \"local\"\nuser = {:?}\npassword = {:?}\n\
          vhosts_include = [{:?}]\npoll_interval_secs = 1\n\
          [[notifications]]\nid = \"hook\"\nname = \"Hook\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:9/hooks/{token}\"\n",
         user.name, user.password, vhost.name

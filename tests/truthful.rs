@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{declare, publish, wait_for, TestVhost, Warren, MANAGEMENT};
+use common::{broker, declare, publish, wait_for, TestVhost, Warren};
 use lapin::options::{
     BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions, ExchangeDeclareOptions,
     QueueBindOptions,
@@ -187,7 +187,7 @@ async fn dead_letter_routing_comes_from_the_topology() {
     declare(&channel, "no-safety-net", false).await;
     // The DLX comes from a policy, not from queue arguments.
     let response = reqwest::Client::new()
-        .put(format!("{MANAGEMENT}/api/policies/{}/payments-dlx", encode(&vhost.name)))
+        .put(format!("{}/api/policies/{}/payments-dlx", broker().management, encode(&vhost.name)))
         .basic_auth("guest", Some("guest"))
         .json(&serde_json::json!({"pattern": "^payments$", "definition": {"dead-letter-exchange": "failures"}, "apply-to": "queues"}))
         .send()

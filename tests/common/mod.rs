@@ -1,7 +1,9 @@
 //! Test harness: a real RabbitMQ vhost per test, a real SQLite file per test, warren started
 //! in-process on port 0, and waiting helpers (conditions with deadlines, never fixed sleeps).
+//! The broker comes from the environment (`WARREN_TEST_BROKER`, see `broker`).
 #![allow(dead_code)]
 
+pub mod broker;
 pub mod browser;
 pub mod dead_letters;
 
@@ -15,8 +17,7 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-pub const MANAGEMENT: &str = "http://127.0.0.1:15672";
-pub const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672";
+pub use broker::broker;
 
 fn encode(s: &str) -> String {
     warren::management::encode_segment(s)
@@ -50,13 +51,14 @@ impl TestVhost {
     async fn management_put(&self, path: &str, body: Value) {
         let response = self
             .http
-            .put(format!("{MANAGEMENT}{path}"))
+            .put(format!("{}{path}", broker().management))
             .basic_auth("guest", Some("guest"))
             .json(&body)
             .send()
             .await
             .unwrap_or_else(|e| {
-                panic!("management API unreachable at {MANAGEMENT} (is rabbitmq_management enabled?): {e}")
+                let (target, management) = (&broker().target, &broker().management);
+                panic!("management API of test broker {target} unreachable at {management} (is rabbitmq_management enabled?): {e}")
             });
         assert!(response.status().is_success(), "PUT {path}: {}", response.status());
     }
@@ -64,7 +66,7 @@ impl TestVhost {
     pub async fn delete_queue(&self, queue: &str) {
         let response = self
             .http
-            .delete(format!("{MANAGEMENT}/api/queues/{}/{}", encode(&self.name), encode(queue)))
+            .delete(format!("{}/api/queues/{}/{}", broker().management, encode(&self.name), encode(queue)))
             .basic_auth("guest", Some("guest"))
             .send()
             .await
@@ -73,7 +75,7 @@ impl TestVhost {
     }
 
     pub async fn connect(&self) -> Connection {
-        let uri = format!("{AMQP}/{}", encode(&self.name));
+        let uri = format!("{}/{}", broker().amqp_with_guest(), encode(&self.name));
         Connection::connect(&uri, ConnectionProperties::default()).await.expect("AMQP connection to the test broker")
     }
 
@@ -87,7 +89,7 @@ impl TestVhost {
 
 impl Drop for TestVhost {
     fn drop(&mut self) {
-        let url = format!("{MANAGEMENT}/api/vhosts/{}", encode(&self.name));
+        let url = format!("{}/api/vhosts/{}", broker().management, encode(&self.name));
         // Drop cannot await; delete from a thread of its own so a failed test still cleans up.
         let done = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -144,12 +146,14 @@ pub struct Warren {
 }
 
 impl Warren {
-    /// Starts warren with `brokers_toml` (one or more `[[brokers]]` tables) on port 0.
+    /// Starts warren with `brokers_toml` (one or more `[[brokers]]` tables) on port 0. A
+    /// `[[brokers]]` table without `management_url` watches the test broker: the harness adds
+    /// its management URL and, unless the table sets them, its AMQP and Prometheus URLs.
     pub async fn start(brokers_toml: &str) -> Warren {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("warren.db");
         let toml = format!("listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{brokers_toml}", db.display().to_string());
-        Warren::start_in(dir, toml).await
+        Warren::start_in(dir, with_test_broker(&toml)).await
     }
 
     /// Stops this warren and starts a new one on the same database and configuration.
@@ -174,7 +178,8 @@ impl Warren {
     /// warren watching only `vhost` on the real broker.
     pub async fn for_vhost(vhost: &str, poll_interval_secs: u64) -> Warren {
         Warren::start(&format!(
-            "[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\nvhosts_include = [{vhost:?}]\npoll_interval_secs = {poll_interval_secs}\n"
+            "[[brokers]]\nname = \"local\"\n{}vhosts_include = [{vhost:?}]\npoll_interval_secs = {poll_interval_secs}\n",
+            broker().toml()
         ))
         .await
     }
@@ -237,6 +242,23 @@ impl Warren {
             result.expect("warren task").expect("warren ran without error");
         }
     }
+}
+
+/// `toml` with the test broker's endpoints in every `[[brokers]]` table that names no
+/// `management_url` (a table that does is about some other endpoint, a fake one for example).
+fn with_test_broker(toml: &str) -> String {
+    let mut config: toml::Table = toml::from_str(toml).expect("test config is TOML");
+    let Some(toml::Value::Array(brokers)) = config.get_mut("brokers") else { return toml.to_string() };
+    let test = broker();
+    for table in brokers.iter_mut().filter_map(toml::Value::as_table_mut) {
+        if table.contains_key("management_url") {
+            continue;
+        }
+        table.insert("management_url".into(), test.management.clone().into());
+        table.entry("amqp_url").or_insert_with(|| test.amqp.clone().into());
+        table.entry("prometheus_url").or_insert_with(|| test.prometheus.clone().into());
+    }
+    toml::to_string(&config).expect("a TOML table serializes")
 }
 
 /// Polls `check` until it returns `Some`, or fails the test after `deadline` saying what was

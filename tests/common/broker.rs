@@ -1,0 +1,119 @@
+//! The broker the integration tests run against, chosen by the environment so the same suite
+//! runs against the host's 3.10.8, the 4.0.5 nodes `.ci/rabbitmq4.sh` starts, or anyone's own
+//! broker:
+//!
+//! - `WARREN_TEST_BROKER`: a known target, `3.10` (the default: 127.0.0.1 on 5672 / 15672 /
+//!   15692), `4.0` (5673 / 15673 / 15693) or `4.0-nostats` (5674 / 15674 / 15694, the node with
+//!   `management_agent.disable_metrics_collector = true`).
+//! - `WARREN_TEST_AMQP_URL`, `WARREN_TEST_MANAGEMENT_URL`, `WARREN_TEST_PROMETHEUS_URL`: each
+//!   replaces one endpoint of the target. Given only a management URL, AMQP and Prometheus
+//!   default to its host on 5672 and 15692, as warren's own configuration does.
+//!
+//! URLs carry no credentials: the tests log in as `guest` / `guest`, which must be an
+//! administrator reachable from here (tests create vhosts, users, policies and shovels).
+
+use std::sync::LazyLock;
+
+/// Where the test broker listens. URLs have no trailing slash and no credentials.
+#[derive(Debug, Clone)]
+pub struct TestBroker {
+    /// `3.10`, `4.0`, `4.0-nostats`, or `custom` when only explicit URLs were given.
+    pub target: String,
+    /// Management HTTP API, e.g. `http://127.0.0.1:15672`.
+    pub management: String,
+    /// AMQP listener, e.g. `amqp://127.0.0.1:5672` (warren's `amqp_url`).
+    pub amqp: String,
+    /// Prometheus plugin, e.g. `http://127.0.0.1:15692`.
+    pub prometheus: String,
+}
+
+/// The broker under test, read from the environment once.
+pub fn broker() -> &'static TestBroker {
+    static BROKER: LazyLock<TestBroker> = LazyLock::new(TestBroker::from_env);
+    &BROKER
+}
+
+/// (name, AMQP port, management port, Prometheus port), all on 127.0.0.1.
+const TARGETS: [(&str, u16, u16, u16); 3] =
+    [("3.10", 5672, 15672, 15692), ("4.0", 5673, 15673, 15693), ("4.0-nostats", 5674, 15674, 15694)];
+
+impl TestBroker {
+    fn from_env() -> TestBroker {
+        let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+        let management = env("WARREN_TEST_MANAGEMENT_URL").map(|url| checked_url("WARREN_TEST_MANAGEMENT_URL", &url));
+        let mut broker = match (env("WARREN_TEST_BROKER"), management) {
+            (Some(name), management) => {
+                let known = TestBroker::known(&name);
+                TestBroker { management: management.unwrap_or(known.management.clone()), ..known }
+            }
+            // Only a management URL: the rest on its host, like warren's own defaults.
+            (None, Some(management)) => {
+                let host = url_host(&management);
+                TestBroker {
+                    target: "custom".to_string(),
+                    amqp: format!("amqp://{host}:5672"),
+                    prometheus: format!("http://{host}:15692"),
+                    management,
+                }
+            }
+            (None, None) => TestBroker::known("3.10"),
+        };
+        if let Some(url) = env("WARREN_TEST_AMQP_URL") {
+            broker.amqp = checked_url("WARREN_TEST_AMQP_URL", &url);
+        }
+        if let Some(url) = env("WARREN_TEST_PROMETHEUS_URL") {
+            broker.prometheus = checked_url("WARREN_TEST_PROMETHEUS_URL", &url);
+        }
+        broker
+    }
+
+    fn known(name: &str) -> TestBroker {
+        let Some(&(target, amqp, management, prometheus)) = TARGETS.iter().find(|t| t.0 == name) else {
+            let names: Vec<&str> = TARGETS.iter().map(|t| t.0).collect();
+            panic!("WARREN_TEST_BROKER={name:?} is not one of {names:?} (or set WARREN_TEST_*_URL instead)");
+        };
+        TestBroker {
+            target: target.to_string(),
+            management: format!("http://127.0.0.1:{management}"),
+            amqp: format!("amqp://127.0.0.1:{amqp}"),
+            prometheus: format!("http://127.0.0.1:{prometheus}"),
+        }
+    }
+
+    /// The AMQP URL with the guest credentials, for the tests' own clients.
+    pub fn amqp_with_guest(&self) -> String {
+        self.amqp.replacen("://", "://guest:guest@", 1)
+    }
+
+    /// `host:port` of the AMQP listener, for the test that writes AMQP frames itself.
+    pub fn amqp_addr(&self) -> String {
+        let url = reqwest::Url::parse(&self.amqp).expect("checked when read");
+        format!("{}:{}", url_host(&self.amqp), url.port().unwrap_or(5672))
+    }
+
+    /// The `management_url`, `amqp_url` and `prometheus_url` lines of a `[[brokers]]` table that
+    /// watches this broker.
+    pub fn toml(&self) -> String {
+        format!(
+            "management_url = {:?}\namqp_url = {:?}\nprometheus_url = {:?}\n",
+            self.management, self.amqp, self.prometheus
+        )
+    }
+}
+
+/// `url` without a trailing slash; refuses credentials (warren's config takes them apart) and
+/// what does not parse, naming the variable.
+fn checked_url(variable: &str, url: &str) -> String {
+    let parsed = reqwest::Url::parse(url).unwrap_or_else(|e| panic!("{variable}={url:?} is not a URL: {e}"));
+    assert!(
+        parsed.username().is_empty() && parsed.password().is_none(),
+        "{variable} must not carry credentials: the tests log in as guest/guest"
+    );
+    assert!(parsed.host_str().is_some(), "{variable}={url:?} has no host");
+    url.trim_end_matches('/').to_string()
+}
+
+/// The host of a checked URL (an IPv6 address in brackets).
+fn url_host(url: &str) -> String {
+    reqwest::Url::parse(url).expect("checked when read").host_str().expect("checked when read").to_string()
+}
