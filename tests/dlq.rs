@@ -323,7 +323,10 @@ async fn replayed_copies_leave_the_brokers_delivery_count_behind() {
     let (status, snapshot) = warren.post_json(&format!("{base}/snapshot"), json!({"confirm": "true"})).await;
     assert_eq!(status, 200, "{snapshot}");
     let job = warren
-        .run_move(&format!("{base}/requeue"), json!({"selection": {"positions": [1, 2, 3]}, "target": {"queue": "target"}}))
+        .run_move(
+            &format!("{base}/requeue"),
+            json!({"selection": {"positions": [1, 2, 3]}, "target": {"queue": "target"}}),
+        )
         .await;
     assert_eq!(job["state"], "done", "{job}");
     for i in 1..=3 {

@@ -43,6 +43,16 @@ fn ids(list: &Value) -> Vec<String> {
     list.as_array().unwrap().iter().map(|m| m["message_id"].as_str().unwrap_or_default().to_string()).collect()
 }
 
+/// warren watching the test's vhost, once it lists `queue`.
+async fn watching(vhost: &TestVhost, queue: &str) -> Warren {
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for(&format!("{queue} listed by warren"), Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, queue).await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    warren
+}
+
 async fn still_serving(warren: &Warren) {
     let (status, _) = warren.get_json("/api/v1/queues").await;
     assert_eq!(status, 200, "warren still serves");
@@ -63,11 +73,7 @@ async fn a_message_nested_1000_deep_is_snapshotted_and_left_in_place_by_moves() 
     publish_raw(&vhost, "work.dlq", "deep", &deep).await;
     publish_raw(&vhost, "work.dlq", "m5", "").await;
     declare(&channel, "parking", false).await;
-    let warren = Warren::for_vhost(&vhost.name, 1).await;
-    wait_for("work.dlq listed by warren", Duration::from_secs(30), || async {
-        warren.queue(&vhost.name, "work.dlq").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
-    })
-    .await;
+    let warren = watching(&vhost, "work.dlq").await;
 
     let base = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
     let (status, snapshot) = warren.post_json(&format!("{base}/snapshot"), json!({"count": 100})).await;
@@ -77,7 +83,10 @@ async fn a_message_nested_1000_deep_is_snapshotted_and_left_in_place_by_moves() 
 
     // Warren's own mover (a selection by position reads with basic.get).
     let job = warren
-        .run_move(&format!("{base}/requeue"), json!({"selection": {"positions": [1, 2, 3, 4, 5]}, "target": {"queue": "parking"}}))
+        .run_move(
+            &format!("{base}/requeue"),
+            json!({"selection": {"positions": [1, 2, 3, 4, 5]}, "target": {"queue": "parking"}}),
+        )
         .await;
     assert_eq!(ids(&job["report"]["moved"]), ["m1", "m2", "m3", "m5"], "{job}");
     assert_eq!(ids(&job["report"]["failed"]), ["deep"], "{job}");
@@ -112,11 +121,7 @@ async fn absurd_time_ranges_are_refused_and_warren_keeps_serving() {
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     declare(&channel, "q", false).await;
-    let warren = Warren::for_vhost(&vhost.name, 1).await;
-    wait_for("q listed by warren", Duration::from_secs(30), || async {
-        warren.queue(&vhost.name, "q").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
-    })
-    .await;
+    let warren = watching(&vhost, "q").await;
     let queue = format!("local/{}/q", encode(&vhost.name));
     for query in [
         "from=9223372036854775806&to=9223372036854775807",
@@ -282,11 +287,7 @@ async fn a_message_with_bytes_that_are_not_utf8_is_read_and_left_in_place_by_mov
         .unwrap()
         .expect("the broker takes it");
     publish_raw(&vhost, "work.dlq", "m4", "").await;
-    let warren = Warren::for_vhost(&vhost.name, 1).await;
-    wait_for("work.dlq listed by warren", Duration::from_secs(30), || async {
-        warren.queue(&vhost.name, "work.dlq").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
-    })
-    .await;
+    let warren = watching(&vhost, "work.dlq").await;
     let base = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
     let (status, snapshot) = warren.post_json(&format!("{base}/snapshot"), json!({"count": 100})).await;
     assert_eq!(status, 200, "{snapshot}");
@@ -298,6 +299,46 @@ async fn a_message_with_bytes_that_are_not_utf8_is_read_and_left_in_place_by_mov
     assert!(job["report"]["failed"][0]["reason"].as_str().unwrap().contains("not UTF-8"), "{job}");
     assert_eq!(drain_ids(&channel, "work").await, ["m1", "m2", "m4"]);
     assert_eq!(depth(&channel, "work.dlq").await, 1, "it stays in the DLQ");
+    still_serving(&warren).await;
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Large messages: a whole-queue move reads them a few at a time (as many as fit in 64 MB), and
+/// neither copies awaiting confirms nor messages that could not be moved may stall the read
+/// window (30 messages of 3 MB: a window of at most 21).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_move_whole_in_a_small_window_and_failures_do_not_stall_it() {
+    let vhost = TestVhost::create("large").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let messages: Vec<_> = (1..=30)
+        .map(|i| (format!("big{i}"), vec![b'a' + (i % 26) as u8; 3 * 1024 * 1024], Default::default()))
+        .collect();
+    let ids: Vec<String> = messages.iter().map(|(id, _, _)| id.clone()).collect();
+    dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
+    let warren = watching(&vhost, "work.dlq").await;
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+
+    // Every copy comes back unroutable: each stays unacked in the window until the end.
+    vhost.delete_queue("work").await;
+    let job = warren.run_move(&path, json!({"selection": "all"})).await;
+    assert_eq!(job["report"]["failed"].as_array().unwrap().len(), 30, "{}", job["report"]["failed"]);
+    assert!(job["report"]["moved"].as_array().unwrap().is_empty());
+    assert_eq!(depth(&channel, "work.dlq").await, 30);
+
+    declare(&channel, "work", false).await;
+    let job = warren.run_move(&path, json!({"selection": "all"})).await;
+    assert_eq!(job["state"], "done", "{}", job["report"]["failed"]);
+    let moved: Vec<String> = job["report"]["moved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(moved, ids);
+    assert_eq!(drain_ids(&channel, "work").await, ids, "all 30 arrived, in order");
+    assert_eq!(depth(&channel, "work.dlq").await, 0);
     still_serving(&warren).await;
     warren.stop().await;
     connection.close(0, "done").await.ok();
