@@ -27,10 +27,11 @@ pub struct TestBroker {
     pub prometheus: String,
 }
 
-/// The broker under test, read from the environment once.
+/// The broker under test, read from the environment once. A bad setting fails every test with
+/// the same message (kept as an error, so the lock is never poisoned and later tests still say why).
 pub fn broker() -> &'static TestBroker {
-    static BROKER: LazyLock<TestBroker> = LazyLock::new(TestBroker::from_env);
-    &BROKER
+    static BROKER: LazyLock<Result<TestBroker, String>> = LazyLock::new(TestBroker::from_env);
+    BROKER.as_ref().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// (name, AMQP port, management port, Prometheus port), all on 127.0.0.1.
@@ -38,12 +39,13 @@ const TARGETS: [(&str, u16, u16, u16); 3] =
     [("3.10", 5672, 15672, 15692), ("4.0", 5673, 15673, 15693), ("4.0-nostats", 5674, 15674, 15694)];
 
 impl TestBroker {
-    fn from_env() -> TestBroker {
+    fn from_env() -> Result<TestBroker, String> {
         let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
-        let management = env("WARREN_TEST_MANAGEMENT_URL").map(|url| checked_url("WARREN_TEST_MANAGEMENT_URL", &url));
+        let management =
+            env("WARREN_TEST_MANAGEMENT_URL").map(|url| checked_url("WARREN_TEST_MANAGEMENT_URL", &url)).transpose()?;
         let mut broker = match (env("WARREN_TEST_BROKER"), management) {
             (Some(name), management) => {
-                let known = TestBroker::known(&name);
+                let known = TestBroker::known(&name)?;
                 TestBroker { management: management.unwrap_or(known.management.clone()), ..known }
             }
             // Only a management URL: the rest on its host, like warren's own defaults.
@@ -56,28 +58,28 @@ impl TestBroker {
                     management,
                 }
             }
-            (None, None) => TestBroker::known("3.10"),
+            (None, None) => TestBroker::known("3.10")?,
         };
         if let Some(url) = env("WARREN_TEST_AMQP_URL") {
-            broker.amqp = checked_url("WARREN_TEST_AMQP_URL", &url);
+            broker.amqp = checked_url("WARREN_TEST_AMQP_URL", &url)?;
         }
         if let Some(url) = env("WARREN_TEST_PROMETHEUS_URL") {
-            broker.prometheus = checked_url("WARREN_TEST_PROMETHEUS_URL", &url);
+            broker.prometheus = checked_url("WARREN_TEST_PROMETHEUS_URL", &url)?;
         }
-        broker
+        Ok(broker)
     }
 
-    fn known(name: &str) -> TestBroker {
+    fn known(name: &str) -> Result<TestBroker, String> {
         let Some(&(target, amqp, management, prometheus)) = TARGETS.iter().find(|t| t.0 == name) else {
             let names: Vec<&str> = TARGETS.iter().map(|t| t.0).collect();
-            panic!("WARREN_TEST_BROKER={name:?} is not one of {names:?} (or set WARREN_TEST_*_URL instead)");
+            return Err(format!("WARREN_TEST_BROKER={name:?} is not one of {names:?} (or set WARREN_TEST_*_URL)"));
         };
-        TestBroker {
+        Ok(TestBroker {
             target: target.to_string(),
             management: format!("http://127.0.0.1:{management}"),
             amqp: format!("amqp://127.0.0.1:{amqp}"),
             prometheus: format!("http://127.0.0.1:{prometheus}"),
-        }
+        })
     }
 
     /// The AMQP URL with the guest credentials, for the tests' own clients.
@@ -101,16 +103,17 @@ impl TestBroker {
     }
 }
 
-/// `url` without a trailing slash; refuses credentials (warren's config takes them apart) and
-/// what does not parse, naming the variable.
-fn checked_url(variable: &str, url: &str) -> String {
-    let parsed = reqwest::Url::parse(url).unwrap_or_else(|e| panic!("{variable}={url:?} is not a URL: {e}"));
-    assert!(
-        parsed.username().is_empty() && parsed.password().is_none(),
-        "{variable} must not carry credentials: the tests log in as guest/guest"
-    );
-    assert!(parsed.host_str().is_some(), "{variable}={url:?} has no host");
-    url.trim_end_matches('/').to_string()
+/// `url` without a trailing slash; refuses what does not parse and credentials (warren's config
+/// takes them apart), naming the variable.
+fn checked_url(variable: &str, url: &str) -> Result<String, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{variable}={url:?} is not a URL: {e}"))?;
+    if parsed.host_str().is_none() {
+        return Err(format!("{variable}={url:?} has no host"));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!("{variable} must not carry credentials: the tests log in as guest/guest"));
+    }
+    Ok(url.trim_end_matches('/').to_string())
 }
 
 /// The host of a checked URL (an IPv6 address in brackets).

@@ -36,6 +36,9 @@ impl TestVhost {
 
     /// A vhost with exactly this name (for names that need encoding).
     pub async fn create_named(name: String) -> TestVhost {
+        // A bad WARREN_TEST_* setting fails here, before there is a vhost whose `drop` would
+        // read the broker again while unwinding.
+        broker();
         let http = reqwest::Client::new();
         let vhost = TestVhost { name, http };
         vhost.management_put(&format!("/api/vhosts/{}", encode(&vhost.name)), serde_json::json!({})).await;
