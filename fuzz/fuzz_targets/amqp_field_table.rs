@@ -1,0 +1,29 @@
+//! AMQP field tables, the message headers anyone who can publish to a queue writes, as lapin
+//! reads them off the wire (`amq-protocol-types`), and as warren uses them: the DLQ browser's
+//! JSON of the headers, the dead-letter facts decoded from `x-death` and friends, the header
+//! search of a filter, and the copy a requeue publishes (original route, replay counter).
+#![no_main]
+
+use lapin::acker::Acker;
+use lapin::message::Delivery;
+use lapin::types::parsing::parse_field_table;
+use lapin::BasicProperties;
+use libfuzzer_sys::fuzz_target;
+use warren::browse::{self, Filter};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok((_, headers)) = parse_field_table(data) else { return };
+    let delivery = Delivery {
+        delivery_tag: 1,
+        exchange: "".into(),
+        routing_key: "orders.dlq".into(),
+        redelivered: false,
+        properties: BasicProperties::default().with_headers(headers),
+        data: b"{}".to_vec(),
+        acker: Acker::default(),
+    };
+    let summary = browse::summarize(1, warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT));
+    Filter { text: Some("x-death".into()), ..Filter::default() }.matches(&summary);
+    warren::dlq::original_route(&delivery);
+    warren::dlq::replay_properties(&delivery);
+});

@@ -1,0 +1,42 @@
+//! A delivered message as the DLQ browser shows it: its properties as lapin reads them off the
+//! wire (a content header's property flags and values), its payload kept up to a limit (text,
+//! or base64 when the cut or the bytes are not UTF-8), the dead-letter facts, the payload shown
+//! as pretty JSON, text or a hex dump, and a filter's text search over payload and headers.
+//!
+//! Input: one byte for the payload limit (below 128: that many bytes, so that cuts through
+//! UTF-8 sequences are tried; else the browser's own limit), the encoded properties, the payload.
+#![no_main]
+
+use lapin::acker::Acker;
+use lapin::message::Delivery;
+use lapin::protocol::basic::parse_properties;
+use libfuzzer_sys::fuzz_target;
+use warren::browse::{self, Filter};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&limit, rest)) = data.split_first() else { return };
+    let limit = if limit < 128 { usize::from(limit) } else { browse::PAYLOAD_LIMIT };
+    let Ok((payload, properties)) = parse_properties(rest) else { return };
+    let delivery = Delivery {
+        delivery_tag: 1,
+        exchange: "orders".into(),
+        routing_key: "eu.created".into(),
+        redelivered: true,
+        properties,
+        data: payload.to_vec(),
+        acker: Acker::default(),
+    };
+    let message = warren::dlq::peeked(&delivery, limit);
+    assert!(message.payload_bytes as usize == payload.len());
+    let summary = browse::summarize(1, message);
+    let kept = browse::payload_bytes(&summary.message);
+    assert!(payload.starts_with(&kept), "the kept payload is a prefix of the delivered one");
+    let (kind, shown) = browse::render_payload(&summary.message);
+    match kind {
+        "json" => assert!(serde_json::from_str::<serde_json::Value>(&shown).is_ok(), "pretty JSON parses back"),
+        "text" => assert_eq!(shown.as_bytes(), &kept[..], "text is shown as it is"),
+        _ => {}
+    }
+    let needle = String::from_utf8_lossy(&kept[..kept.len().min(8)]).into_owned();
+    Filter { text: Some(needle), ..Filter::default() }.matches(&summary);
+});
