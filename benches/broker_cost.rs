@@ -463,7 +463,7 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
                 let mut bytes = 0;
                 let mut page = 1;
                 loop {
-                    let (body, size) = client.queues_page(VHOST, page).await.unwrap();
+                    let (body, size) = client.queues_page(VHOST, page, false).await.unwrap();
                     bytes += size as u64;
                     if page >= body.page_count {
                         break bytes;

@@ -81,17 +81,20 @@ impl Snapshots {
     }
 }
 
-/// A quorum queue's delivery limit: the broker's figure (4.x), else argument or policy.
+/// A quorum queue's delivery limit: the broker's figure (4.x; the poller fills in 4.x's
+/// default where a listing lacks it), else argument or policy. A negative limit is no limit.
 pub fn delivery_limit(view: &QueueView) -> Option<i64> {
     if &*view.kind != "quorum" {
         return None;
     }
-    view.delivery_limit.or_else(|| {
-        view.arguments
-            .get("x-delivery-limit")
-            .or_else(|| view.effective_policy.get("delivery-limit"))
-            .and_then(Value::as_i64)
-    })
+    view.delivery_limit
+        .or_else(|| {
+            view.arguments
+                .get("x-delivery-limit")
+                .or_else(|| view.effective_policy.get("delivery-limit"))
+                .and_then(Value::as_i64)
+        })
+        .filter(|limit| *limit >= 0)
 }
 
 /// Takes a snapshot of `count` head messages. A quorum queue with a delivery limit is read only

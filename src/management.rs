@@ -173,10 +173,25 @@ impl ManagementClient {
         self.get(&format!("api/exchanges/{}?columns=name,type", encode_segment(vhost))).await
     }
 
-    /// One page (1-based) of a vhost's queues.
-    pub async fn queues_page(&self, vhost: &str, page: usize) -> Result<(QueuePage, usize), BrokerError> {
-        let path =
-            format!("api/queues/{}?page={page}&page_size={PAGE_SIZE}&columns={QUEUE_COLUMNS}", encode_segment(vhost));
+    /// A vhost's policies, or its operator policies (`kind` is `policies` or `operator-policies`).
+    pub async fn policies(
+        &self,
+        kind: &str,
+        vhost: &str,
+    ) -> Result<(Vec<crate::poller::policies::Policy>, usize), BrokerError> {
+        self.get(&format!("api/{kind}/{}", encode_segment(vhost))).await
+    }
+
+    /// One page (1-based) of a vhost's queues. `light`: without message stats, with queue totals
+    /// (`disable_stats=true&enable_queue_totals=true`): metadata and depth only, a fraction of
+    /// the broker's cost (DOMAIN.md §2), and the only depth a broker with the metrics collector
+    /// off lists. It has no consumers, head timestamps, effective policies or delivery limits.
+    pub async fn queues_page(&self, vhost: &str, page: usize, light: bool) -> Result<(QueuePage, usize), BrokerError> {
+        let light = if light { "&disable_stats=true&enable_queue_totals=true" } else { "" };
+        let path = format!(
+            "api/queues/{}?page={page}&page_size={PAGE_SIZE}&columns={QUEUE_COLUMNS}{light}",
+            encode_segment(vhost)
+        );
         self.get(&path).await
     }
 }
@@ -289,7 +304,9 @@ pub struct RawQueue {
     pub messages_ready: Option<u64>,
     pub messages_unacknowledged: Option<u64>,
     pub consumers: Option<u64>,
-    /// Quorum queues on 4.x: the effective delivery limit (default 20).
+    /// Quorum queues on 4.x: the effective delivery limit (default 20). The broker writes
+    /// `"unlimited"` for a limit turned off (`x-delivery-limit: -1`), read as -1.
+    #[serde(default, deserialize_with = "delivery_limit")]
     pub delivery_limit: Option<i64>,
     /// Quorum queues on 4.x: messages waiting to be dead-lettered (at-least-once dead-lettering).
     pub messages_dlx: Option<u64>,
@@ -342,10 +359,34 @@ where
     }
 }
 
+/// A delivery limit: a number, `"unlimited"` (-1, as the broker's own setting for it), or
+/// anything else as unknown; one odd queue must not fail the listing of all of them.
+fn delivery_limit<'de, D>(deserializer: D) -> Result<Option<i64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Ok(match Value::deserialize(deserializer)? {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) if s == "unlimited" => Some(-1),
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Read;
+
+    #[test]
+    fn an_unlimited_delivery_limit_does_not_fail_the_listing() {
+        // 4.0.5 with `x-delivery-limit: -1`.
+        let page: Vec<RawQueue> = serde_json::from_str(
+            r#"[{"name":"a","delivery_limit":9},{"name":"b","delivery_limit":"unlimited"},{"name":"c","delivery_limit":{"x":1}}]"#,
+        )
+        .unwrap();
+        let limits: Vec<Option<i64>> = page.iter().map(|q| q.delivery_limit).collect();
+        assert_eq!(limits, [Some(9), Some(-1), None]);
+    }
 
     pub(crate) fn fixture(name: &str) -> Vec<u8> {
         let path = format!("{}/tests/fixtures/rabbitmq-3.10.8/{name}", env!("CARGO_MANIFEST_DIR"));

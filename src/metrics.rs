@@ -84,7 +84,8 @@ pub struct QueueView {
     pub deliver_rate: Option<f64>,
     pub ack_rate: Option<f64>,
     pub redeliver_rate: Option<f64>,
-    /// A quorum queue's delivery limit as the broker reports it (4.x), else `None`.
+    /// A quorum queue's delivery limit as the broker reports it (4.x; where a light listing
+    /// lacks it, resolved from argument, policy and 4.x's default of 20), else `None`.
     pub delivery_limit: Option<i64>,
     pub oldest_age_secs: Option<f64>,
     pub oldest_age_source: AgeSource,

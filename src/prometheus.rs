@@ -49,8 +49,11 @@ pub struct Scrape {
     /// By (vhost, queue). A queue whose labels decode differently with and without escapes is
     /// stored under both readings; the caller looks up the names it knows from the management API.
     pub queues: HashMap<(String, String), QueueSample>,
-    /// The scrape had per-queue counters (4.x with the counter families asked for).
+    /// The scrape has per-queue counters: 4.x with the counter families asked for. A queue
+    /// without counter rows then has had no such event yet (0).
     pub has_counters: bool,
+    /// The head-timestamp family was asked for: a queue without a head timestamp has none.
+    pub has_head_timestamps: bool,
     /// Sample lines that could not be read unambiguously (skipped).
     pub skipped_lines: usize,
     /// Queues in the scrape (lines of `queue_messages`), to notice queues the caller does not know.
@@ -344,7 +347,12 @@ impl PrometheusClient {
         }
         let text = std::str::from_utf8(&body)
             .map_err(|e| BrokerError::Malformed { path: "/metrics/detailed".into(), detail: e.to_string() })?;
-        Ok((parse(text), body.len()))
+        let mut scrape = parse(text);
+        // Counter rows appear with a queue's first event: asked for (on 4.x), the families are
+        // served even when no row exists yet.
+        scrape.has_counters |= counters;
+        scrape.has_head_timestamps = head_timestamps;
+        Ok((scrape, body.len()))
     }
 }
 

@@ -38,30 +38,16 @@ async fn depth_comes_from_the_prometheus_plugin() {
     declare(&channel, "orders", false).await;
     let stamped = BasicProperties::default().with_timestamp(chrono::Utc::now().timestamp() as u64 - 30);
     publish(&channel, "orders", 7, stamped.clone()).await;
+    let facts = broker().facts().await;
     // The management API shows a new queue's head timestamp with its next stats emission (up to
-    // 5 s); warren reads it from the listing, so start once it is there.
-    let url = format!("{}/api/queues/{}/orders", broker().management, warren::management::encode_segment(&vhost.name));
-    wait_for("the head timestamp in the management API", Duration::from_secs(30), || async {
-        let q: Value = reqwest::Client::new()
-            .get(&url)
-            .basic_auth("guest", Some("guest"))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .json()
-            .await
-            .map_err(|e| e.to_string())?;
-        if q["head_message_timestamp"].is_number() {
-            Ok(())
-        } else {
-            Err(format!("{q}"))
-        }
-    })
-    .await;
+    // 5 s); on 3.x warren reads it from the listing, so start once it is there. On 4.x the
+    // listing is light and the head timestamp comes from the plugin's `queue_metrics`.
+    if facts.major < 4 {
+        wait_for_head_timestamp(&vhost.name).await;
+    }
     // Listings only at start (and when a queue appears): every later depth change is the scrape's.
     let warren =
         Warren::start(&config(&vhost.name, "stats_min_interval_secs = 600\nstats_max_interval_secs = 600\n")).await;
-
     wait_for("the Prometheus source in use with the depth", Duration::from_secs(30), || async {
         let l = load(&warren).await;
         let q = warren.queue(&vhost.name, "orders").await;
@@ -102,6 +88,14 @@ async fn depth_comes_from_the_prometheus_plugin() {
         }
     })
     .await;
+    if facts.major >= 4 {
+        // 4.x gives every quorum queue a delivery limit of 20, which a light listing (and a
+        // listing with the metrics collector off) does not say: warren must know it.
+        let q = warren.queue(&vhost.name, "audit").await.unwrap();
+        assert_eq!(q["delivery_limit"], 20, "{q}");
+        let l = load(&warren).await;
+        assert_eq!(l["listing_role"], "metadata: type, arguments, policy", "{l}");
+    }
 
     // The broker page and /metrics show the sources and the calls' cost.
     let (status, page) = warren.get_text("/brokers/local").await;
@@ -123,6 +117,27 @@ async fn depth_comes_from_the_prometheus_plugin() {
     );
     assert!(metrics.contains("warren_broker_prometheus_source_up{broker=\"local\"} 1"));
     warren.stop().await;
+}
+
+async fn wait_for_head_timestamp(vhost: &str) {
+    let url = format!("{}/api/queues/{}/orders", broker().management, warren::management::encode_segment(vhost));
+    wait_for("the head timestamp in the management API", Duration::from_secs(30), || async {
+        let q: Value = reqwest::Client::new()
+            .get(&url)
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        if q["head_message_timestamp"].is_number() {
+            Ok(())
+        } else {
+            Err(format!("{q}"))
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,12 +177,26 @@ async fn falls_back_to_the_management_api_when_prometheus_is_unreachable() {
     warren.stop().await;
 }
 
+/// Publishes one message every `every` until aborted, on a fixed schedule (a late tick catches
+/// up), so that the long-run rate is exact.
+fn steady_publisher(channel: &lapin::Channel, queue: &'static str, every: Duration) -> tokio::task::JoinHandle<()> {
+    let channel = channel.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        loop {
+            ticks.tick().await;
+            publish(&channel, queue, 1, BasicProperties::default()).await;
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rates_come_from_the_slower_stats_listing() {
+async fn rates_come_from_the_plugins_counters_on_4x_and_from_the_slower_stats_listing_before() {
     let vhost = TestVhost::create("light-rates").await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     declare(&channel, "orders", false).await;
+    let facts = broker().facts().await;
     // Stats listings every 4 s (rounded to 5), depth every second.
     let warren = Warren::start(&config(&vhost.name, "stats_min_interval_secs = 4\n")).await;
     wait_for("the Prometheus source in use", Duration::from_secs(30), || async {
@@ -180,30 +209,80 @@ async fn rates_come_from_the_slower_stats_listing() {
     })
     .await;
 
-    let publisher = {
-        let channel = channel.clone();
-        tokio::spawn(async move {
-            for _ in 0..150 {
-                publish(&channel, "orders", 5, BasicProperties::default()).await;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
-    let (l, q) = wait_for("a publish rate from counter deltas", Duration::from_secs(60), || async {
-        let l = load(&warren).await;
+    let publisher = steady_publisher(&channel, "orders", Duration::from_millis(50));
+    wait_for("a publish rate from counter deltas", Duration::from_secs(60), || async {
         match warren.queue(&vhost.name, "orders").await {
-            Some(q) if q["publish_rate"].as_f64().is_some_and(|r| r > 0.0) => Ok((l, q)),
+            Some(q) if q["publish_rate"].as_f64().is_some_and(|r| r > 0.0) => Ok(q),
             other => Err(format!("{other:?}")),
         }
     })
     .await;
     // 4 s is rounded up to whole 5 s stats steps, so that two readings are whole steps apart.
+    let l = load(&warren).await;
     assert!((l["stats_interval_secs"].as_f64().unwrap() - 5.0).abs() < 0.01, "{l}");
-    assert!(l["sources"][3]["source"].as_str().unwrap().contains("every 5 s"), "{l}");
-    // Between listings the rate stays (it is the last one measured) and says how old it is.
-    let rates_age = l["rates_age_secs"].as_f64().unwrap();
-    assert!(rates_age < 10.0, "{l}");
-    assert!(q["publish_rate"].as_f64().unwrap() < 100.0, "about 20 msg/s, never a spike: {q}");
+    // Every poll for 12 s, so listing polls are among them (the listing runs every 5 s).
+    let started = std::time::Instant::now();
+    let mut plans = std::collections::BTreeSet::new();
+    while started.elapsed() < Duration::from_secs(12) {
+        let l = load(&warren).await;
+        let q = warren.queue(&vhost.name, "orders").await.unwrap();
+        let rates = l["sources"][3]["source"].as_str().unwrap().to_string();
+        let rates_age = l["rates_age_secs"].as_f64().unwrap();
+        plans.insert(l["last_plan"].as_str().unwrap().to_string());
+        if facts.major >= 4 {
+            // The plugin serves per-queue counters on 4.x: rates from it on every poll, the
+            // listing polls included, and the listing is only for metadata.
+            assert!(rates.starts_with("prometheus counters") && rates.contains("every poll"), "{l}");
+            assert!(rates_age < 5.0, "{l}");
+            assert_eq!(l["listing_role"], "metadata: type, arguments, policy", "{l}");
+        } else {
+            assert!(rates.contains("every 5 s"), "{l}");
+            // Between listings the rate stays (it is the last one measured) and says how old it is.
+            assert!(rates_age < 10.0, "{l}");
+        }
+        assert!(q["publish_rate"].as_f64().unwrap() < 100.0, "about 20 msg/s, never a spike: {q}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(plans.iter().any(|p| p.contains("listing")), "a listing poll was seen: {plans:?}");
+    publisher.abort();
+    warren.stop().await;
+}
+
+/// Issue 15 (3): counters from two sources in one rate window made a steady publisher's rate
+/// swing at each listing poll (1.2/s, then 2.7/s, for 2.0/s). Every poll's rate must be the
+/// publisher's, whichever calls the poll made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_publishers_rate_is_steady_across_listing_polls() {
+    let vhost = TestVhost::create("light-steady").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    let warren = Warren::start(&config(&vhost.name, "stats_min_interval_secs = 15\n")).await;
+    let publisher = steady_publisher(&channel, "orders", Duration::from_millis(500));
+    wait_for("a publish rate", Duration::from_secs(60), || async {
+        match warren.queue(&vhost.name, "orders").await {
+            Some(q) if q["publish_rate"].as_f64().is_some_and(|r| r > 0.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Two listings' worth of polls.
+    let started = std::time::Instant::now();
+    let mut seen = Vec::new();
+    while started.elapsed() < Duration::from_secs(35) {
+        let q = warren.queue(&vhost.name, "orders").await.unwrap();
+        let l = load(&warren).await;
+        let rate = q["publish_rate"].as_f64();
+        seen.push((rate, l["last_plan"].as_str().unwrap_or_default().to_string()));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+    }
+    assert!(seen.iter().any(|(_, plan)| plan.contains("listing")), "{seen:?}");
+    for (rate, plan) in &seen {
+        assert!(
+            rate.is_some_and(|r| (1.5..=2.5).contains(&r)),
+            "2.0/s published; {rate:?} after {plan:?}; all: {seen:?}"
+        );
+    }
     publisher.abort();
     warren.stop().await;
 }

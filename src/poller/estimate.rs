@@ -37,12 +37,14 @@ pub async fn estimate_ages(
         let Some(tracked) = queues.get_mut(&(view.vhost.clone(), view.name.clone())) else {
             continue;
         };
-        let target = published as i64 - total as i64;
+        let slack = lag_slack(view.publish_rate, poll_interval_secs);
+        let target = fifo_target(total, published, slack);
         let estimate = match tracked.estimate {
             Some((cached_target, estimate)) if cached_target == target => estimate,
             _ => {
                 let (estimate, settled) =
-                    estimate_one(db, id, tracked, target, total as i64, published as i64, poll_interval_secs).await?;
+                    estimate_one(db, id, tracked, target, total as i64, published as i64 + slack, poll_interval_secs)
+                        .await?;
                 // Without any stored sample yet the answer changes at the next poll.
                 tracked.estimate = settled.then_some((target, estimate));
                 estimate
@@ -51,6 +53,32 @@ pub async fn estimate_ages(
         view.apply_estimate(estimate, now);
     }
     Ok(())
+}
+
+/// How many messages the publish counter may trail the depth by: what was published during
+/// the lag between the two readings (a stats step and a poll: the listing's counters trail the
+/// plugin's depth by up to that much on 3.x, and by less under load only sometimes), plus one.
+/// Without a known rate there is no slack: the estimate waits for the next poll.
+fn lag_slack(publish_rate: Option<f64>, poll_interval_secs: f64) -> i64 {
+    match publish_rate {
+        Some(rate) if rate.is_finite() && rate > 0.0 => {
+            (rate * (STATS_STEP_SECS + poll_interval_secs)).ceil() as i64 + 1
+        }
+        _ => 0,
+    }
+}
+
+/// The publish count the oldest message present was published after: `published − total`.
+/// A count short by no more than the slack is the counter's lag, not messages from elsewhere:
+/// the oldest message is then among the first published, so the target is 0 (the estimate's
+/// bound widens by the lag) rather than negative, which would make the estimate impossible.
+fn fifo_target(total: u64, published: u64, slack: i64) -> i64 {
+    let target = published as i64 - total as i64;
+    if target < 0 && -target <= slack {
+        0
+    } else {
+        target
+    }
 }
 
 async fn estimate_one(
@@ -83,6 +111,7 @@ async fn estimate_one(
     // No sample old enough: the oldest message is older than the history, if the messages
     // present when the history starts, plus everything published since, can account for the
     // messages present now; otherwise the counter does not see this queue's inflow.
+    // (`published` includes the lag slack.)
     match history::first_sample(db, queue_id, since).await? {
         Some((first_ts, Some(first_published), Some(first_total)))
             if first_total + (published - first_published) >= total =>
@@ -91,5 +120,26 @@ async fn estimate_one(
         }
         Some(_) => Ok((Estimate::Impossible, true)),
         None => Ok((Estimate::Impossible, false)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_trailing_the_depth_by_its_lag_keeps_the_estimate() {
+        // Issue 15 (4): a stream at 2 msg/s whose publish counter trailed the scrape's depth by
+        // 9 messages; polls every 1 s.
+        let slack = lag_slack(Some(2.0), 1.0);
+        assert_eq!(slack, 13);
+        assert_eq!(fifo_target(1_009, 1_000, slack), 0);
+        // No lag: the usual target.
+        assert_eq!(fifo_target(100, 1_000, slack), 900);
+        // Far more than the lag explains (a DLQ filled by dead-lettering, no publishes): impossible.
+        assert!(fifo_target(500, 0, lag_slack(Some(0.0), 1.0)) < 0);
+        assert!(fifo_target(1_100, 1_000, slack) < 0);
+        // Without a rate there is no slack, and the next poll decides again.
+        assert_eq!(lag_slack(None, 1.0), 0);
     }
 }

@@ -72,6 +72,10 @@ pub struct PrometheusState {
 pub struct BrokerLoad {
     pub prometheus: PrometheusState,
     pub sources: Vec<MetricSource>,
+    /// The calls of the last poll (`PollPlan`), in words.
+    pub last_plan: String,
+    /// What the queue listing is for: with the plugin's counters only metadata.
+    pub listing_role: &'static str,
     /// The configured poll interval, and the one in force (stretched when the broker is slow).
     pub base_interval_secs: f64,
     pub interval_secs: f64,

@@ -13,6 +13,7 @@
 
 mod estimate;
 mod load;
+pub mod policies;
 mod shared;
 mod track;
 
@@ -25,7 +26,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 pub use self::load::{BrokerLoad, CallRecord, CallTotals, MetricSource, PrometheusState};
-use self::track::{PollContext, QueueKey, Tracked};
+use self::track::{CounterSource, PollContext, QueueKey, Tracked};
 use crate::config::BrokerConfig;
 use crate::history::{self, Db};
 use crate::management::{BrokerError, ManagementClient, Overview, QueueStats, RawQueue, VhostEntry};
@@ -63,6 +64,8 @@ pub struct Poller {
     prometheus_retry_at: Option<Instant>,
     /// The last stats listing: metadata and counters that polls between listings reuse.
     listing: Option<Listing>,
+    /// The source of the last fresh per-queue counters (what the rates shown are from).
+    counters_from: Option<CounterSource>,
     /// The last scrape showed queues the listing does not have (created since).
     need_listing: bool,
     /// Listed queues the last scrape did not serve: still listed at the next listing means the
@@ -94,9 +97,52 @@ impl PollCalls {
 
 struct Listing {
     queues: Vec<RawQueue>,
+    /// Listed without message stats (`PollPlan::light_listing`).
+    light: bool,
     at: Instant,
     sampled_at: DateTime<Utc>,
     cost: Duration,
+}
+
+/// What one poll asks of the broker, decided before its first queue call (`Poller::plan`).
+/// Where each metric comes from follows from it, and the broker page shows both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct PollPlan {
+    /// List queues from the management API: metadata (type, arguments, policy) always; depth,
+    /// head timestamps and (with stats) counters when no scrape serves them.
+    list: bool,
+    /// Scrape the Prometheus plugin: depth and consumers.
+    scrape: bool,
+    /// Ask the scrape for per-queue counters (4.x): rates then come from the plugin every poll.
+    scrape_counters: bool,
+    /// Ask the scrape for head timestamps (`queue_metrics`, about 4x the cost of depth).
+    scrape_head_timestamps: bool,
+    /// List without message stats (`ManagementClient::queues_page`): when the plugin serves
+    /// counters, or when the broker collects no stats anyway.
+    light_listing: bool,
+}
+
+impl PollPlan {
+    /// The plan in words, for the broker page.
+    fn describe(&self) -> String {
+        let mut calls = Vec::new();
+        if self.scrape {
+            let mut families = vec!["depth", "consumers"];
+            if self.scrape_counters {
+                families.push("per-queue counters");
+            }
+            if self.scrape_head_timestamps {
+                families.push("head timestamps");
+            }
+            calls.push(format!("prometheus /metrics/detailed ({})", families.join(", ")));
+        }
+        if self.list && self.light_listing {
+            calls.push("management queue listing without message stats (metadata, totals)".to_string());
+        } else if self.list {
+            calls.push("management queue listing with message stats".to_string());
+        }
+        calls.join(" + ")
+    }
 }
 
 /// Which source served this poll's depth.
@@ -165,6 +211,7 @@ impl Poller {
             prometheus,
             prometheus_retry_at: None,
             listing: None,
+            counters_from: None,
             need_listing: false,
             missing_in_scrape: HashMap::new(),
             last_calls: PollCalls::default(),
@@ -241,63 +288,98 @@ impl Poller {
         let watched: Vec<VhostEntry> = vhosts.into_iter().filter(|v| self.broker.watches_vhost(&v.name)).collect();
         self.alarm = self.check_alarms(&mut calls).await;
 
-        // Depth from the scrape when the plugin serves it and no listing is due.
-        let mut scraped: Option<(Vec<Vec<RawQueue>>, bool)> = None;
+        let mut plan = self.plan(started, &overview, stats_enabled);
         // When the counters were read: the start of the call that served them. Rates need
         // readings a whole number of 5 s stats steps apart (`CounterWindow::baseline`); with one
         // reading per listing, the listing's varying duration must not shift its time.
         let mut counters_at = Instant::now();
-        if self.scrape_this_poll(started) {
-            let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
-            // Per-queue counters exist in the plugin from 4.0 only (DOMAIN.md §7).
-            let counters = overview.rabbitmq_version.as_deref().is_some_and(|v| !v.starts_with('3'));
-            let client = self.prometheus.clone().expect("scrape_this_poll checks the client");
+        let mut raw_queues: Vec<Vec<RawQueue>> = Vec::new();
+        let mut depth_source = DepthSource::Listing;
+        let mut counters = None;
+        if !plan.list {
             counters_at = Instant::now();
-            let answer = timed(
-                &mut self.load,
-                &mut calls.cheap,
-                "prometheus",
-                "/metrics/detailed",
-                client.scrape(&names, counters, self.broker.prometheus_head_timestamps),
-            )
-            .await;
-            match answer {
+            match self.scrape(&watched, &plan, &mut calls.cheap).await {
                 Ok((scrape, size)) => {
                     bytes += size;
-                    scraped = Some((vec![self.overlay(&scrape)], scrape.has_counters));
                     self.prometheus_answered(now, &scrape);
+                    counters = scrape.has_counters.then_some(CounterSource::Plugin);
+                    let base = self.listing.as_ref().map(|l| l.queues.clone()).unwrap_or_default();
+                    let listed_stats = self.listing.as_ref().is_some_and(|l| !l.light);
+                    raw_queues = vec![self.overlay(base, &scrape, listed_stats)];
+                    depth_source = DepthSource::Prometheus;
                 }
-                Err(error) => self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}")),
+                Err(error) => {
+                    // The listing serves this poll instead.
+                    self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}"));
+                    plan.list = true;
+                    plan.scrape = false;
+                    plan.light_listing = !stats_enabled;
+                }
             }
         }
-        let (raw_queues, counters_fresh, depth_source) = match scraped {
-            Some((queues, counters)) => (queues, counters, DepthSource::Prometheus),
-            None => {
-                // Kept as the pages they came in: `derive` frees each page once it is read, so
-                // the whole listing (16 MB at 50,000 queues) is never held beside both views.
-                let mut raw_queues: Vec<Vec<RawQueue>> = Vec::new();
-                counters_at = Instant::now();
-                for vhost in &watched {
-                    bytes += self.fetch_vhost(&vhost.name, &mut raw_queues, &mut calls.stats).await?;
-                }
-                self.listed(&raw_queues, started, now, calls.stats);
-                // Depth from the scrape on listing polls too: the listing's counts lag the
-                // plugin's by up to a stats interval, and alternating sources would make depth
-                // jump back and forth (an alert on depth would flap).
-                let mut depth_source = DepthSource::Listing;
-                if self.prometheus.is_some() && self.load.prometheus.available != Some(false) {
-                    let (scrape, size) = self.scrape_after_listing(&watched, started, now, &mut calls).await;
-                    bytes += size;
-                    if let Some(scrape) = scrape {
-                        raw_queues = vec![self.overlay(&scrape)];
-                        depth_source = DepthSource::Prometheus;
+        if plan.list {
+            // Kept as the pages they came in: `derive` frees each page once it is read, so
+            // the whole listing (16 MB at 50,000 queues) is never held beside both views.
+            let listing_at = Instant::now();
+            counters_at = listing_at;
+            for vhost in &watched {
+                bytes += self.fetch_vhost(&vhost.name, plan.light_listing, &mut raw_queues, &mut calls.stats).await?;
+            }
+            if plan.light_listing {
+                // A light listing (and any listing with the metrics collector off) has no
+                // effective policy and no delivery limit.
+                bytes += self.apply_policies(&watched, &mut raw_queues, &mut calls.stats).await;
+                if since_4_0(&overview) {
+                    for q in raw_queues.iter_mut().flatten() {
+                        if q.kind.as_deref() == Some("quorum") && q.delivery_limit.is_none() {
+                            q.delivery_limit = Some(policies::delivery_limit_4x(q));
+                        }
                     }
                 }
-                // 4.x with the metrics collector off lists no counters; the scrape's stay in force.
-                let counters_in_scrape = self.prometheus_in_use() && self.load.prometheus.counters;
-                (raw_queues, stats_enabled || !counters_in_scrape, depth_source)
             }
-        };
+            counters = (stats_enabled && !plan.light_listing).then_some(CounterSource::Listing);
+            // Depth from the scrape on listing polls too: the listing's counts lag the
+            // plugin's by up to a stats interval, and alternating sources would make depth
+            // jump back and forth (an alert on depth would flap). On 4.x the counters come from
+            // it too, so that a rate window never mixes the two sources.
+            let mut cost = calls.stats;
+            if plan.scrape {
+                let scrape_started = Instant::now();
+                let mut spent = Duration::ZERO;
+                let answer = self.scrape(&watched, &plan, &mut spent).await;
+                calls.other += spent;
+                // Head timestamps asked only because the listing has none are part of what a
+                // listing costs, and so of its budgeted cadence.
+                if plan.scrape_head_timestamps && !self.broker.prometheus_head_timestamps {
+                    cost += spent;
+                }
+                match answer {
+                    Ok((scrape, size)) => {
+                        bytes += size;
+                        self.prometheus_answered(now, &scrape);
+                        if scrape.has_counters {
+                            counters = Some(CounterSource::Plugin);
+                            counters_at = scrape_started;
+                        }
+                        self.listed(&raw_queues, &plan, started, now, cost, false);
+                        let base = raw_queues.into_iter().flatten().collect();
+                        let overlaid = self.overlay(base, &scrape, !plan.light_listing);
+                        if let Some(listing) = &mut self.listing {
+                            listing.queues = overlaid.clone();
+                        }
+                        raw_queues = vec![overlaid];
+                        depth_source = DepthSource::Prometheus;
+                    }
+                    Err(error) => {
+                        self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}"));
+                        plan.scrape = false;
+                        self.listed(&raw_queues, &plan, started, now, cost, true);
+                    }
+                }
+            } else {
+                self.listed(&raw_queues, &plan, started, now, cost, self.prometheus.is_some());
+            }
+        }
         let fetched = counters_at;
         // Topologies due by age are read before the views are built: the bindings listing is the
         // largest answer after the queues' (at least one binding per queue), and read here it is
@@ -311,12 +393,12 @@ impl Poller {
 
         let ctx = PollContext {
             broker: self.broker.name.as_str().into(),
-            stats_enabled: stats_enabled || (depth_source == DepthSource::Prometheus && counters_fresh),
+            stats_enabled: stats_enabled || counters == Some(CounterSource::Plugin),
             now,
             fetched,
             rate_window_secs: self.rate_window_secs(),
             keep_readings_secs: self.keep_readings_secs(),
-            counters_fresh,
+            counters,
         };
         let broker = self.broker.clone();
         self.polls += 1;
@@ -351,7 +433,7 @@ impl Poller {
 
         self.last_calls = calls;
         self.next_interval();
-        self.update_load(now, depth_source, counters_fresh);
+        self.update_load(now, &plan, depth_source, counters, stats_enabled);
         let load = self.load.clone();
         let queue_count = views.len();
         self.live.update(&self.broker.name, |b| {
@@ -378,24 +460,55 @@ impl Poller {
         Ok(PollStats { queues: queue_count, samples_written, bytes })
     }
 
-    /// Whether this poll reads depth from the scrape: the plugin is configured and not known to
-    /// be unavailable (or its re-check is due), a listing exists to take metadata from, and no
-    /// listing is due. During a resource alarm a due listing waits (the broker comes first).
-    fn scrape_this_poll(&self, started: Instant) -> bool {
-        if self.prometheus.is_none() {
-            return false;
+    /// This poll's calls (see `PollPlan`). The scrape serves depth whenever the plugin is
+    /// configured and not known to be unavailable (or its re-check is due); the listing runs at
+    /// start, when no scrape can serve, and at its budgeted cadence, sooner when queues appeared.
+    /// During a resource alarm a due listing waits (the broker comes first).
+    fn plan(&self, started: Instant, overview: &Overview, stats_enabled: bool) -> PollPlan {
+        let configured = self.prometheus.is_some();
+        let known_down = self.load.prometheus.available == Some(false);
+        let retry_due = self.prometheus_retry_at.is_some_and(|retry| started >= retry);
+        let listing_due = match &self.listing {
+            None => true,
+            Some(listing) => {
+                // Measured from the start of the listing's poll, with a quarter poll of slack
+                // for timer jitter: a listing due every poll must not skip every other one.
+                let since = started.duration_since(listing.at) + self.broker.poll_interval / 4;
+                let (stats_every, budget_every) = self.stats_intervals();
+                let due = since >= stats_every || (self.need_listing && since >= budget_every);
+                due && self.alarm.is_none()
+            }
+        };
+        let scrape_only = configured && self.listing.is_some() && (!known_down || retry_due) && !listing_due;
+        let list = !scrape_only;
+        let scrape = scrape_only || (configured && (!known_down || retry_due));
+        // Per-queue counters exist in the plugin from 4.0 only (DOMAIN.md §7).
+        let plugin_counters = since_4_0(overview);
+        // With the plugin's counters (4.x) the listing is only for metadata, and its message
+        // stats are the broker's most expensive work for warren (PERF.md): left out.
+        let light_listing = list && (!stats_enabled || (scrape && plugin_counters));
+        PollPlan {
+            list,
+            scrape,
+            scrape_counters: scrape && plugin_counters,
+            // A light listing has no head timestamps: the listing poll's scrape asks
+            // `queue_metrics` for them instead, at the listing's budgeted cadence.
+            scrape_head_timestamps: scrape && (self.broker.prometheus_head_timestamps || light_listing),
+            light_listing,
         }
-        let Some(listing) = &self.listing else { return false };
-        if self.load.prometheus.available == Some(false) && self.prometheus_retry_at.is_none_or(|retry| started < retry)
-        {
-            return false;
-        }
-        // Measured from the start of the listing's poll, with a quarter poll of slack for timer
-        // jitter: a listing due every poll must not skip every other one.
-        let since = started.duration_since(listing.at) + self.broker.poll_interval / 4;
-        let (stats_every, budget_every) = self.stats_intervals();
-        let due = since >= stats_every || (self.need_listing && since >= budget_every);
-        !due || self.alarm.is_some()
+    }
+
+    /// One scrape of the watched vhosts' queues as the plan asks; the call's time goes to `spent`.
+    async fn scrape(
+        &mut self,
+        watched: &[VhostEntry],
+        plan: &PollPlan,
+        spent: &mut Duration,
+    ) -> Result<(Scrape, usize), BrokerError> {
+        let client = self.prometheus.clone().expect("a plan scrapes only with a client");
+        let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
+        let call = client.scrape(&names, plan.scrape_counters, plan.scrape_head_timestamps);
+        timed(&mut self.load, spent, "prometheus", "/metrics/detailed", call).await
     }
 
     /// The stats listing's interval, and the shortest one the budget allows (for a listing
@@ -462,9 +575,11 @@ impl Poller {
     /// The last listing's queues with depth, consumers and head timestamp from the scrape (and
     /// counters, on 4.x). A listed queue the scrape does not serve gets unknown numbers, never the
     /// listing's old ones as if current.
-    fn overlay(&mut self, scrape: &Scrape) -> Vec<RawQueue> {
-        let listing = self.listing.as_ref().expect("a scrape needs a listing");
-        let mut queues = listing.queues.clone();
+    ///
+    /// `base`: the queues as last listed (or as this poll listed them). `listing_has_stats`:
+    /// the broker's listings carry counts and head timestamps (not with the metrics collector
+    /// off), so a listed queue without them was listed before its first stats.
+    fn overlay(&mut self, mut queues: Vec<RawQueue>, scrape: &Scrape, listing_has_stats: bool) -> Vec<RawQueue> {
         let mut matched = 0;
         // A queue listed before its first stats reached the management database (a new queue,
         // for seconds) has no counts or head timestamp in the listing: list it again.
@@ -475,7 +590,7 @@ impl Poller {
             match scrape.queues.get(&key) {
                 Some(s) => {
                     matched += 1;
-                    listed_without_stats |= q.messages_ready.is_none() && s.ready.is_some();
+                    listed_without_stats |= listing_has_stats && q.messages_ready.is_none() && s.ready.is_some();
                     // Depth from the scrape must not make a listing without stats look like one
                     // with every counter at 0: the next real reading would be a burst, and the
                     // age estimate would take the 0 for the time before the messages arrived.
@@ -485,10 +600,9 @@ impl Poller {
                         && q.message_stats.is_none();
                     // Messages arrived in a queue the listing saw empty: their head timestamp is
                     // in the next listing only, so bring it forward as far as the budget allows.
-                    listed_without_stats |= !self.broker.prometheus_head_timestamps
-                        && q.messages_ready == Some(0)
-                        && s.ready.is_some_and(|r| r > 0);
-                    if self.broker.prometheus_head_timestamps {
+                    listed_without_stats |=
+                        !scrape.has_head_timestamps && q.messages_ready == Some(0) && s.ready.is_some_and(|r| r > 0);
+                    if scrape.has_head_timestamps {
                         q.head_message_timestamp = s.head_ts;
                     } else if !head_unmoved(q, s) {
                         // Without `queue_metrics` the listing's head timestamp is the only one;
@@ -501,6 +615,7 @@ impl Poller {
                     q.messages_unacknowledged = s.unacked;
                     q.consumers = s.consumers;
                     if scrape.has_counters {
+                        q.counters_unknown = false;
                         // Counter rows appear with the first event: absent is 0, as in 3.x listings.
                         q.message_stats = Some(QueueStats {
                             publish: Some(s.publish.unwrap_or(0)),
@@ -524,39 +639,6 @@ impl Poller {
         self.missing_in_scrape = missing;
         self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || listed_without_stats;
         queues
-    }
-
-    /// The scrape right after a listing: at start it is the detection (does the plugin answer,
-    /// does it serve every listed queue); later it keeps depth from one source. `None` when the
-    /// plugin failed or is incomplete (then marked unavailable, with the reason).
-    async fn scrape_after_listing(
-        &mut self,
-        watched: &[VhostEntry],
-        started: Instant,
-        now: DateTime<Utc>,
-        calls: &mut PollCalls,
-    ) -> (Option<Scrape>, usize) {
-        let client = self.prometheus.clone().expect("the caller checks the client");
-        let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
-        let probe = timed(
-            &mut self.load,
-            &mut calls.other,
-            "prometheus",
-            "/metrics/detailed",
-            client.scrape(&names, false, self.broker.prometheus_head_timestamps),
-        );
-        match probe.await {
-            Ok((scrape, size)) => {
-                // Queues it does not serve get unknown depth; still missing after
-                // `MISSING_GRACE`, they make it incomplete (see `listed`).
-                self.prometheus_answered(now, &scrape);
-                (Some(scrape), size)
-            }
-            Err(error) => {
-                self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}"));
-                (None, 0)
-            }
-        }
     }
 
     fn prometheus_answered(&mut self, now: DateTime<Utc>, scrape: &Scrape) {
@@ -591,7 +673,18 @@ impl Poller {
 
     /// Records a stats listing; notices queues the scrapes have left out for `MISSING_GRACE`
     /// although they still exist.
-    fn listed(&mut self, pages: &[Vec<RawQueue>], started: Instant, now: DateTime<Utc>, cost: Duration) {
+    /// `keep`: keep a copy of the queues for scrapes to overlay (the caller keeps the overlaid
+    /// ones instead when this poll's scrape answered).
+    fn listed(
+        &mut self,
+        pages: &[Vec<RawQueue>],
+        plan: &PollPlan,
+        started: Instant,
+        now: DateTime<Utc>,
+        cost: Duration,
+        keep: bool,
+    ) {
+        let light = plan.light_listing;
         let queues = || pages.iter().flatten();
         if !self.missing_in_scrape.is_empty() {
             let listed: HashSet<(&str, &str)> = queues().map(|q| (q.vhost.as_str(), q.name.as_str())).collect();
@@ -609,19 +702,37 @@ impl Poller {
         self.need_listing = false;
         // The queues are kept for the scrapes to overlay; without a Prometheus source only the
         // listing's time and cost matter (a copy of 50,000 queues is tens of MB).
-        let kept = if self.prometheus.is_some() { queues().cloned().collect() } else { Vec::new() };
-        self.listing = Some(Listing { queues: kept, at: started, sampled_at: now, cost });
+        let kept = if keep { queues().cloned().collect() } else { Vec::new() };
+        self.listing = Some(Listing { queues: kept, light, at: started, sampled_at: now, cost });
     }
 
     /// What the broker page says about sources, cadences and ages after this poll.
-    fn update_load(&mut self, now: DateTime<Utc>, depth: DepthSource, counters_fresh: bool) {
+    fn update_load(
+        &mut self,
+        now: DateTime<Utc>,
+        plan: &PollPlan,
+        depth: DepthSource,
+        counters: Option<CounterSource>,
+        stats_enabled: bool,
+    ) {
         let (stats_every, _) = self.stats_intervals();
+        if counters.is_some() {
+            self.counters_from = counters;
+        }
+        let counters_from = self.counters_from;
         let b = &self.broker;
         let listing_at = self.listing.as_ref().map(|l| l.sampled_at);
         let listing_cost = self.listing.as_ref().map(|l| l.cost.as_secs_f64());
         let prometheus_used = depth == DepthSource::Prometheus || self.prometheus_in_use();
-        let head_timestamps_scraped = b.prometheus_head_timestamps;
+        let head_every_poll = b.prometheus_head_timestamps;
+        let stats_off = !stats_enabled;
         let l = &mut self.load;
+        l.last_plan = plan.describe();
+        l.listing_role = if counters_from == Some(CounterSource::Plugin) {
+            "metadata: type, arguments, policy"
+        } else {
+            "message stats for rates, and metadata"
+        };
         l.backing_off = self.alarm.as_ref().map(|a| {
             format!("resource alarm: {a}; polls are spaced twice as far and the stats listing waits until it clears")
         });
@@ -654,11 +765,11 @@ impl Poller {
             l.stats_interval_secs = l.interval_secs;
             l.stats_reason = "every poll lists queues (no Prometheus source)".into();
         }
-        l.rates_slower_than_wanted = l.stats_interval_secs > b.stats_max_interval.as_secs_f64() + 0.5;
-        if counters_fresh {
+        // Rates from the plugin come every poll; only listing-served rates can be too slow.
+        l.rates_slower_than_wanted = counters_from == Some(CounterSource::Listing)
+            && l.stats_interval_secs > b.stats_max_interval.as_secs_f64() + 0.5;
+        if counters.is_some() {
             l.rates_sampled_at = Some(now);
-        } else if l.rates_sampled_at.is_none() {
-            l.rates_sampled_at = listing_at;
         }
         let cheap = self.last_calls.cheap.as_secs_f64();
         let interval = Duration::from_secs_f64(l.interval_secs.max(0.001));
@@ -680,13 +791,20 @@ impl Poller {
                 format!("Prometheus source not used: {}", l.prometheus.reason),
             ),
         };
-        let rates = if l.prometheus.counters && prometheus_used {
-            ("prometheus counters (4.x), every poll".to_string(), "the plugin serves per-queue counters".to_string())
-        } else {
-            (
+        let rates = match counters_from {
+            Some(CounterSource::Plugin) => (
+                "prometheus counters (queue_delivery_metrics, queue_exchange_metrics), every poll".to_string(),
+                "RabbitMQ 4.x serves per-queue counters in the plugin: rates are deltas between polls, all from this one source"
+                    .to_string(),
+            ),
+            Some(CounterSource::Listing) => (
                 format!("management listing with message_stats, every {:.0} s", l.stats_interval_secs),
                 "only the management API has per-queue counters before RabbitMQ 4.0; rates are counter deltas over the time between listings".to_string(),
-            )
+            ),
+            None => (
+                "none: unknown".to_string(),
+                "no source has served per-queue counters: the management listing has none with the metrics collector off, and the Prometheus plugin has them from RabbitMQ 4.0 only".to_string(),
+            ),
         };
         let rates_at = l.rates_sampled_at;
         let depth_at = l.depth_sampled_at;
@@ -703,7 +821,7 @@ impl Poller {
                 reason: depth_reason.clone(),
                 sampled_at: depth_at,
             },
-            if head_timestamps_scraped || depth == DepthSource::Listing {
+            if head_every_poll || depth == DepthSource::Listing {
                 MetricSource {
                     metric: "oldest-message age (head timestamp)",
                     source: depth_source,
@@ -713,7 +831,11 @@ impl Poller {
             } else {
                 MetricSource {
                     metric: "oldest-message age (head timestamp)",
-                    source: "management listing; between listings kept while the head cannot have moved, else warren's estimate".into(),
+                    source: if stats_off {
+                        "prometheus queue_metrics with each listing; between listings kept while the head cannot have moved, else warren's estimate"
+                    } else {
+                        "management listing; between listings kept while the head cannot have moved, else warren's estimate"
+                    }.into(),
                     reason: "head timestamps are only in the plugin's queue_metrics family, about 4x the broker cost of the depth scrape (prometheus_head_timestamps = true asks for it)".into(),
                     sampled_at: listing_at,
                 }
@@ -743,6 +865,7 @@ impl Poller {
     async fn fetch_vhost(
         &mut self,
         vhost: &str,
+        light: bool,
         out: &mut Vec<Vec<RawQueue>>,
         spent: &mut Duration,
     ) -> Result<usize, PollError> {
@@ -751,7 +874,8 @@ impl Poller {
         let endpoint = format!("/api/queues/{}", crate::management::encode_segment(vhost));
         loop {
             let answer =
-                timed(&mut self.load, spent, "management", &endpoint, self.client.queues_page(vhost, page)).await;
+                timed(&mut self.load, spent, "management", &endpoint, self.client.queues_page(vhost, page, light))
+                    .await;
             let (body, size) = match answer {
                 Ok(answer) => answer,
                 // The vhost was deleted since the listing: it has no queues now.
@@ -772,6 +896,8 @@ impl Poller {
                 }
                 q.arguments = Some(maps.share_or_empty(q.arguments.take()));
                 q.effective_policy_definition = Some(maps.share_or_empty(q.effective_policy_definition.take()));
+                // A light listing has no message stats: unknown, never 0 (the scrape's replace them).
+                q.counters_unknown |= light;
             }
             out.push(items);
             if page >= page_count {
@@ -779,6 +905,51 @@ impl Poller {
             }
             page += 1;
         }
+    }
+
+    /// Resolves the effective policy of listed queues that lack one (the listing of a broker
+    /// with the metrics collector off). A failed call leaves them without (logged): the numbers
+    /// are not worth losing for it. Returns the bytes read.
+    async fn apply_policies(
+        &mut self,
+        watched: &[VhostEntry],
+        pages: &mut [Vec<RawQueue>],
+        spent: &mut Duration,
+    ) -> usize {
+        let mut bytes = 0;
+        for vhost in watched {
+            let path = crate::management::encode_segment(&vhost.name);
+            let call = self.client.policies("policies", &vhost.name);
+            let user = timed(&mut self.load, spent, "management", &format!("/api/policies/{path}"), call).await;
+            let call = self.client.policies("operator-policies", &vhost.name);
+            let endpoint = format!("/api/operator-policies/{path}");
+            let operator = timed(&mut self.load, spent, "management", &endpoint, call).await;
+            let (user, operator) = match (user, operator) {
+                (Ok((u, a)), Ok((o, b))) => {
+                    bytes += a + b;
+                    (u, o)
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(broker = %self.broker.name, vhost = %vhost.name, error = %e, "policies not read");
+                    continue;
+                }
+            };
+            // Each page holds one vhost's queues (`fetch_vhost`).
+            for page in pages.iter_mut() {
+                if page.first().is_none_or(|q| q.vhost != vhost.name) {
+                    continue;
+                }
+                let unreadable = policies::apply(page, &user, &operator);
+                if unreadable > 0 {
+                    tracing::warn!(broker = %self.broker.name, vhost = %vhost.name, unreadable, "operator policy patterns not understood");
+                }
+                for q in page.iter_mut() {
+                    q.effective_policy_definition =
+                        Some(self.maps.share_or_empty(q.effective_policy_definition.take()));
+                }
+            }
+        }
+        bytes
     }
 
     /// Refreshes stale vhost topologies and sets each view's dead-letter facts. A failed
@@ -913,6 +1084,12 @@ fn rates_from(
     };
     window.push(fetched, current, keep_secs);
     rates
+}
+
+/// RabbitMQ 4.0 or later (by the overview's version; an unknown version counts as older).
+fn since_4_0(overview: &Overview) -> bool {
+    let major = overview.rabbitmq_version.as_deref().and_then(|v| v.split('.').next()?.parse::<u32>().ok());
+    major.is_some_and(|m| m >= 4)
 }
 
 /// Whether a queue's head message is still the one the listing saw: no consumer and nothing

@@ -35,8 +35,12 @@ pub struct Tracked {
     pub meta: u64,
     pub deleted: bool,
     pub last_written: Option<Written>,
-    /// Recent counter readings, for rates.
+    /// Recent counter readings, for rates, all from `counters_from`.
     pub counters: CounterWindow<QueueCounters>,
+    /// Which source the readings in `counters` came from: a window never mixes two (the
+    /// listing's counters trail the plugin's by up to a stats step, so a delta across sources
+    /// is off by whatever was published in that lag).
+    pub counters_from: Option<CounterSource>,
     /// After a re-creation, rates stay unknown until this time.
     pub settle_until: Option<Instant>,
     /// Since when (and over how many polls) unacked messages were held with no ack.
@@ -135,6 +139,7 @@ impl Tracked {
             deleted: k.deleted_at.is_some(),
             last_written: k.last_sample.map(|(ts, sample)| Written::new(ts, &sample)),
             counters: CounterWindow::default(),
+            counters_from: None,
             settle_until: None,
             no_ack_since: None,
             recent_rows: Default::default(),
@@ -155,6 +160,7 @@ impl Tracked {
             deleted: false,
             last_written: None,
             counters: CounterWindow::default(),
+            counters_from: None,
             settle_until: None,
             no_ack_since: None,
             recent_rows: Default::default(),
@@ -201,6 +207,15 @@ impl Tracked {
     }
 }
 
+/// Where a poll's per-queue counters (publish, deliver, ack, redeliver) came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterSource {
+    /// The management listing's `message_stats` (every version with stats enabled).
+    Listing,
+    /// The Prometheus plugin's per-queue counter families (RabbitMQ 4.0 and later).
+    Plugin,
+}
+
 /// Parameters of one derivation.
 pub struct PollContext {
     pub broker: Arc<str>,
@@ -209,10 +224,16 @@ pub struct PollContext {
     pub fetched: Instant,
     pub rate_window_secs: f64,
     pub keep_readings_secs: f64,
-    /// False when this poll's counters are the previous stats listing's (depth came from the
-    /// cheap source): counters are then neither a new reading nor evidence about consumers, and
-    /// each queue keeps the rates of the last fresh reading.
-    pub counters_fresh: bool,
+    /// The source of this poll's fresh counters. `None` when they are the previous stats
+    /// listing's (depth came from the cheap source): counters are then neither a new reading
+    /// nor evidence about consumers, and each queue keeps the rates of the last fresh reading.
+    pub counters: Option<CounterSource>,
+}
+
+impl PollContext {
+    fn counters_fresh(&self) -> bool {
+        self.counters.is_some()
+    }
 }
 
 /// What `derive` learned of each view that the write needs, so that planning and committing
@@ -254,13 +275,24 @@ pub fn derive(
         }
         tracked.seen_poll = poll;
         tracked.missing_polls = 0;
+        // A new source starts a new window: readings from two sources are not comparable, so
+        // neither a rate nor a reset is read across them.
+        let switched = ctx.counters.is_some() && tracked.counters_from.is_some_and(|from| Some(from) != ctx.counters);
+        if switched {
+            tracked.counters.clear();
+        }
+        if ctx.counters.is_some() {
+            tracked.counters_from = ctx.counters;
+        }
+        let counters_fresh = ctx.counters_fresh();
         let previous_reading = tracked.counters.latest().copied();
         // Compare with the last counters that were known: a queue re-created under the same name
         // may first show none at all, then its channel's old count again.
-        let went_back = ctx.counters_fresh && tracked.last_known.is_some_and(|c| counters_went_back(&c, &current));
+        let went_back =
+            counters_fresh && !switched && tracked.last_known.is_some_and(|c| counters_went_back(&c, &current));
         // After a restart of warren: a publish counter below what was stored means the queue (or
         // the node) started again while warren was away; older history is not this queue's.
-        let restarted_while_away = ctx.counters_fresh
+        let restarted_while_away = counters_fresh
             && tracked.last_known.is_none()
             && tracked.incarnation_since == 0
             && matches!((current.publish, tracked.last_written.and_then(|w| w.publish_count)),
@@ -272,7 +304,7 @@ pub fn derive(
             tracked.last_known = Some(current);
         }
         let settled = tracked.settle_until.is_none_or(|until| ctx.fetched >= until);
-        let baseline = if tracked.deleted || !settled || !ctx.counters_fresh {
+        let baseline = if tracked.deleted || !settled || !counters_fresh {
             None
         } else {
             tracked.counters.baseline(ctx.fetched, ctx.rate_window_secs)
@@ -292,7 +324,7 @@ pub fn derive(
             ctx.now,
         );
 
-        if ctx.counters_fresh {
+        if counters_fresh {
             tracked.rates = QueueRates {
                 publish: view.publish_rate,
                 deliver: view.deliver_rate,
@@ -310,7 +342,7 @@ pub fn derive(
             (Some(before), Some(now)) => now != before,
             _ => true, // unknown counters never accuse a consumer
         };
-        if ctx.counters_fresh {
+        if counters_fresh {
             tracked.no_ack_since = match (holding && !acked, tracked.no_ack_since) {
                 (false, _) => None,
                 (true, Some((since, polls))) => Some((since, polls + 1)),
@@ -323,7 +355,7 @@ pub fn derive(
             tracked.no_ack_since.map(|(since, polls)| (ctx.fetched.duration_since(since).as_secs_f64(), polls));
         metrics::apply_health(&mut view, no_ack_for);
 
-        if ctx.counters_fresh {
+        if counters_fresh {
             tracked.counters.push(ctx.fetched, current, ctx.keep_readings_secs);
         }
         view.id = tracked.id;

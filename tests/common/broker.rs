@@ -103,6 +103,36 @@ impl TestBroker {
     }
 }
 
+/// What the broker under test is, from its overview.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerFacts {
+    /// The major version (3 or 4).
+    pub major: u32,
+    /// Message stats collected (not so with `management_agent.disable_metrics_collector`).
+    pub stats: bool,
+}
+
+impl TestBroker {
+    /// Asks the broker's overview what it is (cheap; asked each time so a test never trusts a
+    /// stale answer).
+    pub async fn facts(&self) -> BrokerFacts {
+        let overview: serde_json::Value = reqwest::Client::new()
+            .get(format!("{}/api/overview", self.management))
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .expect("the test broker's overview")
+            .json()
+            .await
+            .expect("the overview is JSON");
+        let version = overview["rabbitmq_version"].as_str().expect("the overview names the version");
+        let major = version.split('.').next().and_then(|m| m.parse().ok()).expect("a numeric major version");
+        let stats = overview["disable_stats"] != true && !overview["message_stats"].is_null();
+        BrokerFacts { major, stats }
+    }
+}
+
 /// `url` without a trailing slash; refuses what does not parse and credentials (warren's config
 /// takes them apart), naming the variable.
 fn checked_url(variable: &str, url: &str) -> Result<String, String> {

@@ -1,0 +1,191 @@
+//! Effective policies for listings that do not carry them. With the metrics collector off
+//! (4.x, `management_agent.disable_metrics_collector = true`) a queue listing names each
+//! queue's policy but has no `effective_policy_definition` (DOMAIN.md §8), and dead-letter
+//! routing, limits and the delivery limit are often set by policy. warren reads the vhost's
+//! policies and operator policies and resolves them the way the broker does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::management::RawQueue;
+
+/// One policy or operator policy as `/api/policies/{vhost}` lists it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Policy {
+    pub name: String,
+    #[serde(default)]
+    pub pattern: String,
+    #[serde(rename = "apply-to", default)]
+    pub apply_to: String,
+    #[serde(default)]
+    pub priority: i64,
+    #[serde(default)]
+    pub definition: Map<String, Value>,
+}
+
+/// Keys where an operator policy and a user policy that both set them resolve to the smaller
+/// value (the broker's merge for operator policies, `rabbit_policy`); any other key of an
+/// operator policy applies only where the user policy does not set it.
+const LOWER_WINS: &[&str] = &[
+    "expires",
+    "message-ttl",
+    "max-length",
+    "max-length-bytes",
+    "max-in-memory-length",
+    "max-in-memory-bytes",
+    "delivery-limit",
+];
+
+/// Whether a policy applies to a queue of this type.
+fn applies_to_queue(policy: &Policy, kind: &str) -> bool {
+    match policy.apply_to.as_str() {
+        "" | "all" | "queues" => true,
+        "classic_queues" => kind == "classic",
+        "quorum_queues" => kind == "quorum",
+        "streams" => kind == "stream",
+        _ => false,
+    }
+}
+
+/// The operator policy the broker applies to `name`: the matching one of highest priority.
+/// A pattern this regex engine cannot read matches nothing (it is logged once per listing by
+/// the caller's count).
+fn operator_policy_for<'a>(
+    operators: &'a [(Policy, Option<regex::Regex>)],
+    name: &str,
+    kind: &str,
+) -> Option<&'a Policy> {
+    operators
+        .iter()
+        .filter(|(p, re)| applies_to_queue(p, kind) && re.as_ref().is_some_and(|re| re.is_match(name)))
+        .max_by_key(|(p, _)| p.priority)
+        .map(|(p, _)| p)
+}
+
+/// The definition in force: the user policy's, with the operator policy merged in.
+pub fn merge(user: Option<&Map<String, Value>>, operator: Option<&Map<String, Value>>) -> Map<String, Value> {
+    let mut merged = user.cloned().unwrap_or_default();
+    for (key, value) in operator.into_iter().flatten() {
+        match merged.get(key) {
+            None => {
+                merged.insert(key.clone(), value.clone());
+            }
+            Some(mine) if LOWER_WINS.contains(&key.as_str()) => {
+                if let (Some(a), Some(b)) = (mine.as_f64(), value.as_f64()) {
+                    if b < a {
+                        merged.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    merged
+}
+
+/// Fills in each listed queue's effective policy from the vhost's policies. Queues that already
+/// have one (a listing with stats) are left as the broker said.
+pub fn apply(queues: &mut [RawQueue], policies: &[Policy], operators: &[Policy]) -> usize {
+    let by_name: HashMap<&str, &Policy> = policies.iter().map(|p| (p.name.as_str(), p)).collect();
+    // Anchored or not as written: the broker matches patterns anywhere in the name, as `regex` does.
+    let operators: Vec<(Policy, Option<regex::Regex>)> =
+        operators.iter().map(|p| (p.clone(), regex::Regex::new(&p.pattern).ok())).collect();
+    let unreadable = operators.iter().filter(|(_, re)| re.is_none()).count();
+    for q in queues.iter_mut() {
+        if q.effective_policy_definition.as_ref().is_some_and(|d| !d.is_empty()) {
+            continue;
+        }
+        let user = q.policy.as_deref().and_then(|name| by_name.get(name)).map(|p| &p.definition);
+        let kind = q.kind.as_deref().unwrap_or("classic");
+        let operator = operator_policy_for(&operators, &q.name, kind).map(|p| &p.definition);
+        if user.is_none() && operator.is_none() {
+            continue;
+        }
+        q.effective_policy_definition = Some(Arc::new(merge(user, operator)));
+    }
+    unreadable
+}
+
+/// RabbitMQ 4.0 and later give every quorum queue a delivery limit of 20 unless an argument or
+/// a policy sets another (DOMAIN.md §5).
+pub const DEFAULT_DELIVERY_LIMIT_4X: i64 = 20;
+
+/// A 4.x quorum queue's delivery limit when the listing does not say it (metrics collector
+/// off): argument and policy resolved as the broker does (the smaller, unless either is
+/// negative, which turns the limit off and yields to the other; measured on 4.0.5: argument
+/// -1 with policy 3 is 3, argument 9 with policy 30 is 9), else the default.
+pub fn delivery_limit_4x(q: &RawQueue) -> i64 {
+    let argument = q.arguments.as_ref().and_then(|a| a.get("x-delivery-limit")).and_then(Value::as_i64);
+    let policy = q.effective_policy_definition.as_ref().and_then(|p| p.get("delivery-limit")).and_then(Value::as_i64);
+    match (policy, argument) {
+        (Some(p), Some(a)) if p < 0 || a < 0 => p.max(a),
+        (Some(p), Some(a)) => p.min(a),
+        (Some(one), None) | (None, Some(one)) => one,
+        (None, None) => DEFAULT_DELIVERY_LIMIT_4X,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn queue(name: &str, kind: &str, policy: Option<&str>) -> RawQueue {
+        serde_json::from_value(json!({"name": name, "vhost": "/", "type": kind, "policy": policy})).unwrap()
+    }
+
+    fn policy(name: &str, pattern: &str, apply_to: &str, priority: i64, definition: Value) -> Policy {
+        serde_json::from_value(json!({
+            "name": name, "pattern": pattern, "apply-to": apply_to, "priority": priority, "definition": definition
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_named_policy_and_the_operator_policy_merge_as_the_broker_does() {
+        let mut queues = vec![queue("orders", "quorum", Some("dlx")), queue("audit", "classic", None)];
+        let policies =
+            [policy("dlx", "^orders$", "queues", 0, json!({"dead-letter-exchange": "dlx", "max-length": 100}))];
+        let operators = [
+            policy("cap", ".*", "all", 0, json!({"max-length": 50, "delivery-limit": 5})),
+            policy("quorum-only", "^orders", "quorum_queues", 1, json!({"max-length": 500, "delivery-limit": 3})),
+        ];
+        assert_eq!(apply(&mut queues, &policies, &operators), 0);
+        let orders = queues[0].effective_policy_definition.as_deref().unwrap();
+        // The higher-priority operator policy applies; its smaller delivery limit wins, the
+        // user's smaller max-length stays.
+        assert_eq!(orders.get("dead-letter-exchange"), Some(&json!("dlx")));
+        assert_eq!(orders.get("max-length"), Some(&json!(100)));
+        assert_eq!(orders.get("delivery-limit"), Some(&json!(3)));
+        let audit = queues[1].effective_policy_definition.as_deref().unwrap();
+        assert_eq!(audit.get("max-length"), Some(&json!(50)));
+    }
+
+    #[test]
+    fn the_4x_delivery_limit_resolves_argument_policy_and_default() {
+        let with = |args: Value, policy: Value| {
+            let mut q: RawQueue =
+                serde_json::from_value(json!({"name": "q", "type": "quorum", "arguments": args})).unwrap();
+            q.effective_policy_definition = policy.as_object().cloned().map(Arc::new);
+            delivery_limit_4x(&q)
+        };
+        assert_eq!(with(json!({}), json!(null)), 20);
+        assert_eq!(with(json!({"x-delivery-limit": 9}), json!({"delivery-limit": 30})), 9);
+        assert_eq!(with(json!({"x-delivery-limit": -1}), json!({"delivery-limit": 3})), 3);
+        assert_eq!(with(json!({"x-delivery-limit": -1}), json!(null)), -1);
+    }
+
+    #[test]
+    fn a_listing_with_effective_policies_is_left_alone_and_bad_patterns_match_nothing() {
+        let mut q = queue("orders", "classic", Some("p"));
+        q.effective_policy_definition = Some(Arc::new(json!({"max-length": 1}).as_object().unwrap().clone()));
+        let mut queues = vec![q, queue("other", "classic", None)];
+        let operators = [policy("broken", "(", "all", 0, json!({"max-length": 2}))];
+        assert_eq!(apply(&mut queues, &[], &operators), 1);
+        assert_eq!(queues[0].effective_policy_definition.as_deref().unwrap().get("max-length"), Some(&json!(1)));
+        assert!(queues[1].effective_policy_definition.is_none());
+    }
+}
