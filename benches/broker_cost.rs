@@ -22,9 +22,31 @@ use warren::state::Live;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const MANAGEMENT: &str = "http://127.0.0.1:15672";
-const PROMETHEUS: &str = "http://127.0.0.1:15692";
-const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672";
+/// The broker under measurement, from the environment (defaults: the host's 3.10.8):
+/// `WARREN_BENCH_MANAGEMENT_URL`, `WARREN_BENCH_PROMETHEUS_URL`, `WARREN_BENCH_AMQP_URL` (with
+/// credentials; the management and Prometheus calls log in as guest/guest), and
+/// `WARREN_BENCH_BROKER_PID`, the broker's `beam.smp` (default: the busiest one on the machine;
+/// `.ci/rabbitmq4.sh pid` prints a 4.x node's). See benches/README.md.
+struct Endpoints {
+    management: String,
+    prometheus: String,
+    amqp: String,
+}
+
+fn endpoints() -> &'static Endpoints {
+    static ENDPOINTS: std::sync::LazyLock<Endpoints> = std::sync::LazyLock::new(|| {
+        let var = |name: &str, default: &str| {
+            std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_string())
+        };
+        Endpoints {
+            management: var("WARREN_BENCH_MANAGEMENT_URL", "http://127.0.0.1:15672").trim_end_matches('/').into(),
+            prometheus: var("WARREN_BENCH_PROMETHEUS_URL", "http://127.0.0.1:15692").trim_end_matches('/').into(),
+            amqp: var("WARREN_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672").trim_end_matches('/').into(),
+        }
+    });
+    &ENDPOINTS
+}
+
 const VHOST: &str = "warren-bench-cost";
 const BROKER: &str = "local";
 
@@ -44,6 +66,14 @@ fn clock_ticks() -> f64 {
 }
 
 fn beam_pid() -> u32 {
+    if let Ok(pid) = std::env::var("WARREN_BENCH_BROKER_PID") {
+        let pid: u32 = pid.trim().parse().expect("WARREN_BENCH_BROKER_PID is a process id");
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}/stat")).exists(),
+            "WARREN_BENCH_BROKER_PID={pid} does not run"
+        );
+        return pid;
+    }
     let out = std::process::Command::new("pgrep").args(["-f", "beam.smp"]).output().expect("pgrep");
     let text = String::from_utf8_lossy(&out.stdout);
     let pids: Vec<u32> = text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
@@ -85,7 +115,8 @@ async fn measure<F: std::future::Future<Output = ()>>(name: &'static str, pid: u
 }
 
 async fn management(http: &reqwest::Client, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) {
-    let mut request = http.request(method, format!("{MANAGEMENT}{path}")).basic_auth("guest", Some("guest"));
+    let mut request =
+        http.request(method, format!("{}{path}", endpoints().management)).basic_auth("guest", Some("guest"));
     if let Some(body) = body {
         request = request.json(&body);
     }
@@ -104,7 +135,7 @@ async fn create_queues(queues: usize) {
     let started = Instant::now();
     let connections = 8;
     let tasks = (0..connections).map(|c| async move {
-        let uri = format!("{AMQP}/{vhost}", vhost = warren::management::encode_segment(VHOST));
+        let uri = format!("{}/{vhost}", endpoints().amqp, vhost = warren::management::encode_segment(VHOST));
         let connection = Connection::connect(&uri, ConnectionProperties::default()).await.expect("AMQP");
         let channel = connection.create_channel().await.unwrap();
         channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
@@ -137,7 +168,8 @@ async fn delete_vhost() {
 async fn scrape_every_10s(window: Duration) -> (u64, u64) {
     let http = reqwest::Client::builder().gzip(true).build().unwrap();
     let url = format!(
-        "{PROMETHEUS}/metrics/detailed?vhost={}&family=queue_coarse_metrics&family=queue_consumer_count",
+        "{}/metrics/detailed?vhost={}&family=queue_coarse_metrics&family=queue_consumer_count",
+        endpoints().prometheus,
         warren::management::encode_segment(VHOST)
     );
     let end = Instant::now() + window;
@@ -165,8 +197,11 @@ async fn run() {
 
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
-        "database = {:?}\n[[brokers]]\nname = \"{BROKER}\"\nmanagement_url = \"{MANAGEMENT}\"\nvhosts_include = [\"{VHOST}\"]\n",
-        dir.path().join("bench.db")
+        "database = {:?}\n[[brokers]]\nname = \"{BROKER}\"\nmanagement_url = {:?}\nprometheus_url = {:?}\namqp_url = {:?}\nvhosts_include = [\"{VHOST}\"]\n",
+        dir.path().join("bench.db"),
+        endpoints().management,
+        endpoints().prometheus,
+        endpoints().amqp.replacen("guest:guest@", "", 1)
     );
     let config = Config::from_toml(&toml).expect("bench config");
     let broker = config.brokers[0].clone();
@@ -343,6 +378,8 @@ struct PerCall {
     /// (name, broker CPU-s per call, wall s per call, bytes per call)
     calls: Vec<(&'static str, f64, f64, u64)>,
     idle_per_sec: f64,
+    /// RabbitMQ 4.x: warren's scrapes carry the counters and its listing is light.
+    four: bool,
 }
 
 impl PerCall {
@@ -354,15 +391,25 @@ impl PerCall {
     /// listing, with its own scrape, at the interval its measured duration gives under the 5%
     /// budget and the 30 s minimum) and the
     /// reference scrape every 10 s.
+    ///
+    /// On 4.x the listing is light and its poll's scrape also asks for head timestamps, whose
+    /// time counts toward the listing's cost (as in `Poller::poll_once`).
     fn per_minute(&self) -> (f64, f64, f64) {
         let (scrape, scrape_wall) = self.get("warren scrape (default families)");
         let (small, small_wall) = self.get("overview + vhosts + alarm check");
-        let (listing, listing_wall) = self.get("stats listing (all pages)");
         let (reference, _) = self.get("reference scrape (coarse + consumer_count)");
+        let (listing, listing_wall, listing_scrape) = if self.four {
+            let (light, light_wall) = self.get("light listing (all pages)");
+            let (head, head_wall) = self.get("scrape with head timestamps (+ queue_metrics)");
+            (light + head, light_wall + head_wall, 0.0)
+        } else {
+            // Each listing poll also scrapes, so that depth keeps one source.
+            let (listing, listing_wall) = self.get("stats listing (all pages)");
+            (listing, listing_wall, scrape)
+        };
         let cheap_share = (scrape_wall + small_wall) / 10.0;
         let stats_interval = (listing_wall / (0.05 - cheap_share).max(0.005)).max(30.0);
-        // Each listing poll also scrapes, so that depth keeps one source.
-        let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * (listing + scrape);
+        let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * (listing + listing_scrape);
         (warren, 6.0 * reference, stats_interval)
     }
 
@@ -398,11 +445,17 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
     let http = reqwest::Client::builder().gzip(true).build().unwrap();
     let client = warren::management::ManagementClient::new(broker);
     let vhost = warren::management::encode_segment(VHOST);
-    let reference_url =
-        format!("{PROMETHEUS}/metrics/detailed?vhost={vhost}&family=queue_coarse_metrics&family=queue_consumer_count");
+    let reference_url = format!(
+        "{}/metrics/detailed?vhost={vhost}&family=queue_coarse_metrics&family=queue_consumer_count",
+        endpoints().prometheus
+    );
+    // On 4.x warren asks for the per-queue counters every poll, and its listing is light with
+    // the head timestamps scraped beside it (`PollPlan`).
+    let (overview, _) = client.overview().await.expect("overview");
+    let four = overview.rabbitmq_version.as_deref().is_some_and(|v| !v.starts_with('3'));
     let scrape_url = |head_timestamps| {
-        let path = warren::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], false, head_timestamps);
-        format!("{PROMETHEUS}/{path}")
+        let path = warren::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], four, head_timestamps);
+        format!("{}/{path}", endpoints().prometheus)
     };
     let (warren_url, head_url) = (scrape_url(false), scrape_url(true));
 
@@ -452,7 +505,7 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
         }
         calls.push(("overview + vhosts + alarm check", total.0 / n as f64, total.1 / n as f64, total.2 / n));
     }
-    {
+    for (name, light) in [("stats listing (all pages)", false), ("light listing (all pages)", true)] {
         // The management API caches a listing for about 5x its compute time: space them out as
         // warren does, so that each one is computed.
         let n = 3;
@@ -463,7 +516,7 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
                 let mut bytes = 0;
                 let mut page = 1;
                 loop {
-                    let (body, size) = client.queues_page(VHOST, page, false).await.unwrap();
+                    let (body, size) = client.queues_page(VHOST, page, light).await.unwrap();
                     bytes += size as u64;
                     if page >= body.page_count {
                         break bytes;
@@ -474,9 +527,9 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
             .await;
             total = (total.0 + c, total.1 + w, total.2 + b);
         }
-        calls.push(("stats listing (all pages)", total.0 / n as f64, total.1 / n as f64, total.2 / n));
+        calls.push((name, total.0 / n as f64, total.1 / n as f64, total.2 / n));
     }
-    let p = PerCall { calls, idle_per_sec };
+    let p = PerCall { calls, idle_per_sec, four };
     print_per_call(&p);
     p
 }
