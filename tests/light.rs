@@ -40,9 +40,9 @@ async fn depth_comes_from_the_prometheus_plugin() {
     publish(&channel, "orders", 7, stamped.clone()).await;
     let facts = broker().facts().await;
     // The management API shows a new queue's head timestamp with its next stats emission (up to
-    // 5 s); on 3.x warren reads it from the listing, so start once it is there. On 4.x the
-    // listing is light and the head timestamp comes from the plugin's `queue_metrics`.
-    if facts.major < 4 {
+    // 5 s); warren reads it from the listing, so start once it is there. With the metrics
+    // collector off the listing has none and it comes from the plugin's `queue_metrics`.
+    if facts.stats {
         wait_for_head_timestamp(&vhost.name).await;
     }
     // Listings only at start (and when a queue appears): every later depth change is the scrape's.

@@ -327,13 +327,16 @@ impl Poller {
             }
             if plan.light_listing {
                 // A light listing (and any listing with the metrics collector off) has no
-                // effective policy and no delivery limit.
+                // effective policy.
                 bytes += self.apply_policies(&watched, &mut raw_queues, &mut calls.stats).await;
-                if since_4_0(&overview) {
-                    for q in raw_queues.iter_mut().flatten() {
-                        if q.kind.as_deref() == Some("quorum") && q.delivery_limit.is_none() {
-                            q.delivery_limit = Some(policies::delivery_limit_4x(q));
-                        }
+            }
+            // Nor a delivery limit, and a full listing lacks it too for a queue whose first
+            // stats are not in yet: on 4.x a quorum queue always has one, so reads of it must
+            // be confirmed from the first listing on.
+            if since_4_0(&overview) {
+                for q in raw_queues.iter_mut().flatten() {
+                    if q.kind.as_deref() == Some("quorum") && q.delivery_limit.is_none() {
+                        q.delivery_limit = Some(policies::delivery_limit_4x(q));
                     }
                 }
             }
@@ -484,9 +487,11 @@ impl Poller {
         let scrape = scrape_only || (configured && (!known_down || retry_due));
         // Per-queue counters exist in the plugin from 4.0 only (DOMAIN.md §7).
         let plugin_counters = since_4_0(overview);
-        // With the plugin's counters (4.x) the listing is only for metadata, and its message
-        // stats are the broker's most expensive work for warren (PERF.md): left out.
-        let light_listing = list && (!stats_enabled || (scrape && plugin_counters));
+        // Without the metrics collector the listing has no stats to give. Where it has them, the
+        // full listing stays even when the plugin serves the counters: measured on 4.0.5 at
+        // 10,000 queues, the light listing (`enable_queue_totals`) cost the broker 4.99 CPU-s
+        // against 2.05 for the full one, which reads the management database's cached rows.
+        let light_listing = list && !stats_enabled;
         PollPlan {
             list,
             scrape,
