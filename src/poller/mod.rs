@@ -323,7 +323,13 @@ impl Poller {
             let listing_at = Instant::now();
             counters_at = listing_at;
             for vhost in &watched {
-                bytes += self.fetch_vhost(&vhost.name, plan.light_listing, &mut raw_queues, &mut calls.stats).await?;
+                // Totals only when no scrape serves depth: measured on 4.0.5 with the metrics
+                // collector off at 10,000 queues, a listing with them cost the broker 5.94 CPU-s,
+                // without 1.14.
+                let totals = plan.light_listing && !plan.scrape;
+                bytes += self
+                    .fetch_vhost(&vhost.name, plan.light_listing, totals, &mut raw_queues, &mut calls.stats)
+                    .await?;
             }
             if plan.light_listing {
                 // A light listing (and any listing with the metrics collector off) has no
@@ -871,6 +877,7 @@ impl Poller {
         &mut self,
         vhost: &str,
         light: bool,
+        totals: bool,
         out: &mut Vec<Vec<RawQueue>>,
         spent: &mut Duration,
     ) -> Result<usize, PollError> {
@@ -879,7 +886,7 @@ impl Poller {
         let endpoint = format!("/api/queues/{}", crate::management::encode_segment(vhost));
         loop {
             let answer =
-                timed(&mut self.load, spent, "management", &endpoint, self.client.queues_page(vhost, page, light))
+                timed(&mut self.load, spent, "management", &endpoint, self.client.queues_page(vhost, page, totals))
                     .await;
             let (body, size) = match answer {
                 Ok(answer) => answer,
