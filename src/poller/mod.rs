@@ -99,6 +99,10 @@ struct Listing {
     queues: Vec<RawQueue>,
     /// Listed without message stats (`PollPlan::light_listing`).
     light: bool,
+    /// Some queue was listed before its stats (or head timestamp) reached the listing: the next
+    /// listing comes as soon as the budget allows. Kept here because the queues kept for the
+    /// scrapes are the overlaid ones, which no longer show what the listing lacked.
+    stats_pending: bool,
     at: Instant,
     sampled_at: DateTime<Utc>,
     cost: Duration,
@@ -106,7 +110,7 @@ struct Listing {
 
 /// What one poll asks of the broker, decided before its first queue call (`Poller::plan`).
 /// Where each metric comes from follows from it, and the broker page shows both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PollPlan {
     /// List queues from the management API: metadata (type, arguments, policy) always; depth,
     /// head timestamps and (with stats) counters when no scrape serves them.
@@ -117,8 +121,9 @@ struct PollPlan {
     scrape_counters: bool,
     /// Ask the scrape for head timestamps (`queue_metrics`, about 4x the cost of depth).
     scrape_head_timestamps: bool,
-    /// List without message stats (`ManagementClient::queues_page`): when the plugin serves
-    /// counters, or when the broker collects no stats anyway.
+    /// The listing has no message stats, effective policies or head timestamps: the broker
+    /// collects none (metrics collector off). warren resolves policies itself and asks the
+    /// listing poll's scrape for head timestamps.
     light_listing: bool,
 }
 
@@ -320,8 +325,7 @@ impl Poller {
         if plan.list {
             // Kept as the pages they came in: `derive` frees each page once it is read, so
             // the whole listing (16 MB at 50,000 queues) is never held beside both views.
-            let listing_at = Instant::now();
-            counters_at = listing_at;
+            counters_at = Instant::now();
             for vhost in &watched {
                 // Totals only when no scrape serves depth: measured on 4.0.5 with the metrics
                 // collector off at 10,000 queues, a listing with them cost the broker 5.94 CPU-s,
@@ -648,7 +652,14 @@ impl Poller {
         // Queues the listing does not know (created since), or knows without their stats or head
         // timestamp: list again as soon as the budget allows.
         self.missing_in_scrape = missing;
-        self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || listed_without_stats;
+        let stats_pending = match &mut self.listing {
+            Some(listing) => {
+                listing.stats_pending |= listed_without_stats;
+                listing.stats_pending
+            }
+            None => listed_without_stats,
+        };
+        self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || stats_pending;
         queues
     }
 
@@ -714,7 +725,7 @@ impl Poller {
         // The queues are kept for the scrapes to overlay; without a Prometheus source only the
         // listing's time and cost matter (a copy of 50,000 queues is tens of MB).
         let kept = if keep { queues().cloned().collect() } else { Vec::new() };
-        self.listing = Some(Listing { queues: kept, light, at: started, sampled_at: now, cost });
+        self.listing = Some(Listing { queues: kept, light, stats_pending: false, at: started, sampled_at: now, cost });
     }
 
     /// What the broker page says about sources, cadences and ages after this poll.
@@ -946,15 +957,14 @@ impl Poller {
                     continue;
                 }
             };
+            let resolver = policies::Resolver::new(&user, &operator);
+            if resolver.unreadable() > 0 {
+                let unreadable = resolver.unreadable();
+                tracing::warn!(broker = %self.broker.name, vhost = %vhost.name, unreadable, "operator policy patterns not understood");
+            }
             // Each page holds one vhost's queues (`fetch_vhost`).
-            for page in pages.iter_mut() {
-                if page.first().is_none_or(|q| q.vhost != vhost.name) {
-                    continue;
-                }
-                let unreadable = policies::apply(page, &user, &operator);
-                if unreadable > 0 {
-                    tracing::warn!(broker = %self.broker.name, vhost = %vhost.name, unreadable, "operator policy patterns not understood");
-                }
+            for page in pages.iter_mut().filter(|p| p.first().is_some_and(|q| q.vhost == vhost.name)) {
+                resolver.apply(page);
                 for q in page.iter_mut() {
                     q.effective_policy_definition =
                         Some(self.maps.share_or_empty(q.effective_policy_definition.take()));

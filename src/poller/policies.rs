@@ -50,21 +50,6 @@ fn applies_to_queue(policy: &Policy, kind: &str) -> bool {
     }
 }
 
-/// The operator policy the broker applies to `name`: the matching one of highest priority.
-/// A pattern this regex engine cannot read matches nothing (it is logged once per listing by
-/// the caller's count).
-fn operator_policy_for<'a>(
-    operators: &'a [(Policy, Option<regex::Regex>)],
-    name: &str,
-    kind: &str,
-) -> Option<&'a Policy> {
-    operators
-        .iter()
-        .filter(|(p, re)| applies_to_queue(p, kind) && re.as_ref().is_some_and(|re| re.is_match(name)))
-        .max_by_key(|(p, _)| p.priority)
-        .map(|(p, _)| p)
-}
-
 /// The definition in force: the user policy's, with the operator policy merged in.
 pub fn merge(user: Option<&Map<String, Value>>, operator: Option<&Map<String, Value>>) -> Map<String, Value> {
     let mut merged = user.cloned().unwrap_or_default();
@@ -86,27 +71,51 @@ pub fn merge(user: Option<&Map<String, Value>>, operator: Option<&Map<String, Va
     merged
 }
 
-/// Fills in each listed queue's effective policy from the vhost's policies. Queues that already
-/// have one (a listing with stats) are left as the broker said.
-pub fn apply(queues: &mut [RawQueue], policies: &[Policy], operators: &[Policy]) -> usize {
-    let by_name: HashMap<&str, &Policy> = policies.iter().map(|p| (p.name.as_str(), p)).collect();
-    // Anchored or not as written: the broker matches patterns anywhere in the name, as `regex` does.
-    let operators: Vec<(Policy, Option<regex::Regex>)> =
-        operators.iter().map(|p| (p.clone(), regex::Regex::new(&p.pattern).ok())).collect();
-    let unreadable = operators.iter().filter(|(_, re)| re.is_none()).count();
-    for q in queues.iter_mut() {
-        if q.effective_policy_definition.as_ref().is_some_and(|d| !d.is_empty()) {
-            continue;
+/// One vhost's policies and operator policies, ready to resolve its queues' effective policy.
+pub struct Resolver<'a> {
+    by_name: HashMap<&'a str, &'a Policy>,
+    /// With their patterns compiled; a pattern this regex engine cannot read matches nothing.
+    operators: Vec<(&'a Policy, Option<regex::Regex>)>,
+}
+
+impl<'a> Resolver<'a> {
+    pub fn new(policies: &'a [Policy], operators: &'a [Policy]) -> Self {
+        Resolver {
+            by_name: policies.iter().map(|p| (p.name.as_str(), p)).collect(),
+            // The broker matches patterns anywhere in the name, as `regex` does.
+            operators: operators.iter().map(|p| (p, regex::Regex::new(&p.pattern).ok())).collect(),
         }
-        let user = q.policy.as_deref().and_then(|name| by_name.get(name)).map(|p| &p.definition);
-        let kind = q.kind.as_deref().unwrap_or("classic");
-        let operator = operator_policy_for(&operators, &q.name, kind).map(|p| &p.definition);
-        if user.is_none() && operator.is_none() {
-            continue;
-        }
-        q.effective_policy_definition = Some(Arc::new(merge(user, operator)));
     }
-    unreadable
+
+    /// Operator policies whose pattern could not be read (the caller logs them).
+    pub fn unreadable(&self) -> usize {
+        self.operators.iter().filter(|(_, re)| re.is_none()).count()
+    }
+
+    /// The operator policy the broker applies to `name`: the matching one of highest priority.
+    fn operator_for(&self, name: &str, kind: &str) -> Option<&'a Policy> {
+        self.operators
+            .iter()
+            .filter(|(p, re)| applies_to_queue(p, kind) && re.as_ref().is_some_and(|re| re.is_match(name)))
+            .max_by_key(|(p, _)| p.priority)
+            .map(|(p, _)| *p)
+    }
+
+    /// Fills in each listed queue's effective policy. Queues that already have one (a listing
+    /// with stats) are left as the broker said.
+    pub fn apply(&self, queues: &mut [RawQueue]) {
+        for q in queues.iter_mut() {
+            if q.effective_policy_definition.as_ref().is_some_and(|d| !d.is_empty()) {
+                continue;
+            }
+            let user = q.policy.as_deref().and_then(|name| self.by_name.get(name)).map(|p| &p.definition);
+            let operator = self.operator_for(&q.name, q.kind.as_deref().unwrap_or("classic")).map(|p| &p.definition);
+            if user.is_none() && operator.is_none() {
+                continue;
+            }
+            q.effective_policy_definition = Some(Arc::new(merge(user, operator)));
+        }
+    }
 }
 
 /// RabbitMQ 4.0 and later give every quorum queue a delivery limit of 20 unless an argument or
@@ -153,7 +162,9 @@ mod tests {
             policy("cap", ".*", "all", 0, json!({"max-length": 50, "delivery-limit": 5})),
             policy("quorum-only", "^orders", "quorum_queues", 1, json!({"max-length": 500, "delivery-limit": 3})),
         ];
-        assert_eq!(apply(&mut queues, &policies, &operators), 0);
+        let resolver = Resolver::new(&policies, &operators);
+        assert_eq!(resolver.unreadable(), 0);
+        resolver.apply(&mut queues);
         let orders = queues[0].effective_policy_definition.as_deref().unwrap();
         // The higher-priority operator policy applies; its smaller delivery limit wins, the
         // user's smaller max-length stays.
@@ -184,7 +195,9 @@ mod tests {
         q.effective_policy_definition = Some(Arc::new(json!({"max-length": 1}).as_object().unwrap().clone()));
         let mut queues = vec![q, queue("other", "classic", None)];
         let operators = [policy("broken", "(", "all", 0, json!({"max-length": 2}))];
-        assert_eq!(apply(&mut queues, &[], &operators), 1);
+        let resolver = Resolver::new(&[], &operators);
+        assert_eq!(resolver.unreadable(), 1);
+        resolver.apply(&mut queues);
         assert_eq!(queues[0].effective_policy_definition.as_deref().unwrap().get("max-length"), Some(&json!(1)));
         assert!(queues[1].effective_policy_definition.is_none());
     }
