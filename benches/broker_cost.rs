@@ -127,7 +127,7 @@ async fn management(http: &reqwest::Client, method: reqwest::Method, path: &str,
 /// The vhost with `queues` classic queues, one message in every tenth (as in PERF.md).
 async fn create_queues(queues: usize) {
     let http = reqwest::Client::new();
-    let vhost = warren::management::encode_segment(VHOST);
+    let vhost = warren::broker::management::encode_segment(VHOST);
     management(&http, reqwest::Method::DELETE, &format!("/api/vhosts/{vhost}"), None).await;
     management(&http, reqwest::Method::PUT, &format!("/api/vhosts/{vhost}"), Some(json!({}))).await;
     let permissions = json!({"configure": ".*", "write": ".*", "read": ".*"});
@@ -135,7 +135,7 @@ async fn create_queues(queues: usize) {
     let started = Instant::now();
     let connections = 8;
     let tasks = (0..connections).map(|c| async move {
-        let uri = format!("{}/{vhost}", endpoints().amqp, vhost = warren::management::encode_segment(VHOST));
+        let uri = format!("{}/{vhost}", endpoints().amqp, vhost = warren::broker::management::encode_segment(VHOST));
         let connection = Connection::connect(&uri, ConnectionProperties::default()).await.expect("AMQP");
         let channel = connection.create_channel().await.unwrap();
         channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
@@ -160,7 +160,7 @@ async fn create_queues(queues: usize) {
 
 async fn delete_vhost() {
     let http = reqwest::Client::new();
-    let vhost = warren::management::encode_segment(VHOST);
+    let vhost = warren::broker::management::encode_segment(VHOST);
     management(&http, reqwest::Method::DELETE, &format!("/api/vhosts/{vhost}"), None).await;
 }
 
@@ -170,7 +170,7 @@ async fn scrape_every_10s(window: Duration) -> (u64, u64) {
     let url = format!(
         "{}/metrics/detailed?vhost={}&family=queue_coarse_metrics&family=queue_consumer_count",
         endpoints().prometheus,
-        warren::management::encode_segment(VHOST)
+        warren::broker::management::encode_segment(VHOST)
     );
     let end = Instant::now() + window;
     let (mut scrapes, mut bytes) = (0, 0);
@@ -443,8 +443,8 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
     tokio::time::sleep(Duration::from_secs(20)).await;
     let idle_per_sec = (beam_cpu_ticks(pid) - idle_start) / ticks / 20.0;
     let http = reqwest::Client::builder().gzip(true).build().unwrap();
-    let client = warren::management::ManagementClient::new(broker);
-    let vhost = warren::management::encode_segment(VHOST);
+    let client = warren::broker::management::ManagementClient::new(broker);
+    let vhost = warren::broker::management::encode_segment(VHOST);
     let reference_url = format!(
         "{}/metrics/detailed?vhost={vhost}&family=queue_coarse_metrics&family=queue_consumer_count",
         endpoints().prometheus
@@ -454,7 +454,8 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
     let (overview, _) = client.overview().await.expect("overview");
     let four = overview.rabbitmq_version.as_deref().is_some_and(|v| !v.starts_with('3'));
     let scrape_url = |head_timestamps| {
-        let path = warren::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], four, head_timestamps);
+        let path =
+            warren::broker::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], four, head_timestamps);
         format!("{}/{path}", endpoints().prometheus)
     };
     let (warren_url, head_url) = (scrape_url(false), scrape_url(true));

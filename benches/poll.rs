@@ -93,9 +93,9 @@ use axum::Router;
 use chrono::DateTime;
 use serde_json::{json, Value};
 
+use warren::broker::management::{QueuePage, RawQueue};
 use warren::config::Config;
 use warren::history::{self, PollWrite, QueueMeta, StoredSample};
-use warren::management::{QueuePage, RawQueue};
 use warren::metrics::{self, rate_to_milli, QueueCounters};
 use warren::poller::{keyframe_due, Poller, KEYFRAME_SECS};
 use warren::state::Live;

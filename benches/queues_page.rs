@@ -34,8 +34,8 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
+use warren::broker::management::encode_segment;
 use warren::config::Config;
-use warren::management::encode_segment;
 use warren::web::query::SORT_KEYS;
 
 const MANAGEMENT: &str = "http://127.0.0.1:15672";

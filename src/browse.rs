@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::management::PeekedMessage;
+use crate::broker::management::PeekedMessage;
 use crate::metrics::QueueView;
 
 /// Messages in a snapshot unless asked otherwise, and at most.

@@ -559,7 +559,7 @@ fn build_broker(
             }
             Some(url)
         }
-        None => Some(crate::prometheus::default_url(&management_url)),
+        None => Some(crate::broker::prometheus::default_url(&management_url)),
     };
     let broker_cpu_budget = match benv("BROKER_CPU_BUDGET") {
         Some(text) => text.parse::<f64>().map_err(|_| invalid(field("broker_cpu_budget"), "must be a number"))?,

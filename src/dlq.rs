@@ -387,10 +387,10 @@ async fn consumer_prefetch(broker: &BrokerConfig, vhost: &str, queue: &str) -> u
     }
     let path = format!(
         "api/queues/{}/{}?columns=messages_ready,message_bytes_ready",
-        crate::management::encode_segment(vhost),
-        crate::management::encode_segment(queue)
+        crate::broker::management::encode_segment(vhost),
+        crate::broker::management::encode_segment(queue)
     );
-    match crate::management::ManagementClient::new(broker).get::<Sizes>(&path).await {
+    match crate::broker::management::ManagementClient::new(broker).get::<Sizes>(&path).await {
         Ok((Sizes { messages_ready: Some(n), message_bytes_ready: Some(bytes) }, _)) => prefetch_for(n, bytes),
         Ok(_) => PREFETCH_UNKNOWN_SIZE,
         Err(e) => {
@@ -831,7 +831,7 @@ pub async fn peek(
     queue: &str,
     count: usize,
     payload_limit: usize,
-) -> Result<Vec<crate::management::PeekedMessage>, MoveError> {
+) -> Result<Vec<crate::broker::management::PeekedMessage>, MoveError> {
     let connection = connect(broker, vhost).await?;
     let outcome = async {
         let channel = connection.create_channel().await?;
@@ -857,7 +857,7 @@ pub async fn peek(
 /// A delivery as the DLQ browser keeps it: at most `payload_limit` payload bytes (text, or
 /// base64 when they are not UTF-8) and the properties as JSON. Public for the fuzz targets,
 /// which feed it properties and payloads read from arbitrary bytes.
-pub fn peeked(delivery: &Delivery, payload_limit: usize) -> crate::management::PeekedMessage {
+pub fn peeked(delivery: &Delivery, payload_limit: usize) -> crate::broker::management::PeekedMessage {
     use base64::Engine;
     let kept = &delivery.data[..delivery.data.len().min(payload_limit)];
     let (payload_encoding, payload) = match std::str::from_utf8(kept) {
@@ -868,7 +868,7 @@ pub fn peeked(delivery: &Delivery, payload_limit: usize) -> crate::management::P
         }
         Err(_) => ("base64", base64::engine::general_purpose::STANDARD.encode(kept)),
     };
-    crate::management::PeekedMessage {
+    crate::broker::management::PeekedMessage {
         exchange: delivery.exchange.as_str().to_string(),
         routing_key: delivery.routing_key.as_str().to_string(),
         redelivered: delivery.redelivered,

@@ -4,20 +4,18 @@
 pub mod alerts;
 pub mod audit;
 pub mod auth;
+pub mod broker;
 pub mod browse;
 pub mod config;
 pub mod demo;
 pub mod dlq;
 pub mod history;
-pub mod management;
 pub mod memory;
 pub mod metrics;
 pub mod moves;
 pub mod poller;
-pub mod prometheus;
 pub mod shovel;
 pub mod state;
-pub mod topology;
 pub mod web;
 
 use std::collections::HashMap;

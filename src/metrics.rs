@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::management::{OverviewStats, RawQueue};
+use crate::broker::management::{OverviewStats, RawQueue};
 
 /// How warren knows a queue's oldest-message age.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -104,7 +104,7 @@ pub struct QueueView {
     /// least `HUNG_AFTER_POLLS` polls.
     pub hung_consumer_secs: Option<f64>,
     #[serde(flatten)]
-    pub dead_letters: crate::topology::DeadLetterInfo,
+    pub dead_letters: crate::broker::topology::DeadLetterInfo,
     /// Shared with other queues' views and the next poll's (see `RawQueue::arguments`).
     pub arguments: Arc<Map<String, Value>>,
     pub policy: Option<String>,

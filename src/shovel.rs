@@ -15,9 +15,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::management::{encode_segment, BrokerError, ManagementClient};
 use crate::config::BrokerConfig;
 use crate::dlq::{queue_ready, ready_count, MoveError, MoveReport, Progress};
-use crate::management::{encode_segment, BrokerError, ManagementClient};
 
 /// How often the source queue's depth is read for progress.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);

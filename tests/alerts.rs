@@ -67,7 +67,7 @@ async fn alert(warren: &Warren, rule: &str, queue: &str) -> Option<Value> {
 }
 
 fn common_encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 fn time(v: &Value) -> chrono::DateTime<chrono::Utc> {

@@ -16,7 +16,7 @@ use warren::auth::{self, Role};
 const PASSWORD: &str = "correct horse battery staple";
 
 fn encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 /// A client that shows redirects instead of following them.

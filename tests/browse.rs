@@ -13,7 +13,7 @@ use lapin::BasicProperties;
 use serde_json::{json, Value};
 
 fn encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 async fn browse_five_times_keeps_all(quorum: bool) {

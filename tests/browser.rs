@@ -28,7 +28,7 @@ async fn queue_list_updates_live_without_reload() {
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     let (_driver, client) = common::browser::start().await;
 
-    let list = warren.url(&format!("/queues?vhost={}", warren::management::encode_segment(&vhost.name)));
+    let list = warren.url(&format!("/queues?vhost={}", warren::broker::management::encode_segment(&vhost.name)));
     let row = r#"tr[data-queue="browser-q"] td.ready"#;
     wait_for("the queue row with 3 ready", Duration::from_secs(40), || async {
         client.goto(&list).await.map_err(|e| e.to_string())?;

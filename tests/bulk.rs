@@ -14,7 +14,7 @@ use lapin::{BasicProperties, Channel};
 use serde_json::{json, Value};
 
 fn encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 /// `orders` dead-letters (through the default exchange) into `orders.dlq`; `n` messages are

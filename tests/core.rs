@@ -138,7 +138,7 @@ async fn api_reports_exactly_the_known_queue_state() {
 }
 
 fn common_encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 trait Pipe: Sized {

@@ -13,7 +13,7 @@ use lapin::{BasicProperties, Channel, ExchangeKind};
 use serde_json::{json, Value};
 
 fn encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 async fn listed(warren: &Warren, vhost: &str, queue: &str) {

@@ -10,7 +10,7 @@ use common::{declare, wait_for, TestVhost, Warren};
 use serde_json::{json, Value};
 
 fn encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 /// Header tables nested `levels` deep, as JSON text (built as text: a `serde_json::Value` that

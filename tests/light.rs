@@ -120,7 +120,8 @@ async fn depth_comes_from_the_prometheus_plugin() {
 }
 
 async fn wait_for_head_timestamp(vhost: &str) {
-    let url = format!("{}/api/queues/{}/orders", broker().management, warren::management::encode_segment(vhost));
+    let url =
+        format!("{}/api/queues/{}/orders", broker().management, warren::broker::management::encode_segment(vhost));
     wait_for("the head timestamp in the management API", Duration::from_secs(30), || async {
         let q: Value = reqwest::Client::new()
             .get(&url)

@@ -285,7 +285,7 @@ async fn live_history_at_every_resolution() {
     common::declare(&channel, "depth9", false).await;
     common::publish(&channel, "depth9", 9, Default::default()).await;
     let warren = common::Warren::for_vhost(&vhost.name, 1).await;
-    let encoded = warren::management::encode_segment(&vhost.name);
+    let encoded = warren::broker::management::encode_segment(&vhost.name);
     for (range, resolution) in [("1h", "raw"), ("24h", "1m"), ("30d", "1h")] {
         let path = format!("/api/v1/queues/local/{encoded}/depth9/history?range={range}");
         common::wait_for(&format!("{range} history to show 9 ready"), Duration::from_secs(30), || async {

@@ -31,7 +31,7 @@ impl BrokerUser {
         let created =
             put(format!("users/{name}"), json!({"password": password, "tags": "administrator"})).await.unwrap();
         assert!(created.status().is_success(), "create user: {}", created.status());
-        let path = format!("permissions/{}/{name}", warren::management::encode_segment(vhost));
+        let path = format!("permissions/{}/{name}", warren::broker::management::encode_segment(vhost));
         let allowed = put(path, json!({"configure": ".*", "write": ".*", "read": ".*"})).await.unwrap();
         assert!(allowed.status().is_success(), "permissions: {}", allowed.status());
         BrokerUser { name, password, http }
@@ -83,7 +83,7 @@ async fn no_page_or_api_answer_contains_a_secret() {
     })
     .await;
     // Some state behind the pages: a snapshot, a move, an alert, a failed delivery.
-    let dlq = format!("/api/v1/queues/local/{}/work.dlq", warren::management::encode_segment(&vhost.name));
+    let dlq = format!("/api/v1/queues/local/{}/work.dlq", warren::broker::management::encode_segment(&vhost.name));
     let (status, _) = warren.post_json(&format!("{dlq}/snapshot"), json!({"count": 3})).await;
     assert_eq!(status, 200);
     warren.run_move(&format!("{dlq}/requeue"), json!({"selection": {"positions": [1]}})).await;

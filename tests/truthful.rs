@@ -15,7 +15,7 @@ use lapin::{BasicProperties, ExchangeKind};
 use serde_json::Value;
 
 fn encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 /// A quorum queue and a classic queue without timestamps, fed one message a second for 60 s,

@@ -7,6 +7,6 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|body: &[u8]| {
     // The client refuses a body that is not UTF-8 before parsing it.
     let Ok(text) = std::str::from_utf8(body) else { return };
-    let scrape = warren::prometheus::parse(text);
+    let scrape = warren::broker::prometheus::parse(text);
     assert!(scrape.skipped_lines <= text.lines().count());
 });

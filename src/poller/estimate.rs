@@ -56,8 +56,8 @@ pub async fn estimate_ages(
 }
 
 /// How many messages the publish counter may trail the depth by: what was published during
-/// the lag between the two readings (a stats step and a poll: the listing's counters trail the
-/// plugin's depth by up to that much on 3.x, and by less under load only sometimes), plus one.
+/// the lag between the two readings (on 3.x the listing's counters trail the plugin's depth by
+/// up to a stats step and a poll), plus one.
 /// Without a known rate there is no slack: the estimate waits for the next poll.
 fn lag_slack(publish_rate: Option<f64>, poll_interval_secs: f64) -> i64 {
     match publish_rate {

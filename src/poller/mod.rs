@@ -27,13 +27,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::load::{BrokerLoad, CallRecord, CallTotals, MetricSource, PrometheusState};
 use self::track::{CounterSource, PollContext, QueueKey, Tracked};
+use crate::broker::management::{BrokerError, ManagementClient, Overview, QueueStats, RawQueue, VhostEntry};
+use crate::broker::prometheus::{PrometheusClient, Scrape};
+use crate::broker::topology::{self, QueueConfig, VhostTopology};
 use crate::config::BrokerConfig;
 use crate::history::{self, Db};
-use crate::management::{BrokerError, ManagementClient, Overview, QueueStats, RawQueue, VhostEntry};
 use crate::metrics::{self, rate_to_milli, BrokerCounters, BrokerRates, CounterWindow, QueueView};
-use crate::prometheus::{PrometheusClient, Scrape};
 use crate::state::{BrokerTotals, Live, VhostLive};
-use crate::topology::{self, QueueConfig, VhostTopology};
 
 pub use self::track::{keyframe_due, KEYFRAME_SECS};
 
@@ -190,7 +190,7 @@ impl Poller {
         let prometheus = broker.prometheus_url.clone().map(|url| PrometheusClient::new(&broker, url));
         let load = BrokerLoad {
             prometheus: PrometheusState {
-                url: broker.prometheus_url.as_ref().map(crate::prometheus::shown_url),
+                url: broker.prometheus_url.as_ref().map(crate::broker::prometheus::shown_url),
                 reason: match &broker.prometheus_url {
                     Some(_) => "not tried yet: the first poll lists queues from the management API".into(),
                     None => "turned off in the configuration (prometheus_url = \"off\")".into(),
@@ -894,7 +894,7 @@ impl Poller {
     ) -> Result<usize, PollError> {
         let mut bytes = 0;
         let mut page = 1;
-        let endpoint = format!("/api/queues/{}", crate::management::encode_segment(vhost));
+        let endpoint = format!("/api/queues/{}", crate::broker::management::encode_segment(vhost));
         loop {
             let answer =
                 timed(&mut self.load, spent, "management", &endpoint, self.client.queues_page(vhost, page, totals))
@@ -941,7 +941,7 @@ impl Poller {
     ) -> usize {
         let mut bytes = 0;
         for vhost in watched {
-            let path = crate::management::encode_segment(&vhost.name);
+            let path = crate::broker::management::encode_segment(&vhost.name);
             let call = self.client.policies("policies", &vhost.name);
             let user = timed(&mut self.load, spent, "management", &format!("/api/policies/{path}"), call).await;
             let call = self.client.policies("operator-policies", &vhost.name);
@@ -1048,7 +1048,7 @@ impl Poller {
         vhost: &str,
         spent: &mut Duration,
     ) -> Result<(VhostTopology, usize), BrokerError> {
-        let path = crate::management::encode_segment(vhost);
+        let path = crate::broker::management::encode_segment(vhost);
         let (bindings, a) =
             timed(&mut self.load, spent, "management", &format!("/api/bindings/{path}"), self.client.bindings(vhost))
                 .await?;
@@ -1118,7 +1118,7 @@ fn since_4_0(overview: &Overview) -> bool {
 /// unacked, then or now, and no fewer ready messages (FIFO: publishes only add at the tail; only
 /// a consumer, basic.get, expiry or a purge removes the head, and the last three lower `ready`).
 /// A consumer that attached and left between the two readings goes unseen: a known limit.
-fn head_unmoved(listed: &RawQueue, now: &crate::prometheus::QueueSample) -> bool {
+fn head_unmoved(listed: &RawQueue, now: &crate::broker::prometheus::QueueSample) -> bool {
     let idle = |consumers: Option<u64>, unacked: Option<u64>| consumers == Some(0) && unacked == Some(0);
     idle(listed.consumers, listed.messages_unacknowledged)
         && idle(now.consumers, now.unacked)
@@ -1200,7 +1200,7 @@ mod tests {
             r#"{"name":"q","consumers":0,"messages_ready":7,"messages_unacknowledged":0,"head_message_timestamp":1700000000}"#,
         )
         .unwrap();
-        let now = |ready, unacked, consumers| crate::prometheus::QueueSample {
+        let now = |ready, unacked, consumers| crate::broker::prometheus::QueueSample {
             ready: Some(ready),
             unacked: Some(unacked),
             consumers: Some(consumers),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::management::RawQueue;
+use crate::broker::management::RawQueue;
 
 /// One policy or operator policy as `/api/policies/{vhost}` lists it.
 #[derive(Debug, Clone, Deserialize)]

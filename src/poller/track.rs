@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::shared::SharedMaps;
+use crate::broker::management::RawQueue;
 use crate::history::{KnownQueue, PollWrite, QueueMeta, StoredSample};
-use crate::management::RawQueue;
 use crate::metrics::{self, rate_to_milli, CounterWindow, Estimate, QueueCounters, QueueNames, QueueRates, QueueView};
 
 /// A queue's rows are rewritten at least this often even when nothing changed, so that a reader

@@ -149,10 +149,15 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         time_to_drain_secs: None,
         no_consumers: false,
         hung_consumer_secs: None,
-        dead_letters: crate::topology::DeadLetterInfo {
-            dead_letter_target: crate::topology::dead_letter_config(&arguments, &effective_policy).map(
+        dead_letters: crate::broker::topology::DeadLetterInfo {
+            dead_letter_target: crate::broker::topology::dead_letter_config(&arguments, &effective_policy).map(
                 |(exchange, routing_key, configured_by)| {
-                    Box::new(crate::topology::DeadLetterTarget { exchange, routing_key, configured_by, queues: None })
+                    Box::new(crate::broker::topology::DeadLetterTarget {
+                        exchange,
+                        routing_key,
+                        configured_by,
+                        queues: None,
+                    })
                 },
             ),
             ..Default::default()

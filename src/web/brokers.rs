@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::api::broker_live;
 use super::format;
 use super::{html, is_htmx, ApiError, PageError};
-use crate::management::encode_segment;
+use crate::broker::management::encode_segment;
 use crate::poller::BrokerLoad;
 use crate::state::AppState;
 

@@ -159,9 +159,9 @@ async fn page(
         title: format!("{} from {}", status.action, status.queue),
         back_href: format!(
             "/dlq/{}/{}/{}",
-            crate::management::encode_segment(&status.broker),
-            crate::management::encode_segment(&status.vhost),
-            crate::management::encode_segment(&status.queue)
+            crate::broker::management::encode_segment(&status.broker),
+            crate::broker::management::encode_segment(&status.vhost),
+            crate::broker::management::encode_segment(&status.queue)
         ),
         fragment,
     };

@@ -14,8 +14,8 @@ use super::api::{find_queue, load_queue_history};
 use super::format;
 use super::query::{Listing, QueueQuery, RangeQuery, RANGES};
 use super::{html, is_htmx, PageError};
+use crate::broker::management::encode_segment;
 use crate::history;
-use crate::management::encode_segment;
 use crate::metrics::QueueView;
 use crate::state::{AppState, BrokerLive};
 

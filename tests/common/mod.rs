@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 pub use broker::broker;
 
 fn encode(s: &str) -> String {
-    warren::management::encode_segment(s)
+    warren::broker::management::encode_segment(s)
 }
 
 /// A vhost of its own on the real broker, deleted when dropped.

@@ -161,7 +161,10 @@ impl ManagementClient {
         self.get(&format!("api/vhosts?columns={VHOST_COLUMNS}")).await
     }
 
-    pub async fn bindings(&self, vhost: &str) -> Result<(crate::topology::ExchangeBindings, usize), BrokerError> {
+    pub async fn bindings(
+        &self,
+        vhost: &str,
+    ) -> Result<(crate::broker::topology::ExchangeBindings, usize), BrokerError> {
         self.get(&format!(
             "api/bindings/{}?columns=source,destination,destination_type,routing_key",
             encode_segment(vhost)
@@ -169,7 +172,7 @@ impl ManagementClient {
         .await
     }
 
-    pub async fn exchanges(&self, vhost: &str) -> Result<(Vec<crate::topology::Exchange>, usize), BrokerError> {
+    pub async fn exchanges(&self, vhost: &str) -> Result<(Vec<crate::broker::topology::Exchange>, usize), BrokerError> {
         self.get(&format!("api/exchanges/{}?columns=name,type", encode_segment(vhost))).await
     }
 

@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::broker::management::{encode_segment, BrokerError};
 use crate::config::BrokerConfig;
-use crate::management::{encode_segment, BrokerError};
 
 /// Families asked for every poll: depth and consumers, what a Prometheus server scraping the
 /// plugin for queue depth asks.
