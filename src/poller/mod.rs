@@ -97,8 +97,6 @@ impl PollCalls {
 
 struct Listing {
     queues: Vec<RawQueue>,
-    /// Listed without message stats (`PollPlan::light_listing`).
-    light: bool,
     /// Some queue was listed before its stats (or head timestamp) reached the listing: the next
     /// listing comes as soon as the budget allows. Kept here because the queues kept for the
     /// scrapes are the overlaid ones, which no longer show what the listing lacked.
@@ -309,8 +307,7 @@ impl Poller {
                     self.prometheus_answered(now, &scrape);
                     counters = scrape.has_counters.then_some(CounterSource::Plugin);
                     let base = self.listing.as_ref().map(|l| l.queues.clone()).unwrap_or_default();
-                    let listed_stats = self.listing.as_ref().is_some_and(|l| !l.light);
-                    raw_queues = vec![self.overlay(base, &scrape, listed_stats)];
+                    raw_queues = vec![self.overlay(base, &scrape, None)];
                     depth_source = DepthSource::Prometheus;
                 }
                 Err(error) => {
@@ -374,9 +371,9 @@ impl Poller {
                             counters = Some(CounterSource::Plugin);
                             counters_at = scrape_started;
                         }
-                        self.listed(&raw_queues, &plan, started, now, cost, false);
+                        self.listed(&raw_queues, started, now, cost, false);
                         let base = raw_queues.into_iter().flatten().collect();
-                        let overlaid = self.overlay(base, &scrape, !plan.light_listing);
+                        let overlaid = self.overlay(base, &scrape, Some(!plan.light_listing));
                         if let Some(listing) = &mut self.listing {
                             listing.queues = overlaid.clone();
                         }
@@ -386,11 +383,11 @@ impl Poller {
                     Err(error) => {
                         self.prometheus_unavailable(started, now, format!("unreachable or failing: {error}"));
                         plan.scrape = false;
-                        self.listed(&raw_queues, &plan, started, now, cost, true);
+                        self.listed(&raw_queues, started, now, cost, true);
                     }
                 }
             } else {
-                self.listed(&raw_queues, &plan, started, now, cost, self.prometheus.is_some());
+                self.listed(&raw_queues, started, now, cost, self.prometheus.is_some());
             }
         }
         let fetched = counters_at;
@@ -591,13 +588,21 @@ impl Poller {
     /// counters, on 4.x). A listed queue the scrape does not serve gets unknown numbers, never the
     /// listing's old ones as if current.
     ///
-    /// `base`: the queues as last listed (or as this poll listed them). `listing_has_stats`:
-    /// the broker's listings carry counts and head timestamps (not with the metrics collector
-    /// off), so a listed queue without them was listed before its first stats.
-    fn overlay(&mut self, mut queues: Vec<RawQueue>, scrape: &Scrape, listing_has_stats: bool) -> Vec<RawQueue> {
+    /// `base`: the queues kept from the last listing, already overlaid once, or
+    /// (`this_poll_listing`) the queues this poll listed, with whether that listing carries
+    /// counts and head timestamps (not with the metrics collector off).
+    fn overlay(
+        &mut self,
+        mut queues: Vec<RawQueue>,
+        scrape: &Scrape,
+        this_poll_listing: Option<bool>,
+    ) -> Vec<RawQueue> {
         let mut matched = 0;
         // A queue listed before its first stats reached the management database (a new queue,
-        // for seconds) has no counts or head timestamp in the listing: list it again.
+        // for seconds) has no counts or head timestamp in the listing: list it again. Only the
+        // listing itself shows this; the kept queues are overlaid, so it is remembered with it.
+        let mut listed_before_stats = false;
+        // Messages arrived in a queue the listing saw empty: looked at on every poll.
         let mut listed_without_stats = false;
         let mut missing = HashMap::new();
         for q in &mut queues {
@@ -605,7 +610,8 @@ impl Poller {
             match scrape.queues.get(&key) {
                 Some(s) => {
                     matched += 1;
-                    listed_without_stats |= listing_has_stats && q.messages_ready.is_none() && s.ready.is_some();
+                    listed_before_stats |=
+                        this_poll_listing == Some(true) && q.messages_ready.is_none() && s.ready.is_some();
                     // Depth from the scrape must not make a listing without stats look like one
                     // with every counter at 0: the next real reading would be a burst, and the
                     // age estimate would take the 0 for the time before the messages arrived.
@@ -653,13 +659,15 @@ impl Poller {
         // timestamp: list again as soon as the budget allows.
         self.missing_in_scrape = missing;
         let stats_pending = match &mut self.listing {
-            Some(listing) => {
-                listing.stats_pending |= listed_without_stats;
-                listing.stats_pending
+            Some(listing) if this_poll_listing.is_some() => {
+                listing.stats_pending = listed_before_stats;
+                listed_before_stats
             }
-            None => listed_without_stats,
+            Some(listing) => listing.stats_pending,
+            None => listed_before_stats,
         };
-        self.need_listing = scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || stats_pending;
+        self.need_listing =
+            scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || stats_pending || listed_without_stats;
         queues
     }
 
@@ -697,16 +705,7 @@ impl Poller {
     /// although they still exist.
     /// `keep`: keep a copy of the queues for scrapes to overlay (the caller keeps the overlaid
     /// ones instead when this poll's scrape answered).
-    fn listed(
-        &mut self,
-        pages: &[Vec<RawQueue>],
-        plan: &PollPlan,
-        started: Instant,
-        now: DateTime<Utc>,
-        cost: Duration,
-        keep: bool,
-    ) {
-        let light = plan.light_listing;
+    fn listed(&mut self, pages: &[Vec<RawQueue>], started: Instant, now: DateTime<Utc>, cost: Duration, keep: bool) {
         let queues = || pages.iter().flatten();
         if !self.missing_in_scrape.is_empty() {
             let listed: HashSet<(&str, &str)> = queues().map(|q| (q.vhost.as_str(), q.name.as_str())).collect();
@@ -725,7 +724,7 @@ impl Poller {
         // The queues are kept for the scrapes to overlay; without a Prometheus source only the
         // listing's time and cost matter (a copy of 50,000 queues is tens of MB).
         let kept = if keep { queues().cloned().collect() } else { Vec::new() };
-        self.listing = Some(Listing { queues: kept, light, stats_pending: false, at: started, sampled_at: now, cost });
+        self.listing = Some(Listing { queues: kept, stats_pending: false, at: started, sampled_at: now, cost });
     }
 
     /// What the broker page says about sources, cadences and ages after this poll.
