@@ -95,7 +95,8 @@ pub struct BrokerConfig {
     pub stats_min_interval: Duration,
     /// Rates should be at least this fresh; when the budget forbids it, the broker page says so.
     pub stats_max_interval: Duration,
-    /// How often an unavailable Prometheus endpoint is tried again.
+    /// The longest wait before an unavailable Prometheus endpoint is tried again (failed
+    /// scrapes back off from one poll up to this).
     pub source_recheck: Duration,
     /// Also scrape `queue_metrics` for head timestamps every poll (about 4x the broker cost of
     /// the depth scrape); without it they come from the stats listing (see `poller`).

@@ -74,7 +74,17 @@ async fn estimated_age_follows_a_known_schedule() {
                     assert_eq!(q["oldest_age_lower_bound"], false, "{q}");
                     Ok((age, truth))
                 } else {
-                    Err(format!("total {} source {} age {}", q["total"], q["oldest_age_source"], q["oldest_age_secs"]))
+                    // What the poller used, for a failure to say why the age was unknown.
+                    let (_, load) = warren.get_json("/api/v1/brokers/local").await;
+                    Err(format!(
+                        "total {} source {} age {} publish rate {}; last plan {}, Prometheus {}",
+                        q["total"],
+                        q["oldest_age_source"],
+                        q["oldest_age_secs"],
+                        q["publish_rate"],
+                        load["last_plan"],
+                        load["prometheus"]["reason"]
+                    ))
                 }
             })
             .await;
