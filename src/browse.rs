@@ -24,8 +24,13 @@ pub const PAYLOAD_LIMIT: usize = 64 * 1024;
 pub struct SnapshotMessage {
     pub position: usize,
     pub message_id: Option<String>,
+    /// The queue whose dead-lettering brought it here, and why: the newest death (see
+    /// `dlq::last_death_queue`), where a requeue sends it.
     pub original_queue: Option<String>,
     pub reason: Option<String>,
+    /// Where and why it died first (`x-first-death-*`): in a retry topology, a wait queue.
+    pub first_death_queue: Option<String>,
+    pub first_death_reason: Option<String>,
     /// Sum of the `count` of every `x-death` entry.
     pub death_count: i64,
     /// Unix seconds of the first death (`x-death` entry of the first-death queue).
@@ -145,11 +150,19 @@ pub fn summarize(position: usize, message: PeekedMessage) -> SnapshotMessage {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_object).collect())
         .unwrap_or_default();
-    let original_queue =
-        text(h.and_then(|h| h.get("x-first-death-queue"))).or_else(|| deaths.last().and_then(|d| text(d.get("queue"))));
-    let reason = text(h.and_then(|h| h.get("x-first-death-reason")))
-        .or_else(|| deaths.last().and_then(|d| text(d.get("reason"))));
-    let first = deaths.iter().find(|d| text(d.get("queue")) == original_queue).or(deaths.last());
+    let header = |name: &str| text(h.and_then(|h| h.get(name))).filter(|s| !s.is_empty());
+    // `x-death` is newest first; `x-last-death-*` exist from 3.13 (DOMAIN.md §4).
+    let original_queue = header("x-last-death-queue")
+        .or_else(|| deaths.first().and_then(|d| text(d.get("queue"))))
+        .or_else(|| header("x-first-death-queue"))
+        .filter(|s| !s.is_empty());
+    let reason = header("x-last-death-reason")
+        .or_else(|| deaths.first().and_then(|d| text(d.get("reason"))))
+        .or_else(|| header("x-first-death-reason"));
+    let first_death_queue = header("x-first-death-queue").or_else(|| deaths.last().and_then(|d| text(d.get("queue"))));
+    let first_death_reason =
+        header("x-first-death-reason").or_else(|| deaths.last().and_then(|d| text(d.get("reason"))));
+    let first = deaths.iter().find(|d| text(d.get("queue")) == first_death_queue).or(deaths.last());
     SnapshotMessage {
         position,
         message_id: text(message.properties.get("message_id")),
@@ -157,6 +170,8 @@ pub fn summarize(position: usize, message: PeekedMessage) -> SnapshotMessage {
         first_death_at: first.and_then(|d| d.get("time")).and_then(Value::as_i64),
         original_queue,
         reason,
+        first_death_queue,
+        first_death_reason,
         routing_key: message.routing_key.clone(),
         exchange: message.exchange.clone(),
         payload_bytes: message.payload_bytes,
@@ -283,6 +298,36 @@ mod tests {
             assert!(s.first_death_at.is_some());
             assert_eq!(render_payload(&s.message).0, "json");
         }
+    }
+
+    /// Issue 16 (6): the snapshot shows the queue it last died in (where a requeue sends it)
+    /// and, apart, where it died first.
+    #[test]
+    fn a_retried_message_shows_the_queue_it_last_died_in() {
+        let properties = serde_json::json!({"headers": {
+            "x-first-death-queue": "work.wait",
+            "x-first-death-reason": "expired",
+            "x-death": [
+                {"queue": "work", "reason": "rejected", "count": 1, "time": 1700000100},
+                {"queue": "work.wait", "reason": "expired", "count": 3, "time": 1700000000}
+            ]
+        }});
+        let m = PeekedMessage {
+            exchange: String::new(),
+            routing_key: "final.dlq".into(),
+            redelivered: false,
+            payload_bytes: 0,
+            payload_encoding: "string".into(),
+            payload: String::new(),
+            properties: properties.as_object().unwrap().clone(),
+        };
+        let s = summarize(1, m);
+        assert_eq!(s.original_queue.as_deref(), Some("work"));
+        assert_eq!(s.reason.as_deref(), Some("rejected"));
+        assert_eq!(s.first_death_queue.as_deref(), Some("work.wait"));
+        assert_eq!(s.first_death_reason.as_deref(), Some("expired"));
+        assert_eq!(s.death_count, 4);
+        assert_eq!(s.first_death_at, Some(1700000000));
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub enum Selection {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Target {
-    /// The queue the message died in (`x-first-death-queue`), through the default exchange.
+    /// The queue the message last died in (`last_death_queue`), through the default exchange.
     #[default]
     OriginalQueue,
     /// The exchange the message was first published to, with its original routing key. Every
@@ -251,6 +251,27 @@ fn header_count(delivery: &Delivery, key: &str) -> i64 {
         Some(AMQPValue::LongUInt(n)) => i64::from(*n),
         _ => 0,
     }
+}
+
+/// The queue whose dead-lettering put the message where it is: `x-last-death-queue` (3.13+),
+/// else the newest `x-death` entry (the array is newest first), else `x-first-death-queue`.
+/// Not the first death: in a delayed-retry topology the first death is the expiry in the wait
+/// queue, and a copy sent there stays for ever, its per-message TTL stripped (DOMAIN.md §8).
+pub fn last_death_queue(delivery: &Delivery) -> Option<String> {
+    let headers = headers(delivery)?;
+    let newest_entry = || match headers.get("x-death")? {
+        AMQPValue::FieldArray(deaths) => match deaths.as_slice().first()? {
+            AMQPValue::FieldTable(t) => t.inner().get("queue").and_then(as_text),
+            _ => None,
+        },
+        _ => None,
+    };
+    headers
+        .get("x-last-death-queue")
+        .and_then(as_text)
+        .or_else(newest_entry)
+        .or_else(|| header_string(delivery, "x-first-death-queue"))
+        .filter(|q| !q.is_empty())
 }
 
 /// The exchange and routing key a dead-lettered message was first published with: the
@@ -602,9 +623,9 @@ impl<'a> Mover<'a> {
             Target::Queue(name) => {
                 Ok(Route::Publish { exchange: String::new(), routing_key: name.clone(), label: name.clone() })
             }
-            Target::OriginalQueue => header_string(delivery, "x-first-death-queue")
+            Target::OriginalQueue => last_death_queue(delivery)
                 .map(|q| Route::Publish { exchange: String::new(), routing_key: q.clone(), label: q })
-                .ok_or_else(|| "no x-first-death-queue header: name a target queue".to_string()),
+                .ok_or_else(|| "no x-death header says which queue it died in: name a target queue".to_string()),
             Target::OriginalExchange => original_route(delivery)
                 .map(|(exchange, routing_key)| Route::Publish {
                     label: format!("exchange {exchange:?}, routing key {routing_key:?}"),
@@ -978,5 +999,48 @@ mod tests {
         let copy = replay_properties(&delivery);
         let count = copy.headers().as_ref().and_then(|h| h.inner().get(REPLAY_HEADER).cloned());
         assert_eq!(count, Some(AMQPValue::LongLongInt(i64::MAX)));
+    }
+
+    fn with_headers(headers: FieldTable) -> Delivery {
+        Delivery {
+            delivery_tag: 1,
+            exchange: "".into(),
+            routing_key: "final.dlq".into(),
+            redelivered: false,
+            properties: BasicProperties::default().with_headers(headers),
+            data: Vec::new(),
+            acker: lapin::acker::Acker::default(),
+        }
+    }
+
+    fn death(queue: &str, reason: &str) -> AMQPValue {
+        let mut entry = FieldTable::default();
+        entry.insert("queue".into(), AMQPValue::LongString(queue.into()));
+        entry.insert("reason".into(), AMQPValue::LongString(reason.into()));
+        AMQPValue::FieldTable(entry)
+    }
+
+    /// Issue 16 (6): in a delayed-retry topology the first death is the expiry in the wait
+    /// queue; the requeue target is the work queue that rejected it last.
+    #[test]
+    fn a_message_goes_back_to_the_queue_it_last_died_in() {
+        let mut headers = FieldTable::default();
+        headers.insert("x-first-death-queue".into(), AMQPValue::LongString("work.wait".into()));
+        headers.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(vec![death("work", "rejected"), death("work.wait", "expired")].into()),
+        );
+        assert_eq!(last_death_queue(&with_headers(headers.clone())).as_deref(), Some("work"));
+        // 3.13+ names it outright.
+        headers.insert("x-last-death-queue".into(), AMQPValue::LongString("work.v2".into()));
+        assert_eq!(last_death_queue(&with_headers(headers)).as_deref(), Some("work.v2"));
+        // Only the first-death header (a copy someone re-published without `x-death`).
+        let mut headers = FieldTable::default();
+        headers.insert("x-first-death-queue".into(), AMQPValue::LongString("work".into()));
+        assert_eq!(last_death_queue(&with_headers(headers)).as_deref(), Some("work"));
+        // Nothing says where: no target.
+        let mut headers = FieldTable::default();
+        headers.insert("x-death".into(), AMQPValue::LongString("not an array".into()));
+        assert_eq!(last_death_queue(&with_headers(headers)), None);
     }
 }

@@ -179,6 +179,80 @@ async fn requeue_through_the_original_exchange() {
     connection.close(0, "done").await.ok();
 }
 
+/// Issue 16 (6): a delayed-retry topology. The consumer's first failure went to a wait queue
+/// with a per-message TTL; it expired back into `work`; the next failure was rejected into the
+/// final DLQ. The message's first death is the wait queue's expiry, but it came to the DLQ from
+/// `work`: requeue sends it there (a copy in the wait queue, its TTL stripped, stays for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_sends_a_retried_message_to_the_queue_it_last_died_in() {
+    use futures_util::StreamExt;
+    use lapin::options::{BasicConsumeOptions, BasicRejectOptions};
+    let vhost = TestVhost::create("retrytopology").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    let dead_letters_to = |queue: &str| {
+        let mut args = FieldTable::default();
+        args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+        args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(queue.into()));
+        args
+    };
+    channel.queue_declare("final.dlq", durable, FieldTable::default()).await.unwrap();
+    channel.queue_declare("work", durable, dead_letters_to("final.dlq")).await.unwrap();
+    channel.queue_declare("work.wait", durable, dead_letters_to("work")).await.unwrap();
+    let ids: Vec<String> = (1..=5).map(|i| format!("retry-{i}")).collect();
+    for id in &ids {
+        // The application's retry: into the wait queue with a per-message TTL.
+        let properties = BasicProperties::default().with_message_id(id.as_str().into()).with_expiration("20".into());
+        let confirm =
+            channel.basic_publish("", "work.wait", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        assert!(confirm.await.unwrap().is_ack());
+    }
+    // They expire into `work`, where the consumer fails them for good.
+    let rejecter = vhost.channel(&connection).await;
+    let mut consumer = rejecter
+        .basic_consume("work", "rejecter", BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    for _ in &ids {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
+        delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
+    }
+    rejecter.close(200, "done").await.unwrap();
+    wait_for("5 in the final DLQ", Duration::from_secs(10), || async {
+        let n = depth(&channel, "final.dlq").await;
+        if n == 5 {
+            Ok(())
+        } else {
+            Err(format!("{n}"))
+        }
+    })
+    .await;
+
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "final.dlq").await;
+    // The snapshot says where each died last, and where first.
+    let snapshot_path = format!("/api/v1/queues/local/{}/final.dlq/snapshot", encode(&vhost.name));
+    let (status, snapshot) = warren.post_json(&snapshot_path, json!({})).await;
+    assert_eq!(status, 200, "{snapshot}");
+    let first = &snapshot["messages"][0];
+    assert_eq!(
+        (first["original_queue"].as_str(), first["reason"].as_str()),
+        (Some("work"), Some("rejected")),
+        "{first}"
+    );
+    assert_eq!(first["first_death_queue"], "work.wait", "{first}");
+
+    let path = format!("/api/v1/queues/local/{}/final.dlq/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all"})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(drain_ids(&channel, "work").await, ids, "every message back in the work queue, in order");
+    assert_eq!(drain_ids(&channel, "work.wait").await, Vec::<String>::new(), "none stranded in the wait queue");
+    assert_eq!(depth(&channel, "final.dlq").await, 0);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 /// A whole queue moved to a named queue goes through the broker's dynamic shovel: in order,
 /// nothing left behind, and the shovel is gone afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

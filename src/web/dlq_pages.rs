@@ -132,6 +132,8 @@ struct Row {
     reason: String,
     death_count: i64,
     first_death: String,
+    /// Where and why it died first, when that is not where it died last (a retry's wait queue).
+    first_death_place: Option<String>,
     routing_key: String,
     size: String,
     content_type: String,
@@ -169,6 +171,15 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &browse::Filter) -> Snapsho
                 .and_then(|t| chrono::DateTime::from_timestamp(t, 0))
                 .map(|t| format::time(Some(t)))
                 .unwrap_or_else(|| format::UNKNOWN.to_string()),
+            first_death_place: (m.first_death_queue != m.original_queue || m.first_death_reason != m.reason).then(
+                || {
+                    format!(
+                        "{} ({})",
+                        unknown_if_none(m.first_death_queue.clone()),
+                        unknown_if_none(m.first_death_reason.clone())
+                    )
+                },
+            ),
             routing_key: m.routing_key.clone(),
             size: format!("{} B", format::count(Some(m.payload_bytes))),
             content_type: unknown_if_none(m.content_type.clone()),
@@ -541,7 +552,9 @@ async fn requeue_form(
             "nowhere: they are deleted for good".to_string()
         } else {
             match form.target {
-                FormTarget::OriginalQueue => "the queue each message died in (x-first-death-queue)".to_string(),
+                FormTarget::OriginalQueue => {
+                    "the queue each message last died in (its newest x-death entry)".to_string()
+                }
                 FormTarget::OriginalExchange => {
                     "the exchange each message was first published to, with its original routing key".to_string()
                 }
