@@ -51,6 +51,8 @@ pub struct Snapshot {
     pub queue_type: String,
     pub delivery_limit: Option<i64>,
     pub requested: usize,
+    /// Why the read stopped before `requested`, or why the queue's order may differ from it.
+    pub note: Option<String>,
     pub messages: Vec<SnapshotMessage>,
 }
 
@@ -122,12 +124,13 @@ pub async fn take(
     }
     let count = count.clamp(1, MAX_COUNT);
     let peeked = crate::dlq::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT).await?;
-    let messages = peeked.into_iter().enumerate().map(|(i, m)| summarize(i + 1, m)).collect();
+    let messages = peeked.messages.into_iter().enumerate().map(|(i, m)| summarize(i + 1, m)).collect();
     let snapshot = Arc::new(Snapshot {
         taken_at: Utc::now(),
         queue_type: view.kind.to_string(),
         delivery_limit: limit,
         requested: count,
+        note: peeked.note,
         messages,
     });
     snapshots.put(&view.broker, &view.vhost, &view.name, snapshot.clone());

@@ -771,7 +771,12 @@ impl<'a> Mover<'a> {
         self.settle_batch().await?;
         // Delivery tags grow in delivery order; failures were settled after later reads.
         self.kept.sort_unstable();
-        give_back_in_order(&self.source, self.queue, &self.kept, self.plan.quorum).await?;
+        if !give_back_in_order(&self.source, self.queue, &self.kept, self.plan.quorum).await? {
+            self.report.note.get_or_insert_with(|| {
+                "another consumer took messages while the unmoved ones were given back: their order may have changed"
+                    .to_string()
+            });
+        }
         self.report.moved.sort_by_key(|m| m.position);
         self.report.stopped = self.stop.take();
         self.report.left = Some(ready_count(&self.source, self.queue).await?);
@@ -807,12 +812,17 @@ pub async fn ready_count(channel: &lapin::Channel, queue: &str) -> Result<u32, M
 /// message back in its original place, so a nack each, back to back, is enough. Quorum queues apply returns asynchronously: measured
 /// on 3.10, a multiple nack, or nacks sent back to back, put part of the messages back in reverse
 /// or rotated order; waiting until the queue counts each returned message keeps the order.
+///
+/// Returns whether the order was kept for certain: `false` when another consumer took messages
+/// meanwhile (the count never reached what was given back). The waits stop then: each would
+/// last its whole bound (a snapshot of 100 from a queue being drained took 168 s), and the
+/// order of a queue others read from is theirs to change anyway.
 async fn give_back_in_order(
     channel: &lapin::Channel,
     queue: &str,
     tags: &[u64],
     quorum: bool,
-) -> Result<(), MoveError> {
+) -> Result<bool, MoveError> {
     let mut expected = ready_count(channel, queue).await?;
     if !quorum {
         for &tag in tags {
@@ -822,23 +832,40 @@ async fn give_back_in_order(
         // counts next includes them.
         return wait_until_counted(channel, queue, expected + tags.len() as u32).await;
     }
+    let mut counted = true;
     for &tag in tags {
         channel.basic_nack(tag, BasicNackOptions { multiple: false, requeue: true }).await?;
         expected += 1;
-        wait_until_counted(channel, queue, expected).await?;
+        if counted {
+            counted = wait_until_counted(channel, queue, expected).await?;
+        }
     }
-    Ok(())
+    Ok(counted)
 }
 
-/// Waits until `queue` holds `expected` ready messages. Bounded: if the count never gets there
-/// (others consume meanwhile), go on after 2 s; the messages are back either way, only their
-/// place could differ.
-async fn wait_until_counted(channel: &lapin::Channel, queue: &str, expected: u32) -> Result<(), MoveError> {
+/// Waits until `queue` holds `expected` ready messages; `false` if it did not within 2 s
+/// (others consume meanwhile). The messages are back either way, only their place could differ.
+async fn wait_until_counted(channel: &lapin::Channel, queue: &str, expected: u32) -> Result<bool, MoveError> {
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    while ready_count(channel, queue).await? < expected && std::time::Instant::now() < deadline {
+    loop {
+        if ready_count(channel, queue).await? >= expected {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    Ok(())
+}
+
+/// How long a snapshot reads at most: with the give-back after it, the answer comes within
+/// about 10 s whatever consumers do (issue 16, must-have 7).
+const PEEK_READ_TIME: Duration = Duration::from_secs(6);
+
+/// What a peek read, and why it stopped early or may show another order, when it did.
+pub struct Peeked {
+    pub messages: Vec<crate::broker::management::PeekedMessage>,
+    pub note: Option<String>,
 }
 
 /// Reads up to `count` messages from the head of `queue` and gives them all back, in order:
@@ -852,21 +879,37 @@ pub async fn peek(
     queue: &str,
     count: usize,
     payload_limit: usize,
-) -> Result<Vec<crate::broker::management::PeekedMessage>, MoveError> {
+) -> Result<Peeked, MoveError> {
+    let started = std::time::Instant::now();
     let connection = connect(broker, vhost).await?;
     let outcome = async {
         let channel = connection.create_channel().await?;
         let mut messages = Vec::new();
         let mut tags = Vec::new();
+        let mut notes = Vec::new();
         while messages.len() < count {
+            if started.elapsed() >= PEEK_READ_TIME {
+                notes.push(format!(
+                    "stopped after {} of {count} messages: reading took longer than {} s",
+                    messages.len(),
+                    PEEK_READ_TIME.as_secs()
+                ));
+                break;
+            }
             let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: false }).await? else { break };
             tags.push(message.delivery.delivery_tag);
             messages.push(peeked(&message.delivery, payload_limit));
         }
         // Always the careful way: the caller does not say whether the queue is a quorum queue.
-        give_back_in_order(&channel, queue, &tags, true).await?;
+        if !give_back_in_order(&channel, queue, &tags, true).await? {
+            notes.push(
+                "another consumer took messages while the snapshot was read: they were given back, their order \
+                 in the queue may differ from the snapshot's"
+                    .to_string(),
+            );
+        }
         channel.close(200, "done").await?;
-        Ok::<_, MoveError>(messages)
+        Ok::<_, MoveError>(Peeked { messages, note: (!notes.is_empty()).then(|| notes.join("; ")) })
     }
     .await;
     if let Err(e) = connection.close(200, "done").await {

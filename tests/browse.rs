@@ -112,6 +112,79 @@ async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
     connection.close(0, "done").await.ok();
 }
 
+/// Issue 16 (9), must-have 7: a snapshot of a queue that a consumer is draining answers within
+/// 10 s (it took 168 s: the give-back waited 2 s for each message to be counted, and the
+/// consumer took them first), says why its order may differ, and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_a_queue_being_drained_answers_quickly_and_loses_nothing() {
+    use futures_util::StreamExt;
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+    let vhost = TestVhost::create("draining").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    channel.queue_declare("drained", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    let all: Vec<String> = (1..=600).map(|i| format!("d{i}")).collect();
+    for id in &all {
+        let properties = BasicProperties::default().with_message_id(id.as_str().into());
+        channel.basic_publish("", "drained", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("listed", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "drained").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+
+    // A slow consumer: one message at a time, 30 ms each.
+    let consumer_connection = vhost.connect().await;
+    let consumer_channel = consumer_connection.create_channel().await.unwrap();
+    consumer_channel.basic_qos(1, BasicQosOptions::default()).await.unwrap();
+    let mut consumer = consumer_channel
+        .basic_consume("drained", "slow", BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let drainer = tokio::spawn(async move {
+        let mut consumed = Vec::new();
+        loop {
+            let delivery = tokio::select! {
+                _ = &mut stopped => break,
+                next = consumer.next() => next.unwrap().unwrap(),
+            };
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            delivery.ack(BasicAckOptions::default()).await.unwrap();
+            consumed.push(delivery.properties.message_id().as_ref().unwrap().to_string());
+        }
+        consumer_channel.close(200, "done").await.unwrap();
+        consumed
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let path = format!("/api/v1/queues/local/{}/drained/snapshot", encode(&vhost.name));
+    let started = std::time::Instant::now();
+    let (status, snapshot) = warren.post_json(&path, json!({"count": 100, "confirm": "true"})).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{snapshot}");
+    assert!(took < Duration::from_secs(10), "the snapshot took {took:?}");
+    assert!(!snapshot["messages"].as_array().unwrap().is_empty(), "{snapshot}");
+    assert!(snapshot["note"].as_str().is_some_and(|n| n.contains("another consumer")), "{snapshot}");
+
+    stop.send(()).unwrap();
+    let mut seen = drainer.await.unwrap();
+    seen.extend(drain_ids(&channel, "drained").await);
+    let duplicates = seen.len() - seen.iter().collect::<std::collections::HashSet<_>>().len();
+    seen.sort();
+    seen.dedup();
+    let mut expected = all.clone();
+    expected.sort();
+    assert_eq!(seen, expected, "every message consumed or still in the queue ({duplicates} duplicates)");
+    warren.stop().await;
+    consumer_connection.close(0, "done").await.ok();
+    connection.close(0, "done").await.ok();
+}
+
 /// Script and markup in payloads and headers, invalid UTF-8, a 5 MB body, binary and deeply
 /// nested header tables: all render escaped and truncated, and no script runs in Chromium.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,6 +111,8 @@ struct DlqPage {
 struct SnapshotView {
     taken_at: String,
     requested: usize,
+    /// Why the read stopped early, or why the queue's order may differ.
+    note: Option<String>,
     count: usize,
     delivery_limit: Option<i64>,
     by_reason: Vec<(String, usize)>,
@@ -189,6 +191,7 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &browse::Filter) -> Snapsho
     SnapshotView {
         taken_at: format::time(Some(snapshot.taken_at)),
         requested: snapshot.requested,
+        note: snapshot.note.clone(),
         count: snapshot.messages.len(),
         delivery_limit: snapshot.delivery_limit,
         by_reason: counts(snapshot.messages.iter().map(|m| m.reason.clone())),
@@ -352,6 +355,7 @@ async fn message_page(
                 queue_type: String::new(),
                 delivery_limit: None,
                 requested: 1,
+                note: None,
                 messages: vec![m.clone()],
             },
             &base,
