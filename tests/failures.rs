@@ -147,9 +147,9 @@ async fn broker_failures_show_as_down_and_recover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_reported_as_such() {
-    let warren = Warren::start(&format!(
-        "[[brokers]]\nname = \"local\"\nuser = \"guest\"\npassword = \"not-the-password\"\nvhosts_include = [\"none\"]\npoll_interval_secs = 1\n"
-    ))
+    let warren = Warren::start(
+        "[[brokers]]\nname = \"local\"\nuser = \"guest\"\npassword = \"not-the-password\"\nvhosts_include = [\"none\"]\npoll_interval_secs = 1\n",
+    )
     .await;
     let down = wait_down(&warren, "401").await;
     assert!(down["status"]["error"].as_str().unwrap().contains("credentials"));
