@@ -158,9 +158,23 @@ pub struct Jobs {
     jobs: Arc<Mutex<BTreeMap<i64, Arc<Job>>>>,
     tasks: TaskTracker,
     cancel: CancellationToken,
+    /// Held from the check for a running move of the queue to the new job's insertion, so
+    /// that two requests at once cannot both pass the check.
+    starting: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Jobs {
+    /// The running move of a queue, if there is one.
+    fn running_on(&self, broker: &str, vhost: &str, queue: &str) -> Option<i64> {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.values()
+            .find(|j| {
+                (j.broker.as_str(), j.vhost.as_str(), j.queue.as_str()) == (broker, vhost, queue)
+                    && j.state.lock().unwrap_or_else(|p| p.into_inner()).finished.is_none()
+            })
+            .map(|j| j.id)
+    }
+
     pub fn get(&self, id: i64) -> Option<Arc<Job>> {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
     }
@@ -196,6 +210,10 @@ pub enum StartError {
     NoBroker(String),
     #[error(transparent)]
     Refused(#[from] MoveError),
+    /// Another move of the same queue is running (its job id). Two at once read each other's
+    /// messages: a position or a filter would pick messages the user did not select.
+    #[error("another move of this queue is running (job {0}): wait for it or cancel it at /jobs/{0}")]
+    Busy(i64),
     #[error("audit log: {0}")]
     Audit(#[from] sqlx::Error),
 }
@@ -219,6 +237,10 @@ pub async fn start(
         quorum: &*view.kind == "quorum",
     };
     plan.check()?;
+    let _starting = state.jobs.starting.lock().await;
+    if let Some(running) = state.jobs.running_on(&view.broker, &view.vhost, &view.name) {
+        return Err(StartError::Busy(running));
+    }
     let entry = audit::Entry {
         actor,
         broker: &view.broker,

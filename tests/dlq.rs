@@ -253,6 +253,52 @@ async fn requeue_sends_a_retried_message_to_the_queue_it_last_died_in() {
     connection.close(0, "done").await.ok();
 }
 
+/// Issue 16 (5): two moves of one queue at once read each other's messages, so a selection
+/// picked messages the user did not choose. The second is refused (409) and names the running
+/// job; every message ends in the DLQ or in the target, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_move_of_a_queue_is_refused_while_the_first_runs() {
+    let vhost = TestVhost::create("onemove").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "big.dlq", false).await;
+    declare(&channel, "parked", false).await;
+    let all: Vec<String> = (1..=3000).map(|i| format!("b{i}")).collect();
+    for id in &all {
+        let properties = BasicProperties::default().with_message_id(id.as_str().into());
+        channel.basic_publish("", "big.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "big.dlq").await;
+
+    let path = format!("/api/v1/queues/local/{}/big.dlq/requeue", encode(&vhost.name));
+    let whole = json!({"selection": "all", "target": {"queue": "parked"}});
+    let some = json!({"selection": {"positions": [2, 4, 6]}, "target": {"queue": "parked"}});
+    let (first, second) = tokio::join!(warren.post_json(&path, whole), warren.post_json(&path, some));
+    let (started, refused) = if first.0 == 202 { (first, second) } else { (second, first) };
+    assert_eq!(started.0, 202, "one starts: {started:?}");
+    assert_eq!(refused.0, 409, "the other is refused: {refused:?}");
+    let id = started.1["job"]["id"].as_i64().unwrap();
+    let message = refused.1["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("/jobs/{id}")), "it links the running job: {message}");
+    let job = warren.wait_job(id).await;
+    assert_eq!(job["state"], "done", "{job}");
+
+    let mut seen = drain_ids(&channel, "parked").await;
+    seen.extend(drain_ids(&channel, "big.dlq").await);
+    assert_eq!(seen.len(), all.len(), "no message twice");
+    seen.sort();
+    let mut expected = all.clone();
+    expected.sort();
+    assert_eq!(seen, expected);
+    // Once it ended, the queue can be moved again.
+    let (status, body) = warren.post_json(&path, json!({"selection": "all", "target": {"queue": "parked"}})).await;
+    assert_eq!(status, 202, "{body}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 /// A whole queue moved to a named queue goes through the broker's dynamic shovel: in order,
 /// nothing left behind, and the shovel is gone afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

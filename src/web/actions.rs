@@ -37,6 +37,7 @@ pub async fn start_move(
         Err(StartError::Refused(e)) => Ok(Err(e)),
         Err(StartError::NoBroker(name)) => Err(WebError::NotFound(format!("no broker named {name:?}"))),
         Err(StartError::Audit(e)) => Err(e.into()),
+        Err(busy @ StartError::Busy(_)) => Err(WebError::Conflict(busy.to_string())),
     }
 }
 
