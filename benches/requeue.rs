@@ -22,6 +22,9 @@ use tokio_util::sync::CancellationToken;
 use warren::config::{BrokerConfig, Config};
 use warren::dlq::{self, Plan, Progress, Selection, Target};
 
+#[path = "support/shovel.rs"]
+mod shovel;
+
 const MANAGEMENT: &str = "http://127.0.0.1:15672";
 const VHOST: &str = "warren-bench-requeue";
 
@@ -115,7 +118,7 @@ async fn main() {
         assert_eq!(depth(&broker, "orders").await as usize, n);
 
         let started = Instant::now();
-        let shovelled = warren::shovel::move_all(
+        let shovelled = shovel::move_all(
             &broker,
             VHOST,
             "orders",

@@ -322,7 +322,7 @@ fn copy_would_differ(properties: &BasicProperties) -> Option<String> {
     if headers.is_some_and(|h| h.inner().values().any(|v| cut(v, 1))) {
         return Some(format!(
             "its headers nest deeper than {MAX_NESTING_DEPTH} levels: warren reads them only that far and does \
-             not publish an altered copy; it stays in this queue (a shovel copies it whole)"
+             not publish an altered copy; it stays in this queue"
         ));
     }
     let p = properties;
@@ -341,7 +341,7 @@ fn copy_would_differ(properties: &BasicProperties) -> Option<String> {
     if strings.iter().any(|s| s.as_ref().is_some_and(has_replaced_bytes)) || headers.is_some_and(table_replaced) {
         return Some(
             "a property or header holds bytes that are not UTF-8 (or U+FFFD): warren reads them replaced and does \
-             not publish an altered copy; it stays in this queue (a shovel copies it whole)"
+             not publish an altered copy; it stays in this queue"
                 .to_string(),
         );
     }

@@ -14,7 +14,6 @@ pub mod memory;
 pub mod metrics;
 pub mod moves;
 pub mod poller;
-pub mod shovel;
 pub mod state;
 pub mod web;
 

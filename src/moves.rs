@@ -3,8 +3,9 @@
 //! checkpoints its progress every second, and records how it ended; a job cut short by a crash
 //! is marked `interrupted` at the next start (see `audit::mark_interrupted`).
 //!
-//! A whole queue moved to a named queue goes through the broker's dynamic shovel when the broker
-//! has the plugin (DOMAIN.md §6); everything else through warren's own mover (`dlq`).
+//! Every move goes through warren's own mover (`dlq`), never the broker's shovel: a shovel
+//! publishes without `mandatory` and the broker confirms what no queue took, so a target
+//! deleted mid-move made it ack originals whose copies went nowhere (issue 16, case 3).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -44,12 +45,12 @@ impl MoveRequest {
     }
 }
 
-/// How a job is carried out.
+/// How a job is carried out: by warren's own mover, the only way since the broker's shovel
+/// was found to lose messages (kept in the API, which showed `shovel` too).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     InProcess,
-    Shovel,
 }
 
 /// One move, running or finished.
@@ -89,7 +90,7 @@ pub struct JobStatus {
     pub vhost: String,
     pub queue: String,
     pub action: String,
-    /// `in-process` or `shovel`; unknown for jobs known only from the audit log.
+    /// `in-process`; unknown for jobs known only from the audit log.
     pub method: Option<Method>,
     /// `running`, then `done`, `partial`, `failed`, `cancelled` (or `interrupted` by a crash).
     pub state: String,
@@ -267,32 +268,10 @@ pub async fn start(
     Ok(job)
 }
 
-/// Whether the broker's shovel can do this move: a whole queue to a queue the user named.
-fn shovel_fits(plan: &Plan) -> Option<&str> {
-    match (&plan.selection, &plan.target) {
-        (Selection::All, Target::Queue(name)) => Some(name),
-        _ => None,
-    }
-}
-
 async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
     let broker = state.broker_config(&job.broker).expect("checked at start").clone();
     let checkpoints = checkpoint_loop(state.clone(), job.clone());
     let work = async {
-        if let Some(target) = shovel_fits(&plan) {
-            job.state.lock().unwrap_or_else(|p| p.into_inner()).method = Method::Shovel;
-            let moved =
-                crate::shovel::move_all(&broker, &job.vhost, &job.queue, target, job.id, &job.progress, &job.cancel)
-                    .await;
-            match moved {
-                Ok(report) => return Ok(report),
-                Err(crate::shovel::ShovelError::Unavailable(why)) => {
-                    tracing::info!(%why, "no dynamic shovel; moving in process");
-                    job.state.lock().unwrap_or_else(|p| p.into_inner()).method = Method::InProcess;
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        }
         dlq::move_messages(&broker, &job.vhost, &job.queue, &plan, &job.progress, &job.cancel)
             .await
             .map_err(|e| e.to_string())

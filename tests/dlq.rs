@@ -299,17 +299,21 @@ async fn a_second_move_of_a_queue_is_refused_while_the_first_runs() {
     connection.close(0, "done").await.ok();
 }
 
-/// A whole queue moved to a named queue goes through the broker's dynamic shovel: in order,
-/// nothing left behind, and the shovel is gone afterwards.
+/// A whole queue moved to a named queue goes through warren's mover (the broker's shovel
+/// was used here before and could lose messages): in order, nothing left behind, every id in
+/// the report, and no shovel left on the broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn moving_a_whole_queue_uses_the_shovel() {
-    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("shovel").await;
+async fn moving_a_whole_queue_to_a_named_queue_uses_warrens_mover() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("wholemove").await;
     declare(&channel, "parked", false).await;
     let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
     let job = warren.run_move(&path, json!({"selection": "all", "target": {"queue": "parked"}})).await;
-    assert_eq!((job["state"].as_str(), job["method"].as_str()), (Some("done"), Some("shovel")), "{job}");
+    assert_eq!((job["state"].as_str(), job["method"].as_str()), (Some("done"), Some("in-process")), "{job}");
     assert_eq!((job["progress"]["moved"].as_u64(), job["report"]["left"].as_u64()), (Some(50), Some(0)), "{job}");
     let expected: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
+    let reported: Vec<String> =
+        job["report"]["moved"].as_array().unwrap().iter().map(|m| m["message_id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(reported, expected, "the report lists every id");
     assert_eq!(drain_ids(&channel, "parked").await, expected, "all 50, in order");
     let (_, audit) = warren.get_json("/api/v1/audit").await;
     assert_eq!((audit[0]["action"].as_str(), audit[0]["moved"].as_i64()), (Some("move"), Some(50)));
@@ -322,7 +326,65 @@ async fn moving_a_whole_queue_uses_the_shovel() {
         .json()
         .await
         .unwrap();
-    assert_eq!(shovels, json!([]), "the shovel removed itself");
+    assert_eq!(shovels, json!([]), "no shovel");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 16 (3): the target of a whole-queue move deleted while the move runs. The shovel
+/// said `done` and had acked 13,053 originals whose copies went nowhere. Now every message is
+/// either still in the DLQ or listed as moved (those the delete itself destroyed), and the job
+/// says the target went away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_deleted_during_a_move_loses_nothing_the_delete_did_not() {
+    let vhost = TestVhost::create("targetgone").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "big.dlq", false).await;
+    declare(&channel, "parked", false).await;
+    let all: Vec<String> = (1..=20_000).map(|i| format!("t{i}")).collect();
+    for id in &all {
+        let properties = BasicProperties::default().with_message_id(id.as_str().into()).with_delivery_mode(2);
+        channel.basic_publish("", "big.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "big.dlq").await;
+
+    let path = format!("/api/v1/queues/local/{}/big.dlq/requeue", encode(&vhost.name));
+    let (status, started) = warren.post_json(&path, json!({"selection": "all", "target": {"queue": "parked"}})).await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["job"]["id"].as_i64().unwrap();
+    // Delete the target once some messages are in it.
+    wait_for("the move under way", Duration::from_secs(30), || async {
+        let (_, job) = warren.get_json(&format!("/api/v1/jobs/{id}")).await;
+        match job["progress"]["moved"].as_u64() {
+            Some(n) if n >= 500 => Ok(()),
+            _ if job["state"] != "running" => panic!("the move ended before the target was deleted: {job}"),
+            _ => Err(format!("{}", job["progress"])),
+        }
+    })
+    .await;
+    vhost.delete_queue("parked").await;
+    let job = warren.wait_job(id).await;
+    assert_ne!(job["state"], "done", "{job}");
+    let failed = &job["report"]["failed"];
+    assert!(failed[0]["reason"].as_str().is_some_and(|r| r.contains("unroutable")), "{job}");
+
+    let moved: std::collections::HashSet<String> = job["report"]["moved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap().to_string())
+        .collect();
+    let left = drain_ids(&channel, "big.dlq").await;
+    let left_set: std::collections::HashSet<String> = left.iter().cloned().collect();
+    assert_eq!(left.len(), left_set.len(), "no message twice in the DLQ");
+    let lost: Vec<&String> = all.iter().filter(|id| !moved.contains(*id) && !left_set.contains(*id)).collect();
+    assert!(lost.is_empty(), "{} lost, the first: {:?}", lost.len(), lost.first());
+    let both = moved.intersection(&left_set).count();
+    assert!(moved.len() < all.len() && !left.is_empty(), "the delete stopped the move: {} moved", moved.len());
+    eprintln!("moved {} before the delete, {} left in the DLQ, {both} in both (duplicates)", moved.len(), left.len());
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

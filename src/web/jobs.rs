@@ -120,7 +120,6 @@ fn fragment(status: &JobStatus, me: super::Me) -> JobFragment {
         },
         state: status.state.clone(),
         method: match status.method {
-            Some(crate::moves::Method::Shovel) => "the broker's dynamic shovel".to_string(),
             Some(crate::moves::Method::InProcess) => "warren's mover (publisher confirms)".to_string(),
             None => format::UNKNOWN.to_string(),
         },

@@ -1,13 +1,12 @@
-//! Whole-queue moves by the broker's own dynamic shovel (DOMAIN.md §6): with
-//! `ack-mode: on-confirm` the broker acks each original only after the copy was confirmed, and
-//! `src-delete-after: queue-length` makes the shovel move the messages present when it starts
-//! and then remove itself. warren creates it, follows the source queue's depth for progress,
-//! deletes it on cancel, and reports what moved.
+//! The broker's own dynamic shovel, for `cargo bench --bench requeue` only: warren's mover is
+//! measured against it. warren does not use it for moves any more. A shovel publishes without
+//! `mandatory`, and the broker confirms a publish that no queue took, so with the target
+//! deleted mid-move `ack-mode: on-confirm` acks originals whose copies went nowhere (issue 16,
+//! case 3: 13,053 of 20,000 lost beyond what the delete destroyed). No shovel setting asks for
+//! returns.
 //!
-//! The shovel cannot raise warren's replay counter; it marks each copy with the broker's own
-//! `x-shovelled` header instead (`dest-add-forward-headers`), which names the shovel
-//! (`warren-move-<audit id>`). And it cannot know message ids, so the report counts messages
-//! without listing them.
+//! With `src-delete-after: queue-length` the shovel moves the messages present when it starts
+//! and then removes itself; this follows the source queue's depth and deletes it on cancel.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -15,9 +14,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::management::{encode_segment, BrokerError, ManagementClient};
-use crate::config::BrokerConfig;
-use crate::dlq::{queue_ready, ready_count, MoveError, MoveReport, Progress};
+use warren::broker::management::{encode_segment, BrokerError, ManagementClient};
+use warren::config::BrokerConfig;
+use warren::dlq::{queue_ready, ready_count, MoveError, MoveReport, Progress};
 
 /// How often the source queue's depth is read for progress.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
@@ -48,7 +47,7 @@ pub async fn move_all(
     progress: &Progress,
     cancel: &CancellationToken,
 ) -> Result<MoveReport, ShovelError> {
-    let connection = crate::dlq::connect(broker, vhost).await?;
+    let connection = warren::dlq::connect(broker, vhost).await?;
     let outcome = shovel(&connection, broker, vhost, queue, target, audit_id, progress, cancel).await;
     if let Err(e) = connection.close(200, "done").await {
         tracing::warn!(error = %e, "closing the shovel watcher's AMQP connection");
