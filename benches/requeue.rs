@@ -107,8 +107,13 @@ async fn main() {
 
     let mut results = Vec::new();
     for round in 1..=rounds {
-        let plan =
-            Plan { selection: Selection::All, target: Target::OriginalQueue, delivery_limit: None, quorum: false };
+        let plan = Plan {
+            selection: Selection::All,
+            target: Target::OriginalQueue,
+            delivery_limit: None,
+            quorum: false,
+            accept_drop_head: false,
+        };
         let started = Instant::now();
         let report = dlq::move_messages(&broker, VHOST, "dlq", &plan, &Progress::default(), &CancellationToken::new())
             .await

@@ -7,6 +7,7 @@
 //! crash at any point leaves each message in the source, in the target, or (between the
 //! confirm and the ack) in both: at-least-once, never lost.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -23,6 +24,8 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::management::ManagementClient;
+use crate::broker::policies::{self, Overflow};
 use crate::config::BrokerConfig;
 
 /// warren's own replay counter: 4.x no longer interprets an `x-death` header that a client
@@ -173,6 +176,9 @@ pub struct Plan {
     pub delivery_limit: Option<i64>,
     /// Quorum queues need messages given back one at a time to keep their order.
     pub quorum: bool,
+    /// The user accepted that a target which drops its oldest messages when full may drop
+    /// some (`policies::Overflow::DropHead`); without it such a target is refused.
+    pub accept_drop_head: bool,
 }
 
 impl Plan {
@@ -387,7 +393,8 @@ pub async fn move_messages(
     };
     let connection = connect(broker, vhost).await?;
     let outcome = async {
-        let mut mover = Mover::open(&connection, queue, plan, progress, prefetch).await?;
+        let management = ManagementClient::new(broker);
+        let mut mover = Mover::open(&connection, management, vhost, queue, plan, progress, prefetch).await?;
         mover.run(cancel).await?;
         mover.finish().await
     }
@@ -411,7 +418,7 @@ async fn consumer_prefetch(broker: &BrokerConfig, vhost: &str, queue: &str) -> u
         crate::broker::management::encode_segment(vhost),
         crate::broker::management::encode_segment(queue)
     );
-    match crate::broker::management::ManagementClient::new(broker).get::<Sizes>(&path).await {
+    match ManagementClient::new(broker).get::<Sizes>(&path).await {
         Ok((Sizes { messages_ready: Some(n), message_bytes_ready: Some(bytes) }, _)) => prefetch_for(n, bytes),
         Ok(_) => PREFETCH_UNKNOWN_SIZE,
         Err(e) => {
@@ -470,11 +477,18 @@ struct Mover<'a> {
     report: MoveReport,
     /// Set when a failure means nothing more should be read.
     stop: Option<String>,
+    /// Reads the targets' overflow behaviour.
+    management: ManagementClient,
+    vhost: &'a str,
+    /// Each target queue's check (`check_target`), made once per move.
+    targets: HashMap<String, Result<(), String>>,
 }
 
 impl<'a> Mover<'a> {
     async fn open(
         connection: &Connection,
+        management: ManagementClient,
+        vhost: &'a str,
         queue: &'a str,
         plan: &'a Plan,
         progress: &'a Progress,
@@ -483,13 +497,7 @@ impl<'a> Mover<'a> {
         let source = connection.create_channel().await?;
         let publisher = connection.create_channel().await?;
         publisher.confirm_select(ConfirmSelectOptions::default()).await?;
-        if let Target::Queue(name) = &plan.target {
-            // Fail before reading anything rather than on the first copy.
-            if queue_ready(connection, name).await?.is_none() {
-                return Err(MoveError::Refused(format!("no queue named {name:?} in this vhost; nothing was moved")));
-            }
-        }
-        Ok(Mover {
+        let mut mover = Mover {
             queue,
             plan,
             progress,
@@ -502,7 +510,39 @@ impl<'a> Mover<'a> {
             kept: Vec::new(),
             report: MoveReport::default(),
             stop: None,
-        })
+            management,
+            vhost,
+            targets: HashMap::new(),
+        };
+        if let Target::Queue(name) = &plan.target {
+            // Fail before reading anything rather than on the first copy.
+            mover.check_target(name).await.map_err(MoveError::Refused)?;
+        }
+        Ok(mover)
+    }
+
+    /// Whether copies may go to queue `name`, asked of the broker once per move and target:
+    /// it exists, and when full it does not drop messages without saying so (DOMAIN.md §6).
+    /// A target that refuses publishes when full is fine: its nacks leave the originals here.
+    async fn check_target(&mut self, name: &str) -> Result<(), String> {
+        if let Some(known) = self.targets.get(name) {
+            return known.clone();
+        }
+        let checked = match policies::queue_now(&self.management, self.vhost, name).await {
+            Ok(None) => Err(format!("no queue named {name:?} in this vhost; nothing was moved there")),
+            Err(e) => {
+                Err(format!("could not check the target {name:?} (management API: {e}); nothing was moved there"))
+            }
+            Ok(Some(queue)) => match policies::overflow(&queue) {
+                Overflow::DropHead { limit } if !self.plan.accept_drop_head => Err(format!(
+                    "{name:?} holds {limit} and drops its oldest when full (overflow drop-head): the broker would \
+                     confirm copies and then drop messages; confirm the risk (accept_drop_head) or pick another target"
+                )),
+                _ => Ok(()),
+            },
+        };
+        self.targets.insert(name.to_string(), checked.clone());
+        checked
     }
 
     async fn run(&mut self, cancel: &CancellationToken) -> Result<(), MoveError> {
@@ -681,6 +721,13 @@ impl<'a> Mover<'a> {
                     self.skip(tag, position, message_id, reason);
                     return Ok(());
                 }
+                // A queue named by the message itself is checked when first met.
+                if exchange.is_empty() && !matches!(self.plan.target, Target::Queue(_)) {
+                    if let Err(reason) = self.check_target(&routing_key).await {
+                        self.fail(tag, position, message_id, reason);
+                        return Ok(());
+                    }
+                }
                 let options = BasicPublishOptions { mandatory: true, ..Default::default() };
                 let confirm = self
                     .publisher
@@ -723,7 +770,11 @@ impl<'a> Mover<'a> {
                 }
                 Confirmation::Nack(r) => {
                     returned.extend(r.map(|r| *r));
-                    Err("the broker refused the copy (nack)".to_string())
+                    Err(format!(
+                        "the broker refused the copy sent to {} (nack): a full target that rejects publishes \
+                         (overflow reject-publish), or one that could not store it",
+                        copy.to
+                    ))
                 }
                 Confirmation::NotRequested => Err("publisher confirms are not enabled".to_string()),
             };

@@ -32,6 +32,9 @@ pub struct MoveRequest {
     pub selection: Selection,
     #[serde(default)]
     pub target: Target,
+    /// The user accepts that a target which drops its oldest messages when full may drop some.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_drop_head: bool,
 }
 
 impl MoveRequest {
@@ -236,6 +239,7 @@ pub async fn start(
         target: request.target.clone(),
         delivery_limit: crate::browse::delivery_limit(view),
         quorum: &*view.kind == "quorum",
+        accept_drop_head: request.accept_drop_head,
     };
     plan.check()?;
     let _starting = state.jobs.starting.lock().await;

@@ -88,18 +88,19 @@ async fn requeue_into_a_missing_queue_acks_nothing() {
     assert_eq!(audit[0]["outcome"], "failed");
     assert!(audit[0]["detail"].as_str().unwrap().contains("no queue named"), "{audit}");
 
-    // The queue they died in was deleted: every copy comes back unroutable, nothing is acked.
+    // The queue they died in was deleted: the check of that target finds it missing before a
+    // copy is sent (a copy sent would come back unroutable), nothing is acked.
     vhost.delete_queue("work").await;
     let job = warren.run_move(&path, json!({"selection": "all"})).await;
     assert_eq!(job["state"], "failed", "{job}");
     assert_eq!(job["report"]["failed"].as_array().unwrap().len(), 50, "{job}");
-    assert!(job["report"]["failed"][0]["reason"].as_str().unwrap().contains("unroutable"), "{job}");
+    assert!(job["report"]["failed"][0]["reason"].as_str().unwrap().contains("no queue named \"work\""), "{job}");
     assert!(job["report"]["moved"].as_array().unwrap().is_empty());
     assert_eq!(job["report"]["left"], 50);
     assert_eq!(drain_ids(&channel, "work.dlq").await, all_fifty, "all 50 remain, in order");
     let (_, audit) = warren.get_json("/api/v1/audit").await;
     assert_eq!(audit[0]["outcome"], "failed");
-    assert!(audit[0]["detail"].as_str().unwrap().contains("unroutable"));
+    assert!(audit[0]["detail"].as_str().unwrap().contains("no queue named \"work\""), "{audit}");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
@@ -299,6 +300,91 @@ async fn a_second_move_of_a_queue_is_refused_while_the_first_runs() {
     connection.close(0, "done").await.ok();
 }
 
+/// Issue 16 (4): length-limited targets. One that drops its head when full took 1,000
+/// confirmed copies and kept 100: it is refused unless the user accepts the risk. One that
+/// rejects publishes when full takes what fits; the rest stay in the DLQ with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn length_limited_targets_lose_nothing_unasked() {
+    let vhost = TestVhost::create("limitedtarget").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "many.dlq", false).await;
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    let limited = |overflow: &str| {
+        let mut args = FieldTable::default();
+        args.insert("x-max-length".into(), AMQPValue::LongInt(100));
+        args.insert("x-overflow".into(), AMQPValue::LongString(overflow.into()));
+        args
+    };
+    channel.queue_declare("drops", durable, limited("drop-head")).await.unwrap();
+    channel.queue_declare("rejects", durable, limited("reject-publish")).await.unwrap();
+    // A policy sets the limit of this one, with the default overflow (drop-head).
+    channel.queue_declare("policed", durable, FieldTable::default()).await.unwrap();
+    let policy = reqwest::Client::new()
+        .put(format!("{}/api/policies/{}/limit", common::broker().management, encode(&vhost.name)))
+        .basic_auth("guest", Some("guest"))
+        .json(&json!({"pattern": "^policed$", "definition": {"max-length": 100}, "apply-to": "queues"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(policy.status().is_success());
+    let all: Vec<String> = (1..=1000).map(|i| format!("l{i}")).collect();
+    for id in &all {
+        let properties = BasicProperties::default().with_message_id(id.as_str().into());
+        channel.basic_publish("", "many.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "many.dlq").await;
+    let path = format!("/api/v1/queues/local/{}/many.dlq/requeue", encode(&vhost.name));
+
+    for target in ["drops", "policed"] {
+        let job = warren.run_move(&path, json!({"selection": "all", "target": {"queue": target}})).await;
+        assert_eq!((job["state"].as_str(), job["progress"]["moved"].as_u64()), (Some("failed"), Some(0)), "{target}");
+        assert!(job["error"].as_str().is_some_and(|e| e.contains("drop-head")), "{}", job["error"]);
+        assert_eq!(depth(&channel, target).await, 0, "nothing was moved to {target}");
+        assert_eq!(depth(&channel, "many.dlq").await, 1000);
+    }
+
+    let job = warren.run_move(&path, json!({"selection": "all", "target": {"queue": "rejects"}})).await;
+    assert_eq!(job["state"], "partial", "{}", job["progress"]);
+    let reason = &job["report"]["failed"][0]["reason"];
+    assert!(reason.as_str().is_some_and(|r| r.contains("reject")), "{reason}");
+    let mut seen = drain_ids(&channel, "rejects").await;
+    assert_eq!(seen.len(), 100, "what fits");
+    let moved: Vec<String> = job["report"]["moved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap().to_string())
+        .collect();
+    let mut in_target = seen.clone();
+    in_target.sort();
+    let mut reported = moved.clone();
+    reported.sort();
+    assert_eq!(in_target, reported, "the report lists exactly what the target holds");
+    seen.extend(drain_ids(&channel, "many.dlq").await);
+    assert_eq!(seen.len(), 1000, "no message lost or twice");
+    seen.sort();
+    let mut expected = all.clone();
+    expected.sort();
+    assert_eq!(seen, expected);
+
+    // Accepting the risk moves into the dropping target: what it drops, the user agreed to.
+    for id in &all[..10] {
+        let properties = BasicProperties::default().with_message_id(id.as_str().into());
+        channel.basic_publish("", "many.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    let job = warren
+        .run_move(&path, json!({"selection": "all", "target": {"queue": "drops"}, "accept_drop_head": true}))
+        .await;
+    assert_eq!(job["state"], "done", "{}", job["error"]);
+    assert_eq!(drain_ids(&channel, "drops").await, all[..10].to_vec());
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 /// A whole queue moved to a named queue goes through warren's mover (the broker's shovel
 /// was used here before and could lose messages): in order, nothing left behind, every id in
 /// the report, and no shovel left on the broker.
@@ -311,8 +397,12 @@ async fn moving_a_whole_queue_to_a_named_queue_uses_warrens_mover() {
     assert_eq!((job["state"].as_str(), job["method"].as_str()), (Some("done"), Some("in-process")), "{job}");
     assert_eq!((job["progress"]["moved"].as_u64(), job["report"]["left"].as_u64()), (Some(50), Some(0)), "{job}");
     let expected: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
-    let reported: Vec<String> =
-        job["report"]["moved"].as_array().unwrap().iter().map(|m| m["message_id"].as_str().unwrap().to_string()).collect();
+    let reported: Vec<String> = job["report"]["moved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(reported, expected, "the report lists every id");
     assert_eq!(drain_ids(&channel, "parked").await, expected, "all 50, in order");
     let (_, audit) = warren.get_json("/api/v1/audit").await;

@@ -29,7 +29,13 @@ fuzz_target!(|body: &[u8]| {
     if let Ok(request) = serde_json::from_slice::<MoveRequest>(body) {
         request.action();
         for (delivery_limit, quorum) in [(Some(20), true), (None, false)] {
-            let plan = Plan { selection: request.selection.clone(), target: request.target.clone(), delivery_limit, quorum };
+            let plan = Plan {
+                selection: request.selection.clone(),
+                target: request.target.clone(),
+                delivery_limit,
+                quorum,
+                accept_drop_head: request.accept_drop_head,
+            };
             let _ = plan.check();
         }
     }
@@ -48,6 +54,12 @@ fn queue() -> &'static QueueView {
     static QUEUE: OnceLock<QueueView> = OnceLock::new();
     QUEUE.get_or_init(|| {
         let raw = serde_json::from_str(r#"{"name":"orders.eu","vhost":"/","type":"quorum","messages":12}"#).unwrap();
-        warren::metrics::queue_view("local", raw, true, None, DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap())
+        warren::metrics::queue_view(
+            "local",
+            raw,
+            true,
+            None,
+            DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap(),
+        )
     })
 }

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 use warren::broker::management::{Overview, PeekedMessage, QueuePage, RawQueue, VhostEntry};
-use warren::metrics::{self, BrokerCounters};
 use warren::broker::topology::{self, Exchange, ExchangeBindings, QueueConfig, VhostTopology};
+use warren::metrics::{self, BrokerCounters};
 
 fuzz_target!(|body: &[u8]| {
     let now = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();

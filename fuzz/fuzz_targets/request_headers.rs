@@ -33,5 +33,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let trusted = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3));
     proxy.principal(trusted, &headers);
-    assert!(proxy.principal(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), &headers).is_none(), "untrusted peers are ignored");
+    assert!(
+        proxy.principal(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), &headers).is_none(),
+        "untrusted peers are ignored"
+    );
 });

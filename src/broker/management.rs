@@ -181,7 +181,7 @@ impl ManagementClient {
         &self,
         kind: &str,
         vhost: &str,
-    ) -> Result<(Vec<crate::poller::policies::Policy>, usize), BrokerError> {
+    ) -> Result<(Vec<crate::broker::policies::Policy>, usize), BrokerError> {
         self.get(&format!("api/{kind}/{}", encode_segment(vhost))).await
     }
 

@@ -4,5 +4,6 @@
 //! (`poller::PollPlan`); nothing here decides cadence or keeps history.
 
 pub mod management;
+pub mod policies;
 pub mod prometheus;
 pub mod topology;

@@ -13,7 +13,6 @@
 
 mod estimate;
 mod load;
-pub mod policies;
 mod shared;
 mod track;
 
@@ -28,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::load::{BrokerLoad, CallRecord, CallTotals, MetricSource, PrometheusState};
 use self::track::{CounterSource, PollContext, QueueKey, Tracked};
 use crate::broker::management::{BrokerError, ManagementClient, Overview, QueueStats, RawQueue, VhostEntry};
+use crate::broker::policies;
 use crate::broker::prometheus::{PrometheusClient, Scrape};
 use crate::broker::topology::{self, QueueConfig, VhostTopology};
 use crate::config::BrokerConfig;

@@ -53,7 +53,7 @@ async fn delete(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<DeleteRequest>,
 ) -> Result<Response, ApiError> {
-    let request = MoveRequest { selection: request.selection, target: Target::Discard };
+    let request = MoveRequest { selection: request.selection, target: Target::Discard, accept_drop_head: false };
     respond(&state, &access, &broker, &vhost, &queue, request).await
 }
 

@@ -605,6 +605,9 @@ async fn requeue_form(
             (_, FormTarget::OriginalExchange) => Target::OriginalExchange,
             (_, FormTarget::Queue) => Target::Queue(form.target_queue),
         },
+        // The form has no way yet to accept a target's drop-head risk: such a move fails with
+        // the reason, and the API's `accept_drop_head` can confirm it.
+        accept_drop_head: false,
     };
     match super::actions::start_move(&state, &view, request, &access.principal.actor()).await? {
         // The job page shows the progress, a cancel button, and the final report.

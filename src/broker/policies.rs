@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::broker::management::RawQueue;
+use crate::broker::management::{encode_segment, BrokerError, ManagementClient, RawQueue};
 
 /// One policy or operator policy as `/api/policies/{vhost}` lists it.
 #[derive(Debug, Clone, Deserialize)]
@@ -40,6 +40,16 @@ const LOWER_WINS: &[&str] = &[
 ];
 
 /// Whether a policy applies to a queue of this type.
+/// The policy of `policies` the broker applies to queue `name`: the matching one of highest
+/// priority (a pattern this regex engine cannot read matches nothing).
+fn matching<'a>(policies: &[(&'a Policy, Option<regex::Regex>)], name: &str, kind: &str) -> Option<&'a Policy> {
+    policies
+        .iter()
+        .filter(|(p, re)| applies_to_queue(p, kind) && re.as_ref().is_some_and(|re| re.is_match(name)))
+        .max_by_key(|(p, _)| p.priority)
+        .map(|(p, _)| *p)
+}
+
 fn applies_to_queue(policy: &Policy, kind: &str) -> bool {
     match policy.apply_to.as_str() {
         "" | "all" | "queues" => true,
@@ -74,6 +84,9 @@ pub fn merge(user: Option<&Map<String, Value>>, operator: Option<&Map<String, Va
 /// One vhost's policies and operator policies, ready to resolve its queues' effective policy.
 pub struct Resolver<'a> {
     by_name: HashMap<&'a str, &'a Policy>,
+    /// The user policies with their patterns compiled, for a queue whose listing does not say
+    /// which applies (`effective_now`).
+    users: Vec<(&'a Policy, Option<regex::Regex>)>,
     /// With their patterns compiled; a pattern this regex engine cannot read matches nothing.
     operators: Vec<(&'a Policy, Option<regex::Regex>)>,
 }
@@ -82,6 +95,7 @@ impl<'a> Resolver<'a> {
     pub fn new(policies: &'a [Policy], operators: &'a [Policy]) -> Self {
         Resolver {
             by_name: policies.iter().map(|p| (p.name.as_str(), p)).collect(),
+            users: policies.iter().map(|p| (p, regex::Regex::new(&p.pattern).ok())).collect(),
             // The broker matches patterns anywhere in the name, as `regex` does.
             operators: operators.iter().map(|p| (p, regex::Regex::new(&p.pattern).ok())).collect(),
         }
@@ -94,11 +108,17 @@ impl<'a> Resolver<'a> {
 
     /// The operator policy the broker applies to `name`: the matching one of highest priority.
     fn operator_for(&self, name: &str, kind: &str) -> Option<&'a Policy> {
-        self.operators
-            .iter()
-            .filter(|(p, re)| applies_to_queue(p, kind) && re.as_ref().is_some_and(|re| re.is_match(name)))
-            .max_by_key(|(p, _)| p.priority)
-            .map(|(p, _)| *p)
+        matching(&self.operators, name, kind)
+    }
+
+    /// The effective policy of `queue` as the policies stand now, matched by pattern: the
+    /// management database names a queue's policy seconds after it was set, which is too late
+    /// for a check made before a move.
+    pub fn effective_now(&self, queue: &mut RawQueue) {
+        let kind = queue.kind.as_deref().unwrap_or("classic");
+        let user = matching(&self.users, &queue.name, kind).map(|p| &p.definition);
+        let operator = self.operator_for(&queue.name, kind).map(|p| &p.definition);
+        queue.effective_policy_definition = Some(Arc::new(merge(user, operator)));
     }
 
     /// Fills in each listed queue's effective policy. Queues that already have one (a listing
@@ -115,6 +135,63 @@ impl<'a> Resolver<'a> {
             }
             q.effective_policy_definition = Some(Arc::new(merge(user, operator)));
         }
+    }
+}
+
+/// One queue as the broker says now, its effective policy resolved from the policies as they
+/// stand (4.x without the metrics collector answers no policy at all, and 3.x's management
+/// database names a new policy seconds late). `None`: no such queue. For decisions that must
+/// not rest on the last poll (a policy applied a moment ago).
+pub async fn queue_now(client: &ManagementClient, vhost: &str, name: &str) -> Result<Option<RawQueue>, BrokerError> {
+    let path = format!("api/queues/{}/{}", encode_segment(vhost), encode_segment(name));
+    let mut queue: RawQueue = match client.get(&path).await {
+        Ok((queue, _)) => queue,
+        Err(BrokerError::Http { status: 404, .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let (user, _) = client.policies("policies", vhost).await?;
+    let (operator, _) = client.policies("operator-policies", vhost).await?;
+    Resolver::new(&user, &operator).effective_now(&mut queue);
+    Ok(Some(queue))
+}
+
+/// What a queue does with a message that arrives when it is full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overflow {
+    /// No length limit.
+    Unlimited,
+    /// It drops (or dead-letters) its oldest messages to make room: a publish into it is
+    /// confirmed, and some message is gone. `limit` says which limit, in words.
+    DropHead { limit: String },
+    /// It refuses the publish (a nack to a publisher in confirm mode).
+    RejectPublish { limit: String },
+}
+
+/// A queue's overflow behaviour from its arguments and effective policy. Where both set a
+/// limit the lower one applies, as in the broker; the argument's `x-overflow` wins over the
+/// policy's `overflow`; without either the broker drops the head.
+pub fn overflow(queue: &RawQueue) -> Overflow {
+    let empty = Map::new();
+    let args = queue.arguments.as_deref().unwrap_or(&empty);
+    let policy = queue.effective_policy_definition.as_deref().unwrap_or(&empty);
+    let limit = |arg: &str, key: &str| {
+        [args.get(arg), policy.get(key)].into_iter().flatten().filter_map(Value::as_i64).filter(|n| *n >= 0).min()
+    };
+    let mut limits = Vec::new();
+    if let Some(n) = limit("x-max-length", "max-length") {
+        limits.push(format!("at most {n} messages"));
+    }
+    if let Some(n) = limit("x-max-length-bytes", "max-length-bytes") {
+        limits.push(format!("at most {n} bytes of messages"));
+    }
+    if limits.is_empty() {
+        return Overflow::Unlimited;
+    }
+    let limit = limits.join(" and ");
+    let mode = args.get("x-overflow").or_else(|| policy.get("overflow")).and_then(Value::as_str).unwrap_or("drop-head");
+    match mode {
+        "reject-publish" | "reject-publish-dlx" => Overflow::RejectPublish { limit },
+        _ => Overflow::DropHead { limit },
     }
 }
 
@@ -200,5 +277,45 @@ mod tests {
         resolver.apply(&mut queues);
         assert_eq!(queues[0].effective_policy_definition.as_deref().unwrap().get("max-length"), Some(&json!(1)));
         assert!(queues[1].effective_policy_definition.is_none());
+    }
+
+    fn limited(args: Value, policy: Value) -> RawQueue {
+        let mut q: RawQueue = serde_json::from_value(serde_json::json!({"name": "t", "vhost": "/"})).unwrap();
+        q.arguments = args.as_object().cloned().map(Arc::new);
+        q.effective_policy_definition = policy.as_object().cloned().map(Arc::new);
+        q
+    }
+
+    /// Issue 16 (4): a length-limited target that drops its head when full took 1,000
+    /// confirmed copies and kept 100.
+    #[test]
+    fn overflow_comes_from_arguments_and_policy() {
+        assert_eq!(overflow(&limited(json!({}), json!({}))), Overflow::Unlimited);
+        assert_eq!(
+            overflow(&limited(json!({"x-max-length": 100}), json!({}))),
+            Overflow::DropHead { limit: "at most 100 messages".into() },
+            "drop-head is the default"
+        );
+        assert_eq!(
+            overflow(&limited(json!({"x-max-length": 100, "x-overflow": "reject-publish"}), json!({}))),
+            Overflow::RejectPublish { limit: "at most 100 messages".into() }
+        );
+        assert_eq!(
+            overflow(&limited(json!({}), json!({"max-length-bytes": 1000, "overflow": "reject-publish-dlx"}))),
+            Overflow::RejectPublish { limit: "at most 1000 bytes of messages".into() }
+        );
+        assert_eq!(
+            overflow(&limited(json!({"x-max-length": 100}), json!({"max-length": 10, "overflow": "reject-publish"}))),
+            Overflow::RejectPublish { limit: "at most 10 messages".into() },
+            "the lower limit; the policy's overflow where the argument sets none"
+        );
+        assert_eq!(
+            overflow(&limited(
+                json!({"x-overflow": "drop-head"}),
+                json!({"max-length": 5, "overflow": "reject-publish"})
+            )),
+            Overflow::DropHead { limit: "at most 5 messages".into() },
+            "the argument's overflow wins"
+        );
     }
 }
