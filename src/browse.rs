@@ -62,6 +62,9 @@ pub enum BrowseError {
     NeedsConfirmation(String),
     #[error("reading the queue failed: {0}")]
     Read(#[from] crate::dlq::MoveError),
+    /// A quorum queue is read only once its delivery limit is known as it stands.
+    #[error("the queue's delivery limit could not be read from the broker, so it was not read: {0}")]
+    LimitUnknown(String),
 }
 
 /// (broker, vhost, queue)
@@ -88,22 +91,6 @@ impl Snapshots {
     }
 }
 
-/// A quorum queue's delivery limit: the broker's figure (4.x; the poller fills in 4.x's
-/// default where a listing lacks it), else argument or policy. A negative limit is no limit.
-pub fn delivery_limit(view: &QueueView) -> Option<i64> {
-    if &*view.kind != "quorum" {
-        return None;
-    }
-    view.delivery_limit
-        .or_else(|| {
-            view.arguments
-                .get("x-delivery-limit")
-                .or_else(|| view.effective_policy.get("delivery-limit"))
-                .and_then(Value::as_i64)
-        })
-        .filter(|limit| *limit >= 0)
-}
-
 /// Takes a snapshot of `count` head messages. A quorum queue with a delivery limit is read only
 /// with `confirmed`: each read raises every message's delivery count by one, and past the limit
 /// the broker drops or dead-letters it.
@@ -114,7 +101,15 @@ pub async fn take(
     count: usize,
     confirmed: bool,
 ) -> Result<Arc<Snapshot>, BrowseError> {
-    let limit = delivery_limit(view);
+    // The limit as the broker applies it now: the last poll's can be seconds old.
+    let limit = if &*view.kind == "quorum" {
+        let client = crate::broker::management::ManagementClient::new(broker);
+        crate::broker::policies::delivery_limit_now(&client, &view.vhost, &view.name)
+            .await
+            .map_err(|e| BrowseError::LimitUnknown(e.to_string()))?
+    } else {
+        None
+    };
     if let (Some(limit), false) = (limit, confirmed) {
         return Err(BrowseError::NeedsConfirmation(format!(
             "{} is a quorum queue with a delivery limit of {limit}: every read counts as a delivery, and a message \

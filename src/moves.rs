@@ -234,10 +234,20 @@ pub async fn start(
     if state.broker_config(&view.broker).is_none() {
         return Err(StartError::NoBroker(view.broker.to_string()));
     }
+    let broker = state.broker_config(&view.broker).expect("checked above");
+    // The limit as the broker applies it now: the last poll's can be seconds old.
+    let delivery_limit = if &*view.kind == "quorum" {
+        let client = crate::broker::management::ManagementClient::new(broker);
+        crate::broker::policies::delivery_limit_now(&client, &view.vhost, &view.name).await.map_err(|e| {
+            MoveError::Refused(format!("the queue's delivery limit could not be read from the broker: {e}"))
+        })?
+    } else {
+        None
+    };
     let plan = Plan {
         selection: request.selection.clone(),
         target: request.target.clone(),
-        delivery_limit: crate::browse::delivery_limit(view),
+        delivery_limit,
         quorum: &*view.kind == "quorum",
         accept_drop_head: request.accept_drop_head,
     };

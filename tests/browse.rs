@@ -112,6 +112,52 @@ async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
     connection.close(0, "done").await.ok();
 }
 
+/// Issue 16 (2): a `delivery-limit` policy applied half a second before three snapshots. The
+/// limit came from warren's last poll, so all three read without asking and the broker dropped
+/// 5 messages. The limit is read from the broker before each read now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_limit_set_a_moment_ago_is_respected() {
+    let vhost = TestVhost::create("freshlimit").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    channel.queue_declare("fresh", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    for i in 1..=5 {
+        let properties = BasicProperties::default().with_message_id(format!("f{i}").into());
+        channel.basic_publish("", "fresh", BasicPublishOptions::default(), b"x", properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    // A long poll interval: the one poll warren makes sees no policy.
+    let warren = Warren::for_vhost(&vhost.name, 300).await;
+    wait_for("listed", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "fresh").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    let policy = reqwest::Client::new()
+        .put(format!("{}/api/policies/{}/limit", common::broker().management, encode(&vhost.name)))
+        .basic_auth("guest", Some("guest"))
+        .json(&json!({"pattern": "^fresh$", "definition": {"delivery-limit": 2}, "apply-to": "queues"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(policy.status().is_success());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let path = format!("/api/v1/queues/local/{}/fresh/snapshot", encode(&vhost.name));
+    for _ in 0..3 {
+        let (status, body) = warren.post_json(&path, json!({})).await;
+        assert_eq!(status, 409, "a read without confirmation is refused: {body}");
+        assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("delivery limit of 2")), "{body}");
+    }
+    let requeue = format!("/api/v1/queues/local/{}/fresh/requeue", encode(&vhost.name));
+    let (status, body) = warren.post_json(&requeue, json!({"selection": {"positions": [3]}})).await;
+    assert_eq!(status, 422, "reading past f1 and f2 is refused: {body}");
+    assert_eq!(drain_ids(&channel, "fresh").await, vec!["f1", "f2", "f3", "f4", "f5"], "nothing dropped");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 /// Issue 16 (9), must-have 7: a snapshot of a queue that a consumer is draining answers within
 /// 10 s (it took 168 s: the give-back waited 2 s for each message to be counted, and the
 /// consumer took them first), says why its order may differ, and loses nothing.

@@ -58,9 +58,10 @@ fn derive(queues: Vec<RawQueue>, now: DateTime<Utc>) {
     let mut previous = None;
     for raw in queues {
         let counters = metrics::queue_counters(&raw, true);
+        warren::broker::policies::delivery_limit_4x(&raw);
+        warren::broker::policies::overflow(&raw);
         let mut view = metrics::queue_view("local", raw, true, previous.as_ref().map(|c| (c, 5.0)), now);
         metrics::apply_health(&mut view, Some((60.0, 3)));
-        warren::browse::delivery_limit(&view);
         previous = Some(counters);
     }
     let queues: Vec<QueueConfig<'_>> = configs
