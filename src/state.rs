@@ -6,8 +6,8 @@ use std::sync::{Arc, RwLock};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::browse::Snapshots;
 use crate::config::Config;
+use crate::dlq::browse::Snapshots;
 use crate::history::Db;
 use crate::metrics::{BrokerRates, QueueView};
 
@@ -21,7 +21,7 @@ pub struct AppState {
     /// The last DLQ snapshot of each queue.
     pub snapshots: Snapshots,
     /// Running and recent moves.
-    pub jobs: crate::moves::Jobs,
+    pub jobs: crate::dlq::jobs::Jobs,
     /// Sends alert notifications in the background.
     pub notifier: crate::alerts::notify::Dispatcher,
     /// Who must log in, the login throttle, CSRF tokens without a session.
@@ -174,7 +174,7 @@ impl AppState {
             live: Live::new(&names),
             broker_ids: Arc::new(broker_ids),
             snapshots: Snapshots::default(),
-            jobs: crate::moves::Jobs::default(),
+            jobs: crate::dlq::jobs::Jobs::default(),
             notifier,
         }
     }

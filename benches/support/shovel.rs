@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use warren::broker::management::{encode_segment, BrokerError, ManagementClient};
 use warren::config::BrokerConfig;
-use warren::dlq::{queue_ready, ready_count, MoveError, MoveReport, Progress};
+use warren::dlq::mover::{queue_ready, ready_count};
+use warren::dlq::{MoveError, MoveReport, Progress};
 
 /// How often the source queue's depth is read for progress.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);

@@ -9,7 +9,8 @@ use lapin::message::Delivery;
 use lapin::types::parsing::parse_field_table;
 use lapin::BasicProperties;
 use libfuzzer_sys::fuzz_target;
-use warren::browse::{self, Filter};
+use warren::dlq::browse;
+use warren::dlq::message::{self, Filter};
 
 fuzz_target!(|data: &[u8]| {
     let Ok((_, headers)) = parse_field_table(data) else { return };
@@ -22,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         data: b"{}".to_vec(),
         acker: Acker::default(),
     };
-    let summary = browse::summarize(1, warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT));
+    let summary = message::summarize(1, warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT));
     Filter { text: Some("x-death".into()), ..Filter::default() }.matches(&summary);
     warren::dlq::original_route(&delivery);
     warren::dlq::replay_properties(&delivery);

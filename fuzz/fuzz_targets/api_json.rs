@@ -12,7 +12,7 @@ use warren::alerts::store::Silence;
 use warren::alerts::{AlertKey, Rule};
 use warren::dlq::{Plan, Selection};
 use warren::metrics::QueueView;
-use warren::moves::MoveRequest;
+use warren::dlq::jobs::MoveRequest;
 use warren::web::input::TakeRequest;
 
 fuzz_target!(|body: &[u8]| {

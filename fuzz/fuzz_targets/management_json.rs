@@ -39,8 +39,8 @@ fuzz_target!(|body: &[u8]| {
     let _ = serde_json::from_slice::<Vec<Exchange>>(body);
     if let Ok(messages) = serde_json::from_slice::<Vec<PeekedMessage>>(body) {
         for (i, message) in messages.into_iter().enumerate() {
-            let summary = warren::browse::summarize(i + 1, message);
-            warren::browse::render_payload(&summary.message);
+            let summary = warren::dlq::message::summarize(i + 1, message);
+            warren::dlq::message::render_payload(&summary.message);
         }
     }
 });

@@ -11,7 +11,8 @@ use lapin::acker::Acker;
 use lapin::message::Delivery;
 use lapin::protocol::basic::parse_properties;
 use libfuzzer_sys::fuzz_target;
-use warren::browse::{self, Filter};
+use warren::dlq::browse;
+use warren::dlq::message::{self, Filter};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&limit, rest)) = data.split_first() else { return };
@@ -28,10 +29,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let message = warren::dlq::peeked(&delivery, limit);
     assert!(message.payload_bytes as usize == payload.len());
-    let summary = browse::summarize(1, message);
-    let kept = browse::payload_bytes(&summary.message);
+    let summary = message::summarize(1, message);
+    let kept = message::payload_bytes(&summary.message);
     assert!(payload.starts_with(&kept), "the kept payload is a prefix of the delivered one");
-    let (kind, shown) = browse::render_payload(&summary.message);
+    let (kind, shown) = message::render_payload(&summary.message);
     match kind {
         "json" => assert!(serde_json::from_str::<serde_json::Value>(&shown).is_ok(), "pretty JSON parses back"),
         "text" => assert_eq!(shown.as_bytes(), &kept[..], "text is shown as it is"),

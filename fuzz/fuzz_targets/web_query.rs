@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
-use warren::browse::Filter;
+use warren::dlq::message::Filter;
 use warren::history::rollup::Windows;
 use warren::history::series;
 use warren::web::input::TakeRequest;

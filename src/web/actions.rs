@@ -14,8 +14,8 @@ use super::{ApiError, WebError};
 use std::sync::Arc;
 
 use crate::audit;
+use crate::dlq::jobs::{self, Job, MoveRequest, StartError};
 use crate::dlq::{self, MoveError, Selection, Target};
-use crate::moves::{self, Job, MoveRequest, StartError};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -25,14 +25,14 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/purge", post(purge))
 }
 
-/// Starts a move as a background job (`moves::start`), as the actor of the request.
+/// Starts a move as a background job (`dlq::jobs::start`), as the actor of the request.
 pub async fn start_move(
     state: &AppState,
     view: &crate::metrics::QueueView,
     request: MoveRequest,
     actor: &str,
 ) -> Result<Result<Arc<Job>, MoveError>, WebError> {
-    match moves::start(state, view, request, actor).await {
+    match jobs::start(state, view, request, actor).await {
         Ok(job) => Ok(Ok(job)),
         Err(StartError::Refused(e)) => Ok(Err(e)),
         Err(StartError::NoBroker(name)) => Err(WebError::NotFound(format!("no broker named {name:?}"))),

@@ -18,10 +18,11 @@ use super::format;
 use super::pages::queue_href;
 use super::{html, ApiError, PageError, WebError};
 use crate::broker::management::encode_segment;
-use crate::browse::{self, BrowseError, Snapshot, SnapshotMessage};
+use crate::dlq::browse::{self, BrowseError, Snapshot};
+use crate::dlq::jobs::MoveRequest;
+use crate::dlq::message::{self, SnapshotMessage};
 use crate::dlq::{Selection, Target};
 use crate::metrics::QueueView;
-use crate::moves::MoveRequest;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -156,7 +157,7 @@ fn counts(values: impl Iterator<Item = Option<String>>) -> Vec<(String, usize)> 
     out
 }
 
-fn snapshot_view(snapshot: &Snapshot, base: &str, f: &browse::Filter) -> SnapshotView {
+fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> SnapshotView {
     let rows: Vec<Row> = snapshot
         .messages
         .iter()
@@ -209,7 +210,7 @@ fn render_page(
     state: &AppState,
     me: super::Me,
     view: &QueueView,
-    filters: &browse::Filter,
+    filters: &message::Filter,
     notice: Option<String>,
     needs_confirmation: Option<String>,
 ) -> Result<String, WebError> {
@@ -242,7 +243,7 @@ async fn page(
     State(state): State<AppState>,
     me: super::Me,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
-    Query(filters): Query<browse::Filter>,
+    Query(filters): Query<message::Filter>,
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     Ok(html(render_page(&state, me, &view, &filters, None, None)?))
@@ -259,11 +260,11 @@ async fn take_form(
         // Post/redirect/get: a reload of the page never reads the queue again.
         Ok(_) => Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response()),
         Err(BrowseError::NeedsConfirmation(message)) => {
-            let body = render_page(&state, me, &view, &browse::Filter::default(), None, Some(message))?;
+            let body = render_page(&state, me, &view, &message::Filter::default(), None, Some(message))?;
             Ok((StatusCode::CONFLICT, html(body)).into_response())
         }
         Err(e) => {
-            let body = render_page(&state, me, &view, &browse::Filter::default(), Some(e.to_string()), None)?;
+            let body = render_page(&state, me, &view, &message::Filter::default(), Some(e.to_string()), None)?;
             Ok((StatusCode::BAD_GATEWAY, html(body)).into_response())
         }
     }
@@ -339,8 +340,8 @@ async fn message_page(
         .collect();
     let properties =
         m.message.properties.iter().filter(|(k, _)| *k != "headers").map(|(k, v)| (k.clone(), show(v))).collect();
-    let (payload_kind, payload) = browse::render_payload(&m.message);
-    let kept = browse::payload_bytes(&m.message).len() as u64;
+    let (payload_kind, payload) = message::render_payload(&m.message);
+    let kept = message::payload_bytes(&m.message).len() as u64;
     let truncated = (kept < m.payload_bytes).then(|| {
         format!("showing the first {} of {} bytes", format::count(Some(kept)), format::count(Some(m.payload_bytes)))
     });
@@ -359,7 +360,7 @@ async fn message_page(
                 messages: vec![m.clone()],
             },
             &base,
-            &browse::Filter::default(),
+            &message::Filter::default(),
         )
         .rows
         .remove(0),
@@ -378,7 +379,7 @@ async fn download(
     Path((broker, vhost, queue, position)): Path<(String, String, String, usize)>,
 ) -> Result<Response, PageError> {
     let m = snapshot_message(&state, &broker, &vhost, &queue, position)?;
-    let bytes = browse::payload_bytes(&m.message);
+    let bytes = message::payload_bytes(&m.message);
     let truncated = (bytes.len() as u64) < m.payload_bytes;
     Ok((
         [
@@ -398,7 +399,7 @@ pub struct RequeueForm {
     target: FormTarget,
     target_queue: String,
     /// The browser's filter, for "all matching".
-    filter: browse::Filter,
+    filter: message::Filter,
     confirmed: bool,
 }
 
@@ -446,7 +447,7 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
         scope: Scope::Selected,
         target: FormTarget::OriginalQueue,
         target_queue: String::new(),
-        filter: browse::Filter::default(),
+        filter: message::Filter::default(),
         confirmed: false,
     };
     let mut target = None;

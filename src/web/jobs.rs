@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::{format, html, is_htmx, ApiError, PageError, WebError};
 use crate::audit;
-use crate::moves::JobStatus;
+use crate::dlq::jobs::JobStatus;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -120,7 +120,7 @@ fn fragment(status: &JobStatus, me: super::Me) -> JobFragment {
         },
         state: status.state.clone(),
         method: match status.method {
-            Some(crate::moves::Method::InProcess) => "warren's mover (publisher confirms)".to_string(),
+            Some(crate::dlq::jobs::Method::InProcess) => "warren's mover (publisher confirms)".to_string(),
             None => format::UNKNOWN.to_string(),
         },
         started: format::time(Some(status.started_at)),

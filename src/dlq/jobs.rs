@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target};
 use crate::audit;
-use crate::dlq::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target};
 use crate::metrics::QueueView;
 use crate::state::AppState;
 
@@ -286,7 +286,7 @@ async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
     let broker = state.broker_config(&job.broker).expect("checked at start").clone();
     let checkpoints = checkpoint_loop(state.clone(), job.clone());
     let work = async {
-        dlq::move_messages(&broker, &job.vhost, &job.queue, &plan, &job.progress, &job.cancel)
+        mover::move_messages(&broker, &job.vhost, &job.queue, &plan, &job.progress, &job.cancel)
             .await
             .map_err(|e| e.to_string())
     };

@@ -57,7 +57,7 @@ pub enum Selection {
     All,
     /// Every message the queue holds when the move starts that matches the filter; the others
     /// are read and given back in order.
-    Matching(crate::browse::Filter),
+    Matching(super::message::Filter),
 }
 
 /// Where moved messages go.
@@ -652,7 +652,7 @@ impl<'a> Mover<'a> {
             Selection::All => true,
             Selection::Positions(p) => p.contains(&position),
             Selection::Matching(filter) => {
-                filter.matches(&crate::browse::summarize(position, peeked(delivery, usize::MAX)))
+                filter.matches(&super::message::summarize(position, peeked(delivery, usize::MAX)))
             }
         }
     }

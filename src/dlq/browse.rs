@@ -1,0 +1,107 @@
+//! Browsing a dead-letter queue: a bounded snapshot of its head, taken on request and kept, so
+//! that page views never re-read the queue (every read of a quorum queue counts toward its
+//! delivery limit, DOMAIN.md §5).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::message::{summarize, SnapshotMessage};
+use super::mover::{self, MoveError};
+use crate::metrics::QueueView;
+
+/// Messages in a snapshot unless asked otherwise, and at most.
+pub const DEFAULT_COUNT: usize = 100;
+pub const MAX_COUNT: usize = 1000;
+/// Payload bytes kept per message; the full size is still shown.
+pub const PAYLOAD_LIMIT: usize = 64 * 1024;
+
+/// A bounded read of a queue's head.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    pub taken_at: DateTime<Utc>,
+    pub queue_type: String,
+    pub delivery_limit: Option<i64>,
+    pub requested: usize,
+    /// Why the read stopped before `requested`, or why the queue's order may differ from it.
+    pub note: Option<String>,
+    pub messages: Vec<SnapshotMessage>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrowseError {
+    #[error("{0}")]
+    NeedsConfirmation(String),
+    #[error("reading the queue failed: {0}")]
+    Read(#[from] MoveError),
+    /// A quorum queue is read only once its delivery limit is known as it stands.
+    #[error("the queue's delivery limit could not be read from the broker, so it was not read: {0}")]
+    LimitUnknown(String),
+}
+
+/// (broker, vhost, queue)
+type QueueId = (String, String, String);
+
+/// The last snapshot of each queue.
+#[derive(Clone, Default)]
+pub struct Snapshots(Arc<Mutex<HashMap<QueueId, Arc<Snapshot>>>>);
+
+impl Snapshots {
+    pub fn get(&self, broker: &str, vhost: &str, queue: &str) -> Option<Arc<Snapshot>> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&(broker.to_string(), vhost.to_string(), queue.to_string())).cloned()
+    }
+
+    pub fn forget(&self, broker: &str, vhost: &str, queue: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&(broker.to_string(), vhost.to_string(), queue.to_string()));
+    }
+
+    fn put(&self, broker: &str, vhost: &str, queue: &str, snapshot: Arc<Snapshot>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert((broker.to_string(), vhost.to_string(), queue.to_string()), snapshot);
+    }
+}
+
+/// Takes a snapshot of `count` head messages. A quorum queue with a delivery limit is read only
+/// with `confirmed`: each read raises every message's delivery count by one, and past the limit
+/// the broker drops or dead-letters it.
+pub async fn take(
+    broker: &crate::config::BrokerConfig,
+    snapshots: &Snapshots,
+    view: &QueueView,
+    count: usize,
+    confirmed: bool,
+) -> Result<Arc<Snapshot>, BrowseError> {
+    // The limit as the broker applies it now: the last poll's can be seconds old.
+    let limit = if &*view.kind == "quorum" {
+        let client = crate::broker::management::ManagementClient::new(broker);
+        crate::broker::policies::delivery_limit_now(&client, &view.vhost, &view.name)
+            .await
+            .map_err(|e| BrowseError::LimitUnknown(e.to_string()))?
+    } else {
+        None
+    };
+    if let (Some(limit), false) = (limit, confirmed) {
+        return Err(BrowseError::NeedsConfirmation(format!(
+            "{} is a quorum queue with a delivery limit of {limit}: every read counts as a delivery, and a message \
+             read more than {limit} times is dropped or dead-lettered by the broker. Confirm to read it once.",
+            view.name
+        )));
+    }
+    let count = count.clamp(1, MAX_COUNT);
+    let peeked = mover::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT).await?;
+    let messages = peeked.messages.into_iter().enumerate().map(|(i, m)| summarize(i + 1, m)).collect();
+    let snapshot = Arc::new(Snapshot {
+        taken_at: Utc::now(),
+        queue_type: view.kind.to_string(),
+        delivery_limit: limit,
+        requested: count,
+        note: peeked.note,
+        messages,
+    });
+    snapshots.put(&view.broker, &view.vhost, &view.name, snapshot.clone());
+    Ok(snapshot)
+}

@@ -1,0 +1,22 @@
+//! Dead letters: everything warren does to them, in one place, so that the invariants can be
+//! read in one sitting (issue 16, must-have 8). The imports go one way:
+//!
+//! - `message`: what a dead letter says (where and why it died), the filter, payload display.
+//!   Pure.
+//! - `mover`: the only code that takes messages off a queue: reading (`peek`) and moving, each
+//!   original acked only after its copy is confirmed and not returned (DOMAIN.md §6). Uses
+//!   `message`.
+//! - `browse`: snapshots of a queue's head, kept so that page views never read it again. Uses
+//!   `mover` and `message`.
+//! - `jobs`: moves as background jobs, one per queue at a time, with the audit log's record.
+//!   Uses `mover`.
+
+pub mod browse;
+pub mod jobs;
+pub mod message;
+pub mod mover;
+
+pub use mover::{
+    connect, move_messages, original_route, peek, peeked, purge, replay_properties, MoveError, MoveReport, Plan,
+    Progress, Selection, Target,
+};
