@@ -99,6 +99,8 @@ pub struct BrokerLoad {
     /// Newest first.
     pub calls: VecDeque<CallRecord>,
     pub totals: BTreeMap<String, CallTotals>,
+    /// Listings made since start, by why each was made.
+    pub listing_reasons: BTreeMap<String, u64>,
 }
 
 impl BrokerLoad {

@@ -70,6 +70,8 @@ pub struct Poller {
     counters_from: Option<CounterSource>,
     /// The last scrape showed queues the listing does not have (created since).
     need_listing: bool,
+    /// Why the last scrape asked for a listing, when it did.
+    need_listing_why: Option<&'static str>,
     /// Listed queues the last scrape did not serve: still listed at the next listing means the
     /// endpoint is incomplete (in a cluster each node serves only its own queues' metrics).
     missing_in_scrape: HashMap<(String, String), Instant>,
@@ -125,6 +127,8 @@ struct PollPlan {
     /// collects none (metrics collector off). warren resolves policies itself and asks the
     /// listing poll's scrape for head timestamps.
     light_listing: bool,
+    /// Why this poll lists, when it does (counted on the broker page: `listing_reasons`).
+    list_reason: Option<&'static str>,
 }
 
 impl PollPlan {
@@ -219,6 +223,7 @@ impl Poller {
             listing: None,
             counters_from: None,
             need_listing: false,
+            need_listing_why: None,
             missing_in_scrape: HashMap::new(),
             last_calls: PollCalls::default(),
             alarm: None,
@@ -319,10 +324,13 @@ impl Poller {
                     plan.list = true;
                     plan.scrape = false;
                     plan.light_listing = !stats_enabled;
+                    plan.list_reason = Some("the scrape failed");
                 }
             }
         }
         if plan.list {
+            let reason = plan.list_reason.unwrap_or("unknown");
+            *self.load.listing_reasons.entry(reason.to_string()).or_default() += 1;
             // Kept as the pages they came in: `derive` frees each page once it is read, so
             // the whole listing (16 MB at 50,000 queues) is never held beside both views.
             counters_at = Instant::now();
@@ -504,6 +512,13 @@ impl Poller {
         // 10,000 queues, the light listing (`enable_queue_totals`) cost the broker 4.99 CPU-s
         // against 2.05 for the full one, which reads the management database's cached rows.
         let light_listing = list && !stats_enabled;
+        let list_reason = list.then(|| match &self.listing {
+            None => "first poll",
+            Some(_) if !configured => "no Prometheus source",
+            Some(_) if known_down && !retry_due => "Prometheus source unavailable",
+            Some(_) if self.need_listing => self.need_listing_why.unwrap_or("brought forward"),
+            Some(_) => "stats listing due",
+        });
         PollPlan {
             list,
             scrape,
@@ -512,6 +527,7 @@ impl Poller {
             // `queue_metrics` for them instead, at the listing's budgeted cadence.
             scrape_head_timestamps: scrape && (self.broker.prometheus_head_timestamps || light_listing),
             light_listing,
+            list_reason,
         }
     }
 
@@ -671,8 +687,18 @@ impl Poller {
             Some(listing) => listing.stats_pending,
             None => listed_before_stats,
         };
-        self.need_listing =
-            scrape.queue_count > matched || !self.missing_in_scrape.is_empty() || stats_pending || listed_without_stats;
+        self.need_listing_why = if scrape.queue_count > matched {
+            Some("the scrape shows queues the listing has not")
+        } else if !self.missing_in_scrape.is_empty() {
+            Some("listed queues missing from the scrape")
+        } else if stats_pending {
+            Some("a queue listed before its stats")
+        } else if listed_without_stats {
+            Some("messages in a queue listed empty")
+        } else {
+            None
+        };
+        self.need_listing = self.need_listing_why.is_some();
         queues
     }
 
@@ -738,6 +764,7 @@ impl Poller {
             }
         }
         self.need_listing = false;
+        self.need_listing_why = None;
         // The queues are kept for the scrapes to overlay; without a Prometheus source only the
         // listing's time and cost matter (a copy of 50,000 queues is tens of MB).
         let kept = if keep { queues().cloned().collect() } else { Vec::new() };
