@@ -65,7 +65,11 @@ pub fn summarize(position: usize, message: PeekedMessage) -> SnapshotMessage {
     SnapshotMessage {
         position,
         message_id: text(message.properties.get("message_id")),
-        death_count: deaths.iter().filter_map(|d| d.get("count").and_then(Value::as_i64)).sum(),
+        // The counts come with the message, so anyone who can publish chooses them: saturate.
+        death_count: deaths
+            .iter()
+            .filter_map(|d| d.get("count").and_then(Value::as_i64))
+            .fold(0i64, i64::saturating_add),
         first_death_at: first.and_then(|d| d.get("time")).and_then(Value::as_i64),
         original_queue,
         reason,
@@ -227,6 +231,26 @@ mod tests {
         assert_eq!(s.first_death_reason.as_deref(), Some("expired"));
         assert_eq!(s.death_count, 4);
         assert_eq!(s.first_death_at, Some(1700000000));
+    }
+
+    /// A crash of the `amqp_field_table` and `message_render` fuzz targets: `x-death` counts
+    /// that add up past i64 overflowed the sum.
+    #[test]
+    fn death_counts_past_i64_saturate() {
+        let properties = serde_json::json!({"headers": {"x-death": [
+            {"queue": "a", "reason": "rejected", "count": i64::MAX},
+            {"queue": "b", "reason": "expired", "count": 5}
+        ]}});
+        let m = PeekedMessage {
+            exchange: String::new(),
+            routing_key: String::new(),
+            redelivered: false,
+            payload_bytes: 0,
+            payload_encoding: "string".into(),
+            payload: String::new(),
+            properties: properties.as_object().unwrap().clone(),
+        };
+        assert_eq!(summarize(1, m).death_count, i64::MAX);
     }
 
     #[test]
