@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::dead_letters::{dead_letter, dead_letter_through, depth, drain_ids, numbered};
+use common::dead_letters::{dead_letter, dead_letter_through, depth, drain_ids, message_ids, numbered};
 use common::{declare, wait_for, TestVhost, Warren};
 use lapin::options::{BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
@@ -352,12 +352,7 @@ async fn length_limited_targets_lose_nothing_unasked() {
     assert!(reason.as_str().is_some_and(|r| r.contains("reject")), "{reason}");
     let mut seen = drain_ids(&channel, "rejects").await;
     assert_eq!(seen.len(), 100, "what fits");
-    let moved: Vec<String> = job["report"]["moved"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["message_id"].as_str().unwrap().to_string())
-        .collect();
+    let moved = message_ids(&job["report"]["moved"]);
     let mut in_target = seen.clone();
     in_target.sort();
     let mut reported = moved.clone();
@@ -397,12 +392,7 @@ async fn moving_a_whole_queue_to_a_named_queue_uses_warrens_mover() {
     assert_eq!((job["state"].as_str(), job["method"].as_str()), (Some("done"), Some("in-process")), "{job}");
     assert_eq!((job["progress"]["moved"].as_u64(), job["report"]["left"].as_u64()), (Some(50), Some(0)), "{job}");
     let expected: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
-    let reported: Vec<String> = job["report"]["moved"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["message_id"].as_str().unwrap().to_string())
-        .collect();
+    let reported = message_ids(&job["report"]["moved"]);
     assert_eq!(reported, expected, "the report lists every id");
     assert_eq!(drain_ids(&channel, "parked").await, expected, "all 50, in order");
     let (_, audit) = warren.get_json("/api/v1/audit").await;
@@ -461,12 +451,7 @@ async fn a_target_deleted_during_a_move_loses_nothing_the_delete_did_not() {
     let failed = &job["report"]["failed"];
     assert!(failed[0]["reason"].as_str().is_some_and(|r| r.contains("unroutable")), "{job}");
 
-    let moved: std::collections::HashSet<String> = job["report"]["moved"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["message_id"].as_str().unwrap().to_string())
-        .collect();
+    let moved: std::collections::HashSet<String> = message_ids(&job["report"]["moved"]).into_iter().collect();
     let left = drain_ids(&channel, "big.dlq").await;
     let left_set: std::collections::HashSet<String> = left.iter().cloned().collect();
     assert_eq!(left.len(), left_set.len(), "no message twice in the DLQ");

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::dead_letters::{dead_letter, depth, drain_ids, numbered};
+use common::dead_letters::{dead_letter, depth, drain_ids, message_ids, numbered};
 use common::{declare, wait_for, TestVhost, Warren};
 use serde_json::{json, Value};
 
@@ -37,10 +37,6 @@ async fn publish_raw(vhost: &TestVhost, queue: &str, message_id: &str, extra_hea
     assert!(response.status().is_success(), "publish {message_id}: {}", response.status());
     let routed: Value = response.json().await.unwrap();
     assert_eq!(routed["routed"], true, "{message_id} routed to {queue}");
-}
-
-fn ids(list: &Value) -> Vec<String> {
-    list.as_array().unwrap().iter().map(|m| m["message_id"].as_str().unwrap_or_default().to_string()).collect()
 }
 
 /// warren watching the test's vhost, once it lists `queue`.
@@ -78,7 +74,7 @@ async fn a_message_nested_1000_deep_is_snapshotted_and_left_in_place_by_moves() 
     let base = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
     let (status, snapshot) = warren.post_json(&format!("{base}/snapshot"), json!({"count": 100})).await;
     assert_eq!(status, 200, "{snapshot}");
-    assert_eq!(ids(&snapshot["messages"]), ["m1", "m2", "m3", "deep", "m5"]);
+    assert_eq!(message_ids(&snapshot["messages"]), ["m1", "m2", "m3", "deep", "m5"]);
     still_serving(&warren).await;
 
     // Warren's own mover (a selection by position reads with basic.get).
@@ -88,8 +84,8 @@ async fn a_message_nested_1000_deep_is_snapshotted_and_left_in_place_by_moves() 
             json!({"selection": {"positions": [1, 2, 3, 4, 5]}, "target": {"queue": "parking"}}),
         )
         .await;
-    assert_eq!(ids(&job["report"]["moved"]), ["m1", "m2", "m3", "m5"], "{job}");
-    assert_eq!(ids(&job["report"]["failed"]), ["deep"], "{job}");
+    assert_eq!(message_ids(&job["report"]["moved"]), ["m1", "m2", "m3", "m5"], "{job}");
+    assert_eq!(message_ids(&job["report"]["failed"]), ["deep"], "{job}");
     let reason = job["report"]["failed"][0]["reason"].as_str().unwrap();
     assert!(reason.contains("nest deeper than 64 levels"), "{reason}");
     assert_eq!(drain_ids(&channel, "parking").await, ["m1", "m2", "m3", "m5"]);
@@ -99,15 +95,15 @@ async fn a_message_nested_1000_deep_is_snapshotted_and_left_in_place_by_moves() 
     // A whole-queue requeue to the original queue reads with a consumer.
     publish_raw(&vhost, "work.dlq", "m6", "").await;
     let job = warren.run_move(&format!("{base}/requeue"), json!({"selection": "all"})).await;
-    assert_eq!(ids(&job["report"]["moved"]), ["m6"], "{job}");
-    assert_eq!(ids(&job["report"]["failed"]), ["deep"], "{job}");
+    assert_eq!(message_ids(&job["report"]["moved"]), ["m6"], "{job}");
+    assert_eq!(message_ids(&job["report"]["failed"]), ["deep"], "{job}");
     assert_eq!(drain_ids(&channel, "work").await, ["m6"]);
     still_serving(&warren).await;
 
     // It is still there, and reads again.
     let (status, again) = warren.post_json(&format!("{base}/snapshot"), json!({})).await;
     assert_eq!(status, 200, "{again}");
-    assert_eq!(ids(&again["messages"]), ["deep"]);
+    assert_eq!(message_ids(&again["messages"]), ["deep"]);
     assert_eq!(drain_ids(&channel, "work.dlq").await, ["deep"]);
     warren.stop().await;
     connection.close(0, "done").await.ok();
@@ -291,11 +287,11 @@ async fn a_message_with_bytes_that_are_not_utf8_is_read_and_left_in_place_by_mov
     let base = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
     let (status, snapshot) = warren.post_json(&format!("{base}/snapshot"), json!({"count": 100})).await;
     assert_eq!(status, 200, "{snapshot}");
-    assert_eq!(ids(&snapshot["messages"]), ["m1", "m2", "\u{fffd}\u{fffd}-bad", "m4"]);
+    assert_eq!(message_ids(&snapshot["messages"]), ["m1", "m2", "\u{fffd}\u{fffd}-bad", "m4"]);
 
     let job = warren.run_move(&format!("{base}/requeue"), json!({"selection": "all"})).await;
-    assert_eq!(ids(&job["report"]["moved"]), ["m1", "m2", "m4"], "{job}");
-    assert_eq!(ids(&job["report"]["failed"]), ["\u{fffd}\u{fffd}-bad"], "{job}");
+    assert_eq!(message_ids(&job["report"]["moved"]), ["m1", "m2", "m4"], "{job}");
+    assert_eq!(message_ids(&job["report"]["failed"]), ["\u{fffd}\u{fffd}-bad"], "{job}");
     assert!(job["report"]["failed"][0]["reason"].as_str().unwrap().contains("not UTF-8"), "{job}");
     assert_eq!(drain_ids(&channel, "work").await, ["m1", "m2", "m4"]);
     assert_eq!(depth(&channel, "work.dlq").await, 1, "it stays in the DLQ");
@@ -330,12 +326,7 @@ async fn large_messages_move_whole_in_a_small_window_and_failures_do_not_stall_i
     declare(&channel, "work", false).await;
     let job = warren.run_move(&path, json!({"selection": "all"})).await;
     assert_eq!(job["state"], "done", "{}", job["report"]["failed"]);
-    let moved: Vec<String> = job["report"]["moved"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["message_id"].as_str().unwrap().to_string())
-        .collect();
+    let moved = message_ids(&job["report"]["moved"]);
     assert_eq!(moved, ids);
     assert_eq!(drain_ids(&channel, "work").await, ids, "all 30 arrived, in order");
     assert_eq!(depth(&channel, "work.dlq").await, 0);

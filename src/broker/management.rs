@@ -257,6 +257,13 @@ pub struct Overview {
     pub object_totals: Option<ObjectTotals>,
 }
 
+impl Overview {
+    /// The major version (`3` of "3.10.8"), when the broker said.
+    pub fn major_version(&self) -> Option<u32> {
+        self.rabbitmq_version.as_deref().and_then(|v| v.split('.').next()?.parse().ok())
+    }
+}
+
 /// Cumulative broker-wide counters. Absent until there was such activity.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct OverviewStats {

@@ -235,8 +235,7 @@ pub async fn delivery_limit_now(
         return Ok(None);
     }
     let (overview, _) = client.get::<super::management::Overview>("api/overview?columns=rabbitmq_version").await?;
-    let major = overview.rabbitmq_version.as_deref().and_then(|v| v.split('.').next()?.parse::<u32>().ok());
-    let limit = match major {
+    let limit = match overview.major_version() {
         // Unknown version: assume the newer broker's default rather than no limit.
         Some(m) if m < 4 => configured_delivery_limit(&queue),
         // Not the answer's `delivery_limit`: the management database updates it seconds late.

@@ -1083,16 +1083,7 @@ mod tests {
     fn a_replay_counter_at_its_limit_stays_there() {
         let mut headers = FieldTable::default();
         headers.insert(REPLAY_HEADER.into(), AMQPValue::LongLongInt(i64::MAX));
-        let delivery = Delivery {
-            delivery_tag: 1,
-            exchange: "".into(),
-            routing_key: "orders.dlq".into(),
-            redelivered: false,
-            properties: BasicProperties::default().with_headers(headers),
-            data: Vec::new(),
-            acker: lapin::acker::Acker::default(),
-        };
-        let copy = replay_properties(&delivery);
+        let copy = replay_properties(&with_headers(headers));
         let count = copy.headers().as_ref().and_then(|h| h.inner().get(REPLAY_HEADER).cloned());
         assert_eq!(count, Some(AMQPValue::LongLongInt(i64::MAX)));
     }

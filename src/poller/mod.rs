@@ -1153,8 +1153,7 @@ fn rates_from(
 
 /// RabbitMQ 4.0 or later (by the overview's version; an unknown version counts as older).
 fn since_4_0(overview: &Overview) -> bool {
-    let major = overview.rabbitmq_version.as_deref().and_then(|v| v.split('.').next()?.parse::<u32>().ok());
-    major.is_some_and(|m| m >= 4)
+    overview.major_version().is_some_and(|m| m >= 4)
 }
 
 /// Whether a queue's head message is still the one the listing saw: no consumer and nothing

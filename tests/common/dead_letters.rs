@@ -8,6 +8,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, ExchangeKind};
+use serde_json::Value;
 
 use super::TestVhost;
 
@@ -85,4 +86,9 @@ pub async fn depth(channel: &Channel, queue: &str) -> u32 {
         .await
         .unwrap()
         .message_count()
+}
+
+/// The message ids of a list of messages (a snapshot's) or of report entries (`report.moved`), in order.
+pub fn message_ids(list: &Value) -> Vec<String> {
+    list.as_array().unwrap().iter().map(|m| m["message_id"].as_str().unwrap_or_default().to_string()).collect()
 }
