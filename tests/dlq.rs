@@ -47,6 +47,8 @@ async fn fifty_dead_letters_watched(test: &str) -> (TestVhost, lapin::Connection
 async fn requeue_the_third_message_only() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("requeue3").await;
 
+    // Positions name the messages of the snapshot the user looked at.
+    warren.snapshot(&vhost.name, "work.dlq", 10).await;
     let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
     let job = warren.run_move(&path, json!({"selection": {"positions": [3]}})).await;
     assert_eq!(job["state"], "done", "{job}");
@@ -275,6 +277,7 @@ async fn a_second_move_of_a_queue_is_refused_while_the_first_runs() {
 
     let path = format!("/api/v1/queues/local/{}/big.dlq/requeue", encode(&vhost.name));
     let whole = json!({"selection": "all", "target": {"queue": "parked"}});
+    warren.snapshot(&vhost.name, "big.dlq", 10).await;
     let some = json!({"selection": {"positions": [2, 4, 6]}, "target": {"queue": "parked"}});
     let (first, second) = tokio::join!(warren.post_json(&path, whole), warren.post_json(&path, some));
     let (started, refused) = if first.0 == 202 { (first, second) } else { (second, first) };
@@ -484,6 +487,8 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
     listed(&warren, &vhost.name, "qdlq").await;
 
     let path = format!("/api/v1/queues/local/{}/qdlq/requeue", encode(&vhost.name));
+    // Taking the snapshot that the positions name reads each message once.
+    warren.snapshot(&vhost.name, "qdlq", 10).await;
     for _ in 0..3 {
         let (status, body) =
             warren.post_json(&path, json!({"selection": {"positions": [3]}, "target": {"queue": "target"}})).await;
@@ -499,26 +504,133 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
     connection.close(0, "done").await.ok();
 }
 
+/// Issue 16 (1): a quorum DLQ with a delivery limit of 2 and no DLX of its own, the queue its
+/// messages died in deleted. Three requeues all fail, and every failure handed the messages back:
+/// each hand-back counts as a delivery, and the broker dropped all 50. Now a message whose
+/// hand-back would be its last delivery goes to the holding queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_requeues_of_a_quorum_dlq_hold_what_the_broker_would_drop() {
+    let vhost = TestVhost::create("burn").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "qdlq", true, numbered(50)).await;
+    let policy = reqwest::Client::new()
+        .put(format!("{}/api/policies/{}/limit", common::broker().management, encode(&vhost.name)))
+        .basic_auth("guest", Some("guest"))
+        .json(&json!({"pattern": "^qdlq$", "definition": {"delivery-limit": 2}, "apply-to": "queues"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(policy.status().is_success());
+    vhost.delete_queue("work").await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "qdlq").await;
+    let all: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
+
+    let path = format!("/api/v1/queues/local/{}/qdlq/requeue", encode(&vhost.name));
+    for round in 1..=3 {
+        let job = warren.run_move(&path, json!({"selection": "all"})).await;
+        assert_eq!(job["state"], "failed", "round {round}: {job}");
+        assert!(job["report"]["moved"].as_array().unwrap().is_empty(), "{job}");
+        assert_eq!(job["report"]["failed"].as_array().unwrap().len(), 50, "{job}");
+        let held = message_ids(&job["report"]["held"]);
+        if round < 3 {
+            assert!(held.is_empty(), "round {round}: read with a count below the limit, given back: {job}");
+        } else {
+            // Rounds 1 and 2 raised every count to the limit: a third hand-back would drop them.
+            assert_eq!(held, all, "every message held once, in order: {job}");
+            let reason = job["report"]["failed"][0]["reason"].as_str().unwrap();
+            assert!(reason.contains("no queue named \"work\"") && reason.contains("warren.held.qdlq"), "{reason}");
+        }
+    }
+    assert!(drain_ids(&channel, "qdlq").await.is_empty());
+    assert_eq!(drain_ids(&channel, "warren.held.qdlq").await, all, "none dropped by the broker");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 16 (5): a selection made in a snapshot while a consumer reads the DLQ. Positions were
+/// counted at the time of the move, so messages the user never selected were moved. A selection
+/// now names the snapshot's messages: exactly those move, wherever they are by then, and one that
+/// is gone is reported as not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selection_moves_the_messages_the_snapshot_showed_and_reports_those_gone() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("identity").await;
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let take = |n: usize| {
+        let channel = channel.clone();
+        async move {
+            for _ in 0..n {
+                channel.basic_get("work.dlq", BasicGetOptions { no_ack: true }).await.unwrap().expect("a message");
+            }
+        }
+    };
+
+    let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    assert_eq!(message_ids(&snapshot["messages"])[3..5], ["m4", "m5"]);
+    take(3).await; // someone else takes m1, m2 and m3 meanwhile
+    let job = warren.run_move(&path, json!({"selection": {"positions": [4, 5]}})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(
+        job["report"]["moved"],
+        json!([{"position": 4, "message_id": "m4", "to_queue": "work"}, {"position": 5, "message_id": "m5", "to_queue": "work"}])
+    );
+    assert_eq!(drain_ids(&channel, "work").await, ["m4", "m5"], "not m7 and m8, now 4th and 5th");
+
+    // By fingerprint, as the page's checkboxes send it; the first one is taken before the move.
+    let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    assert_eq!(message_ids(&snapshot["messages"])[..2], ["m6", "m7"]);
+    let fingerprints: Vec<&str> =
+        snapshot["messages"].as_array().unwrap()[..2].iter().map(|m| m["fingerprint"].as_str().unwrap()).collect();
+    take(1).await;
+    let job = warren.run_move(&path, json!({"selection": {"messages": fingerprints}})).await;
+    assert_eq!(job["state"], "partial", "{job}");
+    assert_eq!(message_ids(&job["report"]["moved"]), ["m7"], "{job}");
+    assert_eq!(message_ids(&job["report"]["not_found"]), ["m6"], "{job}");
+    let (_, page) = warren.get_text(&format!("/jobs/{}", job["id"])).await;
+    assert!(page.contains("Selected, not found") && page.contains("m6"), "the job page says it");
+    assert_eq!(drain_ids(&channel, "work").await, ["m7"]);
+
+    // Without a snapshot, positions name nothing: refused, nothing read.
+    let (status, body) = warren.post_json(&path, json!({"selection": {"positions": [1]}})).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("take one"), "{body}");
+    // A fingerprint that is not in the snapshot is a snapshot that changed.
+    warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let (status, body) = warren.post_json(&path, json!({"selection": {"messages": [fingerprints[0]]}})).await;
+    assert_eq!(status, 409, "m6 is no longer in the snapshot: {body}");
+    let expected: Vec<String> = (8..=50).map(|i| format!("m{i}")).collect();
+    assert_eq!(drain_ids(&channel, "work.dlq").await, expected, "nothing else moved, order kept");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 /// The browser's form: it asks first, moves only after the confirmation, and reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_browser_form_confirms_before_requeueing() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("form").await;
     let base = format!("/dlq/local/{}/work.dlq", encode(&vhost.name));
-    let form = |body: &'static str| {
+    // The page's checkboxes name the snapshot's messages by fingerprint.
+    let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let fingerprint = |i: usize| snapshot["messages"][i - 1]["fingerprint"].as_str().unwrap().to_string();
+    let (_, page) = warren.get_text(&base).await;
+    assert!(page.contains(&format!("name=\"message\" value=\"{}\"", fingerprint(3))), "{page}");
+    let selected = format!("message={}&message={}&scope=selected&target_queue=", fingerprint(3), fingerprint(5));
+    let form = |body: String| {
         let request = warren.http.post(warren.url(&format!("{base}/requeue")));
         request.header("content-type", "application/x-www-form-urlencoded").body(body).send()
     };
-    let asked = form("position=3&position=5&scope=selected&target_queue=").await.unwrap();
+    let asked = form(selected.clone()).await.unwrap();
     assert_eq!(asked.status().as_u16(), 200);
     let page = asked.text().await.unwrap();
-    assert!(page.contains("Confirm: requeue") && page.contains("3, 5"), "{page}");
+    assert!(page.contains("Confirm: requeue") && page.contains("3 (m3), 5 (m5)"), "{page}");
     assert_eq!(depth(&channel, "work.dlq").await, 50, "asking moves nothing");
-    let page = form("scope=purge&target_queue=").await.unwrap().text().await.unwrap();
+    let page = form("scope=purge&target_queue=".to_string()).await.unwrap().text().await.unwrap();
     assert!(page.contains("Confirm: purge") && page.contains("cannot be undone"), "{page}");
     assert_eq!(depth(&channel, "work.dlq").await, 50, "asking purges nothing");
 
     // Confirmed: the move starts and the browser is sent to its progress page.
-    let done = form("position=3&position=5&scope=selected&target_queue=&confirm=true").await.unwrap();
+    let done = form(format!("{selected}&confirm=true")).await.unwrap();
     let job_page = done.url().path().to_string();
     assert!(job_page.starts_with("/jobs/"), "redirected to the job page, not {job_page}");
     let id: i64 = job_page.trim_start_matches("/jobs/").parse().unwrap();
@@ -535,6 +647,7 @@ async fn the_browser_form_confirms_before_requeueing() {
 async fn delete_selected_and_purge_are_recorded() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("delete").await;
     let base = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
+    warren.snapshot(&vhost.name, "work.dlq", 5).await;
     let job = warren.run_move(&format!("{base}/delete"), json!({"selection": {"positions": [2]}})).await;
     assert_eq!(job["state"], "done", "{job}");
     assert_eq!(job["report"]["moved"][0]["message_id"], "m2");

@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         data: b"{}".to_vec(),
         acker: Acker::default(),
     };
-    let summary = message::summarize(1, warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT));
+    let summary = message::summarize(1, String::new(), warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT));
     Filter { text: Some("x-death".into()), ..Filter::default() }.matches(&summary);
     warren::dlq::original_route(&delivery);
     warren::dlq::replay_properties(&delivery);

@@ -39,7 +39,7 @@ fuzz_target!(|body: &[u8]| {
     let _ = serde_json::from_slice::<Vec<Exchange>>(body);
     if let Ok(messages) = serde_json::from_slice::<Vec<PeekedMessage>>(body) {
         for (i, message) in messages.into_iter().enumerate() {
-            let summary = warren::dlq::message::summarize(i + 1, message);
+            let summary = warren::dlq::message::summarize(i + 1, String::new(), message);
             warren::dlq::message::render_payload(&summary.message);
         }
     }

@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let message = warren::dlq::peeked(&delivery, limit);
     assert!(message.payload_bytes as usize == payload.len());
-    let summary = message::summarize(1, message);
+    let summary = message::summarize(1, String::new(), message);
     let kept = message::payload_bytes(&summary.message);
     assert!(payload.starts_with(&kept), "the kept payload is a prefix of the delivered one");
     let (kind, shown) = message::render_payload(&summary.message);

@@ -195,6 +195,24 @@ pub fn overflow(queue: &RawQueue) -> Overflow {
     }
 }
 
+/// Whether a queue lets its messages or itself expire, from its arguments and effective
+/// policy, in words: a message TTL (`x-message-ttl`, `message-ttl`) or a queue expiry
+/// (`x-expires`, `expires`). `None`: neither.
+pub fn expiry(queue: &RawQueue) -> Option<String> {
+    let empty = Map::new();
+    let args = queue.arguments.as_deref().unwrap_or(&empty);
+    let policy = queue.effective_policy_definition.as_deref().unwrap_or(&empty);
+    let set = |arg: &str, key: &str| [args.get(arg), policy.get(key)].into_iter().flatten().find_map(Value::as_i64);
+    let mut found = Vec::new();
+    if let Some(ms) = set("x-message-ttl", "message-ttl") {
+        found.push(format!("a message TTL of {ms} ms"));
+    }
+    if let Some(ms) = set("x-expires", "expires") {
+        found.push(format!("an expiry of {ms} ms when unused"));
+    }
+    (!found.is_empty()).then(|| found.join(" and "))
+}
+
 /// RabbitMQ 4.0 and later give every quorum queue a delivery limit of 20 unless an argument or
 /// a policy sets another (DOMAIN.md §5).
 pub const DEFAULT_DELIVERY_LIMIT_4X: i64 = 20;
@@ -346,6 +364,19 @@ mod tests {
             )),
             Overflow::DropHead { limit: "at most 5 messages".into() },
             "the argument's overflow wins"
+        );
+    }
+
+    #[test]
+    fn expiry_comes_from_arguments_and_policy() {
+        assert_eq!(expiry(&limited(json!({"x-max-length": 5}), json!({}))), None);
+        assert_eq!(
+            expiry(&limited(json!({"x-message-ttl": 500}), json!({}))).as_deref(),
+            Some("a message TTL of 500 ms")
+        );
+        assert_eq!(
+            expiry(&limited(json!({}), json!({"message-ttl": 0, "expires": 60000}))).as_deref(),
+            Some("a message TTL of 0 ms and an expiry of 60000 ms when unused")
         );
     }
 }

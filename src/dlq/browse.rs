@@ -92,8 +92,11 @@ pub async fn take(
         )));
     }
     let count = count.clamp(1, MAX_COUNT);
-    let peeked = mover::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT).await?;
-    let messages = peeked.messages.into_iter().enumerate().map(|(i, m)| summarize(i + 1, m)).collect();
+    let peeked = mover::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT, limit).await?;
+    let held_in = |i: usize| peeked.held.contains(&i).then(|| peeked.holding_queue.clone()).flatten();
+    let messages = (peeked.messages.into_iter().zip(peeked.fingerprints).enumerate())
+        .map(|(i, (m, fingerprint))| SnapshotMessage { held_in: held_in(i), ..summarize(i + 1, fingerprint, m) })
+        .collect();
     let snapshot = Arc::new(Snapshot {
         taken_at: Utc::now(),
         queue_type: view.kind.to_string(),

@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target};
+use super::browse::Snapshot;
+use super::message::Filter;
+use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target, Wanted};
 use crate::audit;
 use crate::metrics::QueueView;
 use crate::state::AppState;
@@ -26,10 +28,99 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// Jobs kept in memory; older finished jobs are still in the audit log.
 const KEEP_JOBS: usize = 200;
 
+/// Which messages, as the API and the forms name them. Single messages are named as a snapshot
+/// showed them, and a move takes exactly those (`Selection::Messages`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Choice {
+    /// Positions in the queue's current snapshot (1 = the oldest it showed).
+    Positions(Vec<usize>),
+    /// The `fingerprint`s of messages in the queue's current snapshot.
+    Messages(Vec<String>),
+    /// Every message the queue holds when the move starts.
+    All,
+    /// Every message the queue holds when the move starts that matches the filter.
+    Matching(Filter),
+}
+
+impl Choice {
+    /// The mover's selection: single messages are looked up in `snapshot`, the one the user
+    /// saw, so that a move never acts on a position counted at the time of the move.
+    pub fn resolve(&self, snapshot: Option<&Snapshot>) -> Result<Selection, StartError> {
+        let named = match self {
+            Choice::All => return Ok(Selection::All),
+            Choice::Matching(filter) => return Ok(Selection::Matching(filter.clone())),
+            Choice::Positions(p) if p.is_empty() || p.contains(&0) => {
+                return Err(MoveError::Refused("positions start at 1 and at least one is needed".into()).into())
+            }
+            Choice::Messages(m) if m.is_empty() => {
+                return Err(MoveError::Refused("name at least one message".into()).into())
+            }
+            Choice::Positions(p) => p.len(),
+            Choice::Messages(m) => m.len(),
+        };
+        let Some(snapshot) = snapshot else {
+            return Err(StartError::Stale(
+                "single messages are named as a snapshot showed them, and this queue has no snapshot (or it was                  cleared by a move since): take one, then select from it"
+                    .to_string(),
+            ));
+        };
+        let stale = |what: String| {
+            StartError::Stale(format!(
+                "{what} in the snapshot taken at {}: it changed since the selection was made; look again",
+                snapshot.taken_at.format("%Y-%m-%d %H:%M:%S UTC")
+            ))
+        };
+        // Each named message's index in the snapshot; a message named twice counts once.
+        let mut indices: Vec<usize> = Vec::with_capacity(named.min(snapshot.messages.len()));
+        let mut taken = vec![false; snapshot.messages.len()];
+        match self {
+            Choice::Positions(positions) => {
+                for &p in positions {
+                    let i = snapshot.messages.iter().position(|m| m.position == p);
+                    let i = i.ok_or_else(|| stale(format!("no message at position {p}")))?;
+                    if !std::mem::replace(&mut taken[i], true) {
+                        indices.push(i);
+                    }
+                }
+            }
+            Choice::Messages(fingerprints) => {
+                for f in fingerprints {
+                    // The n-th mention of a fingerprint is the n-th message alike.
+                    let i = (0..snapshot.messages.len())
+                        .find(|&i| !taken[i] && snapshot.messages[i].fingerprint == *f)
+                        .ok_or_else(|| stale(format!("no message {:?}", f.chars().take(40).collect::<String>())))?;
+                    taken[i] = true;
+                    indices.push(i);
+                }
+            }
+            Choice::All | Choice::Matching(_) => unreachable!("returned above"),
+        }
+        let mut wanted = Vec::with_capacity(indices.len());
+        for i in indices {
+            let m = &snapshot.messages[i];
+            if let Some(held) = &m.held_in {
+                return Err(MoveError::Refused(format!(
+                    "message {} of the snapshot is no longer in this queue: it is in {held:?}, select it there",
+                    m.position
+                ))
+                .into());
+            }
+            wanted.push(Wanted {
+                fingerprint: m.fingerprint.clone(),
+                position: m.position,
+                message_id: m.message_id.clone(),
+            });
+        }
+        wanted.sort_by_key(|w| w.position);
+        Ok(Selection::Messages(wanted))
+    }
+}
+
 /// What to move, as the API and the forms ask for it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct MoveRequest {
-    pub selection: Selection,
+    pub selection: Choice,
     #[serde(default)]
     pub target: Target,
     /// The user accepts that a target which drops its oldest messages when full may drop some.
@@ -218,6 +309,9 @@ pub enum StartError {
     /// messages: a position or a filter would pick messages the user did not select.
     #[error("another move of this queue is running (job {0}): wait for it or cancel it at /jobs/{0}")]
     Busy(i64),
+    /// The selection names messages of a snapshot that is not the queue's current one.
+    #[error("{0}")]
+    Stale(String),
     #[error("audit log: {0}")]
     Audit(#[from] sqlx::Error),
 }
@@ -244,8 +338,9 @@ pub async fn start(
     } else {
         None
     };
+    let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
     let plan = Plan {
-        selection: request.selection.clone(),
+        selection: request.selection.resolve(snapshot.as_deref())?,
         target: request.target.clone(),
         delivery_limit,
         quorum: &*view.kind == "quorum",
@@ -301,7 +396,7 @@ async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
     let outcome = match &result {
         Err(_) => "failed",
         Ok(r) if r.cancelled => "cancelled",
-        Ok(r) if r.failed.is_empty() && r.stopped.is_none() => "done",
+        Ok(r) if r.failed.is_empty() && r.stopped.is_none() && r.not_found.is_empty() => "done",
         Ok(_) if counts.moved == 0 => "failed",
         Ok(_) => "partial",
     };
@@ -353,6 +448,18 @@ fn describe(report: &MoveReport) -> Option<String> {
     }
     if let Some(first) = report.failed.first() {
         parts.push(format!("first failure (position {}): {}", first.position, first.reason));
+    }
+    if !report.held.is_empty() {
+        parts.push(format!(
+            "{} at their delivery limit kept in {} instead of given back",
+            report.held.len(),
+            report.held[0].queue
+        ));
+    }
+    if !report.not_found.is_empty() {
+        let ids: Vec<&str> =
+            report.not_found.iter().map(|w| w.message_id.as_deref().unwrap_or("(no message id)")).collect();
+        parts.push(format!("{} selected not found: {}", ids.len(), ids.join(", ")));
     }
     if let Some(left) = report.left {
         parts.push(format!("{left} messages left in the queue"));

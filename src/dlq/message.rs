@@ -5,6 +5,7 @@
 use base64::Engine;
 use serde::Serialize;
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 use crate::broker::management::PeekedMessage;
 
@@ -12,6 +13,9 @@ use crate::broker::management::PeekedMessage;
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotMessage {
     pub position: usize,
+    /// Which message this is (`fingerprint`): what a selection names, so that a move takes the
+    /// messages the user saw, wherever they are in the queue by then.
+    pub fingerprint: String,
     pub message_id: Option<String>,
     /// The queue whose dead-lettering brought it here, and why: the newest death (see
     /// `dlq::last_death_queue`), where a requeue sends it.
@@ -30,6 +34,9 @@ pub struct SnapshotMessage {
     pub content_type: Option<String>,
     /// Quorum queues: how often it was delivered before (`x-delivery-count`).
     pub delivery_count: Option<i64>,
+    /// Read at the queue's delivery limit, so not given back (the broker would have dropped
+    /// it): the holding queue it is in now (`dlq::holding`).
+    pub held_in: Option<String>,
     pub message: PeekedMessage,
 }
 
@@ -42,7 +49,7 @@ fn text(v: Option<&Value>) -> Option<String> {
 }
 
 /// Decodes the dead-letter headers of one message.
-pub fn summarize(position: usize, message: PeekedMessage) -> SnapshotMessage {
+pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -> SnapshotMessage {
     let h = headers(&message);
     let deaths: Vec<&Map<String, Value>> = h
         .and_then(|h| h.get("x-death"))
@@ -64,6 +71,7 @@ pub fn summarize(position: usize, message: PeekedMessage) -> SnapshotMessage {
     let first = deaths.iter().find(|d| text(d.get("queue")) == first_death_queue).or(deaths.last());
     SnapshotMessage {
         position,
+        fingerprint,
         message_id: text(message.properties.get("message_id")),
         // The counts come with the message, so anyone who can publish chooses them: saturate.
         death_count: deaths
@@ -80,8 +88,39 @@ pub fn summarize(position: usize, message: PeekedMessage) -> SnapshotMessage {
         payload_bytes: message.payload_bytes,
         content_type: text(message.properties.get("content_type")),
         delivery_count: h.and_then(|h| h.get("x-delivery-count")).and_then(Value::as_i64),
+        held_in: None,
         message,
     }
+}
+
+/// Headers the broker keeps for its own bookkeeping of one queue. They are not part of which
+/// message it is (`fingerprint`: every read raises a quorum queue's count), and they must not
+/// travel with a copy: `x-delivery-count` (DOMAIN.md §8) would make a consumer that reads it for
+/// its own retry decisions see deliveries the copy never had. The `x-death` family stays: it is
+/// the message's history, and applications read it.
+pub const BROKER_BOOKKEEPING_HEADERS: &[&str] = &["x-delivery-count"];
+
+/// Which message this is (issue 16, must-have 1): a digest of its whole payload and of its
+/// properties as the mover shows them (message id, timestamps, every header, and so its death
+/// history), leaving out what the broker changes between two reads of it (`x-delivery-count`).
+/// Two messages alike in all of that are alike to the user too; a selection says how many of
+/// each it wants.
+pub fn fingerprint(payload: &[u8], properties: &Map<String, Value>) -> String {
+    let mut properties = properties.clone();
+    if let Some(Value::Object(headers)) = properties.get_mut("headers") {
+        for key in BROKER_BOOKKEEPING_HEADERS {
+            headers.remove(*key);
+        }
+        // A message first read without headers gets a table holding only the count once given back.
+        if headers.is_empty() {
+            properties.remove("headers");
+        }
+    }
+    let mut digest = Sha256::new();
+    digest.update((payload.len() as u64).to_be_bytes());
+    digest.update(payload);
+    digest.update(Value::Object(properties).to_string().as_bytes());
+    digest.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A filter over dead-lettered messages: by original queue, by reason, by text in the payload or
@@ -194,13 +233,39 @@ mod tests {
         {
             let path = format!("{}/tests/fixtures/rabbitmq-3.10.8/{name}", env!("CARGO_MANIFEST_DIR"));
             let message: PeekedMessage = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-            let s = summarize(1, message);
+            let s = summarize(1, String::new(), message);
             assert_eq!(s.original_queue.as_deref(), Some(queue), "{name}");
             assert_eq!(s.reason.as_deref(), Some("rejected"));
             assert_eq!(s.death_count, 1);
             assert!(s.first_death_at.is_some());
             assert_eq!(render_payload(&s.message).0, "json");
         }
+    }
+
+    /// A message is the same message whatever the broker's delivery count says, and another
+    /// message as soon as its payload, its id or its death history differ.
+    #[test]
+    fn a_fingerprint_ignores_the_delivery_count_only() {
+        let properties = |extra: serde_json::Value| {
+            let mut headers = serde_json::json!({"x-death": [{"queue": "work", "reason": "rejected", "count": 1}]});
+            headers.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::json!({"message_id": "m1", "headers": headers}).as_object().unwrap().clone()
+        };
+        let first = fingerprint(b"{}", &properties(serde_json::json!({})));
+        assert_eq!(first.len(), 32);
+        assert_eq!(first, fingerprint(b"{}", &properties(serde_json::json!({"x-delivery-count": 3}))));
+        let bare = serde_json::json!({"message_id": "m1"}).as_object().unwrap().clone();
+        let counted = serde_json::json!({"message_id": "m1", "headers": {"x-delivery-count": 1}});
+        assert_eq!(
+            fingerprint(b"{}", &bare),
+            fingerprint(b"{}", counted.as_object().unwrap()),
+            "no headers, then only the count"
+        );
+        assert_ne!(first, fingerprint(b"{ }", &properties(serde_json::json!({}))), "payload");
+        assert_ne!(first, fingerprint(b"{}", &properties(serde_json::json!({"x-first-death-queue": "work"}))));
+        let mut other_id = properties(serde_json::json!({}));
+        other_id.insert("message_id".into(), "m2".into());
+        assert_ne!(first, fingerprint(b"{}", &other_id), "message id");
     }
 
     /// Issue 16 (6): the snapshot shows the queue it last died in (where a requeue sends it)
@@ -224,7 +289,7 @@ mod tests {
             payload: String::new(),
             properties: properties.as_object().unwrap().clone(),
         };
-        let s = summarize(1, m);
+        let s = summarize(1, String::new(), m);
         assert_eq!(s.original_queue.as_deref(), Some("work"));
         assert_eq!(s.reason.as_deref(), Some("rejected"));
         assert_eq!(s.first_death_queue.as_deref(), Some("work.wait"));
@@ -250,7 +315,7 @@ mod tests {
             payload: String::new(),
             properties: properties.as_object().unwrap().clone(),
         };
-        assert_eq!(summarize(1, m).death_count, i64::MAX);
+        assert_eq!(summarize(1, String::new(), m).death_count, i64::MAX);
     }
 
     #[test]

@@ -6,12 +6,15 @@
 //! - `mover`: the only code that takes messages off a queue: reading (`peek`) and moving, each
 //!   original acked only after its copy is confirmed and not returned (DOMAIN.md §6). Uses
 //!   `message`.
+//! - `holding`: the queue where a message goes instead of back to a quorum queue that would
+//!   drop it (its delivery limit reached). Used by `mover`.
 //! - `browse`: snapshots of a queue's head, kept so that page views never read it again. Uses
 //!   `mover` and `message`.
 //! - `jobs`: moves as background jobs, one per queue at a time, with the audit log's record.
 //!   Uses `mover`.
 
 pub mod browse;
+pub mod holding;
 pub mod jobs;
 pub mod message;
 pub mod mover;

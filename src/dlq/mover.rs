@@ -24,6 +24,7 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::holding::{self, Holding};
 use crate::broker::management::ManagementClient;
 use crate::broker::policies::{self, Overflow};
 use crate::config::BrokerConfig;
@@ -48,16 +49,29 @@ const CONFIRM_WINDOW: usize = 250;
 /// (in the prefetch window) until the end, and so many failures mean something is wrong.
 const MAX_FAILURES: usize = 100;
 
-/// Which messages, by their position at the head of the queue (1 = the oldest).
+/// Which messages to move.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum Selection {
-    Positions(Vec<usize>),
+    /// The messages a snapshot showed, by identity (`message::fingerprint`): the move takes
+    /// exactly those wherever they are by then, gives back anything else it reads, and reports
+    /// a selected message it did not find (issue 16, case 5: positions counted at the time of
+    /// the move picked messages the user never saw).
+    Messages(Vec<Wanted>),
     /// Every message the queue holds when the move starts.
     All,
     /// Every message the queue holds when the move starts that matches the filter; the others
     /// are read and given back in order.
     Matching(super::message::Filter),
+}
+
+/// One message a selection names: its fingerprint, and where the snapshot showed it.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct Wanted {
+    pub fingerprint: String,
+    /// Its position in the snapshot (1 = the oldest).
+    pub position: usize,
+    pub message_id: Option<String>,
 }
 
 /// Where moved messages go.
@@ -99,6 +113,17 @@ pub struct Moved {
     pub to_queue: String,
 }
 
+/// A message that could not go back to the source without being dropped, kept in the
+/// source's holding queue instead (`holding`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Held {
+    pub position: usize,
+    pub message_id: Option<String>,
+    pub queue: String,
+    /// Its `x-delivery-count` when read: at the source's delivery limit.
+    pub delivery_count: i64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Failed {
     pub position: usize,
@@ -106,13 +131,20 @@ pub struct Failed {
     pub reason: String,
 }
 
-/// What a move did. Every message read and not in `moved` went back to the source queue.
+/// What a move did. Every message read and not in `moved` went back to the source queue, or,
+/// where giving it back would have been its last delivery, to the holding queue (`held`).
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct MoveReport {
     pub moved: Vec<Moved>,
     pub failed: Vec<Failed>,
+    /// Messages read and not moved that are now in the source's holding queue (failed ones
+    /// too: those are also in `failed`).
+    pub held: Vec<Held>,
     /// Messages read and returned to the source (not selected, or failed).
     pub returned: usize,
+    /// Selected messages the move did not find (taken by someone else, or moved further back
+    /// than it read), as the snapshot showed them.
+    pub not_found: Vec<Wanted>,
     /// The user (or warren's shutdown) stopped the move before it read everything.
     pub cancelled: bool,
     /// Why the move stopped early, when it did.
@@ -187,19 +219,19 @@ impl Plan {
     /// limit (DOMAIN.md §5), so only plans that move every message they read are allowed.
     pub fn check(&self) -> Result<(), MoveError> {
         match &self.selection {
-            Selection::Positions(p) if p.is_empty() || p.contains(&0) => {
-                return Err(MoveError::Refused("positions start at 1 and at least one is needed".into()))
+            Selection::Messages(w) if w.is_empty() || w.iter().any(|w| w.position == 0) => {
+                return Err(MoveError::Refused("positions start at 1 and at least one message is needed".into()))
             }
-            Selection::Positions(p) if p.len() > MAX_POSITIONS => {
-                return Err(MoveError::Refused(format!("at most {MAX_POSITIONS} positions at once")))
+            Selection::Messages(w) if w.len() > MAX_POSITIONS => {
+                return Err(MoveError::Refused(format!("at most {MAX_POSITIONS} messages at once")))
             }
             _ => {}
         }
         let Some(limit) = self.delivery_limit else { return Ok(()) };
         let reads_past_unmoved = match &self.selection {
-            Selection::Positions(p) => {
-                let last = *p.iter().max().expect("checked not empty");
-                !(1..=last).all(|n| p.contains(&n))
+            Selection::Messages(w) => {
+                let last = w.iter().map(|w| w.position).max().expect("checked not empty");
+                !(1..=last).all(|n| w.iter().any(|w| w.position == n))
             }
             Selection::Matching(filter) => !filter.is_empty(),
             Selection::All => false,
@@ -215,7 +247,7 @@ impl Plan {
     }
 }
 
-/// Selections by position are bounded by what a snapshot shows.
+/// Selections are bounded by what a snapshot shows.
 const MAX_POSITIONS: usize = 10_000;
 
 /// Connects to `vhost` with the broker's credentials.
@@ -250,7 +282,17 @@ fn header_string(delivery: &Delivery, key: &str) -> Option<String> {
 }
 
 fn header_count(delivery: &Delivery, key: &str) -> i64 {
-    match headers(delivery).and_then(|h| h.get(key)) {
+    properties_count(&delivery.properties, key)
+}
+
+/// A quorum queue's count of a message's returns so far (`x-delivery-count`; absent before the
+/// first).
+fn delivery_count(properties: &BasicProperties) -> i64 {
+    properties_count(properties, "x-delivery-count")
+}
+
+fn properties_count(properties: &BasicProperties, key: &str) -> i64 {
+    match properties.headers().as_ref().and_then(|h| h.inner().get(key)) {
         Some(AMQPValue::LongLongInt(n)) => *n,
         Some(AMQPValue::LongInt(n)) => i64::from(*n),
         Some(AMQPValue::ShortInt(n)) => i64::from(*n),
@@ -354,22 +396,10 @@ fn copy_would_differ(properties: &BasicProperties) -> Option<String> {
     None
 }
 
-/// Headers the broker keeps for its own bookkeeping of one queue, which must not travel with a
-/// copy: a quorum queue's `x-delivery-count` (raised by every read and hand-back; DOMAIN.md §8)
-/// would make a consumer that reads it for its own retry decisions see deliveries the copy
-/// never had. The `x-death` family stays: it is the message's history, and applications read it.
-const BROKER_BOOKKEEPING_HEADERS: &[&str] = &["x-delivery-count"];
-
 /// The properties of the copy: the original's, without the broker's bookkeeping headers, with
 /// warren's replay counter raised.
 pub fn replay_properties(delivery: &Delivery) -> BasicProperties {
-    let original = delivery.properties.headers().clone().unwrap_or_default();
-    let mut headers = FieldTable::default();
-    for (key, value) in original.inner() {
-        if !BROKER_BOOKKEEPING_HEADERS.contains(&key.as_str()) {
-            headers.insert(key.clone(), value.clone());
-        }
-    }
+    let mut headers = holding::copied_headers(&delivery.properties);
     // The counter comes with the message, so its publisher chose it: at the limit it stays there.
     let count = header_count(delivery, REPLAY_HEADER).saturating_add(1);
     headers.insert(ShortString::from(REPLAY_HEADER), AMQPValue::LongLongInt(count));
@@ -449,6 +479,37 @@ struct Copy {
     exchange: String,
     routing_key: String,
     data: Vec<u8>,
+    /// The original's, to hold it if the copy fails (`Mover::set_aside`).
+    properties: BasicProperties,
+}
+
+/// Where a message read and not moved went.
+enum Aside {
+    /// It goes back to the source at the end of the move.
+    Kept,
+    /// It is in this holding queue, its original acked.
+    Held(String),
+    /// Giving it back will be its last delivery, and holding it failed: why.
+    AtLimit(String),
+}
+
+/// An original delivery as the mover sets it aside: its tag on the source channel, and what a
+/// copy of it needs.
+#[derive(Clone, Copy)]
+struct Original<'d> {
+    tag: u64,
+    data: &'d [u8],
+    properties: &'d BasicProperties,
+}
+
+impl<'d> Original<'d> {
+    fn of(delivery: &'d Delivery) -> Self {
+        Original { tag: delivery.delivery_tag, data: &delivery.data, properties: &delivery.properties }
+    }
+
+    fn message_id(&self) -> Option<String> {
+        self.properties.message_id().as_ref().map(|s| s.as_str().to_string())
+    }
 }
 
 /// Where one message goes.
@@ -460,6 +521,7 @@ enum Route {
 /// One move in progress: the source channel (reads and acks), the publisher channel (confirm
 /// mode), the copies awaiting confirms, and the deliveries to give back at the end.
 struct Mover<'a> {
+    connection: &'a Connection,
     queue: &'a str,
     plan: &'a Plan,
     progress: &'a Progress,
@@ -482,11 +544,15 @@ struct Mover<'a> {
     vhost: &'a str,
     /// Each target queue's check (`check_target`), made once per move.
     targets: HashMap<String, Result<(), String>>,
+    /// The source's holding queue, opened when a message first needs it; or why it cannot be.
+    holding: Option<Result<Holding, String>>,
+    /// The selected messages not met yet (`Selection::Messages`).
+    wanted: Vec<Wanted>,
 }
 
 impl<'a> Mover<'a> {
     async fn open(
-        connection: &Connection,
+        connection: &'a Connection,
         management: ManagementClient,
         vhost: &'a str,
         queue: &'a str,
@@ -498,6 +564,7 @@ impl<'a> Mover<'a> {
         let publisher = connection.create_channel().await?;
         publisher.confirm_select(ConfirmSelectOptions::default()).await?;
         let mut mover = Mover {
+            connection,
             queue,
             plan,
             progress,
@@ -513,10 +580,18 @@ impl<'a> Mover<'a> {
             management,
             vhost,
             targets: HashMap::new(),
+            holding: None,
+            wanted: match &plan.selection {
+                Selection::Messages(wanted) => wanted.clone(),
+                _ => Vec::new(),
+            },
         };
         if let Target::Queue(name) = &plan.target {
             // Fail before reading anything rather than on the first copy.
             mover.check_target(name).await.map_err(MoveError::Refused)?;
+        }
+        if plan.delivery_limit.is_some() {
+            holding::check_before_reading(&mover.management, vhost, queue).await.map_err(MoveError::Refused)?;
         }
         Ok(mover)
     }
@@ -550,7 +625,10 @@ impl<'a> Mover<'a> {
         // messages that arrive during the move are left for the next one.
         let available = ready_count(&self.source, self.queue).await? as usize;
         let to_read = match &self.plan.selection {
-            Selection::Positions(p) => p.iter().copied().max().unwrap_or(0).min(available),
+            // A selected message only moves toward the head as others leave, unless other
+            // readers give back messages ahead of it: reading twice as far as the snapshot
+            // showed it covers that, and bounds what a message that is gone costs.
+            Selection::Messages(w) => w.iter().map(|w| w.position).max().unwrap_or(0).saturating_mul(2).min(available),
             Selection::All | Selection::Matching(_) => available,
         };
         self.progress.expected.store(to_read as u64, Ordering::Relaxed);
@@ -584,6 +662,9 @@ impl<'a> Mover<'a> {
             if cancel.is_cancelled() {
                 self.report.cancelled = true;
                 break;
+            }
+            if matches!(self.plan.selection, Selection::Messages(_)) && self.wanted.is_empty() {
+                break; // every selected message was met
             }
             let Some(message) = self.source.basic_get(self.queue, BasicGetOptions { no_ack: false }).await? else {
                 break; // the queue holds fewer messages than it did
@@ -635,7 +716,7 @@ impl<'a> Mover<'a> {
             let delivery = delivery?;
             position += 1;
             if self.stop.is_some() {
-                self.keep(delivery.delivery_tag);
+                self.set_aside(position, &delivery).await?;
             } else {
                 self.handle(position, delivery).await?;
             }
@@ -647,13 +728,20 @@ impl<'a> Mover<'a> {
         Ok(())
     }
 
-    fn selected(&self, position: usize, delivery: &Delivery) -> bool {
+    /// Whether the move takes this delivery; for a selection by identity, the snapshot's entry
+    /// it matched (taken off the list, so that each entry matches one message).
+    fn selected(&mut self, position: usize, delivery: &Delivery) -> Option<Option<Wanted>> {
         match &self.plan.selection {
-            Selection::All => true,
-            Selection::Positions(p) => p.contains(&position),
-            Selection::Matching(filter) => {
-                filter.matches(&super::message::summarize(position, peeked(delivery, usize::MAX)))
+            Selection::All => Some(None),
+            Selection::Messages(_) => {
+                let fingerprint = delivery_fingerprint(delivery);
+                let i = self.wanted.iter().position(|w| w.fingerprint == fingerprint)?;
+                Some(Some(self.wanted.remove(i)))
             }
+            // The filter reads no fingerprint.
+            Selection::Matching(filter) => filter
+                .matches(&super::message::summarize(position, String::new(), peeked(delivery, usize::MAX)))
+                .then_some(None),
         }
     }
 
@@ -676,41 +764,120 @@ impl<'a> Mover<'a> {
         }
     }
 
-    /// Records a message that cannot be moved for a reason of its own (not the target's): it
-    /// stays in the source and the move goes on.
-    fn skip(&mut self, tag: u64, position: usize, message_id: Option<String>, reason: String) {
-        self.keep(tag);
-        Progress::add(&self.progress.failed);
-        self.report.failed.push(Failed { position, message_id, reason });
+    /// Records a message that cannot be moved for a reason of its own (not the target's): it is
+    /// set aside and the move goes on.
+    async fn skip(&mut self, position: usize, original: Original<'_>, reason: String) -> Result<(), MoveError> {
+        let reason = self.set_aside_failed(position, original, reason).await?;
+        self.report.failed.push(Failed { position, message_id: original.message_id(), reason });
+        Ok(())
     }
 
-    fn keep(&mut self, tag: u64) {
-        self.kept.push(tag);
-        self.report.returned += 1;
-    }
-
-    fn fail(&mut self, tag: u64, position: usize, message_id: Option<String>, reason: String) {
-        self.keep(tag);
-        Progress::add(&self.progress.failed);
-        self.report.failed.push(Failed { position, message_id, reason: reason.clone() });
-        // A fixed target that cannot take one message will not take the next.
+    /// Records a message that its target did not take: it is set aside, and a fixed target
+    /// that cannot take one message will not take the next, so the move stops.
+    async fn fail(&mut self, position: usize, original: Original<'_>, reason: String) -> Result<(), MoveError> {
+        let detail = self.set_aside_failed(position, original, reason.clone()).await?;
+        self.report.failed.push(Failed { position, message_id: original.message_id(), reason: detail });
         if matches!(self.plan.target, Target::Queue(_)) {
             self.stop.get_or_insert(reason);
         } else if self.report.failed.len() >= MAX_FAILURES {
             self.stop.get_or_insert(format!("stopped after {MAX_FAILURES} messages could not be moved"));
+        }
+        Ok(())
+    }
+
+    /// Sets a failed message aside; returns the failure's reason with where the message is now.
+    async fn set_aside_failed(
+        &mut self,
+        position: usize,
+        original: Original<'_>,
+        reason: String,
+    ) -> Result<String, MoveError> {
+        Progress::add(&self.progress.failed);
+        Ok(match self.set_aside_original(position, original).await? {
+            Aside::Kept => reason,
+            Aside::Held(queue) => {
+                format!("{reason}; it is in {queue:?}: giving it back would have been its last delivery")
+            }
+            Aside::AtLimit(why) => format!("{reason}; {why}"),
+        })
+    }
+
+    /// A delivery read and not moved (not selected, or read after the move stopped).
+    async fn set_aside(&mut self, position: usize, delivery: &Delivery) -> Result<(), MoveError> {
+        let original = Original::of(delivery);
+        if let Aside::AtLimit(reason) = self.set_aside_original(position, original).await? {
+            self.report.failed.push(Failed { position, message_id: original.message_id(), reason });
+        }
+        Ok(())
+    }
+
+    /// Puts a message read and not moved where it is safe: back in the source at the end, unless
+    /// that hand-back would be its last delivery (`holding::last_delivery`): then it is copied to
+    /// the holding queue and its original acked. If holding fails, the move stops reading, so no
+    /// further message is read only to meet the same end.
+    async fn set_aside_original(&mut self, position: usize, original: Original<'_>) -> Result<Aside, MoveError> {
+        let count = delivery_count(original.properties);
+        if !holding::last_delivery(self.plan.delivery_limit, count) {
+            self.kept.push(original.tag);
+            self.report.returned += 1;
+            return Ok(Aside::Kept);
+        }
+        match self.hold(original.data, original.properties).await {
+            Ok(queue) => {
+                self.source.basic_ack(original.tag, BasicAckOptions::default()).await?;
+                let message_id = original.message_id();
+                self.report.held.push(Held { position, message_id, queue: queue.clone(), delivery_count: count });
+                Ok(Aside::Held(queue))
+            }
+            Err(e) => {
+                self.kept.push(original.tag);
+                self.report.returned += 1;
+                let limit = self.plan.delivery_limit.unwrap_or_default();
+                let why = format!(
+                    "read with delivery count {count} of the limit {limit}, so the broker drops or dead-letters it \
+                     when given back; holding it failed: {e}"
+                );
+                self.stop.get_or_insert_with(|| format!("a message at its delivery limit could not be held: {e}"));
+                Ok(Aside::AtLimit(why))
+            }
+        }
+    }
+
+    /// Copies a message into the source's holding queue, opened on first use; returns its name.
+    async fn hold(&mut self, data: &[u8], properties: &BasicProperties) -> Result<String, String> {
+        if self.holding.is_none() {
+            let opened = Holding::open(self.connection, &self.management, self.vhost, self.queue).await;
+            self.holding = Some(opened);
+        }
+        match self.holding.as_ref().expect("opened above") {
+            Ok(holding) => holding.hold(data, properties).await.map(|()| holding.queue().to_string()),
+            Err(e) => Err(e.clone()),
         }
     }
 
     async fn handle(&mut self, position: usize, delivery: Delivery) -> Result<(), MoveError> {
         Progress::add(&self.progress.read);
         let tag = delivery.delivery_tag;
-        if !self.selected(position, &delivery) {
-            self.keep(tag);
-            return Ok(());
-        }
-        let message_id = delivery.properties.message_id().as_ref().map(|s| s.as_str().to_string());
+        let Some(wanted) = self.selected(position, &delivery) else {
+            // On a queue with a delivery limit every further read costs each message one:
+            // rather than search on, stop (only a selection by identity gets here, and only when
+            // the queue changed since the snapshot).
+            if self.plan.delivery_limit.is_some() {
+                self.stop.get_or_insert_with(|| {
+                    format!(
+                        "message {position} of the queue is not one the snapshot showed there; reading further \
+                         would count toward the queue's delivery limit: take a new snapshot"
+                    )
+                });
+            }
+            return self.set_aside(position, &delivery).await;
+        };
+        // What the user saw: a message selected in a snapshot is reported at its place there.
+        let position = wanted.map_or(position, |w| w.position);
+        let original = Original::of(&delivery);
+        let message_id = original.message_id();
         match self.route(&delivery) {
-            Err(reason) => self.fail(tag, position, message_id, reason),
+            Err(reason) => self.fail(position, original, reason).await?,
             Ok(Route::Discard) => {
                 self.source.basic_ack(tag, BasicAckOptions::default()).await?;
                 Progress::add(&self.progress.moved);
@@ -718,14 +885,12 @@ impl<'a> Mover<'a> {
             }
             Ok(Route::Publish { exchange, routing_key, label }) => {
                 if let Some(reason) = copy_would_differ(&delivery.properties) {
-                    self.skip(tag, position, message_id, reason);
-                    return Ok(());
+                    return self.skip(position, original, reason).await;
                 }
                 // A queue named by the message itself is checked when first met.
                 if exchange.is_empty() && !matches!(self.plan.target, Target::Queue(_)) {
                     if let Err(reason) = self.check_target(&routing_key).await {
-                        self.fail(tag, position, message_id, reason);
-                        return Ok(());
+                        return self.fail(position, original, reason).await;
                     }
                 }
                 let options = BasicPublishOptions { mandatory: true, ..Default::default() };
@@ -733,7 +898,17 @@ impl<'a> Mover<'a> {
                     .publisher
                     .basic_publish(&exchange, &routing_key, options, &delivery.data, replay_properties(&delivery))
                     .await?;
-                let copy = Copy { tag, position, message_id, to: label, exchange, routing_key, data: delivery.data };
+                let properties = delivery.properties.clone();
+                let copy = Copy {
+                    tag,
+                    position,
+                    message_id,
+                    to: label,
+                    exchange,
+                    routing_key,
+                    data: delivery.data,
+                    properties,
+                };
                 self.in_flight_bytes += copy.data.len();
                 self.in_flight.push(Pending { copy, confirm });
                 let window_full = self.window.is_some_and(|w| self.in_flight.len() + self.kept.len() >= w);
@@ -801,18 +976,23 @@ impl<'a> Mover<'a> {
             }
         }
         for ((ok, returned), copy) in confirmed.into_iter().zip(was_returned).zip(copies) {
-            let Copy { tag, position, message_id, to, .. } = copy;
+            let original = Original { tag: copy.tag, data: &copy.data, properties: &copy.properties };
             match (ok, returned) {
                 (Ok(()), false) => {
                     // Only now is the copy safe: ack the original.
-                    self.source.basic_ack(tag, BasicAckOptions::default()).await?;
+                    self.source.basic_ack(copy.tag, BasicAckOptions::default()).await?;
                     Progress::add(&self.progress.moved);
-                    self.report.moved.push(Moved { position, message_id, to_queue: to });
+                    self.report.moved.push(Moved {
+                        position: copy.position,
+                        message_id: copy.message_id,
+                        to_queue: copy.to,
+                    });
                 }
                 (Ok(()), true) => {
-                    self.fail(tag, position, message_id, format!("unroutable: nothing took the copy sent to {to}"))
+                    let reason = format!("unroutable: nothing took the copy sent to {}", copy.to);
+                    self.fail(copy.position, original, reason).await?
                 }
-                (Err(reason), _) => self.fail(tag, position, message_id, reason),
+                (Err(reason), _) => self.fail(copy.position, original, reason).await?,
             }
         }
         Ok(())
@@ -829,10 +1009,14 @@ impl<'a> Mover<'a> {
             });
         }
         self.report.moved.sort_by_key(|m| m.position);
+        self.report.not_found = std::mem::take(&mut self.wanted);
         self.report.stopped = self.stop.take();
         self.report.left = Some(ready_count(&self.source, self.queue).await?);
         self.source.close(200, "done").await?;
         self.publisher.close(200, "done").await?;
+        if let Some(Ok(holding)) = self.holding.take() {
+            holding.close().await;
+        }
         Ok(self.report)
     }
 }
@@ -918,6 +1102,12 @@ const PEEK_READ_TIME: Duration = Duration::from_secs(8);
 /// What a peek read, and why it stopped early or may show another order, when it did.
 pub struct Peeked {
     pub messages: Vec<crate::broker::management::PeekedMessage>,
+    /// Each message's identity (`message::fingerprint`), computed on the whole payload.
+    pub fingerprints: Vec<String>,
+    /// The messages (indices into `messages`) that are no longer in the queue: giving them back
+    /// would have been their last delivery, so they are in this holding queue.
+    pub held: Vec<usize>,
+    pub holding_queue: Option<String>,
     pub note: Option<String>,
 }
 
@@ -925,14 +1115,22 @@ pub struct Peeked {
 /// `basic.get` without ack for each, then a nack for each, oldest first. Unlike the management API's "get
 /// messages" (measured on 3.10: it scrambled the order of a quorum queue after one read), this
 /// keeps the order for classic and quorum queues alike, and keeps header types. On a quorum
-/// queue each read still counts as one delivery; the caller guards the delivery limit.
+/// queue each read still counts as one delivery; the caller asks the user first. A message read
+/// at the queue's `delivery_limit` is not given back, which would make the broker drop it: it
+/// goes to the holding queue (`holding`), and the snapshot says so.
 pub async fn peek(
     broker: &BrokerConfig,
     vhost: &str,
     queue: &str,
     count: usize,
     payload_limit: usize,
+    delivery_limit: Option<i64>,
 ) -> Result<Peeked, MoveError> {
+    if delivery_limit.is_some() {
+        holding::check_before_reading(&ManagementClient::new(broker), vhost, queue)
+            .await
+            .map_err(MoveError::Refused)?;
+    }
     let connection = connect(broker, vhost).await?;
     let outcome = async {
         let channel = connection.create_channel().await?;
@@ -940,6 +1138,9 @@ pub async fn peek(
         let mut messages = Vec::new();
         let mut tags = Vec::new();
         let mut notes = Vec::new();
+        let mut held = Vec::new();
+        let mut fingerprints = Vec::new();
+        let mut holding: Option<Holding> = None;
         while messages.len() < count {
             if started.elapsed() >= PEEK_READ_TIME {
                 notes.push(format!(
@@ -950,8 +1151,49 @@ pub async fn peek(
                 break;
             }
             let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: false }).await? else { break };
-            tags.push(message.delivery.delivery_tag);
-            messages.push(peeked(&message.delivery, payload_limit));
+            let delivery = message.delivery;
+            messages.push(peeked(&delivery, payload_limit));
+            fingerprints.push(delivery_fingerprint(&delivery));
+            let count = delivery_count(&delivery.properties);
+            if !holding::last_delivery(delivery_limit, count) {
+                tags.push(delivery.delivery_tag);
+                continue;
+            }
+            if holding.is_none() {
+                let management = ManagementClient::new(broker);
+                match Holding::open(&connection, &management, vhost, queue).await {
+                    Ok(opened) => holding = Some(opened),
+                    Err(e) => {
+                        tags.push(delivery.delivery_tag);
+                        notes.push(at_limit_not_held(messages.len(), count, &e));
+                        break;
+                    }
+                }
+            }
+            let holder = holding.as_ref().expect("opened above");
+            match holder.hold(&delivery.data, &delivery.properties).await {
+                Ok(()) => {
+                    channel.basic_ack(delivery.delivery_tag, BasicAckOptions::default()).await?;
+                    held.push(messages.len() - 1);
+                }
+                Err(e) => {
+                    tags.push(delivery.delivery_tag);
+                    notes.push(at_limit_not_held(messages.len(), count, &e));
+                    break;
+                }
+            }
+        }
+        let holding_queue = holding.as_ref().map(|h| h.queue().to_string());
+        if let (false, Some(queue)) = (held.is_empty(), &holding_queue) {
+            notes.push(format!(
+                "{} of these messages had been delivered as often as the queue's delivery limit allows: giving them \
+                 back would have made the broker drop them, so they are now in {queue:?}, where they can be browsed \
+                 and requeued",
+                held.len()
+            ));
+        }
+        if let Some(holding) = holding {
+            holding.close().await;
         }
         // Always the careful way: the caller does not say whether the queue is a quorum queue.
         if !give_back_in_order(&channel, queue, &tags, true).await? {
@@ -962,13 +1204,28 @@ pub async fn peek(
             );
         }
         channel.close(200, "done").await?;
-        Ok::<_, MoveError>(Peeked { messages, note: (!notes.is_empty()).then(|| notes.join("; ")) })
+        let note = (!notes.is_empty()).then(|| notes.join("; "));
+        Ok::<_, MoveError>(Peeked { messages, fingerprints, held, holding_queue, note })
     }
     .await;
     if let Err(e) = connection.close(200, "done").await {
         tracing::warn!(error = %e, "closing the browser's AMQP connection");
     }
     outcome
+}
+
+/// The snapshot's note when a message read at its delivery limit could not be held: the read
+/// stops there.
+fn at_limit_not_held(position: usize, count: i64, error: &str) -> String {
+    format!(
+        "stopped at message {position}: it had been delivered {count} times, as often as the queue's delivery limit \
+         allows, so giving it back makes the broker drop or dead-letter it, and holding it failed: {error}"
+    )
+}
+
+/// A delivery's identity (`message::fingerprint`), the same for the snapshot and the move.
+fn delivery_fingerprint(delivery: &Delivery) -> String {
+    super::message::fingerprint(&delivery.data, &properties_json(&delivery.properties))
 }
 
 /// A delivery as the DLQ browser keeps it: at most `payload_limit` payload bytes (text, or

@@ -14,8 +14,8 @@ use super::{ApiError, WebError};
 use std::sync::Arc;
 
 use crate::audit;
-use crate::dlq::jobs::{self, Job, MoveRequest, StartError};
-use crate::dlq::{self, MoveError, Selection, Target};
+use crate::dlq::jobs::{self, Choice, Job, MoveRequest, StartError};
+use crate::dlq::{self, MoveError, Target};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -38,12 +38,13 @@ pub async fn start_move(
         Err(StartError::NoBroker(name)) => Err(WebError::NotFound(format!("no broker named {name:?}"))),
         Err(StartError::Audit(e)) => Err(e.into()),
         Err(busy @ StartError::Busy(_)) => Err(WebError::Conflict(busy.to_string())),
+        Err(StartError::Stale(why)) => Err(WebError::Conflict(why)),
     }
 }
 
 #[derive(Debug, Deserialize)]
 pub struct DeleteRequest {
-    pub selection: Selection,
+    pub selection: Choice,
 }
 
 /// Deletes the selected messages: read and acked without a copy. Destructive by intent.

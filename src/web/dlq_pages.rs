@@ -19,9 +19,10 @@ use super::pages::queue_href;
 use super::{html, ApiError, PageError, WebError};
 use crate::broker::management::encode_segment;
 use crate::dlq::browse::{self, BrowseError, Snapshot};
+use crate::dlq::jobs::Choice;
 use crate::dlq::jobs::MoveRequest;
 use crate::dlq::message::{self, SnapshotMessage};
-use crate::dlq::{Selection, Target};
+use crate::dlq::Target;
 use crate::metrics::QueueView;
 use crate::state::AppState;
 
@@ -141,6 +142,9 @@ struct Row {
     size: String,
     content_type: String,
     delivery_count: String,
+    /// No longer in this queue: read at its delivery limit, it went to this holding queue.
+    held_in: Option<String>,
+    fingerprint: String,
 }
 
 fn unknown_if_none(v: Option<String>) -> String {
@@ -187,6 +191,8 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
             size: format!("{} B", format::count(Some(m.payload_bytes))),
             content_type: unknown_if_none(m.content_type.clone()),
             delivery_count: m.delivery_count.map(|c| c.to_string()).unwrap_or_else(|| format::UNKNOWN.to_string()),
+            held_in: m.held_in.clone(),
+            fingerprint: m.fingerprint.clone(),
         })
         .collect();
     SnapshotView {
@@ -395,6 +401,8 @@ async fn download(
 /// The requeue form's fields; `position` repeats, which a plain `Form` cannot read.
 pub struct RequeueForm {
     positions: Vec<usize>,
+    /// Fingerprints of snapshot messages (`message=`, what the page's checkboxes send).
+    messages: Vec<String>,
     scope: Scope,
     target: FormTarget,
     target_queue: String,
@@ -444,6 +452,7 @@ impl FormTarget {
 pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
     let mut form = RequeueForm {
         positions: Vec::new(),
+        messages: Vec::new(),
         scope: Scope::Selected,
         target: FormTarget::OriginalQueue,
         target_queue: String::new(),
@@ -458,6 +467,7 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
             "position" => form
                 .positions
                 .push(value.parse().map_err(|_| WebError::BadRequest(format!("position: {value:?} is not a number")))?),
+            "message" => form.messages.push(value),
             "scope" => {
                 form.scope = match value.as_str() {
                     "selected" => Scope::Selected,
@@ -490,7 +500,10 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
     if form.target == FormTarget::Queue && form.target_queue.is_empty() {
         return Err(WebError::BadRequest("target_queue: name the queue to move the messages to".to_string()));
     }
-    if matches!(form.scope, Scope::Selected | Scope::DeleteSelected) && form.positions.is_empty() {
+    if matches!(form.scope, Scope::Selected | Scope::DeleteSelected)
+        && form.positions.is_empty()
+        && form.messages.is_empty()
+    {
         return Err(WebError::BadRequest("select at least one message, or requeue all".to_string()));
     }
     if form.scope == Scope::Matching && form.filter.is_empty() {
@@ -518,12 +531,28 @@ struct ActionPage {
 /// The form's fields, posted back unchanged by the confirmation.
 struct FormEcho {
     positions: Vec<usize>,
+    messages: Vec<String>,
     scope: &'static str,
     target: &'static str,
     target_queue: String,
     filter_reason: String,
     filter_original: String,
     filter_text: String,
+}
+
+/// The selected messages as the confirmation names them: by their place in the snapshot and
+/// their message id.
+fn selected_in_words(state: &AppState, view: &crate::metrics::QueueView, form: &RequeueForm) -> String {
+    let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
+    let messages = snapshot.as_ref().map(|s| s.messages.as_slice()).unwrap_or_default();
+    let mut named: Vec<String> = form.positions.iter().map(usize::to_string).collect();
+    for fingerprint in &form.messages {
+        named.push(match messages.iter().find(|m| &m.fingerprint == fingerprint) {
+            Some(m) => format!("{} ({})", m.position, m.message_id.as_deref().unwrap_or(format::UNKNOWN)),
+            None => "one no longer in the snapshot".to_string(),
+        });
+    }
+    format!("message(s) at position {} of the snapshot", named.join(", "))
 }
 
 async fn requeue_form(
@@ -548,10 +577,7 @@ async fn requeue_form(
         what: match form.scope {
             Scope::All | Scope::Purge => "every message".to_string(),
             Scope::Matching => format!("every message matching {}", form.filter.describe()),
-            Scope::Selected | Scope::DeleteSelected => format!(
-                "message(s) at position {}",
-                form.positions.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
-            ),
+            Scope::Selected | Scope::DeleteSelected => selected_in_words(&state, &view, &form),
         },
         target: if deletes {
             "nowhere: they are deleted for good".to_string()
@@ -569,6 +595,7 @@ async fn requeue_form(
         duplicates_warning: !deletes && form.target == FormTarget::OriginalExchange,
         form: FormEcho {
             positions: form.positions.clone(),
+            messages: form.messages.clone(),
             scope: form.scope.as_str(),
             target: form.target.as_str(),
             target_queue: form.target_queue.clone(),
@@ -596,9 +623,12 @@ async fn requeue_form(
     }
     let request = MoveRequest {
         selection: match form.scope {
-            Scope::All => Selection::All,
-            Scope::Matching => Selection::Matching(form.filter),
-            _ => Selection::Positions(form.positions),
+            Scope::All => Choice::All,
+            Scope::Matching => Choice::Matching(form.filter),
+            // The page's checkboxes name messages by identity; a hand-written form may still
+            // give positions, which mean the current snapshot's.
+            _ if !form.messages.is_empty() => Choice::Messages(form.messages),
+            _ => Choice::Positions(form.positions),
         },
         target: match (form.scope, form.target) {
             (Scope::DeleteSelected, _) => Target::Discard,

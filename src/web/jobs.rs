@@ -88,6 +88,10 @@ struct JobFragment {
     error: Option<String>,
     moved_rows: Vec<(usize, String, String)>,
     failed_rows: Vec<(usize, String, String)>,
+    /// Position, message id, holding queue.
+    held_rows: Vec<(usize, String, String)>,
+    /// Selected and not found: position in the snapshot, message id.
+    not_found_rows: Vec<(usize, String)>,
     more_moved: usize,
     from_audit_only: bool,
 }
@@ -136,6 +140,12 @@ fn fragment(status: &JobStatus, me: super::Me) -> JobFragment {
         more_moved: report.map(|r| r.moved.len().saturating_sub(SHOWN_ROWS)).unwrap_or(0),
         failed_rows: report
             .map(|r| r.failed.iter().map(|f| (f.position, id(&f.message_id), f.reason.clone())).collect())
+            .unwrap_or_default(),
+        held_rows: report
+            .map(|r| r.held.iter().map(|h| (h.position, id(&h.message_id), h.queue.clone())).collect())
+            .unwrap_or_default(),
+        not_found_rows: report
+            .map(|r| r.not_found.iter().map(|w| (w.position, id(&w.message_id))).collect())
             .unwrap_or_default(),
         moved_rows,
         from_audit_only: status.method.is_none(),

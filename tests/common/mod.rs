@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 pub use broker::broker;
@@ -223,6 +223,15 @@ impl Warren {
             }
         })
         .await
+    }
+
+    /// Takes a confirmed snapshot of `queue` (of its first `count` messages), which a selection of
+    /// single messages names; returns it.
+    pub async fn snapshot(&self, vhost: &str, queue: &str, count: usize) -> Value {
+        let path = format!("/api/v1/queues/local/{}/{}/snapshot", encode(vhost), encode(queue));
+        let (status, snapshot) = self.post_json(&path, json!({"confirm": "true", "count": count})).await;
+        assert_eq!(status, 200, "the snapshot is taken: {snapshot}");
+        snapshot
     }
 
     pub async fn get_text(&self, path: &str) -> (u16, String) {
