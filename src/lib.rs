@@ -95,7 +95,8 @@ pub async fn run(
     if tokio::time::timeout(SHUTDOWN_DEADLINE, tracker.wait()).await.is_err() {
         tracing::warn!("background tasks did not stop within {SHUTDOWN_DEADLINE:?}");
     }
-    // After the alert loop: what it queued is sent or logged as dropped before the database closes.
+    // After the alert loop, before the database closes: an attempt in flight is abandoned and
+    // logged; what waits in the outbox stays there for the next start.
     state.notifier.shutdown(SHUTDOWN_DEADLINE).await;
     state.db.close().await;
     served.map_err(Into::into)

@@ -1,6 +1,6 @@
 //! Notifications against real receivers on loopback: an HTTP server the test starts (answering
-//! 200, 500, 404, or never), a tiny SMTP server, and a real SQLite file for the delivery log.
-//! No RabbitMQ is needed.
+//! 200, 500, 404, or never), a tiny SMTP server, and a real SQLite file for the outbox and the
+//! delivery log. No RabbitMQ is needed. (tests/outbox.rs kills a whole warren mid-retry.)
 
 mod common;
 
@@ -12,14 +12,14 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use common::wait_for;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use warren::alerts::notify::{
-    recent_deliveries, DeliveryError, DeliveryPolicy, DeliveryRecord, Dispatcher, Notification, NotificationChannel,
-    NotificationKind, Outcome,
+    pending_deliveries, recent_deliveries, DeliveryError, DeliveryPolicy, DeliveryRecord, Dispatcher, Notification,
+    NotificationChannel, NotificationKind, Outcome,
 };
 use warren::alerts::{AlertKey, Comparator, Metric, Rule, Scope, Severity};
 use warren::history::Db;
@@ -178,7 +178,7 @@ async fn a_webhook_gets_the_documented_body_and_the_log_its_status() {
     let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
     dispatcher.set_channels(vec![channel("hook", "webhook", &receiver.url("ok"))]);
 
-    assert_eq!(dispatcher.notify(&firing()), 1);
+    assert_eq!(dispatcher.notify(&firing()).await.unwrap(), 1);
 
     let rows = log_rows(&db, "hook", "a sent row", |rows| !rows.is_empty()).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
@@ -202,6 +202,7 @@ async fn a_webhook_gets_the_documented_body_and_the_log_its_status() {
     assert!(body["summary"].as_str().unwrap().starts_with("[FIRING] Orders backlog (critical)"), "{body}");
     assert!(body["at"].as_str().unwrap().parse::<chrono::DateTime<Utc>>().is_ok(), "{body}");
     assert!(body["note"].is_null() && body["dashboard_url"].is_null(), "{body}");
+    assert_eq!(pending_deliveries(&db).await.unwrap(), [], "a delivered notification leaves the outbox");
 
     assert!(dispatcher.shutdown(Duration::from_secs(5)).await);
 }
@@ -215,7 +216,7 @@ async fn a_500_is_retried_with_backoff_then_given_up_and_every_attempt_logged_wi
     let failing = channel("failing", "webhook", &receiver.url("fail"));
     dispatcher.set_channels(vec![failing.clone(), channel("gone", "slack", &receiver.url("gone"))]);
 
-    assert_eq!(dispatcher.notify(&firing()), 2);
+    assert_eq!(dispatcher.notify(&firing()).await.unwrap(), 2);
 
     let rows = log_rows(&db, "failing", "three attempts", |rows| rows.len() >= 3).await;
     let attempts: Vec<_> = rows.iter().map(|r| (r.attempt, r.outcome, r.http_status)).collect();
@@ -240,6 +241,7 @@ async fn a_500_is_retried_with_backoff_then_given_up_and_every_attempt_logged_wi
     assert_eq!((rows[0].attempt, rows[0].outcome, rows[0].http_status), (1, Outcome::GaveUp, Some(404)));
     assert_eq!(rows[0].error.as_deref(), Some("the receiver answered HTTP 404: no_service"));
     assert_eq!(receiver.requests("gone").len(), 1);
+    assert_eq!(pending_deliveries(&db).await.unwrap(), [], "given up, the notifications leave the outbox");
 
     assert!(dispatcher.shutdown(Duration::from_secs(5)).await);
     let logs = logs.text();
@@ -261,7 +263,7 @@ async fn a_hanging_webhook_delays_neither_the_caller_nor_another_channel() {
         channel("fine", "slack", &receiver.url("ok")),
     ]);
 
-    assert_eq!(dispatcher.notify(&firing()), 2);
+    assert_eq!(dispatcher.notify(&firing()).await.unwrap(), 2);
     wait_for("the first attempt to reach the hanging receiver", Duration::from_secs(5), || async {
         match receiver.requests("hang").len() {
             0 => Err("no request yet".to_string()),
@@ -270,12 +272,14 @@ async fn a_hanging_webhook_delays_neither_the_caller_nor_another_channel() {
     })
     .await;
 
-    // The hanging channel holds one notification in flight and queues two more; each new one
-    // reaches the other channel at once, and handing it over never waits.
+    // The hanging channel holds one notification in flight and takes one more: the one in
+    // flight is a row of the outbox too and counts toward the capacity of 2 (an in-memory
+    // queue took two more besides it). Each new one reaches the other channel at once, and
+    // handing it over never waits.
     let mut queued = Vec::new();
     for expected in 2..=6 {
         let started = Instant::now();
-        queued.push(dispatcher.notify(&firing()));
+        queued.push(dispatcher.notify(&firing()).await.unwrap());
         assert!(started.elapsed() < Duration::from_millis(100), "notify blocked for {:?}", started.elapsed());
         wait_for("the other channel's message", Duration::from_secs(2), || async {
             let sent = recent_deliveries(&db, 100).await.unwrap().iter().filter(|r| r.channel_id == "fine").count();
@@ -286,24 +290,90 @@ async fn a_hanging_webhook_delays_neither_the_caller_nor_another_channel() {
         })
         .await;
     }
-    assert_eq!(queued, [2, 2, 1, 1, 1], "channels that took each notification");
+    assert_eq!(queued, [2, 1, 1, 1, 1], "channels that took each notification");
 
-    let rows = log_rows(&db, "hanging", "dropped rows for the full queue", |rows| rows.len() >= 3).await;
-    assert_eq!(rows.len(), 3, "{rows:?}");
+    let rows = log_rows(&db, "hanging", "dropped rows for the full queue", |rows| rows.len() >= 4).await;
+    assert_eq!(rows.len(), 4, "{rows:?}");
     for row in &rows {
         assert_eq!((row.outcome, row.attempt), (Outcome::Dropped, 1));
         assert!(row.error.as_deref().unwrap().contains("queue is full"), "{row:?}");
     }
     assert_eq!(receiver.requests("hang").len(), 1, "one attempt at a time per channel");
 
-    // Shutdown abandons the hanging attempt and records what was still waiting.
+    // Shutdown abandons the hanging attempt and logs it; the two notifications stay in the
+    // outbox for the next start (they used to be logged as dropped, and lost).
     assert!(dispatcher.shutdown(Duration::from_secs(5)).await, "the dispatcher did not stop");
     let rows = recent_deliveries(&db, 100).await.unwrap();
     let errors: Vec<&str> =
         rows.iter().filter(|r| r.channel_id == "hanging").map(|r| r.error.as_deref().unwrap()).collect();
-    assert_eq!(errors.len(), 6, "{rows:?}");
+    assert_eq!(errors.len(), 5, "{rows:?}");
     assert_eq!(errors.iter().filter(|e| e.contains("during the attempt")).count(), 1, "{errors:?}");
-    assert_eq!(errors.iter().filter(|e| e.contains("before sending")).count(), 2, "{errors:?}");
+    let pending = pending_deliveries(&db).await.unwrap();
+    let left: Vec<_> = pending.iter().map(|p| (p.channel_id.as_str(), p.attempts)).collect();
+    assert_eq!(left, [("hanging", 0), ("hanging", 0)], "the abandoned attempt is not counted");
+}
+
+#[tokio::test]
+async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count() {
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    // Waits of 500 ms and 1 s: time enough to stop the first dispatcher between two attempts.
+    let policy = DeliveryPolicy { max_attempts: 5, first_backoff: Duration::from_millis(500), ..fast_policy() };
+    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), policy.clone());
+    first.set_channels(vec![channel("flaky", "webhook", &receiver.url("fail"))]);
+    let mut n = firing();
+    n.note = Some("a note".to_string());
+    n.dashboard_url = Some("http://warren.test/queues/main/%2F/orders".to_string());
+    assert_eq!(first.notify(&n).await.unwrap(), 1);
+    log_rows(&db, "flaky", "two failed attempts", |rows| rows.len() >= 2).await;
+    assert!(first.shutdown(Duration::from_secs(5)).await);
+    drop(first);
+    let pending = pending_deliveries(&db).await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!((pending[0].channel_id.as_str(), pending[0].attempts), ("flaky", 2));
+    assert_eq!(pending[0].notification, n, "stored exactly as planned");
+
+    // The same channel id, its receiver fixed: a new dispatcher on the same database (as after
+    // a restart) delivers it as the third attempt.
+    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), policy);
+    second.set_channels(vec![channel("flaky", "webhook", &receiver.url("ok"))]);
+    let rows = log_rows(&db, "flaky", "a sent row", |rows| rows.iter().any(|r| r.outcome == Outcome::Sent)).await;
+    let attempts: Vec<_> = rows.iter().map(|r| (r.attempt, r.outcome)).collect();
+    assert_eq!(attempts, [(1, Outcome::Failed), (2, Outcome::Failed), (3, Outcome::Sent)]);
+    assert_eq!(receiver.requests("fail").len(), 2);
+    let delivered = receiver.requests("ok");
+    assert_eq!(delivered.len(), 1);
+    let body = &delivered[0].body;
+    assert_eq!((body["kind"].as_str(), body["rule"]["id"].as_str()), (Some("firing"), Some("orders-backlog")));
+    assert_eq!(body["note"], "a note");
+    assert_eq!(body["dashboard_url"], "http://warren.test/queues/main/%2F/orders");
+    assert_eq!(body["at"].as_str().unwrap().parse::<chrono::DateTime<Utc>>().unwrap(), n.at.trunc_subsecs(0));
+    assert_eq!(pending_deliveries(&db).await.unwrap(), []);
+    assert!(second.shutdown(Duration::from_secs(5)).await);
+}
+
+#[tokio::test]
+async fn pending_deliveries_of_a_removed_channel_are_dropped_and_logged() {
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    first.set_channels(vec![channel("old", "webhook", &receiver.url("hang"))]);
+    assert_eq!(first.notify(&firing()).await.unwrap(), 1);
+    assert!(first.shutdown(Duration::from_secs(5)).await);
+    assert_eq!(pending_deliveries(&db).await.unwrap().len(), 1);
+
+    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    second.set_channels(vec![channel("new", "webhook", &receiver.url("ok"))]);
+    let rows = log_rows(&db, "old", "a dropped row", |rows| {
+        rows.iter().any(|r| r.outcome == Outcome::Dropped && r.error.as_deref().is_some_and(|e| e.contains("removed")))
+    })
+    .await;
+    let removed = rows.last().unwrap();
+    assert_eq!((removed.channel_name.as_str(), removed.kind), ("Channel old", NotificationKind::Firing));
+    assert_eq!(removed.error.as_deref(), Some("the channel was removed from the configuration"));
+    assert_eq!(pending_deliveries(&db).await.unwrap(), []);
+    assert!(receiver.requests("ok").is_empty(), "another channel does not inherit it");
+    assert!(second.shutdown(Duration::from_secs(5)).await);
 }
 
 #[tokio::test]
@@ -317,7 +387,7 @@ async fn slack_gets_a_text_message() {
     resolved.value = Some(3.0);
     resolved.dashboard_url = Some("http://warren.test/queues/main/%2F/orders".to_string());
 
-    dispatcher.notify(&resolved);
+    dispatcher.notify(&resolved).await.unwrap();
 
     log_rows(&db, "slack", "a sent row", |rows| rows.iter().any(|r| r.outcome == Outcome::Sent)).await;
     let body = &receiver.requests("ok")[0].body;
@@ -379,7 +449,7 @@ async fn connection_errors_do_not_quote_the_url() {
     assert_no_token(&format!("{error:?}"));
 
     dispatcher.set_channels(vec![refused]);
-    dispatcher.notify(&firing());
+    dispatcher.notify(&firing()).await.unwrap();
     let rows = log_rows(&db, "refused", "two failed attempts and a test", |rows| rows.len() >= 3).await;
     for row in &rows {
         assert_no_token(row.error.as_deref().unwrap());
@@ -466,7 +536,7 @@ async fn email_goes_out_over_smtp() {
 
     assert_eq!(dispatcher.send_test(&email).await.unwrap().http_status, None);
     dispatcher.set_channels(vec![email]);
-    dispatcher.notify(&firing());
+    dispatcher.notify(&firing()).await.unwrap();
     let rows = log_rows(&db, "mail", "two sent mails", |rows| rows.len() >= 2).await;
     assert!(rows.iter().all(|r| r.outcome == Outcome::Sent && r.http_status.is_none()), "{rows:?}");
 

@@ -4,10 +4,21 @@
 //! - [`NotificationChannel`] is one destination, declared in the TOML file (`[[notifications]]`)
 //!   or stored as JSON; [`NotificationChannel::validate`] reports problems by field.
 //! - [`Notification`] is what is said; [`send`] makes one attempt to say it on one channel.
-//! - [`Dispatcher`] runs one task per channel with its own bounded queue, so a receiver that
-//!   hangs or answers 500 delays neither the alert evaluator nor any other channel. It retries
-//!   with exponential backoff ([`DeliveryPolicy`]) and records every attempt in the delivery log
-//!   ([`recent_deliveries`]).
+//! - The outbox (`notification_outbox`, [`pending_deliveries`]) holds one row per notification
+//!   and channel that has not been delivered yet, with the attempts made and when the next is
+//!   due. The alert evaluator writes the rows ([`Dispatcher::enqueue`]) in the same transaction
+//!   as the alert states, so what it decided to tell survives a crash as surely as the states.
+//! - [`Dispatcher`] runs one task per channel, delivering that channel's rows oldest first, one
+//!   at a time, so a receiver that hangs or answers 500 delays neither the alert evaluator nor
+//!   any other channel. It retries with exponential backoff ([`DeliveryPolicy`]); a row leaves
+//!   the outbox when the channel accepted it or warren gave up, and every attempt is recorded in
+//!   the delivery log ([`recent_deliveries`]). A channel whose outbox holds `queue_capacity`
+//!   rows drops further notifications, logged. Rows and their retries survive a restart (and a
+//!   SIGKILL); an attempt cut short is made again, so a receiver may get a notification twice
+//!   (at least once, never lost while warren runs again within the attempts).
+//! - An alert counts as notified ([`store::StoredState::delivered_at`], `notified_at` in the
+//!   API) only once a channel accepted a firing or reminder notification of it; when one was
+//!   queued (`queued_at`) is what the planner remembers, so it does not queue it again.
 //! - Which alerts are told, and when a reminder is due ([`reminder_due`]), is the evaluator
 //!   loop's decision, not this module's.
 //!
@@ -71,6 +82,7 @@ mod channel;
 mod dispatch;
 mod log;
 mod message;
+mod outbox;
 mod send;
 
 use std::time::Duration;
@@ -82,11 +94,12 @@ pub use channel::{ChannelKind, ChannelView, EmailSettings, NotificationChannel, 
 pub use dispatch::{DeliveryPolicy, Dispatcher};
 pub use log::{prune, recent_deliveries, record, DeliveryRecord, LogEntry, Outcome};
 pub use message::WEBHOOK_VERSION;
+pub use outbox::{pending_deliveries, PendingDelivery};
 pub use send::{send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};
 
 use super::{AlertKey, Comparator, Metric, Rule, Severity};
 #[cfg(doc)]
-use crate::config::Secret;
+use crate::{alerts::store, config::Secret};
 
 /// Why a notification is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,7 +130,10 @@ impl NotificationKind {
 }
 
 /// One thing to tell, the same for every channel; each channel renders it its own way.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Serde is the outbox's storage format (not the webhook body, see `message`): a notification
+/// read back is equal to the one written, numbers and times included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Notification {
     pub kind: NotificationKind,
     pub rule_id: String,
@@ -127,9 +143,11 @@ pub struct Notification {
     pub metric: Option<Metric>,
     /// `None` for `broker_unreachable` rules and tests, which compare no number.
     pub comparator: Option<Comparator>,
+    #[serde(with = "exact_float")]
     pub threshold: Option<f64>,
     pub key: AlertKey,
     /// The reading behind the change; `None` when there was none (unknown, never 0).
+    #[serde(with = "exact_float")]
     pub value: Option<f64>,
     /// The rule's description template filled in, or a generated sentence.
     pub description: String,
@@ -188,6 +206,24 @@ impl Notification {
     }
 }
 
+/// Numbers as Rust writes them: the shortest text that parses back to the same bits, NaN and
+/// infinities included. serde_json's own float parsing can be off by one unit in the last place
+/// (unless its `float_roundtrip` feature, which would slow down every poll's parsing), and it
+/// writes NaN as `null`, which would read back as "no value".
+mod exact_float {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<f64>, serializer: S) -> Result<S::Ok, S::Error> {
+        value.map(|v| v.to_string()).serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|text| text.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
 /// Whether a firing alert last told at `last_sent` is due a reminder at `now`, given the
 /// repeat interval. A `repeat` too large for a date never comes due.
 pub fn reminder_due(last_sent: DateTime<Utc>, repeat: Duration, now: DateTime<Utc>) -> bool {
@@ -211,6 +247,30 @@ mod tests {
         // A clock that went backwards is not a reason to remind.
         assert!(!reminder_due(sent, hour, sent - chrono::Duration::seconds(10)));
         assert!(!reminder_due(sent, Duration::MAX, sent + chrono::Duration::days(10_000)));
+    }
+
+    #[test]
+    fn a_notification_reads_back_exactly_as_written() {
+        let rule: Rule = serde_json::from_value(serde_json::json!({"id": "r", "name": "R", "metric": "ready",
+            "comparator": ">", "threshold": 0.1 + 0.2, "severity": "warning"}))
+        .unwrap();
+        let at = Utc.with_ymd_and_hms(2025, 5, 1, 12, 0, 0).unwrap() + chrono::Duration::nanoseconds(123_456_789);
+        let key = AlertKey::queue("main", "/", "orders");
+        let mut n =
+            Notification::for_rule(NotificationKind::Resolved, &rule, key, Some(2.2250738585072014e-308), at, None);
+        n.note = Some("queue deleted".to_string());
+        n.dashboard_url = Some("http://warren.example/queues/main/%2F/orders".to_string());
+        let back: Notification = serde_json::from_str(&serde_json::to_string(&n).unwrap()).unwrap();
+        assert_eq!(back, n);
+        assert_eq!(back.threshold.map(f64::to_bits), Some((0.1f64 + 0.2).to_bits()));
+
+        let mut odd = Notification::test(at);
+        odd.value = Some(f64::INFINITY);
+        let back: Notification = serde_json::from_str(&serde_json::to_string(&odd).unwrap()).unwrap();
+        assert_eq!(back, odd);
+        odd.value = Some(f64::NAN);
+        let back: Notification = serde_json::from_str(&serde_json::to_string(&odd).unwrap()).unwrap();
+        assert!(back.value.is_some_and(f64::is_nan), "NaN is not read back as no value: {back:?}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The alert loop: after every poll, evaluate the rules over the live data, record the phase
-//! changes and the states (so a restart neither forgets nor re-sends an alert), and decide who
-//! is told what. Notifications go out through the dispatcher, which never blocks this loop.
+//! The alert loop: after every poll, evaluate the rules over the live data, decide who is told
+//! what, and record the phase changes, the states (so a restart neither forgets nor re-sends an
+//! alert) and the notifications to send (in the outbox) in one transaction. The channels' tasks
+//! deliver from the outbox; this loop never waits for a receiver.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -38,7 +39,7 @@ pub struct Outgoing {
 /// Runs until `cancel`: one evaluation after each poll of any broker.
 pub async fn run(state: AppState, cancel: CancellationToken) {
     let restored = match store::states(&state.db).await {
-        Ok(states) => states.into_iter().map(|(s, _)| s).collect(),
+        Ok(states) => states.into_iter().map(|s| s.state).collect(),
         Err(e) => {
             tracing::error!(error = %e, "cannot read the alert states; starting from none");
             Vec::new()
@@ -50,30 +51,27 @@ pub async fn run(state: AppState, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = state.live.next_poll() => {}
         }
-        match evaluate_once(&state, &mut evaluator, Utc::now()).await {
-            Ok(outgoing) => {
-                for o in outgoing {
-                    deliver(&state, o);
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "alert evaluation failed; will retry after the next poll"),
+        if let Err(e) = evaluate_once(&state, &mut evaluator, Utc::now()).await {
+            tracing::error!(error = %e, "alert evaluation failed; will retry after the next poll");
         }
     }
 }
 
-/// Hands one notification to the dispatcher, which never blocks.
-fn deliver(state: &AppState, o: Outgoing) {
-    let kind = match o.tell {
-        Tell::Firing => NotificationKind::Firing,
-        Tell::Reminder => NotificationKind::Reminder,
-        Tell::Resolved => NotificationKind::Resolved,
-    };
-    let channels = state.notifier.notify(&Notification::for_rule(kind, &o.rule, o.key.clone(), o.value, o.at, o.note));
-    tracing::info!(rule = %o.rule.id, key = %o.key, tell = ?o.tell, channels, "alert notification queued");
+impl Outgoing {
+    fn notification(&self) -> Notification {
+        let kind = match self.tell {
+            Tell::Firing => NotificationKind::Firing,
+            Tell::Reminder => NotificationKind::Reminder,
+            Tell::Resolved => NotificationKind::Resolved,
+        };
+        Notification::for_rule(kind, &self.rule, self.key.clone(), self.value, self.at, self.note.clone())
+    }
 }
 
 /// One evaluation: rules from the config and the database, the live data of every broker
-/// polled at least once, silences applied. Returns what to send.
+/// polled at least once, silences applied. Its history, states and notifications (in the
+/// outbox, for the dispatcher's current channels) are written in one transaction, so a crash
+/// either keeps all or loses the evaluation, which the next poll redoes. Returns what was queued.
 pub async fn evaluate_once(
     state: &AppState,
     evaluator: &mut Evaluator,
@@ -90,11 +88,12 @@ pub async fn evaluate_once(
         .collect();
     let transitions = evaluator.evaluate(now, &inputs);
     let silences = store::silences(&state.db, true).await?;
+    // What was queued, not what was delivered: a firing waiting in the outbox is not planned again.
     let told: HashMap<(String, AlertKey), Option<DateTime<Utc>>> =
-        store::states(&state.db).await?.into_iter().map(|(s, at)| ((s.rule_id, s.key), at)).collect();
+        store::states(&state.db).await?.into_iter().map(|s| ((s.state.rule_id, s.state.key), s.queued_at)).collect();
     let repeat = state.config.alert_repeat;
     let plan = plan(&rules, &transitions, &evaluator.states(), &told, &silences, repeat, now);
-    // Told now (firing or reminder), or as before.
+    // Queued now (firing or reminder), or as before.
     let states: Vec<(AlertState, Option<DateTime<Utc>>)> = evaluator
         .states()
         .into_iter()
@@ -105,7 +104,17 @@ pub async fn evaluate_once(
             (s, at)
         })
         .collect();
-    store::record(&state.db, &plan.history, &states).await?;
+    let mut tx = state.db.begin().await?;
+    store::record(&mut tx, &plan.history, &states).await?;
+    let mut queued = Vec::with_capacity(plan.outgoing.len());
+    for o in &plan.outgoing {
+        queued.push(state.notifier.enqueue(&mut tx, &o.notification()).await?);
+    }
+    tx.commit().await?;
+    state.notifier.wake();
+    for (o, channels) in plan.outgoing.iter().zip(queued) {
+        tracing::info!(rule = %o.rule.id, key = %o.key, tell = ?o.tell, channels, "alert notification queued");
+    }
     Ok(plan.outgoing)
 }
 

@@ -1,9 +1,11 @@
 //! Alert rules, states, history and silences in SQLite. Rules from the config file are not
 //! stored: they are read from the configuration at every start.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::Row;
+use sqlx::{Row, SqliteConnection};
 
 use super::{AlertKey, AlertState, Rule, Transition};
 use crate::history::Db;
@@ -88,29 +90,43 @@ pub async fn delete_rule(db: &Db, id: &str) -> Result<bool, sqlx::Error> {
     Ok(done.rows_affected() > 0)
 }
 
-/// The pending and firing alerts as last evaluated, with when each was last notified.
-pub async fn states(db: &Db) -> Result<Vec<(AlertState, Option<DateTime<Utc>>)>, sqlx::Error> {
-    let rows = sqlx::query("select state, notified_at from alert_states").fetch_all(db).await?;
+/// A pending or firing alert as stored, with its notifications.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredState {
+    pub state: AlertState,
+    /// When its last firing or reminder notification was planned and put in the outbox; the
+    /// planner's memory of what it has told (so a firing is queued once, not after every poll).
+    pub queued_at: Option<DateTime<Utc>>,
+    /// When a channel last accepted a firing or reminder notification of it: only then does the
+    /// alert count as notified.
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+/// The pending and firing alerts as last evaluated.
+pub async fn states(db: &Db) -> Result<Vec<StoredState>, sqlx::Error> {
+    let rows = sqlx::query("select state, queued_at, delivered_at from alert_states").fetch_all(db).await?;
     let mut states = Vec::with_capacity(rows.len());
+    let time = |t: Option<i64>| t.and_then(|t| DateTime::from_timestamp(t, 0));
     for row in rows {
         let state: String = row.try_get("state")?;
-        let notified: Option<i64> = row.try_get("notified_at")?;
+        let (queued_at, delivered_at) = (time(row.try_get("queued_at")?), time(row.try_get("delivered_at")?));
         match serde_json::from_str(&state) {
-            Ok(s) => states.push((s, notified.and_then(|t| DateTime::from_timestamp(t, 0)))),
+            Ok(state) => states.push(StoredState { state, queued_at, delivered_at }),
             Err(e) => tracing::error!(error = %e, "a stored alert state cannot be read; it is dropped"),
         }
     }
     Ok(states)
 }
 
-/// One evaluation's result, in one transaction: its transitions go to the history, and the
-/// stored states become exactly `states`, each with when it was last notified.
+/// One evaluation's result, in the caller's transaction (which also writes the evaluation's
+/// notifications to the outbox): its transitions go to the history, and the stored states become
+/// exactly `states`, each with when it was last queued for notification. When a channel accepted
+/// one (`delivered_at`) is kept: the channels' tasks write it ([`mark_delivered`]).
 pub async fn record(
-    db: &Db,
+    conn: &mut SqliteConnection,
     transitions: &[(Transition, bool)],
     states: &[(AlertState, Option<DateTime<Utc>>)],
 ) -> Result<(), sqlx::Error> {
-    let mut tx = db.begin().await?;
     for (t, silenced) in transitions {
         sqlx::query(
             "insert into alert_history (at, rule_id, alert_key, from_phase, to_phase, value, note, silenced)
@@ -124,21 +140,59 @@ pub async fn record(
         .bind(t.value)
         .bind(&t.note)
         .bind(*silenced)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
     }
-    // States change at most once per poll and there are few: rewrite them whole.
-    sqlx::query("delete from alert_states").execute(&mut *tx).await?;
-    for (s, notified_at) in states {
-        sqlx::query("insert into alert_states (rule_id, alert_key, state, notified_at) values (?, ?, ?, ?)")
-            .bind(&s.rule_id)
-            .bind(key_json(&s.key))
-            .bind(serde_json::to_string(s).expect("states serialise"))
-            .bind(notified_at.map(|t| t.timestamp()))
-            .execute(&mut *tx)
+    // States change at most once per poll and there are few: those that ended go, the others
+    // are written whole but for `delivered_at`.
+    let kept: HashSet<(&str, String)> = states.iter().map(|(s, _)| (s.rule_id.as_str(), key_json(&s.key))).collect();
+    let stored: Vec<(String, String)> =
+        sqlx::query_as("select rule_id, alert_key from alert_states").fetch_all(&mut *conn).await?;
+    for (rule_id, key) in stored.iter().filter(|(rule_id, key)| !kept.contains(&(rule_id.as_str(), key.clone()))) {
+        sqlx::query("delete from alert_states where rule_id = ? and alert_key = ?")
+            .bind(rule_id)
+            .bind(key)
+            .execute(&mut *conn)
             .await?;
     }
-    tx.commit().await
+    for (s, queued_at) in states {
+        sqlx::query(
+            "insert into alert_states (rule_id, alert_key, state, queued_at) values (?, ?, ?, ?)
+             on conflict (rule_id, alert_key) do update set state = excluded.state, queued_at = excluded.queued_at",
+        )
+        .bind(&s.rule_id)
+        .bind(key_json(&s.key))
+        .bind(serde_json::to_string(s).expect("states serialise"))
+        .bind(queued_at.map(|t| t.timestamp()))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Notes that a channel accepted, at `at`, the firing or reminder notification of an alert that
+/// was planned at `planned_at`. Only the latest one queued for the alert counts: one from an
+/// earlier firing of the same rule and queue (resolved since, then fired again) must not mark
+/// the new one as told. A firing accepted after its reminder was queued therefore waits for the
+/// reminder's delivery: late, never wrong.
+pub async fn mark_delivered(
+    conn: &mut SqliteConnection,
+    rule_id: &str,
+    key: &AlertKey,
+    planned_at: DateTime<Utc>,
+    at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update alert_states set delivered_at = max(coalesce(delivered_at, 0), ?)
+         where rule_id = ? and alert_key = ? and queued_at = ?",
+    )
+    .bind(at.timestamp())
+    .bind(rule_id)
+    .bind(key_json(key))
+    .bind(planned_at.timestamp())
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 fn phase(p: super::AlertPhase) -> &'static str {
@@ -293,6 +347,63 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_alert_counts_as_notified_once_its_latest_queued_notification_was_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
+        let at = |secs: i64| DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap();
+        let key = AlertKey::broker("b");
+        let state = AlertState {
+            rule_id: "r".into(),
+            key: key.clone(),
+            phase: super::super::AlertPhase::Firing,
+            active_since: at(0),
+            fired_at: Some(at(0)),
+            false_since: None,
+            last_value: None,
+            observed_at: at(0),
+        };
+        let write = |queued_at: Option<DateTime<Utc>>| {
+            let (db, state) = (db.clone(), state.clone());
+            async move {
+                let mut tx = db.begin().await.unwrap();
+                record(&mut tx, &[], &[(state, queued_at)]).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+        };
+        let stored = || async {
+            states(&db).await.unwrap().into_iter().map(|s| (s.queued_at, s.delivered_at)).collect::<Vec<_>>()
+        };
+        let deliver = |planned: i64, delivered: i64| {
+            let (db, key) = (db.clone(), key.clone());
+            async move {
+                let mut conn = db.acquire().await.unwrap();
+                mark_delivered(&mut conn, "r", &key, at(planned), at(delivered)).await.unwrap();
+            }
+        };
+
+        write(Some(at(0))).await;
+        assert_eq!(stored().await, [(Some(at(0)), None)], "queued, not yet notified");
+        deliver(0, 3).await;
+        assert_eq!(stored().await, [(Some(at(0)), Some(at(3)))]);
+        write(Some(at(0))).await;
+        assert_eq!(stored().await, [(Some(at(0)), Some(at(3)))], "a later evaluation keeps the delivery");
+        // A reminder is queued; the firing accepted late by a slow channel is not it.
+        write(Some(at(100))).await;
+        deliver(0, 104).await;
+        assert_eq!(stored().await, [(Some(at(100)), Some(at(3)))]);
+        deliver(100, 101).await;
+        assert_eq!(stored().await, [(Some(at(100)), Some(at(101)))]);
+        // Resolved: the state goes, and a new firing of the same alert starts untold.
+        let mut tx = db.begin().await.unwrap();
+        record(&mut tx, &[], &[]).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(stored().await, []);
+        write(None).await;
+        deliver(100, 200).await;
+        assert_eq!(stored().await, [(None, None)], "an old episode's delivery does not count");
+    }
+
+    #[tokio::test]
     async fn old_history_is_pruned() {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
@@ -305,7 +416,9 @@ mod tests {
             at: DateTime::from_timestamp(at, 0).unwrap(),
             note: None,
         };
-        record(&db, &[(transition(1_000), false), (transition(5_000), false)], &[]).await.unwrap();
+        let mut tx = db.begin().await.unwrap();
+        record(&mut tx, &[(transition(1_000), false), (transition(5_000), false)], &[]).await.unwrap();
+        tx.commit().await.unwrap();
         assert_eq!(prune_history(&db, 2_000).await.unwrap(), 1);
         assert_eq!(history(&db, 10).await.unwrap().len(), 1);
     }

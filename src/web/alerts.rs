@@ -233,7 +233,12 @@ pub struct AlertView {
     pub rule_name: String,
     pub severity: Option<alerts::Severity>,
     pub silenced: bool,
+    /// When a channel last accepted a firing or reminder notification of the alert; `null`
+    /// until one did. (Before the outbox this was when the notification was queued; the field
+    /// keeps its name and now means what it says.)
     pub notified_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the last firing or reminder notification was queued for the channels.
+    pub queued_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The pending and firing alerts as of the last evaluation, firing first.
@@ -244,13 +249,15 @@ pub async fn current_alerts(state: &AppState) -> Result<Vec<AlertView>, WebError
     let mut views: Vec<AlertView> = store::states(&state.db)
         .await?
         .into_iter()
-        .map(|(s, notified_at)| {
+        .map(|stored| {
+            let s = stored.state;
             let rule = rules.iter().find(|r| r.rule.id == s.rule_id);
             AlertView {
                 rule_name: rule.map(|r| r.rule.name.clone()).unwrap_or_else(|| s.rule_id.clone()),
                 severity: rule.map(|r| r.rule.severity),
                 silenced: silences.iter().any(|x| x.covers(&s.rule_id, &s.key, now)),
-                notified_at,
+                notified_at: stored.delivered_at,
+                queued_at: stored.queued_at,
                 state: s,
             }
         })

@@ -1,20 +1,25 @@
-//! The dispatcher: one task per channel, each with a bounded queue, so that a receiver that
+//! The dispatcher: one task per channel, each delivering that channel's rows of the outbox
+//! (`notification_outbox`, see `outbox`) oldest first, one at a time, so that a receiver that
 //! hangs or keeps answering 500 holds up only its own channel. Handing a notification over
-//! never waits: a full queue drops the notification, logged and recorded, rather than stall
-//! the alert evaluator.
+//! writes rows and never waits for a receiver: a channel whose outbox is full gets a `dropped`
+//! log row instead, rather than grow without bound while its receiver is down. What a channel
+//! has not accepted is in the database, with its attempts, so it survives a restart (at least
+//! once: an attempt cut short by a stop is made again).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::Utc;
-use tokio::sync::mpsc::{self, error::TrySendError};
+use sqlx::SqliteConnection;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::outbox::{self, PendingDelivery};
 use super::send::{send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};
-use super::{record, LogEntry, Notification, NotificationChannel, Outcome};
+use super::{record, LogEntry, Notification, NotificationChannel, NotificationKind, Outcome};
 use crate::history::Db;
-
 /// How hard the dispatcher tries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeliveryPolicy {
@@ -26,7 +31,8 @@ pub struct DeliveryPolicy {
     pub max_backoff: Duration,
     /// How long one attempt may take, connecting included.
     pub attempt_timeout: Duration,
-    /// Notifications waiting per channel; more are dropped, not waited for.
+    /// Notifications waiting per channel (its rows in the outbox, the one being attempted
+    /// included); more are dropped, not waited for.
     pub queue_capacity: usize,
 }
 
@@ -54,8 +60,8 @@ impl DeliveryPolicy {
     }
 }
 
-/// Sends notifications to every channel that wants them, in the background. Cheap to clone:
-/// clones share the channels' tasks.
+/// Sends notifications to every channel that wants them, in the background, through the
+/// outbox. Cheap to clone: clones share the channels' tasks.
 #[derive(Clone)]
 pub struct Dispatcher {
     inner: Arc<Inner>,
@@ -80,7 +86,12 @@ impl std::fmt::Debug for Dispatcher {
 /// One channel's task, as the dispatcher reaches it.
 struct Worker {
     channel: Arc<NotificationChannel>,
-    queue: mpsc::Sender<Notification>,
+    /// Signalled when rows for the channel were committed.
+    wake: Arc<Notify>,
+    /// Stops this task alone: its channel was changed or removed.
+    stop: CancellationToken,
+    /// The task, for a successor on the same channel id to wait for.
+    task: JoinHandle<()>,
 }
 
 /// What every attempt needs, shared by the channels' tasks.
@@ -91,12 +102,13 @@ struct Delivery {
     policy: DeliveryPolicy,
 }
 
-/// What the log says of notifications that warren stopped before sending.
-const STOPPED: &str = "warren stopped before sending it";
+/// What the log says of an attempt cut short: the receiver may have it, and it is made again.
+const STOPPED: &str = "stopped during the attempt (warren shut down or the channel changed); the receiver may or \
+                       may not have it; it stays in the outbox and is tried again";
 
 impl Dispatcher {
     /// A dispatcher with no channel yet; [`Dispatcher::set_channels`] starts them. `http` is
-    /// the process's shared client, `db` where the delivery log goes.
+    /// the process's shared client, `db` where the outbox and the delivery log are.
     pub fn new(http: reqwest::Client, db: Db, policy: DeliveryPolicy) -> Dispatcher {
         let delivery = Delivery { http, db, policy };
         let workers = Mutex::new(Vec::new());
@@ -105,25 +117,51 @@ impl Dispatcher {
         }
     }
 
-    /// Replaces the channels (the channels must have passed `validate`). An unchanged channel
-    /// keeps its task, its queue and the retries in progress; a changed or removed channel's
-    /// task sends what it has queued with its old settings, then stops.
+    /// Replaces the channels (the channels must have passed `validate`) and starts their tasks,
+    /// which first deliver what the outbox already holds for them (rows from before a restart,
+    /// with their attempt counts). An unchanged channel keeps its task. A changed channel's old
+    /// task stops (an attempt in flight is abandoned, and made again) and the new one, which
+    /// waits for it, delivers the channel's rows with the new settings.
+    ///
+    /// Rows of a channel id that is no longer configured are deleted, each with a `dropped` log
+    /// row saying "the channel was removed": keeping them until the id came back would send
+    /// stale news (a firing resolved long ago) to whatever the id then names, and would hide
+    /// them from the log meanwhile.
     pub fn set_channels(&self, channels: Vec<NotificationChannel>) {
         let mut workers = self.inner.workers.lock().unwrap_or_else(PoisonError::into_inner);
         let mut old = std::mem::take(&mut *workers);
         for channel in channels {
-            if let Some(i) = old.iter().position(|w| *w.channel == channel && !w.queue.is_closed()) {
+            if let Some(i) = old.iter().position(|w| *w.channel == channel && !w.task.is_finished()) {
                 workers.push(old.swap_remove(i));
                 continue;
             }
-            let (queue, receiver) = mpsc::channel(self.inner.delivery.policy.queue_capacity.max(1));
+            // One task at a time per channel id, or two would deliver the same rows.
+            let previous = old.iter().position(|w| w.channel.id == channel.id).map(|i| {
+                let worker = old.swap_remove(i);
+                worker.stop.cancel();
+                worker.task
+            });
             let channel = Arc::new(channel);
-            let task =
-                run_channel(channel.clone(), receiver, self.inner.delivery.clone(), self.inner.cancel.child_token());
-            self.inner.tracker.spawn(task);
-            workers.push(Worker { channel, queue });
+            let wake = Arc::new(Notify::new());
+            let stop = self.inner.cancel.child_token();
+            let task = run_channel(channel.clone(), wake.clone(), self.inner.delivery.clone(), stop.clone(), previous);
+            let task = self.inner.tracker.spawn(task);
+            workers.push(Worker { channel, wake, stop, task });
         }
-        // Dropping the rest of `old` closes their queues: those tasks finish and stop.
+        for removed in old {
+            removed.stop.cancel();
+        }
+        drop(workers);
+        let dispatcher = self.clone();
+        self.inner.tracker.spawn(async move {
+            // The channels as they are when this runs: a later call may have brought one back.
+            let ids: Vec<String> = dispatcher.channels().into_iter().map(|c| c.id).collect();
+            match outbox::drop_other_channels(&dispatcher.inner.delivery.db, &ids).await {
+                Ok(0) => {}
+                Ok(dropped) => tracing::warn!(dropped, "pending notifications of removed channels dropped"),
+                Err(e) => tracing::error!(error = %e, "cannot drop the pending notifications of removed channels"),
+            }
+        });
     }
 
     /// The current channels, in the order given to `set_channels`.
@@ -132,39 +170,57 @@ impl Dispatcher {
         workers.iter().map(|w| (*w.channel).clone()).collect()
     }
 
-    /// Queues `n` for every channel that wants it, without waiting; returns how many took it.
-    /// A channel whose queue is full (its receiver has been failing for a while) drops `n`,
-    /// with a warning and a `dropped` row in the delivery log.
-    pub fn notify(&self, n: &Notification) -> usize {
-        let workers = self.inner.workers.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Puts `n` in the outbox for every channel that wants it and wakes their tasks; returns how
+    /// many took it. Never waits for a receiver. See [`Dispatcher::enqueue`] for a full channel.
+    pub async fn notify(&self, n: &Notification) -> Result<usize, sqlx::Error> {
+        let mut tx = self.inner.delivery.db.begin().await?;
+        let queued = self.enqueue(&mut tx, n).await?;
+        tx.commit().await?;
+        self.wake();
+        Ok(queued)
+    }
+
+    /// Writes `n` to the outbox for every channel that wants it, in the caller's transaction (the
+    /// alert evaluator's, with the alert states), and returns how many took it. Call
+    /// [`Dispatcher::wake`] once it is committed. A channel already holding `queue_capacity`
+    /// rows (its receiver has been failing for a while) drops `n`, with a warning and a
+    /// `dropped` row in the delivery log.
+    pub async fn enqueue(&self, conn: &mut SqliteConnection, n: &Notification) -> Result<usize, sqlx::Error> {
+        let capacity = self.inner.delivery.policy.queue_capacity.max(1);
         let mut queued = 0;
-        for worker in workers.iter().filter(|w| w.channel.wants(n)) {
-            let reason = match worker.queue.try_send(n.clone()) {
-                Ok(()) => {
-                    queued += 1;
-                    continue;
-                }
-                Err(TrySendError::Full(_)) => {
-                    format!("the channel's queue is full ({} notifications waiting)", worker.queue.max_capacity())
-                }
-                Err(TrySendError::Closed(_)) => STOPPED.to_string(),
-            };
+        for channel in self.channels().iter().filter(|c| c.wants(n)) {
+            let waiting = outbox::waiting(conn, &channel.id).await?;
+            if waiting < capacity {
+                outbox::insert(conn, channel, n, Utc::now()).await?;
+                queued += 1;
+                continue;
+            }
+            let reason = format!("the channel's queue is full ({waiting} notifications waiting)");
             tracing::warn!(
-                channel = %worker.channel.id,
-                target = %worker.channel.display_target(),
+                channel = %channel.id,
+                target = %channel.display_target(),
                 rule = %n.rule_id,
                 alert = %n.key,
                 "notification dropped: {reason}"
             );
-            let entry = LogEntry { error: Some(reason), ..LogEntry::new(&worker.channel, n, 1, Outcome::Dropped) };
-            let delivery = self.inner.delivery.clone();
-            self.inner.tracker.spawn(async move { delivery.log(&entry).await });
+            record(&mut *conn, &LogEntry { error: Some(reason), ..LogEntry::new(channel, n, 1, Outcome::Dropped) })
+                .await?;
         }
-        queued
+        Ok(queued)
+    }
+
+    /// Tells every channel's task to look at the outbox: rows were committed for it.
+    pub fn wake(&self) {
+        let workers = self.inner.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        for worker in workers.iter() {
+            // A permit is kept while the task is busy, so no wake is missed.
+            worker.wake.notify_one();
+        }
     }
 
     /// The "send test notification" button: one attempt at once on `channel` (which need not
-    /// be one of the dispatcher's), bounded by the attempt timeout, recorded in the log.
+    /// be one of the dispatcher's), bounded by the attempt timeout, recorded in the log. It does
+    /// not go through the outbox: the person who pressed the button wants the answer now.
     pub async fn send_test(&self, channel: &NotificationChannel) -> Result<Delivered, DeliveryError> {
         let delivery = &self.inner.delivery;
         let n = Notification::test(Utc::now());
@@ -183,9 +239,10 @@ impl Dispatcher {
         result
     }
 
-    /// Stops every channel: an attempt in progress is abandoned, and what is still queued or
-    /// waiting for a retry is recorded as dropped. Waits up to `deadline` for the tasks (which
-    /// write those rows) and returns whether they all ended. Call it before closing the database.
+    /// Stops every channel: an attempt in progress is abandoned (logged as `dropped`, and made
+    /// again at the next start); what waits in the outbox stays there for the next start.
+    /// Waits up to `deadline` for the tasks and returns whether they all ended. Call it before
+    /// closing the database.
     pub async fn shutdown(&self, deadline: Duration) -> bool {
         self.inner.cancel.cancel();
         self.inner.tracker.close();
@@ -193,90 +250,136 @@ impl Dispatcher {
     }
 }
 
-/// One channel's task: its notifications one after the other, in order, until its queue
-/// closes (the channel was removed or changed) or `cancel`.
+/// How long a channel's task waits after the database failed it, before it reads again.
+const DATABASE_RETRY: Duration = Duration::from_secs(1);
+
+/// One channel's task: its rows of the outbox one after the other, oldest first (so a firing is
+/// told before its resolution), each when it is due, until `stop`. It starts once `previous`
+/// (the task of the channel's former settings) has ended.
 async fn run_channel(
     channel: Arc<NotificationChannel>,
-    mut queue: mpsc::Receiver<Notification>,
+    wake: Arc<Notify>,
     delivery: Delivery,
-    cancel: CancellationToken,
+    stop: CancellationToken,
+    previous: Option<JoinHandle<()>>,
 ) {
-    loop {
-        let n = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break,
-            n = queue.recv() => match n {
-                Some(n) => n,
-                None => return,
-            },
-        };
-        delivery.deliver(&channel, &n, &cancel).await;
+    if let Some(previous) = previous {
+        if let Err(e) = previous.await {
+            tracing::error!(channel = %channel.id, error = %e, "the channel's previous task failed");
+        }
     }
-    queue.close();
-    while let Ok(n) = queue.try_recv() {
-        delivery
-            .log(&LogEntry { error: Some(STOPPED.to_string()), ..LogEntry::new(&channel, &n, 1, Outcome::Dropped) })
-            .await;
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            next = outbox::oldest(&delivery.db, &channel.id) => next,
+        };
+        // How long to wait for the next row to come due; `None`: until woken.
+        let wait = match next {
+            Ok(Some(pending)) => match (pending.next_attempt_at - Utc::now()).to_std() {
+                // A wall clock set back must not hold a row for longer than a backoff.
+                Ok(due_in) if !due_in.is_zero() => Some(due_in.min(delivery.policy.max_backoff)),
+                _ => {
+                    delivery.attempt(&channel, &pending, &stop).await;
+                    continue;
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!(channel = %channel.id, error = %e, "cannot read the notification outbox; will retry");
+                Some(DATABASE_RETRY)
+            }
+        };
+        let sleep = async {
+            match wait {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = wake.notified() => {}
+            _ = sleep => {}
+        }
     }
 }
 
 impl Delivery {
-    /// Attempts until one succeeds, retrying cannot help, the attempts are used up, or `cancel`;
-    /// every attempt goes in the log.
-    async fn deliver(&self, channel: &NotificationChannel, n: &Notification, cancel: &CancellationToken) {
-        let max_attempts = self.policy.max_attempts.max(1);
-        for attempt in 1..=max_attempts {
-            let result = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => {
-                    let error = "warren stopped during the attempt; the receiver may or may not have it".to_string();
-                    self.log(&LogEntry { error: Some(error), ..LogEntry::new(channel, n, attempt, Outcome::Dropped) }).await;
-                    return;
-                }
-                result = send(&self.http, channel, n, self.policy.attempt_timeout) => result,
-            };
-            let error = match result {
-                Ok(delivered) => {
-                    let entry = LogEntry {
-                        http_status: delivered.http_status,
-                        ..LogEntry::new(channel, n, attempt, Outcome::Sent)
-                    };
-                    self.log(&entry).await;
-                    return;
-                }
-                Err(error) => error,
-            };
-            let last = attempt == max_attempts || error.is_permanent();
-            let outcome = if last { Outcome::GaveUp } else { Outcome::Failed };
-            tracing::warn!(
-                channel = %channel.id,
-                target = %channel.display_target(),
-                rule = %n.rule_id,
-                alert = %n.key,
-                attempt,
-                error = %error,
-                "notification attempt failed{}",
-                if last { "; giving up" } else { "; will retry" }
-            );
-            let entry = LogEntry {
-                http_status: error.http_status(),
-                error: Some(error.to_string()),
-                ..LogEntry::new(channel, n, attempt, outcome)
-            };
-            self.log(&entry).await;
-            if last {
+    /// One attempt at `pending`, logged, its outcome written to the outbox in the same
+    /// transaction: delivered or given up, the row goes; failed, it comes due again after the
+    /// backoff. An attempt cut short by `stop` leaves the row as it was.
+    async fn attempt(&self, channel: &NotificationChannel, pending: &PendingDelivery, stop: &CancellationToken) {
+        let n = &pending.notification;
+        let attempt = pending.attempts + 1;
+        let result = tokio::select! {
+            biased;
+            _ = stop.cancelled() => {
+                let entry = LogEntry { error: Some(STOPPED.to_string()), ..LogEntry::new(channel, n, attempt, Outcome::Dropped) };
+                self.log(&entry).await;
                 return;
             }
+            result = send(&self.http, channel, n, self.policy.attempt_timeout) => result,
+        };
+        let (entry, retry_in) = match result {
+            Ok(delivered) => (
+                LogEntry { http_status: delivered.http_status, ..LogEntry::new(channel, n, attempt, Outcome::Sent) },
+                None,
+            ),
+            Err(error) => {
+                // A row from before a restart under a policy with fewer attempts ends here too.
+                let last = attempt >= self.policy.max_attempts.max(1) || error.is_permanent();
+                tracing::warn!(
+                    channel = %channel.id,
+                    target = %channel.display_target(),
+                    rule = %n.rule_id,
+                    alert = %n.key,
+                    attempt,
+                    error = %error,
+                    "notification attempt failed{}",
+                    if last { "; giving up" } else { "; will retry" }
+                );
+                let outcome = if last { Outcome::GaveUp } else { Outcome::Failed };
+                let entry = LogEntry {
+                    http_status: error.http_status(),
+                    error: Some(error.to_string()),
+                    ..LogEntry::new(channel, n, attempt, outcome)
+                };
+                (entry, (!last).then(|| self.policy.backoff(attempt)))
+            }
+        };
+        if let Err(e) = self.settle(pending, &entry, retry_in).await {
+            // The row stays as it was: the attempt is made again (a duplicate if it was sent).
+            tracing::error!(error = %e, channel = %channel.id, outcome = entry.outcome.as_str(), "cannot record a notification attempt");
             tokio::select! {
-                biased;
-                _ = cancel.cancelled() => {
-                    let entry = LogEntry { error: Some(STOPPED.to_string()), ..LogEntry::new(channel, n, attempt + 1, Outcome::Dropped) };
-                    self.log(&entry).await;
-                    return;
-                }
-                _ = tokio::time::sleep(self.policy.backoff(attempt)) => {}
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(DATABASE_RETRY) => {}
             }
         }
+    }
+
+    /// Writes an attempt's outcome: its log row, and the outbox row retried after `retry_in`
+    /// or deleted; a delivered firing or reminder marks its alert as notified.
+    async fn settle(
+        &self,
+        pending: &PendingDelivery,
+        entry: &LogEntry,
+        retry_in: Option<Duration>,
+    ) -> Result<(), sqlx::Error> {
+        let mut tx = self.db.begin().await?;
+        match retry_in {
+            Some(wait) => {
+                let next_at = entry.at + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX);
+                outbox::retry_later(&mut tx, pending.id, entry.attempt, next_at).await?;
+            }
+            None => outbox::remove(&mut tx, pending.id).await?,
+        }
+        let n = &pending.notification;
+        if entry.outcome == Outcome::Sent && matches!(n.kind, NotificationKind::Firing | NotificationKind::Reminder) {
+            crate::alerts::store::mark_delivered(&mut tx, &n.rule_id, &n.key, n.at, entry.at).await?;
+        }
+        record(&mut *tx, entry).await?;
+        tx.commit().await
     }
 
     /// Writes a log row; a database error is logged and the delivery goes on.

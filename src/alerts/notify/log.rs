@@ -1,5 +1,5 @@
-//! The delivery log: one row per attempt, and one per notification that was never attempted,
-//! so an operator can see why a message did not arrive.
+//! The delivery log: one row per attempt, and one per notification that was never attempted
+//! or whose attempt warren abandoned, so an operator can see why a message did not arrive.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -18,7 +18,9 @@ pub enum Outcome {
     Failed,
     /// This attempt failed and was the last: retries are used up, or retrying cannot help.
     GaveUp,
-    /// Never attempted: the channel's queue was full, or warren stopped first.
+    /// This attempt was not made, or not finished: the channel's queue (its rows in the outbox)
+    /// was full or the channel was removed, and the notification is lost; or warren stopped
+    /// during the attempt, and the notification stays in the outbox to be tried again.
     Dropped,
 }
 
@@ -58,11 +60,16 @@ pub struct LogEntry {
 impl LogEntry {
     /// An entry for `n` on `channel`, now; set `http_status` and `error` as they apply.
     pub fn new(channel: &NotificationChannel, n: &Notification, attempt: u32, outcome: Outcome) -> LogEntry {
+        LogEntry::about(&channel.id, &channel.name, n, attempt, outcome)
+    }
+
+    /// The same, for a channel known only by id and name (one that may have been removed).
+    pub fn about(channel_id: &str, channel_name: &str, n: &Notification, attempt: u32, outcome: Outcome) -> LogEntry {
         let about_alert = n.kind != NotificationKind::Test;
         LogEntry {
             at: Utc::now(),
-            channel_id: channel.id.clone(),
-            channel_name: channel.name.clone(),
+            channel_id: channel_id.to_string(),
+            channel_name: channel_name.to_string(),
             kind: n.kind,
             rule_id: about_alert.then(|| n.rule_id.clone()),
             alert_key: about_alert.then(|| n.key.clone()),
@@ -90,8 +97,9 @@ pub struct DeliveryRecord {
     pub error: Option<String>,
 }
 
-/// Writes one row of the delivery log.
-pub async fn record(db: &Db, entry: &LogEntry) -> Result<(), sqlx::Error> {
+/// Writes one row of the delivery log, on the pool or in a transaction (the outbox writes its
+/// rows and their log rows together).
+pub async fn record<'e>(db: impl sqlx::SqliteExecutor<'e>, entry: &LogEntry) -> Result<(), sqlx::Error> {
     let alert_key = entry.alert_key.as_ref().map(|k| serde_json::to_string(k).expect("an alert key is plain data"));
     sqlx::query(
         "insert into notification_log \
