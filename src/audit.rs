@@ -49,11 +49,13 @@ pub struct Entry<'a> {
     pub request: String,
 }
 
-/// Records a broker action before it runs; returns its id for `finish`.
+/// Records a broker action before it runs; returns its id for `finish`. The id comes only once
+/// the row is committed: `insert ... returning` hands its row over before the statement ends, and
+/// on a full disk a requeue ran with an id whose commit had failed (issue 16, case 7).
 pub async fn start(db: &Db, entry: Entry<'_>) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
+    let done = sqlx::query(
         "insert into audit_log (at, kind, actor, broker, vhost, queue, action, request, outcome)
-         values (?, 'action', ?, ?, ?, ?, ?, ?, 'started') returning id",
+         values (?, 'action', ?, ?, ?, ?, ?, ?, 'started')",
     )
     .bind(chrono::Utc::now().timestamp())
     .bind(entry.actor)
@@ -62,22 +64,25 @@ pub async fn start(db: &Db, entry: Entry<'_>) -> Result<i64, sqlx::Error> {
     .bind(entry.queue)
     .bind(entry.action)
     .bind(entry.request)
-    .fetch_one(db)
-    .await
+    .execute(db)
+    .await?;
+    Ok(done.last_insert_rowid())
 }
 
 /// Records an account change that was made (`user add`, `token revoke`, ...), by `actor`.
 pub async fn account(db: &Db, actor: &str, action: &str, request: &serde_json::Value) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
+    // Not `returning id`: see `start`.
+    let done = sqlx::query(
         "insert into audit_log (at, kind, actor, broker, vhost, queue, action, request, outcome)
-         values (?, 'account', ?, '', '', '', ?, ?, 'done') returning id",
+         values (?, 'account', ?, '', '', '', ?, ?, 'done')",
     )
     .bind(chrono::Utc::now().timestamp())
     .bind(actor)
     .bind(action)
     .bind(request.to_string())
-    .fetch_one(db)
-    .await
+    .execute(db)
+    .await?;
+    Ok(done.last_insert_rowid())
 }
 
 /// Records a successful login of `name` from `peer` (the client's address): one row each, as
@@ -166,38 +171,109 @@ async fn failed_login_row(db: &Db, bucket: i64, source: &str, name: &str) -> Res
     })
 }
 
-/// Records how an action ended.
+/// What became of one message of a move, as the audit log keeps it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Fate {
+    pub position: usize,
+    pub message_id: Option<String>,
+    /// `moved`, `failed`, `held` or `not_found`.
+    pub outcome: &'static str,
+    /// Where it went (a queue, or empty for a delete), or why it failed.
+    pub detail: String,
+}
+
+/// Records how an action ended, with the fates of the messages not yet checkpointed, in one
+/// transaction: either all of it is durable or none, and the caller tries again.
 pub async fn finish(
     db: &Db,
     id: i64,
     outcome: &str,
     moved: usize,
     failed: usize,
-    message_ids: &[Option<String>],
     detail: Option<&str>,
+    fates: &[Fate],
 ) -> Result<(), sqlx::Error> {
-    let ids = serde_json::to_string(message_ids).expect("ids serialise");
-    sqlx::query("update audit_log set outcome = ?, moved = ?, failed = ?, message_ids = ?, detail = ? where id = ?")
-        .bind(outcome)
-        .bind(moved as i64)
-        .bind(failed as i64)
-        .bind(ids)
-        .bind(detail)
+    let mut tx = db.begin().await?;
+    insert_fates(&mut tx, id, fates).await?;
+    // The moved ids, checkpointed or not, in the order of their positions.
+    sqlx::query(
+        "update audit_log set outcome = ?1, moved = ?2, failed = ?3, detail = ?4,
+             message_ids = (select json_group_array(message_id) from
+                 (select message_id from audit_messages where audit_id = ?5 and outcome = 'moved'
+                  order by position, rowid))
+         where id = ?5",
+    )
+    .bind(outcome)
+    .bind(moved as i64)
+    .bind(failed as i64)
+    .bind(detail)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+/// Records the fates of the messages a running action settled since the last checkpoint (what a
+/// crash leaves behind), in one transaction with its counts, which are counted from those fates:
+/// an interrupted entry's counts and ids always agree.
+pub async fn checkpoint(db: &Db, id: i64, fates: &[Fate]) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    insert_fates(&mut tx, id, fates).await?;
+    sqlx::query(
+        "update audit_log set outcome = 'running',
+             moved = (select count(*) from audit_messages where audit_id = ?1 and outcome = 'moved'),
+             failed = (select count(*) from audit_messages where audit_id = ?1 and outcome = 'failed')
+         where id = ?1 and outcome in ('started', 'running')",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+async fn insert_fates(tx: &mut sqlx::SqliteConnection, id: i64, fates: &[Fate]) -> Result<(), sqlx::Error> {
+    for fate in fates {
+        sqlx::query(
+            "insert into audit_messages (audit_id, position, message_id, outcome, detail) values (?, ?, ?, ?, ?)",
+        )
         .bind(id)
-        .execute(db)
+        .bind(fate.position as i64)
+        .bind(&fate.message_id)
+        .bind(fate.outcome)
+        .bind(&fate.detail)
+        .execute(&mut *tx)
         .await?;
+    }
     Ok(())
 }
 
-/// Records a running action's progress (a checkpoint a crash leaves behind).
-pub async fn progress(db: &Db, id: i64, moved: usize, failed: usize) -> Result<(), sqlx::Error> {
-    sqlx::query("update audit_log set outcome = 'running', moved = ?, failed = ? where id = ? and outcome in ('started', 'running')")
-        .bind(moved as i64)
-        .bind(failed as i64)
-        .bind(id)
-        .execute(db)
-        .await?;
-    Ok(())
+/// What became of each message of action `id`, by position.
+pub async fn messages(db: &Db, id: i64) -> Result<Vec<MessageRecord>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select position, message_id, outcome, detail from audit_messages where audit_id = ? order by position, rowid",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(MessageRecord {
+                position: r.try_get("position")?,
+                message_id: r.try_get("message_id")?,
+                outcome: r.try_get("outcome")?,
+                detail: r.try_get("detail")?,
+            })
+        })
+        .collect()
+}
+
+/// One message's fate as the audit log read it back.
+#[derive(Debug, Serialize)]
+pub struct MessageRecord {
+    pub position: i64,
+    pub message_id: Option<String>,
+    pub outcome: String,
+    pub detail: String,
 }
 
 /// Marks the actions a previous run left unfinished (it crashed or was killed); called at

@@ -20,6 +20,7 @@ use crate::metrics::rate_from_milli;
 
 pub mod rollup;
 pub mod series;
+pub mod storage;
 
 pub type Db = SqlitePool;
 

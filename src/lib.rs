@@ -66,10 +66,13 @@ pub async fn run(
 
     for broker in state.config.brokers.iter().cloned() {
         let id = state.broker_ids[&broker.name];
-        let poller = poller::Poller::new(broker, state.db.clone(), state.live.clone(), id).await?;
+        let poller = poller::Poller::new(broker, state.db.clone(), state.live.clone(), id)
+            .await?
+            .report_storage_to(state.storage.clone());
         tracker.spawn(poller.run(cancel.child_token()));
     }
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));
+    tracker.spawn(storage_loop(state.clone(), cancel.child_token()));
     tracker.spawn(alerts::runner::run(state.clone(), cancel.child_token()));
 
     let addr = listener.local_addr()?;
@@ -100,6 +103,22 @@ pub async fn run(
     state.notifier.shutdown(SHUTDOWN_DEADLINE).await;
     state.db.close().await;
     served.map_err(Into::into)
+}
+
+/// How often the database's health is checked when nothing else writes (`history::storage`).
+const STORAGE_CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// Checks that the database can still be written, so that every page warns within seconds of a
+/// full disk or a deleted file, even while no poll or action writes.
+async fn storage_loop(state: AppState, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(STORAGE_CHECK_EVERY) => {}
+        }
+        // A failure is recorded and logged by the check; pages and /readyz show it.
+        let _ = state.storage.check(&state.db).await;
+    }
 }
 
 /// Refuses to serve a non-loopback address without authentication, and says how to set it up

@@ -26,6 +26,8 @@ pub struct AppState {
     pub notifier: crate::alerts::notify::Dispatcher,
     /// Who must log in, the login throttle, CSRF tokens without a session.
     pub gate: Arc<crate::auth::Gate>,
+    /// Whether the database can be written, apart from the brokers' health.
+    pub storage: Arc<crate::history::storage::Storage>,
 }
 
 /// The latest poll result of every broker, written by the pollers and read by the pages.
@@ -169,6 +171,7 @@ impl AppState {
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone()));
         AppState {
             gate,
+            storage: Arc::new(crate::history::storage::Storage::new(&config.database)),
             config: Arc::new(config),
             db,
             live: Live::new(&names),

@@ -6,7 +6,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::dead_letters::depth;
+use common::dead_letters::{depth, drain_ids};
 use common::{wait_for, TestVhost, Warren};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
@@ -157,7 +157,7 @@ impl Drop for Process {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
-    const N: u64 = 10_000;
+    const N: u64 = 20_000;
     let vhost = TestVhost::create("sigkill").await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
@@ -187,6 +187,19 @@ async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
         .unwrap();
     let id = started["job"]["id"].as_i64().expect("a job");
     let seen = wait_until_moved(&http, &warren.base, id, 500).await;
+    // And until a checkpoint recorded some, so that the kill leaves ids behind to check.
+    wait_for("a checkpoint with moved messages", Duration::from_secs(30), || async {
+        let audit: Value =
+            http.get(format!("{}/api/v1/audit", warren.base)).send().await.unwrap().json().await.unwrap();
+        match audit[0]["moved"].as_u64() {
+            Some(n) if n > 0 && audit[0]["outcome"] == "running" => Ok(()),
+            _ if audit[0]["outcome"] != "running" && audit[0]["outcome"] != "started" => {
+                panic!("the move ended before the test could interrupt it: {audit}")
+            }
+            _ => Err(audit[0].to_string()),
+        }
+    })
+    .await;
     warren.child.kill().expect("SIGKILL");
     warren.child.wait().unwrap();
     let moved_before_kill = seen["progress"]["moved"].as_u64().unwrap();
@@ -215,6 +228,22 @@ async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
     assert!(audit[0]["moved"].as_u64().unwrap() <= in_orders, "the checkpoint never over-reports: {audit}");
     let job: Value = http.get(format!("{}/api/v1/jobs/{id}", warren.base)).send().await.unwrap().json().await.unwrap();
     assert_eq!(job["state"], "interrupted", "{job}");
+    // Its checkpoints recorded which messages moved, not just how many: each of those ids is in
+    // the target (an interrupted move used to record no id at all).
+    let fates: Value =
+        http.get(format!("{}/api/v1/audit/{id}/messages", warren.base)).send().await.unwrap().json().await.unwrap();
+    let recorded: Vec<String> = fates
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["outcome"] == "moved")
+        .map(|f| f["message_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(recorded.len() as u64, audit[0]["moved"].as_u64().unwrap(), "ids and count from the same checkpoint");
+    assert!(!recorded.is_empty(), "the kill came after a checkpoint: {audit}");
+    let in_target: std::collections::HashSet<String> = drain_ids(&channel, "orders").await.into_iter().collect();
+    let missing: Vec<&String> = recorded.iter().filter(|id| !in_target.contains(*id)).collect();
+    assert!(missing.is_empty(), "recorded as moved but not in the target: {missing:?}");
     drop(warren);
     connection.close(0, "done").await.ok();
 }

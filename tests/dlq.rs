@@ -463,6 +463,16 @@ async fn a_target_deleted_during_a_move_loses_nothing_the_delete_did_not() {
     let both = moved.intersection(&left_set).count();
     assert!(moved.len() < all.len() && !left.is_empty(), "the delete stopped the move: {} moved", moved.len());
     eprintln!("moved {} before the delete, {} left in the DLQ, {both} in both (duplicates)", moved.len(), left.len());
+    // The audit log has every moved id and the failure with its reason, not just counts.
+    let (status, fates) = warren.get_json(&format!("/api/v1/audit/{id}/messages")).await;
+    assert_eq!(status, 200, "{fates}");
+    let of = |outcome: &str| -> Vec<&Value> {
+        fates.as_array().unwrap().iter().filter(|f| f["outcome"] == outcome).collect()
+    };
+    let recorded: std::collections::HashSet<String> =
+        of("moved").iter().map(|f| f["message_id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(recorded, moved, "the audit's moved ids are the report's");
+    assert!(of("failed").iter().any(|f| f["detail"].as_str().unwrap().contains("unroutable")), "{fates}");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

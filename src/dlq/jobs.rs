@@ -167,6 +167,8 @@ pub struct Job {
 struct JobState {
     method: Method,
     finished: Option<Finished>,
+    /// Why the job's end is not recorded yet (the audit log cannot be written).
+    audit_problem: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -204,7 +206,7 @@ impl Job {
     pub fn status(&self) -> JobStatus {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let (outcome, finished_at, report, error) = match state.finished {
-            None => ("running", None, None, None),
+            None => ("running", None, None, state.audit_problem),
             Some(f) => match f.result {
                 Ok(report) => (f.outcome, Some(f.at), Some(report), None),
                 Err(e) => (f.outcome, Some(f.at), None, Some(e)),
@@ -312,8 +314,9 @@ pub enum StartError {
     /// The selection names messages of a snapshot that is not the queue's current one.
     #[error("{0}")]
     Stale(String),
-    #[error("audit log: {0}")]
-    Audit(#[from] sqlx::Error),
+    /// The audit row could not be made durable (or the database file is gone): nothing was read.
+    #[error("{0}")]
+    Storage(String),
 }
 
 /// Checks `request` against the queue, records it in the audit log and starts it in the
@@ -359,7 +362,12 @@ pub async fn start(
         action: request.action(),
         request: serde_json::to_string(&request).expect("request serialises"),
     };
-    let id = audit::start(&state.db, entry).await?;
+    // The row must be durable before anything moves: a file deleted under warren takes writes
+    // and loses them, so it is checked first.
+    state.storage.check(&state.db).await.map_err(StartError::Storage)?;
+    let id = audit::start(&state.db, entry)
+        .await
+        .map_err(|e| StartError::Storage(state.storage.failed("the audit log", &e)))?;
     let job = Arc::new(Job {
         id,
         broker: view.broker.to_string(),
@@ -370,7 +378,7 @@ pub async fn start(
         started_at: Utc::now(),
         progress: Progress::default(),
         cancel: state.jobs.cancel.child_token(),
-        state: Mutex::new(JobState { method: Method::InProcess, finished: None }),
+        state: Mutex::new(JobState { method: Method::InProcess, finished: None, audit_problem: None }),
     });
     state.jobs.insert(job.clone());
     state.jobs.tasks.spawn(run(state.clone(), job.clone(), plan));
@@ -379,17 +387,18 @@ pub async fn start(
 
 async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
     let broker = state.broker_config(&job.broker).expect("checked at start").clone();
-    let checkpoints = checkpoint_loop(state.clone(), job.clone());
+    // The checkpoints stop between two writes, never inside one: fates taken from the journal
+    // and dropped with an unfinished write would be missing from the audit log.
+    let moving = CancellationToken::new();
     let work = async {
-        mover::move_messages(&broker, &job.vhost, &job.queue, &plan, &job.progress, &job.cancel)
+        let result = mover::move_messages(&broker, &job.vhost, &job.queue, &plan, &job.progress, &job.cancel)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string());
+        moving.cancel();
+        result
     };
-    let result = tokio::select! {
-        result = work => result,
-        _ = checkpoints => unreachable!("the checkpoint loop never ends"),
-    };
-    // Whatever moved changed the queue's head: a snapshot's positions no longer hold.
+    let (result, ()) = tokio::join!(work, checkpoint_loop(state.clone(), job.clone(), moving.clone()));
+    // Whatever moved changed the queue's head: the snapshot no longer shows it.
     state.snapshots.forget(&job.broker, &job.vhost, &job.queue);
 
     let counts = job.progress.counts();
@@ -400,39 +409,72 @@ async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
         Ok(_) if counts.moved == 0 => "failed",
         Ok(_) => "partial",
     };
-    let (ids, detail) = match &result {
-        Ok(report) => (report.moved.iter().map(|m| m.message_id.clone()).collect(), describe(report)),
-        Err(e) => (Vec::new(), Some(e.clone())),
+    let detail = match &result {
+        Ok(report) => describe(report),
+        Err(e) => Some(e.clone()),
     };
-    let finished = audit::finish(
-        &state.db,
-        job.id,
-        outcome,
-        counts.moved as usize,
-        counts.failed as usize,
-        &ids,
-        detail.as_deref(),
-    )
-    .await;
-    if let Err(e) = finished {
-        tracing::error!(error = %e, job = job.id, "recording the end of a move in the audit log failed");
-    }
+    record_end(&state, &job, outcome, counts, detail.as_deref()).await;
     job.state.lock().unwrap_or_else(|p| p.into_inner()).finished = Some(Finished { at: Utc::now(), outcome, result });
 }
 
-/// Writes the job's counts to its audit entry every second, so that a crash leaves the last
-/// known progress behind.
-async fn checkpoint_loop(state: AppState, job: Arc<Job>) {
-    let mut last = ProgressCounts::default();
+/// Makes the job's end durable (its outcome, and every message's fate not checkpointed yet)
+/// before the job reports finished: a failed write is retried, and shown on the job, until it
+/// goes through or warren stops (the next start then marks the entry interrupted, with what
+/// its checkpoints recorded).
+async fn record_end(state: &AppState, job: &Job, outcome: &str, counts: ProgressCounts, detail: Option<&str>) {
+    let fates = job.progress.take_journal();
+    let mut wait = Duration::from_millis(500);
     loop {
-        tokio::time::sleep(CHECKPOINT_EVERY).await;
-        let counts = job.progress.counts();
-        if counts == last {
+        let written =
+            audit::finish(&state.db, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
+                .await;
+        let e = match written {
+            Ok(()) => {
+                state.storage.succeeded();
+                job.state.lock().unwrap_or_else(|p| p.into_inner()).audit_problem = None;
+                return;
+            }
+            Err(e) => e,
+        };
+        let why = state.storage.failed("the audit log", &e);
+        job.state.lock().unwrap_or_else(|p| p.into_inner()).audit_problem = Some(format!(
+            "the move ended ({outcome}), but its audit record could not be written, so the job is not reported \
+             finished yet; retrying: {why}"
+        ));
+        if state.jobs.cancel.is_cancelled() && wait > Duration::from_secs(4) {
+            tracing::error!(job = job.id, error = %why, "warren stops before the end of a move could be recorded");
+            return;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(MAX_RECORD_WAIT);
+    }
+}
+
+/// The longest wait between two tries to record a move's end.
+const MAX_RECORD_WAIT: Duration = Duration::from_secs(30);
+
+/// Writes the fates of the messages settled since the last checkpoint (and the counts that
+/// follow from them) to the job's audit entry every second, so that a crash leaves them behind. A
+/// failed write keeps the fates for the next.
+async fn checkpoint_loop(state: AppState, job: Arc<Job>, stop: CancellationToken) {
+    let mut started = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(CHECKPOINT_EVERY) => {}
+        }
+        let fates = job.progress.take_journal();
+        // The first checkpoint marks the entry running even before anything settled.
+        if started && fates.is_empty() {
             continue;
         }
-        last = counts;
-        if let Err(e) = audit::progress(&state.db, job.id, counts.moved as usize, counts.failed as usize).await {
-            tracing::warn!(error = %e, job = job.id, "checkpointing a move's progress failed");
+        match audit::checkpoint(&state.db, job.id, &fates).await {
+            Ok(()) => started = true,
+            Err(e) => {
+                job.progress.put_back(fates);
+                let why = state.storage.failed("a move's checkpoint", &e);
+                tracing::warn!(error = %why, job = job.id, "checkpointing a move's progress failed");
+            }
         }
     }
 }

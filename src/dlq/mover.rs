@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::holding::{self, Holding};
+use crate::audit::Fate;
 use crate::broker::management::ManagementClient;
 use crate::broker::policies::{self, Overflow};
 use crate::config::BrokerConfig;
@@ -155,7 +156,8 @@ pub struct MoveReport {
     pub note: Option<String>,
 }
 
-/// Live counters of a running move, read by the progress page while the move runs.
+/// Live counters of a running move, read by the progress page while the move runs, and the
+/// journal of what became of each message, which the audit log takes in at every checkpoint.
 #[derive(Debug, Default)]
 pub struct Progress {
     /// Messages the move expects to read (the queue's depth when it started, or the last
@@ -164,9 +166,26 @@ pub struct Progress {
     pub read: AtomicU64,
     pub moved: AtomicU64,
     pub failed: AtomicU64,
+    journal: std::sync::Mutex<Vec<Fate>>,
 }
 
 impl Progress {
+    /// The fates recorded since the last call, oldest first.
+    pub fn take_journal(&self) -> Vec<Fate> {
+        std::mem::take(&mut *self.journal.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Returns fates that could not be written, ahead of those recorded since.
+    pub fn put_back(&self, mut fates: Vec<Fate>) {
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        fates.append(&mut journal);
+        *journal = fates;
+    }
+
+    fn record(&self, fate: Fate) {
+        self.journal.lock().unwrap_or_else(|p| p.into_inner()).push(fate);
+    }
+
     pub fn counts(&self) -> ProgressCounts {
         ProgressCounts {
             expected: self.expected.load(Ordering::Relaxed),
@@ -764,11 +783,40 @@ impl<'a> Mover<'a> {
         }
     }
 
+    fn moved(&mut self, m: Moved) {
+        let fate = Fate {
+            position: m.position,
+            message_id: m.message_id.clone(),
+            outcome: "moved",
+            detail: m.to_queue.clone(),
+        };
+        self.progress.record(fate);
+        self.report.moved.push(m);
+    }
+
+    fn failed(&mut self, f: Failed) {
+        let fate = Fate {
+            position: f.position,
+            message_id: f.message_id.clone(),
+            outcome: "failed",
+            detail: f.reason.clone(),
+        };
+        self.progress.record(fate);
+        self.report.failed.push(f);
+    }
+
+    fn held(&mut self, h: Held) {
+        let fate =
+            Fate { position: h.position, message_id: h.message_id.clone(), outcome: "held", detail: h.queue.clone() };
+        self.progress.record(fate);
+        self.report.held.push(h);
+    }
+
     /// Records a message that cannot be moved for a reason of its own (not the target's): it is
     /// set aside and the move goes on.
     async fn skip(&mut self, position: usize, original: Original<'_>, reason: String) -> Result<(), MoveError> {
         let reason = self.set_aside_failed(position, original, reason).await?;
-        self.report.failed.push(Failed { position, message_id: original.message_id(), reason });
+        self.failed(Failed { position, message_id: original.message_id(), reason });
         Ok(())
     }
 
@@ -776,7 +824,7 @@ impl<'a> Mover<'a> {
     /// that cannot take one message will not take the next, so the move stops.
     async fn fail(&mut self, position: usize, original: Original<'_>, reason: String) -> Result<(), MoveError> {
         let detail = self.set_aside_failed(position, original, reason.clone()).await?;
-        self.report.failed.push(Failed { position, message_id: original.message_id(), reason: detail });
+        self.failed(Failed { position, message_id: original.message_id(), reason: detail });
         if matches!(self.plan.target, Target::Queue(_)) {
             self.stop.get_or_insert(reason);
         } else if self.report.failed.len() >= MAX_FAILURES {
@@ -806,7 +854,7 @@ impl<'a> Mover<'a> {
     async fn set_aside(&mut self, position: usize, delivery: &Delivery) -> Result<(), MoveError> {
         let original = Original::of(delivery);
         if let Aside::AtLimit(reason) = self.set_aside_original(position, original).await? {
-            self.report.failed.push(Failed { position, message_id: original.message_id(), reason });
+            self.failed(Failed { position, message_id: original.message_id(), reason });
         }
         Ok(())
     }
@@ -826,7 +874,7 @@ impl<'a> Mover<'a> {
             Ok(queue) => {
                 self.source.basic_ack(original.tag, BasicAckOptions::default()).await?;
                 let message_id = original.message_id();
-                self.report.held.push(Held { position, message_id, queue: queue.clone(), delivery_count: count });
+                self.held(Held { position, message_id, queue: queue.clone(), delivery_count: count });
                 Ok(Aside::Held(queue))
             }
             Err(e) => {
@@ -881,7 +929,7 @@ impl<'a> Mover<'a> {
             Ok(Route::Discard) => {
                 self.source.basic_ack(tag, BasicAckOptions::default()).await?;
                 Progress::add(&self.progress.moved);
-                self.report.moved.push(Moved { position, message_id, to_queue: String::new() });
+                self.moved(Moved { position, message_id, to_queue: String::new() });
             }
             Ok(Route::Publish { exchange, routing_key, label }) => {
                 if let Some(reason) = copy_would_differ(&delivery.properties) {
@@ -982,11 +1030,7 @@ impl<'a> Mover<'a> {
                     // Only now is the copy safe: ack the original.
                     self.source.basic_ack(copy.tag, BasicAckOptions::default()).await?;
                     Progress::add(&self.progress.moved);
-                    self.report.moved.push(Moved {
-                        position: copy.position,
-                        message_id: copy.message_id,
-                        to_queue: copy.to,
-                    });
+                    self.moved(Moved { position: copy.position, message_id: copy.message_id, to_queue: copy.to });
                 }
                 (Ok(()), true) => {
                     let reason = format!("unroutable: nothing took the copy sent to {}", copy.to);
@@ -1009,6 +1053,15 @@ impl<'a> Mover<'a> {
             });
         }
         self.report.moved.sort_by_key(|m| m.position);
+        for w in &self.wanted {
+            let fate = Fate {
+                position: w.position,
+                message_id: w.message_id.clone(),
+                outcome: "not_found",
+                detail: String::new(),
+            };
+            self.progress.record(fate);
+        }
         self.report.not_found = std::mem::take(&mut self.wanted);
         self.report.stopped = self.stop.take();
         self.report.left = Some(ready_count(&self.source, self.queue).await?);

@@ -83,6 +83,9 @@ pub struct Poller {
     /// Every distinct argument map, effective policy and short name (vhost, type, state), held
     /// once.
     maps: shared::SharedMaps,
+    /// Where a failed history write is reported (`report_storage_to`): warren's storage, not the
+    /// broker, so the broker is not marked down for it.
+    storage: Option<Arc<crate::history::storage::Storage>>,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -229,7 +232,15 @@ impl Poller {
             alarm: None,
             load,
             maps: shared::SharedMaps::default(),
+            storage: None,
         })
+    }
+
+    /// Reports the database's health to `storage`: a history write that fails is a fault of
+    /// warren's storage, shown as such, and one that succeeds ends it.
+    pub fn report_storage_to(mut self, storage: Arc<crate::history::storage::Storage>) -> Self {
+        self.storage = Some(storage);
+        self
     }
 
     /// Polls until `cancel` fires. The first poll starts at once.
@@ -245,8 +256,28 @@ impl Poller {
             let delay = match outcome {
                 Ok(_) => {
                     failures = 0;
+                    if let Some(storage) = &self.storage {
+                        storage.succeeded();
+                    }
                     // `poll_once` set the interval from this poll's calls.
                     Duration::from_secs_f64(self.load.interval_secs).saturating_sub(started.elapsed())
+                }
+                // The broker answered; warren could not keep what it said. The broker is not
+                // down (that would also fire its unreachable alert): the pages say the database is.
+                Err(PollError::Storage(error)) => {
+                    let message = match &self.storage {
+                        Some(storage) => storage.failed("the history write", &error),
+                        None => crate::history::storage::describe(&error),
+                    };
+                    let delay = self.next_interval();
+                    self.load.backing_off =
+                        Some(format!("this poll's history was not written ({message}): next try in {delay:?}"));
+                    let load = self.load.clone();
+                    self.live.update(&self.broker.name, |b| {
+                        b.status.last_attempt = Some(attempt_at);
+                        b.load = load;
+                    });
+                    delay
                 }
                 Err(error) => {
                     failures += 1;

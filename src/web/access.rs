@@ -61,6 +61,8 @@ pub struct Access {
     pub principal: Principal,
     /// Empty for API tokens (they need none).
     pub csrf: String,
+    /// The database fault every page warns about, if there is one (`history::storage`).
+    pub storage_problem: Option<String>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Access {
@@ -88,6 +90,8 @@ pub struct Me {
     pub known: bool,
     pub operator: bool,
     pub admin: bool,
+    /// The database fault the layout warns about: warren's storage, not a broker.
+    pub storage_problem: Option<String>,
 }
 
 impl Me {
@@ -101,6 +105,7 @@ impl Me {
             known: p.via != How::Anonymous,
             operator: p.role.allows(Role::Operator),
             admin: p.role.allows(Role::Admin),
+            storage_problem: access.storage_problem.clone(),
         }
     }
 }
@@ -207,7 +212,8 @@ async fn admit(state: &AppState, mut request: Request) -> Result<Request, Refusa
             ),
         });
     }
-    request.extensions_mut().insert(Access { principal, csrf });
+    let storage_problem = state.storage.problem().map(|p| format!("{} (seen during {})", p.message, p.during));
+    request.extensions_mut().insert(Access { principal, csrf, storage_problem });
     Ok(request)
 }
 

@@ -36,7 +36,7 @@ pub async fn start_move(
         Ok(job) => Ok(Ok(job)),
         Err(StartError::Refused(e)) => Ok(Err(e)),
         Err(StartError::NoBroker(name)) => Err(WebError::NotFound(format!("no broker named {name:?}"))),
-        Err(StartError::Audit(e)) => Err(e.into()),
+        Err(StartError::Storage(why)) => Err(WebError::Storage(why)),
         Err(busy @ StartError::Busy(_)) => Err(WebError::Conflict(busy.to_string())),
         Err(StartError::Stale(why)) => Err(WebError::Conflict(why)),
     }
@@ -75,12 +75,15 @@ pub async fn run_purge(
         action: "purge",
         request: "{}".to_string(),
     };
-    let audit_id = audit::start(&state.db, entry).await?;
+    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    let audit_id = audit::start(&state.db, entry)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let outcome = dlq::purge(config, &view.vhost, &view.name).await;
     state.snapshots.forget(&view.broker, &view.vhost, &view.name);
     match &outcome {
-        Ok(n) => audit::finish(&state.db, audit_id, "done", *n as usize, 0, &[], None).await?,
-        Err(e) => audit::finish(&state.db, audit_id, "failed", 0, 0, &[], Some(&e.to_string())).await?,
+        Ok(n) => audit::finish(&state.db, audit_id, "done", *n as usize, 0, None, &[]).await?,
+        Err(e) => audit::finish(&state.db, audit_id, "failed", 0, 0, Some(&e.to_string()), &[]).await?,
     }
     Ok((audit_id, outcome))
 }

@@ -23,7 +23,10 @@ pub const DEFAULT_PER_PAGE: i64 = 100;
 pub const MAX_PER_PAGE: i64 = 500;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/audit", get(audit_api)).route("/audit", get(audit_page))
+    Router::new()
+        .route("/api/v1/audit", get(audit_api))
+        .route("/api/v1/audit/{id}/messages", get(messages_api))
+        .route("/audit", get(audit_page))
 }
 
 /// `?kind=&before=&after=&per_page=`, as text so that a bad value gets a 400 that says why.
@@ -131,6 +134,18 @@ async fn audit_api(
         response.headers_mut().insert(header::LINK, value);
     }
     Ok(response)
+}
+
+/// What became of each message of one move: moved (and where), failed (and why), held or not
+/// found, as checkpointed while it ran and recorded when it ended.
+async fn messages_api(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<i64>,
+) -> Result<Json<Vec<crate::audit::MessageRecord>>, ApiError> {
+    if crate::audit::get(&state.db, id).await?.is_none() {
+        return Err(WebError::NotFound(format!("no audit entry {id}")).into());
+    }
+    Ok(Json(crate::audit::messages(&state.db, id).await?))
 }
 
 struct AuditRow {

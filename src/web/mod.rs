@@ -77,15 +77,22 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// The database answers and every broker has been polled at least once.
+/// The database can be written (the file is the one opened, and a write goes through) and every
+/// broker has been polled at least once.
 async fn readyz(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
-    let db_ok = sqlx::query_scalar::<_, i64>("select 1").fetch_one(&state.db).await.is_ok();
+    let database = state.storage.check(&state.db).await;
     let brokers = state.live.snapshot();
     let waiting: Vec<&str> =
         brokers.iter().filter(|b| b.status.last_attempt.is_none()).map(|b| b.name.as_str()).collect();
-    let ready = db_ok && waiting.is_empty();
+    let ready = database.is_ok() && waiting.is_empty();
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(json!({"ready": ready, "database": db_ok, "brokers_not_polled_yet": waiting}))).into_response()
+    let body = json!({
+        "ready": ready,
+        "database": database.is_ok(),
+        "database_problem": database.err(),
+        "brokers_not_polled_yet": waiting,
+    });
+    (status, Json(body)).into_response()
 }
 
 /// Errors of the web boundary, mapped to a response in one place (`respond`).
@@ -105,6 +112,10 @@ pub enum WebError {
     Unavailable(String),
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    /// warren's database cannot be written (full, read-only, locked, gone): said as such, since
+    /// the request may be fine and the broker up.
+    #[error("warren's database cannot be written, so nothing was done: {0}")]
+    Storage(String),
     #[error("template error")]
     Template(#[from] askama::Error),
 }
@@ -116,7 +127,7 @@ impl WebError {
             WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
             WebError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             WebError::Conflict(_) => StatusCode::CONFLICT,
-            WebError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            WebError::Unavailable(_) | WebError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
             WebError::Database(_) | WebError::Template(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -128,6 +139,7 @@ impl WebError {
             WebError::Invalid(_) => "invalid",
             WebError::Conflict(_) => "conflict",
             WebError::Unavailable(_) => "unavailable",
+            WebError::Storage(_) => "storage",
             WebError::Database(_) | WebError::Template(_) => "internal",
         }
     }

@@ -159,6 +159,13 @@ impl Warren {
         Warren::start_in(dir, with_test_broker(&toml)).await
     }
 
+    /// As `start`, with the database at `database` (a file system the test controls).
+    pub async fn start_with_database(database: &std::path::Path, brokers_toml: &str) -> Warren {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let toml = format!("listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{brokers_toml}", database.display().to_string());
+        Warren::start_in(dir, with_test_broker(&toml)).await
+    }
+
     /// Stops this warren and starts a new one on the same database and configuration.
     pub async fn restart(mut self) -> Warren {
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));

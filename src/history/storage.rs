@@ -1,0 +1,133 @@
+//! Whether warren's own database can be written, told apart from the brokers' health (issue 16,
+//! case 7: on a full disk a requeue ran with no audit row, database files deleted while warren
+//! ran went unnoticed with `/readyz` still true, and a failed history write showed the broker as
+//! down).
+//!
+//! Two things are checked, by `/readyz` and before every action that must be audited:
+//! - the database file is still the one warren opened: SQLite keeps writing to a file that was
+//!   deleted (or replaced) under it, and everything written after that is lost at the next start;
+//! - a write goes through: a row of `storage_probe` is updated, in a transaction of its own, so a
+//!   full disk, a read-only file system or a lock held elsewhere shows up as what it is.
+//!
+//! Writers that fail elsewhere (the poller's history, the delivery log) report it here too, so
+//! every page can say that the database is the problem, whichever write met it first.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::Db;
+
+/// The database file and what is known of its health.
+#[derive(Debug)]
+pub struct Storage {
+    path: PathBuf,
+    /// (device, inode) of the file when warren opened it.
+    identity: Option<(u64, u64)>,
+    last_problem: Mutex<Option<Problem>>,
+}
+
+/// A storage fault as pages and `/readyz` show it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Problem {
+    pub at: DateTime<Utc>,
+    /// What failed: "the write check", "the history write", "the audit log", ...
+    pub during: String,
+    /// The fault in words, with SQLite's own message.
+    pub message: String,
+}
+
+impl Storage {
+    /// Remembers which file the database is, right after it was opened.
+    pub fn new(path: &Path) -> Storage {
+        Storage { path: path.to_path_buf(), identity: identity(path), last_problem: Mutex::new(None) }
+    }
+
+    /// The last fault seen, unless a check or write has succeeded since.
+    pub fn problem(&self) -> Option<Problem> {
+        self.last_problem.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records a failed write; returns the fault in words.
+    pub fn failed(&self, during: &str, error: &sqlx::Error) -> String {
+        let message = describe(error);
+        tracing::error!(during, error = %message, "the database cannot be written");
+        self.set(Some(Problem { at: Utc::now(), during: during.to_string(), message: message.clone() }));
+        message
+    }
+
+    /// Records that a write went through: whatever failed before is over. A file that is no
+    /// longer the one opened stays a problem: writes to it still succeed, and are still lost.
+    pub fn succeeded(&self) {
+        if self.file_problem().is_none() {
+            self.set(None);
+        }
+    }
+
+    /// Checks the file and makes one write; `Err` holds the fault in words.
+    pub async fn check(&self, db: &Db) -> Result<(), String> {
+        if let Some(message) = self.file_problem() {
+            self.set(Some(Problem { at: Utc::now(), during: "the file check".to_string(), message: message.clone() }));
+            return Err(message);
+        }
+        let probe = sqlx::query(
+            "insert into storage_probe (id, at) values (1, ?) on conflict (id) do update set at = excluded.at",
+        )
+        .bind(Utc::now().timestamp_millis())
+        .execute(db)
+        .await;
+        match probe {
+            Ok(_) => {
+                self.set(None);
+                Ok(())
+            }
+            Err(e) => Err(self.failed("the write check", &e)),
+        }
+    }
+
+    fn file_problem(&self) -> Option<String> {
+        let path = self.path.display();
+        match (std::fs::metadata(&self.path), self.identity) {
+            (Err(e), _) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
+                "the database file {path} was deleted while warren runs: what warren writes now is lost when it \
+                 stops; restart warren to start a new database, or restore the file"
+            )),
+            (Err(e), _) => Some(format!("the database file {path} cannot be read: {e}")),
+            (Ok(m), Some(opened)) if (m.dev(), m.ino()) != opened => Some(format!(
+                "the database file {path} was replaced while warren runs: warren still writes to the file it \
+                 opened, and that is lost when it stops; restart warren"
+            )),
+            _ => None,
+        }
+    }
+
+    fn set(&self, problem: Option<Problem>) {
+        *self.last_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
+    }
+}
+
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// A database error in words an operator acts on, with SQLite's own message.
+pub fn describe(error: &sqlx::Error) -> String {
+    let Some(db) = error.as_database_error() else {
+        return format!("the database failed: {error}");
+    };
+    // SQLite's primary result code is the low byte of the extended one.
+    let code = db.code().and_then(|c| c.parse::<i64>().ok()).map(|c| c & 0xff);
+    let what = match code {
+        Some(13) => "the disk holding the database is full",
+        Some(8) => "the database is read-only (a read-only file system or file)",
+        Some(5 | 6) => "the database is locked by another process",
+        Some(10) => "the disk holding the database failed to read or write",
+        Some(14) => "the database file cannot be opened",
+        Some(11 | 26) => "the database file is corrupt",
+        _ => "the database failed",
+    };
+    format!("{what} ({})", db.message())
+}
