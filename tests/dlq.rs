@@ -653,6 +653,99 @@ async fn the_browser_form_confirms_before_requeueing() {
     connection.close(0, "done").await.ok();
 }
 
+/// Issue 16, must-have 3: the confirmation says where the messages would go before anything
+/// moves. The queue they last died in is a delayed-retry wait queue with no consumer (a copy
+/// without its per-message expiration would stay there for ever): the page says so and offers
+/// the queue it dead-letters into. A named target that drops its oldest when full needs the
+/// risk accepted on the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_confirmation_says_what_each_target_would_do_with_the_messages() {
+    let vhost = TestVhost::create("confirmtargets").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "work", false).await;
+    let mut wait_args = FieldTable::default();
+    wait_args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    wait_args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("work".into()));
+    channel
+        .queue_declare("retry.wait", QueueDeclareOptions { durable: true, ..Default::default() }, wait_args)
+        .await
+        .unwrap();
+    let mut capped_args = FieldTable::default();
+    capped_args.insert("x-max-length".into(), AMQPValue::LongInt(2));
+    channel
+        .queue_declare("capped", QueueDeclareOptions { durable: true, ..Default::default() }, capped_args)
+        .await
+        .unwrap();
+    declare(&channel, "final.dlq", false).await;
+    for i in 1..=3 {
+        // As the broker writes it when a message expires in the wait queue.
+        let mut death = FieldTable::default();
+        death.insert("queue".into(), AMQPValue::LongString("retry.wait".into()));
+        death.insert("reason".into(), AMQPValue::LongString("expired".into()));
+        death.insert("count".into(), AMQPValue::LongLongInt(1));
+        death.insert("exchange".into(), AMQPValue::LongString("".into()));
+        let mut headers = FieldTable::default();
+        headers.insert("x-death".into(), AMQPValue::FieldArray(vec![AMQPValue::FieldTable(death)].into()));
+        headers.insert("x-first-death-queue".into(), AMQPValue::LongString("retry.wait".into()));
+        let properties = BasicProperties::default().with_message_id(format!("w{i}").into()).with_headers(headers);
+        channel.basic_publish("", "final.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "final.dlq").await;
+    listed(&warren, &vhost.name, "capped").await;
+    let snapshot = warren.snapshot(&vhost.name, "final.dlq", 10).await;
+    let fingerprint = |i: usize| snapshot["messages"][i]["fingerprint"].as_str().unwrap().to_string();
+    let base = format!("/dlq/local/{}/final.dlq", encode(&vhost.name));
+    let form = |body: String| {
+        let request = warren.http.post(warren.url(&format!("{base}/requeue")));
+        request.header("content-type", "application/x-www-form-urlencoded").body(body).send()
+    };
+
+    let page = form(format!("message={}&scope=selected&target=original-queue&target_queue=", fingerprint(0)))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("<code>retry.wait</code> has no consumer and dead-letters into work"), "{page}");
+    assert!(page.contains("Send them to work instead"), "{page}");
+    // The offered form, confirmed: the message goes to the work queue, not the wait queue.
+    let done = form(format!("message={}&scope=selected&target=queue&target_queue=work&confirm=true", fingerprint(0)))
+        .await
+        .unwrap();
+    let id: i64 = done.url().path().trim_start_matches("/jobs/").parse().expect("the job page");
+    assert_eq!(warren.wait_job(id).await["state"], "done");
+    assert_eq!(drain_ids(&channel, "work").await, ["w1"]);
+    assert_eq!(depth(&channel, "retry.wait").await, 0);
+
+    // A target that drops its head: the page asks to accept the risk; without it, refused.
+    let snapshot = warren.snapshot(&vhost.name, "final.dlq", 10).await;
+    let both = format!(
+        "message={}&message={}&scope=selected&target=queue&target_queue=capped",
+        snapshot["messages"][0]["fingerprint"].as_str().unwrap(),
+        snapshot["messages"][1]["fingerprint"].as_str().unwrap()
+    );
+    let page = form(both.clone()).await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains("drops its oldest messages when full") && page.contains("name=\"accept_drop_head\""),
+        "{page}"
+    );
+    let refused = form(format!("{both}&confirm=true")).await.unwrap();
+    let id: i64 = refused.url().path().trim_start_matches("/jobs/").parse().expect("the job page");
+    let job = warren.wait_job(id).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert!(job["error"].as_str().unwrap_or_default().contains("accept_drop_head"), "the refusal says why: {job}");
+    assert_eq!(depth(&channel, "capped").await, 0, "nothing moved unasked");
+    let done = form(format!("{both}&accept_drop_head=true&confirm=true")).await.unwrap();
+    let id: i64 = done.url().path().trim_start_matches("/jobs/").parse().expect("the job page");
+    assert_eq!(warren.wait_job(id).await["state"], "done");
+    assert_eq!(drain_ids(&channel, "capped").await, ["w2", "w3"]);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_selected_and_purge_are_recorded() {
     let (vhost, connection, channel, warren) = fifty_dead_letters_watched("delete").await;

@@ -23,7 +23,10 @@ fuzz_target!(|data: &[u8]| {
         data: b"{}".to_vec(),
         acker: Acker::default(),
     };
-    let summary = message::summarize(1, String::new(), warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT));
+    let peeked = warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT);
+    // The identity a selection names, from the same properties as the snapshot's.
+    let fingerprint = message::fingerprint(&delivery.data, &peeked.properties);
+    let summary = message::summarize(1, fingerprint, peeked);
     Filter { text: Some("x-death".into()), ..Filter::default() }.matches(&summary);
     warren::dlq::original_route(&delivery);
     warren::dlq::replay_properties(&delivery);

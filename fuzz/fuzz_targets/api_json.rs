@@ -12,7 +12,7 @@ use warren::alerts::store::Silence;
 use warren::alerts::{AlertKey, Rule};
 use warren::dlq::{Plan, Selection};
 use warren::metrics::QueueView;
-use warren::dlq::jobs::MoveRequest;
+use warren::dlq::jobs::{Choice, MoveRequest};
 use warren::web::input::TakeRequest;
 
 fuzz_target!(|body: &[u8]| {
@@ -28,19 +28,19 @@ fuzz_target!(|body: &[u8]| {
     }
     if let Ok(request) = serde_json::from_slice::<MoveRequest>(body) {
         request.action();
+        // Without a snapshot, single messages name nothing.
+        let _ = request.selection.resolve(None);
+    }
+    // The mover's own selection (single messages resolved from a snapshot), as a plan checks it.
+    if let Ok(selection) = serde_json::from_slice::<Selection>(body) {
         for (delivery_limit, quorum) in [(Some(20), true), (None, false)] {
-            let plan = Plan {
-                selection: request.selection.clone(),
-                target: request.target.clone(),
-                delivery_limit,
-                quorum,
-                accept_drop_head: request.accept_drop_head,
-            };
+            let plan =
+                Plan { selection: selection.clone(), target: Default::default(), delivery_limit, quorum, accept_drop_head: false };
             let _ = plan.check();
         }
     }
     // The delete action's body is `{"selection": ...}`.
-    let _ = serde_json::from_slice::<Selection>(body);
+    let _ = serde_json::from_slice::<Choice>(body);
     if let Ok(silence) = serde_json::from_slice::<Silence>(body) {
         let now = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
         silence.covers("orders-backlog", &AlertKey::of(queue()), now);

@@ -174,6 +174,11 @@ pub fn overflow(queue: &RawQueue) -> Overflow {
     let empty = Map::new();
     let args = queue.arguments.as_deref().unwrap_or(&empty);
     let policy = queue.effective_policy_definition.as_deref().unwrap_or(&empty);
+    overflow_of(args, policy)
+}
+
+/// As [`overflow`], from a queue's arguments and effective policy.
+pub fn overflow_of(args: &Map<String, Value>, policy: &Map<String, Value>) -> Overflow {
     let limit = |arg: &str, key: &str| {
         [args.get(arg), policy.get(key)].into_iter().flatten().filter_map(Value::as_i64).filter(|n| *n >= 0).min()
     };

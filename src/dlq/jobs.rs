@@ -398,10 +398,13 @@ async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
         result
     };
     let (result, ()) = tokio::join!(work, checkpoint_loop(state.clone(), job.clone(), moving.clone()));
-    // Whatever moved changed the queue's head: the snapshot no longer shows it.
-    state.snapshots.forget(&job.broker, &job.vhost, &job.queue);
-
+    // Whatever was read may have changed the queue's head: the snapshot no longer shows it. A
+    // move refused before its first read leaves the snapshot, and the selection, as they were.
     let counts = job.progress.counts();
+    if counts.read > 0 {
+        state.snapshots.forget(&job.broker, &job.vhost, &job.queue);
+    }
+
     let outcome = match &result {
         Err(_) => "failed",
         Ok(r) if r.cancelled => "cancelled",

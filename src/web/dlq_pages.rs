@@ -409,6 +409,8 @@ pub struct RequeueForm {
     /// The browser's filter, for "all matching".
     filter: message::Filter,
     confirmed: bool,
+    /// The user accepts that a target which drops its oldest messages when full may drop some.
+    accept_drop_head: bool,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -458,6 +460,7 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
         target_queue: String::new(),
         filter: message::Filter::default(),
         confirmed: false,
+        accept_drop_head: false,
     };
     let mut target = None;
     for pair in body.split('&').filter(|p| !p.is_empty()) {
@@ -491,6 +494,7 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
             "filter_original" => form.filter.original_queue = Some(value),
             "filter_text" => form.filter.text = Some(value),
             "confirm" => form.confirmed = value == "true",
+            "accept_drop_head" => form.accept_drop_head = value == "true",
             _ => {}
         }
     }
@@ -522,6 +526,8 @@ struct ActionPage {
     what: String,
     target: String,
     duplicates_warning: bool,
+    /// What the confirmation says about the queues the messages would go to.
+    target_notes: Vec<TargetNote>,
     form: FormEcho,
     /// Set once the action ran (purge) or was refused.
     outcome: Option<String>,
@@ -538,6 +544,93 @@ struct FormEcho {
     filter_reason: String,
     filter_original: String,
     filter_text: String,
+}
+
+/// Something the confirmation says about a target queue before anything moves (issue 16,
+/// must-have 3): it does not exist, nobody consumes it, it is a wait queue that dead-letters
+/// elsewhere, or it drops its oldest messages when full.
+struct TargetNote {
+    queue: String,
+    says: String,
+    /// A queue to send them to instead (where the wait queue dead-letters to).
+    instead: Option<String>,
+    /// Moving there needs the drop-head risk accepted (the checkbox).
+    drop_head: bool,
+}
+
+/// The notes about each queue the selected messages would go to: a named queue, or the queues
+/// the snapshot shows them to have died in. From the last poll: the move checks again, as it
+/// goes, with the broker's answer of that moment.
+fn target_notes(state: &AppState, view: &crate::metrics::QueueView, form: &RequeueForm) -> Vec<TargetNote> {
+    let targets: Vec<String> = match form.target {
+        FormTarget::Queue => vec![form.target_queue.clone()],
+        FormTarget::OriginalExchange => return Vec::new(),
+        FormTarget::OriginalQueue => {
+            let Some(snapshot) = state.snapshots.get(&view.broker, &view.vhost, &view.name) else { return Vec::new() };
+            let chosen = |m: &&message::SnapshotMessage| match form.scope {
+                Scope::Selected => form.messages.contains(&m.fingerprint) || form.positions.contains(&m.position),
+                Scope::Matching => form.filter.matches(m),
+                _ => true,
+            };
+            let mut names: Vec<String> =
+                snapshot.messages.iter().filter(chosen).filter_map(|m| m.original_queue.clone()).collect();
+            names.sort();
+            names.dedup();
+            names
+        }
+    };
+    let live = state.live.snapshot();
+    let queues = live.iter().find(|b| *b.name == *view.broker).map(|b| b.queues.clone());
+    let find = |name: &str| {
+        queues.as_ref().and_then(|q| q.iter().find(|q| *q.vhost == *view.vhost && *q.name == *name).cloned())
+    };
+    let mut notes = Vec::new();
+    for name in targets {
+        let Some(q) = find(&name) else {
+            notes.push(TargetNote {
+                says: "does not exist (as of the last poll): messages that would go there fail and stay here".into(),
+                queue: name,
+                instead: None,
+                drop_head: false,
+            });
+            continue;
+        };
+        if let crate::broker::policies::Overflow::DropHead { limit } =
+            crate::broker::policies::overflow_of(&q.arguments, &q.effective_policy)
+        {
+            notes.push(TargetNote {
+                queue: name.clone(),
+                says: format!(
+                    "holds {limit} and drops its oldest messages when full: the broker confirms each copy and may \
+                     then drop messages, these or others. Tick the box to accept that risk"
+                ),
+                instead: None,
+                drop_head: true,
+            });
+        }
+        let dead_letters_to =
+            q.dead_letters.dead_letter_target.as_ref().and_then(|t| t.queues.clone()).unwrap_or_default();
+        if q.consumers == Some(0) && !dead_letters_to.is_empty() {
+            notes.push(TargetNote {
+                queue: name.clone(),
+                says: format!(
+                    "has no consumer and dead-letters into {}: it looks like a delayed-retry wait queue, and a copy \
+                     sent there without its per-message expiration stays there for ever",
+                    dead_letters_to.join(", ")
+                ),
+                instead: (dead_letters_to.len() == 1).then(|| dead_letters_to[0].clone()),
+                drop_head: false,
+            });
+        } else if q.consumers == Some(0) {
+            notes.push(TargetNote {
+                queue: name.clone(),
+                says: "has no consumer now: the messages will wait there until one comes".into(),
+                instead: None,
+                drop_head: false,
+            });
+        }
+    }
+    notes
 }
 
 /// The selected messages as the confirmation names them: by their place in the snapshot and
@@ -593,6 +686,7 @@ async fn requeue_form(
             }
         },
         duplicates_warning: !deletes && form.target == FormTarget::OriginalExchange,
+        target_notes: if deletes { Vec::new() } else { target_notes(&state, &view, &form) },
         form: FormEcho {
             positions: form.positions.clone(),
             messages: form.messages.clone(),
@@ -636,9 +730,8 @@ async fn requeue_form(
             (_, FormTarget::OriginalExchange) => Target::OriginalExchange,
             (_, FormTarget::Queue) => Target::Queue(form.target_queue),
         },
-        // The form has no way yet to accept a target's drop-head risk: such a move fails with
-        // the reason, and the API's `accept_drop_head` can confirm it.
-        accept_drop_head: false,
+        // Ticked on the confirmation page, which states the risk.
+        accept_drop_head: form.accept_drop_head,
     };
     match super::actions::start_move(&state, &view, request, &access.principal.actor()).await? {
         // The job page shows the progress, a cancel button, and the final report.
