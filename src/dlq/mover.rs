@@ -1037,8 +1037,8 @@ impl<'a> Mover<'a> {
         }
         // Only now are the copies safe: ack their originals. One multiple ack covers every
         // unacked delivery up to its tag, so it is used only when none of those is to be kept
-        // (given back at the end); the messages read after the batch have higher tags. One ack
-        // per message was a quarter of a whole-queue move's time.
+        // (given back at the end); the messages read after the batch have higher tags. It saves
+        // one frame per message; its effect on the move's speed is not measured yet.
         let Some(last) = safe.iter().map(|c| c.tag).max() else { return Ok(()) };
         if self.kept.iter().all(|&kept| kept > last) {
             self.source.basic_ack(last, BasicAckOptions { multiple: true }).await?;
