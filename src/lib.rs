@@ -57,7 +57,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let state = build_state(config).await?;
     check_access(&state, listener.local_addr()?).await?;
-    let interrupted = audit::mark_interrupted(&state.db).await?;
+    let interrupted = dlq::audit::mark_interrupted(&state.db).await?;
     if interrupted > 0 {
         tracing::warn!(interrupted, "actions of a previous run did not finish; see the audit log");
     }

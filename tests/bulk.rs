@@ -1,8 +1,10 @@
 //! Bulk moves against the real broker: a cancel leaves a consistent report, and a warren killed
-//! with SIGKILL in the middle of a 10,000-message requeue loses nothing.
+//! with SIGKILL at random points of a 20,000-message requeue, or of a move into a length-limited
+//! queue, loses nothing: the id sets of the queues afterwards hold every message.
 
 mod common;
 
+use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -107,6 +109,34 @@ async fn cancel_stops_a_bulk_requeue_with_a_consistent_report() {
     connection.close(0, "done").await.ok();
 }
 
+/// The most copies a move has in flight (two batches of 250): the only messages a kill can leave
+/// in both queues.
+const IN_FLIGHT: u64 = 500;
+
+/// A number below `n` that differs from run to run, so the kills land at different points; the
+/// test prints it, to repeat a failure.
+fn random_below(n: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(std::process::id().into());
+    hasher.finish() % n
+}
+
+/// Every id `o1` ..= `o{n}` is in one of `queues`' drained ids, and no more than
+/// `max_duplicates` are in two places.
+fn assert_every_id_once_or_more(n: usize, queues: &[Vec<String>], max_duplicates: usize) {
+    let all: HashSet<String> = (1..=n).map(|i| format!("o{i}")).collect();
+    let found: Vec<&String> = queues.iter().flatten().collect();
+    let distinct: HashSet<&String> = found.iter().copied().collect();
+    let missing: Vec<&String> = all.iter().filter(|id| !distinct.contains(id)).take(20).collect();
+    assert!(missing.is_empty(), "lost: {missing:?} (of {} missing)", all.len().saturating_sub(distinct.len()));
+    let strangers: Vec<&&String> = distinct.iter().filter(|id| !all.contains(**id)).take(20).collect();
+    assert!(strangers.is_empty(), "ids nobody sent: {strangers:?}");
+    let duplicates = found.len() - distinct.len();
+    eprintln!("{} messages, {duplicates} duplicates", all.len());
+    assert!(duplicates <= max_duplicates, "{duplicates} duplicates, more than {max_duplicates}");
+}
+
 /// warren as a separate process, so the test can SIGKILL it.
 struct Process {
     child: Child,
@@ -186,7 +216,9 @@ async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
         .await
         .unwrap();
     let id = started["job"]["id"].as_i64().expect("a job");
-    let seen = wait_until_moved(&http, &warren.base, id, 500).await;
+    let kill_at = 500 + random_below(8_000);
+    eprintln!("killing warren once {kill_at} messages have moved");
+    let seen = wait_until_moved(&http, &warren.base, id, kill_at).await;
     // And until a checkpoint recorded some, so that the kill leaves ids behind to check.
     wait_for("a checkpoint with moved messages", Duration::from_secs(30), || async {
         let audit: Value =
@@ -218,7 +250,7 @@ async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
     .await;
     assert!(in_orders >= moved_before_kill, "the kill happened mid-way: {in_orders} moved");
     assert!(in_dlq > 0, "the kill happened before the end: {in_dlq} left");
-    assert!(in_dlq + in_orders <= N + 250, "duplicates only from the confirm window: {in_dlq} + {in_orders}");
+    assert!(in_dlq + in_orders <= N + IN_FLIGHT, "duplicates only from the copies in flight: {in_dlq} + {in_orders}");
 
     // The next start says what happened.
     let warren = Process::start(dir.path(), &vhost.name).await;
@@ -241,9 +273,106 @@ async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
         .collect();
     assert_eq!(recorded.len() as u64, audit[0]["moved"].as_u64().unwrap(), "ids and count from the same checkpoint");
     assert!(!recorded.is_empty(), "the kill came after a checkpoint: {audit}");
-    let in_target: std::collections::HashSet<String> = drain_ids(&channel, "orders").await.into_iter().collect();
-    let missing: Vec<&String> = recorded.iter().filter(|id| !in_target.contains(*id)).collect();
+    let in_target = drain_ids(&channel, "orders").await;
+    let in_source = drain_ids(&channel, "orders.dlq").await;
+    let target_ids: HashSet<&String> = in_target.iter().collect();
+    let missing: Vec<&String> = recorded.iter().filter(|id| !target_ids.contains(*id)).collect();
     assert!(missing.is_empty(), "recorded as moved but not in the target: {missing:?}");
+    assert_every_id_once_or_more(N as usize, &[in_source, in_target], IN_FLIGHT as usize);
+    drop(warren);
+    connection.close(0, "done").await.ok();
+}
+
+/// Waits until warren lists `queue` (its first poll), and returns the queue's API address.
+async fn listed(http: &reqwest::Client, warren: &Process, vhost: &str, queue: &str) -> String {
+    let queue_url = format!("{}/api/v1/queues/local/{}/{queue}", warren.base, encode(vhost));
+    wait_for(&format!("{queue} listed"), Duration::from_secs(30), || async {
+        let status = http.get(&queue_url).send().await.map(|r| r.status().as_u16());
+        if status.as_ref().is_ok_and(|s| *s == 200) {
+            Ok(())
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await;
+    queue_url
+}
+
+/// Issue 16's SIGKILL test for a length-limited target: a move of 10,000 into `parked`, which
+/// holds at most 6,000 and refuses publishes beyond that (`reject-publish`), killed at three
+/// random points and then run to the end. Every message is in the DLQ or in `parked`
+/// afterwards, duplicates only from the copies in flight at each kill, `parked` never past its
+/// limit, and the last run says why it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_move_to_a_length_limited_target_loses_nothing() {
+    const N: usize = 10_000;
+    const LIMIT: usize = 6_000;
+    const KILLS: usize = 3;
+    let vhost = TestVhost::create("sigkill-limited").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letters(&channel, N).await;
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(LIMIT as i64));
+    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare("parked", durable, args).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let request = json!({"selection": "all", "target": {"queue": "parked"}});
+
+    for round in 0..KILLS {
+        let mut warren = Process::start(dir.path(), &vhost.name).await;
+        let queue_url = listed(&http, &warren, &vhost.name, "orders.dlq").await;
+        let started: Value =
+            http.post(format!("{queue_url}/requeue")).json(&request).send().await.unwrap().json().await.unwrap();
+        let id = started["job"]["id"].as_i64().unwrap_or_else(|| panic!("a job: {started}"));
+        // Each round moves at most 1,700, so the limit is not reached before the last run.
+        let kill_at = 100 + random_below(1_600);
+        eprintln!("round {round}: killing warren once {kill_at} messages have moved");
+        wait_until_moved(&http, &warren.base, id, kill_at).await;
+        warren.child.kill().expect("SIGKILL");
+        warren.child.wait().unwrap();
+        // The broker gives back what the dead connection held unacked.
+        wait_for("unacked messages returned", Duration::from_secs(30), || async {
+            let (in_dlq, parked) =
+                (depth(&channel, "orders.dlq").await as usize, depth(&channel, "parked").await as usize);
+            if in_dlq + parked >= N {
+                Ok(())
+            } else {
+                Err(format!("dlq {in_dlq} + parked {parked} < {N}"))
+            }
+        })
+        .await;
+    }
+
+    let warren = Process::start(dir.path(), &vhost.name).await;
+    let queue_url = listed(&http, &warren, &vhost.name, "orders.dlq").await;
+    let started: Value =
+        http.post(format!("{queue_url}/requeue")).json(&request).send().await.unwrap().json().await.unwrap();
+    let id = started["job"]["id"].as_i64().unwrap_or_else(|| panic!("a job: {started}"));
+    let job = wait_for("the last move ends", Duration::from_secs(120), || async {
+        let job: Value =
+            http.get(format!("{}/api/v1/jobs/{id}", warren.base)).send().await.unwrap().json().await.unwrap();
+        if job["state"] == "running" {
+            Err(job["progress"].to_string())
+        } else {
+            Ok(job)
+        }
+    })
+    .await;
+    assert_ne!(job["state"], "done", "the target filled up, so the move could not finish: {job}");
+    let stopped = job["report"]["stopped"].as_str().unwrap_or_default();
+    assert!(stopped.contains("reject-publish"), "the move says why it stopped: {job}");
+    let audit: Value = http.get(format!("{}/api/v1/audit", warren.base)).send().await.unwrap().json().await.unwrap();
+    let interrupted = audit.as_array().unwrap().iter().filter(|a| a["outcome"] == "interrupted").count();
+    assert_eq!(interrupted, KILLS, "each killed move is recorded as interrupted: {audit}");
+
+    let parked = drain_ids(&channel, "parked").await;
+    assert!(parked.len() <= LIMIT, "parked holds {} of at most {LIMIT}", parked.len());
+    assert_eq!(parked.len(), LIMIT, "the move filled the target before it stopped");
+    let in_dlq = drain_ids(&channel, "orders.dlq").await;
+    assert_every_id_once_or_more(N, &[in_dlq, parked], KILLS * IN_FLIGHT as usize);
     drop(warren);
     connection.close(0, "done").await.ok();
 }

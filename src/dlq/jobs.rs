@@ -1,7 +1,7 @@
 //! Moves as background jobs: every requeue, move or delete runs outside the HTTP request, with
 //! live progress, a cancel, and a final report. The audit log records each job before it starts,
 //! checkpoints its progress every second, and records how it ended; a job cut short by a crash
-//! is marked `interrupted` at the next start (see `audit::mark_interrupted`).
+//! is marked `interrupted` at the next start (see `dlq::audit::mark_interrupted`).
 //!
 //! Every move goes through warren's own mover (`dlq`), never the broker's shovel: a shovel
 //! publishes without `mandatory` and the broker confirms what no queue took, so a target
@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::audit as moves;
 use super::browse::Snapshot;
 use super::message::Filter;
 use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target, Wanted};
@@ -429,7 +430,7 @@ async fn record_end(state: &AppState, job: &Job, outcome: &str, counts: Progress
     let mut wait = Duration::from_millis(500);
     loop {
         let written =
-            audit::finish(&state.db, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
+            moves::finish(&state.db, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
                 .await;
         let e = match written {
             Ok(()) => {
@@ -471,7 +472,7 @@ async fn checkpoint_loop(state: AppState, job: Arc<Job>, stop: CancellationToken
         if started && fates.is_empty() {
             continue;
         }
-        match audit::checkpoint(&state.db, job.id, &fates).await {
+        match moves::checkpoint(&state.db, job.id, &fates).await {
             Ok(()) => started = true,
             Err(e) => {
                 job.progress.put_back(fates);

@@ -10,9 +10,12 @@
 //!   drop it (its delivery limit reached). Used by `mover`.
 //! - `browse`: snapshots of a queue's head, kept so that page views never read it again. Uses
 //!   `mover` and `message`.
+//! - `audit`: what became of each message of a move (its fate), recorded beside the audit log's
+//!   row. Pure storage; `mover` reports fates in its type.
 //! - `jobs`: moves as background jobs, one per queue at a time, with the audit log's record.
-//!   Uses `mover`.
+//!   Uses `mover`, `browse` and `audit`.
 
+pub mod audit;
 pub mod browse;
 pub mod holding;
 pub mod jobs;

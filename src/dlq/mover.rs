@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lapin::message::Delivery;
+use lapin::message::{BasicReturnMessage, Delivery};
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
     BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
@@ -24,8 +24,8 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::audit::Fate;
 use super::holding::{self, Holding};
-use crate::audit::Fate;
 use crate::broker::management::ManagementClient;
 use crate::broker::policies::{self, Overflow};
 use crate::config::BrokerConfig;
@@ -34,8 +34,10 @@ use crate::config::BrokerConfig;
 /// re-publishes (DOMAIN.md §4), so the number of replays is kept in a header of warren's own.
 pub const REPLAY_HEADER: &str = "x-warren-replay-count";
 
-/// Messages read ahead by a whole-queue move (the consumer's prefetch), at most.
-const PREFETCH: u16 = 250;
+/// Messages read ahead by a whole-queue move (the consumer's prefetch), at most: two batches of
+/// copies in flight ([`CONFIRM_WINDOW`]), so the next batch is read and published while the
+/// broker confirms the one before.
+const PREFETCH: u16 = 2 * CONFIRM_WINDOW as u16;
 /// Message bytes a move holds at once, about: what the prefetch window brings in and the copies
 /// awaiting their confirm (each kept to match returns). A count alone let 250 messages of
 /// 100 MB each into memory at once.
@@ -43,8 +45,8 @@ const MOVE_MEMORY: usize = 64 * 1024 * 1024;
 /// The prefetch when the queue's message bytes are unknown (management API unreachable, or a
 /// broker without message stats): small, since nothing says the messages are.
 const PREFETCH_UNKNOWN_SIZE: u16 = 8;
-/// Publishes awaiting their confirm at once: the copies are pipelined, each original is acked
-/// when its own confirm arrives.
+/// Copies in one batch: a batch's originals are acked once every copy of it is confirmed, while
+/// the next batch is already being published (two batches in flight at most).
 const CONFIRM_WINDOW: usize = 250;
 /// A whole-queue move stops after this many messages could not be moved: each one stays unacked
 /// (in the prefetch window) until the end, and so many failures mean something is wrong.
@@ -483,10 +485,65 @@ fn prefetch_for(messages: u64, bytes: u64) -> u16 {
     (MOVE_MEMORY as u64 / average).clamp(1, u64::from(PREFETCH)) as u16
 }
 
-/// A copy published and not yet confirmed.
+/// A copy published and not yet settled.
 struct Pending {
     copy: Copy,
-    confirm: lapin::publisher_confirm::PublisherConfirm,
+    confirm: Confirm,
+    /// A returned message matched it (`Mover::match_returns`).
+    returned: bool,
+}
+
+/// A copy's confirmation: still to come, or what the broker said.
+enum Confirm {
+    Waiting(lapin::publisher_confirm::PublisherConfirm),
+    /// Acked (`Ok`), or refused with the reason.
+    Came(Result<(), String>),
+}
+
+impl Pending {
+    /// Waits for the broker's confirmation; a returned message lapin attached to it goes to
+    /// `returns`.
+    async fn confirmed(&mut self, returns: &mut Vec<BasicReturnMessage>) -> Result<(), MoveError> {
+        if let Confirm::Waiting(confirm) = &mut self.confirm {
+            let confirmation = confirm.await?;
+            self.confirm = Confirm::Came(self.outcome(confirmation, returns));
+        }
+        Ok(())
+    }
+
+    /// Takes the confirmation if it has come already, without waiting.
+    fn confirmed_yet(&mut self, returns: &mut Vec<BasicReturnMessage>) -> Result<(), MoveError> {
+        if let Confirm::Waiting(confirm) = &mut self.confirm {
+            if let Some(confirmation) = futures_util::FutureExt::now_or_never(confirm) {
+                self.confirm = Confirm::Came(self.outcome(confirmation?, returns));
+            }
+        }
+        Ok(())
+    }
+
+    fn outcome(&self, confirmation: Confirmation, returns: &mut Vec<BasicReturnMessage>) -> Result<(), String> {
+        match confirmation {
+            Confirmation::Ack(r) => {
+                returns.extend(r.map(|r| *r));
+                Ok(())
+            }
+            Confirmation::Nack(r) => {
+                returns.extend(r.map(|r| *r));
+                Err(format!(
+                    "the broker refused the copy sent to {} (nack): a full target that rejects publishes \
+                     (overflow reject-publish), or one that could not store it",
+                    self.copy.to
+                ))
+            }
+            Confirmation::NotRequested => Err("publisher confirms are not enabled".to_string()),
+        }
+    }
+
+    fn same_as(&self, r: &BasicReturnMessage) -> bool {
+        r.delivery.exchange.as_str() == self.copy.exchange
+            && r.delivery.routing_key.as_str() == self.copy.routing_key
+            && r.delivery.data == self.copy.data
+    }
 }
 
 /// What warren published for one original delivery (`tag` on the source channel).
@@ -538,7 +595,7 @@ enum Route {
 }
 
 /// One move in progress: the source channel (reads and acks), the publisher channel (confirm
-/// mode), the copies awaiting confirms, and the deliveries to give back at the end.
+/// mode), two batches of copies awaiting confirms, and the deliveries to give back at the end.
 struct Mover<'a> {
     connection: &'a Connection,
     queue: &'a str,
@@ -546,9 +603,14 @@ struct Mover<'a> {
     progress: &'a Progress,
     source: lapin::Channel,
     publisher: lapin::Channel,
+    /// The batch being published.
     in_flight: Vec<Pending>,
-    /// Body bytes of the copies in flight.
+    /// Body bytes of `in_flight`.
     in_flight_bytes: usize,
+    /// The batch before it, published and awaiting its confirms.
+    previous: Vec<Pending>,
+    /// Returned copies not yet matched to the copy they came from.
+    returns: Vec<BasicReturnMessage>,
     prefetch: u16,
     /// While a consumer reads: its window. Copies in flight and messages kept both hold a place
     /// in it, so the copies are settled before it fills.
@@ -591,6 +653,8 @@ impl<'a> Mover<'a> {
             publisher,
             in_flight: Vec::new(),
             in_flight_bytes: 0,
+            previous: Vec::new(),
+            returns: Vec::new(),
             prefetch,
             window: None,
             kept: Vec::new(),
@@ -784,31 +848,19 @@ impl<'a> Mover<'a> {
     }
 
     fn moved(&mut self, m: Moved) {
-        let fate = Fate {
-            position: m.position,
-            message_id: m.message_id.clone(),
-            outcome: "moved",
-            detail: m.to_queue.clone(),
-        };
-        self.progress.record(fate);
+        Progress::add(&self.progress.moved);
+        self.progress.record(Fate::new(m.position, m.message_id.as_deref(), "moved", &m.to_queue));
         self.report.moved.push(m);
     }
 
     fn failed(&mut self, f: Failed) {
-        let fate = Fate {
-            position: f.position,
-            message_id: f.message_id.clone(),
-            outcome: "failed",
-            detail: f.reason.clone(),
-        };
-        self.progress.record(fate);
+        Progress::add(&self.progress.failed);
+        self.progress.record(Fate::new(f.position, f.message_id.as_deref(), "failed", &f.reason));
         self.report.failed.push(f);
     }
 
     fn held(&mut self, h: Held) {
-        let fate =
-            Fate { position: h.position, message_id: h.message_id.clone(), outcome: "held", detail: h.queue.clone() };
-        self.progress.record(fate);
+        self.progress.record(Fate::new(h.position, h.message_id.as_deref(), "held", &h.queue));
         self.report.held.push(h);
     }
 
@@ -840,7 +892,6 @@ impl<'a> Mover<'a> {
         original: Original<'_>,
         reason: String,
     ) -> Result<String, MoveError> {
-        Progress::add(&self.progress.failed);
         Ok(match self.set_aside_original(position, original).await? {
             Aside::Kept => reason,
             Aside::Held(queue) => {
@@ -928,7 +979,6 @@ impl<'a> Mover<'a> {
             Err(reason) => self.fail(position, original, reason).await?,
             Ok(Route::Discard) => {
                 self.source.basic_ack(tag, BasicAckOptions::default()).await?;
-                Progress::add(&self.progress.moved);
                 self.moved(Moved { position, message_id, to_queue: String::new() });
             }
             Ok(Route::Publish { exchange, routing_key, label }) => {
@@ -958,73 +1008,69 @@ impl<'a> Mover<'a> {
                     properties,
                 };
                 self.in_flight_bytes += copy.data.len();
-                self.in_flight.push(Pending { copy, confirm });
-                let window_full = self.window.is_some_and(|w| self.in_flight.len() + self.kept.len() >= w);
-                if self.in_flight.len() >= CONFIRM_WINDOW || self.in_flight_bytes >= MOVE_MEMORY || window_full {
-                    self.settle_batch().await?;
+                self.in_flight.push(Pending { copy, confirm: Confirm::Waiting(confirm), returned: false });
+                // Half the window per batch, so that a consumer's next batch can come while the
+                // one before is confirmed; half the memory, for the same reason.
+                let batch = self.window.map_or(CONFIRM_WINDOW, |w| CONFIRM_WINDOW.min(w / 2).max(1));
+                if self.in_flight.len() >= batch || self.in_flight_bytes >= MOVE_MEMORY / 2 {
+                    self.end_batch().await?;
+                }
+                let unacked = self.in_flight.len() + self.previous.len() + self.kept.len();
+                if self.window.is_some_and(|w| unacked >= w) {
+                    self.settle_all().await?;
                 }
             }
         }
         Ok(())
     }
 
-    /// Waits for the confirms of every copy in flight, then acks each original whose copy the
+    /// Ends the batch being published: the batch before it is settled, and this one awaits its
+    /// confirms while the next is published.
+    async fn end_batch(&mut self) -> Result<(), MoveError> {
+        self.settle_previous().await?;
+        self.previous = std::mem::take(&mut self.in_flight);
+        self.in_flight_bytes = 0;
+        Ok(())
+    }
+
+    /// Settles every copy in flight.
+    async fn settle_all(&mut self) -> Result<(), MoveError> {
+        self.end_batch().await?;
+        self.settle_previous().await
+    }
+
+    /// Waits for the confirms of the previous batch, then acks each original whose copy the
     /// broker took and did not return as unroutable.
     ///
     /// Returns are matched to copies here, not taken from each copy's confirmation: lapin
     /// hands a returned message to whichever confirmation it resolves next, and a multiple ack
     /// resolves several in arbitrary order, so a return can sit on another copy's confirmation
-    /// (measured: 50 unroutable copies in flight, 7 confirmations carried a return). The broker
-    /// sends a copy's return before its ack, so once every copy of the batch is confirmed every
-    /// return is in. A returned message is matched by exchange, routing key and body; every
-    /// copy that matches counts as returned, which can at worst leave a delivered copy's
+    /// (measured: 50 unroutable copies in flight, 7 confirmations carried a return), also on one
+    /// of the batch being published. The broker sends a copy's return before its ack, so once
+    /// every copy of this batch is confirmed, the return of each of them is on a confirmation
+    /// that has come: one of this batch or one of the next that came already, and both are
+    /// read. A returned message is matched by exchange, routing key and body; every copy in
+    /// flight that matches counts as returned, which can at worst leave a delivered copy's
     /// original in the source (a duplicate), never ack an original whose copy was lost.
-    async fn settle_batch(&mut self) -> Result<(), MoveError> {
-        let batch = std::mem::take(&mut self.in_flight);
-        self.in_flight_bytes = 0;
-        let mut confirmed = Vec::with_capacity(batch.len());
-        let mut returned = Vec::new();
-        let mut copies = Vec::with_capacity(batch.len());
-        for Pending { copy, confirm } in batch {
-            let ok = match confirm.await? {
-                Confirmation::Ack(r) => {
-                    returned.extend(r.map(|r| *r));
-                    Ok(())
-                }
-                Confirmation::Nack(r) => {
-                    returned.extend(r.map(|r| *r));
-                    Err(format!(
-                        "the broker refused the copy sent to {} (nack): a full target that rejects publishes \
-                         (overflow reject-publish), or one that could not store it",
-                        copy.to
-                    ))
-                }
-                Confirmation::NotRequested => Err("publisher confirms are not enabled".to_string()),
+    async fn settle_previous(&mut self) -> Result<(), MoveError> {
+        let mut batch = std::mem::take(&mut self.previous);
+        for pending in &mut batch {
+            pending.confirmed(&mut self.returns).await?;
+        }
+        for pending in &mut self.in_flight {
+            pending.confirmed_yet(&mut self.returns)?;
+        }
+        if self.in_flight.is_empty() {
+            // Nothing else is in flight: whatever lapin kept aside is this batch's.
+            self.returns.extend(self.publisher.wait_for_confirms().await?);
+        }
+        self.match_returns(&mut batch);
+        let mut safe = Vec::with_capacity(batch.len());
+        for Pending { copy, confirm, returned } in batch {
+            let ok = match confirm {
+                Confirm::Came(ok) => ok,
+                Confirm::Waiting(_) => Err("its confirmation never came".to_string()), // awaited above
             };
-            confirmed.push(ok);
-            copies.push(copy);
-        }
-        returned.extend(self.publisher.wait_for_confirms().await?);
-        let mut was_returned = vec![false; copies.len()];
-        for r in &returned {
-            let mut matched = false;
-            for (i, c) in copies.iter().enumerate() {
-                let same = r.delivery.exchange.as_str() == c.exchange
-                    && r.delivery.routing_key.as_str() == c.routing_key
-                    && r.delivery.data == c.data;
-                if same {
-                    was_returned[i] = true;
-                    matched = true;
-                }
-            }
-            if !matched {
-                // Cannot tell which copy came back: none of this batch counts as moved.
-                tracing::warn!(exchange = %r.delivery.exchange, "a returned copy matched none in flight");
-                was_returned.iter_mut().for_each(|w| *w = true);
-            }
-        }
-        let mut safe = Vec::with_capacity(copies.len());
-        for ((ok, returned), copy) in confirmed.into_iter().zip(was_returned).zip(copies) {
             let original = Original { tag: copy.tag, data: &copy.data, properties: &copy.properties };
             match (ok, returned) {
                 (Ok(()), false) => safe.push(copy),
@@ -1048,14 +1094,32 @@ impl<'a> Mover<'a> {
             }
         }
         for copy in safe {
-            Progress::add(&self.progress.moved);
             self.moved(Moved { position: copy.position, message_id: copy.message_id, to_queue: copy.to });
         }
         Ok(())
     }
 
+    /// Flags the copies in flight that the returns collected so far came from: those of `batch`
+    /// and of the batch being published.
+    fn match_returns(&mut self, batch: &mut [Pending]) {
+        for r in std::mem::take(&mut self.returns) {
+            let mut matched = false;
+            for pending in batch.iter_mut().chain(self.in_flight.iter_mut()) {
+                if pending.same_as(&r) {
+                    pending.returned = true;
+                    matched = true;
+                }
+            }
+            if !matched {
+                // Cannot tell which copy came back: none in flight counts as moved.
+                tracing::warn!(exchange = %r.delivery.exchange, "a returned copy matched none in flight");
+                batch.iter_mut().chain(self.in_flight.iter_mut()).for_each(|p| p.returned = true);
+            }
+        }
+    }
+
     async fn finish(mut self) -> Result<MoveReport, MoveError> {
-        self.settle_batch().await?;
+        self.settle_all().await?;
         // Delivery tags grow in delivery order; failures were settled after later reads.
         self.kept.sort_unstable();
         if !give_back_in_order(&self.source, self.queue, &self.kept, self.plan.quorum).await? {
@@ -1066,13 +1130,7 @@ impl<'a> Mover<'a> {
         }
         self.report.moved.sort_by_key(|m| m.position);
         for w in &self.wanted {
-            let fate = Fate {
-                position: w.position,
-                message_id: w.message_id.clone(),
-                outcome: "not_found",
-                detail: String::new(),
-            };
-            self.progress.record(fate);
+            self.progress.record(Fate::new(w.position, w.message_id.as_deref(), "not_found", ""));
         }
         self.report.not_found = std::mem::take(&mut self.wanted);
         self.report.stopped = self.stop.take();

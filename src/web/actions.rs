@@ -82,8 +82,8 @@ pub async fn run_purge(
     let outcome = dlq::purge(config, &view.vhost, &view.name).await;
     state.snapshots.forget(&view.broker, &view.vhost, &view.name);
     match &outcome {
-        Ok(n) => audit::finish(&state.db, audit_id, "done", *n as usize, 0, None, &[]).await?,
-        Err(e) => audit::finish(&state.db, audit_id, "failed", 0, 0, Some(&e.to_string()), &[]).await?,
+        Ok(n) => crate::dlq::audit::finish(&state.db, audit_id, "done", *n as usize, 0, None, &[]).await?,
+        Err(e) => crate::dlq::audit::finish(&state.db, audit_id, "failed", 0, 0, Some(&e.to_string()), &[]).await?,
     }
     Ok((audit_id, outcome))
 }

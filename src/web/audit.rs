@@ -141,11 +141,11 @@ async fn audit_api(
 async fn messages_api(
     State(state): State<AppState>,
     axum::extract::Path(id): axum::extract::Path<i64>,
-) -> Result<Json<Vec<crate::audit::MessageRecord>>, ApiError> {
+) -> Result<Json<Vec<crate::dlq::audit::MessageRecord>>, ApiError> {
     if crate::audit::get(&state.db, id).await?.is_none() {
         return Err(WebError::NotFound(format!("no audit entry {id}")).into());
     }
-    Ok(Json(crate::audit::messages(&state.db, id).await?))
+    Ok(Json(crate::dlq::audit::messages(&state.db, id).await?))
 }
 
 struct AuditRow {
