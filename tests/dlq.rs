@@ -182,6 +182,69 @@ async fn requeue_through_the_original_exchange() {
     connection.close(0, "done").await.ok();
 }
 
+/// Returned copies are matched to their originals across the batches in flight: 2,000 dead
+/// letters of which every 25th was published with a routing key that is no longer bound, moved
+/// back through the original exchange. The mover keeps two batches of copies in flight, and lapin
+/// attaches a return to whichever confirmation comes next, so a return can arrive on another
+/// batch's confirmation: exactly the 80 unroutable ones fail and stay, every other one moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unroutable_copies_among_many_keep_exactly_their_originals() {
+    let vhost = TestVhost::create("unroutable").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    channel.exchange_declare("orders", ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
+    declare(&channel, "work.dlq", false).await;
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("work.dlq".into()));
+    channel.queue_declare("work", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    for key in ["order.created", "order.legacy"] {
+        channel.queue_bind("work", "orders", key, Default::default(), FieldTable::default()).await.unwrap();
+    }
+    // Published already expired: the broker dead-letters each at once, with the route in x-death.
+    let ids: Vec<String> = (1..=2_000).map(|i| format!("u{i}")).collect();
+    let legacy = |i: usize| i % 25 == 0;
+    for (i, id) in ids.iter().enumerate() {
+        let key = if legacy(i + 1) { "order.legacy" } else { "order.created" };
+        // Persistent: the broker confirms the routed copies after writing them, several at once,
+        // while the unroutable ones are returned at once.
+        let properties = BasicProperties::default()
+            .with_message_id(id.as_str().into())
+            .with_expiration("0".into())
+            .with_delivery_mode(2);
+        channel.basic_publish("orders", key, BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    wait_for("2,000 dead letters", Duration::from_secs(30), || async {
+        let n = depth(&channel, "work.dlq").await;
+        if n == 2_000 {
+            Ok(())
+        } else {
+            Err(format!("{n}"))
+        }
+    })
+    .await;
+    channel.queue_unbind("work", "orders", "order.legacy", FieldTable::default()).await.unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    listed(&warren, &vhost.name, "work.dlq").await;
+
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all", "target": "original_exchange"})).await;
+    let expect_failed: Vec<String> =
+        ids.iter().enumerate().filter(|(i, _)| legacy(i + 1)).map(|(_, id)| id.clone()).collect();
+    let expect_moved: Vec<String> =
+        ids.iter().enumerate().filter(|(i, _)| !legacy(i + 1)).map(|(_, id)| id.clone()).collect();
+    let failed = message_ids(&job["report"]["failed"]);
+    assert_eq!(failed, expect_failed, "exactly the unroutable ones failed: {}", job["report"]["stopped"]);
+    let reasons = job["report"]["failed"].as_array().unwrap();
+    assert!(reasons.iter().all(|f| f["reason"].as_str().unwrap().contains("unroutable")), "{job}");
+    assert_eq!(drain_ids(&channel, "work").await, expect_moved, "every other one moved, in order");
+    assert_eq!(drain_ids(&channel, "work.dlq").await, expect_failed, "the unroutable ones stay, in order");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 /// Issue 16 (6): a delayed-retry topology. The consumer's first failure went to a wait queue
 /// with a per-message TTL; it expired back into `work`; the next failure was rejected into the
 /// final DLQ. The message's first death is the wait queue's expiry, but it came to the DLQ from
