@@ -54,10 +54,27 @@ impl Receiver {
     }
 }
 
+/// The status for [`Receiver::answer_with`] that holds each request without answering (until
+/// warren gives up on it), to kill warren in the middle of an attempt.
+const HANG: u16 = 0;
+
 async fn answer(State(receiver): State<Receiver>, Json(body): Json<Value>) -> StatusCode {
     let status = receiver.status.load(Ordering::SeqCst);
     receiver.requests.lock().unwrap().push(Received { status, body });
+    if status == HANG {
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        return StatusCode::GATEWAY_TIMEOUT;
+    }
     StatusCode::from_u16(status).unwrap()
+}
+
+/// A number below `n` that differs from run to run, so the kills land at different points; the
+/// test prints it, to repeat a failure.
+fn random_below(n: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(std::process::id().into());
+    hasher.finish() % n
 }
 
 /// warren as a separate process, so the test can SIGKILL it.
@@ -147,10 +164,13 @@ async fn a_notification_being_retried_when_warren_is_killed_is_delivered_after_t
     let dir = tempfile::tempdir().unwrap();
 
     let mut warren = Process::start(dir.path(), &receiver.url).await;
-    let failed = wait_for("a failed attempt in the delivery log", Duration::from_secs(30), || async {
+    // Killed after 1 to 3 failed attempts (backoff 1 s, 2 s, 4 s).
+    let kill_after = 1 + random_below(3) as usize;
+    eprintln!("killing warren after {kill_after} failed attempts");
+    let failed = wait_for("failed attempts in the delivery log", Duration::from_secs(30), || async {
         let rows = warren.deliveries().await;
         match rows.iter().filter(|r| r["outcome"] == "failed").count() {
-            0 => Err(format!("{rows:?}")),
+            n if n < kill_after => Err(format!("{rows:?}")),
             _ => Ok(rows),
         }
     })
@@ -217,4 +237,50 @@ async fn a_notification_being_retried_when_warren_is_killed_is_delivered_after_t
     let notified_at: DateTime<Utc> = after["notified_at"].as_str().unwrap().parse().unwrap();
     assert!(notified_at.timestamp() >= switched_at.timestamp(), "{after} (switched at {switched_at})");
     assert_eq!(after["queued_at"], before_kill["queued_at"], "the firing was queued once, before the kill");
+}
+
+/// Killed in the middle of an attempt (the receiver holds the request): the next warren sends the
+/// notification again, and it is delivered. The receiver may have seen the held request too: a
+/// duplicate is acceptable, a loss is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_whose_delivery_is_in_flight_when_warren_is_killed_is_delivered_after_the_restart() {
+    let receiver = Receiver::start(HANG).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    let mut warren = Process::start(dir.path(), &receiver.url).await;
+    wait_for("an attempt under way", Duration::from_secs(30), || async {
+        match receiver.requests().len() {
+            0 => Err("no request yet".to_string()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    let before_kill = warren.alert().await;
+    warren.child.kill().expect("SIGKILL");
+    warren.child.wait().unwrap();
+    assert!(before_kill["notified_at"].is_null(), "notified before any channel accepted it: {before_kill}");
+
+    receiver.answer_with(200);
+    let warren = Process::start(dir.path(), &receiver.url).await;
+    let delivered = wait_for("the notification delivered after the restart", Duration::from_secs(30), || async {
+        let requests = receiver.requests();
+        match requests.iter().find(|r| r.status == 200) {
+            Some(r) => Ok(r.clone()),
+            None => Err(format!("{requests:?}")),
+        }
+    })
+    .await;
+    assert!(is_the_firing(&delivered.body), "{}", delivered.body);
+    let after = wait_for("the alert shown notified", Duration::from_secs(10), || async {
+        let alert = warren.alert().await;
+        if alert["notified_at"].is_string() {
+            Ok(alert)
+        } else {
+            Err(format!("{alert}"))
+        }
+    })
+    .await;
+    assert_eq!(after["queued_at"], before_kill["queued_at"], "the firing was queued once, before the kill");
+    let requests = receiver.requests();
+    assert!(requests.iter().all(|r| is_the_firing(&r.body)), "only the one firing was sent: {requests:?}");
 }
