@@ -427,3 +427,98 @@ async fn hostile_payloads_render_escaped_and_never_run() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 17, case 4: messages of real frameworks, reproduced with a plain AMQP client. Celery
+/// keeps its id in the `id` header (and `correlation_id`), with a pickle body and a readable
+/// `argsrepr`; dramatiq keeps its id in the JSON body. Both show their id, task and arguments,
+/// the audit of a requeue records their ids, and JSON shows in its own key order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framework_messages_show_their_ids_and_tasks_and_the_audit_records_them() {
+    let vhost = TestVhost::create("frameworks").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare("work.dlq", durable, FieldTable::default()).await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("work.dlq".into()));
+    channel.queue_declare("work", durable, args).await.unwrap();
+
+    let mut celery = FieldTable::default();
+    for (k, v) in [
+        ("lang", "py"),
+        ("task", "shop.tasks.charge"),
+        ("id", "c-7f3"),
+        ("root_id", "c-7f3"),
+        ("argsrepr", "(42,)"),
+        ("kwargsrepr", "{'currency': 'EUR'}"),
+    ] {
+        celery.insert(k.into(), AMQPValue::LongString(v.into()));
+    }
+    celery.insert("retries".into(), AMQPValue::LongInt(1));
+    let pickle = b"\x80\x04\x95\x1d\x00\x00\x00\x00\x00\x00\x00]\x94(K*}\x94}\x94e.".to_vec();
+    let dramatiq = br#"{"queue_name":"default","actor_name":"send_mail","args":["a@b.example"],"kwargs":{},"options":{"retries":2},"message_id":"d-91","message_timestamp":1700000000000}"#;
+    let plain = br#"{"zeta": 1, "alpha": {"second": 2, "first": 1}}"#;
+    let messages: Vec<(BasicProperties, &[u8])> = vec![
+        (
+            BasicProperties::default()
+                .with_correlation_id("c-7f3".into())
+                .with_content_type("application/x-python-serialize".into())
+                .with_headers(celery),
+            &pickle,
+        ),
+        (BasicProperties::default().with_content_type("application/json".into()), dramatiq),
+        (BasicProperties::default().with_message_id("plain".into()), plain),
+    ];
+    for (properties, body) in messages {
+        let properties = properties.with_expiration("0".into()); // dead-lettered at once
+        channel.basic_publish("", "work", BasicPublishOptions::default(), body, properties).await.unwrap();
+    }
+    channel.wait_for_confirms().await.unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("the DLQ listed with 3", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["total"] == 3 {
+            Ok(())
+        } else {
+            Err(format!("total {}", q["total"]))
+        }
+    })
+    .await;
+
+    let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let m = &snapshot["messages"];
+    assert_eq!(m[0]["message_id"], "c-7f3", "{snapshot}");
+    assert_eq!(m[0]["message_id_from"], "the Celery id header");
+    assert_eq!(m[0]["app"]["kind"], "shop.tasks.charge");
+    assert_eq!(m[0]["app"]["attempt"], 1);
+    assert_eq!(m[0]["app"]["arguments"], "(42,) {'currency': 'EUR'}");
+    assert_eq!(m[1]["message_id"], "d-91");
+    assert_eq!(m[1]["app"]["framework"], "dramatiq");
+    assert_eq!(m[1]["app"]["kind"], "send_mail");
+    assert_eq!(m[2]["message_id"], "plain");
+    assert_eq!(m[2]["message_id_from"], "the message_id property");
+    assert!(m[2]["app"].is_null(), "no framework: {}", m[2]);
+
+    let base = format!("/dlq/local/{}/work.dlq", encode(&vhost.name));
+    let (_, list) = warren.get_text(&base).await;
+    assert!(list.contains("shop.tasks.charge") && list.contains("send_mail"), "the task column");
+    assert!(list.contains(">c-7f3<") && list.contains(">d-91<"), "the id column");
+    let (_, celery_page) = warren.get_text(&format!("{base}/messages/1")).await;
+    assert!(celery_page.contains("(42,)") && celery_page.contains("the Celery id header"), "{celery_page}");
+    let (_, plain_page) = warren.get_text(&format!("{base}/messages/3")).await;
+    let (zeta, alpha) = (plain_page.find("zeta").unwrap(), plain_page.find("alpha").unwrap());
+    let (second, first) = (plain_page.find("second").unwrap(), plain_page.find("first&#34;").unwrap());
+    assert!(zeta < alpha && second < first, "the payload's own key order");
+
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all"})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    let id = job["id"].as_i64().unwrap();
+    let (_, fates) = warren.get_json(&format!("/api/v1/audit/{id}/messages")).await;
+    let recorded: Vec<&str> = fates.as_array().unwrap().iter().filter_map(|f| f["message_id"].as_str()).collect();
+    assert_eq!(recorded, ["c-7f3", "d-91", "plain"], "the audit records the frameworks' ids: {fates}");
+    assert_eq!(drain_ids(&channel, "work").await.len(), 3, "all three back in work");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

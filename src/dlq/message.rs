@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::framework::{self, App};
 use crate::broker::management::PeekedMessage;
 
 /// One message of a snapshot, with its dead-letter facts decoded.
@@ -16,7 +17,12 @@ pub struct SnapshotMessage {
     /// Which message this is (`fingerprint`): what a selection names, so that a move takes the
     /// messages the user saw, wherever they are in the queue by then.
     pub fingerprint: String,
+    /// The `message_id` property, or else the id a framework's format holds (`app`).
     pub message_id: Option<String>,
+    /// Where `message_id` was read, in words.
+    pub message_id_from: Option<&'static str>,
+    /// What a well-known framework's format says of it (task, attempt, arguments).
+    pub app: Option<App>,
     /// The queue whose dead-lettering brought it here, and why: the newest death (see
     /// `dlq::last_death_queue`), where a requeue sends it.
     pub original_queue: Option<String>,
@@ -69,10 +75,20 @@ pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -
     let first_death_reason =
         header("x-first-death-reason").or_else(|| deaths.last().and_then(|d| text(d.get("reason"))));
     let first = deaths.iter().find(|d| text(d.get("queue")) == first_death_queue).or(deaths.last());
+    let app = framework::recognise(h, &payload_bytes(&message));
+    let (message_id, message_id_from) = match text(message.properties.get("message_id")).filter(|s| !s.is_empty()) {
+        Some(id) => (Some(id), Some("the message_id property")),
+        None => match app.as_ref().and_then(|a| a.id.clone().map(|id| (id, a.id_from))) {
+            Some((id, from)) => (Some(id), from),
+            None => (None, None),
+        },
+    };
     SnapshotMessage {
         position,
         fingerprint,
-        message_id: text(message.properties.get("message_id")),
+        message_id,
+        message_id_from,
+        app,
         // The counts come with the message, so anyone who can publish chooses them: saturate.
         death_count: deaths
             .iter()
@@ -203,10 +219,10 @@ pub fn payload_bytes(m: &PeekedMessage) -> Vec<u8> {
 pub fn render_payload(m: &PeekedMessage) -> (&'static str, String) {
     let bytes = payload_bytes(m);
     if let Ok(text) = std::str::from_utf8(&bytes) {
-        if let Ok(json) = serde_json::from_str::<Value>(text) {
-            if let Ok(pretty) = serde_json::to_string_pretty(&json) {
-                return ("json", pretty);
-            }
+        // Valid JSON is laid out again in its own key order: `Value` would sort the keys, and
+        // the order an application wrote them in is part of how people read it (issue 17, case 4).
+        if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() {
+            return ("json", indent_json(text));
         }
         if !text.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
             return ("text", text.to_string());
@@ -220,6 +236,63 @@ pub fn render_payload(m: &PeekedMessage) -> (&'static str, String) {
         dump.push_str(&format!("{:08x}  {:<48}  {ascii}\n", row * 16, hex.join(" ")));
     }
     ("hex", dump)
+}
+
+/// Lays out valid JSON text with two-space indents, keys in the order they are written. Only
+/// whitespace outside strings changes.
+fn indent_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    let mut depth = 0usize;
+    let (mut in_string, mut escaped) = (false, false);
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.push_str(&"  ".repeat(depth));
+    };
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                // An empty object or array stays on one line.
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+                if matches!(chars.peek(), Some('}' | ']')) {
+                    out.push(chars.next().expect("peeked"));
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -240,6 +313,40 @@ mod tests {
             assert!(s.first_death_at.is_some());
             assert_eq!(render_payload(&s.message).0, "json");
         }
+    }
+
+    #[test]
+    fn json_keeps_its_key_order_and_its_strings() {
+        let text = r#"{"zeta": 1, "alpha": {"b": [1, {}, []], "a": "x, {y}: \"z\""}, "empty": {}}"#;
+        let laid_out = indent_json(text);
+        assert_eq!(
+            laid_out,
+            "{\n  \"zeta\": 1,\n  \"alpha\": {\n    \"b\": [\n      1,\n      {},\n      []\n    ],\n    \
+             \"a\": \"x, {y}: \\\"z\\\"\"\n  },\n  \"empty\": {}\n}"
+        );
+        let again: Value = serde_json::from_str(&laid_out).unwrap();
+        assert_eq!(again, serde_json::from_str::<Value>(text).unwrap(), "the same JSON");
+    }
+
+    /// Issue 17, case 4: a Celery message has no message_id property; its id is in a header.
+    #[test]
+    fn a_frameworks_id_stands_in_for_a_missing_message_id() {
+        let message = |properties: Value, payload: &str| PeekedMessage {
+            properties: properties.as_object().unwrap().clone(),
+            payload: payload.to_string(),
+            payload_encoding: "string".to_string(),
+            payload_bytes: payload.len() as u64,
+            exchange: String::new(),
+            routing_key: String::new(),
+            redelivered: false,
+        };
+        let celery = serde_json::json!({"correlation_id": "c-1", "headers": {"id": "c-1", "task": "t.charge"}});
+        let s = summarize(1, String::new(), message(celery, "[[42], {}, {}]"));
+        assert_eq!((s.message_id.as_deref(), s.message_id_from), (Some("c-1"), Some("the Celery id header")));
+        assert_eq!(s.app.unwrap().kind.as_deref(), Some("t.charge"));
+        let own = serde_json::json!({"message_id": "m-1", "headers": {"id": "c-1", "task": "t.charge"}});
+        let s = summarize(1, String::new(), message(own, "{}"));
+        assert_eq!(s.message_id.as_deref(), Some("m-1"), "the property wins");
     }
 
     /// A message is the same message whatever the broker's delivery count says, and another

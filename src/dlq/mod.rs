@@ -1,8 +1,10 @@
 //! Dead letters: everything warren does to them, in one place, so that the invariants can be
 //! read in one sitting (issue 16, must-have 8). The imports go one way:
 //!
+//! - `framework`: where well-known frameworks (Celery, dramatiq, ...) put a message's id, task,
+//!   attempt and arguments. Pure.
 //! - `message`: what a dead letter says (where and why it died), the filter, payload display.
-//!   Pure.
+//!   Pure; uses `framework`.
 //! - `mover`: the only code that takes messages off a queue: reading (`peek`) and moving, each
 //!   original acked only after its copy is confirmed and not returned (DOMAIN.md §6). Uses
 //!   `message`.
@@ -17,6 +19,7 @@
 
 pub mod audit;
 pub mod browse;
+pub mod framework;
 pub mod holding;
 pub mod jobs;
 pub mod message;

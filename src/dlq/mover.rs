@@ -583,8 +583,15 @@ impl<'d> Original<'d> {
         Original { tag: delivery.delivery_tag, data: &delivery.data, properties: &delivery.properties }
     }
 
+    /// Its `message_id`, or else the id its framework's format holds (Celery's `id` header,
+    /// dramatiq's body): what the report and the audit log record.
     fn message_id(&self) -> Option<String> {
-        self.properties.message_id().as_ref().map(|s| s.as_str().to_string())
+        let property = self.properties.message_id().as_ref().map(|s| s.as_str().to_string());
+        property.filter(|id| !id.is_empty()).or_else(|| {
+            let headers = self.properties.headers().as_ref().map(|t| table_json(t, 0));
+            let headers = headers.as_ref().and_then(serde_json::Value::as_object);
+            super::framework::recognise(headers, self.data).and_then(|app| app.id)
+        })
     }
 }
 

@@ -132,6 +132,12 @@ struct Row {
     href: String,
     position: usize,
     message_id: String,
+    /// Where the id was read (the property, or a framework's header or body).
+    message_id_from: String,
+    /// The task, actor or message type a framework's format names, or empty.
+    kind: String,
+    /// The framework's own fields, for the message page: (name, value).
+    app: Vec<(&'static str, String)>,
     original_queue: String,
     reason: String,
     death_count: i64,
@@ -145,6 +151,17 @@ struct Row {
     /// No longer in this queue: read at its delivery limit, it went to this holding queue.
     held_in: Option<String>,
     fingerprint: String,
+}
+
+/// A framework's fields as the message page lists them, leaving out those it did not give.
+fn app_fields(app: &crate::dlq::framework::App) -> Vec<(&'static str, String)> {
+    let mut fields = vec![("Framework", app.framework.to_string())];
+    let mut put = |name, value: Option<String>| fields.extend(value.map(|v| (name, v)));
+    put("Id", app.id.clone().map(|id| format!("{id} (from {})", app.id_from.unwrap_or("its format"))));
+    put("Task / type", app.kind.clone());
+    put("Retries before this delivery", app.attempt.map(|a| a.to_string()));
+    put("Arguments", app.arguments.clone());
+    fields
 }
 
 fn unknown_if_none(v: Option<String>) -> String {
@@ -170,6 +187,9 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
             href: format!("{base}/messages/{}", m.position),
             position: m.position,
             message_id: unknown_if_none(m.message_id.clone()),
+            message_id_from: m.message_id_from.unwrap_or("no message_id property, and no framework's id").to_string(),
+            kind: m.app.as_ref().and_then(|a| a.kind.clone()).unwrap_or_default(),
+            app: m.app.as_ref().map(app_fields).unwrap_or_default(),
             original_queue: unknown_if_none(m.original_queue.clone()),
             reason: unknown_if_none(m.reason.clone()),
             death_count: m.death_count,
