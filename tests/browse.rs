@@ -102,10 +102,12 @@ async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
             .is_ack());
     }
     let warren = Warren::for_vhost(&vhost.name, 1).await;
-    wait_for("listed", Duration::from_secs(30), || async {
-        warren.queue(&vhost.name, "limited").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    let listed = wait_for("listed", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "limited").await.ok_or_else(|| "not yet".to_string())
     })
     .await;
+    // On every version (issue 17, case 5: null on 3.10, whose listing never says it).
+    assert_eq!(listed["delivery_limit"], 2, "{listed}");
     let path = format!("/api/v1/queues/local/{}/limited/snapshot", encode(&vhost.name));
     for _ in 0..3 {
         let (status, body) = warren.post_json(&path, json!({})).await;

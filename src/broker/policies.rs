@@ -230,6 +230,14 @@ pub fn delivery_limit_4x(q: &RawQueue) -> i64 {
     configured_delivery_limit(q).unwrap_or(DEFAULT_DELIVERY_LIMIT_4X)
 }
 
+/// A quorum queue's delivery limit from what a listing says of it (`None`: no limit): on 4.x
+/// [`delivery_limit_4x`], before 4.0 only what an argument or a policy sets (3.x has no
+/// default, and its listing never says the limit; issue 17, case 5). A negative limit is none.
+pub fn delivery_limit(q: &RawQueue, since_4_0: bool) -> Option<i64> {
+    let limit = if since_4_0 { Some(delivery_limit_4x(q)) } else { configured_delivery_limit(q) };
+    limit.filter(|l| *l >= 0)
+}
+
 /// The delivery limit an argument or a policy sets: the lower of the two, unless either is
 /// negative (no limit), which then wins, as measured on 4.0.5.
 fn configured_delivery_limit(q: &RawQueue) -> Option<i64> {
@@ -258,13 +266,10 @@ pub async fn delivery_limit_now(
         return Ok(None);
     }
     let (overview, _) = client.get::<super::management::Overview>("api/overview?columns=rabbitmq_version").await?;
-    let limit = match overview.major_version() {
-        // Unknown version: assume the newer broker's default rather than no limit.
-        Some(m) if m < 4 => configured_delivery_limit(&queue),
-        // Not the answer's `delivery_limit`: the management database updates it seconds late.
-        _ => Some(delivery_limit_4x(&queue)),
-    };
-    Ok(limit.filter(|l| *l >= 0))
+    // Unknown version: assume the newer broker's default rather than no limit. Not the answer's
+    // `delivery_limit`: the management database updates it seconds late.
+    let since_4_0 = overview.major_version().is_none_or(|m| m >= 4);
+    Ok(delivery_limit(&queue, since_4_0))
 }
 
 #[cfg(test)]

@@ -381,12 +381,12 @@ impl Poller {
             }
             // Nor a delivery limit, and a full listing lacks it too for a queue whose first
             // stats are not in yet: on 4.x a quorum queue always has one, so reads of it must
-            // be confirmed from the first listing on.
-            if since_4_0(&overview) {
-                for q in raw_queues.iter_mut().flatten() {
-                    if q.kind.as_deref() == Some("quorum") && q.delivery_limit.is_none() {
-                        q.delivery_limit = Some(policies::delivery_limit_4x(q));
-                    }
+            // be confirmed from the first listing on. 3.x listings never say it; its argument
+            // or policy does.
+            let since_4_0 = since_4_0(&overview);
+            for q in raw_queues.iter_mut().flatten() {
+                if q.kind.as_deref() == Some("quorum") && q.delivery_limit.is_none() {
+                    q.delivery_limit = policies::delivery_limit(q, since_4_0);
                 }
             }
             counters = (stats_enabled && !plan.light_listing).then_some(CounterSource::Listing);
