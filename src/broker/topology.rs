@@ -283,9 +283,21 @@ pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> 
     let classified: Vec<(String, roles::Classified)> =
         roles::classify(&nodes).into_iter().map(|(name, c)| (name.to_string(), c)).collect();
     drop(nodes);
+    // Queues with a DLX whose routing is not known yet (bindings not read) or reaches no queue:
+    // only consumers say anything about them. Those in the graph get their role below.
     for q in queues {
         if let Some(i) = info.get_mut(q.name) {
-            (i.role, i.role_reason) = plain_role(q.consumers);
+            i.role = plain_role(q.consumers).0;
+            let consumed = if i.role == QueueRole::Work { "has consumers; " } else { "" };
+            i.role_reason = match i.dead_letter_target.as_deref() {
+                Some(DeadLetterTarget { exchange, queues: None, .. }) => {
+                    format!("{consumed}where its dead letters go (exchange {exchange:?}) is not known yet").into()
+                }
+                Some(DeadLetterTarget { exchange, .. }) => {
+                    format!("{consumed}its dead-letter exchange {exchange:?} routes them to no queue").into()
+                }
+                None => plain_role(q.consumers).1,
+            };
         }
     }
     for (name, c) in classified {

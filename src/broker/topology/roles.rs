@@ -398,6 +398,13 @@ mod tests {
         let configs = [QueueConfig { name: "orders", arguments: &args, effective_policy: &empty, consumers: Some(0) }];
         let info = analyse(&configs, None);
         assert_eq!((info["orders"].role, info["orders"].is_dlq), (QueueRole::Unknown, false));
+        assert!(info["orders"].role_reason.contains("not known yet"), "{}", info["orders"].role_reason);
+        // Routing known, and it reaches no queue: the reason says so.
+        let args = json!({"x-dead-letter-exchange": "unbound"}).as_object().unwrap().clone();
+        let configs = [QueueConfig { name: "orders", arguments: &args, effective_policy: &empty, consumers: Some(1) }];
+        let info = analyse(&configs, Some(&VhostTopology::default()));
+        assert_eq!(info["orders"].role, QueueRole::Work);
+        assert!(info["orders"].role_reason.contains("to no queue"), "{}", info["orders"].role_reason);
     }
 
     #[test]
