@@ -7,11 +7,15 @@
 //!                 --order.created--> orders.audit       (classic, consumer slower than inflow)
 //!                 --order.backfill-> orders.fulfillment (legacy publisher: no timestamp property)
 //!                 --order.alert----> orders.alerts      (quorum, no consumer)
-//! orders.fulfillment --dead-letter--> orders.retry (fanout) -> orders.fulfillment.retry
-//!                    (TTL 5 s, then dead-lettered back to orders.fulfillment via the default exchange)
-//! after 3 trips through the retry queue the consumer itself moves the message, with confirms,
-//! to orders.dlx (fanout) -> orders.fulfillment.dlq, adding an `x-exception-message` header.
+//! a failed order: the consumer republishes it, with confirms, to orders.retry (fanout) ->
+//!                orders.fulfillment.retry (TTL 5 s, then dead-lettered back to orders.fulfillment
+//!                via the default exchange), with the error in `x-exception-message`
+//! after 3 retries the consumer rejects it: orders.fulfillment --dead-letter--> orders.dlx (fanout)
+//!                -> orders.fulfillment.dlq
 //! ```
+//!
+//! This is the delayed-retry shape real frameworks declare (DOMAIN.md §8): the final DLQ is the
+//! fulfillment queue's dead-letter target, so the topology says truthfully which queue feeds it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -103,7 +107,7 @@ struct Progress {
     published: AtomicU64,
     publish_failures: AtomicU64,
     acked: AtomicU64,
-    rejected: AtomicU64,
+    retried: AtomicU64,
     dead_lettered: AtomicU64,
 }
 
@@ -114,10 +118,10 @@ impl Progress {
 
     fn log(&self, when: &str) {
         info!(
-            "demo {when}: published {}, acked {}, rejected {}, dead-lettered {}, publish failures {}",
+            "demo {when}: published {}, acked {}, retried {}, dead-lettered {}, publish failures {}",
             self.published.load(Ordering::Relaxed),
             self.acked.load(Ordering::Relaxed),
-            self.rejected.load(Ordering::Relaxed),
+            self.retried.load(Ordering::Relaxed),
             self.dead_lettered.load(Ordering::Relaxed),
             self.publish_failures.load(Ordering::Relaxed),
         );
@@ -188,16 +192,20 @@ async fn prepare_vhost(http: &reqwest::Client, target: &DemoTarget) -> anyhow::R
     let action = format!("granting '{}' permissions on vhost '{}'", target.user, target.vhost);
     management_put(http, target, &path, &everything, &action).await?;
 
-    // A policy (not queue arguments, so existing demo queues need no re-declaring) makes
-    // orders.dlx the dead-letter exchange of the audit and alerts queues: warren then finds
-    // orders.fulfillment.dlq as a DLQ from the topology, as it would in production.
-    let policy = serde_json::json!({
-        "pattern": "^orders\\.(audit|alerts)$",
-        "definition": { "dead-letter-exchange": "orders.dlx" },
-        "apply-to": "queues",
-    });
-    let action = format!("setting the dead-letter policy on vhost '{}'", target.vhost);
-    management_put(http, target, &format!("policies/{vhost}/warren-demo-dlx"), &policy, &action).await
+    // Demos before issue 17 made orders.dlx the dead-letter exchange of the audit and alerts
+    // queues by this policy, so that the DLQ showed in the topology at all; it then claimed to
+    // be fed by two queues that never dead-letter into it. A vhost left from such a run loses it.
+    let action = format!("removing the old dead-letter policy on vhost '{}'", target.vhost);
+    let response = http
+        .delete(format!("{}/api/policies/{vhost}/warren-demo-dlx", api_base(target)))
+        .basic_auth(&target.user, Some(&target.password))
+        .send()
+        .await
+        .with_context(|| unreachable_management(target, &action))?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(());
+    }
+    expect_success(response, target, &action).await
 }
 
 async fn management_put(
@@ -292,7 +300,8 @@ async fn declare_topology(channel: &Channel, vhost: &str) -> anyhow::Result<()> 
     declare_exchange(channel, RETRY_EXCHANGE, ExchangeKind::Fanout).await?;
     declare_exchange(channel, DLX_EXCHANGE, ExchangeKind::Fanout).await?;
 
-    let to_retry = [("x-dead-letter-exchange", text(RETRY_EXCHANGE))];
+    // Rejected orders (those out of retries) dead-letter into the DLQ.
+    let to_dlq = [("x-dead-letter-exchange", text(DLX_EXCHANGE))];
     let quorum = [("x-queue-type", text("quorum"))];
     let back_to_work = [
         ("x-message-ttl", AMQPValue::LongInt(RETRY_DELAY_MS)),
@@ -300,7 +309,7 @@ async fn declare_topology(channel: &Channel, vhost: &str) -> anyhow::Result<()> 
         ("x-dead-letter-routing-key", text(FULFILLMENT_QUEUE)),
     ];
     let queues: [(&str, &[(&str, AMQPValue)]); 5] = [
-        (FULFILLMENT_QUEUE, &to_retry),
+        (FULFILLMENT_QUEUE, &to_dlq),
         (AUDIT_QUEUE, &[]),
         (ALERTS_QUEUE, &quorum),
         (RETRY_QUEUE, &back_to_work),
@@ -608,30 +617,27 @@ async fn stop_consumer(channel: &Channel, consumer: &Consumer) {
 
 async fn fulfil_orders(
     channel: Channel,
-    dead_letter_channel: Channel,
+    retry_channel: Channel,
     progress: Arc<Progress>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    dead_letter_channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .context("enabling confirms for dead-lettering")?;
+    retry_channel.confirm_select(ConfirmSelectOptions::default()).await.context("enabling confirms for retries")?;
     let mut consumer = start_consumer(&channel, FULFILLMENT_QUEUE, FULFILLMENT_PREFETCH).await?;
     let outcome = async {
         while let Some(delivery) = next_delivery(&mut consumer, &stop).await? {
-            fulfil(delivery, &dead_letter_channel, &progress).await?;
+            fulfil(delivery, &retry_channel, &progress).await?;
         }
         anyhow::Ok(())
     }
     .await;
     stop_consumer(&channel, &consumer).await;
-    close_channel(&dead_letter_channel, "dead-letter publisher").await;
+    close_channel(&retry_channel, "retry publisher").await;
     outcome.context("fulfillment consumer")
 }
 
-async fn fulfil(delivery: Delivery, dead_letter_channel: &Channel, progress: &Progress) -> anyhow::Result<()> {
+async fn fulfil(delivery: Delivery, retry_channel: &Channel, progress: &Progress) -> anyhow::Result<()> {
     if retry_count(&delivery.properties) >= MAX_RETRIES {
-        return move_to_dlq(delivery, dead_letter_channel, progress).await;
+        return give_up(delivery, progress).await;
     }
     tokio::time::sleep(work_time()).await;
     match fulfilment_failure(&delivery.data) {
@@ -640,60 +646,52 @@ async fn fulfil(delivery: Delivery, dead_letter_channel: &Channel, progress: &Pr
             Progress::bump(&progress.acked);
         }
         Some(reason) => {
-            debug!("rejecting {:?}: {reason}", delivery.properties.message_id());
-            // requeue=false hands the message to the queue's dead-letter exchange: the retry queue.
-            let reject = BasicRejectOptions { requeue: false };
-            delivery.acker.reject(reject).await.context("rejecting an order")?;
-            Progress::bump(&progress.rejected);
+            debug!("retrying {:?}: {reason}", delivery.properties.message_id());
+            retry_later(delivery, retry_channel, progress).await?;
         }
     }
     Ok(())
 }
 
-/// Confirm before ack: a crash in between duplicates the message in the DLQ, never loses it.
-async fn move_to_dlq(delivery: Delivery, channel: &Channel, progress: &Progress) -> anyhow::Result<()> {
+/// requeue=false hands the message to the queue's dead-letter exchange: the DLQ. It keeps the
+/// headers of its last retry, the error text among them.
+async fn give_up(delivery: Delivery, progress: &Progress) -> anyhow::Result<()> {
+    let reject = BasicRejectOptions { requeue: false };
+    delivery.acker.reject(reject).await.context("rejecting an order out of retries")?;
+    Progress::bump(&progress.dead_lettered);
+    Ok(())
+}
+
+/// Confirm before ack: a crash in between duplicates the order in the retry queue, never loses it.
+async fn retry_later(delivery: Delivery, channel: &Channel, progress: &Progress) -> anyhow::Result<()> {
     let mut headers = delivery.properties.headers().clone().unwrap_or_default();
-    let error_text = give_up_reason(&delivery.data);
-    headers.insert("x-exception-message".into(), text(error_text));
+    headers.insert("x-exception-message".into(), text(give_up_reason(&delivery.data)));
+    headers.insert(RETRIES_HEADER.into(), AMQPValue::LongLongInt(retry_count(&delivery.properties) + 1));
     let message = Outgoing {
         routing_key: FULFILLMENT_QUEUE,
         body: delivery.data.clone(),
         properties: delivery.properties.clone().with_headers(headers),
     };
-    let confirm = publish(channel, DLX_EXCHANGE, message).await?;
+    let confirm = publish(channel, RETRY_EXCHANGE, message).await?;
     if confirmed_and_routed(confirm.await)? {
-        delivery.acker.ack(BasicAckOptions::default()).await.context("acking a dead-lettered order")?;
-        Progress::bump(&progress.dead_lettered);
+        delivery.acker.ack(BasicAckOptions::default()).await.context("acking a retried order")?;
+        Progress::bump(&progress.retried);
+        Ok(())
     } else {
-        // Someone removed the DLQ or its binding: keep the message cycling through retry.
-        warn!("could not park a message in {DLQ}; sending it round the retry queue again");
-        let reject = BasicRejectOptions { requeue: false };
-        delivery.acker.reject(reject).await.context("rejecting an unparkable order")?;
-        Progress::bump(&progress.rejected);
+        // Someone removed the retry queue or its binding: the DLQ keeps the order instead.
+        warn!("could not send a message to {RETRY_QUEUE}; rejecting it into {DLQ}");
+        give_up(delivery, progress).await
     }
-    Ok(())
 }
 
-/// How often the message has come back from the retry queue (x-death count, 3.10 shape:
-/// one entry per (queue, reason) with a cumulative `count`).
+/// The demo's own retry counter. The broker's `x-death` count is no use here: the retries are
+/// republished copies, and 4.x no longer interprets an `x-death` header a client publishes
+/// (DOMAIN.md §4), so the count would start again at every retry.
+const RETRIES_HEADER: &str = "x-demo-retries";
+
+/// How often the order has been sent round the retry queue.
 fn retry_count(properties: &BasicProperties) -> i64 {
-    let Some(headers) = properties.headers() else {
-        return 0;
-    };
-    let Some(AMQPValue::FieldArray(deaths)) = headers.inner().get("x-death") else {
-        return 0;
-    };
-    deaths
-        .as_slice()
-        .iter()
-        .filter_map(|death| match death {
-            AMQPValue::FieldTable(entry) => Some(entry.inner()),
-            _ => None,
-        })
-        .filter(|entry| matches!(entry.get("queue"), Some(AMQPValue::LongString(q)) if q.as_bytes() == RETRY_QUEUE.as_bytes()))
-        .filter_map(|entry| integer(entry.get("count")?))
-        .max()
-        .unwrap_or(0)
+    properties.headers().as_ref().and_then(|headers| integer(headers.inner().get(RETRIES_HEADER)?)).unwrap_or(0)
 }
 
 fn integer(value: &AMQPValue) -> Option<i64> {

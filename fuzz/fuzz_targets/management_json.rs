@@ -66,7 +66,7 @@ fn derive(queues: Vec<RawQueue>, now: DateTime<Utc>) {
     }
     let queues: Vec<QueueConfig<'_>> = configs
         .iter()
-        .map(|(name, arguments, effective_policy)| QueueConfig { name, arguments, effective_policy })
+        .map(|(name, arguments, effective_policy)| QueueConfig { name, arguments, effective_policy, consumers: None })
         .collect();
     topology::analyse(&queues, None);
     topology::analyse(&queues, Some(&VhostTopology::default()));
@@ -92,7 +92,7 @@ fn route(bindings: Vec<topology::Binding>) {
         let empty = Map::new();
         let queues: Vec<QueueConfig<'_>> = arguments
             .iter()
-            .map(|(name, arguments)| QueueConfig { name, arguments, effective_policy: &empty })
+            .map(|(name, arguments)| QueueConfig { name, arguments, effective_policy: &empty, consumers: None })
             .collect();
         topology::analyse(&queues, Some(&topology));
     }

@@ -2,10 +2,15 @@
 //! which queues are dead-letter queues, from arguments, effective policies and bindings, never
 //! from names.
 
+mod roles;
+
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+pub use roles::{message_ttl_ms, plain_role, QueueRole};
 
 /// One binding, as `/api/bindings/{vhost}?columns=...` lists it.
 #[derive(Debug, Clone, Deserialize)]
@@ -96,14 +101,28 @@ pub struct DeadLetterTarget {
 /// Dead-letter facts of one queue.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DeadLetterInfo {
-    /// Some queue dead-letters into this one.
+    /// A terminal dead-letter queue: some queue's dead letters end here (`role` is `dlq`). False
+    /// for the work and wait queues of a retry loop, though each receives dead letters.
     pub is_dlq: bool,
+    /// What the queue is for (see `roles`).
+    pub role: QueueRole,
+    /// Why warren gives it that role, in words an operator can check against the topology.
+    pub role_reason: Cow<'static, str>,
     /// `None`: the queue has no dead-letter exchange, so rejected, expired and overflowing
     /// messages are destroyed.
     /// Boxed: most queues have none, and every view carries the field (120 bytes inline).
     pub dead_letter_target: Option<Box<DeadLetterTarget>>,
-    /// Queues whose dead letters can arrive here.
+    /// For a DLQ: the queues whose dead-letter exchange routes here (its configured feeders).
+    /// A wait queue that passes messages back for another try is not one of them.
     pub dead_letter_sources: Vec<String>,
+}
+
+impl DeadLetterInfo {
+    /// The facts of a queue that no dead-letter routing touches.
+    pub fn plain(consumers: Option<u64>) -> Self {
+        let (role, role_reason) = plain_role(consumers);
+        DeadLetterInfo { role, role_reason, ..Default::default() }
+    }
 }
 
 fn string(map: &Map<String, Value>, key: &str) -> Option<String> {
@@ -217,11 +236,13 @@ pub struct QueueConfig<'a> {
     pub name: &'a str,
     pub arguments: &'a Map<String, Value>,
     pub effective_policy: &'a Map<String, Value>,
+    /// Consumers in the latest listing (`None`: not given): the one observation the roles read.
+    pub consumers: Option<u64>,
 }
 
-/// Dead-letter facts of the queues of one vhost. Only queues with a dead-letter exchange or
-/// that receive dead letters have an entry; every other queue has the default (no DLX, not a
-/// DLQ). Without a topology (bindings not fetched yet, or the fetch failed) the configured
+/// Dead-letter facts and roles of the queues of one vhost. Only queues with a dead-letter
+/// exchange or that receive dead letters have an entry; every other queue has
+/// `DeadLetterInfo::plain` (no DLX, not a DLQ). Without a topology (bindings not fetched yet, or the fetch failed) the configured
 /// targets are still reported, with unknown routing.
 pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> HashMap<String, DeadLetterInfo> {
     let routes = topology.map(Routes::new);
@@ -248,28 +269,43 @@ pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> 
         info.entry(q.name.to_string()).or_default().dead_letter_target =
             Some(Box::new(DeadLetterTarget { exchange, routing_key, configured_by, queues: targets }));
     }
-    // A queue is a DLQ when another queue dead-letters into it, unless it dead-letters straight
-    // back: that pair is a retry loop (work queue and delay queue), not a dead end.
-    let feeds: Vec<(String, String)> = info
+    // Roles need every queue's consumers and TTL, also those of queues without a DLX that
+    // dead letters reach.
+    let nodes: Vec<roles::Node<'_>> = queues
         .iter()
-        .filter_map(|(source, i)| Some((source, i.dead_letter_target.as_ref()?.queues.as_ref()?)))
-        .flat_map(|(source, targets)| targets.iter().map(move |t| (source.clone(), t.clone())))
-        .filter(|(source, target)| source != target)
+        .map(|q| roles::Node {
+            name: q.name,
+            targets: info.get(q.name).and_then(|i| i.dead_letter_target.as_ref()).and_then(|t| t.queues.as_deref()),
+            ttl_ms: message_ttl_ms(q.arguments, q.effective_policy),
+            consumers: q.consumers,
+        })
         .collect();
-    let routes_to = |from: &str, to: &str| {
-        info.get(from)
-            .and_then(|i| i.dead_letter_target.as_ref())
-            .and_then(|t| t.queues.as_ref())
-            .is_some_and(|qs| qs.iter().any(|q| q == to))
-    };
-    let dlq_feeds: Vec<(String, String)> = feeds.into_iter().filter(|(s, t)| !routes_to(t, s)).collect();
-    for (source, target) in dlq_feeds {
-        let t = info.entry(target).or_default();
-        t.is_dlq = true;
-        t.dead_letter_sources.push(source);
+    let classified: Vec<(String, roles::Classified)> =
+        roles::classify(&nodes).into_iter().map(|(name, c)| (name.to_string(), c)).collect();
+    drop(nodes);
+    // Queues with a DLX whose routing is not known yet (bindings not read) or reaches no queue:
+    // only consumers say anything about them. Those in the graph get their role below.
+    for q in queues {
+        if let Some(i) = info.get_mut(q.name) {
+            i.role = plain_role(q.consumers).0;
+            let consumed = if i.role == QueueRole::Work { "has consumers; " } else { "" };
+            i.role_reason = match i.dead_letter_target.as_deref() {
+                Some(DeadLetterTarget { exchange, queues: None, .. }) => {
+                    format!("{consumed}where its dead letters go (exchange {exchange:?}) is not known yet").into()
+                }
+                Some(DeadLetterTarget { exchange, .. }) => {
+                    format!("{consumed}its dead-letter exchange {exchange:?} routes them to no queue").into()
+                }
+                None => plain_role(q.consumers).1,
+            };
+        }
     }
-    for i in info.values_mut() {
-        i.dead_letter_sources.sort();
+    for (name, c) in classified {
+        let i = info.entry(name).or_default();
+        i.is_dlq = c.role == QueueRole::Dlq;
+        i.role = c.role;
+        i.role_reason = c.reason;
+        i.dead_letter_sources = c.dlq_sources;
     }
     info
 }
@@ -318,11 +354,11 @@ mod tests {
             exchanges: vec![Exchange { name: "dlx".into(), kind: "direct".into() }],
         };
         let queues = [
-            QueueConfig { name: "orders", arguments: &by_arg, effective_policy: &empty },
-            QueueConfig { name: "payments", arguments: &empty, effective_policy: &by_policy },
-            QueueConfig { name: "orders.dlq", arguments: &empty, effective_policy: &empty },
-            QueueConfig { name: "failed.dlq", arguments: &empty, effective_policy: &empty },
-            QueueConfig { name: "plain", arguments: &empty, effective_policy: &empty },
+            QueueConfig { name: "orders", arguments: &by_arg, effective_policy: &empty, consumers: None },
+            QueueConfig { name: "payments", arguments: &empty, effective_policy: &by_policy, consumers: None },
+            QueueConfig { name: "orders.dlq", arguments: &empty, effective_policy: &empty, consumers: None },
+            QueueConfig { name: "failed.dlq", arguments: &empty, effective_policy: &empty, consumers: None },
+            QueueConfig { name: "plain", arguments: &empty, effective_policy: &empty, consumers: None },
         ];
         let info = analyse(&queues, Some(&topology));
         // Without a routing key, any binding of a direct DLX may receive the message.
@@ -345,8 +381,8 @@ mod tests {
         let to_retry = map(json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work.retry"}));
         let info = analyse(
             &[
-                QueueConfig { name: "work", arguments: &to_retry, effective_policy: &empty },
-                QueueConfig { name: "work.retry", arguments: &empty, effective_policy: &empty },
+                QueueConfig { name: "work", arguments: &to_retry, effective_policy: &empty, consumers: None },
+                QueueConfig { name: "work.retry", arguments: &empty, effective_policy: &empty, consumers: None },
             ],
             Some(&VhostTopology::default()),
         );
@@ -356,8 +392,8 @@ mod tests {
         let back = map(json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work"}));
         let info = analyse(
             &[
-                QueueConfig { name: "work", arguments: &to_retry, effective_policy: &empty },
-                QueueConfig { name: "work.retry", arguments: &back, effective_policy: &empty },
+                QueueConfig { name: "work", arguments: &to_retry, effective_policy: &empty, consumers: None },
+                QueueConfig { name: "work.retry", arguments: &back, effective_policy: &empty, consumers: None },
             ],
             Some(&VhostTopology::default()),
         );

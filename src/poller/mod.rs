@@ -1081,13 +1081,15 @@ impl Poller {
                     name: &views[i].name,
                     arguments: &views[i].arguments,
                     effective_policy: &views[i].effective_policy,
+                    consumers: views[i].consumers,
                 })
                 .collect();
             let mut info = topology::analyse(&configs, topology);
             for &i in indexes {
-                if let Some(facts) = info.remove(&*views[i].name) {
-                    views[i].dead_letters = facts;
-                }
+                views[i].dead_letters = match info.remove(&*views[i].name) {
+                    Some(facts) => facts,
+                    None => topology::DeadLetterInfo::plain(views[i].consumers),
+                };
             }
         }
         self.topology.retain(|vhost, _| by_vhost.iter().any(|(v, _)| v == vhost));

@@ -160,6 +160,8 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
                     })
                 },
             ),
+            // Roles come from the live topology and consumers, which a stored queue lacks.
+            role_reason: "not in the latest listing: no topology to tell its role".into(),
             ..Default::default()
         },
         arguments,

@@ -15,6 +15,7 @@ use super::format;
 use super::query::{Listing, QueueQuery, RangeQuery, RANGES};
 use super::{html, is_htmx, PageError};
 use crate::broker::management::encode_segment;
+use crate::broker::topology::QueueRole;
 use crate::history;
 use crate::metrics::QueueView;
 use crate::state::{AppState, BrokerLive};
@@ -164,7 +165,10 @@ struct QueueRow {
 fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
     let mut out = Vec::new();
     if q.dead_letters.is_dlq {
-        out.push(("info", "DLQ".to_string(), "dead-letter queue: other queues dead-letter into it"));
+        out.push(("info", "DLQ".to_string(), "dead-letter queue: other queues' dead letters end in it"));
+    }
+    if q.dead_letters.role == QueueRole::Wait {
+        out.push(("info", "wait".to_string(), "wait (retry) queue: its messages dead-letter back into a work queue"));
     }
     if q.no_consumers {
         out.push(("warn", "no consumers".to_string(), "ready messages and no consumer: nothing will drain this queue"));
@@ -422,6 +426,18 @@ struct DeadLetterView {
     routing_known: bool,
     is_dlq: bool,
     sources: Vec<QueueLink>,
+    /// `work`, `wait`, `dlq` or `unknown`, and why.
+    role: &'static str,
+    role_reason: String,
+}
+
+fn role_label(role: QueueRole) -> &'static str {
+    match role {
+        QueueRole::Work => "work queue",
+        QueueRole::Wait => "wait (retry) queue",
+        QueueRole::Dlq => "dead-letter queue",
+        QueueRole::Unknown => "unknown",
+    }
 }
 
 fn dead_letter_view(q: &QueueView) -> DeadLetterView {
@@ -442,6 +458,8 @@ fn dead_letter_view(q: &QueueView) -> DeadLetterView {
         routing_known: d.dead_letter_target.as_ref().is_some_and(|t| t.queues.is_some()),
         is_dlq: d.is_dlq,
         sources: d.dead_letter_sources.iter().map(link).collect(),
+        role: role_label(d.role),
+        role_reason: d.role_reason.to_string(),
     }
 }
 
