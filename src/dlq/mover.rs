@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -519,8 +520,15 @@ impl Pending {
         Ok(())
     }
 
-    /// Takes the confirmation if it has come already, without waiting.
+    /// Takes the confirmation if it has come already, without waiting. A copy whose publish was
+    /// not awaited yet holds its confirmation inside that future, so it is polled too: a return
+    /// that lapin attached there would otherwise be missed.
     fn confirmed_yet(&mut self, returns: &mut Vec<BasicReturnMessage>) -> Result<(), MoveError> {
+        if let Confirm::Sending(sending) = &mut self.confirm {
+            if let Some(sent) = futures_util::FutureExt::now_or_never(sending) {
+                self.confirm = Confirm::Waiting(sent?);
+            }
+        }
         if let Confirm::Waiting(confirm) = &mut self.confirm {
             if let Some(confirmation) = futures_util::FutureExt::now_or_never(confirm) {
                 self.confirm = Confirm::Came(self.outcome(confirmation?, returns));
@@ -550,7 +558,7 @@ impl Pending {
     fn same_as(&self, r: &BasicReturnMessage) -> bool {
         r.delivery.exchange.as_str() == self.copy.exchange
             && r.delivery.routing_key.as_str() == self.copy.routing_key
-            && r.delivery.data == self.copy.data
+            && r.delivery.data == *self.copy.data
     }
 }
 
@@ -562,7 +570,8 @@ struct Copy {
     to: String,
     exchange: String,
     routing_key: String,
-    data: Vec<u8>,
+    /// Shared with the publish until it is written (`Mover::publish`).
+    data: Arc<Vec<u8>>,
     /// The original's, to hold it if the copy fails (`Mover::set_aside`).
     properties: BasicProperties,
 }
@@ -1006,18 +1015,11 @@ impl<'a> Mover<'a> {
                         return self.fail(position, original, reason).await;
                     }
                 }
-                let confirm = self.publish(&exchange, &routing_key, &delivery).await?;
-                let properties = delivery.properties.clone();
-                let copy = Copy {
-                    tag,
-                    position,
-                    message_id,
-                    to: label,
-                    exchange,
-                    routing_key,
-                    data: delivery.data,
-                    properties,
-                };
+                let replay = replay_properties(&delivery);
+                let data = Arc::new(delivery.data);
+                let confirm = self.publish(&exchange, &routing_key, data.clone(), replay).await?;
+                let properties = delivery.properties;
+                let copy = Copy { tag, position, message_id, to: label, exchange, routing_key, data, properties };
                 self.in_flight_bytes += copy.data.len();
                 self.in_flight.push(Pending { copy, confirm, returned: false });
                 // Half the window per batch, so that a consumer's next batch can come while the
@@ -1039,10 +1041,15 @@ impl<'a> Mover<'a> {
     /// the first poll takes the copy's confirm tag and queues its frames, in the order of the
     /// calls, and only the write is left. Waiting for each write in turn cost a hand-over to
     /// lapin's IO thread and back per message.
-    async fn publish(&self, exchange: &str, routing_key: &str, delivery: &Delivery) -> Result<Confirm, MoveError> {
-        let (channel, data) = (self.publisher.clone(), delivery.data.clone());
-        let (exchange, routing_key, properties) =
-            (exchange.to_string(), routing_key.to_string(), replay_properties(delivery));
+    async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        data: Arc<Vec<u8>>,
+        properties: BasicProperties,
+    ) -> Result<Confirm, MoveError> {
+        let channel = self.publisher.clone();
+        let (exchange, routing_key) = (exchange.to_string(), routing_key.to_string());
         let mut sending: Sending = Box::pin(async move {
             let options = BasicPublishOptions { mandatory: true, ..Default::default() };
             channel.basic_publish(&exchange, &routing_key, options, &data, properties).await
