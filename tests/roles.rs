@@ -133,6 +133,7 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     })
     .await;
     assert_eq!(dlq["is_dlq"], true);
+    assert_eq!(dlq["no_consumers"], false, "a DLQ has no consumer by design (issue 17, case 6): {dlq}");
     assert_eq!(dlq["dead_letter_sources"], json!(["work"]), "fed by the work queue, not by the wait queue");
 
     let work = warren.queue(&vhost.name, "work").await.unwrap();
@@ -157,6 +158,7 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     assert!(!rows.contains(">work</a>") && !rows.contains(">work.wait</a>"), "work and work.wait are not DLQs: {rows}");
     let (_, html) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
     assert_eq!(html.matches(">DLQ<").count(), 1, "one DLQ badge in the list");
+    assert!(!html.contains(">no consumers<"), "no 'no consumers' badge on the DLQ or the wait queue");
 
     // The queue pages say the role and why.
     let (_, page) = warren.get_text(&format!("/queues/local/{}/work.wait", encode(&vhost.name))).await;

@@ -1090,6 +1090,12 @@ impl Poller {
                     Some(facts) => facts,
                     None => topology::DeadLetterInfo::plain(views[i].consumers),
                 };
+                // DLQs and wait queues have no consumer by design: "nothing will drain this
+                // queue" is what they are for, not a fault (issue 17, case 6). Their DLQ and
+                // wait badges say what they hold.
+                if matches!(views[i].dead_letters.role, topology::QueueRole::Dlq | topology::QueueRole::Wait) {
+                    views[i].no_consumers = false;
+                }
             }
         }
         self.topology.retain(|vhost, _| by_vhost.iter().any(|(v, _)| v == vhost));
