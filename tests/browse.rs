@@ -524,3 +524,66 @@ async fn framework_messages_show_their_ids_and_tasks_and_the_audit_records_them(
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 17, case 3: why the application gave up. Messages dead-lettered with Spring AMQP's
+/// `x-exception-*` headers and with an error nested in a header table show the error and its
+/// type in a column and grouped with counts (which say they cover the snapshot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn application_errors_are_a_column_and_a_grouping() {
+    let vhost = TestVhost::create("apperrors").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let spring = |sku: &str| {
+        let mut h = FieldTable::default();
+        let message = format!("sku {sku} is not in the catalogue");
+        h.insert("x-exception-message".into(), AMQPValue::LongString(message.as_str().into()));
+        let trace = format!("com.shop.SkuUnknownException: {message}\n\tat com.shop.Catalogue.find(Catalogue.java:42)");
+        h.insert("x-exception-stacktrace".into(), AMQPValue::LongString(trace.as_str().into()));
+        h.insert("x-original-exchange".into(), AMQPValue::LongString("orders".into()));
+        h.insert("x-original-routingKey".into(), AMQPValue::LongString("order.created".into()));
+        h
+    };
+    let mut nested = FieldTable::default();
+    let mut error = FieldTable::default();
+    error.insert("message".into(), AMQPValue::LongString("card declined".into()));
+    error.insert("type".into(), AMQPValue::LongString("PaymentError".into()));
+    nested.insert("error".into(), AMQPValue::FieldTable(error));
+    let messages = vec![
+        ("e1".to_string(), b"{}".to_vec(), spring("GIFT-CARD-LEGACY")),
+        ("e2".to_string(), b"{}".to_vec(), spring("GIFT-CARD-LEGACY")),
+        ("e3".to_string(), b"{}".to_vec(), nested),
+        ("e4".to_string(), b"{}".to_vec(), FieldTable::default()),
+    ];
+    dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("the DLQ listed with 4", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["total"] == 4 {
+            Ok(())
+        } else {
+            Err(format!("total {}", q["total"]))
+        }
+    })
+    .await;
+    let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let m = &snapshot["messages"];
+    assert_eq!(m[0]["error"]["message"], "sku GIFT-CARD-LEGACY is not in the catalogue", "{snapshot}");
+    assert_eq!(m[0]["error"]["kind"], "com.shop.SkuUnknownException");
+    assert_eq!(m[2]["error"]["message"], "card declined");
+    assert_eq!(m[2]["error"]["kind"], "PaymentError");
+    assert!(m[3]["error"].is_null(), "no error recorded: {}", m[3]);
+
+    let (_, page) = warren.get_text(&format!("/dlq/local/{}/work.dlq", encode(&vhost.name))).await;
+    let grouping = &page[page.find("By error").expect("a by-error table")..];
+    let grouping = &grouping[..grouping.find("</table>").unwrap()];
+    assert!(
+        grouping.contains(
+            "com.shop.SkuUnknownException: sku GIFT-CARD-LEGACY is not in the catalogue</td><td class=\"num\">2<"
+        ),
+        "{grouping}"
+    );
+    assert!(grouping.contains("PaymentError: card declined</td><td class=\"num\">1<"), "{grouping}");
+    assert!(page.contains("cover the 4 messages of this snapshot"), "the bound is stated");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -1,5 +1,6 @@
 //! Well-known frameworks' message formats: where Celery, dramatiq, MassTransit, NServiceBus and
-//! Spring AMQP put a message's id, its task or type, its attempt and its arguments, which the
+//! Spring AMQP put a message's id, its task or type, its attempt and its arguments ([`recognise`])
+//! and why the application gave up on it ([`error`]), which the
 //! AMQP properties often do not hold (issue 17, case 4: the message id column was empty for
 //! Celery and dramatiq, so the audit recorded null ids). Pure, and tolerant: a message that only
 //! looks like a format gives what it has, never an error.
@@ -57,10 +58,14 @@ fn number(v: Option<&Value>) -> Option<i64> {
 }
 
 fn cut(s: String) -> String {
-    if s.chars().count() <= MAX_ARGUMENTS {
+    cut_to(s, MAX_ARGUMENTS)
+}
+
+fn cut_to(s: String, max: usize) -> String {
+    if s.chars().count() <= max {
         return s;
     }
-    let mut short: String = s.chars().take(MAX_ARGUMENTS).collect();
+    let mut short: String = s.chars().take(max).collect();
     short.push('…');
     short
 }
@@ -108,6 +113,80 @@ pub fn recognise(headers: Option<&Map<String, Value>>, body: &[u8]) -> Option<Ap
         return Some(app);
     }
     text(h.get("__TypeId__")).map(|kind| App { framework: "spring", kind: Some(kind), ..App::default() })
+}
+
+/// Why the application gave up on a message, as its framework recorded it in the headers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AppError {
+    /// The exception's message.
+    pub message: Option<String>,
+    /// The exception's type (class), where the framework records it.
+    pub kind: Option<String>,
+    /// The headers it was read from, in words.
+    pub from: &'static str,
+}
+
+/// Error messages shown, at most (characters).
+const MAX_ERROR: usize = 300;
+
+/// The error a framework recorded on a message (issue 17, case 3: the real cause was only on
+/// each message's page). The families, as the frameworks write them:
+/// - Spring AMQP's republishing recoverer: `x-exception-message`, and the type as the first
+///   line of `x-exception-stacktrace` (`com.shop.SkuUnknown: ...`);
+/// - MassTransit: `MT-Fault-Message`, `MT-Fault-ExceptionType`;
+/// - NServiceBus: `NServiceBus.ExceptionInfo.Message`, `NServiceBus.ExceptionInfo.ExceptionType`;
+/// - a header table named like `error` or `exception` holding `message` (and `type`), as some
+///   frameworks nest it; or a plain `error` / `exception` / `x-error` string header.
+pub fn error(headers: Option<&Map<String, Value>>) -> Option<AppError> {
+    let h = headers?;
+    let short = |v: Option<String>| v.map(|s| cut_to(s.trim().to_string(), MAX_ERROR)).filter(|s| !s.is_empty());
+    if h.contains_key("x-exception-message") || h.contains_key("x-exception-stacktrace") {
+        let kind = text(h.get("x-exception-stacktrace")).and_then(|trace| {
+            let first = trace.lines().next().unwrap_or_default();
+            let kind = first.split(':').next().unwrap_or_default().trim();
+            (!kind.is_empty() && !kind.contains(' ')).then(|| kind.to_string())
+        });
+        return Some(AppError {
+            message: short(text(h.get("x-exception-message"))),
+            kind,
+            from: "x-exception-message and x-exception-stacktrace (Spring AMQP)",
+        });
+    }
+    if h.contains_key("MT-Fault-Message") {
+        return Some(AppError {
+            message: short(text(h.get("MT-Fault-Message"))),
+            kind: text(h.get("MT-Fault-ExceptionType")),
+            from: "MT-Fault-Message and MT-Fault-ExceptionType (MassTransit)",
+        });
+    }
+    if h.contains_key("NServiceBus.ExceptionInfo.Message") {
+        return Some(AppError {
+            message: short(text(h.get("NServiceBus.ExceptionInfo.Message"))),
+            kind: text(h.get("NServiceBus.ExceptionInfo.ExceptionType")),
+            from: "NServiceBus.ExceptionInfo.* (NServiceBus)",
+        });
+    }
+    let named = |k: &str| {
+        let k = k.to_ascii_lowercase();
+        !k.starts_with("x-death") && (k.contains("error") || k.contains("exception"))
+    };
+    for value in h.iter().filter(|(k, _)| named(k)).map(|(_, v)| v) {
+        match value {
+            Value::Object(nested) if nested.contains_key("message") => {
+                let kind = ["type", "class", "name", "exception_type"].iter().find_map(|k| text(nested.get(*k)));
+                return Some(AppError {
+                    message: short(text(nested.get("message"))),
+                    kind,
+                    from: "a nested error header",
+                });
+            }
+            Value::String(message) if !message.trim().is_empty() => {
+                return Some(AppError { message: short(Some(message.clone())), kind: None, from: "an error header" });
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 fn from_body(body: &[u8]) -> Option<App> {
@@ -207,6 +286,33 @@ mod tests {
         let h = headers(json!({"__TypeId__": "com.shop.Order"}));
         let app = recognise(Some(&h), b"{\"sku\": 1}").unwrap();
         assert_eq!((app.framework, app.id, app.kind.as_deref()), ("spring", None, Some("com.shop.Order")));
+    }
+
+    #[test]
+    fn errors_are_read_from_each_frameworks_headers() {
+        let spring = headers(json!({
+            "x-exception-message": "sku GIFT-CARD-LEGACY is not in the catalogue",
+            "x-exception-stacktrace": "com.shop.SkuUnknownException: sku GIFT-CARD-LEGACY is not in the catalogue\n\tat com.shop.Catalogue.find(Catalogue.java:42)",
+            "x-original-exchange": "orders", "x-original-routingKey": "order.created"
+        }));
+        let e = error(Some(&spring)).unwrap();
+        assert_eq!(e.message.as_deref(), Some("sku GIFT-CARD-LEGACY is not in the catalogue"));
+        assert_eq!(e.kind.as_deref(), Some("com.shop.SkuUnknownException"));
+
+        let mt = headers(json!({"MT-Fault-Message": "timeout", "MT-Fault-ExceptionType": "System.TimeoutException"}));
+        assert_eq!(error(Some(&mt)).unwrap().kind.as_deref(), Some("System.TimeoutException"));
+        let nsb = headers(json!({"NServiceBus.ExceptionInfo.Message": "boom"}));
+        assert_eq!(error(Some(&nsb)).unwrap().message.as_deref(), Some("boom"));
+
+        let nested = headers(json!({"error": {"message": "card declined", "type": "PaymentError"}, "x-death": []}));
+        let e = error(Some(&nested)).unwrap();
+        assert_eq!((e.message.as_deref(), e.kind.as_deref()), (Some("card declined"), Some("PaymentError")));
+        assert_eq!(e.from, "a nested error header");
+
+        assert_eq!(error(Some(&headers(json!({"x-death": [{"reason": "rejected"}], "retries": 2})))), None);
+        assert_eq!(error(None), None);
+        let long = headers(json!({"x-exception-message": "e".repeat(5_000)}));
+        assert_eq!(error(Some(&long)).unwrap().message.unwrap().chars().count(), MAX_ERROR + 1);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::framework::{self, App};
+use super::framework::{self, App, AppError};
 use crate::broker::management::PeekedMessage;
 
 /// One message of a snapshot, with its dead-letter facts decoded.
@@ -23,6 +23,8 @@ pub struct SnapshotMessage {
     pub message_id_from: Option<&'static str>,
     /// What a well-known framework's format says of it (task, attempt, arguments).
     pub app: Option<App>,
+    /// Why the application gave up on it, where its framework recorded that in the headers.
+    pub error: Option<AppError>,
     /// The queue whose dead-lettering brought it here, and why: the newest death (see
     /// `dlq::last_death_queue`), where a requeue sends it.
     pub original_queue: Option<String>,
@@ -89,6 +91,7 @@ pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -
         message_id,
         message_id_from,
         app,
+        error: framework::error(h),
         // The counts come with the message, so anyone who can publish chooses them: saturate.
         death_count: deaths
             .iter()

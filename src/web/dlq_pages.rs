@@ -119,6 +119,9 @@ struct SnapshotView {
     delivery_limit: Option<i64>,
     by_reason: Vec<(String, usize)>,
     by_queue: Vec<(String, usize)>,
+    /// By the error the application recorded (`any_error`: some message has one).
+    by_error: Vec<(String, usize)>,
+    any_error: bool,
     rows: Vec<Row>,
     shown: usize,
     filter_reason: String,
@@ -138,6 +141,10 @@ struct Row {
     kind: String,
     /// The framework's own fields, for the message page: (name, value).
     app: Vec<(&'static str, String)>,
+    /// The error the application recorded (type: message), or empty.
+    error: String,
+    /// Where that was read.
+    error_from: String,
     original_queue: String,
     reason: String,
     death_count: i64,
@@ -151,6 +158,16 @@ struct Row {
     /// No longer in this queue: read at its delivery limit, it went to this holding queue.
     held_in: Option<String>,
     fingerprint: String,
+}
+
+/// The error an application recorded on a message, as one line: `Type: message`.
+fn error_text(m: &crate::dlq::message::SnapshotMessage) -> Option<String> {
+    let e = m.error.as_ref()?;
+    match (&e.kind, &e.message) {
+        (Some(kind), Some(message)) => Some(format!("{kind}: {message}")),
+        (Some(one), None) | (None, Some(one)) => Some(one.clone()),
+        (None, None) => None,
+    }
 }
 
 /// A framework's fields as the message page lists them, leaving out those it did not give.
@@ -190,6 +207,8 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
             message_id_from: m.message_id_from.unwrap_or("no message_id property, and no framework's id").to_string(),
             kind: m.app.as_ref().and_then(|a| a.kind.clone()).unwrap_or_default(),
             app: m.app.as_ref().map(app_fields).unwrap_or_default(),
+            error: error_text(m).unwrap_or_default(),
+            error_from: m.error.as_ref().map(|e| e.from.to_string()).unwrap_or_default(),
             original_queue: unknown_if_none(m.original_queue.clone()),
             reason: unknown_if_none(m.reason.clone()),
             death_count: m.death_count,
@@ -223,6 +242,8 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
         delivery_limit: snapshot.delivery_limit,
         by_reason: counts(snapshot.messages.iter().map(|m| m.reason.clone())),
         by_queue: counts(snapshot.messages.iter().map(|m| m.original_queue.clone())),
+        by_error: counts(snapshot.messages.iter().map(error_text)),
+        any_error: snapshot.messages.iter().any(|m| m.error.is_some()),
         shown: rows.len(),
         rows,
         filter_reason: f.reason.clone().unwrap_or_default(),
