@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use serde::Serialize;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Row;
 
 use crate::metrics::rate_from_milli;
@@ -32,7 +32,28 @@ pub async fn open(path: &Path) -> Result<Db, sqlx::Error> {
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true);
-    let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        // A connection that comes back to the pool inside a transaction is closed, which rolls
+        // it back. On a full disk SQLite can roll a transaction back by itself; sqlx still counts
+        // it open, its ROLLBACK then fails, and the connection's next transaction begins as a
+        // SAVEPOINT, whose failure leaves SQLite's transaction open with the write lock held:
+        // every other write then waited out the busy timeout and failed with "database is
+        // locked" after the disk had room again (tests/storage.rs, under load).
+        .after_release(|conn, _| {
+            let depth =
+                <<Sqlite as sqlx::Database>::TransactionManager as sqlx::TransactionManager>::get_transaction_depth(
+                    conn,
+                );
+            Box::pin(async move {
+                if depth != 0 {
+                    tracing::warn!(depth, "a database connection came back inside a transaction: closing it");
+                }
+                Ok(depth == 0)
+            })
+        })
+        .connect_with(options)
+        .await?;
     sqlx::migrate!("./migrations").run(&pool).await?;
     Ok(pool)
 }
