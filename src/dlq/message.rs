@@ -224,7 +224,9 @@ pub fn render_payload(m: &PeekedMessage) -> (&'static str, String) {
     if let Ok(text) = std::str::from_utf8(&bytes) {
         // Valid JSON is laid out again in its own key order: `Value` would sort the keys, and
         // the order an application wrote them in is part of how people read it (issue 17, case 4).
-        if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() {
+        // Checked as a `Value`, not merely as JSON: `1e400` is JSON that no `Value` holds (the
+        // fuzzer found it), and what is shown as JSON must parse as it is shown.
+        if serde_json::from_str::<Value>(text).is_ok() {
             return ("json", indent_json(text));
         }
         if !text.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
@@ -329,6 +331,19 @@ mod tests {
         );
         let again: Value = serde_json::from_str(&laid_out).unwrap();
         assert_eq!(again, serde_json::from_str::<Value>(text).unwrap(), "the same JSON");
+    }
+
+    /// A crash of the `message_render` fuzz target: a number past `f64` is JSON, and was shown
+    /// as JSON that does not parse back; it is text.
+    #[test]
+    fn json_that_no_value_holds_is_shown_as_text() {
+        let m = PeekedMessage {
+            payload: "[3.3E333333]".to_string(),
+            payload_encoding: "string".to_string(),
+            payload_bytes: 12,
+            ..serde_json::from_value(serde_json::json!({})).unwrap()
+        };
+        assert_eq!(render_payload(&m), ("text", "[3.3E333333]".to_string()));
     }
 
     /// Issue 17, case 4: a Celery message has no message_id property; its id is in a header.
