@@ -16,6 +16,19 @@ fn encode(s: &str) -> String {
     warren::broker::management::encode_segment(s)
 }
 
+/// Waits until warren lists `queue` holding `total` messages.
+async fn listed_with(warren: &Warren, vhost: &str, queue: &str, total: u64) {
+    wait_for(&format!("{queue} listed with {total}"), Duration::from_secs(30), || async {
+        let q = warren.queue(vhost, queue).await.ok_or("not listed")?;
+        if q["total"] == total {
+            Ok(())
+        } else {
+            Err(format!("total {}", q["total"]))
+        }
+    })
+    .await;
+}
+
 async fn browse_five_times_keeps_all(quorum: bool) {
     let vhost = TestVhost::create(if quorum { "browseq" } else { "browsec" }).await;
     let connection = vhost.connect().await;
@@ -389,15 +402,7 @@ async fn hostile_payloads_render_escaped_and_never_run() {
     ];
     dead_letter(&vhost, &channel, "dlq", false, messages).await;
     let warren = Warren::for_vhost(&vhost.name, 1).await;
-    wait_for("the DLQ listed", Duration::from_secs(30), || async {
-        let q = warren.queue(&vhost.name, "dlq").await.ok_or("not listed")?;
-        if q["total"] == 5 {
-            Ok(())
-        } else {
-            Err(format!("total {}", q["total"]))
-        }
-    })
-    .await;
+    listed_with(&warren, &vhost.name, "dlq", 5).await;
     let (status, snapshot) =
         warren.post_json(&format!("/api/v1/queues/local/{}/dlq/snapshot", encode(&vhost.name)), json!({})).await;
     assert_eq!(status, 200, "{snapshot}");
@@ -478,15 +483,7 @@ async fn framework_messages_show_their_ids_and_tasks_and_the_audit_records_them(
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
-    wait_for("the DLQ listed with 3", Duration::from_secs(30), || async {
-        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
-        if q["total"] == 3 {
-            Ok(())
-        } else {
-            Err(format!("total {}", q["total"]))
-        }
-    })
-    .await;
+    listed_with(&warren, &vhost.name, "work.dlq", 3).await;
 
     let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
     let m = &snapshot["messages"];
@@ -556,15 +553,7 @@ async fn application_errors_are_a_column_and_a_grouping() {
     ];
     dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
     let warren = Warren::for_vhost(&vhost.name, 1).await;
-    wait_for("the DLQ listed with 4", Duration::from_secs(30), || async {
-        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
-        if q["total"] == 4 {
-            Ok(())
-        } else {
-            Err(format!("total {}", q["total"]))
-        }
-    })
-    .await;
+    listed_with(&warren, &vhost.name, "work.dlq", 4).await;
     let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
     let m = &snapshot["messages"];
     assert_eq!(m[0]["error"]["message"], "sku GIFT-CARD-LEGACY is not in the catalogue", "{snapshot}");

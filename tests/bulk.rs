@@ -196,16 +196,7 @@ async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
     let http = reqwest::Client::new();
 
     let mut warren = Process::start(dir.path(), &vhost.name).await;
-    let queue_url = format!("{}/api/v1/queues/local/{}/orders.dlq", warren.base, encode(&vhost.name));
-    wait_for("orders.dlq listed", Duration::from_secs(30), || async {
-        let status = http.get(&queue_url).send().await.map(|r| r.status().as_u16());
-        if status.as_ref().is_ok_and(|s| *s == 200) {
-            Ok(())
-        } else {
-            Err(format!("{status:?}"))
-        }
-    })
-    .await;
+    let queue_url = listed(&http, &warren, &vhost.name, "orders.dlq").await;
     let started: Value = http
         .post(format!("{queue_url}/requeue"))
         .json(&json!({"selection": "all"}))

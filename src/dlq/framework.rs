@@ -87,14 +87,8 @@ pub fn recognise(headers: Option<&Map<String, Value>>, body: &[u8]) -> Option<Ap
     let empty = Map::new();
     let h = headers.unwrap_or(&empty);
     if h.contains_key("task") && h.contains_key("id") {
-        return Some(App {
-            framework: "celery",
-            id: text(h.get("id")),
-            id_from: Some("the Celery id header"),
-            kind: text(h.get("task")),
-            attempt: number(h.get("retries")),
-            arguments: arguments(text(h.get("argsrepr")), text(h.get("kwargsrepr"))),
-        });
+        let readable = arguments(text(h.get("argsrepr")), text(h.get("kwargsrepr")));
+        return Some(celery(h, "the Celery id header", readable));
     }
     if h.contains_key("NServiceBus.MessageId") {
         let kind = text(h.get("NServiceBus.EnclosedMessageTypes"))
@@ -189,6 +183,18 @@ pub fn error(headers: Option<&Map<String, Value>>) -> Option<AppError> {
     None
 }
 
+/// A Celery message from its fields: the headers in protocol 2, the body in protocol 1.
+fn celery(fields: &Map<String, Value>, id_from: &'static str, arguments: Option<String>) -> App {
+    App {
+        framework: "celery",
+        id: text(fields.get("id")),
+        id_from: Some(id_from),
+        kind: text(fields.get("task")),
+        attempt: number(fields.get("retries")),
+        arguments,
+    }
+}
+
 fn from_body(body: &[u8]) -> Option<App> {
     let start = body.iter().position(|b| !b.is_ascii_whitespace())?;
     if body.len() > MAX_BODY || body[start] != b'{' {
@@ -220,14 +226,8 @@ fn from_body(body: &[u8]) -> Option<App> {
         });
     }
     if o.contains_key("task") && o.contains_key("id") {
-        return Some(App {
-            framework: "celery",
-            id: text(o.get("id")),
-            id_from: Some("the Celery body's id"),
-            kind: text(o.get("task")),
-            attempt: number(o.get("retries")),
-            arguments: arguments(compact(o.get("args")), compact(o.get("kwargs"))),
-        });
+        let readable = arguments(compact(o.get("args")), compact(o.get("kwargs")));
+        return Some(celery(&o, "the Celery body's id", readable));
     }
     None
 }
