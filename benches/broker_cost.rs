@@ -378,7 +378,8 @@ struct PerCall {
     /// (name, broker CPU-s per call, wall s per call, bytes per call)
     calls: Vec<(&'static str, f64, f64, u64)>,
     idle_per_sec: f64,
-    /// RabbitMQ 4.x: warren's scrapes carry the counters and its listing is light.
+    /// RabbitMQ 4.x: depth and counters every poll, consumers at their own cadence, and a
+    /// metadata listing with a head-timestamp scrape every 300 s (`PollPlan`).
     four: bool,
 }
 
@@ -387,30 +388,48 @@ impl PerCall {
         self.calls.iter().find(|c| c.0 == name).map(|c| (c.1, c.2)).unwrap()
     }
 
-    /// Broker CPU-s per minute: warren's defaults (scrape and small calls every 10 s, the stats
-    /// listing, with its own scrape, at the interval its measured duration gives under the 5%
-    /// budget and the 30 s minimum) and the
-    /// reference scrape every 10 s.
+    /// Broker CPU-s per minute of warren's defaults and of the reference scrape every 10 s,
+    /// and the interval of warren's listing, derived from the per-call figures at the cadences
+    /// warren's rules give (`Poller::plan`, `stats_intervals`, `detail_every`; 10 s polls, 5%
+    /// budget).
     ///
-    /// On 4.x the listing is light and its poll's scrape also asks for head timestamps, whose
-    /// time counts toward the listing's cost (as in `Poller::poll_once`).
+    /// 3.x: the scrape (depth and consumers) and the small calls every poll; the stats listing,
+    /// with its own scrape, at the interval its duration gives under the budget.
+    /// 4.x: depth, counters and the small calls every poll; consumers with them every
+    /// `wall / 0.5%` (whole polls, at most 60 s); the metadata listing and a scrape with head
+    /// timestamps (and consumers and counters) every 300 s or as the budget allows.
     fn per_minute(&self) -> (f64, f64, f64) {
-        let (scrape, scrape_wall) = self.get("warren scrape (default families)");
         let (small, small_wall) = self.get("overview + vhosts + alarm check");
         let (reference, _) = self.get("reference scrape (coarse + consumer_count)");
-        let (listing, listing_wall, listing_scrape) = if self.four {
-            let (light, light_wall) = self.get("light listing (all pages)");
-            let (head, head_wall) = self.get("scrape with head timestamps (+ queue_metrics)");
-            (light + head, light_wall + head_wall, 0.0)
-        } else {
+        if !self.four {
+            let (scrape, scrape_wall) = self.get("warren scrape (default families)");
             // Each listing poll also scrapes, so that depth keeps one source.
             let (listing, listing_wall) = self.get("stats listing (all pages)");
-            (listing, listing_wall, scrape)
-        };
-        let cheap_share = (scrape_wall + small_wall) / 10.0;
-        let stats_interval = (listing_wall / (0.05 - cheap_share).max(0.005)).max(30.0);
-        let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * (listing + listing_scrape);
-        (warren, 6.0 * reference, stats_interval)
+            let cheap_share = (scrape_wall + small_wall) / 10.0;
+            let stats_interval = (listing_wall / (0.05 - cheap_share).max(0.005)).max(30.0);
+            let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * (listing + scrape);
+            return (warren, 6.0 * reference, stats_interval);
+        }
+        let (depth, depth_wall) = self.get("warren depth scrape (coarse + counters)");
+        let (detail, detail_wall) = self.get("warren scrape with consumers (+ consumer_count)");
+        let (meta, meta_wall) = self.get("metadata listing (one call)");
+        let (head, head_wall) = self.get("scrape with head timestamps (+ queue_metrics)");
+        let cheap_share = (depth_wall + small_wall) / 10.0;
+        let listing_every = ((meta_wall + head_wall) / (0.05 - cheap_share).max(0.005)).max(300.0);
+        let detail_every = ((detail_wall / 0.005).clamp(10.0, 60.0) / 10.0).ceil() * 10.0;
+        let listing_polls = 60.0 / listing_every;
+        let detail_polls = (60.0 / detail_every - listing_polls).max(0.0);
+        let depth_polls = 6.0 - detail_polls - listing_polls;
+        let warren =
+            6.0 * small + depth_polls * depth + detail_polls * detail + listing_polls * (meta + head);
+        (warren, 6.0 * reference, listing_every)
+    }
+
+    /// 4.x: how often consumers are scraped, as `per_minute` derives it.
+    fn detail_every(&self) -> Option<f64> {
+        let (_, wall) =
+            self.calls.iter().find(|c| c.0 == "warren scrape with consumers (+ consumer_count)").map(|c| (c.1, c.2))?;
+        Some(((wall / 0.005).clamp(10.0, 60.0) / 10.0).ceil() * 10.0)
     }
 
     fn json(&self) -> serde_json::Value {
@@ -419,6 +438,7 @@ impl PerCall {
             "idle_broker_cpu_per_sec": self.idle_per_sec,
             "calls": self.calls.iter().map(|c| json!({"call": c.0, "broker_cpu_secs": c.1, "wall_secs": c.2, "bytes": c.3})).collect::<Vec<_>>(),
             "derived_stats_interval_secs": stats_interval,
+            "derived_detail_interval_secs": self.detail_every(),
             "derived_warren_cpu_secs_per_min": warren,
             "derived_scrape_cpu_secs_per_min": reference,
             "derived_ratio": warren / reference,
@@ -432,8 +452,9 @@ fn print_per_call(p: &PerCall) {
         println!("    {name:45} broker CPU {cpu:.3} s, wall {wall:.3} s, {bytes} bytes");
     }
     let (warren, reference, every) = p.per_minute();
+    let detail = p.detail_every().map(|d| format!(", consumers every {d:.0} s")).unwrap_or_default();
     println!(
-        "  derived per minute: warren {warren:.2} CPU-s (stats listing every {every:.0} s), scrape every 10 s {reference:.2} CPU-s, ratio {:.2}",
+        "  derived per minute: warren {warren:.2} CPU-s (listing every {every:.0} s{detail}), scrape every 10 s {reference:.2} CPU-s, ratio {:.2}",
         warren / reference
     );
 }
@@ -449,16 +470,21 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
         "{}/metrics/detailed?vhost={vhost}&family=queue_coarse_metrics&family=queue_consumer_count",
         endpoints().prometheus
     );
-    // On 4.x warren asks for the per-queue counters every poll, and its listing is light with
-    // the head timestamps scraped beside it (`PollPlan`).
+    // On 4.x warren scrapes depth and counters every poll, consumers at their own cadence, and
+    // head timestamps with each metadata listing (`PollPlan`).
     let (overview, _) = client.overview().await.expect("overview");
     let four = overview.rabbitmq_version.as_deref().is_some_and(|v| !v.starts_with('3'));
-    let scrape_url = |head_timestamps| {
-        let path =
-            warren::broker::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], four, head_timestamps);
+    let scrape_url = |families| {
+        let path = warren::broker::prometheus::PrometheusClient::scrape_path(&[VHOST.to_string()], families);
         format!("{}/{path}", endpoints().prometheus)
     };
-    let (warren_url, head_url) = (scrape_url(false), scrape_url(true));
+    use warren::broker::prometheus::Families;
+    let detail = Families { consumers: true, counters: four, head_timestamps: false };
+    let (warren_url, depth_url, head_url) = (
+        scrape_url(detail),
+        scrape_url(Families { counters: four, ..Families::default() }),
+        scrape_url(Families { head_timestamps: true, ..detail }),
+    );
 
     let mut calls = Vec::new();
     // (cpu, wall, bytes) summed over `n` calls, each measured on its own
@@ -473,11 +499,17 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
         let wall = t0.elapsed().as_secs_f64();
         ((beam_cpu_ticks(pid) - cpu0) / ticks - idle * wall, wall, bytes)
     }
-    for (name, url) in [
+    let mut scrapes = vec![
         ("reference scrape (coarse + consumer_count)", &reference_url),
-        ("warren scrape (default families)", &warren_url),
         ("scrape with head timestamps (+ queue_metrics)", &head_url),
-    ] {
+    ];
+    if four {
+        scrapes.push(("warren depth scrape (coarse + counters)", &depth_url));
+        scrapes.push(("warren scrape with consumers (+ consumer_count)", &warren_url));
+    } else {
+        scrapes.push(("warren scrape (default families)", &warren_url));
+    }
+    for (name, url) in scrapes {
         let n = 10;
         let mut total = (0.0, 0.0, 0);
         for _ in 0..n {
@@ -529,6 +561,23 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
             total = (total.0 + c, total.1 + w, total.2 + b);
         }
         calls.push((name, total.0 / n as f64, total.1 / n as f64, total.2 / n));
+    }
+    {
+        // What warren lists on 4.x: metadata in one call, and the policies it resolves them with.
+        let n = 3;
+        let mut total = (0.0, 0.0, 0);
+        for _ in 0..n {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let (c, w, b) = measure_one(pid, ticks, idle_per_sec, async {
+                let (_, a) = client.queues_metadata(VHOST).await.unwrap();
+                let (_, b) = client.policies("policies", VHOST).await.unwrap();
+                let (_, c) = client.policies("operator-policies", VHOST).await.unwrap();
+                (a + b + c) as u64
+            })
+            .await;
+            total = (total.0 + c, total.1 + w, total.2 + b);
+        }
+        calls.push(("metadata listing (one call)", total.0 / n as f64, total.1 / n as f64, total.2 / n));
     }
     let p = PerCall { calls, idle_per_sec, four };
     print_per_call(&p);

@@ -229,13 +229,25 @@ async fn rates_come_from_the_plugins_counters_on_4x_and_from_the_slower_stats_li
         }
     })
     .await;
-    // 4 s is rounded up to whole 5 s stats steps, so that two readings are whole steps apart.
     let l = load(&warren).await;
-    assert!((l["stats_interval_secs"].as_f64().unwrap() - 5.0).abs() < 0.01, "{l}");
-    // Every poll for 12 s, so listing polls are among them (the listing runs every 5 s).
+    if facts.major >= 4 {
+        // The listing is for metadata only: its own slow cadence, whatever the stats interval.
+        assert!((l["stats_interval_secs"].as_f64().unwrap() - 300.0).abs() < 0.01, "{l}");
+        assert!(l["stats_reason"].as_str().unwrap().contains("metadata only"), "{l}");
+    } else {
+        // 4 s is rounded up to whole 5 s stats steps, so that two readings are whole steps apart.
+        assert!((l["stats_interval_secs"].as_f64().unwrap() - 5.0).abs() < 0.01, "{l}");
+    }
+    // Every poll for 12 s, so listing polls are among them: every 5 s before 4.x; on 4.x the
+    // queue declared here brings one forward.
     let started = std::time::Instant::now();
     let mut plans = std::collections::BTreeSet::new();
+    let mut declared = false;
     while started.elapsed() < Duration::from_secs(12) {
+        if !declared && started.elapsed() > Duration::from_secs(3) {
+            declare(&channel, "orders.new", false).await;
+            declared = true;
+        }
         let l = load(&warren).await;
         let q = warren.queue(&vhost.name, "orders").await.unwrap();
         let rates = l["sources"][3]["source"].as_str().unwrap().to_string();
@@ -278,10 +290,16 @@ async fn a_steady_publishers_rate_is_steady_across_listing_polls() {
         }
     })
     .await;
-    // Two listings' worth of polls.
+    // Two listings' worth of polls. On 4.x the listing is for metadata, every 300 s: the
+    // queues declared here bring listings forward.
     let started = std::time::Instant::now();
     let mut seen = Vec::new();
+    let mut declared = 0;
     while started.elapsed() < Duration::from_secs(35) {
+        if started.elapsed() > Duration::from_secs(5 + 12 * declared) {
+            declare(&channel, &format!("orders.{declared}"), false).await;
+            declared += 1;
+        }
         let q = warren.queue(&vhost.name, "orders").await.unwrap();
         let l = load(&warren).await;
         let rate = q["publish_rate"].as_f64();
@@ -296,5 +314,87 @@ async fn a_steady_publishers_rate_is_steady_across_listing_polls() {
         );
     }
     publisher.abort();
+    warren.stop().await;
+}
+
+/// Issue 15 (6): on 4.x consumers cost the broker more than depth (`queue_consumer_count`
+/// reads the plugin's largest table), so when a scrape with them does not fit its share of the
+/// budget they are asked less often than depth, at least every `stats_max_interval_secs`, and
+/// in between each queue keeps its last known count, never unknown. Depth and counters stay
+/// every poll. Before 4.0 consumers come every poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_have_their_own_cadence_on_4x_and_depth_stays_every_poll() {
+    let vhost = TestVhost::create("light-consumers").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "work", false).await;
+    publish(&channel, "work", 3, BasicProperties::default()).await;
+    let facts = broker().facts().await;
+    // A budget so small that no scrape with consumers fits its share: they are then asked every
+    // `stats_max_interval_secs` (6 s), depth every second.
+    let extra = "broker_cpu_budget = 0.00001\nstats_min_interval_secs = 1\nstats_max_interval_secs = 6\n";
+    let warren = Warren::start(&config(&vhost.name, extra)).await;
+    wait_for("the queue from the scrape, no consumers", Duration::from_secs(30), || async {
+        let l = load(&warren).await;
+        match warren.queue(&vhost.name, "work").await {
+            Some(q) if l["prometheus"]["available"] == true && q["ready"] == 3 && q["consumers"] == 0 => Ok(()),
+            other => Err(format!("{other:?} {}", l["prometheus"])),
+        }
+    })
+    .await;
+
+    // Depth follows every poll while consumers wait for their scrape.
+    let started = std::time::Instant::now();
+    let mut plans = std::collections::BTreeSet::new();
+    let mut published = false;
+    let mut depth_seen_at = None;
+    while started.elapsed() < Duration::from_secs(10) {
+        let l = load(&warren).await;
+        plans.insert(l["last_plan"].as_str().unwrap().to_string());
+        if !published {
+            publish(&channel, "work", 2, BasicProperties::default()).await;
+            published = true;
+        }
+        let q = warren.queue(&vhost.name, "work").await.unwrap();
+        assert_eq!(q["consumers"], 0, "the last known count between consumer scrapes: {q}");
+        if q["ready"] == 5 && depth_seen_at.is_none() {
+            depth_seen_at = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let depth_after = depth_seen_at.expect("the new depth was seen");
+    assert!(depth_after < Duration::from_secs(4), "depth every poll: {depth_after:?}");
+    let with_consumers = plans.iter().filter(|p| p.contains("consumers")).count();
+    if facts.major >= 4 {
+        assert!(with_consumers > 0 && with_consumers < plans.len(), "polls with and without consumers: {plans:?}");
+        assert!(plans.iter().all(|p| p.contains("per-queue counters")), "counters every poll: {plans:?}");
+        let l = load(&warren).await;
+        let consumers = l["sources"].as_array().unwrap().iter().find(|s| s["metric"] == "consumers").unwrap().clone();
+        assert!(consumers["source"].as_str().unwrap().contains("every 6 s"), "{consumers}");
+    } else {
+        assert_eq!(with_consumers, plans.len(), "consumers every poll before 4.0: {plans:?}");
+    }
+
+    // A consumer that attaches is seen within the consumers' interval.
+    let reader = vhost.channel(&connection).await;
+    reader.basic_qos(1, lapin::options::BasicQosOptions::default()).await.unwrap();
+    let _consumer = reader
+        .basic_consume(
+            "work",
+            "holder",
+            lapin::options::BasicConsumeOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let attached = std::time::Instant::now();
+    wait_for("the consumer seen", Duration::from_secs(20), || async {
+        match warren.queue(&vhost.name, "work").await {
+            Some(q) if q["consumers"] == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(attached.elapsed() < Duration::from_secs(9), "within 6 s and a poll: {:?}", attached.elapsed());
     warren.stop().await;
 }

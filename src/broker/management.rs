@@ -31,6 +31,9 @@ pub const QUEUE_COLUMNS: &str = "name,vhost,type,durable,state,arguments,policy,
 messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,delivery_limit,\
 message_stats.publish,message_stats.deliver_get,message_stats.ack,message_stats.redeliver";
 
+/// What a metadata listing asks for (`queues_metadata`).
+const METADATA_COLUMNS: &str = "name,vhost,type,durable,state,arguments";
+
 const OVERVIEW_COLUMNS: &str = "cluster_name,rabbitmq_version,management_version,disable_stats,\
 message_stats,queue_totals,object_totals";
 
@@ -183,6 +186,16 @@ impl ManagementClient {
         vhost: &str,
     ) -> Result<(Vec<crate::broker::policies::Policy>, usize), BrokerError> {
         self.get(&format!("api/{kind}/{}", encode_segment(vhost))).await
+    }
+
+    /// All of a vhost's queues, metadata only (`disable_stats=true`, one unpaged call): name,
+    /// type, arguments, durability and state; no depth, consumers, policy, stats or head
+    /// timestamps. For a poller whose scrape serves everything else. Measured on 4.0.5 at
+    /// 10,000 queues: 0.18 broker CPU-s, against 1.6 for the same in pages of 500 (each page
+    /// costs the broker the whole listing) and 1.6-2.1 for the stats listing.
+    pub async fn queues_metadata(&self, vhost: &str) -> Result<(Vec<RawQueue>, usize), BrokerError> {
+        let path = format!("api/queues/{}?disable_stats=true&columns={METADATA_COLUMNS}", encode_segment(vhost));
+        self.get(&path).await
     }
 
     /// One page (1-based) of a vhost's queues. `light`: without message stats, with queue totals

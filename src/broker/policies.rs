@@ -128,6 +128,11 @@ impl<'a> Resolver<'a> {
             if q.effective_policy_definition.as_ref().is_some_and(|d| !d.is_empty()) {
                 continue;
             }
+            // A metadata listing (`disable_stats`) names no policy: matched by pattern then.
+            if q.policy.is_none() {
+                let kind = q.kind.as_deref().unwrap_or("classic");
+                q.policy = matching(&self.users, &q.name, kind).map(|p| p.name.clone());
+            }
             let user = q.policy.as_deref().and_then(|name| self.by_name.get(name)).map(|p| &p.definition);
             let operator = self.operator_for(&q.name, q.kind.as_deref().unwrap_or("classic")).map(|p| &p.definition);
             if user.is_none() && operator.is_none() {

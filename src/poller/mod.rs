@@ -46,6 +46,22 @@ const TOPOLOGY_EVERY: Duration = Duration::from_secs(60);
 /// seconds after they exist, so a shorter absence proves nothing.
 const MISSING_GRACE: Duration = Duration::from_secs(30);
 
+/// On RabbitMQ 4.x the plugin serves the counters, so the queue listing is only for metadata
+/// (type, arguments, durability): listed this often, or sooner when a queue appears. A policy
+/// changed since shows on the queue page within this time; the dead-letter actions read
+/// policies at the moment they act (`policies::queue_now`), never from here.
+const METADATA_EVERY: Duration = Duration::from_secs(300);
+
+/// The share of `broker_cpu_budget` that scraping consumers may cost on 4.x: they are asked
+/// every poll while that is cheap, else spaced (and then at least every `stats_max_interval`).
+/// A tenth: measured on 4.0.5 at 10,000 queues, depth and consumers every 10 s is what a
+/// Prometheus server scraping the plugin costs the broker (1.06 CPU-s per minute), of which
+/// consumers are the larger part (`queue_consumer_count` reads the plugin's largest table),
+/// and warren's depth and counters plus its small calls already take 0.7 of it: consumers
+/// every poll could not stay within it (benches/README.md). Before 4.0 the stats listing is
+/// the expensive call, and consumers come every poll.
+const DETAIL_SHARE: f64 = 0.1;
+
 /// Everything one broker's loop owns.
 pub struct Poller {
     broker: BrokerConfig,
@@ -77,6 +93,13 @@ pub struct Poller {
     missing_in_scrape: HashMap<(String, String), Instant>,
     /// Broker time of the last poll's calls: all of them, the cheap ones, the stats listing.
     last_calls: PollCalls,
+    /// When consumers were last scraped, and what that scrape took (4.x, where they have a
+    /// cadence of their own: `detail_every`).
+    detail_at: Option<Instant>,
+    detail_cost: Duration,
+    /// Queues whose head may have moved since the last listing read their head timestamp: it
+    /// stays unknown until the next listing, even if a later scrape looks unmoved again.
+    head_moved: HashSet<(String, String)>,
     /// A resource alarm in force (the reason), from the health check.
     alarm: Option<String>,
     load: BrokerLoad,
@@ -120,8 +143,11 @@ struct PollPlan {
     /// List queues from the management API: metadata (type, arguments, policy) always; depth,
     /// head timestamps and (with stats) counters when no scrape serves them.
     list: bool,
-    /// Scrape the Prometheus plugin: depth and consumers.
+    /// Scrape the Prometheus plugin: depth.
     scrape: bool,
+    /// Ask the scrape for consumers too: every poll before 4.0; on 4.x with every listing and
+    /// at their own cadence in between (`Poller::detail_every`).
+    scrape_consumers: bool,
     /// Ask the scrape for per-queue counters (4.x): rates then come from the plugin every poll.
     scrape_counters: bool,
     /// Ask the scrape for head timestamps (`queue_metrics`, about 4x the cost of depth).
@@ -139,7 +165,10 @@ impl PollPlan {
     fn describe(&self) -> String {
         let mut calls = Vec::new();
         if self.scrape {
-            let mut families = vec!["depth", "consumers"];
+            let mut families = vec!["depth"];
+            if self.scrape_consumers {
+                families.push("consumers");
+            }
             if self.scrape_counters {
                 families.push("per-queue counters");
             }
@@ -148,7 +177,9 @@ impl PollPlan {
             }
             calls.push(format!("prometheus /metrics/detailed ({})", families.join(", ")));
         }
-        if self.list && self.light_listing {
+        if self.list && self.light_listing && self.scrape {
+            calls.push("management queue listing without message stats (metadata only, one call)".to_string());
+        } else if self.list && self.light_listing {
             calls.push("management queue listing without message stats (metadata, totals)".to_string());
         } else if self.list {
             calls.push("management queue listing with message stats".to_string());
@@ -229,6 +260,9 @@ impl Poller {
             need_listing_why: None,
             missing_in_scrape: HashMap::new(),
             last_calls: PollCalls::default(),
+            detail_at: None,
+            detail_cost: Duration::ZERO,
+            head_moved: HashSet::new(),
             alarm: None,
             load,
             maps: shared::SharedMaps::default(),
@@ -340,13 +374,37 @@ impl Poller {
         let mut counters = None;
         if !plan.list {
             counters_at = Instant::now();
-            match self.scrape(&watched, &plan, &mut calls.cheap).await {
+            let mut spent = Duration::ZERO;
+            let answer = self.scrape(&watched, &plan, &mut spent).await;
+            // On 4.x consumers have a cadence of their own: a scrape with them is not what
+            // every poll costs.
+            let detail = plan.scrape_consumers && plan.scrape_counters;
+            if detail {
+                calls.other += spent;
+            } else {
+                calls.cheap += spent;
+            }
+            match answer {
                 Ok((scrape, size)) => {
                     bytes += size;
                     self.prometheus_answered(now, &scrape);
                     counters = scrape.has_counters.then_some(CounterSource::Plugin);
+                    if detail {
+                        self.detail_at = Some(counters_at);
+                        self.detail_cost = spent;
+                    }
                     let base = self.listing.as_ref().map(|l| l.queues.clone()).unwrap_or_default();
-                    raw_queues = vec![self.overlay(base, &scrape, None)];
+                    let overlaid = self.overlay(base, &scrape, None);
+                    if scrape.has_consumers {
+                        // Kept for the polls that do not ask for consumers (same order: the
+                        // overlay keeps the listing's).
+                        if let Some(listing) = &mut self.listing {
+                            for (kept, now) in listing.queues.iter_mut().zip(&overlaid) {
+                                kept.consumers = now.consumers;
+                            }
+                        }
+                    }
+                    raw_queues = vec![overlaid];
                     depth_source = DepthSource::Prometheus;
                 }
                 Err(error) => {
@@ -370,9 +428,11 @@ impl Poller {
                 // collector off at 10,000 queues, a listing with them cost the broker 5.94 CPU-s,
                 // without 1.14.
                 let totals = plan.light_listing && !plan.scrape;
-                bytes += self
-                    .fetch_vhost(&vhost.name, plan.light_listing, totals, &mut raw_queues, &mut calls.stats)
-                    .await?;
+                bytes += if plan.light_listing && plan.scrape {
+                    self.fetch_metadata(&vhost.name, &mut raw_queues, &mut calls.stats).await?
+                } else {
+                    self.fetch_vhost(&vhost.name, plan.light_listing, totals, &mut raw_queues, &mut calls.stats).await?
+                };
             }
             if plan.light_listing {
                 // A light listing (and any listing with the metrics collector off) has no
@@ -413,6 +473,9 @@ impl Poller {
                             counters = Some(CounterSource::Plugin);
                             counters_at = scrape_started;
                         }
+                        if scrape.has_consumers {
+                            self.detail_at = Some(scrape_started);
+                        }
                         self.listed(&raw_queues, started, now, cost, false);
                         let base = raw_queues.into_iter().flatten().collect();
                         let overlaid = self.overlay(base, &scrape, Some(!plan.light_listing));
@@ -425,6 +488,20 @@ impl Poller {
                     Err(error) => {
                         self.prometheus_failed(started, now, &error);
                         plan.scrape = false;
+                        if plan.light_listing && stats_enabled {
+                            // The metadata listing has no depth, and the scrape that was to
+                            // serve it failed: the stats listing serves this poll.
+                            plan.light_listing = false;
+                            plan.list_reason = Some("the scrape failed");
+                            raw_queues.clear();
+                            for vhost in &watched {
+                                bytes += self
+                                    .fetch_vhost(&vhost.name, false, false, &mut raw_queues, &mut calls.stats)
+                                    .await?;
+                            }
+                            counters = Some(CounterSource::Listing);
+                            cost = calls.stats;
+                        }
                         self.listed(&raw_queues, started, now, cost, true);
                     }
                 }
@@ -538,11 +615,17 @@ impl Poller {
         let scrape = scrape_only || (configured && (!known_down || retry_due));
         // Per-queue counters exist in the plugin from 4.0 only (DOMAIN.md §7).
         let plugin_counters = since_4_0(overview);
-        // Without the metrics collector the listing has no stats to give. Where it has them, the
-        // full listing stays even when the plugin serves the counters: measured on 4.0.5 at
-        // 10,000 queues, the light listing (`enable_queue_totals`) cost the broker 4.99 CPU-s
-        // against 2.05 for the full one, which reads the management database's cached rows.
-        let light_listing = list && !stats_enabled;
+        // Without the metrics collector the listing has no stats to give; on 4.x with the
+        // plugin serving depth and counters it needs none either: it is then a metadata listing
+        // in one call (`queues_metadata`), measured on 4.0.5 at 10,000 queues at 0.18 broker
+        // CPU-s against 1.6 for the stats listing.
+        let light_listing = list && (!stats_enabled || (scrape && plugin_counters));
+        // Consumers: every poll before 4.0 (the listing is the expensive call there); on 4.x
+        // with every listing and at their own cadence in between. Counters every poll.
+        let detail_due = self.detail_at.is_none_or(|at| {
+            started.duration_since(at) + self.broker.poll_interval / 4 >= self.detail_every()
+        });
+        let scrape_consumers = scrape && (!plugin_counters || list || detail_due);
         let list_reason = list.then(|| match &self.listing {
             None => "first poll",
             Some(_) if !configured => "no Prometheus source",
@@ -553,6 +636,7 @@ impl Poller {
         PollPlan {
             list,
             scrape,
+            scrape_consumers,
             scrape_counters: scrape && plugin_counters,
             // A light listing has no head timestamps: the listing poll's scrape asks
             // `queue_metrics` for them instead, at the listing's budgeted cadence.
@@ -571,8 +655,34 @@ impl Poller {
     ) -> Result<(Scrape, usize), BrokerError> {
         let client = self.prometheus.clone().expect("a plan scrapes only with a client");
         let names: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
-        let call = client.scrape(&names, plan.scrape_counters, plan.scrape_head_timestamps);
+        let families = crate::broker::prometheus::Families {
+            consumers: plan.scrape_consumers,
+            counters: plan.scrape_counters,
+            head_timestamps: plan.scrape_head_timestamps,
+        };
+        let call = client.scrape(&names, families);
         timed(&mut self.load, spent, "prometheus", "/metrics/detailed", call).await
+    }
+
+    /// How often consumers are scraped on 4.x: every poll while a scrape with them costs at
+    /// most `DETAIL_SHARE` of the budget, spaced when it costs more, and at least every
+    /// `stats_max_interval`, in whole polls.
+    fn detail_every(&self) -> Duration {
+        let b = &self.broker;
+        let share = (b.broker_cpu_budget * DETAIL_SHARE).max(1e-6);
+        let by_cost = Duration::from_secs_f64((self.detail_cost.as_secs_f64() / share).min(86_400.0));
+        let every = by_cost.max(b.stats_min_interval).min(b.stats_max_interval.max(b.poll_interval));
+        if every > b.poll_interval {
+            load::whole_stats_steps(every, b.poll_interval).min(b.stats_max_interval.max(b.poll_interval))
+        } else {
+            b.poll_interval
+        }
+    }
+
+    /// The queue listing serves metadata only: the plugin serves depth, consumers and counters
+    /// (4.x).
+    fn metadata_only(&self) -> bool {
+        self.prometheus_in_use() && self.counters_from == Some(CounterSource::Plugin)
     }
 
     /// The stats listing's interval, and the shortest one the budget allows (for a listing
@@ -581,7 +691,8 @@ impl Poller {
         let b = &self.broker;
         let cost = self.listing.as_ref().map_or(0.0, |l| l.cost.as_secs_f64());
         let cheap = self.last_calls.cheap.as_secs_f64();
-        let (every, _) = load::stats_interval(cost, cheap, b.poll_interval, b.broker_cpu_budget, b.stats_min_interval);
+        let min = if self.metadata_only() { METADATA_EVERY.max(b.stats_min_interval) } else { b.stats_min_interval };
+        let (every, _) = load::stats_interval(cost, cheap, b.poll_interval, b.broker_cpu_budget, min);
         // Listing every poll keeps readings one poll apart; a longer interval must keep them a
         // whole number of stats steps apart.
         let every = if every > b.poll_interval { load::whole_stats_steps(every, b.poll_interval) } else { every };
@@ -675,18 +786,27 @@ impl Poller {
                     // in the next listing only, so bring it forward as far as the budget allows.
                     listed_without_stats |=
                         !scrape.has_head_timestamps && q.messages_ready == Some(0) && s.ready.is_some_and(|r| r > 0);
+                    // A scrape without consumers (4.x between their scrapes) keeps the last known.
+                    let consumers = if scrape.has_consumers { s.consumers } else { q.consumers };
                     if scrape.has_head_timestamps {
                         q.head_message_timestamp = s.head_ts;
-                    } else if !head_unmoved(q, s) {
+                        self.head_moved.remove(&key);
+                    } else if self.head_moved.contains(&key)
+                        || !head_unmoved(q, &crate::broker::prometheus::QueueSample { consumers, ..*s })
+                    {
                         // Without `queue_metrics` the listing's head timestamp is the only one;
                         // once the head may have moved it is no longer exact (the age then falls
-                        // back to warren's estimate), and a stale "exact" would overstate it.
-                        q.head_message_timestamp = None;
+                        // back to warren's estimate), and a stale "exact" would overstate it. It
+                        // stays so until the next listing: a later scrape that looks unmoved
+                        // again compares with a reading from before the move.
+                        if q.head_message_timestamp.take().is_some() {
+                            self.head_moved.insert(key.clone());
+                        }
                     }
                     q.messages = s.messages;
                     q.messages_ready = s.ready;
                     q.messages_unacknowledged = s.unacked;
-                    q.consumers = s.consumers;
+                    q.consumers = consumers;
                     if scrape.has_counters {
                         q.counters_unknown = false;
                         // Counter rows appear with the first event: absent is 0, as in 3.x listings.
@@ -796,6 +916,7 @@ impl Poller {
         }
         self.need_listing = false;
         self.need_listing_why = None;
+        self.head_moved.clear();
         // The queues are kept for the scrapes to overlay; without a Prometheus source only the
         // listing's time and cost matter (a copy of 50,000 queues is tens of MB).
         let kept = if keep { queues().cloned().collect() } else { Vec::new() };
@@ -822,6 +943,10 @@ impl Poller {
         let prometheus_used = depth == DepthSource::Prometheus || self.prometheus_in_use();
         let head_every_poll = b.prometheus_head_timestamps;
         let stats_off = !stats_enabled;
+        // 4.x: consumers at their own cadence, the listing for metadata only.
+        let metadata_only = prometheus_used && counters_from == Some(CounterSource::Plugin);
+        let detail_every = self.detail_every().as_secs_f64();
+        let detail_at = self.detail_at;
         let l = &mut self.load;
         l.last_plan = plan.describe();
         l.listing_role = if counters_from == Some(CounterSource::Plugin) {
@@ -845,7 +970,22 @@ impl Poller {
             )
             .1
         });
-        if prometheus_used {
+        if metadata_only {
+            l.stats_interval_secs = stats_every.as_secs_f64();
+            l.stats_reason = if by_budget {
+                format!(
+                    "the last metadata listing took {:.2} s of broker time; at most one every {:.0} s keeps warren within {:.0}% of a core",
+                    listing_cost.unwrap_or_default(),
+                    stats_every.as_secs_f64(),
+                    b.broker_cpu_budget * 100.0
+                )
+            } else {
+                format!(
+                    "metadata only (the plugin serves the counters): every {:.0} s, sooner when a queue appears",
+                    stats_every.as_secs_f64()
+                )
+            };
+        } else if prometheus_used {
             l.stats_interval_secs = stats_every.as_secs_f64();
             l.stats_reason = if by_budget {
                 format!(
@@ -870,7 +1010,10 @@ impl Poller {
         let cheap = self.last_calls.cheap.as_secs_f64();
         let interval = Duration::from_secs_f64(l.interval_secs.max(0.001));
         let stats = listing_cost.map(|c| (c, Duration::from_secs_f64(l.stats_interval_secs.max(0.001))));
-        l.estimated_load = Some(load::estimated_load(cheap, interval, stats));
+        let detail = (metadata_only && detail_every > l.interval_secs + 0.5)
+            .then(|| self.detail_cost.as_secs_f64() / detail_every.max(0.001))
+            .unwrap_or(0.0);
+        l.estimated_load = Some(load::estimated_load(cheap, interval, stats) + detail);
 
         let (depth_source, depth_reason) = match depth {
             DepthSource::Prometheus => (
@@ -911,11 +1054,24 @@ impl Poller {
                 reason: depth_reason.clone(),
                 sampled_at: depth_at,
             },
-            MetricSource {
-                metric: "consumers",
-                source: depth_source.clone(),
-                reason: depth_reason.clone(),
-                sampled_at: depth_at,
+            if metadata_only && depth == DepthSource::Prometheus {
+                MetricSource {
+                    metric: "consumers",
+                    source: format!("prometheus queue_consumer_count, every {detail_every:.0} s"),
+                    reason: format!(
+                        "it costs the broker more than depth (0.11 against 0.08 CPU-s at 10,000 queues on 4.0.5): asked every poll while its scrape fits in {:.1}% of a core, spaced when it does not, and at least every {} s",
+                        b.broker_cpu_budget * DETAIL_SHARE * 100.0,
+                        b.stats_max_interval.as_secs()
+                    ),
+                    sampled_at: detail_at.map(|at| now - chrono::Duration::from_std(at.elapsed()).unwrap_or_default()),
+                }
+            } else {
+                MetricSource {
+                    metric: "consumers",
+                    source: depth_source.clone(),
+                    reason: depth_reason.clone(),
+                    sampled_at: depth_at,
+                }
             },
             if head_every_poll || depth == DepthSource::Listing {
                 MetricSource {
@@ -927,7 +1083,7 @@ impl Poller {
             } else {
                 MetricSource {
                     metric: "oldest-message age (head timestamp)",
-                    source: if stats_off {
+                    source: if stats_off || metadata_only {
                         "prometheus queue_metrics with each listing; between listings kept while the head cannot have moved, else warren's estimate"
                     } else {
                         "management listing; between listings kept while the head cannot have moved, else warren's estimate"
@@ -948,13 +1104,52 @@ impl Poller {
                 reason: "confirms and unroutable counts exist only there; both calls are cheap".into(),
                 sampled_at: Some(now),
             },
-            MetricSource {
-                metric: "type, arguments, policy",
-                source: "management listing".into(),
-                reason: "only the management API has them; refreshed with every stats listing".into(),
-                sampled_at: listing_at,
+            if metadata_only {
+                MetricSource {
+                    metric: "type, arguments, policy",
+                    source: "management listing without stats (one call per vhost), policies resolved by warren from /api/policies and /api/operator-policies".into(),
+                    reason: format!("only the management API has them; listed every {:.0} s and when a queue appears", l.stats_interval_secs),
+                    sampled_at: listing_at,
+                }
+            } else {
+                MetricSource {
+                    metric: "type, arguments, policy",
+                    source: "management listing".into(),
+                    reason: "only the management API has them; refreshed with every stats listing".into(),
+                    sampled_at: listing_at,
+                }
             },
         ];
+    }
+
+    /// One vhost's queues, metadata only, in one call (`queues_metadata`); returns the bytes read.
+    async fn fetch_metadata(
+        &mut self,
+        vhost: &str,
+        out: &mut Vec<Vec<RawQueue>>,
+        spent: &mut Duration,
+    ) -> Result<usize, PollError> {
+        let endpoint = format!("/api/queues/{}", crate::broker::management::encode_segment(vhost));
+        let answer = timed(&mut self.load, spent, "management", &endpoint, self.client.queues_metadata(vhost)).await;
+        let (mut items, size) = match answer {
+            Ok(answer) => answer,
+            // The vhost was deleted since the listing: it has no queues now.
+            Err(BrokerError::Http { status: 404, .. }) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        for q in &mut items {
+            if q.vhost.is_empty() {
+                q.vhost = vhost.to_string();
+            }
+            q.arguments = Some(self.maps.share_or_empty(q.arguments.take()));
+            q.effective_policy_definition = Some(self.maps.share_or_empty(q.effective_policy_definition.take()));
+            // No message stats here: unknown, never 0 (the scrape's counters replace them).
+            q.counters_unknown = true;
+        }
+        if !items.is_empty() {
+            out.push(items);
+        }
+        Ok(size)
     }
 
     /// All pages of one vhost's queues; returns the bytes read.
