@@ -188,6 +188,7 @@ async fn run() {
     let queues = env_u64("WARREN_BENCH_QUEUES", 10_000) as usize;
     let window = Duration::from_secs(env_u64("WARREN_BENCH_WINDOW_SECS", 90));
     let rounds = env_u64("WARREN_BENCH_ROUNDS", 3) as usize;
+    let warmup = Duration::from_secs(env_u64("WARREN_BENCH_WARMUP_SECS", 0));
     let ticks = clock_ticks();
     let pid = beam_pid();
     eprintln!("beam.smp pid {pid}; {queues} queues; {rounds} rounds of idle / warren / scrape, windows of {window:?}");
@@ -222,19 +223,18 @@ async fn run() {
         eprintln!("round {}", round + 1);
         idle.push(measure("idle", pid, ticks, tokio::time::sleep(window)).await);
 
-        // warren with its defaults, watching the bench vhost, in process. Each window starts
-        // warren afresh, so each holds one stats listing (its first poll) and then scrapes:
-        // at 10,000 queues the budget spaces listings ~90 s apart, about one window.
+        // warren with its defaults, watching the bench vhost, in process, started afresh for
+        // each window. Its first poll lists queues; with `WARREN_BENCH_WARMUP_SECS` (default 0)
+        // the window starts that long after, so that a window as long as the listing interval
+        // (300 s on 4.x) holds one listing as warren running for days would, not one per window.
         let live = Live::new(&[BROKER.to_string()]);
         let poller = Poller::new(broker.clone(), db.clone(), live.clone(), broker_id).await.expect("poller");
         let cancel = CancellationToken::new();
-        let w = measure("warren (defaults)", pid, ticks, async {
-            let task = tokio::spawn(poller.run(cancel.clone()));
-            tokio::time::sleep(window).await;
-            cancel.cancel();
-            task.await.ok();
-        })
-        .await;
+        let task = tokio::spawn(poller.run(cancel.clone()));
+        tokio::time::sleep(warmup).await;
+        let w = measure("warren (defaults)", pid, ticks, tokio::time::sleep(window)).await;
+        cancel.cancel();
+        task.await.ok();
         warren.push(w);
         warren_calls.push(live.broker(BROKER).unwrap().load);
 
@@ -420,8 +420,7 @@ impl PerCall {
         let listing_polls = 60.0 / listing_every;
         let detail_polls = (60.0 / detail_every - listing_polls).max(0.0);
         let depth_polls = 6.0 - detail_polls - listing_polls;
-        let warren =
-            6.0 * small + depth_polls * depth + detail_polls * detail + listing_polls * (meta + head);
+        let warren = 6.0 * small + depth_polls * depth + detail_polls * detail + listing_polls * (meta + head);
         (warren, 6.0 * reference, listing_every)
     }
 

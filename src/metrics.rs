@@ -12,6 +12,32 @@ use serde_json::{Map, Value};
 
 use crate::broker::management::{OverviewStats, RawQueue};
 
+/// How warren knows a queue's inflow (`QueueView::inflow_rate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum InflowSource {
+    /// The broker's publish counter: every message that arrives is published.
+    PublishCounter,
+    /// Dead-letter routing feeds the queue and the broker counts no publish for a dead letter:
+    /// depth change plus acks (and never less than the publishes), a lower bound, since
+    /// messages that leave without an ack (expiry, purge, reject, no-ack delivery) hide as
+    /// much inflow.
+    DerivedLowerBound,
+    /// Neither is known (yet).
+    #[default]
+    Unknown,
+}
+
+impl InflowSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InflowSource::PublishCounter => "publish counter",
+            InflowSource::DerivedLowerBound => "derived from depth change and acks (a lower bound)",
+            InflowSource::Unknown => "unknown",
+        }
+    }
+}
+
 /// How warren knows a queue's oldest-message age.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -93,8 +119,16 @@ pub struct QueueView {
     pub oldest_age_lower_bound: bool,
     /// redeliver / deliver: the share of deliveries that were redeliveries.
     pub redelivery_share: Option<f64>,
-    /// publish − ack, messages per second: positive means the backlog grows.
+    /// How fast the queue's total depth changes, messages per second over the rate window:
+    /// positive means the backlog grows. Measured from depth, so messages that leave without
+    /// an ack (rejected, expired, dead-lettered onwards) and messages that arrive without a
+    /// publish (dead letters) count; `publish − ack` counted neither (issue 17, case 5).
     pub backlog_growth_rate: Option<f64>,
+    /// Messages arriving per second, and how warren knows (`inflow_source`): the publish
+    /// counter, or for a queue that dead-letter routing feeds (the broker counts no publish
+    /// for a dead letter) derived from depth change and acks, a lower bound.
+    pub inflow_rate: Option<f64>,
+    pub inflow_source: InflowSource,
     /// How long the current backlog takes to drain at current rates; `None` when it does not
     /// drain (or rates are unknown).
     pub time_to_drain_secs: Option<f64>,
@@ -277,6 +311,8 @@ pub fn queue_view_named(
         oldest_age_lower_bound: false,
         redelivery_share: None,
         backlog_growth_rate: None,
+        inflow_rate: rates.publish,
+        inflow_source: if rates.publish.is_some() { InflowSource::PublishCounter } else { InflowSource::Unknown },
         time_to_drain_secs: None,
         no_consumers: false,
         hung_consumer_secs: None,
@@ -299,16 +335,17 @@ pub const HUNG_AFTER_POLLS: u32 = 3;
 pub const HUNG_AFTER_SECS: f64 = 30.0;
 
 /// Fills the health signals of a view from its numbers. `no_ack_for` is how long the queue has
-/// held unacked messages without any ack, with the number of polls that covers.
-pub fn apply_health(view: &mut QueueView, no_ack_for: Option<(f64, u32)>) {
+/// held unacked messages without any ack, with the number of polls that covers; `depth_growth`
+/// the change of its total depth per second over the rate window, when two readings span it.
+pub fn apply_health(view: &mut QueueView, no_ack_for: Option<(f64, u32)>, depth_growth: Option<f64>) {
     view.redelivery_share = match (view.redeliver_rate, view.deliver_rate) {
         (Some(r), Some(d)) if d > 0.0 => Some((r / d).min(1.0)),
         _ => None,
     };
-    view.backlog_growth_rate = match (view.publish_rate, view.ack_rate) {
-        (Some(p), Some(a)) => Some(p - a),
-        _ => None,
-    };
+    view.backlog_growth_rate = depth_growth;
+    // The publish counter, until dead-letter routing is known to feed the queue (`derive_inflow`).
+    view.inflow_rate = view.publish_rate;
+    view.inflow_source = if view.publish_rate.is_some() { InflowSource::PublishCounter } else { InflowSource::Unknown };
     view.time_to_drain_secs = match (view.total, view.backlog_growth_rate) {
         (Some(0), _) => Some(0.0),
         (Some(total), Some(growth)) if growth < 0.0 => Some(total as f64 / -growth),
@@ -319,6 +356,18 @@ pub fn apply_health(view: &mut QueueView, no_ack_for: Option<(f64, u32)>) {
         Some((secs, polls)) if polls >= HUNG_AFTER_POLLS && secs >= HUNG_AFTER_SECS => Some(secs),
         _ => None,
     };
+}
+
+/// The inflow of a queue that dead-letter routing feeds: depth change plus acks, never less
+/// than the publishes, a lower bound (see `InflowSource::DerivedLowerBound`); unknown while
+/// the depth's change is.
+pub fn derive_inflow(view: &mut QueueView) {
+    let derived = view.backlog_growth_rate.map(|growth| {
+        let lower = growth + view.ack_rate.unwrap_or(0.0);
+        lower.max(view.publish_rate.unwrap_or(0.0)).max(0.0)
+    });
+    view.inflow_rate = derived;
+    view.inflow_source = if derived.is_some() { InflowSource::DerivedLowerBound } else { InflowSource::Unknown };
 }
 
 /// The broker refreshes its statistics in steps of `collect_statistics_interval` (5 s by
@@ -615,6 +664,34 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_letter_queues_inflow_is_derived_from_its_depth_never_a_bare_zero() {
+        let raw: RawQueue = serde_json::from_str(
+            r#"{"name":"dlq","vhost":"/","messages":166,"messages_ready":166,"messages_unacknowledged":0}"#,
+        )
+        .unwrap();
+        let mut view = queue_view("b", raw, true, None, Utc::now());
+        (view.publish_rate, view.ack_rate) = (Some(0.0), Some(0.0));
+        view.inflow_rate = view.publish_rate;
+        derive_inflow(&mut view);
+        assert_eq!(
+            (view.inflow_rate, view.inflow_source),
+            (None, InflowSource::Unknown),
+            "not yet: no depth change known"
+        );
+        apply_health(&mut view, None, Some(2.5));
+        derive_inflow(&mut view);
+        assert_eq!((view.inflow_rate, view.inflow_source), (Some(2.5), InflowSource::DerivedLowerBound));
+        // A reader acking 1/s while the depth grows 2.5/s: 3.5/s arrive, at least.
+        view.ack_rate = Some(1.0);
+        derive_inflow(&mut view);
+        assert_eq!(view.inflow_rate, Some(3.5));
+        // Draining faster than anything is known to arrive: at least nothing, never negative.
+        apply_health(&mut view, None, Some(-4.0));
+        derive_inflow(&mut view);
+        assert_eq!(view.inflow_rate, Some(0.0));
+    }
+
+    #[test]
     fn health_signals() {
         let raw: RawQueue = serde_json::from_str(
             r#"{"name":"q","vhost":"/","messages":100,"messages_ready":90,"messages_unacknowledged":10,"consumers":0}"#,
@@ -625,16 +702,20 @@ mod tests {
         view.ack_rate = Some(7.0);
         view.deliver_rate = Some(10.0);
         view.redeliver_rate = Some(1.0);
-        apply_health(&mut view, Some((45.0, 4)));
+        // 2 published and 7 acked per second, and more leaving unacked (rejected, expired):
+        // the depth says how the backlog moves.
+        apply_health(&mut view, Some((45.0, 4)), Some(-5.0));
         assert_eq!(view.backlog_growth_rate, Some(-5.0));
         assert_eq!(view.time_to_drain_secs, Some(20.0));
         assert_eq!(view.redelivery_share, Some(0.1));
         assert!(view.no_consumers);
         assert_eq!(view.hung_consumer_secs, Some(45.0));
         view.ack_rate = Some(1.0);
-        apply_health(&mut view, Some((45.0, 2)));
+        apply_health(&mut view, Some((45.0, 2)), Some(1.0));
         assert_eq!(view.time_to_drain_secs, None, "a growing backlog does not drain");
         assert_eq!(view.hung_consumer_secs, None, "two polls are not enough to call it hung");
+        apply_health(&mut view, None, None);
+        assert_eq!(view.backlog_growth_rate, None, "unknown until two depth readings span the window");
     }
 
     #[test]

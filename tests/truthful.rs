@@ -308,3 +308,74 @@ async fn prometheus_export_parses_and_matches_the_api() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 17, case 5: the broker counts no publish for a dead-lettered message, so a DLQ's
+/// publish rate is 0 while it fills; its inflow is derived from its depth (and acks), marked so,
+/// never a bare 0. The work queue whose consumer rejects every message does not grow: backlog
+/// growth comes from its depth, where `publish − ack` said it grew by everything published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlqs_inflow_is_derived_and_a_rejecting_queues_backlog_does_not_grow() {
+    let vhost = TestVhost::create("inflow").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "work.dlq", false).await;
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), lapin::types::AMQPValue::LongString("".into()));
+    args.insert("x-dead-letter-routing-key".into(), lapin::types::AMQPValue::LongString("work.dlq".into()));
+    channel.queue_declare("work", lapin::options::QueueDeclareOptions::default(), args).await.unwrap();
+    // A consumer that rejects everything (no requeue): each message dead-letters at once.
+    let reader = vhost.channel(&connection).await;
+    reader.basic_qos(10, BasicQosOptions::default()).await.unwrap();
+    let mut consumer =
+        reader.basic_consume("work", "rejecter", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        while let Some(Ok(delivery)) = consumer.next().await {
+            let options = lapin::options::BasicRejectOptions { requeue: false };
+            if delivery.reject(options).await.is_err() {
+                return;
+            }
+        }
+    });
+    let warren = Warren::for_vhost(&vhost.name, 2).await;
+    // 4 messages a second into the work queue, all of them on into the DLQ.
+    let publisher = {
+        let channel = channel.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                ticks.tick().await;
+                publish(&channel, "work", 1, BasicProperties::default()).await;
+            }
+        })
+    };
+    let (dlq, work) = wait_for("steady rates on both queues", Duration::from_secs(90), || async {
+        let dlq = warren.queue(&vhost.name, "work.dlq").await.ok_or("no dlq")?;
+        let work = warren.queue(&vhost.name, "work").await.ok_or("no work queue")?;
+        let within = |v: &Value, lo: f64, hi: f64| v.as_f64().is_some_and(|x| (lo..=hi).contains(&x));
+        if within(&dlq["inflow_rate"], 3.0, 5.0)
+            && within(&work["publish_rate"], 3.0, 5.0)
+            && dlq["total"].as_u64() > Some(40)
+        {
+            Ok((dlq, work))
+        } else {
+            Err(format!("dlq {dlq}\nwork {work}"))
+        }
+    })
+    .await;
+    publisher.abort();
+    // The DLQ: what the broker counts, and what arrives.
+    assert_eq!(dlq["publish_rate"], 0.0, "the broker counts no publish for a dead letter: {dlq}");
+    assert_eq!(dlq["inflow_source"], "derived_lower_bound", "{dlq}");
+    let growth = dlq["backlog_growth_rate"].as_f64().unwrap();
+    assert!((3.0..=5.0).contains(&growth), "the DLQ grows by what arrives: {dlq}");
+    // The work queue: everything published leaves by reject, nothing by ack.
+    assert_eq!(work["inflow_source"], "publish_counter", "{work}");
+    let growth = work["backlog_growth_rate"].as_f64().unwrap();
+    assert!(growth.abs() <= 1.0, "rejected messages leave the backlog (publish − ack said +4/s): {work}");
+    // The queues page shows the DLQ's inflow, not its bare publish rate.
+    let (status, page) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("≥ "), "the derived inflow on the queues page: {page}");
+    warren.stop().await;
+}

@@ -33,6 +33,8 @@ pub fn queue(vhost: &str, name: &str) -> TestQueue {
             oldest_age_lower_bound: false,
             redelivery_share: None,
             backlog_growth_rate: None,
+            inflow_rate: None,
+            inflow_source: Default::default(),
             time_to_drain_secs: None,
             no_consumers: false,
             hung_consumer_secs: None,

@@ -27,8 +27,9 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
         Metric::AckRate => view.ack_rate,
         Metric::DeliverRate => view.deliver_rate,
         Metric::RedeliverRate => view.redeliver_rate,
-        // `apply_health` fills it; a view that skipped it gets the same formula here.
-        Metric::BacklogGrowth => view.backlog_growth_rate.or_else(|| Some(view.publish_rate? - view.ack_rate?)),
+        // From the change of depth (`apply_health`): publish − ack missed rejects, expiries and
+        // dead letters that arrive (issue 17, case 5).
+        Metric::BacklogGrowth => view.backlog_growth_rate,
         Metric::DlqDepth if view.dead_letters.is_dlq => count(view.total),
         Metric::DlqDepth | Metric::DlqInflow | Metric::BrokerUnreachable => None,
     }
@@ -97,6 +98,9 @@ mod tests {
         let q = queue("/", "orders").ready(0).publish_rate(3.0).ack_rate(5.0).view;
         assert_eq!(value(Metric::Ready, &q), Some(0.0));
         assert_eq!(value(Metric::PublishRate, &q), Some(3.0));
+        assert_eq!(value(Metric::BacklogGrowth, &q), None, "publish − ack is not the backlog's growth");
+        let mut q = q;
+        q.backlog_growth_rate = Some(-2.0);
         assert_eq!(value(Metric::BacklogGrowth, &q), Some(-2.0));
         assert_eq!(value(Metric::AckRate, &q), Some(5.0));
         assert_eq!(value(Metric::DeliverRate, &q), None);

@@ -622,9 +622,9 @@ impl Poller {
         let light_listing = list && (!stats_enabled || (scrape && plugin_counters));
         // Consumers: every poll before 4.0 (the listing is the expensive call there); on 4.x
         // with every listing and at their own cadence in between. Counters every poll.
-        let detail_due = self.detail_at.is_none_or(|at| {
-            started.duration_since(at) + self.broker.poll_interval / 4 >= self.detail_every()
-        });
+        let detail_due = self
+            .detail_at
+            .is_none_or(|at| started.duration_since(at) + self.broker.poll_interval / 4 >= self.detail_every());
         let scrape_consumers = scrape && (!plugin_counters || list || detail_due);
         let list_reason = list.then(|| match &self.listing {
             None => "first poll",
@@ -1010,9 +1010,12 @@ impl Poller {
         let cheap = self.last_calls.cheap.as_secs_f64();
         let interval = Duration::from_secs_f64(l.interval_secs.max(0.001));
         let stats = listing_cost.map(|c| (c, Duration::from_secs_f64(l.stats_interval_secs.max(0.001))));
-        let detail = (metadata_only && detail_every > l.interval_secs + 0.5)
-            .then(|| self.detail_cost.as_secs_f64() / detail_every.max(0.001))
-            .unwrap_or(0.0);
+        // Consumers asked less often than every poll: their scrape's own share.
+        let detail = if metadata_only && detail_every > l.interval_secs + 0.5 {
+            self.detail_cost.as_secs_f64() / detail_every.max(0.001)
+        } else {
+            0.0
+        };
         l.estimated_load = Some(load::estimated_load(cheap, interval, stats) + detail);
 
         let (depth_source, depth_reason) = match depth {
@@ -1290,6 +1293,21 @@ impl Poller {
                 // wait badges say what they hold.
                 if matches!(views[i].dead_letters.role, topology::QueueRole::Dlq | topology::QueueRole::Wait) {
                     views[i].no_consumers = false;
+                }
+            }
+            // Queues that dead-letter routing feeds: the broker counts no publish for a dead
+            // letter, so their publish rate is not their inflow (a DLQ's was a bare 0 while it
+            // filled: issue 17, case 5).
+            let fed: HashSet<String> = indexes
+                .iter()
+                .filter_map(|&i| views[i].dead_letters.dead_letter_target.as_ref()?.queues.clone())
+                .flatten()
+                .collect();
+            for &i in indexes {
+                let view = &mut views[i];
+                let by_role = matches!(view.dead_letters.role, topology::QueueRole::Dlq | topology::QueueRole::Wait);
+                if by_role || fed.contains(&*view.name) {
+                    metrics::derive_inflow(view);
                 }
             }
         }

@@ -37,6 +37,8 @@ pub struct Tracked {
     pub last_written: Option<Written>,
     /// Recent counter readings, for rates, all from `counters_from`.
     pub counters: CounterWindow<QueueCounters>,
+    /// Recent total depths, for the backlog's growth (`QueueView::backlog_growth_rate`).
+    pub depth: CounterWindow<u64>,
     /// Which source the readings in `counters` came from: a window never mixes two (the
     /// listing's counters trail the plugin's by up to a stats step, so a delta across sources
     /// is off by whatever was published in that lag).
@@ -139,6 +141,7 @@ impl Tracked {
             deleted: k.deleted_at.is_some(),
             last_written: k.last_sample.map(|(ts, sample)| Written::new(ts, &sample)),
             counters: CounterWindow::default(),
+            depth: CounterWindow::default(),
             counters_from: None,
             settle_until: None,
             no_ack_since: None,
@@ -160,6 +163,7 @@ impl Tracked {
             deleted: false,
             last_written: None,
             counters: CounterWindow::default(),
+            depth: CounterWindow::default(),
             counters_from: None,
             settle_until: None,
             no_ack_since: None,
@@ -197,6 +201,7 @@ impl Tracked {
     /// The queue was re-created: rates settle, and older history is not this queue's.
     fn restart(&mut self, fetched: Instant, ts: i64) {
         self.counters.clear();
+        self.depth.clear();
         self.last_known = None;
         self.settle_until = Some(fetched + SETTLE);
         self.incarnation_since = ts;
@@ -353,7 +358,15 @@ pub fn derive(
         }
         let no_ack_for =
             tracked.no_ack_since.map(|(since, polls)| (ctx.fetched.duration_since(since).as_secs_f64(), polls));
-        metrics::apply_health(&mut view, no_ack_for);
+        // The backlog's growth from depth readings a rate window apart (each poll reads depth).
+        let depth_growth = match (view.total, tracked.depth.baseline(ctx.fetched, ctx.rate_window_secs)) {
+            (Some(now), Some((then, age))) if !tracked.deleted && age > 0.0 => Some((now as f64 - then as f64) / age),
+            _ => None,
+        };
+        if let Some(total) = view.total {
+            tracked.depth.push(ctx.fetched, total, ctx.keep_readings_secs);
+        }
+        metrics::apply_health(&mut view, no_ack_for, depth_growth);
 
         if counters_fresh {
             tracked.counters.push(ctx.fetched, current, ctx.keep_readings_secs);

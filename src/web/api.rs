@@ -146,6 +146,10 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         oldest_age_lower_bound: false,
         redelivery_share: None,
         backlog_growth_rate: None,
+        // Whether dead-letter routing fed it is not stored: the publish rate alone could be a
+        // DLQ's bare 0.
+        inflow_rate: None,
+        inflow_source: crate::metrics::InflowSource::Unknown,
         time_to_drain_secs: None,
         no_consumers: false,
         hung_consumer_secs: None,

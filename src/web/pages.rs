@@ -17,7 +17,7 @@ use super::{html, is_htmx, PageError};
 use crate::broker::management::encode_segment;
 use crate::broker::topology::QueueRole;
 use crate::history;
-use crate::metrics::QueueView;
+use crate::metrics::{InflowSource, QueueView};
 use crate::state::{AppState, BrokerLive};
 
 pub fn router() -> Router<AppState> {
@@ -199,7 +199,13 @@ fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
         unacked: format::count(q.unacked),
         total: format::count(q.total),
         consumers: format::count(q.consumers),
-        publish_rate: format::rate(q.publish_rate),
+        // A queue that dead-letter routing feeds shows its derived inflow: the broker counts no
+        // publish for a dead letter, and its publish rate is a bare 0 while it fills.
+        publish_rate: match q.inflow_source {
+            InflowSource::PublishCounter => format::rate(q.publish_rate),
+            InflowSource::DerivedLowerBound => format!("≥ {}", format::rate(q.inflow_rate)),
+            InflowSource::Unknown => format::UNKNOWN.to_string(),
+        },
         deliver_rate: format::rate(q.deliver_rate),
         ack_rate: format::rate(q.ack_rate),
         redeliver_rate: format::rate(q.redeliver_rate),
@@ -466,7 +472,21 @@ fn dead_letter_view(q: &QueueView) -> DeadLetterView {
 fn health(q: &QueueView) -> Vec<(&'static str, String)> {
     let rate = |r: Option<f64>| format::rate(r);
     vec![
-        ("Backlog growth (publish − ack)", rate(q.backlog_growth_rate)),
+        ("Backlog growth (change of depth)", rate(q.backlog_growth_rate)),
+        (
+            "Inflow",
+            match q.inflow_source {
+                InflowSource::PublishCounter => format!("{} (publish counter)", rate(q.inflow_rate)),
+                InflowSource::DerivedLowerBound => {
+                    format!(
+                        "at least {} (dead letters are not counted as published: {})",
+                        rate(q.inflow_rate),
+                        q.inflow_source.as_str()
+                    )
+                }
+                InflowSource::Unknown => format::UNKNOWN.to_string(),
+            },
+        ),
         (
             "Time to drain",
             match (q.time_to_drain_secs, q.backlog_growth_rate) {

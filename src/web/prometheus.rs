@@ -50,6 +50,12 @@ const QUEUE_FAMILIES: &[(&str, &str, QueueValue)] = &[
     ("warren_queue_deliver_rate", "Messages delivered (or fetched) per second.", |q| q.deliver_rate),
     ("warren_queue_ack_rate", "Messages acknowledged per second.", |q| q.ack_rate),
     ("warren_queue_redeliver_rate", "Messages redelivered per second.", |q| q.redeliver_rate),
+    (
+        "warren_queue_inflow_rate",
+        "Messages arriving per second: the publish counter, or for a queue dead-letter routing feeds, depth change plus acks (a lower bound).",
+        |q| q.inflow_rate,
+    ),
+    ("warren_queue_backlog_growth_rate", "Change of the queue's total depth per second.", |q| q.backlog_growth_rate),
 ];
 
 pub fn render(brokers: &[BrokerLive]) -> String {
