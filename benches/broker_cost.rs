@@ -394,20 +394,23 @@ impl PerCall {
     /// budget).
     ///
     /// 3.x: the scrape (depth and consumers) and the small calls every poll; the stats listing,
-    /// with its own scrape, at the interval its duration gives under the budget.
+    /// with its own scrape, at the interval its duration gives under the budget; the
+    /// dead-letter topology (bindings and exchanges) every 60 s.
     /// 4.x: depth, counters and the small calls every poll; consumers with them every
     /// `wall / 0.5%` (whole polls, at most 60 s); the metadata listing and a scrape with head
-    /// timestamps (and consumers and counters) every 300 s or as the budget allows.
+    /// timestamps (and consumers and counters) every 300 s or as the budget allows, and the
+    /// topology with it.
     fn per_minute(&self) -> (f64, f64, f64) {
         let (small, small_wall) = self.get("overview + vhosts + alarm check");
         let (reference, _) = self.get("reference scrape (coarse + consumer_count)");
+        let (topology, _) = self.get("topology: bindings + exchanges");
         if !self.four {
             let (scrape, scrape_wall) = self.get("warren scrape (default families)");
             // Each listing poll also scrapes, so that depth keeps one source.
             let (listing, listing_wall) = self.get("stats listing (all pages)");
             let cheap_share = (scrape_wall + small_wall) / 10.0;
             let stats_interval = (listing_wall / (0.05 - cheap_share).max(0.005)).max(30.0);
-            let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * (listing + scrape);
+            let warren = 6.0 * (scrape + small) + 60.0 / stats_interval * (listing + scrape) + topology;
             return (warren, 6.0 * reference, stats_interval);
         }
         let (depth, depth_wall) = self.get("warren depth scrape (coarse + counters)");
@@ -420,7 +423,8 @@ impl PerCall {
         let listing_polls = 60.0 / listing_every;
         let detail_polls = (60.0 / detail_every - listing_polls).max(0.0);
         let depth_polls = 6.0 - detail_polls - listing_polls;
-        let warren = 6.0 * small + depth_polls * depth + detail_polls * detail + listing_polls * (meta + head);
+        let warren =
+            6.0 * small + depth_polls * depth + detail_polls * detail + listing_polls * (meta + head + topology);
         (warren, 6.0 * reference, listing_every)
     }
 
@@ -577,6 +581,22 @@ async fn per_call_costs(broker: &warren::config::BrokerConfig, pid: u32, ticks: 
             total = (total.0 + c, total.1 + w, total.2 + b);
         }
         calls.push(("metadata listing (one call)", total.0 / n as f64, total.1 / n as f64, total.2 / n));
+    }
+    {
+        // The dead-letter topology: every 60 s on 3.x, with the metadata listing on 4.x.
+        let n = 4;
+        let mut total = (0.0, 0.0, 0);
+        for _ in 0..n {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let (c, w, b) = measure_one(pid, ticks, idle_per_sec, async {
+                let (_, a) = client.bindings(VHOST).await.unwrap();
+                let (_, b) = client.exchanges(VHOST).await.unwrap();
+                (a + b) as u64
+            })
+            .await;
+            total = (total.0 + c, total.1 + w, total.2 + b);
+        }
+        calls.push(("topology: bindings + exchanges", total.0 / n as f64, total.1 / n as f64, total.2 / n));
     }
     let p = PerCall { calls, idle_per_sec, four };
     print_per_call(&p);

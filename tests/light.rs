@@ -362,8 +362,10 @@ async fn consumers_have_their_own_cadence_on_4x_and_depth_stays_every_poll() {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // The plugin's own numbers trail by up to a 5 s stats step; every poll asked for depth.
     let depth_after = depth_seen_at.expect("the new depth was seen");
-    assert!(depth_after < Duration::from_secs(4), "depth every poll: {depth_after:?}");
+    assert!(depth_after < Duration::from_secs(8), "depth within a stats step and a poll: {depth_after:?}");
+    assert!(plans.iter().all(|p| p.contains("(depth")), "depth every poll: {plans:?}");
     let with_consumers = plans.iter().filter(|p| p.contains("consumers")).count();
     if facts.major >= 4 {
         assert!(with_consumers > 0 && with_consumers < plans.len(), "polls with and without consumers: {plans:?}");
@@ -395,6 +397,7 @@ async fn consumers_have_their_own_cadence_on_4x_and_depth_stays_every_poll() {
         }
     })
     .await;
-    assert!(attached.elapsed() < Duration::from_secs(9), "within 6 s and a poll: {:?}", attached.elapsed());
+    // Within the 6 s interval, a stats step and a poll (the default interval would be 60 s).
+    assert!(attached.elapsed() < Duration::from_secs(15), "{:?}", attached.elapsed());
     warren.stop().await;
 }
