@@ -56,13 +56,18 @@ fn derive(queues: Vec<RawQueue>, now: DateTime<Utc>) {
         })
         .collect();
     let mut previous = None;
+    let mut previous_total: Option<u64> = None;
     for raw in queues {
         let counters = metrics::queue_counters(&raw, true);
         warren::broker::policies::delivery_limit_4x(&raw);
         warren::broker::policies::overflow(&raw);
         let mut view = metrics::queue_view("local", raw, true, previous.as_ref().map(|c| (c, 5.0)), now);
-        metrics::apply_health(&mut view, Some((60.0, 3)));
+        // The poller's backlog growth: two depths 5 s apart.
+        let growth = view.total.zip(previous_total).map(|(now, then)| (now as f64 - then as f64) / 5.0);
+        metrics::apply_health(&mut view, Some((60.0, 3)), growth);
+        metrics::derive_inflow(&mut view);
         previous = Some(counters);
+        previous_total = view.total;
     }
     let queues: Vec<QueueConfig<'_>> = configs
         .iter()
