@@ -101,6 +101,9 @@ pub struct BrokerConfig {
     /// Also scrape `queue_metrics` for head timestamps every poll (about 4x the broker cost of
     /// the depth scrape); without it they come from the stats listing (see `poller`).
     pub prometheus_head_timestamps: bool,
+    /// How long a consumer may hold unacked messages, with none ready and no ack, before it
+    /// counts as hung: a consumer holding scheduled (ETA, delayed) messages does that by design.
+    pub scheduled_hold_limit: Duration,
 }
 
 impl BrokerConfig {
@@ -217,6 +220,7 @@ struct FileBroker {
     stats_max_interval_secs: Option<u64>,
     source_recheck_secs: Option<u64>,
     prometheus_head_timestamps: Option<bool>,
+    scheduled_hold_limit_secs: Option<u64>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -230,6 +234,11 @@ pub const DEFAULT_MINUTE_RETENTION_DAYS: u64 = 7;
 pub const DEFAULT_POLL_INTERVAL_SECS: u64 = 10;
 pub const DEFAULT_BROKER_CPU_BUDGET: f64 = 0.05;
 pub const DEFAULT_STATS_MAX_INTERVAL_SECS: u64 = 60;
+/// A year: past it the limit means nothing (and a huge value must not overflow `Duration` math).
+pub const MAX_SCHEDULED_HOLD_LIMIT_SECS: u64 = 365 * 24 * 3600;
+/// An hour: Celery's countdowns and dramatiq's delays are mostly shorter; a consumer that holds
+/// messages longer with nothing else to do is flagged as hung.
+pub const DEFAULT_SCHEDULED_HOLD_LIMIT_SECS: u64 = 3600;
 pub const DEFAULT_SOURCE_RECHECK_SECS: u64 = 300;
 /// As Alertmanager's default `repeat_interval`.
 pub const DEFAULT_ALERT_REPEAT_SECS: u64 = 4 * 3600;
@@ -595,6 +604,11 @@ fn build_broker(
         stats_max_interval: Duration::from_secs(stats_max_interval_secs),
         source_recheck: Duration::from_secs(source_recheck_secs),
         prometheus_head_timestamps: file.prometheus_head_timestamps.unwrap_or(false),
+        scheduled_hold_limit: Duration::from_secs(
+            file.scheduled_hold_limit_secs
+                .unwrap_or(DEFAULT_SCHEDULED_HOLD_LIMIT_SECS)
+                .min(MAX_SCHEDULED_HOLD_LIMIT_SECS),
+        ),
     })
 }
 

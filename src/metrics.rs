@@ -116,6 +116,10 @@ pub struct QueueView {
     pub oldest_age_secs: Option<f64>,
     pub oldest_age_source: AgeSource,
     /// The estimate is a lower bound: the oldest message is older than warren's history.
+    /// Since when the FIFO estimate does not hold: a move by warren put messages into the
+    /// queue that are older than their place in it says (issue 17, case 6). Until they drain,
+    /// the estimate is their re-publish time, so a lower bound of the true age.
+    pub fifo_broken_since: Option<DateTime<Utc>>,
     pub oldest_age_lower_bound: bool,
     /// redeliver / deliver: the share of deliveries that were redeliveries.
     pub redelivery_share: Option<f64>,
@@ -135,8 +139,13 @@ pub struct QueueView {
     /// Ready messages and no consumer: nothing will ever drain this queue.
     pub no_consumers: bool,
     /// Unacked messages held with no ack for this long (a hung consumer), once that lasted at
-    /// least `HUNG_AFTER_POLLS` polls.
+    /// least `HUNG_AFTER_POLLS` polls while messages were ready (waiting), or longer than the
+    /// broker's `scheduled_hold_limit` with none ready.
     pub hung_consumer_secs: Option<f64>,
+    /// Unacked messages held with no ack for this long while none are ready: a consumer that
+    /// took everything there is and holds it, as one holding scheduled (ETA, delayed) messages
+    /// does by design (issue 17, case 6). Not a fault until `scheduled_hold_limit`.
+    pub holding_secs: Option<f64>,
     #[serde(flatten)]
     pub dead_letters: crate::broker::topology::DeadLetterInfo,
     /// Shared with other queues' views and the next poll's (see `RawQueue::arguments`).
@@ -309,6 +318,7 @@ pub fn queue_view_named(
         oldest_age_secs,
         oldest_age_source,
         oldest_age_lower_bound: false,
+        fifo_broken_since: None,
         redelivery_share: None,
         backlog_growth_rate: None,
         inflow_rate: rates.publish,
@@ -316,6 +326,7 @@ pub fn queue_view_named(
         time_to_drain_secs: None,
         no_consumers: false,
         hung_consumer_secs: None,
+        holding_secs: None,
         dead_letters: Default::default(),
         arguments: raw.arguments.unwrap_or_default(),
         policy: raw.policy,
@@ -336,8 +347,14 @@ pub const HUNG_AFTER_SECS: f64 = 30.0;
 
 /// Fills the health signals of a view from its numbers. `no_ack_for` is how long the queue has
 /// held unacked messages without any ack, with the number of polls that covers; `depth_growth`
-/// the change of its total depth per second over the rate window, when two readings span it.
-pub fn apply_health(view: &mut QueueView, no_ack_for: Option<(f64, u32)>, depth_growth: Option<f64>) {
+/// the change of its total depth per second over the rate window, when two readings span it;
+/// `hold_limit_secs` how long a consumer may hold messages with none ready before it is hung.
+pub fn apply_health(
+    view: &mut QueueView,
+    no_ack_for: Option<(f64, u32)>,
+    depth_growth: Option<f64>,
+    hold_limit_secs: f64,
+) {
     view.redelivery_share = match (view.redeliver_rate, view.deliver_rate) {
         (Some(r), Some(d)) if d > 0.0 => Some((r / d).min(1.0)),
         _ => None,
@@ -352,9 +369,16 @@ pub fn apply_health(view: &mut QueueView, no_ack_for: Option<(f64, u32)>, depth_
         _ => None,
     };
     view.no_consumers = view.consumers == Some(0) && view.ready.is_some_and(|r| r > 0);
-    view.hung_consumer_secs = match no_ack_for {
-        Some((secs, polls)) if polls >= HUNG_AFTER_POLLS && secs >= HUNG_AFTER_SECS => Some(secs),
-        _ => None,
+    // A consumer that holds messages while others wait is stuck. One that took everything there
+    // is and holds it may hold scheduled messages by design (Celery's countdown and ETA tasks,
+    // dramatiq's delays): counters cannot tell the two apart, so only the hold limit does. An
+    // unknown ready count says nothing either way, and is judged by the limit too.
+    let held = no_ack_for.filter(|(secs, polls)| *polls >= HUNG_AFTER_POLLS && *secs >= HUNG_AFTER_SECS);
+    let waiting = view.ready.is_some_and(|r| r > 0);
+    (view.hung_consumer_secs, view.holding_secs) = match held {
+        Some((secs, _)) if waiting || secs >= hold_limit_secs => (Some(secs), None),
+        Some((secs, _)) => (None, Some(secs)),
+        None => (None, None),
     };
 }
 
@@ -678,7 +702,7 @@ mod tests {
             (None, InflowSource::Unknown),
             "not yet: no depth change known"
         );
-        apply_health(&mut view, None, Some(2.5));
+        apply_health(&mut view, None, Some(2.5), 3600.0);
         derive_inflow(&mut view);
         assert_eq!((view.inflow_rate, view.inflow_source), (Some(2.5), InflowSource::DerivedLowerBound));
         // A reader acking 1/s while the depth grows 2.5/s: 3.5/s arrive, at least.
@@ -686,7 +710,7 @@ mod tests {
         derive_inflow(&mut view);
         assert_eq!(view.inflow_rate, Some(3.5));
         // Draining faster than anything is known to arrive: at least nothing, never negative.
-        apply_health(&mut view, None, Some(-4.0));
+        apply_health(&mut view, None, Some(-4.0), 3600.0);
         derive_inflow(&mut view);
         assert_eq!(view.inflow_rate, Some(0.0));
     }
@@ -704,18 +728,41 @@ mod tests {
         view.redeliver_rate = Some(1.0);
         // 2 published and 7 acked per second, and more leaving unacked (rejected, expired):
         // the depth says how the backlog moves.
-        apply_health(&mut view, Some((45.0, 4)), Some(-5.0));
+        apply_health(&mut view, Some((45.0, 4)), Some(-5.0), 3600.0);
         assert_eq!(view.backlog_growth_rate, Some(-5.0));
         assert_eq!(view.time_to_drain_secs, Some(20.0));
         assert_eq!(view.redelivery_share, Some(0.1));
         assert!(view.no_consumers);
         assert_eq!(view.hung_consumer_secs, Some(45.0));
         view.ack_rate = Some(1.0);
-        apply_health(&mut view, Some((45.0, 2)), Some(1.0));
+        apply_health(&mut view, Some((45.0, 2)), Some(1.0), 3600.0);
         assert_eq!(view.time_to_drain_secs, None, "a growing backlog does not drain");
         assert_eq!(view.hung_consumer_secs, None, "two polls are not enough to call it hung");
-        apply_health(&mut view, None, None);
+        apply_health(&mut view, None, None, 3600.0);
         assert_eq!(view.backlog_growth_rate, None, "unknown until two depth readings span the window");
+    }
+
+    /// Issue 17, case 6: a consumer holding ETA tasks was "hung" for up to 110 s.
+    #[test]
+    fn a_consumer_holding_messages_with_none_ready_is_holding_not_hung() {
+        let raw: RawQueue = serde_json::from_str(
+            r#"{"name":"q","vhost":"/","messages":5,"messages_ready":0,"messages_unacknowledged":5,"consumers":1}"#,
+        )
+        .unwrap();
+        let mut view = queue_view("b", raw, true, None, Utc::now());
+        apply_health(&mut view, Some((110.0, 11)), Some(0.0), 3600.0);
+        assert_eq!((view.hung_consumer_secs, view.holding_secs), (None, Some(110.0)));
+        // Past the limit, holding is hung too.
+        apply_health(&mut view, Some((3700.0, 370)), Some(0.0), 3600.0);
+        assert_eq!((view.hung_consumer_secs, view.holding_secs), (Some(3700.0), None));
+        // Messages waiting while it holds others without acking: stuck, at once.
+        view.ready = Some(3);
+        apply_health(&mut view, Some((40.0, 4)), Some(0.0), 3600.0);
+        assert_eq!((view.hung_consumer_secs, view.holding_secs), (Some(40.0), None));
+        // Unknown ready (4.x without the collector) accuses no one before the limit.
+        view.ready = None;
+        apply_health(&mut view, Some((40.0, 4)), Some(0.0), 3600.0);
+        assert_eq!((view.hung_consumer_secs, view.holding_secs), (None, Some(40.0)));
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::dead_letters::{depth, drain_ids};
 use common::{wait_for, TestVhost, Warren};
 use futures_util::StreamExt;
 use lapin::options::{
@@ -163,14 +164,185 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     // The queue pages say the role and why.
     let (_, page) = warren.get_text(&format!("/queues/local/{}/work.wait", encode(&vhost.name))).await;
     assert!(page.contains("<strong>wait (retry) queue</strong>") && page.contains("per-message TTLs"), "wait page");
-    assert!(!page.contains("This is a dead-letter queue"), "the wait queue is not called a DLQ");
+    assert!(!page.contains("class=\"fed-by\""), "the wait queue is not called a DLQ fed by anything");
     let (_, page) = warren.get_text(&format!("/queues/local/{}/work", encode(&vhost.name))).await;
     assert!(page.contains("<strong>work queue</strong>"), "work page");
-    assert!(!page.contains("This is a dead-letter queue"), "the work queue is not called a DLQ");
+    assert!(!page.contains("class=\"fed-by\""), "the work queue is not called a DLQ fed by anything");
     let (_, page) = warren.get_text(&format!("/queues/local/{}/work.dlq", encode(&vhost.name))).await;
     assert!(page.contains("<strong>dead-letter queue</strong>") && page.contains("dead letters of work end here"));
+    assert!(page.contains("class=\"fed-by\""), "fed by work, configured: {page}");
+
+    // Must-have 2: the death that put each message here is the work queue's reject, and the
+    // message page shows the whole path; must-have 1: the origins observed beside the feeders.
+    let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    // 3.x counts the wait queue's expiries in the x-death the worker republished; 4.x no
+    // longer reads a client's x-death (DOMAIN.md §4), so each copy's history starts again.
+    let expiries = if common::broker().facts().await.major >= 4 { 1 } else { MAX_RETRIES };
+    for m in snapshot["messages"].as_array().unwrap() {
+        assert_eq!((&m["original_queue"], &m["reason"]), (&json!("work"), &json!("rejected")), "{m}");
+        assert_eq!((&m["first_death_queue"], &m["first_death_reason"]), (&json!("work.wait"), &json!("expired")));
+        let path: Vec<(&str, &str, i64)> = m["deaths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["queue"].as_str().unwrap(), d["reason"].as_str().unwrap(), d["count"].as_i64().unwrap()))
+            .collect();
+        assert_eq!(path, [("work.wait", "expired", expiries), ("work", "rejected", 1)], "oldest first: {m}");
+    }
+    let (_, page) = warren.get_text(&format!("/dlq/local/{}/work.dlq/messages/1", encode(&vhost.name))).await;
+    let path = format!("work.wait (expired ×{expiries}) → work (rejected ×1) → here");
+    assert!(page.contains(&path), "the path in full: {page}");
+    let (_, page) = warren.get_text(&format!("/dlq/local/{}/work.dlq", encode(&vhost.name))).await;
+    let observed = page.split("class=\"observed-sources\">").nth(1).expect("observed sources shown");
+    assert!(observed.starts_with("<a href=") && observed.contains(">work</a> (3)"), "{observed}");
+    assert!(page.contains("class=\"oldest-death\"") && page.contains("died "), "the oldest dead letter's death");
+    let dlq = wait_for("the observed origins in the API", Duration::from_secs(20), || async {
+        let dlq = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if dlq["observed_sources"] == json!([["work", 3]]) {
+            Ok(dlq)
+        } else {
+            Err(dlq.to_string())
+        }
+    })
+    .await;
+    assert!(dlq["observed_head_died_at"].as_i64().is_some(), "{dlq}");
 
     worker.abort();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+fn spring_failure(id: &str, error: &str) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    headers.insert("x-exception-message".into(), text(error));
+    headers.insert(
+        "x-exception-stacktrace".into(),
+        text(&format!("com.shop.SkuUnknownException: {error}\n\tat com.shop.Catalogue.find(Catalogue.java:42)")),
+    );
+    headers.insert("x-original-exchange".into(), text("shop"));
+    headers.insert("x-original-routingKey".into(), text("order.created"));
+    BasicProperties::default().with_message_id(id.into()).with_headers(headers)
+}
+
+/// Issue 17, case 2 / must-have 3: an error queue the application fills (Spring's republishing
+/// recoverer; NServiceBus's failed-message headers) is known from the messages it holds, offered
+/// for browsing before that, and replayed to where its headers say the messages came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_their_origin() {
+    let vhost = TestVhost::create("errorq").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    channel.exchange_declare("shop", ExchangeKind::Topic, durable, FieldTable::default()).await.unwrap();
+    for queue in ["orders", "orders.failures", "sales", "sales-parked", "billing_error"] {
+        declare_with(&channel, queue, &[]).await;
+    }
+    channel.queue_bind("orders", "shop", "order.*", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    // What Spring's recoverer republishes: no x-death, the error and the origin in headers.
+    let ids: Vec<String> = (1..=4).map(|i| format!("spring-{i}")).collect();
+    for id in &ids {
+        let error = if id.ends_with('4') { "card declined" } else { "sku GIFT-CARD-LEGACY is not in the catalogue" };
+        let confirm = channel
+            .basic_publish("", "orders.failures", BasicPublishOptions::default(), b"{}", spring_failure(id, error))
+            .await
+            .unwrap();
+        assert!(confirm.await.unwrap().is_ack());
+    }
+    // NServiceBus's: the failed queue by name.
+    for i in 1..=3 {
+        let mut headers = FieldTable::default();
+        headers.insert("NServiceBus.FailedQ".into(), text("sales@host-1"));
+        headers.insert("NServiceBus.ExceptionInfo.Message".into(), text("timeout"));
+        headers.insert("NServiceBus.MessageId".into(), text(&format!("nsb-{i}")));
+        let properties = BasicProperties::default().with_headers(headers);
+        let confirm =
+            channel.basic_publish("", "sales-parked", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        assert!(confirm.await.unwrap().is_ack());
+    }
+
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let failures = wait_for("orders.failures listed", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "orders.failures").await.ok_or("not listed")?;
+        if q["total"] == 4 {
+            Ok(q)
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    // Before any read, nothing but the messages could say what it is: unknown, and browsable.
+    assert_eq!((&failures["role"], &failures["is_dlq"]), (&json!("unknown"), &json!(false)), "{failures}");
+    let (_, page) = warren.get_text(&format!("/queues/local/{}/orders.failures", encode(&vhost.name))).await;
+    assert!(page.contains("class=\"browse\""), "a queue of unknown role can be browsed: {page}");
+    // A name is a hint, never a classification.
+    let billing = warren.queue(&vhost.name, "billing_error").await.expect("listed");
+    assert_eq!(billing["role"], "unknown");
+    let reason = billing["role_reason"].as_str().unwrap();
+    assert!(reason.contains("named like an error or parking queue") && reason.contains("hint only"), "{reason}");
+
+    let snapshot = warren.snapshot(&vhost.name, "orders.failures", 10).await;
+    for m in snapshot["messages"].as_array().unwrap() {
+        assert_eq!(m["reason"], "republished by the application", "{m}");
+        assert_eq!(m["original_queue"], Value::Null, "a topic key names no queue: {m}");
+        assert_eq!(m["app_origin"]["route"], json!(["shop", "order.created"]), "{m}");
+    }
+    let (_, page) = warren.get_text(&format!("/dlq/local/{}/orders.failures", encode(&vhost.name))).await;
+    assert!(page.contains("republished by the application"), "by reason: {page}");
+    assert!(page.contains("com.shop.SkuUnknownException: sku GIFT-CARD-LEGACY is not in the catalogue"), "by error");
+    let (_, page) = warren.get_text(&format!("/dlq/local/{}/orders.failures/messages/1", encode(&vhost.name))).await;
+    assert!(page.contains("class=\"app-origin\"") && page.contains("routing key &#34;order.created&#34;"), "{page}");
+
+    let failures = wait_for("orders.failures known as an error queue", Duration::from_secs(20), || async {
+        let q = warren.queue(&vhost.name, "orders.failures").await.ok_or("not listed")?;
+        if q["role"] == "error" {
+            Ok(q)
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    assert_eq!((&failures["is_dlq"], &failures["no_consumers"]), (&json!(true), &json!(false)), "{failures}");
+    let reason = failures["role_reason"].as_str().unwrap();
+    assert!(reason.contains("4 of 4") && reason.contains("Spring AMQP"), "{reason}");
+    let (_, list) = warren.get_json(&format!("/api/v1/queues?vhost={}&dlq=true", encode(&vhost.name))).await;
+    let names: Vec<&Value> = list["items"].as_array().unwrap().iter().map(|q| &q["name"]).collect();
+    assert_eq!(names, [&json!("orders.failures")], "{list}");
+    let (_, html) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
+    assert_eq!(html.matches(">error queue<").count(), 1, "the error queue's badge: {html}");
+
+    // Replayed to the exchange and routing key its headers name: every id arrives once.
+    let path = format!("/api/v1/queues/local/{}/orders.failures/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all", "target": "original_exchange"})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["report"]["moved"][0]["to_queue"], "exchange \"shop\", routing key \"order.created\"");
+    let mut arrived = drain_ids(&channel, "orders").await;
+    arrived.sort();
+    assert_eq!(arrived, ids, "each replayed message arrived once in orders");
+    assert_eq!(depth(&channel, "orders.failures").await, 0);
+
+    // "Requeue to the original queue" takes NServiceBus's failed queue.
+    warren.snapshot(&vhost.name, "sales-parked", 10).await;
+    let path = format!("/api/v1/queues/local/{}/sales-parked/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all"})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    let mut moved: Vec<&str> =
+        job["report"]["moved"].as_array().unwrap().iter().map(|m| m["message_id"].as_str().unwrap()).collect();
+    moved.sort();
+    assert_eq!(moved, ["nsb-1", "nsb-2", "nsb-3"], "the framework's ids are recorded: {job}");
+    assert_eq!(depth(&channel, "sales").await, 3);
+    assert_eq!(depth(&channel, "sales-parked").await, 0);
+    // Emptied by the replay, still an error queue: the snapshot is gone, what it showed is not.
+    let parked = wait_for("sales-parked known as an error queue", Duration::from_secs(20), || async {
+        let q = warren.queue(&vhost.name, "sales-parked").await.ok_or("not listed")?;
+        if q["role"] == "error" && q["total"] == 0 {
+            Ok(q)
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    assert_eq!(parked["observed_sources"], json!([["sales", 3]]), "{parked}");
+
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

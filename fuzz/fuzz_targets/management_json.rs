@@ -64,7 +64,7 @@ fn derive(queues: Vec<RawQueue>, now: DateTime<Utc>) {
         let mut view = metrics::queue_view("local", raw, true, previous.as_ref().map(|c| (c, 5.0)), now);
         // The poller's backlog growth: two depths 5 s apart.
         let growth = view.total.zip(previous_total).map(|(now, then)| (now as f64 - then as f64) / 5.0);
-        metrics::apply_health(&mut view, Some((60.0, 3)), growth);
+        metrics::apply_health(&mut view, Some((60.0, 3)), growth, 30.0);
         metrics::derive_inflow(&mut view);
         previous = Some(counters);
         previous_total = view.total;

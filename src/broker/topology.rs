@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use roles::{message_ttl_ms, plain_role, QueueRole};
+pub use roles::{error_name_hint, message_ttl_ms, observed_role, plain_role, QueueRole, Seen};
 
 /// One binding, as `/api/bindings/{vhost}?columns=...` lists it.
 #[derive(Debug, Clone, Deserialize)]
@@ -115,6 +115,14 @@ pub struct DeadLetterInfo {
     /// For a DLQ: the queues whose dead-letter exchange routes here (its configured feeders).
     /// A wait queue that passes messages back for another try is not one of them.
     pub dead_letter_sources: Vec<String>,
+    /// Where the messages warren last read in it came from (the queue each died or failed in),
+    /// with counts: the feeders observed, which may differ from the configured ones.
+    pub observed_sources: Vec<(String, usize)>,
+    /// When `observed_sources` were read, in words.
+    pub observed_at: Option<String>,
+    /// Unix seconds of the newest death of the head message read then (`Seen::head_died_at`):
+    /// the oldest dead letter's death, as of that read.
+    pub observed_head_died_at: Option<i64>,
 }
 
 impl DeadLetterInfo {
@@ -122,6 +130,33 @@ impl DeadLetterInfo {
     pub fn plain(consumers: Option<u64>) -> Self {
         let (role, role_reason) = plain_role(consumers);
         DeadLetterInfo { role, role_reason, ..Default::default() }
+    }
+
+    /// Adds what warren saw in the queue's messages when it last read them (`seen`), and the
+    /// hint its name gives. The messages decide only where the topology does not: a queue no
+    /// dead-letter routing touches (issue 17, must-have 3: an application's error queue).
+    pub fn observe(&mut self, name: &str, seen: Option<&Seen>) {
+        if let Some(seen) = seen {
+            self.observed_sources = seen.origins.clone();
+            self.observed_at = Some(seen.at.clone());
+            self.observed_head_died_at = seen.head_died_at;
+        }
+        let untouched = self.dead_letter_target.is_none() && self.dead_letter_sources.is_empty();
+        if !untouched || !matches!(self.role, QueueRole::Unknown | QueueRole::Work) {
+            return;
+        }
+        if let Some((role, reason)) = seen.and_then(observed_role) {
+            let consumed = if self.role == QueueRole::Work { " (something consumes it now)" } else { "" };
+            self.role = role;
+            self.role_reason = format!("{reason}{consumed}").into();
+            self.is_dlq = true;
+        } else if let (QueueRole::Unknown, Some(mark)) = (self.role, error_name_hint(name)) {
+            let read =
+                if seen.is_some() { "its messages read do not say so" } else { "browse it to see what it holds" };
+            self.role_reason =
+                format!("{}; named like an error or parking queue ({mark:?}): a hint only, {read}", self.role_reason)
+                    .into();
+        }
     }
 }
 

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::message::{summarize, SnapshotMessage};
+use super::message::{summarize, SnapshotMessage, REPUBLISHED};
 use super::mover::{self, MoveError};
+use crate::broker::topology::Seen;
 use crate::metrics::QueueView;
 
 /// Messages in a snapshot unless asked otherwise, and at most.
@@ -28,6 +29,32 @@ pub struct Snapshot {
     /// Why the read stopped before `requested`, or why the queue's order may differ from it.
     pub note: Option<String>,
     pub messages: Vec<SnapshotMessage>,
+    /// What the messages say about the queue (its role, where they came from), for the poller.
+    #[serde(skip)]
+    pub seen: Seen,
+}
+
+/// What a snapshot's messages say about their queue (`topology::Seen`).
+fn seen(taken_at: DateTime<Utc>, messages: &[SnapshotMessage]) -> Seen {
+    let mut origins: HashMap<&str, usize> = HashMap::new();
+    for q in messages.iter().filter_map(|m| m.original_queue.as_deref()) {
+        *origins.entry(q).or_default() += 1;
+    }
+    let mut origins: Vec<(String, usize)> = origins.into_iter().map(|(q, n)| (q.to_string(), n)).collect();
+    origins.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let republished: Vec<&SnapshotMessage> =
+        messages.iter().filter(|m| m.reason.as_deref() == Some(REPUBLISHED)).collect();
+    Seen {
+        at: taken_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        read: messages.len(),
+        republished: republished.len(),
+        republished_from: republished
+            .first()
+            .and_then(|m| m.app_origin.as_ref().map(|o| o.from).or(m.error.as_ref().map(|e| e.from))),
+        dead_lettered: messages.iter().filter(|m| !m.deaths.is_empty() || m.first_death_queue.is_some()).count(),
+        origins,
+        head_died_at: messages.first().and_then(|m| m.deaths.last()).and_then(|d| d.time),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,24 +71,45 @@ pub enum BrowseError {
 /// (broker, vhost, queue)
 type QueueId = (String, String, String);
 
-/// The last snapshot of each queue.
+/// The last snapshot of each queue, and what each said about its queue (`Seen`), which a move
+/// that clears the snapshot does not clear: an error queue emptied by a replay is still one.
 #[derive(Clone, Default)]
-pub struct Snapshots(Arc<Mutex<HashMap<QueueId, Arc<Snapshot>>>>);
+pub struct Snapshots(Arc<Mutex<Kept>>);
+
+#[derive(Default)]
+struct Kept {
+    snapshots: HashMap<QueueId, Arc<Snapshot>>,
+    seen: HashMap<QueueId, Seen>,
+}
 
 impl Snapshots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn get(&self, broker: &str, vhost: &str, queue: &str) -> Option<Arc<Snapshot>> {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(&(broker.to_string(), vhost.to_string(), queue.to_string())).cloned()
+        self.lock().snapshots.get(&(broker.to_string(), vhost.to_string(), queue.to_string())).cloned()
+    }
+
+    /// What the last snapshot of each of a broker's queues said about it, by (vhost, queue).
+    pub fn seen(&self, broker: &str) -> HashMap<(String, String), Seen> {
+        self.lock()
+            .seen
+            .iter()
+            .filter(|((b, _, _), _)| b == broker)
+            .map(|((_, vhost, queue), seen)| ((vhost.clone(), queue.clone()), seen.clone()))
+            .collect()
     }
 
     pub fn forget(&self, broker: &str, vhost: &str, queue: &str) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.remove(&(broker.to_string(), vhost.to_string(), queue.to_string()));
+        self.lock().snapshots.remove(&(broker.to_string(), vhost.to_string(), queue.to_string()));
     }
 
     fn put(&self, broker: &str, vhost: &str, queue: &str, snapshot: Arc<Snapshot>) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert((broker.to_string(), vhost.to_string(), queue.to_string()), snapshot);
+        let id = (broker.to_string(), vhost.to_string(), queue.to_string());
+        let mut kept = self.lock();
+        kept.seen.insert(id.clone(), snapshot.seen.clone());
+        kept.snapshots.insert(id, snapshot);
     }
 }
 
@@ -94,11 +142,13 @@ pub async fn take(
     let count = count.clamp(1, MAX_COUNT);
     let peeked = mover::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT, limit).await?;
     let held_in = |i: usize| peeked.held.contains(&i).then(|| peeked.holding_queue.clone()).flatten();
-    let messages = (peeked.messages.into_iter().zip(peeked.fingerprints).enumerate())
+    let messages: Vec<SnapshotMessage> = (peeked.messages.into_iter().zip(peeked.fingerprints).enumerate())
         .map(|(i, (m, fingerprint))| SnapshotMessage { held_in: held_in(i), ..summarize(i + 1, fingerprint, m) })
         .collect();
+    let taken_at = Utc::now();
     let snapshot = Arc::new(Snapshot {
-        taken_at: Utc::now(),
+        seen: seen(taken_at, &messages),
+        taken_at,
         queue_type: view.kind.to_string(),
         delivery_limit: limit,
         requested: count,

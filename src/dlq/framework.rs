@@ -120,6 +120,60 @@ pub struct AppError {
     pub from: &'static str,
 }
 
+/// Where the application says a message came from, on a copy it published into an error queue
+/// itself: such a copy has no `x-death` (the broker did not dead-letter it), so only these
+/// headers say where a replay should go (issue 17, must-have 3).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Origin {
+    /// The queue it failed in, where the headers name one.
+    pub queue: Option<String>,
+    /// The exchange and routing key it was published with, where the headers name them.
+    pub route: Option<(String, String)>,
+    /// The headers it was read from, in words.
+    pub from: &'static str,
+}
+
+/// The origin a framework recorded when it republished a failed message. The families:
+/// - Spring AMQP's republishing recoverer: `x-original-exchange`, `x-original-routingKey` (the
+///   queue too when the exchange is the default one, which routes by queue name);
+/// - MassTransit: `MT-Fault-InputAddress`, the failing endpoint's address, whose last path
+///   segment is its queue (`rabbitmq://host/vhost/submit-order?durable=true`);
+/// - NServiceBus: `NServiceBus.FailedQ`, the failing endpoint's queue (`Sales`, or
+///   `Sales@machine` from MSMQ-era tooling).
+pub fn origin(headers: Option<&Map<String, Value>>) -> Option<Origin> {
+    let h = headers?;
+    // Strings only: an exchange named `""` is the default exchange, a meaningful value.
+    let string = |k: &str| h.get(k).and_then(Value::as_str).map(str::to_string);
+    if let (Some(exchange), Some(key)) = (string("x-original-exchange"), string("x-original-routingKey")) {
+        let queue = (exchange.is_empty() && !key.is_empty()).then(|| key.clone());
+        return Some(Origin {
+            queue,
+            route: Some((exchange, key)),
+            from: "x-original-exchange and x-original-routingKey (Spring AMQP)",
+        });
+    }
+    if let Some(address) = string("MT-Fault-InputAddress") {
+        let path = address.split(['?', '#']).next().unwrap_or_default();
+        // Past the scheme's `//` and the host: what is left is `vhost/queue` or `queue`.
+        let after_host = path.split_once("//").map(|(_, rest)| rest).unwrap_or(path);
+        let queue = after_host.split_once('/').and_then(|(_, rest)| rest.rsplit('/').next()).unwrap_or_default();
+        return Some(Origin {
+            queue: (!queue.is_empty()).then(|| queue.to_string()),
+            route: None,
+            from: "MT-Fault-InputAddress (MassTransit)",
+        });
+    }
+    if let Some(failed) = string("NServiceBus.FailedQ") {
+        let queue = failed.split('@').next().unwrap_or_default().trim();
+        return Some(Origin {
+            queue: (!queue.is_empty()).then(|| queue.to_string()),
+            route: None,
+            from: "NServiceBus.FailedQ (NServiceBus)",
+        });
+    }
+    None
+}
+
 /// Error messages shown, at most (characters).
 const MAX_ERROR: usize = 300;
 
@@ -240,6 +294,28 @@ mod tests {
 
     fn headers(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn origins_the_frameworks_recorded() {
+        let spring = headers(json!({"x-original-exchange": "", "x-original-routingKey": "orders"}));
+        let o = origin(Some(&spring)).unwrap();
+        assert_eq!((o.queue.as_deref(), o.route), (Some("orders"), Some((String::new(), "orders".to_string()))));
+        let spring = headers(json!({"x-original-exchange": "shop", "x-original-routingKey": "order.created"}));
+        let o = origin(Some(&spring)).unwrap();
+        assert_eq!(o.queue, None, "a topic exchange's key is not a queue name");
+        assert_eq!(o.route, Some(("shop".to_string(), "order.created".to_string())));
+        let mt = headers(json!({"MT-Fault-InputAddress": "rabbitmq://localhost/shop/submit-order?durable=true"}));
+        assert_eq!(origin(Some(&mt)).unwrap().queue.as_deref(), Some("submit-order"));
+        let mt = headers(json!({"MT-Fault-InputAddress": "rabbitmq://localhost/submit-order"}));
+        assert_eq!(origin(Some(&mt)).unwrap().queue.as_deref(), Some("submit-order"));
+        let mt = headers(json!({"MT-Fault-InputAddress": "rabbitmq://localhost"}));
+        assert_eq!(origin(Some(&mt)).unwrap().queue, None, "an address without a queue names none");
+        let nsb = headers(json!({"NServiceBus.FailedQ": "Sales@host-1"}));
+        assert_eq!(origin(Some(&nsb)).unwrap().queue.as_deref(), Some("Sales"));
+        // Half a pair, or values of the wrong type, say nothing.
+        assert_eq!(origin(Some(&headers(json!({"x-original-exchange": ""})))), None);
+        assert_eq!(origin(Some(&headers(json!({"x-original-exchange": 1, "x-original-routingKey": 2})))), None);
     }
 
     #[test]

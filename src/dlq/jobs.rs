@@ -24,6 +24,9 @@ use crate::audit;
 use crate::metrics::QueueView;
 use crate::state::AppState;
 
+/// (broker, vhost, queue)
+type QueueId = (String, String, String);
+
 /// How often a running job's progress is written to the audit log.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// Jobs kept in memory; older finished jobs are still in the audit log.
@@ -259,9 +262,34 @@ pub struct Jobs {
     /// Held from the check for a running move of the queue to the new job's insertion, so
     /// that two requests at once cannot both pass the check.
     starting: Arc<tokio::sync::Mutex<()>>,
+    /// When a move last put messages into each queue, by (broker, vhost, queue): they are older
+    /// than their place in it says, so a FIFO age estimate does not hold there until they drain.
+    requeued: Arc<Mutex<std::collections::HashMap<QueueId, DateTime<Utc>>>>,
 }
 
 impl Jobs {
+    /// When a move last put messages into each of a broker's queues, by (vhost, queue).
+    pub fn requeued_into(&self, broker: &str) -> std::collections::HashMap<(String, String), DateTime<Utc>> {
+        let requeued = self.requeued.lock().unwrap_or_else(|p| p.into_inner());
+        requeued
+            .iter()
+            .filter(|((b, _, _), _)| b == broker)
+            .map(|((_, vhost, queue), at)| ((vhost.clone(), queue.clone()), *at))
+            .collect()
+    }
+
+    fn record_requeued(&self, broker: &str, vhost: &str, report: &MoveReport, target: &Target) {
+        // A copy sent through an exchange went to queues its bindings chose: not known here.
+        if matches!(target, Target::OriginalExchange | Target::Discard) {
+            return;
+        }
+        let now = Utc::now();
+        let mut requeued = self.requeued.lock().unwrap_or_else(|p| p.into_inner());
+        for m in report.moved.iter().filter(|m| !m.to_queue.is_empty()) {
+            requeued.insert((broker.to_string(), vhost.to_string(), m.to_queue.clone()), now);
+        }
+    }
+
     /// The running move of a queue, if there is one.
     fn running_on(&self, broker: &str, vhost: &str, queue: &str) -> Option<i64> {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
@@ -388,6 +416,7 @@ pub async fn start(
 
 async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
     let broker = state.broker_config(&job.broker).expect("checked at start").clone();
+    let plan_target = plan.target.clone();
     // The checkpoints stop between two writes, never inside one: fates taken from the journal
     // and dropped with an unfinished write would be missing from the audit log.
     let moving = CancellationToken::new();
@@ -402,6 +431,9 @@ async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
     // Whatever was read may have changed the queue's head: the snapshot no longer shows it. A
     // move refused before its first read leaves the snapshot, and the selection, as they were.
     let counts = job.progress.counts();
+    if let Ok(report) = &result {
+        state.jobs.record_requeued(&job.broker, &job.vhost, report, &plan_target);
+    }
     if counts.read > 0 {
         state.snapshots.forget(&job.broker, &job.vhost, &job.queue);
     }

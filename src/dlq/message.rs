@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::framework::{self, App, AppError};
+use super::framework::{self, App, AppError, Origin};
 use crate::broker::management::PeekedMessage;
 
 /// One message of a snapshot, with its dead-letter facts decoded.
@@ -26,9 +26,16 @@ pub struct SnapshotMessage {
     /// Why the application gave up on it, where its framework recorded that in the headers.
     pub error: Option<AppError>,
     /// The queue whose dead-lettering brought it here, and why: the newest death (see
-    /// `dlq::last_death_queue`), where a requeue sends it.
+    /// `dlq::last_death_queue`), where a requeue sends it. A copy an application published into
+    /// its error queue has no death: the queue its framework recorded (`app_origin`), and the
+    /// reason `republished by the application`.
     pub original_queue: Option<String>,
     pub reason: Option<String>,
+    /// Where the application says it came from, on a copy it republished itself.
+    pub app_origin: Option<Origin>,
+    /// Its deaths oldest first, one per (queue, reason) as `x-death` keeps them: the path it
+    /// took (work -> wait -> work -> here), each step with how often.
+    pub deaths: Vec<Death>,
     /// Where and why it died first (`x-first-death-*`): in a retry topology, a wait queue.
     pub first_death_queue: Option<String>,
     pub first_death_reason: Option<String>,
@@ -47,6 +54,19 @@ pub struct SnapshotMessage {
     pub held_in: Option<String>,
     pub message: PeekedMessage,
 }
+
+/// One `x-death` entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Death {
+    pub queue: String,
+    pub reason: String,
+    pub count: i64,
+    /// Unix seconds of the first death for this (queue, reason).
+    pub time: Option<i64>,
+}
+
+/// The reason of a copy an application published into an error queue itself.
+pub const REPUBLISHED: &str = "republished by the application";
 
 fn headers(m: &PeekedMessage) -> Option<&Map<String, Value>> {
     m.properties.get("headers").and_then(Value::as_object)
@@ -73,6 +93,27 @@ pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -
     let reason = header("x-last-death-reason")
         .or_else(|| deaths.first().and_then(|d| text(d.get("reason"))))
         .or_else(|| header("x-first-death-reason"));
+    let error = framework::error(h);
+    // Only a message the broker never dead-lettered is read for the application's origin: the
+    // broker's record of a death wins over headers anyone can set.
+    let app_origin = if original_queue.is_none() && reason.is_none() { framework::origin(h) } else { None };
+    let (original_queue, reason) = match &app_origin {
+        Some(o) => (o.queue.clone(), Some(REPUBLISHED.to_string())),
+        None if original_queue.is_none() && reason.is_none() && error.is_some() => {
+            (None, Some(REPUBLISHED.to_string()))
+        }
+        None => (original_queue, reason),
+    };
+    let path: Vec<Death> = deaths
+        .iter()
+        .rev()
+        .map(|d| Death {
+            queue: text(d.get("queue")).unwrap_or_default(),
+            reason: text(d.get("reason")).unwrap_or_default(),
+            count: d.get("count").and_then(Value::as_i64).unwrap_or(0),
+            time: d.get("time").and_then(Value::as_i64),
+        })
+        .collect();
     let first_death_queue = header("x-first-death-queue").or_else(|| deaths.last().and_then(|d| text(d.get("queue"))));
     let first_death_reason =
         header("x-first-death-reason").or_else(|| deaths.last().and_then(|d| text(d.get("reason"))));
@@ -91,7 +132,9 @@ pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -
         message_id,
         message_id_from,
         app,
-        error: framework::error(h),
+        error,
+        app_origin,
+        deaths: path,
         // The counts come with the message, so anyone who can publish chooses them: saturate.
         death_count: deaths
             .iter()

@@ -344,6 +344,16 @@ pub fn last_death_queue(delivery: &Delivery) -> Option<String> {
         .filter(|q| !q.is_empty())
 }
 
+/// Where the application says a message it republished into an error queue came from
+/// (`framework::origin`), for a message the broker never dead-lettered: an `x-death` wins.
+fn app_origin(delivery: &Delivery) -> Option<super::framework::Origin> {
+    if headers(delivery).is_some_and(|h| h.contains_key("x-death")) {
+        return None;
+    }
+    let properties = properties_json(&delivery.properties);
+    super::framework::origin(properties.get("headers").and_then(serde_json::Value::as_object))
+}
+
 /// The exchange and routing key a dead-lettered message was first published with: the
 /// `x-death` entry of its first-death queue holds the original routing keys. Public, like
 /// `replay_properties`, for the fuzz targets: both read headers anyone can publish.
@@ -859,15 +869,24 @@ impl<'a> Mover<'a> {
                 Ok(Route::Publish { exchange: String::new(), routing_key: name.clone(), label: name.clone() })
             }
             Target::OriginalQueue => last_death_queue(delivery)
+                .or_else(|| app_origin(delivery).and_then(|o| o.queue))
                 .map(|q| Route::Publish { exchange: String::new(), routing_key: q.clone(), label: q })
-                .ok_or_else(|| "no x-death header says which queue it died in: name a target queue".to_string()),
+                .ok_or_else(|| {
+                    "no x-death header, and no header of its framework, says which queue it died in: name a target \
+                     queue"
+                        .to_string()
+                }),
             Target::OriginalExchange => original_route(delivery)
+                .or_else(|| app_origin(delivery).and_then(|o| o.route))
                 .map(|(exchange, routing_key)| Route::Publish {
                     label: format!("exchange {exchange:?}, routing key {routing_key:?}"),
                     exchange,
                     routing_key,
                 })
-                .ok_or_else(|| "no x-death entry with the original exchange and routing key".to_string()),
+                .ok_or_else(|| {
+                    "no x-death entry, and no header of its framework, names the original exchange and routing key"
+                        .to_string()
+                }),
         }
     }
 

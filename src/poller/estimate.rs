@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use super::track::{QueueKey, Tracked};
+use super::track::{FifoBreak, QueueKey, Tracked};
 use crate::history::{self, Db};
 use crate::metrics::{AgeSource, Estimate, QueueView, STATS_STEP_SECS};
 
@@ -53,6 +53,53 @@ pub async fn estimate_ages(
         view.apply_estimate(estimate, now);
     }
     Ok(())
+}
+
+/// Marks the ages that a move by warren made wrong, and forgets the marks once they hold again
+/// (issue 17, case 6: after a requeue of old dead letters into a quorum queue, the estimate
+/// stayed 246 s too low for 32 polls, labelled a plain estimate). The requeued copies are
+/// counted as publishes of the moment they were moved, so when they reach the head the
+/// estimate gives that moment, not their age: a lower bound. `requeued` holds, by queue name,
+/// each (vhost, end of the move) that put messages into it; `counters_fresh` says this poll's
+/// publish counters were read now.
+pub fn apply_fifo_breaks(
+    queues: &mut HashMap<QueueKey, Tracked>,
+    views: &mut [QueueView],
+    requeued: &HashMap<String, Vec<(String, DateTime<Utc>)>>,
+    counters_fresh: bool,
+    now: DateTime<Utc>,
+) {
+    if requeued.is_empty() {
+        return;
+    }
+    for view in views.iter_mut() {
+        let Some(moves) = requeued.get(&*view.name) else { continue };
+        let Some(at) = moves.iter().filter(|(vhost, _)| **vhost == *view.vhost).map(|(_, at)| *at).max() else {
+            continue;
+        };
+        let Some(tracked) = queues.get_mut(&(view.vhost.clone(), view.name.clone())) else { continue };
+        if tracked.fifo_break.as_ref().is_none_or(|b| b.at < at) {
+            tracked.fifo_break = Some(Box::new(FifoBreak { at, from_count: None }));
+        }
+        let Some(fifo_break) = tracked.fifo_break.as_mut() else { continue };
+        // The broker counts a publish up to a stats step late: read the counter after that.
+        let counted = (now - fifo_break.at).num_milliseconds() as f64 / 1000.0 > STATS_STEP_SECS + 1.0;
+        if fifo_break.from_count.is_none() && counters_fresh && counted {
+            fifo_break.from_count = view.publish_count;
+        }
+        let drained = match (fifo_break.from_count, view.publish_count, view.total) {
+            (Some(from), Some(published), Some(total)) => published.saturating_sub(total) >= from,
+            _ => false,
+        };
+        if drained {
+            tracked.fifo_break = None;
+            continue;
+        }
+        view.fifo_broken_since = Some(fifo_break.at);
+        if view.oldest_age_source == AgeSource::Estimated {
+            view.oldest_age_lower_bound = true;
+        }
+    }
 }
 
 /// How many messages the publish counter may trail the depth by: what was published during

@@ -112,6 +112,11 @@ pub struct Poller {
     /// Where a failed history write is reported (`report_storage_to`): warren's storage, not the
     /// broker, so the broker is not marked down for it.
     storage: Option<Arc<crate::history::storage::Storage>>,
+    /// The dead-letter browser's snapshots: what their messages say of a queue's role where the
+    /// topology says nothing (an application's error queue).
+    snapshots: Option<crate::dlq::browse::Snapshots>,
+    /// The moves: which queues they put messages into, and when (`estimate::apply_fifo_breaks`).
+    jobs: Option<crate::dlq::jobs::Jobs>,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -270,6 +275,8 @@ impl Poller {
             load,
             maps: shared::SharedMaps::default(),
             storage: None,
+            snapshots: None,
+            jobs: None,
         })
     }
 
@@ -277,6 +284,18 @@ impl Poller {
     /// warren's storage, shown as such, and one that succeeds ends it.
     pub fn report_storage_to(mut self, storage: Arc<crate::history::storage::Storage>) -> Self {
         self.storage = Some(storage);
+        self
+    }
+
+    /// Reads what the dead-letter browser's snapshots saw in each queue's messages (`observe`),
+    /// and which queues moves put messages into (their age estimates do not hold for a while).
+    pub fn watch_dead_letter_work(
+        mut self,
+        snapshots: crate::dlq::browse::Snapshots,
+        jobs: crate::dlq::jobs::Jobs,
+    ) -> Self {
+        self.snapshots = Some(snapshots);
+        self.jobs = Some(jobs);
         self
     }
 
@@ -530,6 +549,7 @@ impl Poller {
             fetched,
             rate_window_secs: self.rate_window_secs(),
             keep_readings_secs: self.keep_readings_secs(),
+            hold_limit_secs: self.broker.scheduled_hold_limit.as_secs_f64(),
             counters,
         };
         let broker = self.broker.clone();
@@ -539,6 +559,11 @@ impl Poller {
         bytes += self.apply_topology(&mut views, &marks, fetched, &mut calls.other).await;
         estimate::estimate_ages(&self.db, &mut self.queues, &mut views, self.broker.poll_interval.as_secs_f64(), now)
             .await?;
+        let mut requeued: HashMap<String, Vec<(String, DateTime<Utc>)>> = HashMap::new();
+        for ((vhost, queue), at) in self.jobs.as_ref().map(|j| j.requeued_into(&self.broker.name)).unwrap_or_default() {
+            requeued.entry(queue).or_default().push((vhost, at));
+        }
+        estimate::apply_fifo_breaks(&mut self.queues, &mut views, &requeued, ctx.counters.is_some(), now);
 
         let totals = totals(&views);
         let rates = self.broker_rates(&overview, stats_enabled, fetched);
@@ -1263,6 +1288,7 @@ impl Poller {
         }
         let by_vhost: Vec<(String, Vec<usize>)> = by_vhost.into_iter().map(|(v, i)| (v.to_string(), i)).collect();
         let mut bytes = 0;
+        let seen = self.snapshots.as_ref().map(|s| s.seen(&self.broker.name)).unwrap_or_default();
         for (vhost, indexes) in &by_vhost {
             // A queue seen for the first time, or whose settings changed, may change routing.
             // Read after the listing in this poll already: it has what the listing has.
@@ -1289,10 +1315,15 @@ impl Poller {
                     Some(facts) => facts,
                     None => topology::DeadLetterInfo::plain(views[i].consumers),
                 };
-                // DLQs and wait queues have no consumer by design: "nothing will drain this
-                // queue" is what they are for, not a fault (issue 17, case 6). Their DLQ and
-                // wait badges say what they hold.
-                if matches!(views[i].dead_letters.role, topology::QueueRole::Dlq | topology::QueueRole::Wait) {
+                let seen = seen.get(&(vhost.clone(), views[i].name.to_string()));
+                views[i].dead_letters.observe(&views[i].name, seen);
+                // DLQs, error queues and wait queues have no consumer by design: "nothing will
+                // drain this queue" is what they are for, not a fault (issue 17, case 6). Their
+                // badges say what they hold.
+                if matches!(
+                    views[i].dead_letters.role,
+                    topology::QueueRole::Dlq | topology::QueueRole::Error | topology::QueueRole::Wait
+                ) {
                     views[i].no_consumers = false;
                 }
             }
@@ -1306,7 +1337,10 @@ impl Poller {
                 .collect();
             for &i in indexes {
                 let view = &mut views[i];
-                let by_role = matches!(view.dead_letters.role, topology::QueueRole::Dlq | topology::QueueRole::Wait);
+                let by_role = matches!(
+                    view.dead_letters.role,
+                    topology::QueueRole::Dlq | topology::QueueRole::Error | topology::QueueRole::Wait
+                );
                 if by_role || fed.contains(&*view.name) {
                     metrics::derive_inflow(view);
                 }

@@ -52,6 +52,9 @@ pub struct Tracked {
     pub incarnation_since: i64,
     /// (publish counter − total) of the last estimate and its result.
     pub estimate: Option<(i64, Estimate)>,
+    /// A move by warren put older messages into this queue (`estimate::apply_fifo_breaks`).
+    /// Boxed: almost every queue has none.
+    pub fifo_break: Option<Box<FifoBreak>>,
     /// The last poll (by number) that listed this queue.
     pub seen_poll: u64,
     /// The latest counters that were known (a re-created quorum queue has none for seconds).
@@ -65,6 +68,15 @@ pub struct Tracked {
     /// (ts, publish counter), so that a recent FIFO crossing is found without a query (two per
     /// busy queue per poll otherwise: 5,000 busy queues cost more than the rest of a poll).
     pub recent_rows: std::collections::VecDeque<(i64, Option<i64>)>,
+}
+
+/// Messages requeued into a queue by a move that ended at `at`. `from_count` is the publish
+/// counter read fresh after the move's publishes were counted: once the queue's FIFO target
+/// (publishes − depth) reaches it, every message present was published after the move.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FifoBreak {
+    pub at: DateTime<Utc>,
+    pub from_count: Option<u64>,
 }
 
 /// Rows kept in `Tracked::recent_rows`.
@@ -148,6 +160,7 @@ impl Tracked {
             recent_rows: Default::default(),
             incarnation_since: 0,
             estimate: None,
+            fifo_break: None,
             seen_poll: 0,
             last_known: None,
             missing_polls: 0,
@@ -170,6 +183,7 @@ impl Tracked {
             recent_rows: Default::default(),
             incarnation_since: ts,
             estimate: None,
+            fifo_break: None,
             seen_poll: 0,
             last_known: None,
             missing_polls: 0,
@@ -229,6 +243,9 @@ pub struct PollContext {
     pub fetched: Instant,
     pub rate_window_secs: f64,
     pub keep_readings_secs: f64,
+    /// How long a consumer may hold messages with none ready before it counts as hung
+    /// (`BrokerConfig::scheduled_hold_limit`).
+    pub hold_limit_secs: f64,
     /// The source of this poll's fresh counters. `None` when they are the previous stats
     /// listing's (depth came from the cheap source): counters are then neither a new reading
     /// nor evidence about consumers, and each queue keeps the rates of the last fresh reading.
@@ -366,7 +383,7 @@ pub fn derive(
         if let Some(total) = view.total {
             tracked.depth.push(ctx.fetched, total, ctx.keep_readings_secs);
         }
-        metrics::apply_health(&mut view, no_ack_for, depth_growth);
+        metrics::apply_health(&mut view, no_ack_for, depth_growth, ctx.hold_limit_secs);
 
         if counters_fresh {
             tracked.counters.push(ctx.fetched, current, ctx.keep_readings_secs);

@@ -144,6 +144,7 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         oldest_age_secs,
         oldest_age_source,
         oldest_age_lower_bound: false,
+        fifo_broken_since: None,
         redelivery_share: None,
         backlog_growth_rate: None,
         // Whether dead-letter routing fed it is not stored: the publish rate alone could be a
@@ -153,6 +154,7 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         time_to_drain_secs: None,
         no_consumers: false,
         hung_consumer_secs: None,
+        holding_secs: None,
         dead_letters: crate::broker::topology::DeadLetterInfo {
             dead_letter_target: crate::broker::topology::dead_letter_config(&arguments, &effective_policy).map(
                 |(exchange, routing_key, configured_by)| {

@@ -104,7 +104,12 @@ struct DlqPage {
     total: String,
     age: String,
     age_title: &'static str,
+    /// How long ago the oldest dead letter died, from the snapshot's head message, and how.
+    oldest_death: String,
+    oldest_death_title: String,
     sources: Vec<(String, String)>,
+    /// Where the snapshot's messages came from (the queue each died or failed in), with counts.
+    observed: Vec<(String, String, usize)>,
     notice: Option<String>,
     needs_confirmation: Option<String>,
     snapshot: Option<SnapshotView>,
@@ -151,6 +156,10 @@ struct Row {
     first_death: String,
     /// Where and why it died first, when that is not where it died last (a retry's wait queue).
     first_death_place: Option<String>,
+    /// Every death oldest first (`work (rejected ×3) → work.wait (expired ×2)`), or empty.
+    path: String,
+    /// Where its framework says it came from, on a copy the application republished, or empty.
+    origin: String,
     routing_key: String,
     size: String,
     content_type: String,
@@ -179,6 +188,17 @@ fn app_fields(app: &crate::dlq::framework::App) -> Vec<(&'static str, String)> {
     put("Retries before this delivery", app.attempt.map(|a| a.to_string()));
     put("Arguments", app.arguments.clone());
     fields
+}
+
+/// Where an application's framework says a republished message came from, in words.
+fn origin_text(o: &crate::dlq::framework::Origin) -> String {
+    let queue = o.queue.as_ref().map(|q| format!("queue {q:?}"));
+    let route = o.route.as_ref().map(|(e, k)| {
+        let e = if e.is_empty() { "(default exchange)".to_string() } else { format!("{e:?}") };
+        format!("exchange {e}, routing key {k:?}")
+    });
+    let what: Vec<String> = [queue, route].into_iter().flatten().collect();
+    format!("{} (from {})", what.join("; "), o.from)
 }
 
 fn unknown_if_none(v: Option<String>) -> String {
@@ -217,15 +237,22 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
                 .and_then(|t| chrono::DateTime::from_timestamp(t, 0))
                 .map(|t| format::time(Some(t)))
                 .unwrap_or_else(|| format::UNKNOWN.to_string()),
-            first_death_place: (m.first_death_queue != m.original_queue || m.first_death_reason != m.reason).then(
-                || {
+            path: m
+                .deaths
+                .iter()
+                .map(|d| format!("{} ({} ×{})", d.queue, d.reason, d.count))
+                .collect::<Vec<_>>()
+                .join(" → "),
+            origin: m.app_origin.as_ref().map(origin_text).unwrap_or_default(),
+            first_death_place: (m.first_death_queue.is_some()
+                && (m.first_death_queue != m.original_queue || m.first_death_reason != m.reason))
+                .then(|| {
                     format!(
                         "{} ({})",
                         unknown_if_none(m.first_death_queue.clone()),
                         unknown_if_none(m.first_death_reason.clone())
                     )
-                },
-            ),
+                }),
             routing_key: m.routing_key.clone(),
             size: format!("{} B", format::count(Some(m.payload_bytes))),
             content_type: unknown_if_none(m.content_type.clone()),
@@ -253,6 +280,18 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
     }
 }
 
+/// How long ago the head message of a snapshot died (its newest death).
+fn oldest_death(snapshot: Option<&Snapshot>) -> String {
+    let Some(snapshot) = snapshot else { return format!("{} (no snapshot yet)", format::UNKNOWN) };
+    match snapshot.seen.head_died_at.and_then(|t| chrono::DateTime::from_timestamp(t, 0)) {
+        Some(at) => {
+            let ago = (chrono::Utc::now() - at).num_seconds().max(0) as f64;
+            format!("died {} ago (at {}, as read in the snapshot)", format::duration(ago), format::time(Some(at)))
+        }
+        None => format!("{} (the head message read has no death time)", format::UNKNOWN),
+    }
+}
+
 fn render_page(
     state: &AppState,
     me: super::Me,
@@ -272,6 +311,20 @@ fn render_page(
         total: format::count(view.total),
         age: format::age(view),
         age_title: format::age_title(view),
+        oldest_death: oldest_death(snapshot.as_deref()),
+        oldest_death_title: match snapshot.as_deref() {
+            Some(s) => format!(
+                "the time of the newest death (x-death) of the head message read in the snapshot of {}: when it \
+                 first died in that queue for that reason. Messages taken from the head since are not seen.",
+                format::time(Some(s.taken_at))
+            ),
+            None => "every dead letter carries its death time; take a snapshot to read the head's".to_string(),
+        },
+        observed: snapshot
+            .iter()
+            .flat_map(|s| s.seen.origins.iter())
+            .map(|(s, n)| (s.clone(), queue_href(&view.broker, &view.vhost, s), *n))
+            .collect(),
         sources: view
             .dead_letters
             .dead_letter_sources
@@ -405,6 +458,7 @@ async fn message_page(
                 requested: 1,
                 note: None,
                 messages: vec![m.clone()],
+                seen: Default::default(),
             },
             &base,
             &message::Filter::default(),

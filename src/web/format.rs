@@ -59,6 +59,10 @@ pub fn age(view: &QueueView) -> String {
 pub fn age_title(view: &QueueView) -> &'static str {
     match view.oldest_age_source {
         AgeSource::Exact => "exact: from the broker's head message timestamp (or the queue is empty)",
+        AgeSource::Estimated if view.fifo_broken_since.is_some() => {
+            "estimated lower bound: warren requeued older messages into this queue, which breaks the FIFO order the \
+             estimate assumes; it holds again once they drain"
+        }
         AgeSource::Estimated if view.oldest_age_lower_bound => {
             "estimated lower bound: the oldest message is older than warren's history of this queue"
         }

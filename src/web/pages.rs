@@ -164,7 +164,13 @@ struct QueueRow {
 
 fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
     let mut out = Vec::new();
-    if q.dead_letters.is_dlq {
+    if q.dead_letters.role == QueueRole::Error {
+        out.push((
+            "info",
+            "error queue".to_string(),
+            "an application's error (parking) queue, known from its messages",
+        ));
+    } else if q.dead_letters.is_dlq {
         out.push(("info", "DLQ".to_string(), "dead-letter queue: other queues' dead letters end in it"));
     }
     if q.dead_letters.role == QueueRole::Wait {
@@ -172,6 +178,14 @@ fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
     }
     if q.no_consumers {
         out.push(("warn", "no consumers".to_string(), "ready messages and no consumer: nothing will drain this queue"));
+    }
+    if let Some(secs) = q.holding_secs {
+        out.push((
+            "info",
+            format!("holding {}", format::duration(secs)),
+            "unacked messages held with no ack while none are ready: a consumer holding scheduled (ETA, delayed) \
+             messages does this by design; flagged hung past the broker's scheduled_hold_limit_secs",
+        ));
     }
     if let Some(secs) = q.hung_consumer_secs {
         out.push((
@@ -183,10 +197,17 @@ fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
     out
 }
 
+/// The dead-letter browser is offered for DLQs and error queues, and for queues whose role is
+/// unknown (no consumers, no dead-letter routing): reading their messages is the only way to
+/// tell an application's error queue (issue 17, must-have 3).
+fn browsable(q: &QueueView) -> bool {
+    q.dead_letters.is_dlq || q.dead_letters.role == QueueRole::Unknown
+}
+
 fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
     QueueRow {
         href: queue_href(&q.broker, &q.vhost, &q.name),
-        dlq_href: q.dead_letters.is_dlq.then(|| {
+        dlq_href: browsable(q).then(|| {
             format!("/dlq/{}/{}/{}", encode_segment(&q.broker), encode_segment(&q.vhost), encode_segment(&q.name))
         }),
         vhost_href: format!("/queues?broker={}&vhost={}", encode_segment(&q.broker), encode_segment(&q.vhost)),
@@ -431,7 +452,11 @@ struct DeadLetterView {
     target_queues: Vec<QueueLink>,
     routing_known: bool,
     is_dlq: bool,
+    browsable: bool,
     sources: Vec<QueueLink>,
+    /// The queues the messages last read came from, with counts, and when they were read.
+    observed: Vec<(QueueLink, usize)>,
+    observed_at: String,
     /// `work`, `wait`, `dlq` or `unknown`, and why.
     role: &'static str,
     role_reason: String,
@@ -442,6 +467,7 @@ fn role_label(role: QueueRole) -> &'static str {
         QueueRole::Work => "work queue",
         QueueRole::Wait => "wait (retry) queue",
         QueueRole::Dlq => "dead-letter queue",
+        QueueRole::Error => "error (parking) queue",
         QueueRole::Unknown => "unknown",
     }
 }
@@ -463,7 +489,10 @@ fn dead_letter_view(q: &QueueView) -> DeadLetterView {
             .unwrap_or_default(),
         routing_known: d.dead_letter_target.as_ref().is_some_and(|t| t.queues.is_some()),
         is_dlq: d.is_dlq,
+        browsable: browsable(q),
         sources: d.dead_letter_sources.iter().map(link).collect(),
+        observed: d.observed_sources.iter().map(|(name, n)| (link(name), *n)).collect(),
+        observed_at: d.observed_at.clone().unwrap_or_default(),
         role: role_label(d.role),
         role_reason: d.role_reason.to_string(),
     }
@@ -503,7 +532,19 @@ fn health(q: &QueueView) -> Vec<(&'static str, String)> {
             "Consumers",
             if q.no_consumers { "none while messages are ready".to_string() } else { format::count(q.consumers) },
         ),
-        ("Unacked held without acks", q.hung_consumer_secs.map(format::duration).unwrap_or_else(|| "no".to_string())),
+        (
+            "Unacked held without acks",
+            match (q.hung_consumer_secs, q.holding_secs) {
+                (Some(secs), _) => format!("{} (hung: messages wait, or held past the limit)", format::duration(secs)),
+                (None, Some(secs)) => {
+                    format!(
+                        "{} with none ready (holding, as with scheduled messages; not hung)",
+                        format::duration(secs)
+                    )
+                }
+                (None, None) => "no".to_string(),
+            },
+        ),
     ]
 }
 

@@ -27,6 +27,10 @@ pub enum QueueRole {
     Wait,
     /// A terminal dead-letter queue: dead letters end here and do not go back to their queue.
     Dlq,
+    /// An error (parking) queue an application fills: no dead-letter routing leads here, but the
+    /// messages warren read in it were republished by a framework's error handler (or moved here
+    /// with their deaths). Seen in its messages, so known only once they were read.
+    Error,
     #[default]
     Unknown,
 }
@@ -37,6 +41,7 @@ impl QueueRole {
             QueueRole::Work => "work",
             QueueRole::Wait => "wait",
             QueueRole::Dlq => "dlq",
+            QueueRole::Error => "error",
             QueueRole::Unknown => "unknown",
         }
     }
@@ -57,6 +62,93 @@ pub fn plain_role(consumers: Option<u64>) -> (QueueRole, Cow<'static, str>) {
     } else {
         (QueueRole::Unknown, Cow::Borrowed("no consumers, and no dead-letter routing says what it is for"))
     }
+}
+
+/// What warren saw in a queue's messages when it last read them (a snapshot): what the
+/// topology cannot say. An application's error queue has no dead-letter routing into it; only
+/// the headers of the copies its framework republished into it tell what it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Seen {
+    /// When they were read, in words (`2026-12-02 10:00 UTC`).
+    pub at: String,
+    pub read: usize,
+    /// Messages a framework's error handler republished (an error or an origin in its headers,
+    /// no `x-death`), and the headers the first was recognised by.
+    pub republished: usize,
+    pub republished_from: Option<&'static str>,
+    /// Messages with an `x-death`: the broker dead-lettered them, then they were moved here.
+    pub dead_lettered: usize,
+    /// Where the messages read came from (the queue each died or failed in), with counts, most
+    /// first: the feeders observed, beside the configured ones.
+    pub origins: Vec<(String, usize)>,
+    /// Unix seconds of the head message's newest death (its newest `x-death` entry's `time`:
+    /// when it first died in that queue for that reason), for the oldest dead letter's age.
+    pub head_died_at: Option<i64>,
+}
+
+/// Names that error and parking queues are often given: a hint only, never a classification
+/// (DOMAIN.md §4: detect from topology, not names). Returns the part of the name that matched.
+pub fn error_name_hint(name: &str) -> Option<&'static str> {
+    const ENDINGS: &[&str] =
+        &["parking-lot", "parking_lot", "parking.lot", "dead-letter", "dead_letter", "dead.letter", "dead-letters"];
+    const LAST: &[&str] = &[
+        "error",
+        "errors",
+        "dlq",
+        "dead",
+        "deadletter",
+        "deadletters",
+        "parking",
+        "parkinglot",
+        "skipped",
+        "failed",
+        "poison",
+        "xq",
+    ];
+    let lower = name.to_ascii_lowercase();
+    if let Some(ending) = ENDINGS.iter().copied().find(|e| lower.ends_with(e)) {
+        return Some(ending);
+    }
+    let last = lower.rsplit(['.', '_', '-', ':', '/']).next().unwrap_or_default();
+    LAST.iter().copied().find(|m| *m == last)
+}
+
+/// The role the messages read say a queue has, where the topology gave it none of its own
+/// (`Unknown`, or `Work` only because something consumes it, which warren's own mover does
+/// while it moves). At least half of what was read must say it: one stray copy does not make a
+/// queue an error queue.
+pub fn observed_role(seen: &Seen) -> Option<(QueueRole, String)> {
+    if seen.read == 0 {
+        return None;
+    }
+    let origins = if seen.origins.is_empty() {
+        String::new()
+    } else {
+        let top: Vec<String> = seen.origins.iter().take(5).map(|(q, n)| format!("{q} ({n})")).collect();
+        format!("; they came from {}", top.join(", "))
+    };
+    if seen.republished * 2 >= seen.read {
+        let from = seen.republished_from.unwrap_or("an error header");
+        return Some((
+            QueueRole::Error,
+            format!(
+                "{} of {} messages read at {} were republished into it by an application's error handler (no \
+                 x-death; recognised by {from}){origins}: an error queue the application fills",
+                seen.republished, seen.read, seen.at
+            ),
+        ));
+    }
+    if seen.dead_lettered * 2 >= seen.read {
+        return Some((
+            QueueRole::Error,
+            format!(
+                "{} of {} messages read at {} are dead letters (x-death), though no dead-letter routing leads here: \
+                 a parking queue they were moved into{origins}",
+                seen.dead_lettered, seen.read, seen.at
+            ),
+        ));
+    }
+    None
 }
 
 /// The message TTL in force, in milliseconds: `x-message-ttl` or the policy's `message-ttl`
