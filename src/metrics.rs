@@ -116,6 +116,10 @@ pub struct QueueView {
     pub oldest_age_secs: Option<f64>,
     pub oldest_age_source: AgeSource,
     /// The estimate is a lower bound: the oldest message is older than warren's history.
+    /// The age is the head message's timestamp, set when it was first published, in a queue
+    /// where that is not when it arrived: a wait (retry) queue, whose messages come back again
+    /// and again (issue 17, case 1: wait queues showed ages far past their TTL).
+    pub age_since_first_publish: bool,
     /// Since when the FIFO estimate does not hold: a move by warren put messages into the
     /// queue that are older than their place in it says (issue 17, case 6). Until they drain,
     /// the estimate is their re-publish time, so a lower bound of the true age.
@@ -319,6 +323,7 @@ pub fn queue_view_named(
         oldest_age_source,
         oldest_age_lower_bound: false,
         fifo_broken_since: None,
+        age_since_first_publish: false,
         redelivery_share: None,
         backlog_growth_rate: None,
         inflow_rate: rates.publish,

@@ -207,6 +207,31 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     .await;
     assert!(dlq["observed_head_died_at"].as_i64().is_some(), "{dlq}");
 
+    // Case 1: a message waiting out a retry carries the timestamp of its first publish, an
+    // hour ago; the wait queue's age says that is what it measures.
+    let an_hour_ago = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()) - 3600;
+    let waiting = BasicProperties::default().with_timestamp(an_hour_ago).with_expiration("600000".into());
+    let confirm =
+        channel.basic_publish("", "work.wait", BasicPublishOptions::default(), b"job", waiting).await.unwrap();
+    assert!(confirm.await.unwrap().is_ack());
+    let wait = wait_for("work.wait holding the retry", Duration::from_secs(60), || async {
+        let q = warren.queue(&vhost.name, "work.wait").await.ok_or("not listed")?;
+        let exact_expected = common::broker().facts().await.major < 4;
+        let settled = q["oldest_age_source"] == "exact" || (!exact_expected && q["total"] == 1);
+        if q["total"] == 1 && settled {
+            Ok(q)
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    if wait["oldest_age_source"] == "exact" {
+        assert!(wait["oldest_age_secs"].as_f64().unwrap() >= 3600.0, "{wait}");
+        assert_eq!(wait["age_since_first_publish"], true, "{wait}");
+        let (_, html) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
+        assert!(html.contains(" since first published"), "the list says what the age measures");
+    }
+
     worker.abort();
     warren.stop().await;
     connection.close(0, "done").await.ok();
@@ -310,8 +335,26 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
     let (_, html) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
     assert_eq!(html.matches(">error queue<").count(), 1, "the error queue's badge: {html}");
 
-    // Replayed to the exchange and routing key its headers name: every id arrives once.
+    // Must-have 4: triage by cause. The groups link to the filter, and a filter by the error
+    // moves exactly its messages, over the whole queue.
+    let (_, page) = warren.get_text(&format!("/dlq/local/{}/orders.failures", encode(&vhost.name))).await;
+    assert!(page.contains("?error=com%2Eshop%2ESkuUnknownException"), "the error group links to its filter: {page}");
+    let (_, page) =
+        warren.get_text(&format!("/dlq/local/{}/orders.failures?error=DECLINED", encode(&vhost.name))).await;
+    assert!(page.contains("1 of 4 messages match"), "{page}");
+    declare_with(&channel, "declined", &[]).await;
     let path = format!("/api/v1/queues/local/{}/orders.failures/requeue", encode(&vhost.name));
+    let job = warren
+        .run_move(
+            &path,
+            json!({"selection": {"matching": {"error": "card declined"}}, "target": {"queue": "declined"}}),
+        )
+        .await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(drain_ids(&channel, "declined").await, ["spring-4"]);
+    let ids = &ids[..3];
+
+    // Replayed to the exchange and routing key its headers name: every id arrives once.
     let job = warren.run_move(&path, json!({"selection": "all", "target": "original_exchange"})).await;
     assert_eq!(job["state"], "done", "{job}");
     assert_eq!(job["report"]["moved"][0]["to_queue"], "exchange \"shop\", routing key \"order.created\"");

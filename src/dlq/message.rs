@@ -196,6 +196,19 @@ pub struct Filter {
     pub original_queue: Option<String>,
     #[serde(default)]
     pub text: Option<String>,
+    /// Part of the error the application recorded (`error_line`), case-insensitive.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The error an application recorded on a message, as one line: `Type: message`.
+pub fn error_line(m: &SnapshotMessage) -> Option<String> {
+    let e = m.error.as_ref()?;
+    match (&e.kind, &e.message) {
+        (Some(kind), Some(message)) => Some(format!("{kind}: {message}")),
+        (Some(one), None) | (None, Some(one)) => Some(one.clone()),
+        (None, None) => None,
+    }
 }
 
 impl Filter {
@@ -208,6 +221,7 @@ impl Filter {
         Self::field(&self.reason).is_none()
             && Self::field(&self.original_queue).is_none()
             && Self::field(&self.text).is_none()
+            && Self::field(&self.error).is_none()
     }
 
     pub fn matches(&self, m: &SnapshotMessage) -> bool {
@@ -218,6 +232,12 @@ impl Filter {
         }
         if let Some(queue) = Self::field(&self.original_queue) {
             if m.original_queue.as_deref() != Some(queue) {
+                return false;
+            }
+        }
+        if let Some(needle) = Self::field(&self.error) {
+            let line = error_line(m).unwrap_or_default().to_lowercase();
+            if !line.contains(&needle.to_lowercase()) {
                 return false;
             }
         }
@@ -243,6 +263,9 @@ impl Filter {
         }
         if let Some(v) = Self::field(&self.text) {
             parts.push(format!("text {v:?} in payload or headers"));
+        }
+        if let Some(v) = Self::field(&self.error) {
+            parts.push(format!("application error containing {v:?}"));
         }
         if parts.is_empty() {
             "every message".to_string()

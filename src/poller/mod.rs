@@ -1317,6 +1317,9 @@ impl Poller {
                 };
                 let seen = seen.get(&(vhost.clone(), views[i].name.to_string()));
                 views[i].dead_letters.observe(&views[i].name, seen);
+                views[i].age_since_first_publish = views[i].dead_letters.role == topology::QueueRole::Wait
+                    && views[i].oldest_age_source == metrics::AgeSource::Exact
+                    && views[i].total.is_some_and(|t| t > 0);
                 // DLQs, error queues and wait queues have no consumer by design: "nothing will
                 // drain this queue" is what they are for, not a fault (issue 17, case 6). Their
                 // badges say what they hold.

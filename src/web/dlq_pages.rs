@@ -122,16 +122,20 @@ struct SnapshotView {
     note: Option<String>,
     count: usize,
     delivery_limit: Option<i64>,
-    by_reason: Vec<(String, usize)>,
-    by_queue: Vec<(String, usize)>,
+    /// (value, messages, the page filtered to it or empty): by reason, queue died in, error.
+    by_reason: Vec<(String, usize, String)>,
+    by_queue: Vec<(String, usize, String)>,
     /// By the error the application recorded (`any_error`: some message has one).
-    by_error: Vec<(String, usize)>,
+    by_error: Vec<(String, usize, String)>,
+    /// Messages in the queue as of the last poll, for the bound of the counts.
+    queue_total: String,
     any_error: bool,
     rows: Vec<Row>,
     shown: usize,
     filter_reason: String,
     filter_queue: String,
     filter_text: String,
+    filter_error: String,
     /// A filter is set: "requeue all matching" is offered.
     filtered: bool,
 }
@@ -167,16 +171,6 @@ struct Row {
     /// No longer in this queue: read at its delivery limit, it went to this holding queue.
     held_in: Option<String>,
     fingerprint: String,
-}
-
-/// The error an application recorded on a message, as one line: `Type: message`.
-fn error_text(m: &crate::dlq::message::SnapshotMessage) -> Option<String> {
-    let e = m.error.as_ref()?;
-    match (&e.kind, &e.message) {
-        (Some(kind), Some(message)) => Some(format!("{kind}: {message}")),
-        (Some(one), None) | (None, Some(one)) => Some(one.clone()),
-        (None, None) => None,
-    }
 }
 
 /// A framework's fields as the message page lists them, leaving out those it did not give.
@@ -215,6 +209,23 @@ fn counts(values: impl Iterator<Item = Option<String>>) -> Vec<(String, usize)> 
     out
 }
 
+/// Each group with the link that filters the snapshot to it (none for the unknown group).
+fn filtered(base: &str, param: &str, groups: Vec<(String, usize)>) -> Vec<(String, usize, String)> {
+    groups
+        .into_iter()
+        .map(|(value, n)| {
+            let href = if value == format::UNKNOWN {
+                String::new()
+            } else {
+                let value: String =
+                    percent_encoding::utf8_percent_encode(&value, percent_encoding::NON_ALPHANUMERIC).to_string();
+                format!("{base}?{param}={value}")
+            };
+            (value, n, href)
+        })
+        .collect()
+}
+
 fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> SnapshotView {
     let rows: Vec<Row> = snapshot
         .messages
@@ -227,7 +238,7 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
             message_id_from: m.message_id_from.unwrap_or("no message_id property, and no framework's id").to_string(),
             kind: m.app.as_ref().and_then(|a| a.kind.clone()).unwrap_or_default(),
             app: m.app.as_ref().map(app_fields).unwrap_or_default(),
-            error: error_text(m).unwrap_or_default(),
+            error: message::error_line(m).unwrap_or_default(),
             error_from: m.error.as_ref().map(|e| e.from.to_string()).unwrap_or_default(),
             original_queue: unknown_if_none(m.original_queue.clone()),
             reason: unknown_if_none(m.reason.clone()),
@@ -267,15 +278,17 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
         note: snapshot.note.clone(),
         count: snapshot.messages.len(),
         delivery_limit: snapshot.delivery_limit,
-        by_reason: counts(snapshot.messages.iter().map(|m| m.reason.clone())),
-        by_queue: counts(snapshot.messages.iter().map(|m| m.original_queue.clone())),
-        by_error: counts(snapshot.messages.iter().map(error_text)),
+        by_reason: filtered(base, "reason", counts(snapshot.messages.iter().map(|m| m.reason.clone()))),
+        by_queue: filtered(base, "original", counts(snapshot.messages.iter().map(|m| m.original_queue.clone()))),
+        by_error: filtered(base, "error", counts(snapshot.messages.iter().map(message::error_line))),
+        queue_total: String::new(),
         any_error: snapshot.messages.iter().any(|m| m.error.is_some()),
         shown: rows.len(),
         rows,
         filter_reason: f.reason.clone().unwrap_or_default(),
         filter_queue: f.original_queue.clone().unwrap_or_default(),
         filter_text: f.text.clone().unwrap_or_default(),
+        filter_error: f.error.clone().unwrap_or_default(),
         filtered: !f.is_empty(),
     }
 }
@@ -333,7 +346,8 @@ fn render_page(
             .collect(),
         notice,
         needs_confirmation,
-        snapshot: snapshot.map(|s| snapshot_view(&s, &base, filters)),
+        snapshot: snapshot
+            .map(|s| SnapshotView { queue_total: format::count(view.total), ..snapshot_view(&s, &base, filters) }),
         self_href: base,
     };
     Ok(page.render()?)
@@ -588,6 +602,7 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
             "filter_reason" => form.filter.reason = Some(value),
             "filter_original" => form.filter.original_queue = Some(value),
             "filter_text" => form.filter.text = Some(value),
+            "filter_error" => form.filter.error = Some(value),
             "confirm" => form.confirmed = value == "true",
             "accept_drop_head" => form.accept_drop_head = value == "true",
             _ => {}
@@ -639,6 +654,7 @@ struct FormEcho {
     filter_reason: String,
     filter_original: String,
     filter_text: String,
+    filter_error: String,
 }
 
 /// Something the confirmation says about a target queue before anything moves (issue 16,
@@ -791,6 +807,7 @@ async fn requeue_form(
             filter_reason: form.filter.reason.clone().unwrap_or_default(),
             filter_original: form.filter.original_queue.clone().unwrap_or_default(),
             filter_text: form.filter.text.clone().unwrap_or_default(),
+            filter_error: form.filter.error.clone().unwrap_or_default(),
         },
         outcome: None,
         error: None,

@@ -51,6 +51,9 @@ pub fn age(view: &QueueView) -> String {
             format!("> {}", duration(secs))
         }
         (Some(secs), AgeSource::Estimated) => format!("~{}", duration(secs)),
+        (Some(secs), AgeSource::Exact) if view.age_since_first_publish => {
+            format!("{} since first published", duration(secs))
+        }
         (Some(secs), _) => duration(secs),
         (None, _) => UNKNOWN.to_string(),
     }
@@ -58,6 +61,10 @@ pub fn age(view: &QueueView) -> String {
 
 pub fn age_title(view: &QueueView) -> &'static str {
     match view.oldest_age_source {
+        AgeSource::Exact if view.age_since_first_publish => {
+            "from the head message's timestamp, set when it was first published: in a wait (retry) queue that \
+             includes every earlier try, not only the wait here (each wait is at most its TTL)"
+        }
         AgeSource::Exact => "exact: from the broker's head message timestamp (or the queue is empty)",
         AgeSource::Estimated if view.fifo_broken_since.is_some() => {
             "estimated lower bound: warren requeued older messages into this queue, which breaks the FIFO order the \

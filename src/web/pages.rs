@@ -176,6 +176,14 @@ fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
     if q.dead_letters.role == QueueRole::Wait {
         out.push(("info", "wait".to_string(), "wait (retry) queue: its messages dead-letter back into a work queue"));
     }
+    // A DLQ has no reader by design; dead letters arriving are what is worth a look.
+    if matches!(q.dead_letters.role, QueueRole::Dlq | QueueRole::Error) && q.inflow_rate.is_some_and(|r| r > 0.0) {
+        out.push((
+            "warn",
+            format!("dead letters arriving {}", format::rate(q.inflow_rate)),
+            "messages are dead-lettered into this queue now (a lower bound when derived from depth and acks)",
+        ));
+    }
     if q.no_consumers {
         out.push(("warn", "no consumers".to_string(), "ready messages and no consumer: nothing will drain this queue"));
     }
