@@ -34,6 +34,42 @@ pub struct Config {
     pub notifications: Vec<crate::alerts::notify::NotificationChannel>,
     /// Logins, sessions and the trusted proxy (`[auth]`).
     pub auth: AuthConfig,
+    /// The dead-letter queues whose messages warren takes into its own database (`[[custody]]`).
+    pub custody: Vec<CustodyRule>,
+}
+
+/// Which queues warren keeps the dead letters of itself (`[[custody]]`): intake consumes them
+/// into its database, where they are read, filtered and replayed without touching the broker.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustodyRule {
+    /// Broker name, vhost and queue name patterns (`*` and `?`).
+    #[serde(default = "any")]
+    pub broker: String,
+    #[serde(default = "any")]
+    pub vhost: String,
+    pub queue: String,
+    /// Payload and header bytes kept for the queues this rule matches, each; intake stops (the
+    /// messages stay in the broker) once reached.
+    #[serde(default = "default_custody_bytes")]
+    pub max_bytes: u64,
+}
+
+fn any() -> String {
+    "*".to_string()
+}
+
+/// 1 GiB per queue: a hundred thousand 10 KiB dead letters.
+pub const DEFAULT_CUSTODY_BYTES: u64 = 1 << 30;
+
+fn default_custody_bytes() -> u64 {
+    DEFAULT_CUSTODY_BYTES
+}
+
+impl CustodyRule {
+    pub fn matches(&self, broker: &str, vhost: &str, queue: &str) -> bool {
+        glob_match(&self.broker, broker) && glob_match(&self.vhost, vhost) && glob_match(&self.queue, queue)
+    }
 }
 
 /// How people and scripts prove who they are (`[auth]`). Local users live in the database
@@ -178,6 +214,8 @@ struct FileConfig {
     #[serde(default)]
     notifications: Vec<crate::alerts::notify::NotificationChannel>,
     auth: Option<FileAuth>,
+    #[serde(default)]
+    custody: Vec<CustodyRule>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -368,6 +406,17 @@ impl Config {
         }
 
         let auth = build_auth(file.auth.unwrap_or_default())?;
+        for (i, rule) in file.custody.iter().enumerate() {
+            if rule.queue.trim().is_empty() || rule.queue == "*" {
+                return Err(invalid(
+                    format!("custody[{i}].queue"),
+                    "name the dead-letter queues (a pattern such as \"*.dlq\"), not every queue",
+                ));
+            }
+            if rule.max_bytes == 0 {
+                return Err(invalid(format!("custody[{i}].max_bytes"), "must be above 0"));
+            }
+        }
 
         Ok(Config {
             listen,
@@ -380,6 +429,7 @@ impl Config {
             alert_repeat,
             notifications: file.notifications,
             auth,
+            custody: file.custody,
         })
     }
 }

@@ -69,12 +69,15 @@ pub async fn run(
         let poller = poller::Poller::new(broker, state.db.clone(), state.live.clone(), id)
             .await?
             .report_storage_to(state.storage.clone())
-            .watch_dead_letter_work(state.snapshots.clone(), state.jobs.clone());
+            .watch_dead_letter_work(state.snapshots.clone(), state.jobs.clone(), state.config.custody.clone());
         tracker.spawn(poller.run(cancel.child_token()));
     }
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));
     tracker.spawn(storage_loop(state.clone(), cancel.child_token()));
     tracker.spawn(alerts::runner::run(state.clone(), cancel.child_token()));
+    if !state.config.custody.is_empty() {
+        tracker.spawn(custody_loop(state.clone(), cancel.child_token()));
+    }
 
     let addr = listener.local_addr()?;
     tracing::info!(%addr, brokers = state.config.brokers.len(), "warren is serving on http://{addr}");
@@ -99,11 +102,37 @@ pub async fn run(
     if tokio::time::timeout(SHUTDOWN_DEADLINE, tracker.wait()).await.is_err() {
         tracing::warn!("background tasks did not stop within {SHUTDOWN_DEADLINE:?}");
     }
+    // Intake hands back what it holds unacked while the database is still open.
+    state.custody.shutdown(SHUTDOWN_DEADLINE).await;
     // After the alert loop, before the database closes: an attempt in flight is abandoned and
     // logged; what waits in the outbox stays there for the next start.
     state.notifier.shutdown(SHUTDOWN_DEADLINE).await;
     state.db.close().await;
     served.map_err(Into::into)
+}
+
+/// How often new queues are looked for that a `[[custody]]` rule names.
+const CUSTODY_SCAN_EVERY: Duration = Duration::from_secs(2);
+
+/// Starts custody intake for every queue a `[[custody]]` rule names, as the polls find them.
+/// Records a crash left claimed by a replay go back to held first (`dlq::custody::recover`).
+async fn custody_loop(state: AppState, cancel: CancellationToken) {
+    match dlq::custody::recover(&state.db).await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(records = n, "custody records claimed by an interrupted replay are held again"),
+        Err(e) => tracing::error!(error = %e, "custody records of an interrupted replay could not be reset"),
+    }
+    loop {
+        for broker in &state.config.brokers {
+            let Some(live) = state.live.broker(&broker.name) else { continue };
+            let queues = live.queues.iter().filter(|q| !q.deleted).map(|q| (q.vhost.to_string(), q.name.to_string()));
+            dlq::custody::start_intakes(&state.custody, &state.db, &state.config.custody, broker, queues, &cancel);
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(CUSTODY_SCAN_EVERY) => {}
+        }
+    }
 }
 
 /// How often the database's health is checked when nothing else writes (`history::storage`).

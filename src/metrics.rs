@@ -120,6 +120,9 @@ pub struct QueueView {
     /// where that is not when it arrived: a wait (retry) queue, whose messages come back again
     /// and again (issue 17, case 1: wait queues showed ages far past their TTL).
     pub age_since_first_publish: bool,
+    /// Dead letters of this queue in warren's custody (taken off the broker, not yet
+    /// replayed), `None` when it has none (`dlq::custody`). `total` is what the broker holds.
+    pub custody_held: Option<u64>,
     /// Since when the FIFO estimate does not hold: a move by warren put messages into the
     /// queue that are older than their place in it says (issue 17, case 6). Until they drain,
     /// the estimate is their re-publish time, so a lower bound of the true age.
@@ -323,6 +326,7 @@ pub fn queue_view_named(
         oldest_age_source,
         oldest_age_lower_bound: false,
         fifo_broken_since: None,
+        custody_held: None,
         age_since_first_publish: false,
         redelivery_share: None,
         backlog_growth_rate: None,

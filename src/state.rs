@@ -22,6 +22,8 @@ pub struct AppState {
     pub snapshots: Snapshots,
     /// Running and recent moves.
     pub jobs: crate::dlq::jobs::Jobs,
+    /// Dead letters in warren's custody: the intake of each queue a `[[custody]]` rule names.
+    pub custody: crate::dlq::custody::Custody,
     /// Sends alert notifications in the background.
     pub notifier: crate::alerts::notify::Dispatcher,
     /// Who must log in, the login throttle, CSRF tokens without a session.
@@ -178,6 +180,7 @@ impl AppState {
             broker_ids: Arc::new(broker_ids),
             snapshots: Snapshots::default(),
             jobs: crate::dlq::jobs::Jobs::default(),
+            custody: crate::dlq::custody::Custody::default(),
             notifier,
         }
     }

@@ -567,11 +567,11 @@ async fn application_errors_are_a_column_and_a_grouping() {
     let grouping = &grouping[..grouping.find("</table>").unwrap()];
     assert!(
         grouping.contains(
-            "com.shop.SkuUnknownException: sku GIFT-CARD-LEGACY is not in the catalogue</td><td class=\"num\">2<"
+            "com.shop.SkuUnknownException: sku GIFT-CARD-LEGACY is not in the catalogue</a></td><td class=\"num\">2<"
         ),
         "{grouping}"
     );
-    assert!(grouping.contains("PaymentError: card declined</td><td class=\"num\">1<"), "{grouping}");
+    assert!(grouping.contains("PaymentError: card declined</a></td><td class=\"num\">1<"), "{grouping}");
     assert!(page.contains("cover the 4 messages of this snapshot"), "the bound is stated");
     warren.stop().await;
     connection.close(0, "done").await.ok();

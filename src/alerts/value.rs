@@ -30,9 +30,16 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
         // From the change of depth (`apply_health`): publish − ack missed rejects, expiries and
         // dead letters that arrive (issue 17, case 5).
         Metric::BacklogGrowth => view.backlog_growth_rate,
-        Metric::DlqDepth if view.dead_letters.is_dlq => count(view.total),
+        // What the broker holds and what warren took into custody: a rule on a DLQ's depth
+        // keeps working once custody empties the broker's copy (issue 18, must-have 1).
+        Metric::DlqDepth if view.dead_letters.is_dlq => count(dead_letters_held(view)),
         Metric::DlqDepth | Metric::DlqInflow | Metric::BrokerUnreachable => None,
     }
+}
+
+/// A DLQ's dead letters: in the broker plus in warren's custody.
+pub fn dead_letters_held(view: &QueueView) -> Option<u64> {
+    view.total.map(|t| t + view.custody_held.unwrap_or(0))
 }
 
 /// Measures how fast dead letters arrive in each DLQ.
@@ -62,7 +69,8 @@ impl InflowTracker {
     /// Records the depth of a DLQ at `now` and returns its inflow, messages per second.
     pub fn observe(&mut self, key: &AlertKey, view: &QueueView, now: DateTime<Utc>) -> Option<f64> {
         // An unknown depth tells nothing: the previous reading stays the baseline.
-        let total = view.total?;
+        // Custody takes arrivals off the broker at once: count them where they went.
+        let total = dead_letters_held(view)?;
         let Some(previous) = self.readings.get_mut(key) else {
             self.readings.insert(key.clone(), DepthReading { total, at: now, rate_per_sec: None });
             return None;

@@ -14,11 +14,15 @@
 //!   `mover` and `message`.
 //! - `audit`: what became of each message of a move (its fate), recorded beside the audit log's
 //!   row. Pure storage; `mover` reports fates in its type.
+//! - `custody`: dead letters taken into warren's database (intake acks only after a durable
+//!   commit), listed and grouped there, and replayed (a record marked replayed only after its
+//!   copy's confirm). Uses `message` and `mover`'s connection and message conversion.
 //! - `jobs`: moves as background jobs, one per queue at a time, with the audit log's record.
 //!   Uses `mover`, `browse` and `audit`.
 
 pub mod audit;
 pub mod browse;
+pub mod custody;
 pub mod framework;
 pub mod holding;
 pub mod jobs;

@@ -117,6 +117,9 @@ pub struct Poller {
     snapshots: Option<crate::dlq::browse::Snapshots>,
     /// The moves: which queues they put messages into, and when (`estimate::apply_fifo_breaks`).
     jobs: Option<crate::dlq::jobs::Jobs>,
+    /// The queues in warren's custody: their intake is a consumer of warren's own, which says
+    /// nothing about what the queue is for (`apply_topology`).
+    custody: Vec<crate::config::CustodyRule>,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -277,6 +280,7 @@ impl Poller {
             storage: None,
             snapshots: None,
             jobs: None,
+            custody: Vec::new(),
         })
     }
 
@@ -293,9 +297,11 @@ impl Poller {
         mut self,
         snapshots: crate::dlq::browse::Snapshots,
         jobs: crate::dlq::jobs::Jobs,
+        custody: Vec<crate::config::CustodyRule>,
     ) -> Self {
         self.snapshots = Some(snapshots);
         self.jobs = Some(jobs);
+        self.custody = custody;
         self
     }
 
@@ -564,6 +570,17 @@ impl Poller {
             requeued.entry(queue).or_default().push((vhost, at));
         }
         estimate::apply_fifo_breaks(&mut self.queues, &mut views, &requeued, ctx.counters.is_some(), now);
+        match crate::dlq::custody::counts_by_queue(&self.db, &self.broker.name).await {
+            Ok(custody) if !custody.is_empty() => {
+                for view in views.iter_mut() {
+                    if let Some(c) = custody.get(&(view.vhost.to_string(), view.name.to_string())) {
+                        view.custody_held = Some(c.held + c.claimed);
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "reading custody counts"),
+        }
 
         let totals = totals(&views);
         let rates = self.broker_rates(&overview, stats_enabled, fetched);
@@ -1306,7 +1323,17 @@ impl Poller {
                     name: &views[i].name,
                     arguments: &views[i].arguments,
                     effective_policy: &views[i].effective_policy,
-                    consumers: views[i].consumers,
+                    // Custody's intake is one consumer of warren's own: without it counted, a
+                    // work queue whose DLQ is in custody read as a wait queue feeding a consumed queue.
+                    consumers: match crate::dlq::custody::rule_for(
+                        &self.custody,
+                        &self.broker.name,
+                        vhost,
+                        &views[i].name,
+                    ) {
+                        Some(_) => views[i].consumers.map(|c| c.saturating_sub(1)),
+                        None => views[i].consumers,
+                    },
                 })
                 .collect();
             let mut info = topology::analyse(&configs, topology);

@@ -8,6 +8,7 @@ mod api;
 mod assets;
 mod audit;
 mod brokers;
+mod custody;
 mod dlq_pages;
 mod format;
 mod jobs;
@@ -38,6 +39,7 @@ pub fn router(state: AppState) -> Router {
         .merge(pages::router())
         .merge(api::router())
         .merge(actions::router())
+        .merge(custody::router())
         .merge(audit::router())
         .merge(alerts::router())
         .merge(alert_pages::router())

@@ -1,0 +1,26 @@
+-- Dead letters in warren's custody (issue 18): taken off a DLQ by intake, which acks each
+-- delivery only after its row is committed (with synchronous = FULL). The copy keeps what a
+-- replay needs to publish it again unchanged: the AMQP-encoded properties (header types
+-- included) and the body; the columns beside them are what triage filters and groups by.
+create table custody_messages (
+    id              integer primary key,
+    broker          text    not null,
+    vhost           text    not null,
+    queue           text    not null,
+    received_at     integer not null,      -- unix seconds
+    exchange        text    not null,      -- as delivered from the DLQ
+    routing_key     text    not null,
+    properties      blob    not null,      -- AMQP content-header properties, encoded
+    properties_json text    not null,      -- the same as the browser shows them
+    body            blob    not null,
+    message_id      text,
+    reason          text,
+    original_queue  text,
+    error           text,                  -- `Type: message`, as a framework recorded it
+    redelivered     integer not null,      -- 1: the broker had delivered it before (a possible duplicate)
+    state           text    not null default 'held' check (state in ('held', 'claimed', 'replayed')),
+    job             text,                  -- the replay that claimed it
+    replayed_at     integer,
+    replayed_to     text
+);
+create index custody_by_queue on custody_messages (broker, vhost, queue, state, id);

@@ -1,0 +1,727 @@
+//! Custody (issue 18): warren takes a DLQ's messages into its own database, where they are read,
+//! grouped and filtered without touching the broker (no delivery budget spent, no 1,000-message
+//! bound, no race with consumers), and replayed from there.
+//!
+//! The invariants, each where it is kept:
+//! - **Intake never loses a message** (`intake`): a delivery is acked only after its row is
+//!   committed with `synchronous = FULL` (survives power loss, not only a crash). A commit that
+//!   fails, or the size budget, stops intake and hands the batch back to the broker unacked.
+//!   A crash between the commit and the ack leaves the message in both places: a duplicate,
+//!   marked `redelivered` when it comes in again.
+//! - **A record is replayed once** (`replay`): a replay claims its records (`held` -> `claimed`,
+//!   guarded by the state, so two replays cannot claim one record), publishes each with
+//!   `mandatory` on a confirm channel, and marks it `replayed` only after its confirm came without
+//!   a return. A record whose copy was returned or refused goes back to `held` with the reason. A
+//!   record left `claimed` by a crash goes back to `held` at the next start (`recover`): at worst
+//!   a duplicate.
+//! - What a copy carries is what was taken in: the AMQP-encoded properties (header types kept)
+//!   and the body, with one header added: `x-warren-custody-id`, by which a returned copy is
+//!   matched to its record (lapin hands a return to whichever confirmation comes next).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::BasicProperties;
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::message::{self, Filter, SnapshotMessage};
+use super::mover::{connect, peeked};
+use crate::config::{BrokerConfig, CustodyRule};
+use crate::history::Db;
+
+/// Deliveries taken per commit, at most (and the consumer's prefetch).
+const BATCH: usize = 200;
+/// How long intake waits for more deliveries before committing a smaller batch.
+const GATHER: Duration = Duration::from_millis(50);
+/// The header a replayed copy carries: its record's id.
+pub const CUSTODY_ID_HEADER: &str = "x-warren-custody-id";
+
+/// (broker, vhost, queue)
+type QueueId = (String, String, String);
+
+/// The AMQP content-header encoding of `properties`: what a replay publishes again, types kept.
+pub fn encode_properties(properties: &BasicProperties) -> Vec<u8> {
+    let (bytes, _) = cookie_factory::gen(lapin::protocol::basic::gen_properties(properties), Vec::new())
+        .expect("properties serialise into a vector");
+    bytes
+}
+
+pub fn decode_properties(bytes: &[u8]) -> Result<BasicProperties, String> {
+    lapin::protocol::basic::parse_properties(bytes)
+        .map(|(_, properties)| properties)
+        .map_err(|e| format!("stored properties do not parse: {e}"))
+}
+
+/// Intake of one queue, as the pages show it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IntakeState {
+    /// `running` or `stopped`.
+    pub state: &'static str,
+    /// Why it stopped (the messages stay in the broker), or empty.
+    pub reason: String,
+    /// Messages taken in since warren started.
+    pub taken: u64,
+}
+
+/// The custody of every queue a `[[custody]]` rule names: intake tasks, their states.
+#[derive(Clone, Default)]
+pub struct Custody {
+    states: Arc<Mutex<HashMap<QueueId, IntakeState>>>,
+    tasks: TaskTracker,
+}
+
+impl Custody {
+    fn set(&self, id: &QueueId, f: impl FnOnce(&mut IntakeState)) {
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        let state = states.entry(id.clone()).or_insert_with(|| IntakeState {
+            state: "running",
+            reason: String::new(),
+            taken: 0,
+        });
+        f(state);
+    }
+
+    pub fn state(&self, broker: &str, vhost: &str, queue: &str) -> Option<IntakeState> {
+        let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        states.get(&(broker.to_string(), vhost.to_string(), queue.to_string())).cloned()
+    }
+
+    /// Runs a replay in the background, tracked for the ordered shutdown.
+    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(task);
+    }
+
+    /// Waits (up to `deadline`) until every intake handed back what it held.
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.tasks.close();
+        if tokio::time::timeout(deadline, self.tasks.wait()).await.is_err() {
+            tracing::warn!("custody intake did not stop within {deadline:?}; the broker returns what it held");
+        }
+    }
+}
+
+/// The rule that puts a queue in custody, if one does.
+pub fn rule_for<'r>(rules: &'r [CustodyRule], broker: &str, vhost: &str, queue: &str) -> Option<&'r CustodyRule> {
+    rules.iter().find(|r| r.matches(broker, vhost, queue))
+}
+
+/// Starts intake for every queue of `queues` (broker, vhost, name) that a rule names and that
+/// has none running. A stopped intake (a failed write, the budget) is not restarted by itself:
+/// the page says why, and a restart of warren tries again.
+pub fn start_intakes(
+    custody: &Custody,
+    db: &Db,
+    rules: &[CustodyRule],
+    broker: &BrokerConfig,
+    queues: impl Iterator<Item = (String, String)>,
+    cancel: &CancellationToken,
+) {
+    for (vhost, queue) in queues {
+        let Some(rule) = rule_for(rules, &broker.name, &vhost, &queue) else { continue };
+        let id = (broker.name.clone(), vhost, queue);
+        let known = custody.states.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id);
+        if known {
+            continue;
+        }
+        custody.set(&id, |_| {});
+        let (custody2, db, broker, cancel, max_bytes) =
+            (custody.clone(), db.clone(), broker.clone(), cancel.clone(), rule.max_bytes);
+        custody.tasks.spawn(async move {
+            let outcome = intake(&custody2, &db, &broker, &id, max_bytes, &cancel).await;
+            let reason = match outcome {
+                Ok(()) => "warren stopped".to_string(),
+                Err(e) => e,
+            };
+            if !cancel.is_cancelled() {
+                tracing::warn!(queue = %id.2, %reason, "custody intake stopped");
+            }
+            custody2.set(&id, |s| {
+                s.state = "stopped";
+                s.reason = reason;
+            });
+        });
+    }
+}
+
+/// Resets records a crash left claimed: no replay runs at start.
+pub async fn recover(db: &Db) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query("update custody_messages set state = 'held', job = null where state = 'claimed'")
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// One delivery as a row.
+struct Taken {
+    tag: u64,
+    exchange: String,
+    routing_key: String,
+    properties: Vec<u8>,
+    properties_json: String,
+    body: Vec<u8>,
+    summary: SnapshotMessage,
+    redelivered: bool,
+}
+
+fn taken(delivery: lapin::message::Delivery) -> Taken {
+    let shown = peeked(&delivery, usize::MAX);
+    let properties_json = serde_json::Value::Object(shown.properties.clone()).to_string();
+    let summary = message::summarize(0, String::new(), shown);
+    Taken {
+        tag: delivery.delivery_tag,
+        exchange: delivery.exchange.as_str().to_string(),
+        routing_key: delivery.routing_key.as_str().to_string(),
+        properties: encode_properties(&delivery.properties),
+        properties_json,
+        body: delivery.data,
+        summary,
+        redelivered: delivery.redelivered,
+    }
+}
+
+/// Bytes a queue's records hold in custody (not yet replayed).
+async fn bytes_kept(db: &Db, id: &QueueId) -> Result<u64, sqlx::Error> {
+    let row = sqlx::query(
+        "select coalesce(sum(length(body) + length(properties)), 0) from custody_messages
+         where broker = ? and vhost = ? and queue = ? and state != 'replayed'",
+    )
+    .bind(&id.0)
+    .bind(&id.1)
+    .bind(&id.2)
+    .fetch_one(db)
+    .await?;
+    Ok(row.get::<i64, _>(0).max(0) as u64)
+}
+
+/// Commits a batch so that it survives power loss: `synchronous = FULL` for this commit (the
+/// pool's connections use NORMAL, which survives a crash of warren but not of the machine).
+async fn commit(db: &Db, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Error> {
+    let mut conn = db.acquire().await?;
+    sqlx::query("pragma synchronous = FULL").execute(&mut *conn).await?;
+    let written = async {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let now = Utc::now().timestamp();
+        for t in batch {
+            sqlx::query(
+                "insert into custody_messages (broker, vhost, queue, received_at, exchange, routing_key, properties,
+                 properties_json, body, message_id, reason, original_queue, error, redelivered)
+                 values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&id.0)
+            .bind(&id.1)
+            .bind(&id.2)
+            .bind(now)
+            .bind(&t.exchange)
+            .bind(&t.routing_key)
+            .bind(&t.properties)
+            .bind(&t.properties_json)
+            .bind(&t.body)
+            .bind(&t.summary.message_id)
+            .bind(&t.summary.reason)
+            .bind(&t.summary.original_queue)
+            .bind(message::error_line(&t.summary))
+            .bind(t.redelivered)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await
+    }
+    .await;
+    // Back to the pool's setting whatever happened: the connection serves other writes next.
+    let reset = sqlx::query("pragma synchronous = NORMAL").execute(&mut *conn).await;
+    written?;
+    reset.map(|_| ())
+}
+
+/// Consumes `id`'s queue into custody until cancelled or until a write fails or the budget is
+/// reached (the error says which). Unacked deliveries go back to the broker when the channel
+/// closes: a quorum queue counts that as a delivery, once.
+async fn intake(
+    custody: &Custody,
+    db: &Db,
+    broker: &BrokerConfig,
+    id: &QueueId,
+    max_bytes: u64,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
+    let mut kept = bytes_kept(db, id).await.map_err(|e| format!("reading custody's size: {e}"))?;
+    let connection = connect(broker, &id.1).await.map_err(|e| e.to_string())?;
+    let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
+    channel.basic_qos(BATCH as u16, BasicQosOptions::default()).await.map_err(|e| e.to_string())?;
+    let mut consumer = channel
+        .basic_consume(&id.2, "warren-custody", BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .map_err(|e| format!("consuming {}: {e}", id.2))?;
+    let outcome = loop {
+        let first = tokio::select! {
+            _ = cancel.cancelled() => break Ok(()),
+            next = consumer.next() => next,
+        };
+        let Some(first) = first else { break Err("the broker closed the consumer".to_string()) };
+        let mut batch = vec![taken(first.map_err(|e| e.to_string())?)];
+        while batch.len() < BATCH {
+            match tokio::time::timeout(GATHER, consumer.next()).await {
+                Ok(Some(Ok(delivery))) => batch.push(taken(delivery)),
+                Ok(Some(Err(e))) => return Err(e.to_string()),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let size: u64 = batch.iter().map(|t| (t.body.len() + t.properties.len()) as u64).sum();
+        if kept + size > max_bytes {
+            break Err(format!(
+                "the size budget of {max_bytes} bytes is reached ({kept} kept): intake stopped, the rest stays in \
+                 the broker"
+            ));
+        }
+        if let Err(e) = commit(db, id, &batch).await {
+            break Err(format!("the database refused the batch ({e}): intake stopped, the batch stays in the broker"));
+        }
+        let last = batch.last().map(|t| t.tag).unwrap_or_default();
+        let acked = channel.basic_ack(last, lapin::options::BasicAckOptions { multiple: true }).await;
+        if let Err(e) = acked {
+            // Committed and not acked: the broker delivers them again, a duplicate each.
+            break Err(format!("acking a committed batch failed ({e}): its messages will come in again"));
+        }
+        kept += size;
+        custody.set(id, |s| s.taken += batch.len() as u64);
+    };
+    // Cancel first, so that nothing more is delivered while the channel closes (DOMAIN.md §5).
+    let _ = channel.basic_cancel("warren-custody", BasicCancelOptions::default()).await;
+    let _ = channel.close(200, "custody intake stopped").await;
+    let _ = connection.close(200, "custody intake stopped").await;
+    outcome
+}
+
+/// Counts of one queue's custody.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    pub held: u64,
+    pub claimed: u64,
+    pub replayed: u64,
+    pub bytes: u64,
+}
+
+/// Every queue's custody counts of a broker, by (vhost, queue): for the poller.
+pub async fn counts_by_queue(db: &Db, broker: &str) -> Result<HashMap<(String, String), Counts>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select vhost, queue, state, count(*), coalesce(sum(length(body) + length(properties)), 0)
+         from custody_messages where broker = ? group by vhost, queue, state",
+    )
+    .bind(broker)
+    .fetch_all(db)
+    .await?;
+    let mut out: HashMap<(String, String), Counts> = HashMap::new();
+    for row in rows {
+        let c = out.entry((row.get(0), row.get(1))).or_default();
+        let (n, bytes) = (row.get::<i64, _>(3).max(0) as u64, row.get::<i64, _>(4).max(0) as u64);
+        match row.get::<String, _>(2).as_str() {
+            "held" => c.held = n,
+            "claimed" => c.claimed = n,
+            _ => c.replayed = n,
+        }
+        if row.get::<String, _>(2) != "replayed" {
+            c.bytes += bytes;
+        }
+    }
+    Ok(out)
+}
+
+/// One record as the list shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub id: i64,
+    pub received_at: i64,
+    pub message_id: Option<String>,
+    pub reason: Option<String>,
+    pub original_queue: Option<String>,
+    pub error: Option<String>,
+    pub routing_key: String,
+    pub size: u64,
+    pub redelivered: bool,
+    pub state: String,
+}
+
+/// The held records of a queue with their summaries, filtered: every record, not a sample.
+struct Held {
+    record: Record,
+    summary: SnapshotMessage,
+}
+
+async fn held(db: &Db, id: &QueueId, states: &[&str]) -> Result<Vec<Held>, sqlx::Error> {
+    let rows = sqlx::query(
+        "select id, received_at, message_id, reason, original_queue, error, routing_key, length(body), redelivered,
+                state, properties_json, body, exchange
+         from custody_messages where broker = ? and vhost = ? and queue = ? order by id",
+    )
+    .bind(&id.0)
+    .bind(&id.1)
+    .bind(&id.2)
+    .fetch_all(db)
+    .await?;
+    let mut out = Vec::new();
+    for row in rows {
+        let state: String = row.get(9);
+        if !states.contains(&state.as_str()) {
+            continue;
+        }
+        let properties: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(row.get::<&str, _>(10)).unwrap_or_default();
+        let body: Vec<u8> = row.get(11);
+        let shown = crate::broker::management::PeekedMessage {
+            exchange: row.get(12),
+            routing_key: row.get(6),
+            redelivered: row.get(8),
+            payload_bytes: body.len() as u64,
+            payload_encoding: "base64".to_string(),
+            payload: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &body),
+            properties,
+        };
+        let record = Record {
+            id: row.get(0),
+            received_at: row.get(1),
+            message_id: row.get(2),
+            reason: row.get(3),
+            original_queue: row.get(4),
+            error: row.get(5),
+            routing_key: row.get(6),
+            size: row.get::<i64, _>(7).max(0) as u64,
+            redelivered: row.get(8),
+            state,
+        };
+        out.push(Held { summary: message::summarize(out.len() + 1, String::new(), shown), record });
+    }
+    Ok(out)
+}
+
+/// What custody holds of a queue, filtered, with its groups over every held record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    pub counts: Counts,
+    pub intake: Option<IntakeState>,
+    /// Over every held record (not only the filtered ones): (value, records).
+    pub by_reason: Vec<(String, usize)>,
+    pub by_original_queue: Vec<(String, usize)>,
+    pub by_error: Vec<(String, usize)>,
+    /// Held records matching the filter.
+    pub matching: usize,
+    /// The first `limit` of them.
+    pub records: Vec<Record>,
+}
+
+fn grouped<'a>(values: impl Iterator<Item = Option<&'a String>>) -> Vec<(String, usize)> {
+    let mut map: BTreeMap<String, usize> = BTreeMap::new();
+    for v in values {
+        *map.entry(v.cloned().unwrap_or_else(|| "—".to_string())).or_default() += 1;
+    }
+    let mut out: Vec<(String, usize)> = map.into_iter().collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+pub async fn list(
+    db: &Db,
+    custody: &Custody,
+    broker: &str,
+    vhost: &str,
+    queue: &str,
+    filter: &Filter,
+    limit: usize,
+) -> Result<Listing, sqlx::Error> {
+    let id = (broker.to_string(), vhost.to_string(), queue.to_string());
+    let all = held(db, &id, &["held", "claimed"]).await?;
+    let counts = counts_by_queue(db, broker).await?.remove(&(vhost.to_string(), queue.to_string())).unwrap_or_default();
+    let matching: Vec<&Held> = all.iter().filter(|h| filter.matches(&h.summary)).collect();
+    Ok(Listing {
+        counts,
+        intake: custody.state(broker, vhost, queue),
+        by_reason: grouped(all.iter().map(|h| h.record.reason.as_ref())),
+        by_original_queue: grouped(all.iter().map(|h| h.record.original_queue.as_ref())),
+        by_error: grouped(all.iter().filter(|h| h.record.error.is_some()).map(|h| h.record.error.as_ref())),
+        matching: matching.len(),
+        records: matching.into_iter().take(limit).map(|h| h.record.clone()).collect(),
+    })
+}
+
+/// Which records a replay takes.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum CustodySelection {
+    All,
+    Matching(Filter),
+    Records(Vec<i64>),
+}
+
+/// Where a replay sends each record.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CustodyTarget {
+    /// The queue it last died in (or its framework names), through the default exchange.
+    #[default]
+    OriginalQueue,
+    Queue(String),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ReplayRequest {
+    pub selection: CustodySelection,
+    #[serde(default)]
+    pub target: CustodyTarget,
+}
+
+/// How a replay ended.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplayReport {
+    pub replayed: Vec<(i64, Option<String>, String)>,
+    /// (record, message id, why): back to `held`.
+    pub failed: Vec<(i64, Option<String>, String)>,
+}
+
+/// Claims the selected held records for `job`; returns the ids it got. The state guard makes a
+/// record claimable once: a second replay of the same records claims none of them.
+async fn claim(db: &Db, job: &str, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
+    let mut got = Vec::new();
+    for chunk in ids.chunks(500) {
+        let mut tx = db.begin().await?;
+        for &record in chunk {
+            let done =
+                sqlx::query("update custody_messages set state = 'claimed', job = ? where id = ? and state = 'held'")
+                    .bind(job)
+                    .bind(record)
+                    .execute(&mut *tx)
+                    .await?;
+            if done.rows_affected() == 1 {
+                got.push(record);
+            }
+        }
+        tx.commit().await?;
+    }
+    Ok(got)
+}
+
+async fn settle(db: &Db, replayed: &[(i64, String)], failed: &[i64]) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let now = Utc::now().timestamp();
+    for (record, to) in replayed {
+        sqlx::query("update custody_messages set state = 'replayed', replayed_at = ?, replayed_to = ? where id = ?")
+            .bind(now)
+            .bind(to)
+            .bind(record)
+            .execute(&mut *tx)
+            .await?;
+    }
+    for record in failed {
+        sqlx::query("update custody_messages set state = 'held', job = null where id = ?")
+            .bind(record)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
+}
+
+/// Replays the selected records of `queue`'s custody. Each target queue is checked before the
+/// first publish; a record goes `replayed` only after its copy was confirmed and not returned.
+pub async fn replay(
+    db: &Db,
+    broker: &BrokerConfig,
+    vhost: &str,
+    queue: &str,
+    request: &ReplayRequest,
+    job: &str,
+) -> Result<ReplayReport, String> {
+    let id = (broker.name.clone(), vhost.to_string(), queue.to_string());
+    let all = held(db, &id, &["held"]).await.map_err(|e| e.to_string())?;
+    let chosen: Vec<&Held> = match &request.selection {
+        CustodySelection::All => all.iter().collect(),
+        CustodySelection::Matching(filter) => all.iter().filter(|h| filter.matches(&h.summary)).collect(),
+        CustodySelection::Records(ids) => {
+            let ids: HashSet<i64> = ids.iter().copied().collect();
+            all.iter().filter(|h| ids.contains(&h.record.id)).collect()
+        }
+    };
+    let mut report = ReplayReport::default();
+    let mut routes: Vec<(&Held, String)> = Vec::new();
+    for h in chosen {
+        let to = match &request.target {
+            CustodyTarget::Queue(name) => Some(name.clone()),
+            CustodyTarget::OriginalQueue => h.record.original_queue.clone(),
+        };
+        match to {
+            // Replaying into the queue in custody would take it straight back in.
+            Some(to) if to == queue => report.failed.push((
+                h.record.id,
+                h.record.message_id.clone(),
+                "its target is this queue, which is in custody".to_string(),
+            )),
+            Some(to) => routes.push((h, to)),
+            None => report.failed.push((
+                h.record.id,
+                h.record.message_id.clone(),
+                "no x-death or framework header names the queue it died in: name a target queue".to_string(),
+            )),
+        }
+    }
+    let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
+    // Every distinct target must exist before anything is claimed (a passive declare on a
+    // channel of its own: a missing queue closes it).
+    let mut missing: HashSet<String> = HashSet::new();
+    let targets: HashSet<&String> = routes.iter().map(|(_, to)| to).collect();
+    for to in targets {
+        let check = connection.create_channel().await.map_err(|e| e.to_string())?;
+        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+        if check.queue_declare(to, passive, FieldTable::default()).await.is_err() {
+            missing.insert(to.clone());
+        } else {
+            let _ = check.close(200, "checked").await;
+        }
+    }
+    let (routes, absent): (Vec<_>, Vec<_>) = routes.into_iter().partition(|(_, to)| !missing.contains(to));
+    for (h, to) in absent {
+        report.failed.push((h.record.id, h.record.message_id.clone(), format!("queue {to:?} does not exist")));
+    }
+    let wanted: Vec<i64> = routes.iter().map(|(h, _)| h.record.id).collect();
+    let claimed: HashSet<i64> = claim(db, job, &wanted).await.map_err(|e| e.to_string())?.into_iter().collect();
+    let routes: Vec<(&Held, String)> = routes.into_iter().filter(|(h, _)| claimed.contains(&h.record.id)).collect();
+
+    let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
+    channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| e.to_string())?;
+    let bodies =
+        bodies(db, &routes.iter().map(|(h, _)| h.record.id).collect::<Vec<_>>()).await.map_err(|e| e.to_string())?;
+    for batch in routes.chunks(BATCH) {
+        let mut pending = Vec::with_capacity(batch.len());
+        let mut failed_now: Vec<i64> = Vec::new();
+        for (h, to) in batch {
+            let Some((properties, body)) = bodies.get(&h.record.id) else {
+                failed_now.push(h.record.id);
+                report.failed.push((h.record.id, h.record.message_id.clone(), "its row went missing".into()));
+                continue;
+            };
+            let properties = match decode_properties(properties) {
+                Ok(p) => with_custody_id(p, h.record.id),
+                Err(e) => {
+                    failed_now.push(h.record.id);
+                    report.failed.push((h.record.id, h.record.message_id.clone(), e));
+                    continue;
+                }
+            };
+            let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+            match channel.basic_publish("", to, options, body, properties).await {
+                Ok(confirm) => pending.push((*h, to.clone(), confirm)),
+                Err(e) => {
+                    failed_now.push(h.record.id);
+                    report.failed.push((h.record.id, h.record.message_id.clone(), e.to_string()));
+                }
+            }
+        }
+        let mut returned: HashSet<i64> = HashSet::new();
+        let mut outcomes = Vec::with_capacity(pending.len());
+        for (h, to, confirm) in pending {
+            let outcome = confirm.await;
+            if let Ok(lapin::publisher_confirm::Confirmation::Ack(Some(r))) = &outcome {
+                returned.extend(custody_id(&r.properties));
+            }
+            outcomes.push((h, to, outcome));
+        }
+        let mut replayed_now = Vec::new();
+        for (h, to, outcome) in outcomes {
+            let why = match outcome {
+                Ok(lapin::publisher_confirm::Confirmation::Ack(_)) if !returned.contains(&h.record.id) => None,
+                Ok(lapin::publisher_confirm::Confirmation::Ack(_)) => Some(format!("returned: {to:?} did not take it")),
+                Ok(other) => Some(format!("not confirmed by the broker: {other:?}")),
+                Err(e) => Some(e.to_string()),
+            };
+            match why {
+                None => {
+                    replayed_now.push((h.record.id, to.clone()));
+                    report.replayed.push((h.record.id, h.record.message_id.clone(), to));
+                }
+                Some(why) => {
+                    failed_now.push(h.record.id);
+                    report.failed.push((h.record.id, h.record.message_id.clone(), why));
+                }
+            }
+        }
+        settle(db, &replayed_now, &failed_now).await.map_err(|e| e.to_string())?;
+    }
+    let _ = channel.close(200, "replayed").await;
+    let _ = connection.close(200, "replayed").await;
+    Ok(report)
+}
+
+async fn bodies(db: &Db, ids: &[i64]) -> Result<HashMap<i64, (Vec<u8>, Vec<u8>)>, sqlx::Error> {
+    let mut out = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(500) {
+        let marks = vec!["?"; chunk.len()].join(",");
+        let sql = format!("select id, properties, body from custody_messages where id in ({marks})");
+        let mut query = sqlx::query(&sql);
+        for id in chunk {
+            query = query.bind(id);
+        }
+        for row in query.fetch_all(db).await? {
+            out.insert(row.get(0), (row.get(1), row.get(2)));
+        }
+    }
+    Ok(out)
+}
+
+/// The copy's properties: the original's, without the broker's bookkeeping of the DLQ (a
+/// quorum DLQ's `x-delivery-count`), with the record's id.
+fn with_custody_id(properties: BasicProperties, id: i64) -> BasicProperties {
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    let mut kept = FieldTable::default();
+    for (key, value) in headers.inner() {
+        if !message::BROKER_BOOKKEEPING_HEADERS.contains(&key.as_str()) {
+            kept.insert(key.clone(), value.clone());
+        }
+    }
+    headers = kept;
+    headers.insert(CUSTODY_ID_HEADER.into(), AMQPValue::LongString(LongString::from(id.to_string())));
+    properties.with_headers(headers)
+}
+
+fn custody_id(properties: &BasicProperties) -> Option<i64> {
+    match properties.headers().as_ref()?.inner().get(CUSTODY_ID_HEADER)? {
+        AMQPValue::LongString(s) => s.to_string().parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_round_trip_with_their_types() {
+        let mut headers = FieldTable::default();
+        headers.insert("x-count".into(), AMQPValue::LongLongInt(3));
+        headers.insert("x-time".into(), AMQPValue::Timestamp(1_700_000_000));
+        headers.insert("x-flag".into(), AMQPValue::Boolean(true));
+        headers.insert("x-bytes".into(), AMQPValue::ByteArray(vec![0, 159, 146, 150].into()));
+        let properties = BasicProperties::default()
+            .with_message_id("m-1".into())
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2)
+            .with_timestamp(1_700_000_001)
+            .with_headers(headers);
+        let back = decode_properties(&encode_properties(&properties)).unwrap();
+        assert_eq!(back, properties);
+        assert!(decode_properties(b"\xff").is_err(), "garbage is an error, not a panic");
+    }
+
+    #[test]
+    fn a_copy_carries_its_record_id() {
+        let p = with_custody_id(BasicProperties::default(), 42);
+        assert_eq!(custody_id(&p), Some(42));
+        assert_eq!(custody_id(&BasicProperties::default()), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! Custody in the JSON API (issue 18): what warren holds of a DLQ, grouped and filtered over
+//! every record, and replays from it, each recorded in the audit log like a move.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::api::find_queue;
+use super::{ApiError, WebError};
+use crate::audit;
+use crate::dlq::audit::Fate;
+use crate::dlq::custody::{self, ReplayRequest};
+use crate::dlq::message::Filter;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody", get(listing))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay", post(replay))
+}
+
+/// Records listed, unless asked otherwise, and at most.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    limit: Option<usize>,
+}
+
+async fn listing(
+    State(state): State<AppState>,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    Query(filter): Query<Filter>,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    let view = find_queue(&state, &broker, &vhost, &queue).await?;
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
+    let listing = custody::list(&state.db, &state.custody, &broker, &vhost, &queue, &filter, limit)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    let in_custody = custody::rule_for(&state.config.custody, &broker, &vhost, &queue).is_some();
+    Ok(Json(json!({
+        "in_custody": in_custody,
+        "in_broker": view.total,
+        "custody": listing,
+    }))
+    .into_response())
+}
+
+/// Starts a replay in the background; 202 with the audit entry that follows it.
+async fn replay(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    Json(request): Json<ReplayRequest>,
+) -> Result<Response, ApiError> {
+    let view = find_queue(&state, &broker, &vhost, &queue).await?;
+    let config = state
+        .broker_config(&view.broker)
+        .ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?
+        .clone();
+    let entry = audit::Entry {
+        actor: &access.principal.actor(),
+        broker: &broker,
+        vhost: &vhost,
+        queue: &queue,
+        action: "custody replay",
+        request: serde_json::to_string(&request).expect("a request serialises"),
+    };
+    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    let audit_id = audit::start(&state.db, entry)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
+    let task_state = state.clone();
+    state.custody.spawn(async move {
+        let state = task_state;
+        let job = format!("audit-{audit_id}");
+        let outcome = custody::replay(&state.db, &config, &vhost, &queue, &request, &job).await;
+        let (result, moved, failed, detail, fates) = match &outcome {
+            Ok(report) => {
+                let mut fates: Vec<Fate> = Vec::new();
+                for (i, (_, id, to)) in report.replayed.iter().enumerate() {
+                    fates.push(Fate::new(i + 1, id.as_deref(), "moved", to));
+                }
+                for (i, (_, id, why)) in report.failed.iter().enumerate() {
+                    fates.push(Fate::new(report.replayed.len() + i + 1, id.as_deref(), "failed", why));
+                }
+                let result = if report.failed.is_empty() {
+                    "done"
+                } else if report.replayed.is_empty() {
+                    "failed"
+                } else {
+                    "partial"
+                };
+                (result, report.replayed.len(), report.failed.len(), None, fates)
+            }
+            Err(e) => ("failed", 0, 0, Some(e.clone()), Vec::new()),
+        };
+        if let Err(e) =
+            crate::dlq::audit::finish(&state.db, audit_id, result, moved, failed, detail.as_deref(), &fates).await
+        {
+            tracing::error!(audit_id, error = %e, "recording the end of a custody replay");
+        }
+    });
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"audit_id": audit_id, "follow": format!("/api/v1/audit/{audit_id}/messages")})),
+    )
+        .into_response())
+}
