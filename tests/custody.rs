@@ -98,6 +98,23 @@ async fn custody_takes_every_dead_letter_and_replays_each_once() {
             assert!(records.iter().all(|r| r["redelivered"] == false), "{list}");
         }
 
+        // The page says where the dead letters are, groups every record, and offers the replay.
+        let (_, page) = warren.get_text(&format!("/dlq/local/{}/work.dlq", encode(&vhost.name))).await;
+        assert!(
+            page.contains(&format!("<strong>{N}</strong> in warren's custody, <strong>0</strong> still in the broker")),
+            "{page}"
+        );
+        assert!(
+            page.contains("class=\"custody-replay\"") && page.contains("These counts cover every record in custody")
+        );
+        let (_, page) = warren.get_text(&format!("/queues/local/{}/work.dlq", encode(&vhost.name))).await;
+        assert!(page.contains("class=\"custody-held\""), "the queue page says so too");
+        let (_, metrics) = warren.get_text("/metrics").await;
+        let exported = metrics
+            .lines()
+            .find(|l| l.starts_with("warren_queue_custody_messages{") && l.contains("queue=\"work.dlq\""));
+        assert_eq!(exported.and_then(|l| l.rsplit(' ').next()), Some(N.to_string().as_str()), "{metrics}");
+
         // Two replays of the same records at once: each record is published once.
         let first = replay(&warren, &vhost.name, json!({"selection": "all"})).await;
         let second = replay(&warren, &vhost.name, json!({"selection": "all"})).await;
@@ -244,5 +261,45 @@ async fn sigkill_during_intake_leaves_every_message_in_the_broker_or_in_custody(
     let duplicates = in_custody.len() - distinct.len();
     eprintln!("{} records, {duplicates} duplicates", in_custody.len());
     assert!(duplicates <= 200, "duplicates only from one batch committed and not yet acked: {duplicates}");
+    connection.close(0, "done").await.ok();
+}
+
+/// The size budget stops intake and leaves the rest in the broker, and the page says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intake_stops_at_its_size_budget_and_loses_nothing() {
+    const N: usize = 30;
+    let vhost = TestVhost::create("custodybudget").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(N)).await;
+    // A few records' worth: the first batch (all 30 at once) does not fit.
+    let toml = custody_toml(&vhost.name).replace("queue = \"*.dlq\"\n", "queue = \"*.dlq\"\nmax_bytes = 2000\n");
+    let warren = Warren::start(&toml).await;
+    let list = wait_for("intake stopped", Duration::from_secs(60), || async {
+        warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed yet")?;
+        let list = listing(&warren, &vhost.name, "").await;
+        if list["custody"]["intake"]["state"] == "stopped" {
+            Ok(list)
+        } else {
+            Err(list.to_string())
+        }
+    })
+    .await;
+    let reason = list["custody"]["intake"]["reason"].as_str().unwrap();
+    assert!(reason.contains("size budget of 2000 bytes"), "{reason}");
+    let held = list["custody"]["counts"]["held"].as_u64().unwrap() as usize;
+    let in_broker = wait_for("the batch back in the broker", Duration::from_secs(30), || async {
+        let left = depth(&channel, "work.dlq").await as usize;
+        if held + left == N {
+            Ok(left)
+        } else {
+            Err(format!("{held} held + {left} left"))
+        }
+    })
+    .await;
+    assert_eq!(in_broker, N, "nothing was taken: the first batch alone exceeds the budget");
+    let (_, page) = warren.get_text(&format!("/dlq/local/{}/work.dlq", encode(&vhost.name))).await;
+    assert!(page.contains("signal bad custody-intake") && page.contains("size budget"), "the page says why");
+    warren.stop().await;
     connection.close(0, "done").await.ok();
 }

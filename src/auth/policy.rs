@@ -14,7 +14,7 @@ use super::Role;
 /// | `GET`, `HEAD` anything | viewer |
 /// | `POST /api/v1/queues/{b}/{v}/{q}/requeue`, `delete`, `purge`, `snapshot` | operator |
 /// | `POST /dlq/{b}/{v}/{q}/requeue`, `snapshot` | operator |
-/// | `POST /api/v1/queues/{b}/{v}/{q}/custody/replay` | operator |
+/// | `POST /api/v1/queues/{b}/{v}/{q}/custody/replay`, `/dlq/{b}/{v}/{q}/custody/replay` | operator |
 /// | `POST /api/v1/jobs/{id}/cancel`, `/jobs/{id}/cancel` | operator |
 /// | `POST /api/v1/silences...`, `/alerts/silences...` | operator |
 /// | `POST /alerts/preview`, `/api/v1/alerts/rules/preview` (read-only), `/logout` | viewer |
@@ -47,6 +47,7 @@ pub fn required_role(method: &Method, path: &str) -> Role {
         ["api", "v1", "queues", _, _, _, "requeue" | "delete" | "purge" | "snapshot"]
         | ["dlq", _, _, _, "requeue" | "snapshot"]
         | ["api", "v1", "queues", _, _, _, "custody", "replay"]
+        | ["dlq", _, _, _, "custody", "replay"]
         | ["api", "v1", "jobs", _, "cancel"]
         | ["jobs", _, "cancel"]
         | ["api", "v1", "silences", ..]
@@ -138,6 +139,8 @@ mod tests {
             "/api/v1/queues/main/prod/orders.dlq/snapshot",
             "/dlq/main/%2F/orders.dlq/requeue",
             "/dlq/main/%2F/orders.dlq/snapshot",
+            "/api/v1/queues/main/%2F/orders.dlq/custody/replay",
+            "/dlq/main/%2F/orders.dlq/custody/replay",
             "/api/v1/jobs/42/cancel",
             "/jobs/42/cancel",
             "/api/v1/silences",

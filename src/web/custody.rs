@@ -59,16 +59,32 @@ async fn replay(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<ReplayRequest>,
 ) -> Result<Response, ApiError> {
-    let view = find_queue(&state, &broker, &vhost, &queue).await?;
-    let config = state
-        .broker_config(&view.broker)
-        .ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?
-        .clone();
+    let audit_id = start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor()).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"audit_id": audit_id, "follow": format!("/api/v1/audit/{audit_id}/messages")})),
+    )
+        .into_response())
+}
+
+/// Records the replay in the audit log (durably, before anything is claimed) and runs it in
+/// the background; returns the audit entry's id, which the replay's end updates.
+pub async fn start_replay(
+    state: &AppState,
+    broker: &str,
+    vhost: &str,
+    queue: &str,
+    request: ReplayRequest,
+    actor: &str,
+) -> Result<i64, WebError> {
+    find_queue(state, broker, vhost, queue).await?;
+    let config =
+        state.broker_config(broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?.clone();
     let entry = audit::Entry {
-        actor: &access.principal.actor(),
-        broker: &broker,
-        vhost: &vhost,
-        queue: &queue,
+        actor,
+        broker,
+        vhost,
+        queue,
         action: "custody replay",
         request: serde_json::to_string(&request).expect("a request serialises"),
     };
@@ -77,6 +93,7 @@ async fn replay(
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let task_state = state.clone();
+    let (vhost, queue) = (vhost.to_string(), queue.to_string());
     state.custody.spawn(async move {
         let state = task_state;
         let job = format!("audit-{audit_id}");
@@ -107,9 +124,5 @@ async fn replay(
             tracing::error!(audit_id, error = %e, "recording the end of a custody replay");
         }
     });
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({"audit_id": audit_id, "follow": format!("/api/v1/audit/{audit_id}/messages")})),
-    )
-        .into_response())
+    Ok(audit_id)
 }

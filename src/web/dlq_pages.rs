@@ -31,6 +31,7 @@ pub fn router() -> Router<AppState> {
         .route("/dlq/{broker}/{vhost}/{queue}", get(page))
         .route("/dlq/{broker}/{vhost}/{queue}/snapshot", post(take_form))
         .route("/dlq/{broker}/{vhost}/{queue}/requeue", post(requeue_form))
+        .route("/dlq/{broker}/{vhost}/{queue}/custody/replay", post(custody_replay_form))
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}", get(message_page))
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}/payload", get(download))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
@@ -113,6 +114,98 @@ struct DlqPage {
     notice: Option<String>,
     needs_confirmation: Option<String>,
     snapshot: Option<SnapshotView>,
+    /// What warren keeps of this queue itself (`dlq::custody`), when it is in custody or was.
+    custody: Option<CustodyView>,
+    /// The filter in force, for the custody replay form.
+    filter_reason: String,
+    filter_original: String,
+    filter_text: String,
+    filter_error: String,
+}
+
+struct CustodyView {
+    held: u64,
+    replayed: u64,
+    in_broker: String,
+    intake: String,
+    intake_stopped: bool,
+    by_reason: Vec<(String, usize, String)>,
+    by_queue: Vec<(String, usize, String)>,
+    by_error: Vec<(String, usize, String)>,
+    matching: usize,
+    records: Vec<CustodyRow>,
+}
+
+struct CustodyRow {
+    id: i64,
+    received_at: String,
+    message_id: String,
+    original_queue: String,
+    reason: String,
+    error: String,
+    routing_key: String,
+    size: String,
+    /// Delivered by the broker before: possibly a copy of a record taken in already.
+    redelivered: bool,
+}
+
+/// Records listed on the page.
+const CUSTODY_ROWS: usize = 100;
+
+async fn custody_view(
+    state: &AppState,
+    view: &QueueView,
+    base: &str,
+    filters: &message::Filter,
+) -> Result<Option<CustodyView>, WebError> {
+    let active = crate::dlq::custody::rule_for(&state.config.custody, &view.broker, &view.vhost, &view.name).is_some();
+    if !active && view.custody_held.is_none() {
+        return Ok(None);
+    }
+    let listing = crate::dlq::custody::list(
+        &state.db,
+        &state.custody,
+        &view.broker,
+        &view.vhost,
+        &view.name,
+        filters,
+        CUSTODY_ROWS,
+    )
+    .await
+    .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    let (intake, intake_stopped) = match &listing.intake {
+        Some(i) if i.state == "running" => (format!("running: {} taken in since warren started", i.taken), false),
+        Some(i) => (format!("stopped: {}", i.reason), true),
+        None if active => ("starting (once the next poll lists the queue)".to_string(), false),
+        None => ("off: no [[custody]] rule names this queue now".to_string(), false),
+    };
+    let unknown_if_none = |v: &Option<String>| v.clone().unwrap_or_else(|| format::UNKNOWN.to_string());
+    Ok(Some(CustodyView {
+        held: listing.counts.held + listing.counts.claimed,
+        replayed: listing.counts.replayed,
+        in_broker: format::count(view.total),
+        intake,
+        intake_stopped,
+        by_reason: filtered(base, "reason", listing.by_reason),
+        by_queue: filtered(base, "original", listing.by_original_queue),
+        by_error: filtered(base, "error", listing.by_error),
+        matching: listing.matching,
+        records: listing
+            .records
+            .iter()
+            .map(|r| CustodyRow {
+                id: r.id,
+                received_at: format::time(chrono::DateTime::from_timestamp(r.received_at, 0)),
+                message_id: unknown_if_none(&r.message_id),
+                original_queue: unknown_if_none(&r.original_queue),
+                reason: unknown_if_none(&r.reason),
+                error: r.error.clone().unwrap_or_default(),
+                routing_key: r.routing_key.clone(),
+                size: format!("{} B", format::count(Some(r.size))),
+                redelivered: r.redelivered,
+            })
+            .collect(),
+    }))
 }
 
 struct SnapshotView {
@@ -305,7 +398,7 @@ fn oldest_death(snapshot: Option<&Snapshot>) -> String {
     }
 }
 
-fn render_page(
+async fn render_page(
     state: &AppState,
     me: super::Me,
     view: &QueueView,
@@ -315,7 +408,13 @@ fn render_page(
 ) -> Result<String, WebError> {
     let base = dlq_href(&view.broker, &view.vhost, &view.name);
     let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
+    let custody = custody_view(state, view, &base, filters).await?;
     let page = DlqPage {
+        custody,
+        filter_reason: filters.reason.clone().unwrap_or_default(),
+        filter_original: filters.original_queue.clone().unwrap_or_default(),
+        filter_text: filters.text.clone().unwrap_or_default(),
+        filter_error: filters.error.clone().unwrap_or_default(),
         me,
         name: view.name.to_string(),
         vhost: view.vhost.to_string(),
@@ -360,7 +459,7 @@ async fn page(
     Query(filters): Query<message::Filter>,
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
-    Ok(html(render_page(&state, me, &view, &filters, None, None)?))
+    Ok(html(render_page(&state, me, &view, &filters, None, None).await?))
 }
 
 async fn take_form(
@@ -374,14 +473,57 @@ async fn take_form(
         // Post/redirect/get: a reload of the page never reads the queue again.
         Ok(_) => Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response()),
         Err(BrowseError::NeedsConfirmation(message)) => {
-            let body = render_page(&state, me, &view, &message::Filter::default(), None, Some(message))?;
+            let body = render_page(&state, me, &view, &message::Filter::default(), None, Some(message)).await?;
             Ok((StatusCode::CONFLICT, html(body)).into_response())
         }
         Err(e) => {
-            let body = render_page(&state, me, &view, &message::Filter::default(), Some(e.to_string()), None)?;
+            let body = render_page(&state, me, &view, &message::Filter::default(), Some(e.to_string()), None).await?;
             Ok((StatusCode::BAD_GATEWAY, html(body)).into_response())
         }
     }
+}
+
+/// The custody replay form: `scope` (`all` or `matching`, with the `filter_*` fields) and
+/// `target` (`original-queue`, or `queue` with `target_queue`).
+async fn custody_replay_form(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    body: String,
+) -> Result<Response, PageError> {
+    use crate::dlq::custody::{CustodySelection, CustodyTarget, ReplayRequest};
+    let (mut scope, mut target, mut target_queue, mut filter) =
+        (String::new(), String::new(), String::new(), message::Filter::default());
+    for pair in body.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
+        match key {
+            "scope" => scope = value,
+            "target" => target = value,
+            "target_queue" => target_queue = value.trim().to_string(),
+            "filter_reason" => filter.reason = Some(value),
+            "filter_original" => filter.original_queue = Some(value),
+            "filter_text" => filter.text = Some(value),
+            "filter_error" => filter.error = Some(value),
+            _ => {}
+        }
+    }
+    let selection = match scope.as_str() {
+        "all" => CustodySelection::All,
+        "matching" if !filter.is_empty() => CustodySelection::Matching(filter),
+        "matching" => return Err(WebError::BadRequest("set a filter first, or replay all".to_string()).into()),
+        _ => return Err(WebError::BadRequest("scope must be all or matching".to_string()).into()),
+    };
+    let target = match target.as_str() {
+        "queue" if !target_queue.is_empty() => CustodyTarget::Queue(target_queue),
+        "queue" => return Err(WebError::BadRequest("name the target queue".to_string()).into()),
+        _ => CustodyTarget::OriginalQueue,
+    };
+    let request = ReplayRequest { selection, target };
+    let audit_id =
+        super::custody::start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor()).await?;
+    // Post/redirect/get: what became of each record is on the audit entry.
+    Ok(Redirect::to(&format!("/audit?replay={audit_id}")).into_response())
 }
 
 #[derive(Template)]

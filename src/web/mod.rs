@@ -8,7 +8,7 @@ mod api;
 mod assets;
 mod audit;
 mod brokers;
-mod custody;
+pub mod custody;
 mod dlq_pages;
 mod format;
 mod jobs;

@@ -464,6 +464,8 @@ struct DeadLetterView {
     sources: Vec<QueueLink>,
     /// The queues the messages last read came from, with counts, and when they were read.
     observed: Vec<(QueueLink, usize)>,
+    /// Dead letters of this queue in warren's custody, beside what the broker holds.
+    custody_held: Option<u64>,
     observed_at: String,
     /// `work`, `wait`, `dlq` or `unknown`, and why.
     role: &'static str,
@@ -500,6 +502,7 @@ fn dead_letter_view(q: &QueueView) -> DeadLetterView {
         browsable: browsable(q),
         sources: d.dead_letter_sources.iter().map(link).collect(),
         observed: d.observed_sources.iter().map(|(name, n)| (link(name), *n)).collect(),
+        custody_held: q.custody_held,
         observed_at: d.observed_at.clone().unwrap_or_default(),
         role: role_label(d.role),
         role_reason: d.role_reason.to_string(),

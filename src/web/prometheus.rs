@@ -56,6 +56,11 @@ const QUEUE_FAMILIES: &[(&str, &str, QueueValue)] = &[
         |q| q.inflow_rate,
     ),
     ("warren_queue_backlog_growth_rate", "Change of the queue's total depth per second.", |q| q.backlog_growth_rate),
+    (
+        "warren_queue_custody_messages",
+        "Dead letters of the queue in warren's custody (taken off the broker, not yet replayed); absent without custody.",
+        |q| q.custody_held.map(|v| v as f64),
+    ),
 ];
 
 pub fn render(brokers: &[BrokerLive]) -> String {
