@@ -58,6 +58,11 @@ pub async fn run(
     let state = build_state(config).await?;
     check_access(&state, listener.local_addr()?).await?;
     let interrupted = dlq::audit::mark_interrupted(&state.db).await?;
+    // Whatever the configuration says now: a record left claimed would be stranded.
+    let reclaimed = dlq::custody::recover(&state.db).await?;
+    if reclaimed > 0 {
+        tracing::warn!(records = reclaimed, "custody records claimed by an interrupted replay are held again");
+    }
     if interrupted > 0 {
         tracing::warn!(interrupted, "actions of a previous run did not finish; see the audit log");
     }
@@ -114,14 +119,9 @@ pub async fn run(
 /// How often new queues are looked for that a `[[custody]]` rule names.
 const CUSTODY_SCAN_EVERY: Duration = Duration::from_secs(2);
 
-/// Starts custody intake for every queue a `[[custody]]` rule names, as the polls find them.
-/// Records a crash left claimed by a replay go back to held first (`dlq::custody::recover`).
+/// Starts custody intake for every queue a `[[custody]]` rule names, as the polls find them,
+/// and again a while after one stopped (`dlq::custody::start_intakes`).
 async fn custody_loop(state: AppState, cancel: CancellationToken) {
-    match dlq::custody::recover(&state.db).await {
-        Ok(0) => {}
-        Ok(n) => tracing::warn!(records = n, "custody records claimed by an interrupted replay are held again"),
-        Err(e) => tracing::error!(error = %e, "custody records of an interrupted replay could not be reset"),
-    }
     loop {
         for broker in &state.config.brokers {
             let Some(live) = state.live.broker(&broker.name) else { continue };

@@ -72,7 +72,13 @@ pub struct IntakeState {
     pub reason: String,
     /// Messages taken in since warren started.
     pub taken: u64,
+    /// When a stopped intake is tried again (unix seconds): a broker that went away or a
+    /// database that refused a write may be back, and replays may have made room in the budget.
+    pub retry_at: Option<i64>,
 }
+
+/// How long a stopped intake waits before it is tried again.
+const RETRY_AFTER_SECS: i64 = 30;
 
 /// The custody of every queue a `[[custody]]` rule names: intake tasks, their states.
 #[derive(Clone, Default)]
@@ -88,6 +94,7 @@ impl Custody {
             state: "running",
             reason: String::new(),
             taken: 0,
+            retry_at: None,
         });
         f(state);
     }
@@ -117,8 +124,8 @@ pub fn rule_for<'r>(rules: &'r [CustodyRule], broker: &str, vhost: &str, queue: 
 }
 
 /// Starts intake for every queue of `queues` (broker, vhost, name) that a rule names and that
-/// has none running. A stopped intake (a failed write, the budget) is not restarted by itself:
-/// the page says why, and a restart of warren tries again.
+/// has none running, and again `RETRY_AFTER_SECS` after one stopped (a broker that went away, a
+/// failed write, the budget): the page says why it stopped and when it is tried again.
 pub fn start_intakes(
     custody: &Custody,
     db: &Db,
@@ -130,11 +137,18 @@ pub fn start_intakes(
     for (vhost, queue) in queues {
         let Some(rule) = rule_for(rules, &broker.name, &vhost, &queue) else { continue };
         let id = (broker.name.clone(), vhost, queue);
-        let known = custody.states.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id);
-        if known {
+        let now = Utc::now().timestamp();
+        let due = match custody.states.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            None => true,
+            Some(s) => s.state == "stopped" && s.retry_at.is_some_and(|at| at <= now),
+        };
+        if !due {
             continue;
         }
-        custody.set(&id, |_| {});
+        custody.set(&id, |s| {
+            s.state = "running";
+            s.retry_at = None;
+        });
         let (custody2, db, broker, cancel, max_bytes) =
             (custody.clone(), db.clone(), broker.clone(), cancel.clone(), rule.max_bytes);
         custody.tasks.spawn(async move {
@@ -149,6 +163,7 @@ pub fn start_intakes(
             custody2.set(&id, |s| {
                 s.state = "stopped";
                 s.reason = reason;
+                s.retry_at = Some(Utc::now().timestamp() + RETRY_AFTER_SECS);
             });
         });
     }
@@ -268,14 +283,27 @@ async fn intake(
             _ = cancel.cancelled() => break Ok(()),
             next = consumer.next() => next,
         };
-        let Some(first) = first else { break Err("the broker closed the consumer".to_string()) };
-        let mut batch = vec![taken(first.map_err(|e| e.to_string())?)];
+        // Every way out of the loop goes through the cancel and close below, so that nothing
+        // taken stays unacked on a connection nobody closes.
+        let first = match first {
+            Some(Ok(delivery)) => delivery,
+            Some(Err(e)) => break Err(format!("the consumer failed: {e}")),
+            None => break Err("the broker closed the consumer".to_string()),
+        };
+        let mut batch = vec![taken(first)];
+        let mut failed = None;
         while batch.len() < BATCH {
             match tokio::time::timeout(GATHER, consumer.next()).await {
                 Ok(Some(Ok(delivery))) => batch.push(taken(delivery)),
-                Ok(Some(Err(e))) => return Err(e.to_string()),
+                Ok(Some(Err(e))) => {
+                    failed = Some(format!("the consumer failed: {e}"));
+                    break;
+                }
                 Ok(None) | Err(_) => break,
             }
+        }
+        if let Some(e) = failed {
+            break Err(e);
         }
         let size: u64 = batch.iter().map(|t| (t.body.len() + t.properties.len()) as u64).sum();
         if kept + size > max_bytes {

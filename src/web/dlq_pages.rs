@@ -175,7 +175,10 @@ async fn custody_view(
     .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
     let (intake, intake_stopped) = match &listing.intake {
         Some(i) if i.state == "running" => (format!("running: {} taken in since warren started", i.taken), false),
-        Some(i) => (format!("stopped: {}", i.reason), true),
+        Some(i) => {
+            let again = i.retry_at.and_then(|t| chrono::DateTime::from_timestamp(t, 0));
+            (format!("stopped: {} (tried again at {})", i.reason, format::time(again)), true)
+        }
         None if active => ("starting (once the next poll lists the queue)".to_string(), false),
         None => ("off: no [[custody]] rule names this queue now".to_string(), false),
     };
