@@ -80,9 +80,7 @@ pub async fn run(
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));
     tracker.spawn(storage_loop(state.clone(), cancel.child_token()));
     tracker.spawn(alerts::runner::run(state.clone(), cancel.child_token()));
-    if !state.config.custody.is_empty() {
-        tracker.spawn(custody_loop(state.clone(), cancel.child_token()));
-    }
+    tracker.spawn(custody_loop(state.clone(), cancel.child_token()));
 
     let addr = listener.local_addr()?;
     tracing::info!(%addr, brokers = state.config.brokers.len(), "warren is serving on http://{addr}");
@@ -124,9 +122,21 @@ const CUSTODY_SCAN_EVERY: Duration = Duration::from_secs(2);
 async fn custody_loop(state: AppState, cancel: CancellationToken) {
     loop {
         for broker in &state.config.brokers {
+            let switched = match dlq::custody::switches(&state.db, &broker.name).await {
+                Ok(switched) => switched,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading custody switches");
+                    continue;
+                }
+            };
+            // Without rules or switches there is nothing to look for among the queues.
+            if state.config.custody.is_empty() && !switched.values().any(|s| *s == dlq::custody::Switch::On) {
+                continue;
+            }
             let Some(live) = state.live.broker(&broker.name) else { continue };
             let queues = live.queues.iter().filter(|q| !q.deleted).map(|q| (q.vhost.to_string(), q.name.to_string()));
-            dlq::custody::start_intakes(&state.custody, &state.db, &state.config.custody, broker, queues, &cancel);
+            let (rules, db) = (&state.config.custody, &state.db);
+            dlq::custody::start_intakes(&state.custody, db, rules, &switched, broker, queues, &cancel);
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -211,6 +221,12 @@ async fn retention_cleanup(state: &AppState, broker_ids: &[i64], windows: histor
     match pruned.await {
         Ok((history, deliveries)) => tracing::debug!(history, deliveries, "alert history cleanup done"),
         Err(e) => tracing::error!(error = %e, "alert history cleanup failed; will retry"),
+    }
+    // Replayed custody records: kept as long as the rest of the history, so "what did we replay
+    // last Tuesday" has an answer.
+    match dlq::custody::prune_replayed(&state.db, cutoff).await {
+        Ok(records) => tracing::debug!(records, "replayed custody records removed"),
+        Err(e) => tracing::error!(error = %e, "custody cleanup failed; will retry"),
     }
     // Expired sessions are refused when presented; this only keeps the table small.
     match auth::purge_expired(&state.db, state.config.auth.session_idle, now).await {

@@ -84,7 +84,83 @@ const RETRY_AFTER_SECS: i64 = 30;
 #[derive(Clone, Default)]
 pub struct Custody {
     states: Arc<Mutex<HashMap<QueueId, IntakeState>>>,
+    /// Each running intake's own cancel, for a release.
+    stops: Arc<Mutex<HashMap<QueueId, CancellationToken>>>,
     tasks: TaskTracker,
+}
+
+/// What an admin decided for one queue, over the rules (`custody_queues`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    On,
+    Released,
+}
+
+/// The admins' decisions of a broker's queues, by (vhost, queue).
+pub async fn switches(db: &Db, broker: &str) -> Result<HashMap<(String, String), Switch>, sqlx::Error> {
+    let rows = sqlx::query("select vhost, queue, state from custody_queues where broker = ?")
+        .bind(broker)
+        .fetch_all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let switch = if r.get::<String, _>(2) == "on" { Switch::On } else { Switch::Released };
+            ((r.get(0), r.get(1)), switch)
+        })
+        .collect())
+}
+
+/// Records an admin's decision for a queue.
+pub async fn set_switch(
+    db: &Db,
+    broker: &str,
+    vhost: &str,
+    queue: &str,
+    switch: Switch,
+    by: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "insert into custody_queues (broker, vhost, queue, state, changed_at, changed_by) values (?, ?, ?, ?, ?, ?)
+         on conflict (broker, vhost, queue) do update set state = excluded.state, changed_at = excluded.changed_at,
+         changed_by = excluded.changed_by",
+    )
+    .bind(broker)
+    .bind(vhost)
+    .bind(queue)
+    .bind(if switch == Switch::On { "on" } else { "released" })
+    .bind(Utc::now().timestamp())
+    .bind(by)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Whether a queue is in custody: an admin switched it on, or a rule names it and no admin
+/// released it.
+pub fn in_custody(rules: &[CustodyRule], switch: Option<Switch>, broker: &str, vhost: &str, queue: &str) -> bool {
+    match switch {
+        Some(Switch::On) => true,
+        Some(Switch::Released) => false,
+        None => rule_for(rules, broker, vhost, queue).is_some(),
+    }
+}
+
+/// Whether one queue is in custody now (`in_custody`, with the admins' decision read fresh).
+pub async fn is_in_custody(
+    db: &Db,
+    rules: &[CustodyRule],
+    broker: &str,
+    vhost: &str,
+    queue: &str,
+) -> Result<bool, sqlx::Error> {
+    let switch = switches(db, broker).await?.remove(&(vhost.to_string(), queue.to_string()));
+    Ok(in_custody(rules, switch, broker, vhost, queue))
+}
+
+/// The size budget of a queue in custody: its rule's, or the default for one an admin switched on.
+pub fn budget(rules: &[CustodyRule], broker: &str, vhost: &str, queue: &str) -> u64 {
+    rule_for(rules, broker, vhost, queue).map(|r| r.max_bytes).unwrap_or(crate::config::DEFAULT_CUSTODY_BYTES)
 }
 
 impl Custody {
@@ -102,6 +178,22 @@ impl Custody {
     pub fn state(&self, broker: &str, vhost: &str, queue: &str) -> Option<IntakeState> {
         let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         states.get(&(broker.to_string(), vhost.to_string(), queue.to_string())).cloned()
+    }
+
+    /// Stops a queue's intake (a release) and waits until it handed back what it held.
+    pub async fn stop(&self, broker: &str, vhost: &str, queue: &str) {
+        let id = (broker.to_string(), vhost.to_string(), queue.to_string());
+        let token = self.stops.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        let Some(token) = token else { return };
+        token.cancel();
+        for _ in 0..100 {
+            if self.state(broker, vhost, queue).is_none_or(|s| s.state != "running") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Off for good, not to be tried again: `start_intakes` starts it when it is switched on.
+        self.states.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
     }
 
     /// Runs a replay in the background, tracked for the ordered shutdown.
@@ -123,19 +215,24 @@ pub fn rule_for<'r>(rules: &'r [CustodyRule], broker: &str, vhost: &str, queue: 
     rules.iter().find(|r| r.matches(broker, vhost, queue))
 }
 
-/// Starts intake for every queue of `queues` (broker, vhost, name) that a rule names and that
+/// Starts intake for every queue of `queues` (broker, vhost, name) in custody (`in_custody`) that
 /// has none running, and again `RETRY_AFTER_SECS` after one stopped (a broker that went away, a
 /// failed write, the budget): the page says why it stopped and when it is tried again.
 pub fn start_intakes(
     custody: &Custody,
     db: &Db,
     rules: &[CustodyRule],
+    switched: &HashMap<(String, String), Switch>,
     broker: &BrokerConfig,
     queues: impl Iterator<Item = (String, String)>,
     cancel: &CancellationToken,
 ) {
     for (vhost, queue) in queues {
-        let Some(rule) = rule_for(rules, &broker.name, &vhost, &queue) else { continue };
+        let switch = switched.get(&(vhost.clone(), queue.clone())).copied();
+        if !in_custody(rules, switch, &broker.name, &vhost, &queue) {
+            continue;
+        }
+        let max_bytes = budget(rules, &broker.name, &vhost, &queue);
         let id = (broker.name.clone(), vhost, queue);
         let now = Utc::now().timestamp();
         let due = match custody.states.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
@@ -149,8 +246,9 @@ pub fn start_intakes(
             s.state = "running";
             s.retry_at = None;
         });
-        let (custody2, db, broker, cancel, max_bytes) =
-            (custody.clone(), db.clone(), broker.clone(), cancel.clone(), rule.max_bytes);
+        let own = cancel.child_token();
+        custody.stops.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), own.clone());
+        let (custody2, db, broker, cancel) = (custody.clone(), db.clone(), broker.clone(), own);
         custody.tasks.spawn(async move {
             let outcome = intake(&custody2, &db, &broker, &id, max_bytes, &cancel).await;
             let reason = match outcome {
@@ -507,6 +605,15 @@ pub struct ReplayRequest {
     pub target: CustodyTarget,
 }
 
+/// Records of replays older than this many seconds are deleted (the global retention).
+pub async fn prune_replayed(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query("delete from custody_messages where state = 'replayed' and replayed_at < ?")
+        .bind(before)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected())
+}
+
 /// How a replay ended.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ReplayReport {
@@ -566,6 +673,7 @@ pub async fn replay(
     queue: &str,
     request: &ReplayRequest,
     job: &str,
+    releasing: bool,
 ) -> Result<ReplayReport, String> {
     let id = (broker.name.clone(), vhost.to_string(), queue.to_string());
     let all = held(db, &id, &["held"]).await.map_err(|e| e.to_string())?;
@@ -585,8 +693,9 @@ pub async fn replay(
             CustodyTarget::OriginalQueue => h.record.original_queue.clone(),
         };
         match to {
-            // Replaying into the queue in custody would take it straight back in.
-            Some(to) if to == queue => report.failed.push((
+            // Replaying into the queue in custody would take it straight back in; a release
+            // has stopped its intake first.
+            Some(to) if to == queue && !releasing => report.failed.push((
                 h.record.id,
                 h.record.message_id.clone(),
                 "its target is this queue, which is in custody".to_string(),

@@ -21,6 +21,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody", get(listing))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay", post(replay))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/start", post(start_json))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/release", post(release_json))
 }
 
 /// Records listed, unless asked otherwise, and at most.
@@ -43,7 +45,9 @@ async fn listing(
     let listing = custody::list(&state.db, &state.custody, &broker, &vhost, &queue, &filter, limit)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
-    let in_custody = custody::rule_for(&state.config.custody, &broker, &vhost, &queue).is_some();
+    let in_custody = custody::is_in_custody(&state.db, &state.config.custody, &broker, &vhost, &queue)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
     Ok(Json(json!({
         "in_custody": in_custody,
         "in_broker": view.total,
@@ -59,7 +63,7 @@ async fn replay(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<ReplayRequest>,
 ) -> Result<Response, ApiError> {
-    let audit_id = start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor()).await?;
+    let audit_id = start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"audit_id": audit_id, "follow": format!("/api/v1/audit/{audit_id}/messages")})),
@@ -76,6 +80,7 @@ pub async fn start_replay(
     queue: &str,
     request: ReplayRequest,
     actor: &str,
+    releasing: bool,
 ) -> Result<i64, WebError> {
     find_queue(state, broker, vhost, queue).await?;
     let config =
@@ -85,7 +90,7 @@ pub async fn start_replay(
         broker,
         vhost,
         queue,
-        action: "custody replay",
+        action: if releasing { "custody release" } else { "custody replay" },
         request: serde_json::to_string(&request).expect("a request serialises"),
     };
     state.storage.check(&state.db).await.map_err(WebError::Storage)?;
@@ -97,7 +102,7 @@ pub async fn start_replay(
     state.custody.spawn(async move {
         let state = task_state;
         let job = format!("audit-{audit_id}");
-        let outcome = custody::replay(&state.db, &config, &vhost, &queue, &request, &job).await;
+        let outcome = custody::replay(&state.db, &config, &vhost, &queue, &request, &job, releasing).await;
         let (result, moved, failed, detail, fates) = match &outcome {
             Ok(report) => {
                 let mut fates: Vec<Fate> = Vec::new();
@@ -125,4 +130,58 @@ pub async fn start_replay(
         }
     });
     Ok(audit_id)
+}
+
+/// Takes a queue into custody (admin): intake starts within seconds, whatever the rules say.
+pub async fn start_custody(
+    state: &AppState,
+    broker: &str,
+    vhost: &str,
+    queue: &str,
+    actor: &str,
+) -> Result<(), WebError> {
+    find_queue(state, broker, vhost, queue).await?;
+    custody::set_switch(&state.db, broker, vhost, queue, custody::Switch::On, actor)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("recording custody", &e)))
+}
+
+/// Hands a queue's custody back (admin): intake stops (it hands back what it holds), the admin's
+/// decision is recorded so that no rule restarts it, and every held record is replayed into the
+/// queue, recorded in the audit log like a replay. Returns the audit entry's id.
+pub async fn release_custody(
+    state: &AppState,
+    broker: &str,
+    vhost: &str,
+    queue: &str,
+    actor: &str,
+) -> Result<i64, WebError> {
+    find_queue(state, broker, vhost, queue).await?;
+    custody::set_switch(&state.db, broker, vhost, queue, custody::Switch::Released, actor)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("recording custody", &e)))?;
+    state.custody.stop(broker, vhost, queue).await;
+    let request = ReplayRequest {
+        selection: custody::CustodySelection::All,
+        target: custody::CustodyTarget::Queue(queue.to_string()),
+    };
+    start_replay(state, broker, vhost, queue, request, actor, true).await
+}
+
+async fn start_json(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    start_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
+    Ok(Json(json!({"in_custody": true})).into_response())
+}
+
+async fn release_json(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    let audit_id = release_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"in_custody": false, "audit_id": audit_id}))).into_response())
 }

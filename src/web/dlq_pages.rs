@@ -32,6 +32,8 @@ pub fn router() -> Router<AppState> {
         .route("/dlq/{broker}/{vhost}/{queue}/snapshot", post(take_form))
         .route("/dlq/{broker}/{vhost}/{queue}/requeue", post(requeue_form))
         .route("/dlq/{broker}/{vhost}/{queue}/custody/replay", post(custody_replay_form))
+        .route("/dlq/{broker}/{vhost}/{queue}/custody/start", post(custody_start_form))
+        .route("/dlq/{broker}/{vhost}/{queue}/custody/release", post(custody_release_form))
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}", get(message_page))
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}/payload", get(download))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
@@ -124,6 +126,8 @@ struct DlqPage {
 }
 
 struct CustodyView {
+    /// In custody now (else: records remain of an earlier custody).
+    active: bool,
     held: u64,
     replayed: u64,
     in_broker: String,
@@ -158,7 +162,10 @@ async fn custody_view(
     base: &str,
     filters: &message::Filter,
 ) -> Result<Option<CustodyView>, WebError> {
-    let active = crate::dlq::custody::rule_for(&state.config.custody, &view.broker, &view.vhost, &view.name).is_some();
+    let active =
+        crate::dlq::custody::is_in_custody(&state.db, &state.config.custody, &view.broker, &view.vhost, &view.name)
+            .await
+            .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
     if !active && view.custody_held.is_none() {
         return Ok(None);
     }
@@ -180,10 +187,11 @@ async fn custody_view(
             (format!("stopped: {} (tried again at {})", i.reason, format::time(again)), true)
         }
         None if active => ("starting (once the next poll lists the queue)".to_string(), false),
-        None => ("off: no [[custody]] rule names this queue now".to_string(), false),
+        None => ("off: released by an admin, or no [[custody]] rule names this queue now".to_string(), false),
     };
     let unknown_if_none = |v: &Option<String>| v.clone().unwrap_or_else(|| format::UNKNOWN.to_string());
     Ok(Some(CustodyView {
+        active,
         held: listing.counts.held + listing.counts.claimed,
         replayed: listing.counts.replayed,
         in_broker: format::count(view.total),
@@ -486,6 +494,24 @@ async fn take_form(
     }
 }
 
+async fn custody_start_form(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+) -> Result<Response, PageError> {
+    super::custody::start_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
+    Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response())
+}
+
+async fn custody_release_form(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+) -> Result<Response, PageError> {
+    let audit_id = super::custody::release_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
+    Ok(Redirect::to(&format!("/audit?replay={audit_id}")).into_response())
+}
+
 /// The custody replay form: `scope` (`all` or `matching`, with the `filter_*` fields) and
 /// `target` (`original-queue`, or `queue` with `target_queue`).
 async fn custody_replay_form(
@@ -524,7 +550,8 @@ async fn custody_replay_form(
     };
     let request = ReplayRequest { selection, target };
     let audit_id =
-        super::custody::start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor()).await?;
+        super::custody::start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false)
+            .await?;
     // Post/redirect/get: what became of each record is on the audit entry.
     Ok(Redirect::to(&format!("/audit?replay={audit_id}")).into_response())
 }
