@@ -161,25 +161,35 @@ async fn a_requeue_into_a_queue_makes_its_age_estimate_a_lower_bound_until_the_m
     let job = warren.run_move(&path, serde_json::json!({"selection": "all", "target": {"queue": "work"}})).await;
     assert_eq!(job["state"], "done", "{job}");
 
+    // The mark is set; where the queue's publish counter counted the moved copies (4.x: the
+    // plugin's counters, kept by the queue) the estimate is there and says it is a lower bound.
+    // 3.10 counts a channel's publishes only when it emits its stats, which a channel that
+    // closes within the 5 s step never does: there the moved copies are not counted, the
+    // counter cannot account for the queue's messages, and the age stays unknown: truthful too.
+    let counted = broker().facts().await.major >= 4;
     let q = wait_for("work's estimate marked a lower bound", Duration::from_secs(60), || async {
         let q = warren.queue(&vhost.name, "work").await.ok_or("not listed")?;
-        if q["total"] == 5 && q["oldest_age_source"] == "estimated" && q["fifo_broken_since"].is_string() {
+        let estimated = q["oldest_age_source"] == "estimated";
+        if q["total"] == 5 && q["fifo_broken_since"].is_string() && (estimated || !counted) {
             Ok(q)
         } else {
-            Err(format!("total {} source {} broken {}", q["total"], q["oldest_age_source"], q["fifo_broken_since"]))
+            Err(format!("total {} source {} broken {} {q}", q["total"], q["oldest_age_source"], q["fifo_broken_since"]))
         }
     })
     .await;
-    assert_eq!(q["oldest_age_lower_bound"], true, "{q}");
-    let (_, page) = warren.get_text(&format!("/queues/local/{}/work", encode(&vhost.name))).await;
-    assert!(page.contains("warren requeued older messages into this queue"), "the age says why");
+    let plain_estimate = |q: &Value| q["oldest_age_source"] == "estimated" && q["oldest_age_lower_bound"] == false;
+    assert!(!plain_estimate(&q), "never a plain estimate while the requeued messages are there: {q}");
+    if q["oldest_age_source"] == "estimated" {
+        let (_, page) = warren.get_text(&format!("/queues/local/{}/work", encode(&vhost.name))).await;
+        assert!(page.contains("warren requeued older messages into this queue"), "the age says why");
+    }
 
     // Fresh messages behind the requeued ones do not end it: the head is still a requeued one.
     publish(&channel, "work", 3, BasicProperties::default()).await;
     let watched = Instant::now();
     while watched.elapsed() < Duration::from_secs(10) {
         let q = warren.queue(&vhost.name, "work").await.expect("listed");
-        assert!(q["fifo_broken_since"].is_string() && q["oldest_age_lower_bound"] == true, "still a bound: {q}");
+        assert!(q["fifo_broken_since"].is_string() && !plain_estimate(&q), "still a bound: {q}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
@@ -198,7 +208,7 @@ async fn a_requeue_into_a_queue_makes_its_age_estimate_a_lower_bound_until_the_m
         if q["fifo_broken_since"].is_null() && q["oldest_age_source"] == "estimated" {
             Ok(q)
         } else {
-            Err(format!("total {} source {} broken {}", q["total"], q["oldest_age_source"], q["fifo_broken_since"]))
+            Err(format!("total {} source {} broken {} {q}", q["total"], q["oldest_age_source"], q["fifo_broken_since"]))
         }
     })
     .await;
@@ -479,8 +489,11 @@ async fn a_dlqs_inflow_is_derived_and_a_rejecting_queues_backlog_does_not_grow()
         let dlq = warren.queue(&vhost.name, "work.dlq").await.ok_or("no dlq")?;
         let work = warren.queue(&vhost.name, "work").await.ok_or("no work queue")?;
         let within = |v: &Value, lo: f64, hi: f64| v.as_f64().is_some_and(|x| (lo..=hi).contains(&x));
+        // The DLQ's publish rate must be known too (a 3.10 stats listing under load can leave it
+        // unknown for a few polls): then it must be 0.
         if within(&dlq["inflow_rate"], 3.0, 5.0)
             && within(&work["publish_rate"], 3.0, 5.0)
+            && dlq["publish_rate"].is_number()
             && dlq["total"].as_u64() > Some(40)
         {
             Ok((dlq, work))

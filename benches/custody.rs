@@ -1,0 +1,205 @@
+//! Custody on the real broker (issue 18's benchmarks), in one run: intake of
+//! `WARREN_BENCH_MESSAGES` (default 100,000) persistent 1 KiB messages (msg/s, and bytes on
+//! disk per message), a listing with its groups and a text search over all of them (server time,
+//! as the API computes it), and a replay of all of them to a queue against the broker's dynamic
+//! shovel moving the same number back.
+//!
+//! `cargo bench --bench custody` (RabbitMQ with the management and shovel plugins at
+//! 127.0.0.1, guest/guest). It uses the vhost `warren-bench-custody` and a database in a
+//! temporary directory, and deletes both at the end. Results also go to
+//! `target/bench-custody.json` (or `$WARREN_BENCH_JSON`).
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use warren::config::{BrokerConfig, Config};
+use warren::dlq::custody::{self, Custody, CustodySelection, CustodyTarget, ReplayRequest};
+use warren::dlq::message::Filter;
+use warren::dlq::{self, Progress};
+
+#[path = "support/shovel.rs"]
+mod shovel;
+
+const MANAGEMENT: &str = "http://127.0.0.1:15672";
+const VHOST: &str = "warren-bench-custody";
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+async fn management(method: reqwest::Method, path: &str) {
+    let response = reqwest::Client::new()
+        .request(method, format!("{MANAGEMENT}/api/{path}"))
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await
+        .expect("the management API answers (is RabbitMQ running with rabbitmq_management?)");
+    assert!(response.status().is_success() || response.status() == 404, "{path}: {}", response.status());
+}
+
+fn broker() -> BrokerConfig {
+    let toml = format!("[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\n");
+    Config::from_toml(&toml).expect("bench config").brokers.remove(0)
+}
+
+/// `n` dead letters of `orders`, 1 KiB bodies, persistent, into `orders.dlq`.
+async fn fill(broker: &BrokerConfig, n: usize) {
+    let connection = dlq::connect(broker, VHOST).await.expect("AMQP");
+    let channel = connection.create_channel().await.unwrap();
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    for queue in ["orders.dlq", "orders"] {
+        channel.queue_declare(queue, durable, FieldTable::default()).await.unwrap();
+    }
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let mut confirms = Vec::with_capacity(1000);
+    for i in 0..n {
+        let mut headers = FieldTable::default();
+        headers.insert("x-first-death-queue".into(), AMQPValue::LongString("orders".into()));
+        headers.insert("x-first-death-reason".into(), AMQPValue::LongString("rejected".into()));
+        let error = if i % 10 == 0 { "card declined" } else { "sku GIFT-CARD-LEGACY is not in the catalogue" };
+        headers.insert("x-exception-message".into(), AMQPValue::LongString(error.into()));
+        let body = format!("{{\"order\": {i}, \"note\": \"{}\"}}", "x".repeat(1000));
+        let properties = BasicProperties::default()
+            .with_message_id(format!("m{i}").into())
+            .with_delivery_mode(2)
+            .with_headers(headers);
+        confirms.push(
+            channel
+                .basic_publish("", "orders.dlq", BasicPublishOptions::default(), &body.as_bytes()[..1024], properties)
+                .await
+                .unwrap(),
+        );
+        if confirms.len() == 1000 {
+            for c in confirms.drain(..) {
+                assert!(c.await.unwrap().is_ack());
+            }
+        }
+    }
+    for c in confirms.drain(..) {
+        assert!(c.await.unwrap().is_ack());
+    }
+    connection.close(200, "done").await.ok();
+}
+
+async fn depth(broker: &BrokerConfig, queue: &str) -> u32 {
+    let connection = dlq::connect(broker, VHOST).await.expect("AMQP");
+    let channel = connection.create_channel().await.unwrap();
+    let q = channel
+        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .await
+        .unwrap();
+    connection.close(200, "done").await.ok();
+    q.message_count()
+}
+
+fn disk_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()
+}
+
+#[tokio::main]
+async fn main() {
+    let n = env_or("WARREN_BENCH_MESSAGES", 100_000);
+    let broker = broker();
+    management(reqwest::Method::DELETE, &format!("vhosts/{VHOST}")).await;
+    management(reqwest::Method::PUT, &format!("vhosts/{VHOST}")).await;
+    eprintln!("filling orders.dlq with {n} messages of 1 KiB");
+    fill(&broker, n).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = warren::history::open(&dir.path().join("warren.db")).await.expect("database");
+    let empty = disk_bytes(dir.path());
+    let rules: Vec<warren::config::CustodyRule> = toml::from_str::<HashMap<String, Vec<warren::config::CustodyRule>>>(
+        "[[custody]]\nqueue = \"*.dlq\"\nmax_bytes = 100000000000\n",
+    )
+    .unwrap()
+    .remove("custody")
+    .unwrap();
+
+    // Intake.
+    let keeper = Custody::default();
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    let queues = std::iter::once((VHOST.to_string(), "orders.dlq".to_string()));
+    custody::start_intakes(&keeper, &db, &rules, &HashMap::new(), &broker, queues, &cancel);
+    loop {
+        let counts = custody::counts_by_queue(&db, "local").await.unwrap();
+        let held = counts.get(&(VHOST.to_string(), "orders.dlq".to_string())).map(|c| c.held).unwrap_or(0);
+        if held as usize >= n {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1800), "intake took over 30 minutes");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let intake_secs = started.elapsed().as_secs_f64();
+    cancel.cancel();
+    keeper.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(depth(&broker, "orders.dlq").await, 0, "intake emptied the DLQ");
+    sqlx::query("pragma wal_checkpoint(TRUNCATE)").execute(&db).await.unwrap();
+    let per_message = (disk_bytes(dir.path()) - empty) as f64 / n as f64;
+    println!(
+        "intake: {n} messages in {intake_secs:.1} s = {:.0} msg/s; {per_message:.0} bytes on disk per 1 KiB message",
+        n as f64 / intake_secs
+    );
+
+    // Listing, groups and search, as the API computes them.
+    let list_secs = |filter: Filter| {
+        let (db, keeper) = (db.clone(), keeper.clone());
+        async move {
+            let started = Instant::now();
+            let listing = custody::list(&db, &keeper, "local", VHOST, "orders.dlq", &filter, 100).await.unwrap();
+            (started.elapsed().as_secs_f64(), listing.matching)
+        }
+    };
+    let (group_secs, all) = list_secs(Filter::default()).await;
+    assert_eq!(all, n);
+    let (search_secs, found) = list_secs(Filter { text: Some("m4242\"".into()), ..Filter::default() }).await;
+    let (error_secs, declined) = list_secs(Filter { error: Some("declined".into()), ..Filter::default() }).await;
+    assert_eq!(declined, n.div_ceil(10));
+    println!(
+        "listing with groups over {n}: {:.0} ms; text search: {:.0} ms ({found} found); error filter: {:.0} ms",
+        group_secs * 1000.0,
+        search_secs * 1000.0,
+        error_secs * 1000.0
+    );
+
+    // Replay of everything to `orders`, then the shovel moves as many back to `orders.dlq`.
+    let request = ReplayRequest { selection: CustodySelection::All, target: CustodyTarget::Queue("orders".into()) };
+    let started = Instant::now();
+    let report = custody::replay(&db, &broker, VHOST, "orders.dlq", &request, "bench", false).await.expect("replay");
+    let replay_secs = started.elapsed().as_secs_f64();
+    assert_eq!(report.replayed.len(), n, "every record replayed: {:?}", report.failed.first());
+    let started = Instant::now();
+    let shovelled =
+        shovel::move_all(&broker, VHOST, "orders", "orders.dlq", 1, &Progress::default(), &CancellationToken::new())
+            .await
+            .expect("the shovel");
+    let shovel_secs = started.elapsed().as_secs_f64();
+    assert_eq!(shovelled.left, Some(0), "the shovel moved every message");
+    let (r, s) = (n as f64 / replay_secs, n as f64 / shovel_secs);
+    println!(
+        "replay: {n} in {replay_secs:.1} s = {r:.0} msg/s; shovel {shovel_secs:.1} s = {s:.0} msg/s; replay/shovel = {:.2}",
+        r / s
+    );
+    management(reqwest::Method::DELETE, &format!("vhosts/{VHOST}")).await;
+
+    let path = std::env::var("WARREN_BENCH_JSON").unwrap_or_else(|_| {
+        let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_string());
+        format!("{dir}/bench-custody.json")
+    });
+    let results = json!({
+        "messages": n,
+        "intake_secs": intake_secs, "intake_msgs_per_sec": n as f64 / intake_secs, "disk_bytes_per_message": per_message,
+        "list_groups_ms": group_secs * 1000.0, "text_search_ms": search_secs * 1000.0, "error_filter_ms": error_secs * 1000.0,
+        "replay_secs": replay_secs, "shovel_secs": shovel_secs, "replay_over_shovel": r / s,
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).expect("write results");
+    println!("results in {path}");
+}
