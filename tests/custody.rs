@@ -92,6 +92,10 @@ async fn custody_takes_every_dead_letter_and_replays_each_once() {
         assert_eq!(ids, all, "each message once");
         let found = listing(&warren, &vhost.name, "?text=%22n%22%3A%207%7D").await;
         assert_eq!(found["custody"]["matching"], 1, "the text filter reads the bodies: {found}");
+        let found = listing(&warren, &vhost.name, "?text=M42").await;
+        assert_eq!(found["custody"]["matching"], 1, "and the properties, whatever the case: {found}");
+        assert_eq!(listing(&warren, &vhost.name, "?reason=rejected&original=work").await["custody"]["matching"], N);
+        assert_eq!(listing(&warren, &vhost.name, "?original=elsewhere").await["custody"]["matching"], 0);
         if quorum {
             // Taken once: nothing was handed back, so no delivery was spent.
             let records = list["custody"]["records"].as_array().unwrap();

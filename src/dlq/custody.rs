@@ -18,7 +18,7 @@
 //!   and the body, with one header added: `x-warren-custody-id`, by which a returned copy is
 //!   matched to its record (lapin hands a return to whichever confirmation comes next).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -545,16 +545,11 @@ pub struct Listing {
     pub records: Vec<Record>,
 }
 
-fn grouped<'a>(values: impl Iterator<Item = Option<&'a String>>) -> Vec<(String, usize)> {
-    let mut map: BTreeMap<String, usize> = BTreeMap::new();
-    for v in values {
-        *map.entry(v.cloned().unwrap_or_else(|| "—".to_string())).or_default() += 1;
-    }
-    let mut out: Vec<(String, usize)> = map.into_iter().collect();
-    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    out
-}
-
+/// What custody holds of a queue: counts, groups over every held record, and the records the
+/// filter matches. In SQL, so that it answers in milliseconds over 100,000 records (reading and
+/// decoding every record per request took seconds). The filter means what the browser's does
+/// (`Filter::matches`); its text search looks in the body and in every property, headers
+/// included, ignoring the case of ASCII letters.
 pub async fn list(
     db: &Db,
     custody: &Custody,
@@ -564,18 +559,84 @@ pub async fn list(
     filter: &Filter,
     limit: usize,
 ) -> Result<Listing, sqlx::Error> {
-    let id = (broker.to_string(), vhost.to_string(), queue.to_string());
-    let all = held(db, &id, &["held", "claimed"]).await?;
+    const KEPT: &str = "broker = ? and vhost = ? and queue = ? and state in ('held', 'claimed')";
     let counts = counts_by_queue(db, broker).await?.remove(&(vhost.to_string(), queue.to_string())).unwrap_or_default();
-    let matching: Vec<&Held> = all.iter().filter(|h| filter.matches(&h.summary)).collect();
+    let group = |column: &'static str| async move {
+        let sql = format!(
+            "select {column}, count(*) from custody_messages where {KEPT} group by {column} order by count(*) desc, {column}"
+        );
+        let rows = sqlx::query(&sql).bind(broker).bind(vhost).bind(queue).fetch_all(db).await?;
+        Ok::<Vec<(Option<String>, usize)>, sqlx::Error>(
+            rows.iter().map(|r| (r.get::<Option<String>, _>(0), r.get::<i64, _>(1).max(0) as usize)).collect(),
+        )
+    };
+    let named = |groups: Vec<(Option<String>, usize)>| -> Vec<(String, usize)> {
+        groups.into_iter().map(|(v, n)| (v.unwrap_or_else(|| "—".to_string()), n)).collect()
+    };
+    let by_reason = named(group("reason").await?);
+    let by_original_queue = named(group("original_queue").await?);
+    let by_error = group("error").await?.into_iter().filter_map(|(v, n)| Some((v?, n))).collect();
+
+    let set = |v: &Option<String>| v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
+    let mut conditions = String::from(KEPT);
+    let mut values: Vec<String> = vec![broker.to_string(), vhost.to_string(), queue.to_string()];
+    if let Some(reason) = set(&filter.reason) {
+        conditions.push_str(" and reason = ?");
+        values.push(reason);
+    }
+    if let Some(original) = set(&filter.original_queue) {
+        conditions.push_str(" and original_queue = ?");
+        values.push(original);
+    }
+    if let Some(error) = set(&filter.error) {
+        conditions.push_str(" and instr(lower(error), ?) > 0");
+        values.push(error.to_lowercase());
+    }
+    if let Some(text) = set(&filter.text) {
+        conditions.push_str(" and (instr(lower(cast(body as text)), ?) > 0 or instr(lower(properties_json), ?) > 0)");
+        values.push(text.to_lowercase());
+        values.push(text.to_lowercase());
+    }
+    let count_sql = format!("select count(*) from custody_messages where {conditions}");
+    let mut count = sqlx::query(&count_sql);
+    for v in &values {
+        count = count.bind(v);
+    }
+    let matching = count.fetch_one(db).await?.get::<i64, _>(0).max(0) as usize;
+    let rows_sql = format!(
+        "select id, received_at, message_id, reason, original_queue, error, routing_key, length(body), redelivered, state
+         from custody_messages where {conditions} order by id limit ?"
+    );
+    let mut rows = sqlx::query(&rows_sql);
+    for v in &values {
+        rows = rows.bind(v);
+    }
+    let records = rows
+        .bind(limit as i64)
+        .fetch_all(db)
+        .await?
+        .iter()
+        .map(|row| Record {
+            id: row.get(0),
+            received_at: row.get(1),
+            message_id: row.get(2),
+            reason: row.get(3),
+            original_queue: row.get(4),
+            error: row.get(5),
+            routing_key: row.get(6),
+            size: row.get::<i64, _>(7).max(0) as u64,
+            redelivered: row.get(8),
+            state: row.get(9),
+        })
+        .collect();
     Ok(Listing {
         counts,
         intake: custody.state(broker, vhost, queue),
-        by_reason: grouped(all.iter().map(|h| h.record.reason.as_ref())),
-        by_original_queue: grouped(all.iter().map(|h| h.record.original_queue.as_ref())),
-        by_error: grouped(all.iter().filter(|h| h.record.error.is_some()).map(|h| h.record.error.as_ref())),
-        matching: matching.len(),
-        records: matching.into_iter().take(limit).map(|h| h.record.clone()).collect(),
+        by_reason,
+        by_original_queue,
+        by_error,
+        matching,
+        records,
     })
 }
 
