@@ -20,35 +20,19 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use warren::config::{BrokerConfig, Config};
+use warren::config::BrokerConfig;
 use warren::dlq::custody::{self, Custody, CustodySelection, CustodyTarget, ReplayRequest};
 use warren::dlq::message::Filter;
 use warren::dlq::{self, Progress};
 
 #[path = "support/shovel.rs"]
 mod shovel;
+#[path = "support/broker.rs"]
+mod support;
 
-const MANAGEMENT: &str = "http://127.0.0.1:15672";
+use support::{broker, env_or, management};
+
 const VHOST: &str = "warren-bench-custody";
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-async fn management(method: reqwest::Method, path: &str) {
-    let response = reqwest::Client::new()
-        .request(method, format!("{MANAGEMENT}/api/{path}"))
-        .basic_auth("guest", Some("guest"))
-        .send()
-        .await
-        .expect("the management API answers (is RabbitMQ running with rabbitmq_management?)");
-    assert!(response.status().is_success() || response.status() == 404, "{path}: {}", response.status());
-}
-
-fn broker() -> BrokerConfig {
-    let toml = format!("[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\n");
-    Config::from_toml(&toml).expect("bench config").brokers.remove(0)
-}
 
 /// `n` dead letters of `orders`, 1 KiB bodies, persistent, into `orders.dlq`.
 async fn fill(broker: &BrokerConfig, n: usize) {
@@ -87,17 +71,6 @@ async fn fill(broker: &BrokerConfig, n: usize) {
         assert!(c.await.unwrap().is_ack());
     }
     connection.close(200, "done").await.ok();
-}
-
-async fn depth(broker: &BrokerConfig, queue: &str) -> u32 {
-    let connection = dlq::connect(broker, VHOST).await.expect("AMQP");
-    let channel = connection.create_channel().await.unwrap();
-    let q = channel
-        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
-        .await
-        .unwrap();
-    connection.close(200, "done").await.ok();
-    q.message_count()
 }
 
 fn disk_bytes(dir: &std::path::Path) -> u64 {
@@ -141,7 +114,7 @@ async fn main() {
     let intake_secs = started.elapsed().as_secs_f64();
     cancel.cancel();
     keeper.shutdown(Duration::from_secs(10)).await;
-    assert_eq!(depth(&broker, "orders.dlq").await, 0, "intake emptied the DLQ");
+    assert_eq!(support::depth(&broker, VHOST, "orders.dlq").await, 0, "intake emptied the DLQ");
     sqlx::query("pragma wal_checkpoint(TRUNCATE)").execute(&db).await.unwrap();
     let per_message = (disk_bytes(dir.path()) - empty) as f64 / n as f64;
     println!(

@@ -19,33 +19,17 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use warren::config::{BrokerConfig, Config};
+use warren::config::BrokerConfig;
 use warren::dlq::{self, Plan, Progress, Selection, Target};
 
 #[path = "support/shovel.rs"]
 mod shovel;
+#[path = "support/broker.rs"]
+mod support;
 
-const MANAGEMENT: &str = "http://127.0.0.1:15672";
+use support::{broker, env_or, management};
+
 const VHOST: &str = "warren-bench-requeue";
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-async fn management(method: reqwest::Method, path: &str) {
-    let response = reqwest::Client::new()
-        .request(method, format!("{MANAGEMENT}/api/{path}"))
-        .basic_auth("guest", Some("guest"))
-        .send()
-        .await
-        .expect("the management API answers (is RabbitMQ running with rabbitmq_management?)");
-    assert!(response.status().is_success() || response.status() == 404, "{path}: {}", response.status());
-}
-
-fn broker() -> BrokerConfig {
-    let toml = format!("[[brokers]]\nname = \"local\"\nmanagement_url = \"{MANAGEMENT}\"\n");
-    Config::from_toml(&toml).expect("bench config").brokers.remove(0)
-}
 
 /// Publishes `n` messages shaped like dead letters of `orders` into `dlq`, with confirms.
 async fn fill(broker: &BrokerConfig, n: usize) {
@@ -84,17 +68,6 @@ async fn fill(broker: &BrokerConfig, n: usize) {
     connection.close(200, "done").await.ok();
 }
 
-async fn depth(broker: &BrokerConfig, queue: &str) -> u32 {
-    let connection = dlq::connect(broker, VHOST).await.expect("AMQP");
-    let channel = connection.create_channel().await.unwrap();
-    let q = channel
-        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
-        .await
-        .unwrap();
-    connection.close(200, "done").await.ok();
-    q.message_count()
-}
-
 #[tokio::main]
 async fn main() {
     let n = env_or("WARREN_BENCH_MESSAGES", 100_000);
@@ -120,7 +93,7 @@ async fn main() {
             .expect("warren's mover");
         let warren_secs = started.elapsed().as_secs_f64();
         assert_eq!(report.moved.len(), n, "warren moved every message: {:?}", report.stopped);
-        assert_eq!(depth(&broker, "orders").await as usize, n);
+        assert_eq!(support::depth(&broker, VHOST, "orders").await as usize, n);
 
         let started = Instant::now();
         let shovelled = shovel::move_all(
@@ -138,10 +111,10 @@ async fn main() {
         assert_eq!(shovelled.left, Some(0), "the shovel moved every message");
         // The shovel's last acks can trail its removal by a moment.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while (depth(&broker, "dlq").await as usize) < n && Instant::now() < deadline {
+        while (support::depth(&broker, VHOST, "dlq").await as usize) < n && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(depth(&broker, "dlq").await as usize, n);
+        assert_eq!(support::depth(&broker, VHOST, "dlq").await as usize, n);
 
         let (w, s) = (n as f64 / warren_secs, n as f64 / shovel_secs);
         println!(

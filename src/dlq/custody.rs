@@ -484,21 +484,35 @@ struct Held {
     summary: SnapshotMessage,
 }
 
+/// The columns a `Record` is read from (`record`), first in every query that lists records.
+const RECORD_COLUMNS: &str =
+    "id, received_at, message_id, reason, original_queue, error, routing_key, length(body), redelivered, state";
+
+fn record(row: &sqlx::sqlite::SqliteRow) -> Record {
+    Record {
+        id: row.get(0),
+        received_at: row.get(1),
+        message_id: row.get(2),
+        reason: row.get(3),
+        original_queue: row.get(4),
+        error: row.get(5),
+        routing_key: row.get(6),
+        size: row.get::<i64, _>(7).max(0) as u64,
+        redelivered: row.get(8),
+        state: row.get(9),
+    }
+}
+
 async fn held(db: &Db, id: &QueueId, states: &[&str]) -> Result<Vec<Held>, sqlx::Error> {
-    let rows = sqlx::query(
-        "select id, received_at, message_id, reason, original_queue, error, routing_key, length(body), redelivered,
-                state, properties_json, body, exchange
-         from custody_messages where broker = ? and vhost = ? and queue = ? order by id",
-    )
-    .bind(&id.0)
-    .bind(&id.1)
-    .bind(&id.2)
-    .fetch_all(db)
-    .await?;
+    let sql = format!(
+        "select {RECORD_COLUMNS}, properties_json, body, exchange
+         from custody_messages where broker = ? and vhost = ? and queue = ? order by id"
+    );
+    let rows = sqlx::query(&sql).bind(&id.0).bind(&id.1).bind(&id.2).fetch_all(db).await?;
     let mut out = Vec::new();
     for row in rows {
-        let state: String = row.get(9);
-        if !states.contains(&state.as_str()) {
+        let record = record(&row);
+        if !states.contains(&record.state.as_str()) {
             continue;
         }
         let properties: serde_json::Map<String, serde_json::Value> =
@@ -512,18 +526,6 @@ async fn held(db: &Db, id: &QueueId, states: &[&str]) -> Result<Vec<Held>, sqlx:
             payload_encoding: "base64".to_string(),
             payload: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &body),
             properties,
-        };
-        let record = Record {
-            id: row.get(0),
-            received_at: row.get(1),
-            message_id: row.get(2),
-            reason: row.get(3),
-            original_queue: row.get(4),
-            error: row.get(5),
-            routing_key: row.get(6),
-            size: row.get::<i64, _>(7).max(0) as u64,
-            redelivered: row.get(8),
-            state,
         };
         out.push(Held { summary: message::summarize(out.len() + 1, String::new(), shown), record });
     }
@@ -603,32 +605,12 @@ pub async fn list(
         count = count.bind(v);
     }
     let matching = count.fetch_one(db).await?.get::<i64, _>(0).max(0) as usize;
-    let rows_sql = format!(
-        "select id, received_at, message_id, reason, original_queue, error, routing_key, length(body), redelivered, state
-         from custody_messages where {conditions} order by id limit ?"
-    );
+    let rows_sql = format!("select {RECORD_COLUMNS} from custody_messages where {conditions} order by id limit ?");
     let mut rows = sqlx::query(&rows_sql);
     for v in &values {
         rows = rows.bind(v);
     }
-    let records = rows
-        .bind(limit as i64)
-        .fetch_all(db)
-        .await?
-        .iter()
-        .map(|row| Record {
-            id: row.get(0),
-            received_at: row.get(1),
-            message_id: row.get(2),
-            reason: row.get(3),
-            original_queue: row.get(4),
-            error: row.get(5),
-            routing_key: row.get(6),
-            size: row.get::<i64, _>(7).max(0) as u64,
-            redelivered: row.get(8),
-            state: row.get(9),
-        })
-        .collect();
+    let records = rows.bind(limit as i64).fetch_all(db).await?.iter().map(record).collect();
     Ok(Listing {
         counts,
         intake: custody.state(broker, vhost, queue),
