@@ -1,7 +1,8 @@
 //! AMQP field tables, the message headers anyone who can publish to a queue writes, as lapin
 //! reads them off the wire (`amq-protocol-types`), and as warren uses them: the DLQ browser's
 //! JSON of the headers, the dead-letter facts decoded from `x-death` and friends, the header
-//! search of a filter, and the copy a requeue publishes (original route, replay counter).
+//! search of a filter, the copy a requeue publishes (original route, replay counter), and the
+//! properties custody stores and a replay decodes again.
 #![no_main]
 
 use lapin::acker::Acker;
@@ -30,4 +31,8 @@ fuzz_target!(|data: &[u8]| {
     Filter { text: Some("x-death".into()), ..Filter::default() }.matches(&summary);
     warren::dlq::original_route(&delivery);
     warren::dlq::replay_properties(&delivery);
+    Filter { error: Some("error".into()), ..Filter::default() }.matches(&summary);
+    if let Ok(stored) = warren::dlq::custody::encode_properties(&delivery.properties) {
+        let _ = warren::dlq::custody::decode_properties(&stored);
+    }
 });

@@ -51,10 +51,10 @@ pub const CUSTODY_ID_HEADER: &str = "x-warren-custody-id";
 type QueueId = (String, String, String);
 
 /// The AMQP content-header encoding of `properties`: what a replay publishes again, types kept.
-pub fn encode_properties(properties: &BasicProperties) -> Vec<u8> {
-    let (bytes, _) = cookie_factory::gen(lapin::protocol::basic::gen_properties(properties), Vec::new())
-        .expect("properties serialise into a vector");
-    bytes
+pub fn encode_properties(properties: &BasicProperties) -> Result<Vec<u8>, String> {
+    cookie_factory::gen(lapin::protocol::basic::gen_properties(properties), Vec::new())
+        .map(|(bytes, _)| bytes)
+        .map_err(|e| format!("its properties cannot be encoded again: {e:?}"))
 }
 
 pub fn decode_properties(bytes: &[u8]) -> Result<BasicProperties, String> {
@@ -287,20 +287,23 @@ struct Taken {
     redelivered: bool,
 }
 
-fn taken(delivery: lapin::message::Delivery) -> Taken {
+/// A delivery as a row, or why it cannot be kept as it came (its properties would not encode).
+fn taken(delivery: lapin::message::Delivery) -> Result<Taken, String> {
+    let properties = encode_properties(&delivery.properties)
+        .map_err(|e| format!("the message with delivery tag {} cannot be kept: {e}", delivery.delivery_tag))?;
     let shown = peeked(&delivery, usize::MAX);
     let properties_json = serde_json::Value::Object(shown.properties.clone()).to_string();
     let summary = message::summarize(0, String::new(), shown);
-    Taken {
+    Ok(Taken {
         tag: delivery.delivery_tag,
         exchange: delivery.exchange.as_str().to_string(),
         routing_key: delivery.routing_key.as_str().to_string(),
-        properties: encode_properties(&delivery.properties),
+        properties,
         properties_json,
         body: delivery.data,
         summary,
         redelivered: delivery.redelivered,
-    }
+    })
 }
 
 /// Bytes a queue's records hold in custody (not yet replayed).
@@ -388,11 +391,18 @@ async fn intake(
             Some(Err(e)) => break Err(format!("the consumer failed: {e}")),
             None => break Err("the broker closed the consumer".to_string()),
         };
-        let mut batch = vec![taken(first)];
+        let mut batch = Vec::with_capacity(BATCH);
         let mut failed = None;
-        while batch.len() < BATCH {
+        match taken(first) {
+            Ok(t) => batch.push(t),
+            Err(e) => failed = Some(e),
+        }
+        while batch.len() < BATCH && failed.is_none() {
             match tokio::time::timeout(GATHER, consumer.next()).await {
-                Ok(Some(Ok(delivery))) => batch.push(taken(delivery)),
+                Ok(Some(Ok(delivery))) => match taken(delivery) {
+                    Ok(t) => batch.push(t),
+                    Err(e) => failed = Some(e),
+                },
                 Ok(Some(Err(e))) => {
                     failed = Some(format!("the consumer failed: {e}"));
                     break;
@@ -893,7 +903,7 @@ mod tests {
             .with_delivery_mode(2)
             .with_timestamp(1_700_000_001)
             .with_headers(headers);
-        let back = decode_properties(&encode_properties(&properties)).unwrap();
+        let back = decode_properties(&encode_properties(&properties).unwrap()).unwrap();
         assert_eq!(back, properties);
         assert!(decode_properties(b"\xff").is_err(), "garbage is an error, not a panic");
     }
