@@ -13,6 +13,7 @@ create table custody_messages (
     properties      blob    not null,      -- AMQP content-header properties, encoded
     properties_json text    not null,      -- the same as the browser shows them
     body            blob    not null,
+    size            integer not null,      -- bytes of body and properties, for the budget
     message_id      text,
     reason          text,
     original_queue  text,
@@ -24,3 +25,6 @@ create table custody_messages (
     replayed_to     text
 );
 create index custody_by_queue on custody_messages (broker, vhost, queue, state, id);
+-- Counts, sizes and the triage groups read this index alone, never the rows with their bodies
+-- (a scan of 100,000 rows of 1 KiB took 600 ms).
+create index custody_triage on custody_messages (broker, vhost, queue, state, reason, original_queue, error, size);

@@ -44,6 +44,8 @@ use crate::history::Db;
 const BATCH: usize = 200;
 /// How long intake waits for more deliveries before committing a smaller batch.
 const GATHER: Duration = Duration::from_millis(50);
+/// Copies published before their confirms are awaited, at most.
+const REPLAY_BATCH: usize = 1000;
 /// The header a replayed copy carries: its record's id.
 pub const CUSTODY_ID_HEADER: &str = "x-warren-custody-id";
 
@@ -309,8 +311,8 @@ fn taken(delivery: lapin::message::Delivery) -> Result<Taken, String> {
 /// Bytes a queue's records hold in custody (not yet replayed).
 async fn bytes_kept(db: &Db, id: &QueueId) -> Result<u64, sqlx::Error> {
     let row = sqlx::query(
-        "select coalesce(sum(length(body) + length(properties)), 0) from custody_messages
-         where broker = ? and vhost = ? and queue = ? and state != 'replayed'",
+        "select coalesce(sum(size), 0) from custody_messages
+         where broker = ? and vhost = ? and queue = ? and state in ('held', 'claimed')",
     )
     .bind(&id.0)
     .bind(&id.1)
@@ -331,8 +333,8 @@ async fn commit(db: &Db, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Erro
         for t in batch {
             sqlx::query(
                 "insert into custody_messages (broker, vhost, queue, received_at, exchange, routing_key, properties,
-                 properties_json, body, message_id, reason, original_queue, error, redelivered)
-                 values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 properties_json, body, size, message_id, reason, original_queue, error, redelivered)
+                 values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&id.0)
             .bind(&id.1)
@@ -343,6 +345,7 @@ async fn commit(db: &Db, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Erro
             .bind(&t.properties)
             .bind(&t.properties_json)
             .bind(&t.body)
+            .bind((t.body.len() + t.properties.len()) as i64)
             .bind(&t.summary.message_id)
             .bind(&t.summary.reason)
             .bind(&t.summary.original_queue)
@@ -451,7 +454,7 @@ pub struct Counts {
 /// Every queue's custody counts of a broker, by (vhost, queue): for the poller.
 pub async fn counts_by_queue(db: &Db, broker: &str) -> Result<HashMap<(String, String), Counts>, sqlx::Error> {
     let rows = sqlx::query(
-        "select vhost, queue, state, count(*), coalesce(sum(length(body) + length(properties)), 0)
+        "select vhost, queue, state, count(*), coalesce(sum(size), 0)
          from custody_messages where broker = ? group by vhost, queue, state",
     )
     .bind(broker)
@@ -488,10 +491,19 @@ pub struct Record {
     pub state: String,
 }
 
-/// The held records of a queue with their summaries, filtered: every record, not a sample.
-struct Held {
-    record: Record,
-    summary: SnapshotMessage,
+/// What custody holds of a queue, filtered, with its groups over every held record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    pub counts: Counts,
+    pub intake: Option<IntakeState>,
+    /// Over every held record (not only the filtered ones): (value, records).
+    pub by_reason: Vec<(String, usize)>,
+    pub by_original_queue: Vec<(String, usize)>,
+    pub by_error: Vec<(String, usize)>,
+    /// Held records matching the filter.
+    pub matching: usize,
+    /// The first `limit` of them.
+    pub records: Vec<Record>,
 }
 
 /// The columns a `Record` is read from (`record`), first in every query that lists records.
@@ -513,48 +525,48 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Record {
     }
 }
 
-async fn held(db: &Db, id: &QueueId, states: &[&str]) -> Result<Vec<Held>, sqlx::Error> {
-    let sql = format!(
-        "select {RECORD_COLUMNS}, properties_json, body, exchange
-         from custody_messages where broker = ? and vhost = ? and queue = ? order by id"
-    );
-    let rows = sqlx::query(&sql).bind(&id.0).bind(&id.1).bind(&id.2).fetch_all(db).await?;
-    let mut out = Vec::new();
-    for row in rows {
-        let record = record(&row);
-        if !states.contains(&record.state.as_str()) {
-            continue;
-        }
-        let properties: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(row.get::<&str, _>(10)).unwrap_or_default();
-        let body: Vec<u8> = row.get(11);
-        let shown = crate::broker::management::PeekedMessage {
-            exchange: row.get(12),
-            routing_key: row.get(6),
-            redelivered: row.get(8),
-            payload_bytes: body.len() as u64,
-            payload_encoding: "base64".to_string(),
-            payload: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &body),
-            properties,
-        };
-        out.push(Held { summary: message::summarize(out.len() + 1, String::new(), shown), record });
+/// The SQL condition (and its values, in order) for a queue's records in `states` that `filter`
+/// matches: what the browser's filter means (`Filter::matches`), its text search in the body and
+/// in every property, headers included, ignoring the case of ASCII letters.
+fn conditions(broker: &str, vhost: &str, queue: &str, states: &str, filter: &Filter) -> (String, Vec<String>) {
+    let set = |v: &Option<String>| v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
+    let mut conditions = format!("broker = ? and vhost = ? and queue = ? and {states}");
+    let mut values: Vec<String> = vec![broker.to_string(), vhost.to_string(), queue.to_string()];
+    if let Some(reason) = set(&filter.reason) {
+        conditions.push_str(" and reason = ?");
+        values.push(reason);
     }
-    Ok(out)
+    if let Some(original) = set(&filter.original_queue) {
+        conditions.push_str(" and original_queue = ?");
+        values.push(original);
+    }
+    if let Some(error) = set(&filter.error) {
+        conditions.push_str(" and instr(lower(error), ?) > 0");
+        values.push(error.to_lowercase());
+    }
+    if let Some(text) = set(&filter.text) {
+        conditions.push_str(" and (instr(lower(cast(body as text)), ?) > 0 or instr(lower(properties_json), ?) > 0)");
+        values.push(text.to_lowercase());
+        values.push(text.to_lowercase());
+    }
+    (conditions, values)
 }
 
-/// What custody holds of a queue, filtered, with its groups over every held record.
-#[derive(Debug, Clone, Serialize)]
-pub struct Listing {
-    pub counts: Counts,
-    pub intake: Option<IntakeState>,
-    /// Over every held record (not only the filtered ones): (value, records).
-    pub by_reason: Vec<(String, usize)>,
-    pub by_original_queue: Vec<(String, usize)>,
-    pub by_error: Vec<(String, usize)>,
-    /// Held records matching the filter.
-    pub matching: usize,
-    /// The first `limit` of them.
-    pub records: Vec<Record>,
+/// The records of a queue in `states` that `filter` matches, oldest first, at most `limit`.
+async fn records(
+    db: &Db,
+    (broker, vhost, queue): (&str, &str, &str),
+    states: &str,
+    filter: &Filter,
+    limit: i64,
+) -> Result<Vec<Record>, sqlx::Error> {
+    let (conditions, values) = conditions(broker, vhost, queue, states, filter);
+    let sql = format!("select {RECORD_COLUMNS} from custody_messages where {conditions} order by id limit ?");
+    let mut query = sqlx::query(&sql);
+    for v in &values {
+        query = query.bind(v);
+    }
+    Ok(query.bind(limit).fetch_all(db).await?.iter().map(record).collect())
 }
 
 /// What custody holds of a queue: counts, groups over every held record, and the records the
@@ -589,38 +601,14 @@ pub async fn list(
     let by_original_queue = named(group("original_queue").await?);
     let by_error = group("error").await?.into_iter().filter_map(|(v, n)| Some((v?, n))).collect();
 
-    let set = |v: &Option<String>| v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
-    let mut conditions = String::from(KEPT);
-    let mut values: Vec<String> = vec![broker.to_string(), vhost.to_string(), queue.to_string()];
-    if let Some(reason) = set(&filter.reason) {
-        conditions.push_str(" and reason = ?");
-        values.push(reason);
-    }
-    if let Some(original) = set(&filter.original_queue) {
-        conditions.push_str(" and original_queue = ?");
-        values.push(original);
-    }
-    if let Some(error) = set(&filter.error) {
-        conditions.push_str(" and instr(lower(error), ?) > 0");
-        values.push(error.to_lowercase());
-    }
-    if let Some(text) = set(&filter.text) {
-        conditions.push_str(" and (instr(lower(cast(body as text)), ?) > 0 or instr(lower(properties_json), ?) > 0)");
-        values.push(text.to_lowercase());
-        values.push(text.to_lowercase());
-    }
+    let (conditions, values) = conditions(broker, vhost, queue, "state in ('held', 'claimed')", filter);
     let count_sql = format!("select count(*) from custody_messages where {conditions}");
     let mut count = sqlx::query(&count_sql);
     for v in &values {
         count = count.bind(v);
     }
     let matching = count.fetch_one(db).await?.get::<i64, _>(0).max(0) as usize;
-    let rows_sql = format!("select {RECORD_COLUMNS} from custody_messages where {conditions} order by id limit ?");
-    let mut rows = sqlx::query(&rows_sql);
-    for v in &values {
-        rows = rows.bind(v);
-    }
-    let records = rows.bind(limit as i64).fetch_all(db).await?.iter().map(record).collect();
+    let records = records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, limit as i64).await?;
     Ok(Listing {
         counts,
         intake: custody.state(broker, vhost, queue),
@@ -729,34 +717,39 @@ pub async fn replay(
     releasing: bool,
 ) -> Result<ReplayReport, String> {
     let id = (broker.name.clone(), vhost.to_string(), queue.to_string());
-    let all = held(db, &id, &["held"]).await.map_err(|e| e.to_string())?;
-    let chosen: Vec<&Held> = match &request.selection {
-        CustodySelection::All => all.iter().collect(),
-        CustodySelection::Matching(filter) => all.iter().filter(|h| filter.matches(&h.summary)).collect(),
+    let all_filter = Filter::default();
+    let filter = match &request.selection {
+        CustodySelection::Matching(filter) => filter,
+        _ => &all_filter,
+    };
+    let found =
+        records(db, (&id.0, &id.1, &id.2), "state = 'held'", filter, i64::MAX).await.map_err(|e| e.to_string())?;
+    let chosen: Vec<&Record> = match &request.selection {
         CustodySelection::Records(ids) => {
             let ids: HashSet<i64> = ids.iter().copied().collect();
-            all.iter().filter(|h| ids.contains(&h.record.id)).collect()
+            found.iter().filter(|r| ids.contains(&r.id)).collect()
         }
+        _ => found.iter().collect(),
     };
     let mut report = ReplayReport::default();
-    let mut routes: Vec<(&Held, String)> = Vec::new();
+    let mut routes: Vec<(&Record, String)> = Vec::new();
     for h in chosen {
         let to = match &request.target {
             CustodyTarget::Queue(name) => Some(name.clone()),
-            CustodyTarget::OriginalQueue => h.record.original_queue.clone(),
+            CustodyTarget::OriginalQueue => h.original_queue.clone(),
         };
         match to {
             // Replaying into the queue in custody would take it straight back in; a release
             // has stopped its intake first.
             Some(to) if to == queue && !releasing => report.failed.push((
-                h.record.id,
-                h.record.message_id.clone(),
+                h.id,
+                h.message_id.clone(),
                 "its target is this queue, which is in custody".to_string(),
             )),
             Some(to) => routes.push((h, to)),
             None => report.failed.push((
-                h.record.id,
-                h.record.message_id.clone(),
+                h.id,
+                h.message_id.clone(),
                 "no x-death or framework header names the queue it died in: name a target queue".to_string(),
             )),
         }
@@ -777,30 +770,30 @@ pub async fn replay(
     }
     let (routes, absent): (Vec<_>, Vec<_>) = routes.into_iter().partition(|(_, to)| !missing.contains(to));
     for (h, to) in absent {
-        report.failed.push((h.record.id, h.record.message_id.clone(), format!("queue {to:?} does not exist")));
+        report.failed.push((h.id, h.message_id.clone(), format!("queue {to:?} does not exist")));
     }
-    let wanted: Vec<i64> = routes.iter().map(|(h, _)| h.record.id).collect();
+    let wanted: Vec<i64> = routes.iter().map(|(h, _)| h.id).collect();
     let claimed: HashSet<i64> = claim(db, job, &wanted).await.map_err(|e| e.to_string())?.into_iter().collect();
-    let routes: Vec<(&Held, String)> = routes.into_iter().filter(|(h, _)| claimed.contains(&h.record.id)).collect();
+    let routes: Vec<(&Record, String)> = routes.into_iter().filter(|(h, _)| claimed.contains(&h.id)).collect();
 
     let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
     channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| e.to_string())?;
-    let bodies =
-        bodies(db, &routes.iter().map(|(h, _)| h.record.id).collect::<Vec<_>>()).await.map_err(|e| e.to_string())?;
-    for batch in routes.chunks(BATCH) {
+    for batch in routes.chunks(REPLAY_BATCH) {
+        let ids: Vec<i64> = batch.iter().map(|(h, _)| h.id).collect();
+        let bodies = bodies(db, &ids).await.map_err(|e| e.to_string())?;
         let mut pending = Vec::with_capacity(batch.len());
         let mut failed_now: Vec<i64> = Vec::new();
         for (h, to) in batch {
-            let Some((properties, body)) = bodies.get(&h.record.id) else {
-                failed_now.push(h.record.id);
-                report.failed.push((h.record.id, h.record.message_id.clone(), "its row went missing".into()));
+            let Some((properties, body)) = bodies.get(&h.id) else {
+                failed_now.push(h.id);
+                report.failed.push((h.id, h.message_id.clone(), "its row went missing".into()));
                 continue;
             };
             let properties = match decode_properties(properties) {
-                Ok(p) => with_custody_id(p, h.record.id),
+                Ok(p) => with_custody_id(p, h.id),
                 Err(e) => {
-                    failed_now.push(h.record.id);
-                    report.failed.push((h.record.id, h.record.message_id.clone(), e));
+                    failed_now.push(h.id);
+                    report.failed.push((h.id, h.message_id.clone(), e));
                     continue;
                 }
             };
@@ -808,8 +801,8 @@ pub async fn replay(
             match channel.basic_publish("", to, options, body, properties).await {
                 Ok(confirm) => pending.push((*h, to.clone(), confirm)),
                 Err(e) => {
-                    failed_now.push(h.record.id);
-                    report.failed.push((h.record.id, h.record.message_id.clone(), e.to_string()));
+                    failed_now.push(h.id);
+                    report.failed.push((h.id, h.message_id.clone(), e.to_string()));
                 }
             }
         }
@@ -825,19 +818,19 @@ pub async fn replay(
         let mut replayed_now = Vec::new();
         for (h, to, outcome) in outcomes {
             let why = match outcome {
-                Ok(lapin::publisher_confirm::Confirmation::Ack(_)) if !returned.contains(&h.record.id) => None,
+                Ok(lapin::publisher_confirm::Confirmation::Ack(_)) if !returned.contains(&h.id) => None,
                 Ok(lapin::publisher_confirm::Confirmation::Ack(_)) => Some(format!("returned: {to:?} did not take it")),
                 Ok(other) => Some(format!("not confirmed by the broker: {other:?}")),
                 Err(e) => Some(e.to_string()),
             };
             match why {
                 None => {
-                    replayed_now.push((h.record.id, to.clone()));
-                    report.replayed.push((h.record.id, h.record.message_id.clone(), to));
+                    replayed_now.push((h.id, to.clone()));
+                    report.replayed.push((h.id, h.message_id.clone(), to));
                 }
                 Some(why) => {
-                    failed_now.push(h.record.id);
-                    report.failed.push((h.record.id, h.record.message_id.clone(), why));
+                    failed_now.push(h.id);
+                    report.failed.push((h.id, h.message_id.clone(), why));
                 }
             }
         }
