@@ -810,7 +810,10 @@ pub async fn replay(
         let mut outcomes = Vec::with_capacity(pending.len());
         for (h, to, confirm) in pending {
             let outcome = confirm.await;
-            if let Ok(lapin::publisher_confirm::Confirmation::Ack(Some(r))) = &outcome {
+            // lapin hands a return to whichever confirmation resolves next, an ack or a nack:
+            // the copy's own header says whose it is.
+            use lapin::publisher_confirm::Confirmation::{Ack, Nack};
+            if let Ok(Ack(Some(r)) | Nack(Some(r))) = &outcome {
                 returned.extend(custody_id(&r.properties));
             }
             outcomes.push((h, to, outcome));
