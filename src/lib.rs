@@ -74,7 +74,12 @@ pub async fn run(
         let poller = poller::Poller::new(broker, state.db.clone(), state.live.clone(), id)
             .await?
             .report_storage_to(state.storage.clone())
-            .watch_dead_letter_work(state.snapshots.clone(), state.jobs.clone(), state.config.custody.clone());
+            .watch_dead_letter_work(
+                state.snapshots.clone(),
+                state.jobs.clone(),
+                state.config.custody.clone(),
+                state.custody.clone(),
+            );
         tracker.spawn(poller.run(cancel.child_token()));
     }
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));

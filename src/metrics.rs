@@ -123,6 +123,9 @@ pub struct QueueView {
     /// Dead letters of this queue in warren's custody (taken off the broker, not yet
     /// replayed), `None` when it has none (`dlq::custody`). `total` is what the broker holds.
     pub custody_held: Option<u64>,
+    /// Whether the intake of this queue's custody stopped (`dlq::custody::IntakeState`);
+    /// `None` when no intake runs for it.
+    pub custody_intake_stopped: Option<bool>,
     /// Since when the FIFO estimate does not hold: a move by warren put messages into the
     /// queue that are older than their place in it says (issue 17, case 6). Until they drain,
     /// the estimate is their re-publish time, so a lower bound of the true age.
@@ -327,6 +330,7 @@ pub fn queue_view_named(
         oldest_age_lower_bound: false,
         fifo_broken_since: None,
         custody_held: None,
+        custody_intake_stopped: None,
         age_since_first_publish: false,
         redelivery_share: None,
         backlog_growth_rate: None,

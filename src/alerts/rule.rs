@@ -162,6 +162,9 @@ pub enum Metric {
     DlqInflow,
     /// The broker does not answer warren's polls.
     BrokerUnreachable,
+    /// A queue in warren's custody whose intake stopped (a failed write, a full disk, the size
+    /// budget): 1, else 0; no value without custody. Its dead letters stay in the broker.
+    CustodyIntakeStopped,
 }
 
 impl Metric {
@@ -180,6 +183,7 @@ impl Metric {
             Metric::DlqDepth => "dlq_depth",
             Metric::DlqInflow => "dlq_inflow",
             Metric::BrokerUnreachable => "broker_unreachable",
+            Metric::CustodyIntakeStopped => "custody_intake_stopped",
         }
     }
 

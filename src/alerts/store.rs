@@ -23,6 +23,19 @@ pub enum Source {
 
 /// The id of the built-in rule; writing any `broker_unreachable` rule replaces it.
 pub const BUILTIN_UNREACHABLE: &str = "builtin-broker-unreachable";
+/// The built-in rule on custody intake; any `custody_intake_stopped` rule replaces it.
+pub const BUILTIN_INTAKE_STOPPED: &str = "builtin-custody-intake-stopped";
+
+/// A custody intake that stopped leaves dead letters in the broker and says why on the DLQ
+/// page; this makes sure someone hears of it (issue 18, must-have 2). A minute, because a
+/// stopped intake is tried again after 30 s and may recover.
+fn builtin_intake_stopped() -> Rule {
+    serde_json::from_value(serde_json::json!({
+        "id": BUILTIN_INTAKE_STOPPED, "name": "Custody intake stopped", "metric": "custody_intake_stopped",
+        "comparator": ">", "threshold": 0, "for_secs": 60, "severity": "warning",
+    }))
+    .expect("the built-in rule is valid")
+}
 
 fn builtin_unreachable() -> Rule {
     serde_json::from_value(serde_json::json!({
@@ -66,6 +79,9 @@ pub async fn all_rules(config_rules: &[Rule], db: &Db) -> Result<Vec<StoredRule>
     all.extend(api_rules(db).await?.into_iter().map(|rule| StoredRule { rule, source: Source::Api }));
     if !all.iter().any(|r| r.rule.metric == super::Metric::BrokerUnreachable) {
         all.push(StoredRule { rule: builtin_unreachable(), source: Source::Builtin });
+    }
+    if !all.iter().any(|r| r.rule.metric == super::Metric::CustodyIntakeStopped) {
+        all.push(StoredRule { rule: builtin_intake_stopped(), source: Source::Builtin });
     }
     Ok(all)
 }
@@ -331,19 +347,25 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_broker_unreachable_rule_exists_unless_one_was_written() {
+    async fn the_built_in_rules_exist_unless_one_on_their_metric_was_written() {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        assert_eq!(rules.len(), 1);
-        assert_eq!((rules[0].rule.id.as_str(), rules[0].source), (BUILTIN_UNREACHABLE, Source::Builtin));
-        assert!(rules[0].rule.validate().is_empty());
+        let ids = |rules: &[StoredRule]| rules.iter().map(|r| r.rule.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&rules), vec![BUILTIN_UNREACHABLE, BUILTIN_INTAKE_STOPPED]);
+        assert!(rules.iter().all(|r| r.source == Source::Builtin && r.rule.validate().is_empty()));
         let own: Rule = serde_json::from_value(serde_json::json!({"id": "down", "name": "Down",
             "metric": "broker_unreachable", "for_secs": 10, "severity": "warning"}))
         .unwrap();
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        assert_eq!(rules.iter().map(|r| r.rule.id.as_str()).collect::<Vec<_>>(), vec!["down"]);
+        assert_eq!(ids(&rules), vec!["down", BUILTIN_INTAKE_STOPPED]);
+        let own: Rule = serde_json::from_value(serde_json::json!({"id": "intake", "name": "Intake",
+            "metric": "custody_intake_stopped", "comparator": ">", "threshold": 0, "severity": "critical"}))
+        .unwrap();
+        save_rule(&db, &own).await.unwrap();
+        let rules = all_rules(&[], &db).await.unwrap();
+        assert_eq!(ids(&rules), vec!["down", "intake"]);
     }
 
     #[tokio::test]

@@ -33,6 +33,7 @@ pub fn queue(vhost: &str, name: &str) -> TestQueue {
             oldest_age_lower_bound: false,
             fifo_broken_since: None,
             custody_held: None,
+            custody_intake_stopped: None,
             age_since_first_publish: false,
             redelivery_share: None,
             backlog_growth_rate: None,

@@ -33,6 +33,7 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
         // What the broker holds and what warren took into custody: a rule on a DLQ's depth
         // keeps working once custody empties the broker's copy (issue 18, must-have 1).
         Metric::DlqDepth if view.dead_letters.is_dlq => count(dead_letters_held(view)),
+        Metric::CustodyIntakeStopped => view.custody_intake_stopped.map(|stopped| if stopped { 1.0 } else { 0.0 }),
         Metric::DlqDepth | Metric::DlqInflow | Metric::BrokerUnreachable => None,
     }
 }

@@ -117,6 +117,8 @@ pub struct Poller {
     snapshots: Option<crate::dlq::browse::Snapshots>,
     /// The moves: which queues they put messages into, and when (`estimate::apply_fifo_breaks`).
     jobs: Option<crate::dlq::jobs::Jobs>,
+    /// The custody intakes, whose states the views carry (`custody_intake_stopped`).
+    intakes: Option<crate::dlq::custody::Custody>,
     /// The queues in warren's custody: their intake is a consumer of warren's own, which says
     /// nothing about what the queue is for (`apply_topology`).
     custody: Vec<crate::config::CustodyRule>,
@@ -280,6 +282,7 @@ impl Poller {
             storage: None,
             snapshots: None,
             jobs: None,
+            intakes: None,
             custody: Vec::new(),
         })
     }
@@ -298,10 +301,12 @@ impl Poller {
         snapshots: crate::dlq::browse::Snapshots,
         jobs: crate::dlq::jobs::Jobs,
         custody: Vec<crate::config::CustodyRule>,
+        intakes: crate::dlq::custody::Custody,
     ) -> Self {
         self.snapshots = Some(snapshots);
         self.jobs = Some(jobs);
         self.custody = custody;
+        self.intakes = Some(intakes);
         self
     }
 
@@ -580,6 +585,12 @@ impl Poller {
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reading custody counts"),
+        }
+        if let Some(intakes) = &self.intakes {
+            for view in views.iter_mut() {
+                view.custody_intake_stopped =
+                    intakes.state(&self.broker.name, &view.vhost, &view.name).map(|s| s.state == "stopped");
+            }
         }
 
         let totals = totals(&views);

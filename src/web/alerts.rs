@@ -101,7 +101,7 @@ async fn find_rule(state: &AppState, id: &str) -> Result<StoredRule, WebError> {
 pub fn read_only(source: Source) -> Option<&'static str> {
     match source {
         Source::Config => Some("is declared in the config file; change it there"),
-        Source::Builtin => Some("is built in; write a broker_unreachable rule of your own to replace it"),
+        Source::Builtin => Some("is built in; write a rule of your own on its metric to replace it"),
         Source::Api => None,
     }
 }

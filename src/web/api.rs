@@ -146,6 +146,7 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         oldest_age_lower_bound: false,
         fifo_broken_since: None,
         custody_held: None,
+        custody_intake_stopped: None,
         age_since_first_publish: false,
         redelivery_share: None,
         backlog_growth_rate: None,

@@ -61,6 +61,11 @@ const QUEUE_FAMILIES: &[(&str, &str, QueueValue)] = &[
         "Dead letters of the queue in warren's custody (taken off the broker, not yet replayed); absent without custody.",
         |q| q.custody_held.map(|v| v as f64),
     ),
+    (
+        "warren_queue_custody_intake_stopped",
+        "1 when the intake of the queue's custody stopped (its dead letters stay in the broker; the DLQ page says why); absent without an intake.",
+        |q| q.custody_intake_stopped.map(|s| if s { 1.0 } else { 0.0 }),
+    ),
 ];
 
 pub fn render(brokers: &[BrokerLive]) -> String {
