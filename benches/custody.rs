@@ -133,8 +133,8 @@ async fn main() {
     };
     let (group_secs, all) = list_secs(Filter::default()).await;
     assert_eq!(all, n);
-    let (search_secs, found) = list_secs(Filter { text: Some("m4242\"".into()), ..Filter::default() }).await;
-    let (error_secs, declined) = list_secs(Filter { error: Some("declined".into()), ..Filter::default() }).await;
+    let (search_secs, found) = list_secs(Filter::with_text("m4242\"")).await;
+    let (error_secs, declined) = list_secs(Filter::with_error("declined")).await;
     assert_eq!(declined, n.div_ceil(10));
     println!(
         "listing with groups over {n}: {:.0} ms; text search: {:.0} ms ({found} found); error filter: {:.0} ms",

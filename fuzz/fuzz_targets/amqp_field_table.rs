@@ -28,10 +28,10 @@ fuzz_target!(|data: &[u8]| {
     // The identity a selection names, from the same properties as the snapshot's.
     let fingerprint = message::fingerprint(&delivery.data, &peeked.properties);
     let summary = message::summarize(1, fingerprint, peeked);
-    Filter { text: Some("x-death".into()), ..Filter::default() }.matches(&summary);
+    Filter::with_text("x-death").matches(&summary);
     warren::dlq::original_route(&delivery);
     warren::dlq::replay_properties(&delivery);
-    Filter { error: Some("error".into()), ..Filter::default() }.matches(&summary);
+    Filter::with_error("error").matches(&summary);
     if let Ok(stored) = warren::dlq::custody::encode_properties(&delivery.properties) {
         let _ = warren::dlq::custody::decode_properties(&stored);
     }

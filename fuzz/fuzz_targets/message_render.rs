@@ -39,5 +39,14 @@ fuzz_target!(|data: &[u8]| {
         _ => {}
     }
     let needle = String::from_utf8_lossy(&kept[..kept.len().min(8)]).into_owned();
-    Filter { text: Some(needle), ..Filter::default() }.matches(&summary);
+    Filter::with_text(&needle).matches(&summary);
+    // The same bytes as a JSON path, a header name, a header value and a regular expression:
+    // refused or matching, never a panic.
+    for field in ["json_path", "header", "regex"] {
+        let mut filter = Filter::default();
+        filter.set_form_field(&format!("filter_{field}"), needle.clone());
+        filter.set_form_field("filter_header_value", needle.clone());
+        let _ = filter.check();
+        filter.matches(&summary);
+    }
 });

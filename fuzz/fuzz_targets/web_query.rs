@@ -35,6 +35,12 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(filter) = serde_urlencoded::from_str::<Filter>(query) {
         filter.is_empty();
         filter.describe();
+        // A JSON path, a regular expression: refused with a reason or usable, never a panic.
+        if filter.check().is_ok() {
+            filter.json_steps().map(|steps| warren::dlq::message::sqlite_json_path(&steps));
+            filter.regex();
+        }
+        filter.form_fields();
     }
     let _ = serde_urlencoded::from_str::<TakeRequest>(query);
 });

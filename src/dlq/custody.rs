@@ -549,6 +549,43 @@ fn conditions(broker: &str, vhost: &str, queue: &str, states: &str, filter: &Fil
         values.push(text.to_lowercase());
         values.push(text.to_lowercase());
     }
+    // A header's value as `message::json_text` gives it (json_each gives true as 1).
+    const HEADER_TEXT: &str = "case h.type when 'true' then 'true' when 'false' then 'false' when 'null' then 'null' else h.value end";
+    if let Some(name) = filter.header_name() {
+        conditions.push_str(" and exists (select 1 from json_each(properties_json, '$.headers') h where h.key = ?");
+        values.push(name.to_string());
+        if let Some(part) = filter.header_part() {
+            conditions.push_str(&format!(" and instr(lower({HEADER_TEXT}), ?) > 0"));
+            values.push(part.to_lowercase());
+        }
+        conditions.push(')');
+    }
+    if filter.json_path.as_deref().is_some_and(|p| !p.trim().is_empty()) {
+        // A payload that is not JSON has no path (json_type would fail the whole query on it;
+        // `case` is evaluated in order, `and` need not be).
+        const BODY: &str = "cast(body as text)";
+        match filter.json_steps() {
+            Some(steps) => {
+                let path = message::sqlite_json_path(&steps);
+                match filter.json_expected() {
+                    Some(expected) => {
+                        conditions.push_str(&format!(
+                            " and (case when json_valid({BODY}) then (case json_type({BODY}, ?) \
+                             when 'true' then 'true' when 'false' then 'false' when 'null' then 'null' \
+                             when 'text' then json_extract({BODY}, ?) else json(json_extract({BODY}, ?)) end) end) = ?"
+                        ));
+                        values.extend([path.clone(), path.clone(), path, expected.to_string()]);
+                    }
+                    None => {
+                        conditions
+                            .push_str(&format!(" and (case when json_valid({BODY}) then json_type({BODY}, ?) end) is not null"));
+                        values.push(path);
+                    }
+                }
+            }
+            None => conditions.push_str(" and 0"),
+        }
+    }
     (conditions, values)
 }
 
@@ -561,12 +598,38 @@ async fn records(
     limit: i64,
 ) -> Result<Vec<Record>, sqlx::Error> {
     let (conditions, values) = conditions(broker, vhost, queue, states, filter);
-    let sql = format!("select {RECORD_COLUMNS} from custody_messages where {conditions} order by id limit ?");
+    let Some(regex) = filter.regex() else {
+        let sql = format!("select {RECORD_COLUMNS} from custody_messages where {conditions} order by id limit ?");
+        let mut query = sqlx::query(&sql);
+        for v in &values {
+            query = query.bind(v);
+        }
+        return Ok(query.bind(limit).fetch_all(db).await?.iter().map(record).collect());
+    };
+    let Some(regex) = regex else { return Ok(Vec::new()) };
+    // SQLite has no regular expressions of its own (and sqlx's fails the query on a body that
+    // is not UTF-8): the rows the rest of the filter leaves are read in order and matched here.
+    let sql = format!(
+        "select {RECORD_COLUMNS}, body, properties_json from custody_messages where {conditions} order by id"
+    );
     let mut query = sqlx::query(&sql);
     for v in &values {
         query = query.bind(v);
     }
-    Ok(query.bind(limit).fetch_all(db).await?.iter().map(record).collect())
+    let mut rows = query.fetch(db);
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row?;
+        let body: &[u8] = row.get(10);
+        let properties: &str = row.get(11);
+        if regex.is_match(body) || regex.is_match(properties.as_bytes()) {
+            out.push(record(&row));
+            if out.len() as i64 >= limit {
+                break;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// What custody holds of a queue: counts, groups over every held record, and the records the
@@ -601,14 +664,23 @@ pub async fn list(
     let by_original_queue = named(group("original_queue").await?);
     let by_error = group("error").await?.into_iter().filter_map(|(v, n)| Some((v?, n))).collect();
 
-    let (conditions, values) = conditions(broker, vhost, queue, "state in ('held', 'claimed')", filter);
-    let count_sql = format!("select count(*) from custody_messages where {conditions}");
-    let mut count = sqlx::query(&count_sql);
-    for v in &values {
-        count = count.bind(v);
-    }
-    let matching = count.fetch_one(db).await?.get::<i64, _>(0).max(0) as usize;
-    let records = records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, limit as i64).await?;
+    let records = if filter.regex().is_some() {
+        // Matched outside SQL: every match read once, counted, and the first `limit` kept.
+        let mut all = records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, i64::MAX).await?;
+        let matching = all.len();
+        all.truncate(limit);
+        (matching, all)
+    } else {
+        let (conditions, values) = conditions(broker, vhost, queue, "state in ('held', 'claimed')", filter);
+        let count_sql = format!("select count(*) from custody_messages where {conditions}");
+        let mut count = sqlx::query(&count_sql);
+        for v in &values {
+            count = count.bind(v);
+        }
+        let matching = count.fetch_one(db).await?.get::<i64, _>(0).max(0) as usize;
+        (matching, records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, limit as i64).await?)
+    };
+    let (matching, records) = records;
     Ok(Listing {
         counts,
         intake: custody.state(broker, vhost, queue),
@@ -625,7 +697,7 @@ pub async fn list(
 #[serde(rename_all = "snake_case")]
 pub enum CustodySelection {
     All,
-    Matching(Filter),
+    Matching(Box<Filter>),
     Records(Vec<i64>),
 }
 

@@ -44,7 +44,7 @@ pub enum Choice {
     /// Every message the queue holds when the move starts.
     All,
     /// Every message the queue holds when the move starts that matches the filter.
-    Matching(Filter),
+    Matching(Box<Filter>),
 }
 
 impl Choice {
@@ -53,7 +53,10 @@ impl Choice {
     pub fn resolve(&self, snapshot: Option<&Snapshot>) -> Result<Selection, StartError> {
         let named = match self {
             Choice::All => return Ok(Selection::All),
-            Choice::Matching(filter) => return Ok(Selection::Matching(filter.clone())),
+            Choice::Matching(filter) => {
+                filter.check().map_err(MoveError::Refused)?;
+                return Ok(Selection::Matching(filter.clone()));
+            }
             Choice::Positions(p) if p.is_empty() || p.contains(&0) => {
                 return Err(MoveError::Refused("positions start at 1 and at least one is needed".into()).into())
             }

@@ -185,9 +185,11 @@ pub fn fingerprint(payload: &[u8], properties: &Map<String, Value>) -> String {
     digest.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A filter over dead-lettered messages: by original queue, by reason, by text in the payload or
-/// the headers. Empty fields match everything. Used by the browser over a snapshot and by the
-/// mover over a whole queue ("requeue all matching").
+/// A filter over dead-lettered messages: by original queue, by reason, by the application's
+/// error, by text, a header's value, a value in a JSON payload, or a regular expression. Empty
+/// fields match everything. Used by the browser over a snapshot, by the mover over a whole
+/// queue ("requeue all matching"), and in SQL over custody (`dlq::custody`), which means the
+/// same.
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, Serialize)]
 pub struct Filter {
     #[serde(default)]
@@ -199,7 +201,118 @@ pub struct Filter {
     /// Part of the error the application recorded (`error_line`), case-insensitive.
     #[serde(default)]
     pub error: Option<String>,
+    /// A header, by its exact name: present (no `header_value`), or with part of its value,
+    /// case-insensitive (a value that is not a string compares as its JSON text).
+    #[serde(default)]
+    pub header: Option<String>,
+    #[serde(default)]
+    pub header_value: Option<String>,
+    /// A path into a JSON payload (`order.items[0].sku`): present (no `json_value`), or with
+    /// exactly this value (a string as it is, anything else as its JSON text).
+    #[serde(default)]
+    pub json_path: Option<String>,
+    #[serde(default)]
+    pub json_value: Option<String>,
+    /// A regular expression (Rust syntax; `(?i)` ignores case) over the payload and over the
+    /// properties as JSON, headers included.
+    #[serde(default)]
+    pub regex: Option<String>,
+    /// `regex`, compiled once per filter.
+    #[serde(skip)]
+    compiled: CompiledRegex,
 }
+
+/// A filter's compiled regular expression: built at its first use, so that `Filter` stays a
+/// plain value that (de)serializes and compares by its fields.
+#[derive(Debug, Clone, Default)]
+struct CompiledRegex(std::sync::Arc<std::sync::OnceLock<Option<regex::bytes::Regex>>>);
+
+impl PartialEq for CompiledRegex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// Compiled programs of regular expressions from requests are bounded (the default allows
+/// 10 MiB per expression; matching is linear in any case).
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+fn compile_regex(pattern: &str) -> Result<regex::bytes::Regex, String> {
+    regex::bytes::RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("regex: {}", e.to_string().lines().last().unwrap_or("not a regular expression")))
+}
+
+/// One step of a JSON path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+/// Reads `order.items[0].sku` (a leading `$.` or `$` is allowed). Keys are what lies between
+/// the dots; a `"` in a key cannot be written in SQLite's path syntax, and is refused.
+pub fn parse_json_path(path: &str) -> Result<Vec<PathStep>, String> {
+    let path = path.trim();
+    let rest = path.strip_prefix('$').unwrap_or(path);
+    let rest = rest.strip_prefix('.').unwrap_or(rest);
+    let mut steps = Vec::new();
+    if rest.is_empty() {
+        return Err("json path: name at least one key, as in order.items[0].sku".to_string());
+    }
+    for part in rest.split('.') {
+        let (key, mut indexes) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if key.contains('"') || key.contains(']') {
+            return Err(format!("json path: {key:?} cannot be a key (no \" or ])"));
+        }
+        if key.is_empty() && indexes.is_empty() {
+            return Err(format!("json path: an empty key in {path:?}"));
+        }
+        if !key.is_empty() {
+            steps.push(PathStep::Key(key.to_string()));
+        }
+        while !indexes.is_empty() {
+            let close = indexes.find(']').ok_or_else(|| format!("json path: [ without ] in {path:?}"))?;
+            let index: usize = indexes[1..close]
+                .parse()
+                .map_err(|_| format!("json path: [{}] is not an index", &indexes[1..close]))?;
+            steps.push(PathStep::Index(index));
+            indexes = &indexes[close + 1..];
+            if !indexes.is_empty() && !indexes.starts_with('[') {
+                return Err(format!("json path: {part:?} continues after ]: separate keys with ."));
+            }
+        }
+    }
+    Ok(steps)
+}
+
+/// The path as SQLite's JSON functions read it: `$."order"."items"[0]."sku"`.
+pub fn sqlite_json_path(steps: &[PathStep]) -> String {
+    let mut out = String::from("$");
+    for step in steps {
+        match step {
+            PathStep::Key(k) => out.push_str(&format!(".\"{k}\"")),
+            PathStep::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// A JSON value as the filters compare it: a string as it is, anything else as its JSON text.
+pub fn json_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The form fields a filter travels in (`filter_<name>`), with its query names.
+const FORM_FIELDS: [&str; 9] =
+    ["reason", "original", "text", "error", "header", "header_value", "json_path", "json_value", "regex"];
 
 /// The error an application recorded on a message, as one line: `Type: message`.
 pub fn error_line(m: &SnapshotMessage) -> Option<String> {
@@ -216,12 +329,114 @@ impl Filter {
         value.as_deref().map(str::trim).filter(|s| !s.is_empty())
     }
 
+    fn slot(&mut self, name: &str) -> Option<&mut Option<String>> {
+        Some(match name {
+            "reason" => &mut self.reason,
+            "original" => &mut self.original_queue,
+            "text" => &mut self.text,
+            "error" => &mut self.error,
+            "header" => &mut self.header,
+            "header_value" => &mut self.header_value,
+            "json_path" => &mut self.json_path,
+            "json_value" => &mut self.json_value,
+            "regex" => &mut self.regex,
+            _ => return None,
+        })
+    }
+
+    /// The value of a field by its query name (`reason`, `original`, ...), or "": for forms.
+    pub fn value(&self, name: &str) -> &str {
+        let v = match name {
+            "reason" => &self.reason,
+            "original" => &self.original_queue,
+            "text" => &self.text,
+            "error" => &self.error,
+            "header" => &self.header,
+            "header_value" => &self.header_value,
+            "json_path" => &self.json_path,
+            "json_value" => &self.json_value,
+            "regex" => &self.regex,
+            _ => return "",
+        };
+        v.as_deref().unwrap_or_default()
+    }
+
+    /// The set fields as hidden form fields (`filter_<name>`, value): what a form carries to
+    /// its confirmation and back.
+    pub fn form_fields(&self) -> Vec<(String, String)> {
+        FORM_FIELDS
+            .iter()
+            .filter(|name| !self.value(name).is_empty())
+            .map(|name| (format!("filter_{name}"), self.value(name).to_string()))
+            .collect()
+    }
+
+    /// Sets the field a form's `filter_<name>` names; false when `key` names none.
+    pub fn set_form_field(&mut self, key: &str, value: String) -> bool {
+        let Some(name) = key.strip_prefix("filter_") else { return false };
+        match self.slot(name) {
+            Some(slot) => {
+                *slot = Some(value);
+                self.compiled = CompiledRegex::default();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A clear error for what cannot be a filter: a regular expression that does not compile
+    /// (or is too large), a JSON path that does not parse, a value without what it is of.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(pattern) = Self::field(&self.regex) {
+            compile_regex(pattern)?;
+        }
+        if let Some(path) = Self::field(&self.json_path) {
+            parse_json_path(path)?;
+        } else if Self::field(&self.json_value).is_some() {
+            return Err("json value: name the json path it is at".to_string());
+        }
+        if Self::field(&self.header).is_none() && Self::field(&self.header_value).is_some() {
+            return Err("header value: name the header it is in".to_string());
+        }
+        Ok(())
+    }
+
+    /// The JSON path, parsed; None when none is set or it does not parse (see `check`).
+    pub fn json_steps(&self) -> Option<Vec<PathStep>> {
+        parse_json_path(Self::field(&self.json_path)?).ok()
+    }
+
+    /// The set regular expression, compiled (None when none is set; one that does not compile
+    /// matches nothing: `check` refuses it first).
+    pub fn regex(&self) -> Option<Option<&regex::bytes::Regex>> {
+        let pattern = Self::field(&self.regex)?;
+        Some(self.compiled.0.get_or_init(|| compile_regex(pattern).ok()).as_ref())
+    }
+
+    /// The trimmed header name, header value part, JSON value (for `dlq::custody`'s SQL).
+    pub fn header_name(&self) -> Option<&str> {
+        Self::field(&self.header)
+    }
+    pub fn header_part(&self) -> Option<&str> {
+        Self::field(&self.header_value)
+    }
+    pub fn json_expected(&self) -> Option<&str> {
+        Self::field(&self.json_value)
+    }
+
+    /// A filter on text in the payload or the headers alone.
+    pub fn with_text(text: &str) -> Filter {
+        Filter { text: Some(text.to_string()), ..Filter::default() }
+    }
+
+    /// A filter on part of the application's error alone.
+    pub fn with_error(error: &str) -> Filter {
+        Filter { error: Some(error.to_string()), ..Filter::default() }
+    }
+
     /// True when no field restricts anything.
     pub fn is_empty(&self) -> bool {
-        Self::field(&self.reason).is_none()
-            && Self::field(&self.original_queue).is_none()
-            && Self::field(&self.text).is_none()
-            && Self::field(&self.error).is_none()
+        FORM_FIELDS.iter().all(|name| self.value(name).trim().is_empty())
     }
 
     pub fn matches(&self, m: &SnapshotMessage) -> bool {
@@ -249,6 +464,34 @@ impl Filter {
                 return false;
             }
         }
+        if let Some(name) = self.header_name() {
+            let value = m.message.properties.get("headers").and_then(|h| h.get(name));
+            match (value, self.header_part()) {
+                (None, _) => return false,
+                (Some(v), Some(part)) if !json_text(v).to_lowercase().contains(&part.to_lowercase()) => return false,
+                _ => {}
+            }
+        }
+        if Self::field(&self.json_path).is_some() {
+            let Some(steps) = self.json_steps() else { return false };
+            let Ok(payload) = serde_json::from_slice::<Value>(&payload_bytes(&m.message)) else { return false };
+            let found = steps.iter().try_fold(&payload, |v, step| match step {
+                PathStep::Key(k) => v.get(k),
+                PathStep::Index(i) => v.get(i),
+            });
+            match (found, self.json_expected()) {
+                (None, _) => return false,
+                (Some(v), Some(expected)) if json_text(v) != expected => return false,
+                _ => {}
+            }
+        }
+        if let Some(regex) = self.regex() {
+            let Some(regex) = regex else { return false };
+            let properties = Value::Object(m.message.properties.clone()).to_string();
+            if !regex.is_match(&payload_bytes(&m.message)) && !regex.is_match(properties.as_bytes()) {
+                return false;
+            }
+        }
         true
     }
 
@@ -266,6 +509,19 @@ impl Filter {
         }
         if let Some(v) = Self::field(&self.error) {
             parts.push(format!("application error containing {v:?}"));
+        }
+        match (self.header_name(), self.header_part()) {
+            (Some(h), Some(v)) => parts.push(format!("header {h:?} containing {v:?}")),
+            (Some(h), None) => parts.push(format!("header {h:?} present")),
+            _ => {}
+        }
+        match (Self::field(&self.json_path), self.json_expected()) {
+            (Some(p), Some(v)) => parts.push(format!("JSON {p} = {v:?}")),
+            (Some(p), None) => parts.push(format!("JSON {p} present")),
+            _ => {}
+        }
+        if let Some(v) = Self::field(&self.regex) {
+            parts.push(format!("regex {v:?} in payload or properties"));
         }
         if parts.is_empty() {
             "every message".to_string()
@@ -523,5 +779,104 @@ mod tests {
         let (kind, dump) = render_payload(&m);
         assert_eq!(kind, "hex");
         assert!(dump.starts_with("00000000  ff 00 41"), "{dump}");
+    }
+
+    fn filter(fields: &[(&str, &str)]) -> Filter {
+        let mut f = Filter::default();
+        for (k, v) in fields {
+            assert!(f.set_form_field(&format!("filter_{k}"), v.to_string()), "{k}");
+        }
+        f
+    }
+
+    /// Issue 18, must-have 3: a header's value, a path into a JSON payload, a regular
+    /// expression; the same meanings as custody's SQL (tests/custody.rs checks that side).
+    #[test]
+    fn filters_by_header_json_path_and_regex() {
+        let message = |headers: Value, payload: &[u8]| {
+            let (payload, encoding) = match std::str::from_utf8(payload) {
+                Ok(text) => (text.to_string(), "string"),
+                Err(_) => (base64::engine::general_purpose::STANDARD.encode(payload), "base64"),
+            };
+            summarize(
+                1,
+                String::new(),
+                PeekedMessage {
+                    properties: serde_json::json!({"message_id": "m-1", "headers": headers}).as_object().unwrap().clone(),
+                    payload_bytes: payload.len() as u64,
+                    payload,
+                    payload_encoding: encoding.to_string(),
+                    exchange: String::new(),
+                    routing_key: String::new(),
+                    redelivered: false,
+                },
+            )
+        };
+        let json = message(
+            serde_json::json!({"x-tenant": "Acme-EU", "x-retries": 3, "x-flag": true}),
+            br#"{"order": {"sku": "SKU-3", "qty": 12, "tags": ["a", "b"]}, "ok": true, "none": null}"#,
+        );
+        let binary = message(serde_json::json!({"x-tenant": "globex"}), &[0x80, 0xff, 0xfe, b'z']);
+        let both = |f: &Filter| (f.matches(&json), f.matches(&binary));
+
+        assert_eq!(both(&filter(&[("header", "x-tenant"), ("header_value", "acme")])), (true, false));
+        assert_eq!(both(&filter(&[("header", "x-tenant")])), (true, true));
+        assert_eq!(both(&filter(&[("header", "X-Tenant")])), (false, false), "names are exact");
+        assert_eq!(both(&filter(&[("header", "x-retries"), ("header_value", "3")])), (true, false));
+        assert_eq!(both(&filter(&[("header", "x-flag"), ("header_value", "TRUE")])), (true, false));
+
+        assert_eq!(both(&filter(&[("json_path", "order.sku"), ("json_value", "SKU-3")])), (true, false));
+        assert_eq!(both(&filter(&[("json_path", "order.sku"), ("json_value", "sku-3")])), (false, false), "exact");
+        assert_eq!(both(&filter(&[("json_path", "$.order.qty"), ("json_value", "12")])), (true, false));
+        assert_eq!(both(&filter(&[("json_path", "order.tags[1]"), ("json_value", "b")])), (true, false));
+        assert_eq!(both(&filter(&[("json_path", "order.tags"), ("json_value", r#"["a","b"]"#)])), (true, false));
+        assert_eq!(both(&filter(&[("json_path", "ok"), ("json_value", "true")])), (true, false));
+        assert_eq!(both(&filter(&[("json_path", "none"), ("json_value", "null")])), (true, false));
+        assert_eq!(both(&filter(&[("json_path", "none")])), (true, false), "present, though null");
+        assert_eq!(both(&filter(&[("json_path", "order.missing")])), (false, false));
+
+        assert_eq!(both(&filter(&[("regex", r"SKU-\d\b")])), (true, false));
+        assert_eq!(both(&filter(&[("regex", r"(?-u)\xff\xfe")])), (false, true), "bytes, not only UTF-8");
+        assert_eq!(both(&filter(&[("regex", "(?i)GLOBEX")])), (false, true), "the headers too");
+        assert_eq!(both(&filter(&[("regex", "SKU"), ("header", "x-tenant"), ("header_value", "globex")])), (false, false));
+    }
+
+    #[test]
+    fn a_filter_that_cannot_be_is_refused_with_its_reason() {
+        assert!(filter(&[("regex", "(unclosed")]).check().unwrap_err().starts_with("regex:"));
+        assert!(filter(&[("regex", &"a{1000}".repeat(200))]).check().is_err(), "too large a program");
+        assert!(filter(&[("json_value", "1")]).check().is_err());
+        assert!(filter(&[("header_value", "x")]).check().is_err());
+        for bad in ["a..b", "a[x]", "a[1", "\"q\"", "a[0]b", "$", ""] {
+            assert!(parse_json_path(bad).is_err(), "{bad:?}");
+        }
+        let steps = parse_json_path("$.order.items[0][2].sku").unwrap();
+        assert_eq!(sqlite_json_path(&steps), r#"$."order"."items"[0][2]."sku""#);
+        assert_eq!(sqlite_json_path(&parse_json_path("[3].a").unwrap()), r#"$[3]."a""#);
+        // A regex that does not compile matches nothing where `check` was skipped.
+        let bad = filter(&[("regex", "(")]);
+        assert!(!bad.matches(&summarize(1, String::new(), PeekedMessage {
+            properties: Default::default(),
+            payload: "(".into(),
+            payload_encoding: "string".into(),
+            payload_bytes: 1,
+            exchange: String::new(),
+            routing_key: String::new(),
+            redelivered: false,
+        })));
+    }
+
+    #[test]
+    fn a_filter_travels_in_form_fields_and_back() {
+        let f = filter(&[("reason", "rejected"), ("json_path", "a.b"), ("regex", "x+")]);
+        let mut back = Filter::default();
+        for (k, v) in f.form_fields() {
+            assert!(back.set_form_field(&k, v));
+        }
+        assert_eq!(back, f);
+        assert!(!back.set_form_field("filter_nonsense", "x".into()));
+        assert!(!back.set_form_field("reason", "x".into()), "only filter_ fields");
+        assert!(Filter::default().form_fields().is_empty() && Filter::default().is_empty());
+        assert_eq!(f.describe(), r#"reason "rejected", JSON a.b present, regex "x+" in payload or properties"#);
     }
 }

@@ -66,7 +66,7 @@ pub enum Selection {
     All,
     /// Every message the queue holds when the move starts that matches the filter; the others
     /// are read and given back in order.
-    Matching(super::message::Filter),
+    Matching(Box<super::message::Filter>),
 }
 
 /// One message a selection names: its fingerprint, and where the snapshot showed it.

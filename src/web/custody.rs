@@ -41,6 +41,7 @@ async fn listing(
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
+    filter.check().map_err(WebError::BadRequest)?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
     let listing = custody::list(&state.db, &state.custody, &broker, &vhost, &queue, &filter, limit)
         .await
@@ -83,6 +84,9 @@ pub async fn start_replay(
     releasing: bool,
 ) -> Result<i64, WebError> {
     find_queue(state, broker, vhost, queue).await?;
+    if let custody::CustodySelection::Matching(filter) = &request.selection {
+        filter.check().map_err(WebError::BadRequest)?;
+    }
     let config =
         state.broker_config(broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?.clone();
     let entry = audit::Entry {

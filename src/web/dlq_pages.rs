@@ -118,11 +118,10 @@ struct DlqPage {
     snapshot: Option<SnapshotView>,
     /// What warren keeps of this queue itself (`dlq::custody`), when it is in custody or was.
     custody: Option<CustodyView>,
-    /// The filter in force, for the custody replay form.
-    filter_reason: String,
-    filter_original: String,
-    filter_text: String,
-    filter_error: String,
+    /// The filter in force: the filter form, and (as `filter_<name>` fields) the replay and
+    /// requeue forms.
+    filter: message::Filter,
+    filter_fields: Vec<(String, String)>,
 }
 
 struct CustodyView {
@@ -236,10 +235,6 @@ struct SnapshotView {
     any_error: bool,
     rows: Vec<Row>,
     shown: usize,
-    filter_reason: String,
-    filter_queue: String,
-    filter_text: String,
-    filter_error: String,
     /// A filter is set: "requeue all matching" is offered.
     filtered: bool,
 }
@@ -389,10 +384,6 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
         any_error: snapshot.messages.iter().any(|m| m.error.is_some()),
         shown: rows.len(),
         rows,
-        filter_reason: f.reason.clone().unwrap_or_default(),
-        filter_queue: f.original_queue.clone().unwrap_or_default(),
-        filter_text: f.text.clone().unwrap_or_default(),
-        filter_error: f.error.clone().unwrap_or_default(),
         filtered: !f.is_empty(),
     }
 }
@@ -422,10 +413,8 @@ async fn render_page(
     let custody = custody_view(state, view, &base, filters).await?;
     let page = DlqPage {
         custody,
-        filter_reason: filters.reason.clone().unwrap_or_default(),
-        filter_original: filters.original_queue.clone().unwrap_or_default(),
-        filter_text: filters.text.clone().unwrap_or_default(),
-        filter_error: filters.error.clone().unwrap_or_default(),
+        filter: filters.clone(),
+        filter_fields: filters.form_fields(),
         me,
         name: view.name.to_string(),
         vhost: view.vhost.to_string(),
@@ -470,6 +459,9 @@ async fn page(
     Query(filters): Query<message::Filter>,
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
+    if let Err(e) = filters.check() {
+        return Ok(html(render_page(&state, me, &view, &message::Filter::default(), Some(e), None).await?));
+    }
     Ok(html(render_page(&state, me, &view, &filters, None, None).await?))
 }
 
@@ -530,16 +522,18 @@ async fn custody_replay_form(
             "scope" => scope = value,
             "target" => target = value,
             "target_queue" => target_queue = value.trim().to_string(),
-            "filter_reason" => filter.reason = Some(value),
-            "filter_original" => filter.original_queue = Some(value),
-            "filter_text" => filter.text = Some(value),
-            "filter_error" => filter.error = Some(value),
+            key if key.starts_with("filter_") => {
+                filter.set_form_field(key, value);
+            }
             _ => {}
         }
     }
     let selection = match scope.as_str() {
         "all" => CustodySelection::All,
-        "matching" if !filter.is_empty() => CustodySelection::Matching(filter),
+        "matching" if !filter.is_empty() => {
+            filter.check().map_err(WebError::BadRequest)?;
+            CustodySelection::Matching(Box::new(filter))
+        }
         "matching" => return Err(WebError::BadRequest("set a filter first, or replay all".to_string()).into()),
         _ => return Err(WebError::BadRequest("scope must be all or matching".to_string()).into()),
     };
@@ -771,10 +765,9 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
                 })
             }
             "target_queue" => form.target_queue = value.trim().to_string(),
-            "filter_reason" => form.filter.reason = Some(value),
-            "filter_original" => form.filter.original_queue = Some(value),
-            "filter_text" => form.filter.text = Some(value),
-            "filter_error" => form.filter.error = Some(value),
+            key if key.starts_with("filter_") => {
+                form.filter.set_form_field(key, value);
+            }
             "confirm" => form.confirmed = value == "true",
             "accept_drop_head" => form.accept_drop_head = value == "true",
             _ => {}
@@ -795,6 +788,7 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
     if form.scope == Scope::Matching && form.filter.is_empty() {
         return Err(WebError::BadRequest("set a filter first, or requeue all".to_string()));
     }
+    form.filter.check().map_err(WebError::BadRequest)?;
     Ok(form)
 }
 
@@ -823,10 +817,8 @@ struct FormEcho {
     scope: &'static str,
     target: &'static str,
     target_queue: String,
-    filter_reason: String,
-    filter_original: String,
-    filter_text: String,
-    filter_error: String,
+    /// The filter, as `filter_<name>` fields.
+    filter_fields: Vec<(String, String)>,
 }
 
 /// Something the confirmation says about a target queue before anything moves (issue 16,
@@ -976,10 +968,7 @@ async fn requeue_form(
             scope: form.scope.as_str(),
             target: form.target.as_str(),
             target_queue: form.target_queue.clone(),
-            filter_reason: form.filter.reason.clone().unwrap_or_default(),
-            filter_original: form.filter.original_queue.clone().unwrap_or_default(),
-            filter_text: form.filter.text.clone().unwrap_or_default(),
-            filter_error: form.filter.error.clone().unwrap_or_default(),
+            filter_fields: form.filter.form_fields(),
         },
         outcome: None,
         error: None,
@@ -1002,7 +991,7 @@ async fn requeue_form(
     let request = MoveRequest {
         selection: match form.scope {
             Scope::All => Choice::All,
-            Scope::Matching => Choice::Matching(form.filter),
+            Scope::Matching => Choice::Matching(Box::new(form.filter)),
             // The page's checkboxes name messages by identity; a hand-written form may still
             // give positions, which mean the current snapshot's.
             _ if !form.messages.is_empty() => Choice::Messages(form.messages),
