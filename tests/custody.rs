@@ -165,9 +165,19 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
         let (body, sku, qty, binary) = match i % 3 {
             0 => {
                 let sku = format!("SKU-{}", i % 5);
-                (format!("{{\"order\": {{\"sku\": \"{sku}\", \"qty\": {i}}}, \"ok\": true}}").into_bytes(), Some(sku), Some(i), false)
+                (
+                    format!("{{\"order\": {{\"sku\": \"{sku}\", \"qty\": {i}}}, \"ok\": true}}").into_bytes(),
+                    Some(sku),
+                    Some(i),
+                    false,
+                )
             }
-            1 => (format!("{{\"items\": [{{\"sku\": \"ITEM-{i}\"}}], \"note\": \"line {i}\"}}").into_bytes(), None, None, false),
+            1 => (
+                format!("{{\"items\": [{{\"sku\": \"ITEM-{i}\"}}], \"note\": \"line {i}\"}}").into_bytes(),
+                None,
+                None,
+                false,
+            ),
             _ => (vec![0x80, 0xff, 0xfe, i as u8, b'z'], None, None, true),
         };
         let mut headers = FieldTable::default();
@@ -185,7 +195,11 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
     let warren = Warren::start(&custody_toml(&vhost.name)).await;
     wait_for("every dead letter in custody", Duration::from_secs(60), || async {
         let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
-        if q["custody_held"] == N { Ok(()) } else { Err(q.to_string()) }
+        if q["custody_held"] == N {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
     })
     .await;
 
@@ -221,11 +235,17 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
         ("json_path=items%5B0%5D.sku&json_value=ITEM-7", expect(&|p| p.id == "m7")),
         ("json_path=ok&json_value=true", expect(&|p| p.sku.is_some())),
         // A regular expression over bodies (bytes, not only UTF-8) and properties.
-        ("regex=ITEM-1%5B0-9%5D%5Cb", expect(&|p| !p.binary && p.sku.is_none() && (10..20).contains(&p.id[1..].parse::<usize>().unwrap()))),
+        (
+            "regex=ITEM-1%5B0-9%5D%5Cb",
+            expect(&|p| !p.binary && p.sku.is_none() && (10..20).contains(&p.id[1..].parse::<usize>().unwrap())),
+        ),
         ("regex=%28%3F-u%29%5Cxff%5Cxfe", expect(&|p| p.binary)),
         ("regex=%28%3Fi%29acme-eu", expect(&|p| p.tenant == "Acme-EU")),
         // Combined with each other and with the other filters.
-        ("regex=SKU-&header=x-tenant&header_value=acme&reason=rejected", expect(&|p| p.sku.is_some() && p.tenant == "Acme-EU")),
+        (
+            "regex=SKU-&header=x-tenant&header_value=acme&reason=rejected",
+            expect(&|p| p.sku.is_some() && p.tenant == "Acme-EU"),
+        ),
     ];
     for (query, expected) in &cases {
         assert!(!expected.is_empty() || query.contains("missing"), "{query}: the case tests something");
@@ -233,7 +253,14 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
     }
 
     // What cannot be a filter is a clear 400, never a failed query or a panic.
-    for bad in ["regex=%28unclosed", "json_path=a..b", "json_path=a%5Bx%5D", "json_value=1", "header_value=x", "json_path=%22q%22"] {
+    for bad in [
+        "regex=%28unclosed",
+        "json_path=a..b",
+        "json_path=a%5Bx%5D",
+        "json_value=1",
+        "header_value=x",
+        "json_path=%22q%22",
+    ] {
         let (status, body) =
             warren.get_json(&format!("/api/v1/queues/local/{}/work.dlq/custody?{bad}", encode(&vhost.name))).await;
         assert_eq!(status, 400, "{bad}: {body}");
@@ -253,6 +280,123 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
     assert_eq!(arrived, chosen);
     assert_eq!(found(String::new()).await.len(), N - chosen.len());
 
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 18, must-have 6: a filter's records exported as JSON lines and imported into the
+/// custody of another DLQ, never into a live queue; replayed from there they are the messages
+/// that died (body, typed headers, the queue they died in). A bad line or a budget passed
+/// imports nothing and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custody_exports_json_lines_that_import_into_another_dlqs_custody() {
+    use lapin::types::{AMQPValue, FieldTable};
+    let vhost = TestVhost::create("custodytransfer").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let mut messages = Vec::new();
+    for i in 1..=12usize {
+        let mut headers = FieldTable::default();
+        headers.insert("x-tenant".into(), AMQPValue::LongString(if i % 3 == 0 { "acme" } else { "globex" }.into()));
+        headers.insert("x-small".into(), AMQPValue::ShortInt(i as i16));
+        let body = if i % 2 == 0 { format!("{{\"n\": {i}}}").into_bytes() } else { vec![0x80, 0xff, i as u8] };
+        messages.push((format!("t{i}"), body, headers));
+    }
+    let sent: Vec<(String, Vec<u8>)> = messages.iter().map(|(id, body, _)| (id.clone(), body.clone())).collect();
+    dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
+    common::declare(&channel, "other.dlq", true).await;
+    let toml = custody_toml(&vhost.name).replace("queue = \"*.dlq\"\n", "queue = \"*.dlq\"\nmax_bytes = 20000\n");
+    let warren = Warren::start(&toml).await;
+    wait_for("every dead letter in custody", Duration::from_secs(60), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        warren.queue(&vhost.name, "other.dlq").await.ok_or("other.dlq not listed")?;
+        if q["custody_held"] == 12 {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+
+    let base = |queue: &str| format!("/api/v1/queues/local/{}/{queue}/custody", encode(&vhost.name));
+    let response = warren
+        .http
+        .get(warren.url(&format!("{}/export?header=x-tenant&header_value=acme", base("work.dlq"))))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let export = response.text().await.unwrap();
+    let lines: Vec<Value> = export.lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    let ids: Vec<&str> = lines.iter().map(|l| l["message_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec!["t3", "t6", "t9", "t12"], "the filter's records, oldest first");
+    assert_eq!(lines[0]["original_queue"], "work");
+    assert!(lines[0]["amqp_properties"].is_string() && lines[0]["properties"]["headers"]["x-small"] == 3);
+    // The page links the same export for the filter it shows.
+    let (_, page) = warren
+        .get_text(&format!("/dlq/local/{}/work.dlq?header=x-tenant&header_value=acme", encode(&vhost.name)))
+        .await;
+    let href = page
+        .split("class=\"custody-export\" href=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("an export link");
+    let (status, linked) = warren.get_text(&href.replace("&#38;", "&").replace("&amp;", "&")).await;
+    assert_eq!((status, linked.as_str()), (200, export.as_str()));
+
+    // Bad input keeps nothing: the line is named.
+    let import = |queue: &str, body: String| {
+        let url = warren.url(&format!("{}/import", base(queue)));
+        let http = warren.http.clone();
+        async move {
+            let response = http.post(url).body(body).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, body) = import("other.dlq", format!("{export}{{\"body\": \"%%\"}}\n")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("line 5"), "{body}");
+    assert_eq!(listing(&warren, &vhost.name, "").await["custody"]["counts"]["held"], 12, "nothing added anywhere");
+    let (status, body) = import("other.dlq", export.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["imported"], 4);
+    let (_, other) = warren.get_json(&base("other.dlq")).await;
+    let records = other["custody"]["records"].as_array().unwrap();
+    let imported: Vec<&str> = records.iter().map(|r| r["message_id"].as_str().unwrap()).collect();
+    assert_eq!(imported, vec!["t3", "t6", "t9", "t12"]);
+    assert!(records.iter().all(|r| r["original_queue"] == "work" && r["reason"] == "rejected"), "{other}");
+
+    // Replayed from there, they are the messages that died: bodies and typed headers.
+    let (status, started) =
+        warren.post_json(&format!("{}/replay", base("other.dlq")), json!({"selection": "all"})).await;
+    assert_eq!(status, 202, "{started}");
+    let done = audit_done(&warren, started["audit_id"].as_i64().unwrap()).await;
+    assert_eq!(done["moved"], 4, "{done}");
+    let mut arrived = Vec::new();
+    while let Some(m) = channel.basic_get("work", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap() {
+        let p = &m.delivery.properties;
+        let headers = p.headers().clone().unwrap();
+        assert_eq!(
+            headers.inner().get("x-small"),
+            Some(&AMQPValue::ShortInt(
+                m.delivery.properties.message_id().as_ref().unwrap().as_str()[1..].parse().unwrap()
+            ))
+        );
+        arrived.push((p.message_id().as_ref().unwrap().to_string(), m.delivery.data.clone()));
+    }
+    let expected: Vec<(String, Vec<u8>)> =
+        sent.into_iter().filter(|(id, _)| ["t3", "t6", "t9", "t12"].contains(&id.as_str())).collect();
+    assert_eq!(arrived, expected);
+
+    // An import past the size budget (20,000 bytes here) keeps nothing, and says so.
+    let small = "{\"body\": \"QUFB\"}\n";
+    let big = format!("{small}{{\"body\": \"{}\"}}\n", "QUFB".repeat(8_000));
+    let (status, body) = import("other.dlq", big).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("size budget of 20000 bytes"), "{body}");
+    let (_, other) = warren.get_json(&base("other.dlq")).await;
+    assert_eq!(other["custody"]["counts"]["held"], 0, "all or none: the small line was not kept either");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
@@ -321,7 +465,8 @@ impl Process {
 async fn publish_many(channel: &lapin::Channel, queue: &str, prefix: &str, n: usize) {
     let mut confirms = Vec::with_capacity(n);
     for i in 1..=n {
-        let properties = BasicProperties::default().with_message_id(format!("{prefix}{i}").into()).with_delivery_mode(2);
+        let properties =
+            BasicProperties::default().with_message_id(format!("{prefix}{i}").into()).with_delivery_mode(2);
         let body = format!("{{\"n\": {i}, \"pad\": \"{}\"}}", "x".repeat(500));
         confirms.push(
             channel
@@ -456,7 +601,11 @@ async fn sigkill_during_replay_leaves_every_record_in_custody_or_in_the_target()
     warren.serving().await;
     wait_for("every message in custody", Duration::from_secs(120), || async {
         let kept: HashSet<String> = ids_in_custody(&database).await.into_iter().collect();
-        if kept.len() >= N { Ok(()) } else { Err(format!("{} of {N} in custody", kept.len())) }
+        if kept.len() >= N {
+            Ok(())
+        } else {
+            Err(format!("{} of {N} in custody", kept.len()))
+        }
     })
     .await;
 
@@ -467,7 +616,11 @@ async fn sigkill_during_replay_leaves_every_record_in_custody_or_in_the_target()
     let kill_at = 500 + std::process::id() as usize % 5_000;
     wait_for("replay under way", Duration::from_secs(60), || async {
         let arrived = depth(&channel, "target").await as usize;
-        if arrived >= kill_at { Ok(()) } else { Err(format!("{arrived} arrived")) }
+        if arrived >= kill_at {
+            Ok(())
+        } else {
+            Err(format!("{arrived} arrived"))
+        }
     })
     .await;
     warren.child.kill().expect("SIGKILL");
@@ -478,9 +631,15 @@ async fn sigkill_during_replay_leaves_every_record_in_custody_or_in_the_target()
     let records = records_in_custody(&database).await;
     let replayed: HashSet<&String> = records.iter().filter(|(_, s)| s == "replayed").map(|(id, _)| id).collect();
     let kept: HashSet<&String> = records.iter().filter(|(_, s)| s != "replayed").map(|(id, _)| id).collect();
-    eprintln!("killed with {} arrived, {} marked replayed, {} still in custody", first.len(), replayed.len(), kept.len());
+    eprintln!(
+        "killed with {} arrived, {} marked replayed, {} still in custody",
+        first.len(),
+        replayed.len(),
+        kept.len()
+    );
     assert!(first.len() < N && !replayed.is_empty(), "the kill happened mid-replay");
-    let neither: Vec<&String> = all.iter().filter(|id| !first_set.contains(*id) && !kept.contains(id)).take(20).collect();
+    let neither: Vec<&String> =
+        all.iter().filter(|id| !first_set.contains(*id) && !kept.contains(id)).take(20).collect();
     assert!(neither.is_empty(), "in neither the target nor custody: {neither:?}");
     let unconfirmed: Vec<&&String> = replayed.iter().filter(|id| !first_set.contains(**id)).take(20).collect();
     assert!(unconfirmed.is_empty(), "marked replayed but not in the target: {unconfirmed:?}");
@@ -552,13 +711,15 @@ async fn intake_stops_at_its_size_budget_and_loses_nothing() {
     // /metrics says so, and the built-in rule takes it up (firing after its minute).
     wait_for("the stop exported and alerting", Duration::from_secs(30), || async {
         let (_, metrics) = warren.get_text("/metrics").await;
-        let exported = metrics.lines().find(|l| {
-            l.starts_with("warren_queue_custody_intake_stopped{") && l.contains("queue=\"work.dlq\"")
-        });
+        let exported = metrics
+            .lines()
+            .find(|l| l.starts_with("warren_queue_custody_intake_stopped{") && l.contains("queue=\"work.dlq\""));
         let (_, alerts) = warren.get_json("/api/v1/alerts").await;
-        let alert = alerts.as_array().into_iter().flatten().find(|a| {
-            a["rule_id"] == "builtin-custody-intake-stopped" && a["key"]["queue"] == "work.dlq"
-        });
+        let alert = alerts
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["rule_id"] == "builtin-custody-intake-stopped" && a["key"]["queue"] == "work.dlq");
         match (exported.and_then(|l| l.rsplit(' ').next()), alert) {
             (Some("1"), Some(_)) => Ok(()),
             other => Err(format!("{other:?}")),

@@ -10,9 +10,9 @@ use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use warren::alerts::store::Silence;
 use warren::alerts::{AlertKey, Rule};
+use warren::dlq::jobs::{Choice, MoveRequest};
 use warren::dlq::{Plan, Selection};
 use warren::metrics::QueueView;
-use warren::dlq::jobs::{Choice, MoveRequest};
 use warren::web::input::TakeRequest;
 
 fuzz_target!(|body: &[u8]| {
@@ -34,8 +34,13 @@ fuzz_target!(|body: &[u8]| {
     // The mover's own selection (single messages resolved from a snapshot), as a plan checks it.
     if let Ok(selection) = serde_json::from_slice::<Selection>(body) {
         for (delivery_limit, quorum) in [(Some(20), true), (None, false)] {
-            let plan =
-                Plan { selection: selection.clone(), target: Default::default(), delivery_limit, quorum, accept_drop_head: false };
+            let plan = Plan {
+                selection: selection.clone(),
+                target: Default::default(),
+                delivery_limit,
+                quorum,
+                accept_drop_head: false,
+            };
             let _ = plan.check();
         }
     }

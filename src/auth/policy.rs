@@ -15,6 +15,7 @@ use super::Role;
 /// | `POST /api/v1/queues/{b}/{v}/{q}/requeue`, `delete`, `purge`, `snapshot` | operator |
 /// | `POST /dlq/{b}/{v}/{q}/requeue`, `snapshot` | operator |
 /// | `POST /api/v1/queues/{b}/{v}/{q}/custody/replay`, `/dlq/{b}/{v}/{q}/custody/replay` | operator |
+/// | `POST .../custody/import` (messages anyone could write), `start`, `release` | admin |
 /// | `POST /api/v1/jobs/{id}/cancel`, `/jobs/{id}/cancel` | operator |
 /// | `POST /api/v1/silences...`, `/alerts/silences...` | operator |
 /// | `POST /alerts/preview`, `/api/v1/alerts/rules/preview` (read-only), `/logout` | viewer |
@@ -171,6 +172,9 @@ mod tests {
             "/api/v1/brokers",
             "/api/v1/users",
             "/api/v1/tokens",
+            // Imported messages are crafted ones: replayed, they would be new messages.
+            "/api/v1/queues/main/%2F/orders.dlq/custody/import",
+            "/api/v1/queues/main/%2F/orders.dlq/custody/start",
             "/something/new",
         ] {
             assert_eq!(required_role(&Method::POST, path), Role::Admin, "{path}");

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::message::{self, Filter, SnapshotMessage};
-use super::mover::{connect, peeked};
+use super::mover::{connect, peeked_parts};
 use crate::config::{BrokerConfig, CustodyRule};
 use crate::history::Db;
 
@@ -277,34 +277,47 @@ pub async fn recover(db: &Db) -> Result<u64, sqlx::Error> {
     Ok(done.rows_affected())
 }
 
-/// One delivery as a row.
-struct Taken {
+/// One delivery (or imported message) as a row: made by intake and by `dlq::transfer`.
+#[derive(Debug)]
+pub struct Taken {
     tag: u64,
-    exchange: String,
-    routing_key: String,
-    properties: Vec<u8>,
+    pub(super) exchange: String,
+    pub(super) routing_key: String,
+    pub(super) properties: Vec<u8>,
     properties_json: String,
-    body: Vec<u8>,
-    summary: SnapshotMessage,
+    pub(super) body: Vec<u8>,
+    pub(super) summary: SnapshotMessage,
     redelivered: bool,
 }
 
 /// A delivery as a row, or why it cannot be kept as it came (its properties would not encode).
 fn taken(delivery: lapin::message::Delivery) -> Result<Taken, String> {
-    let properties = encode_properties(&delivery.properties)
-        .map_err(|e| format!("the message with delivery tag {} cannot be kept: {e}", delivery.delivery_tag))?;
-    let shown = peeked(&delivery, usize::MAX);
+    let route = (delivery.exchange.as_str(), delivery.routing_key.as_str());
+    kept(delivery.delivery_tag, route, delivery.redelivered, &delivery.properties, delivery.data.clone())
+        .map_err(|e| format!("the message with delivery tag {} cannot be kept: {e}", delivery.delivery_tag))
+}
+
+/// A message as a row: what triage reads of it beside what a replay publishes again.
+pub(super) fn kept(
+    tag: u64,
+    route: (&str, &str),
+    redelivered: bool,
+    properties: &BasicProperties,
+    body: Vec<u8>,
+) -> Result<Taken, String> {
+    let encoded = encode_properties(properties)?;
+    let shown = peeked_parts(route, redelivered, properties, &body, usize::MAX);
     let properties_json = serde_json::Value::Object(shown.properties.clone()).to_string();
     let summary = message::summarize(0, String::new(), shown);
     Ok(Taken {
-        tag: delivery.delivery_tag,
-        exchange: delivery.exchange.as_str().to_string(),
-        routing_key: delivery.routing_key.as_str().to_string(),
-        properties,
+        tag,
+        exchange: route.0.to_string(),
+        routing_key: route.1.to_string(),
+        properties: encoded,
         properties_json,
-        body: delivery.data,
+        body,
         summary,
-        redelivered: delivery.redelivered,
+        redelivered,
     })
 }
 
@@ -550,7 +563,8 @@ fn conditions(broker: &str, vhost: &str, queue: &str, states: &str, filter: &Fil
         values.push(text.to_lowercase());
     }
     // A header's value as `message::json_text` gives it (json_each gives true as 1).
-    const HEADER_TEXT: &str = "case h.type when 'true' then 'true' when 'false' then 'false' when 'null' then 'null' else h.value end";
+    const HEADER_TEXT: &str =
+        "case h.type when 'true' then 'true' when 'false' then 'false' when 'null' then 'null' else h.value end";
     if let Some(name) = filter.header_name() {
         conditions.push_str(" and exists (select 1 from json_each(properties_json, '$.headers') h where h.key = ?");
         values.push(name.to_string());
@@ -577,8 +591,9 @@ fn conditions(broker: &str, vhost: &str, queue: &str, states: &str, filter: &Fil
                         values.extend([path.clone(), path.clone(), path, expected.to_string()]);
                     }
                     None => {
-                        conditions
-                            .push_str(&format!(" and (case when json_valid({BODY}) then json_type({BODY}, ?) end) is not null"));
+                        conditions.push_str(&format!(
+                            " and (case when json_valid({BODY}) then json_type({BODY}, ?) end) is not null"
+                        ));
                         values.push(path);
                     }
                 }
@@ -609,9 +624,8 @@ async fn records(
     let Some(regex) = regex else { return Ok(Vec::new()) };
     // SQLite has no regular expressions of its own (and sqlx's fails the query on a body that
     // is not UTF-8): the rows the rest of the filter leaves are read in order and matched here.
-    let sql = format!(
-        "select {RECORD_COLUMNS}, body, properties_json from custody_messages where {conditions} order by id"
-    );
+    let sql =
+        format!("select {RECORD_COLUMNS}, body, properties_json from custody_messages where {conditions} order by id");
     let mut query = sqlx::query(&sql);
     for v in &values {
         query = query.bind(v);
@@ -630,6 +644,40 @@ async fn records(
         }
     }
     Ok(out)
+}
+
+/// Every record of a queue held in custody (not being replayed) that `filter` matches, oldest
+/// first.
+pub(super) async fn matching(db: &Db, queue: (&str, &str, &str), filter: &Filter) -> Result<Vec<Record>, sqlx::Error> {
+    records(db, queue, "state in ('held', 'claimed')", filter, i64::MAX).await
+}
+
+/// Why an import kept nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("custody of this queue holds {kept} bytes; {adding} more would pass its size budget of {budget} bytes")]
+    Budget { kept: u64, adding: u64, budget: u64 },
+    #[error(transparent)]
+    Storage(#[from] sqlx::Error),
+}
+
+/// Puts imported messages (`dlq::transfer`) into the custody of a queue, all or none, within
+/// its size budget; returns how many.
+pub async fn import(
+    db: &Db,
+    rules: &[CustodyRule],
+    (broker, vhost, queue): (&str, &str, &str),
+    messages: &[Taken],
+) -> Result<usize, ImportError> {
+    let id = (broker.to_string(), vhost.to_string(), queue.to_string());
+    let budget = budget(rules, broker, vhost, queue);
+    let adding: u64 = messages.iter().map(|t| (t.body.len() + t.properties.len()) as u64).sum();
+    let kept = bytes_kept(db, &id).await?;
+    if kept + adding > budget {
+        return Err(ImportError::Budget { kept, adding, budget });
+    }
+    commit(db, &id, messages).await?;
+    Ok(messages.len())
 }
 
 /// What custody holds of a queue: counts, groups over every held record, and the records the

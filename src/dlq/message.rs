@@ -371,6 +371,18 @@ impl Filter {
             .collect()
     }
 
+    /// The set fields as a query string (`reason=...&regex=...`), for links.
+    pub fn query(&self) -> String {
+        const QUERY: &percent_encoding::AsciiSet =
+            &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+        FORM_FIELDS
+            .iter()
+            .filter(|name| !self.value(name).is_empty())
+            .map(|name| format!("{name}={}", percent_encoding::utf8_percent_encode(self.value(name), QUERY)))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+
     /// Sets the field a form's `filter_<name>` names; false when `key` names none.
     pub fn set_form_field(&mut self, key: &str, value: String) -> bool {
         let Some(name) = key.strip_prefix("filter_") else { return false };
@@ -802,7 +814,10 @@ mod tests {
                 1,
                 String::new(),
                 PeekedMessage {
-                    properties: serde_json::json!({"message_id": "m-1", "headers": headers}).as_object().unwrap().clone(),
+                    properties: serde_json::json!({"message_id": "m-1", "headers": headers})
+                        .as_object()
+                        .unwrap()
+                        .clone(),
                     payload_bytes: payload.len() as u64,
                     payload,
                     payload_encoding: encoding.to_string(),
@@ -838,7 +853,10 @@ mod tests {
         assert_eq!(both(&filter(&[("regex", r"SKU-\d\b")])), (true, false));
         assert_eq!(both(&filter(&[("regex", r"(?-u)\xff\xfe")])), (false, true), "bytes, not only UTF-8");
         assert_eq!(both(&filter(&[("regex", "(?i)GLOBEX")])), (false, true), "the headers too");
-        assert_eq!(both(&filter(&[("regex", "SKU"), ("header", "x-tenant"), ("header_value", "globex")])), (false, false));
+        assert_eq!(
+            both(&filter(&[("regex", "SKU"), ("header", "x-tenant"), ("header_value", "globex")])),
+            (false, false)
+        );
     }
 
     #[test]
@@ -855,15 +873,19 @@ mod tests {
         assert_eq!(sqlite_json_path(&parse_json_path("[3].a").unwrap()), r#"$[3]."a""#);
         // A regex that does not compile matches nothing where `check` was skipped.
         let bad = filter(&[("regex", "(")]);
-        assert!(!bad.matches(&summarize(1, String::new(), PeekedMessage {
-            properties: Default::default(),
-            payload: "(".into(),
-            payload_encoding: "string".into(),
-            payload_bytes: 1,
-            exchange: String::new(),
-            routing_key: String::new(),
-            redelivered: false,
-        })));
+        assert!(!bad.matches(&summarize(
+            1,
+            String::new(),
+            PeekedMessage {
+                properties: Default::default(),
+                payload: "(".into(),
+                payload_encoding: "string".into(),
+                payload_bytes: 1,
+                exchange: String::new(),
+                routing_key: String::new(),
+                redelivered: false,
+            }
+        )));
     }
 
     #[test]
@@ -877,6 +899,7 @@ mod tests {
         assert!(!back.set_form_field("filter_nonsense", "x".into()));
         assert!(!back.set_form_field("reason", "x".into()), "only filter_ fields");
         assert!(Filter::default().form_fields().is_empty() && Filter::default().is_empty());
+        assert_eq!(f.query(), "reason=rejected&json_path=a.b&regex=x%2B");
         assert_eq!(f.describe(), r#"reason "rejected", JSON a.b present, regex "x+" in payload or properties"#);
     }
 }

@@ -28,6 +28,7 @@ pub mod holding;
 pub mod jobs;
 pub mod message;
 pub mod mover;
+pub mod transfer;
 
 pub use mover::{
     connect, move_messages, original_route, peek, peeked, purge, replay_properties, MoveError, MoveReport, Plan,

@@ -1410,8 +1410,21 @@ fn delivery_fingerprint(delivery: &Delivery) -> String {
 /// base64 when they are not UTF-8) and the properties as JSON. Public for the fuzz targets,
 /// which feed it properties and payloads read from arbitrary bytes.
 pub fn peeked(delivery: &Delivery, payload_limit: usize) -> crate::broker::management::PeekedMessage {
+    let route = (delivery.exchange.as_str(), delivery.routing_key.as_str());
+    peeked_parts(route, delivery.redelivered, &delivery.properties, &delivery.data, payload_limit)
+}
+
+/// As `peeked`, from a message's parts: (exchange, routing key), whether the broker delivered it
+/// before, its properties and its payload.
+pub fn peeked_parts(
+    (exchange, routing_key): (&str, &str),
+    redelivered: bool,
+    properties: &BasicProperties,
+    data: &[u8],
+    payload_limit: usize,
+) -> crate::broker::management::PeekedMessage {
     use base64::Engine;
-    let kept = &delivery.data[..delivery.data.len().min(payload_limit)];
+    let kept = &data[..data.len().min(payload_limit)];
     let (payload_encoding, payload) = match std::str::from_utf8(kept) {
         Ok(text) => ("string", text.to_string()),
         // A cut can split a UTF-8 sequence: keep what is valid if the rest is only that cut.
@@ -1421,13 +1434,13 @@ pub fn peeked(delivery: &Delivery, payload_limit: usize) -> crate::broker::manag
         Err(_) => ("base64", base64::engine::general_purpose::STANDARD.encode(kept)),
     };
     crate::broker::management::PeekedMessage {
-        exchange: delivery.exchange.as_str().to_string(),
-        routing_key: delivery.routing_key.as_str().to_string(),
-        redelivered: delivery.redelivered,
-        payload_bytes: delivery.data.len() as u64,
+        exchange: exchange.to_string(),
+        routing_key: routing_key.to_string(),
+        redelivered,
+        payload_bytes: data.len() as u64,
         payload_encoding: payload_encoding.to_string(),
         payload,
-        properties: properties_json(&delivery.properties),
+        properties: properties_json(properties),
     }
 }
 

@@ -1,7 +1,9 @@
 //! Custody in the JSON API (issue 18): what warren holds of a DLQ, grouped and filtered over
 //! every record, and replays from it, each recorded in the audit log like a move.
 
-use axum::extract::{Path, Query, State};
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::header;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -15,6 +17,7 @@ use crate::audit;
 use crate::dlq::audit::Fate;
 use crate::dlq::custody::{self, ReplayRequest};
 use crate::dlq::message::Filter;
+use crate::dlq::transfer;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -23,7 +26,16 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay", post(replay))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/start", post(start_json))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/release", post(release_json))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/export", get(export))
+        .route(
+            "/api/v1/queues/{broker}/{vhost}/{queue}/custody/import",
+            post(import).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
+        )
 }
+
+/// The largest import, in bytes of JSON lines (an export of about 40,000 messages of 1 KiB);
+/// split larger ones. Everything is parsed before anything is kept, so this bounds memory.
+const IMPORT_MAX_BYTES: usize = 64 << 20;
 
 /// Records listed, unless asked otherwise, and at most.
 const DEFAULT_LIMIT: usize = 100;
@@ -55,6 +67,89 @@ async fn listing(
         "custody": listing,
     }))
     .into_response())
+}
+
+/// The held records a filter matches (all without one) as JSON lines (`dlq::transfer`),
+/// streamed: an export of 100,000 records is not built in memory first.
+async fn export(
+    State(state): State<AppState>,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    Query(filter): Query<Filter>,
+) -> Result<Response, ApiError> {
+    find_queue(&state, &broker, &vhost, &queue).await?;
+    filter.check().map_err(WebError::BadRequest)?;
+    let ids = transfer::export_ids(&state.db, (&broker, &vhost, &queue), &filter)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    let (lines, received) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(4);
+    let db = state.db.clone();
+    tokio::spawn(async move {
+        for chunk in transfer::export_chunks(&ids) {
+            let sent = match transfer::export_lines(&db, chunk).await {
+                Ok(chunk) => lines.send(Ok(chunk.into_iter().map(|l| l + "\n").collect())).await,
+                // The client sees the export cut off, never a short file that looks whole.
+                Err(e) => lines.send(Err(std::io::Error::other(e))).await,
+            };
+            if sent.is_err() {
+                return; // the client went away
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(received, |mut r| async move { r.recv().await.map(|x| (x, r)) });
+    let name: String =
+        queue.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson".to_string()),
+            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}.custody.jsonl\"")),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// Puts JSON lines (an export, possibly edited) into the custody of this queue: all or none,
+/// recorded in the audit log. Never into the queue itself: a replay from custody does that,
+/// with its checks.
+async fn import(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue)): Path<(String, String, String)>,
+    body: String,
+) -> Result<Response, ApiError> {
+    find_queue(&state, &broker, &vhost, &queue).await?;
+    let messages = transfer::parse_lines(&body).map_err(WebError::BadRequest)?;
+    if messages.is_empty() {
+        return Err(WebError::BadRequest("no lines to import".to_string()).into());
+    }
+    let actor = access.principal.actor();
+    let entry = audit::Entry {
+        actor: &actor,
+        broker: &broker,
+        vhost: &vhost,
+        queue: &queue,
+        action: "custody import",
+        request: json!({"lines": messages.len(), "bytes": body.len()}).to_string(),
+    };
+    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    let audit_id = audit::start(&state.db, entry)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
+    let outcome = custody::import(&state.db, &state.config.custody, (&broker, &vhost, &queue), &messages).await;
+    let (result, imported, detail) = match &outcome {
+        Ok(n) => ("done", *n, None),
+        Err(e) => ("failed", 0, Some(e.to_string())),
+    };
+    if let Err(e) = crate::dlq::audit::finish(&state.db, audit_id, result, imported, 0, detail.as_deref(), &[]).await {
+        tracing::error!(audit_id, error = %e, "recording the end of a custody import");
+    }
+    match outcome {
+        Ok(n) => Ok(Json(json!({"imported": n, "audit_id": audit_id})).into_response()),
+        Err(e @ custody::ImportError::Budget { .. }) => Err(WebError::Conflict(e.to_string()).into()),
+        Err(custody::ImportError::Storage(e)) => {
+            Err(WebError::Storage(state.storage.failed("keeping imported messages", &e)).into())
+        }
+    }
 }
 
 /// Starts a replay in the background; 202 with the audit entry that follows it.

@@ -137,6 +137,10 @@ struct CustodyView {
     by_error: Vec<(String, usize, String)>,
     matching: usize,
     records: Vec<CustodyRow>,
+    /// The records matching the filter as JSON lines (`dlq::transfer`).
+    export_href: String,
+    /// Where JSON lines are posted to be imported into this queue's custody.
+    import_path: String,
 }
 
 struct CustodyRow {
@@ -154,6 +158,16 @@ struct CustodyRow {
 
 /// Records listed on the page.
 const CUSTODY_ROWS: usize = 100;
+
+/// The custody API of a queue.
+fn custody_api(view: &QueueView) -> String {
+    format!(
+        "/api/v1/queues/{}/{}/{}/custody",
+        encode_segment(&view.broker),
+        encode_segment(&view.vhost),
+        encode_segment(&view.name)
+    )
+}
 
 async fn custody_view(
     state: &AppState,
@@ -200,6 +214,11 @@ async fn custody_view(
         by_queue: filtered(base, "original", listing.by_original_queue),
         by_error: filtered(base, "error", listing.by_error),
         matching: listing.matching,
+        export_href: {
+            let query = filters.query();
+            format!("{}/export{}{query}", custody_api(view), if query.is_empty() { "" } else { "?" })
+        },
+        import_path: format!("{}/import", custody_api(view)),
         records: listing
             .records
             .iter()

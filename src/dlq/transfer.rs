@@ -1,0 +1,274 @@
+//! Custody records as JSON lines (issue 18, must-have 6): a group or a filter exported for a
+//! ticket or another environment, and imported into the custody of a chosen DLQ, never into a
+//! live queue (a replay from there goes through the usual checks).
+//!
+//! A line carries the message twice over where it matters: `properties` as the browser shows
+//! them, readable and editable, and `amqp_properties`, the AMQP content header in base64, exact
+//! with every header's type. An import takes `amqp_properties` when the readable form still says
+//! the same, and the readable form when someone edited it (numbers become 64-bit integers or
+//! doubles, text long strings, objects tables). The body is base64.
+
+use base64::Engine;
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sqlx::Row;
+
+use super::custody::{self, decode_properties, Taken};
+use super::message::Filter;
+use super::mover::peeked_parts;
+use crate::history::Db;
+
+/// One record as a line.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Line {
+    /// The record it was exported from (ignored on import: the import makes new records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<i64>,
+    /// When custody took it in, unix seconds (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_at: Option<i64>,
+    #[serde(default)]
+    pub exchange: String,
+    #[serde(default)]
+    pub routing_key: String,
+    /// Informational: an import reads these from the properties again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub properties: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amqp_properties: Option<String>,
+    /// The body, base64.
+    pub body: String,
+}
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// Records read per query while exporting.
+const EXPORT_CHUNK: usize = 200;
+
+/// The ids of the records of a queue held in custody that `filter` matches, oldest first.
+pub async fn export_ids(db: &Db, queue: (&str, &str, &str), filter: &Filter) -> Result<Vec<i64>, sqlx::Error> {
+    Ok(custody::matching(db, queue, filter).await?.into_iter().map(|r| r.id).collect())
+}
+
+/// The lines of the records `ids` (at most `EXPORT_CHUNK` at a time is what callers ask for).
+pub async fn export_lines(db: &Db, ids: &[i64]) -> Result<Vec<String>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; ids.len()].join(", ");
+    let sql = format!(
+        "select id, received_at, exchange, routing_key, message_id, reason, original_queue, error, properties,
+         properties_json, body from custody_messages where id in ({marks}) order by id"
+    );
+    let mut query = sqlx::query(&sql);
+    for id in ids {
+        query = query.bind(id);
+    }
+    let rows = query.fetch_all(db).await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let properties: Vec<u8> = row.get(8);
+            let shown: String = row.get(9);
+            let body: Vec<u8> = row.get(10);
+            let line = Line {
+                record: Some(row.get(0)),
+                received_at: Some(row.get(1)),
+                exchange: row.get(2),
+                routing_key: row.get(3),
+                message_id: row.get(4),
+                reason: row.get(5),
+                original_queue: row.get(6),
+                error: row.get(7),
+                properties: serde_json::from_str(&shown).unwrap_or_default(),
+                amqp_properties: Some(B64.encode(properties)),
+                body: B64.encode(body),
+            };
+            serde_json::to_string(&line).expect("a line serialises")
+        })
+        .collect())
+}
+
+pub fn export_chunks(ids: &[i64]) -> impl Iterator<Item = &[i64]> {
+    ids.chunks(EXPORT_CHUNK)
+}
+
+/// Reads JSON lines into messages ready to be kept; the first line that cannot be one is an
+/// error naming it, and then nothing is imported. Blank lines are skipped.
+pub fn parse_lines(text: &str) -> Result<Vec<Taken>, String> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let at = |e: String| format!("line {}: {e}", i + 1);
+        let line: Line = serde_json::from_str(raw).map_err(|e| at(e.to_string()))?;
+        let body = B64.decode(line.body.trim()).map_err(|e| at(format!("body: not base64: {e}")))?;
+        let properties = properties_of(&line).map_err(at)?;
+        let taken = custody::kept(0, (&line.exchange, &line.routing_key), false, &properties, body).map_err(at)?;
+        out.push(taken);
+    }
+    Ok(out)
+}
+
+/// The exact properties when the readable ones still say the same, else the readable ones.
+fn properties_of(line: &Line) -> Result<BasicProperties, String> {
+    if let Some(encoded) = &line.amqp_properties {
+        let bytes = B64.decode(encoded.trim()).map_err(|e| format!("amqp_properties: not base64: {e}"))?;
+        let exact = decode_properties(&bytes).map_err(|e| format!("amqp_properties: {e}"))?;
+        let shown = peeked_parts(("", ""), false, &exact, &[], 0).properties;
+        if line.properties.is_empty() || shown == line.properties {
+            return Ok(exact);
+        }
+    }
+    properties_from_json(&line.properties)
+}
+
+/// Properties from their readable form (as the browser and the export show them).
+pub fn properties_from_json(map: &Map<String, Value>) -> Result<BasicProperties, String> {
+    let mut p = BasicProperties::default();
+    for (key, value) in map {
+        let text = || {
+            value
+                .as_str()
+                .map(|s| ShortString::from(s.to_string()))
+                .ok_or_else(|| format!("properties.{key}: a string"))
+        };
+        let number = |max: u64| {
+            value.as_u64().filter(|n| *n <= max).ok_or_else(|| format!("properties.{key}: a whole number up to {max}"))
+        };
+        p = match key.as_str() {
+            "content_type" => p.with_content_type(text()?),
+            "content_encoding" => p.with_content_encoding(text()?),
+            "delivery_mode" => p.with_delivery_mode(number(255)? as u8),
+            "priority" => p.with_priority(number(255)? as u8),
+            "correlation_id" => p.with_correlation_id(text()?),
+            "reply_to" => p.with_reply_to(text()?),
+            "expiration" => p.with_expiration(text()?),
+            "message_id" => p.with_message_id(text()?),
+            "timestamp" => p.with_timestamp(number(u64::MAX)?),
+            "type" => p.with_type(text()?),
+            "user_id" => p.with_user_id(text()?),
+            "app_id" => p.with_app_id(text()?),
+            "headers" => p.with_headers(table(value, "properties.headers", 0)?),
+            other => return Err(format!("properties.{other}: not an AMQP property")),
+        };
+    }
+    Ok(p)
+}
+
+/// Tables nested deeper than this are refused.
+const MAX_DEPTH: usize = 32;
+
+fn table(value: &Value, at: &str, depth: usize) -> Result<FieldTable, String> {
+    let Value::Object(map) = value else { return Err(format!("{at}: an object")) };
+    let mut table = FieldTable::default();
+    for (k, v) in map {
+        if k.len() > 255 {
+            return Err(format!("{at}: a name longer than 255 bytes"));
+        }
+        table.insert(k.clone().into(), amqp_value(v, &format!("{at}.{k}"), depth + 1)?);
+    }
+    Ok(table)
+}
+
+fn amqp_value(value: &Value, at: &str, depth: usize) -> Result<AMQPValue, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("{at}: nested deeper than {MAX_DEPTH}"));
+    }
+    Ok(match value {
+        Value::Null => AMQPValue::Void,
+        Value::Bool(b) => AMQPValue::Boolean(*b),
+        Value::String(s) => AMQPValue::LongString(LongString::from(s.as_bytes().to_vec())),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => AMQPValue::LongLongInt(i),
+            (None, Some(f)) if n.is_f64() => AMQPValue::Double(f),
+            _ => return Err(format!("{at}: {n} does not fit a 64-bit signed integer")),
+        },
+        Value::Array(items) => {
+            let mut array = FieldArray::default();
+            for (i, item) in items.iter().enumerate() {
+                array.push(amqp_value(item, &format!("{at}[{i}]"), depth + 1)?);
+            }
+            AMQPValue::FieldArray(array)
+        }
+        Value::Object(_) => AMQPValue::FieldTable(table(value, at, depth)?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_of(properties: &BasicProperties, body: &[u8]) -> Line {
+        let shown = peeked_parts(("dlx", "rk"), false, properties, body, 0).properties;
+        Line {
+            exchange: "dlx".into(),
+            routing_key: "rk".into(),
+            properties: shown,
+            amqp_properties: Some(B64.encode(custody::encode_properties(properties).unwrap())),
+            body: B64.encode(body),
+            ..Line::default()
+        }
+    }
+
+    #[test]
+    fn an_exported_line_imports_as_the_same_message_types_kept() {
+        let mut headers = FieldTable::default();
+        headers.insert("x-count".into(), AMQPValue::ShortInt(3));
+        headers.insert("x-time".into(), AMQPValue::Timestamp(1_700_000_000));
+        headers.insert("x-bytes".into(), AMQPValue::ByteArray(vec![0, 159].into()));
+        let properties = BasicProperties::default().with_message_id("m-1".into()).with_headers(headers);
+        let body = [0x80, 0xff, b'x'];
+        let text = serde_json::to_string(&line_of(&properties, &body)).unwrap();
+        let taken = parse_lines(&format!("\n{text}\n\n")).unwrap();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(decode_properties(&taken[0].properties).unwrap(), properties, "exact, short int and all");
+        assert_eq!(taken[0].body, body);
+        assert_eq!((taken[0].exchange.as_str(), taken[0].routing_key.as_str()), ("dlx", "rk"));
+    }
+
+    #[test]
+    fn an_edited_line_imports_as_edited() {
+        let properties = BasicProperties::default().with_message_id("m-1".into());
+        let mut line = line_of(&properties, b"{}");
+        line.properties.insert("message_id".into(), "m-2".into());
+        line.properties.insert("headers".into(), serde_json::json!({"x-n": 7, "x-r": 1.5, "x-t": {"a": [true, null]}}));
+        let taken = parse_lines(&serde_json::to_string(&line).unwrap()).unwrap();
+        let back = decode_properties(&taken[0].properties).unwrap();
+        assert_eq!(back.message_id().as_ref().map(|s| s.as_str()), Some("m-2"), "the readable form wins once edited");
+        let headers = back.headers().clone().unwrap();
+        assert_eq!(headers.inner().get("x-n"), Some(&AMQPValue::LongLongInt(7)));
+        assert_eq!(headers.inner().get("x-r"), Some(&AMQPValue::Double(1.5)));
+        assert_eq!(taken[0].summary.message_id.as_deref(), Some("m-2"));
+    }
+
+    #[test]
+    fn a_line_that_cannot_be_a_message_names_its_line() {
+        let good = serde_json::to_string(&line_of(&BasicProperties::default(), b"x")).unwrap();
+        for (bad, why) in [
+            ("{", "line 2"),
+            (r#"{"body": "%%%"}"#, "body: not base64"),
+            (r#"{"body": "", "properties": {"priority": 300}}"#, "properties.priority"),
+            (r#"{"body": "", "properties": {"colour": "red"}}"#, "not an AMQP property"),
+            (r#"{"body": "", "properties": {"headers": {"n": 18446744073709551615}}}"#, "64-bit"),
+            (r#"{"body": "", "amqp_properties": "/w=="}"#, "amqp_properties"),
+        ] {
+            let err = parse_lines(&format!("{good}\n{bad}")).map(|t| t.len()).unwrap_err();
+            assert!(err.starts_with("line 2: ") && err.contains(why), "{bad}: {err}");
+        }
+        let deep =
+            format!(r#"{{"body": "", "properties": {{"headers": {}1{}}}}}"#, r#"{"a":"#.repeat(40), "}".repeat(40));
+        assert!(parse_lines(&deep).unwrap_err().contains("nested deeper"));
+    }
+}
