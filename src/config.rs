@@ -53,6 +53,31 @@ pub struct CustodyRule {
     /// messages stay in the broker) once reached.
     #[serde(default = "default_custody_bytes")]
     pub max_bytes: u64,
+    /// The least role that reads the payloads and headers of these records (the record page,
+    /// the export, and the filters that search them); everyone who reads the DLQ page sees
+    /// the list with ids, reasons, queues and errors.
+    #[serde(default)]
+    pub payloads: PayloadRole,
+}
+
+/// Who may read dead letters' payloads and headers in custody (`CustodyRule::payloads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadRole {
+    #[default]
+    Viewer,
+    Operator,
+    Admin,
+}
+
+impl PayloadRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PayloadRole::Viewer => "viewer",
+            PayloadRole::Operator => "operator",
+            PayloadRole::Admin => "admin",
+        }
+    }
 }
 
 fn any() -> String {

@@ -113,6 +113,13 @@ fn actions(vhost: &str) -> Vec<(String, Role)> {
         ("/api/v1/silences/1/expire".into(), Role::Operator),
         ("/alerts/silences".into(), Role::Operator),
         ("/alerts/silences/1/expire".into(), Role::Operator),
+        (format!("/api/v1/queues/{q}/custody/replay"), Role::Operator),
+        (format!("/dlq/{q}/custody/replay"), Role::Operator),
+        (format!("/api/v1/queues/{q}/custody/import"), Role::Admin),
+        (format!("/api/v1/queues/{q}/custody/start"), Role::Admin),
+        (format!("/api/v1/queues/{q}/custody/release"), Role::Admin),
+        (format!("/dlq/{q}/custody/start"), Role::Admin),
+        (format!("/dlq/{q}/custody/release"), Role::Admin),
     ];
     for admin in [
         "/api/v1/alerts/rules",
@@ -135,6 +142,81 @@ fn actions(vhost: &str) -> Vec<(String, Role)> {
         all.push((admin.to_string(), Role::Admin));
     }
     all
+}
+
+/// Issue 18, must-have 3: a `[[custody]]` rule keeps payloads and headers from roles below
+/// the one it names. A viewer reads the records' list (ids, reasons, queues) and each record's
+/// page without its headers and payload, and is refused the payload, the export and the
+/// filters that search payloads; an operator reads all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custody_payloads_are_kept_from_roles_below_the_rule() {
+    let vhost = TestVhost::create("custodyroles").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "dlq", false, numbered(3)).await;
+    let warren = Warren::start(&format!(
+        "[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\npoll_interval_secs = 1\n\n\
+         [[custody]]\nqueue = \"dlq\"\npayloads = \"operator\"\n",
+        vhost.name
+    ))
+    .await;
+    add_users(&warren, &[("otto", Role::Operator), ("vera", Role::Viewer)]).await;
+    let (otto, vera) = (login(&warren, "otto").await, login(&warren, "vera").await);
+    let api = format!("/api/v1/queues/local/{}/dlq/custody", encode(&vhost.name));
+    let list = wait_for("the dead letters in custody", Duration::from_secs(60), || async {
+        let (_, list) = get(&warren, &api, &vera).await;
+        if list["custody"]["counts"]["held"] == 3 {
+            Ok(list)
+        } else {
+            Err(list.to_string())
+        }
+    })
+    .await;
+    assert_eq!(list["custody"]["records"][0]["message_id"], "m1", "the list is for everyone");
+    let id = list["custody"]["records"][0]["id"].as_i64().unwrap();
+    let page_of = |session: &Session, path: String| {
+        let request = client().get(warren.url(&path)).header("cookie", session.cookie.clone());
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    let record_page = format!("/dlq/local/{}/dlq/custody/{id}", encode(&vhost.name));
+    let (status, page) = page_of(&vera, record_page.clone()).await;
+    assert_eq!(status, 200);
+    let shown = |page: &str| page.contains("class=\"grid kv headers\"") || page.contains("class=\"payload\"");
+    assert!(page.contains("payload-hidden") && !shown(&page), "{page}");
+    let (status, record) = get(&warren, &format!("{api}/{id}"), &vera).await;
+    assert_eq!(
+        (status, &record["payload_hidden"], record.get("message").is_none()),
+        (200, &json!(true), true),
+        "{record}"
+    );
+    for refused in [
+        format!("{record_page}/payload"),
+        format!("{api}/export"),
+        format!("{api}?text=n"),
+        format!("{api}?regex=."),
+        format!("{api}?header=x-death"),
+    ] {
+        let (status, body) = page_of(&vera, refused.clone()).await;
+        assert_eq!(status, 403, "{refused}: {body}");
+    }
+    let (status, _) = page_of(&vera, format!("{api}?reason=rejected")).await;
+    assert_eq!(status, 200, "filters on what the list shows are for everyone");
+    let (status, page) = page_of(&vera, format!("/dlq/local/{}/dlq?text=n", encode(&vhost.name))).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("searching them does not apply") && !page.contains("custody-export"), "{page}");
+
+    let (status, page) = page_of(&otto, record_page.clone()).await;
+    assert_eq!(status, 200);
+    assert!(!page.contains("payload-hidden") && shown(&page), "{page}");
+    let (status, body) = page_of(&otto, format!("{record_page}/payload")).await;
+    assert_eq!((status, body.as_str()), (200, "{\"n\": 1}"));
+    let (status, export) = page_of(&otto, format!("{api}/export")).await;
+    assert_eq!((status, export.lines().count()), (200, 3));
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
 }
 
 /// A DLQ with 20 messages, watched by warren, with an admin, an operator and a viewer.

@@ -161,6 +161,33 @@ pub async fn is_in_custody(
 }
 
 /// The size budget of a queue in custody: its rule's, or the default for one an admin switched on.
+/// The least role that reads a queue's payloads and headers in custody (viewer when no rule
+/// names the queue: an admin took it in by hand).
+pub fn payload_role(rules: &[CustodyRule], broker: &str, vhost: &str, queue: &str) -> crate::config::PayloadRole {
+    rule_for(rules, broker, vhost, queue).map(|r| r.payloads).unwrap_or_default()
+}
+
+/// One record with its message: what the record page shows, and the payload it offers.
+pub async fn message(
+    db: &Db,
+    (broker, vhost, queue): (&str, &str, &str),
+    id: i64,
+) -> Result<Option<(Record, SnapshotMessage, Vec<u8>)>, sqlx::Error> {
+    let sql = format!(
+        "select {RECORD_COLUMNS}, exchange, properties, body from custody_messages
+         where broker = ? and vhost = ? and queue = ? and id = ?"
+    );
+    let Some(row) = sqlx::query(&sql).bind(broker).bind(vhost).bind(queue).bind(id).fetch_optional(db).await? else {
+        return Ok(None);
+    };
+    let record = record(&row);
+    let exchange: String = row.get(10);
+    let properties = decode_properties(row.get::<&[u8], _>(11)).unwrap_or_default();
+    let body: Vec<u8> = row.get(12);
+    let shown = peeked_parts((&exchange, &record.routing_key), record.redelivered, &properties, &body, usize::MAX);
+    Ok(Some((record, message::summarize(id.max(0) as usize, String::new(), shown), body)))
+}
+
 pub fn budget(rules: &[CustodyRule], broker: &str, vhost: &str, queue: &str) -> u64 {
     rule_for(rules, broker, vhost, queue).map(|r| r.max_bytes).unwrap_or(crate::config::DEFAULT_CUSTODY_BYTES)
 }

@@ -446,6 +446,24 @@ impl Filter {
         Filter { error: Some(error.to_string()), ..Filter::default() }
     }
 
+    /// Whether it searches payloads or headers (text, header, JSON path, regex), which some
+    /// roles may not read (`CustodyRule::payloads`).
+    pub fn reads_content(&self) -> bool {
+        ["text", "header", "header_value", "json_path", "json_value", "regex"]
+            .iter()
+            .any(|f| !self.value(f).trim().is_empty())
+    }
+
+    /// The filter without what searches payloads and headers.
+    pub fn without_content(&self) -> Filter {
+        Filter {
+            reason: self.reason.clone(),
+            original_queue: self.original_queue.clone(),
+            error: self.error.clone(),
+            ..Filter::default()
+        }
+    }
+
     /// True when no field restricts anything.
     pub fn is_empty(&self) -> bool {
         FORM_FIELDS.iter().all(|name| self.value(name).trim().is_empty())

@@ -27,6 +27,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/start", post(start_json))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/release", post(release_json))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/export", get(export))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}", get(record))
         .route(
             "/api/v1/queues/{broker}/{vhost}/{queue}/custody/import",
             post(import).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
@@ -46,14 +47,31 @@ struct ListQuery {
     limit: Option<usize>,
 }
 
+/// Refuses a role below the one that reads this queue's payloads and headers.
+fn payloads_for(state: &AppState, access: &super::Access, queue: (&str, &str, &str)) -> Result<(), WebError> {
+    let me = super::access::Me::of(access);
+    if super::dlq_pages::may_read_payloads(state, &me, queue) {
+        return Ok(());
+    }
+    Err(WebError::Forbidden(format!(
+        "the payloads and headers of this queue's records are for the {} role and above; you are {}",
+        custody::payload_role(&state.config.custody, queue.0, queue.1, queue.2).as_str(),
+        me.role
+    )))
+}
+
 async fn listing(
     State(state): State<AppState>,
+    access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Query(filter): Query<Filter>,
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     filter.check().map_err(WebError::BadRequest)?;
+    if filter.reads_content() {
+        payloads_for(&state, &access, (&broker, &vhost, &queue))?;
+    }
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
     let listing = custody::list(&state.db, &state.custody, &broker, &vhost, &queue, &filter, limit)
         .await
@@ -73,10 +91,12 @@ async fn listing(
 /// streamed: an export of 100,000 records is not built in memory first.
 async fn export(
     State(state): State<AppState>,
+    access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Query(filter): Query<Filter>,
 ) -> Result<Response, ApiError> {
     find_queue(&state, &broker, &vhost, &queue).await?;
+    payloads_for(&state, &access, (&broker, &vhost, &queue))?;
     filter.check().map_err(WebError::BadRequest)?;
     let ids = transfer::export_ids(&state.db, (&broker, &vhost, &queue), &filter)
         .await
@@ -106,6 +126,25 @@ async fn export(
         Body::from_stream(stream),
     )
         .into_response())
+}
+
+/// One record with its message as the browser reads it (headers and payload only to the roles
+/// that may read them here).
+async fn record(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
+) -> Result<Response, ApiError> {
+    let found = custody::message(&state.db, (&broker, &vhost, &queue), id)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    let Some((record, message, _)) = found else {
+        return Err(WebError::NotFound(format!("no record {id} in the custody of {queue:?}")).into());
+    };
+    if payloads_for(&state, &access, (&broker, &vhost, &queue)).is_err() {
+        return Ok(Json(json!({"record": record, "payload_hidden": true})).into_response());
+    }
+    Ok(Json(json!({"record": record, "message": message, "payload_hidden": false})).into_response())
 }
 
 /// Puts JSON lines (an export, possibly edited) into the custody of this queue: all or none,

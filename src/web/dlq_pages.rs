@@ -36,6 +36,8 @@ pub fn router() -> Router<AppState> {
         .route("/dlq/{broker}/{vhost}/{queue}/custody/release", post(custody_release_form))
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}", get(message_page))
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}/payload", get(download))
+        .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}", get(custody_record_page))
+        .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}/payload", get(custody_payload))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
 }
 
@@ -137,6 +139,9 @@ struct CustodyView {
     by_error: Vec<(String, usize, String)>,
     matching: usize,
     records: Vec<CustodyRow>,
+    /// The least role that reads payloads here, when `me` is below it: no export, and the
+    /// filters that search payloads and headers do not apply.
+    content_hidden: Option<&'static str>,
     /// The records matching the filter as JSON lines (`dlq::transfer`).
     export_href: String,
     /// Where JSON lines are posted to be imported into this queue's custody.
@@ -171,6 +176,7 @@ fn custody_api(view: &QueueView) -> String {
 
 async fn custody_view(
     state: &AppState,
+    me: &super::Me,
     view: &QueueView,
     base: &str,
     filters: &message::Filter,
@@ -182,6 +188,14 @@ async fn custody_view(
     if !active && view.custody_held.is_none() {
         return Ok(None);
     }
+    let allowed = may_read_payloads(state, me, (&view.broker, &view.vhost, &view.name));
+    let without_content;
+    let filters = if allowed || !filters.reads_content() {
+        filters
+    } else {
+        without_content = filters.without_content();
+        &without_content
+    };
     let listing = crate::dlq::custody::list(
         &state.db,
         &state.custody,
@@ -214,6 +228,7 @@ async fn custody_view(
         by_queue: filtered(base, "original", listing.by_original_queue),
         by_error: filtered(base, "error", listing.by_error),
         matching: listing.matching,
+        content_hidden: (!allowed).then(|| payload_role_name(state, (&view.broker, &view.vhost, &view.name))),
         export_href: {
             let query = filters.query();
             format!("{}/export{}{query}", custody_api(view), if query.is_empty() { "" } else { "?" })
@@ -429,7 +444,7 @@ async fn render_page(
 ) -> Result<String, WebError> {
     let base = dlq_href(&view.broker, &view.vhost, &view.name);
     let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
-    let custody = custody_view(state, view, &base, filters).await?;
+    let custody = custody_view(state, &me, view, &base, filters).await?;
     let page = DlqPage {
         custody,
         filter: filters.clone(),
@@ -574,6 +589,10 @@ async fn custody_replay_form(
 struct MessagePage {
     me: super::Me,
     name: String,
+    /// "Message 3" (of a snapshot) or "Record 42" (in custody).
+    heading: String,
+    /// Why its headers and payload are not shown (`CustodyRule::payloads`), or nothing.
+    hidden: Option<String>,
     back_href: String,
     download_href: String,
     row: Row,
@@ -619,6 +638,92 @@ async fn message_page(
 ) -> Result<Response, PageError> {
     let m = snapshot_message(&state, &broker, &vhost, &queue, position)?;
     let base = dlq_href(&broker, &vhost, &queue);
+    let download_href = format!("{base}/messages/{position}/payload");
+    let page = message_view(me, &queue, &base, &m, format!("Message {position}"), download_href, None);
+    Ok(html(page.render()?))
+}
+
+/// A record in custody, shown like a snapshot's message; its headers and payload only to the
+/// roles its `[[custody]]` rule lets read them.
+async fn custody_record_page(
+    State(state): State<AppState>,
+    me: super::Me,
+    Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
+) -> Result<Response, PageError> {
+    let (record, m, _) = custody_record(&state, &broker, &vhost, &queue, id).await?;
+    let base = dlq_href(&broker, &vhost, &queue);
+    let hidden = (!may_read_payloads(&state, &me, (&broker, &vhost, &queue))).then(|| {
+        format!(
+            "Headers and payload are shown to the {} role and above here; you are {}.",
+            payload_role_name(&state, (&broker, &vhost, &queue)),
+            me.role
+        )
+    });
+    let heading = format!("Record {} ({})", record.id, record.state);
+    let download_href = format!("{base}/custody/{id}/payload");
+    let page = message_view(me, &queue, &base, &m, heading, download_href, hidden);
+    Ok(html(page.render()?))
+}
+
+async fn custody_record(
+    state: &AppState,
+    broker: &str,
+    vhost: &str,
+    queue: &str,
+    id: i64,
+) -> Result<(crate::dlq::custody::Record, SnapshotMessage, Vec<u8>), WebError> {
+    crate::dlq::custody::message(&state.db, (broker, vhost, queue), id)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?
+        .ok_or_else(|| WebError::NotFound(format!("no record {id} in the custody of {queue:?}")))
+}
+
+fn payload_role_name(state: &AppState, (broker, vhost, queue): (&str, &str, &str)) -> &'static str {
+    crate::dlq::custody::payload_role(&state.config.custody, broker, vhost, queue).as_str()
+}
+
+/// Whether `me` reads the payloads and headers of this queue's records in custody.
+pub fn may_read_payloads(state: &AppState, me: &super::Me, (broker, vhost, queue): (&str, &str, &str)) -> bool {
+    match crate::dlq::custody::payload_role(&state.config.custody, broker, vhost, queue) {
+        crate::config::PayloadRole::Viewer => true,
+        crate::config::PayloadRole::Operator => me.operator,
+        crate::config::PayloadRole::Admin => me.admin,
+    }
+}
+
+async fn custody_payload(
+    State(state): State<AppState>,
+    me: super::Me,
+    Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
+) -> Result<Response, PageError> {
+    let (_, _, body) = custody_record(&state, &broker, &vhost, &queue, id).await?;
+    if !may_read_payloads(&state, &me, (&broker, &vhost, &queue)) {
+        return Err(WebError::Forbidden(format!(
+            "payloads here are for the {} role and above",
+            payload_role_name(&state, (&broker, &vhost, &queue))
+        ))
+        .into());
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"record-{id}.bin\"")),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// The message page of `m`; `hidden` says why headers and payload are left out.
+fn message_view(
+    me: super::Me,
+    queue: &str,
+    base: &str,
+    m: &SnapshotMessage,
+    heading: String,
+    download_href: String,
+    hidden: Option<String>,
+) -> MessagePage {
     let headers_map = m.message.properties.get("headers").and_then(Value::as_object).cloned().unwrap_or_default();
     let deaths = headers_map
         .get("x-death")
@@ -639,16 +744,20 @@ async fn message_page(
         .collect();
     let properties =
         m.message.properties.iter().filter(|(k, _)| *k != "headers").map(|(k, v)| (k.clone(), show(v))).collect();
-    let (payload_kind, payload) = message::render_payload(&m.message);
+    let (payload_kind, payload) =
+        if hidden.is_some() { ("hidden", String::new()) } else { message::render_payload(&m.message) };
+    let (headers, deaths) = if hidden.is_some() { (Vec::new(), Vec::new()) } else { (headers, deaths) };
     let kept = message::payload_bytes(&m.message).len() as u64;
     let truncated = (kept < m.payload_bytes).then(|| {
         format!("showing the first {} of {} bytes", format::count(Some(kept)), format::count(Some(m.payload_bytes)))
     });
-    let page = MessagePage {
+    let mut page = MessagePage {
         me,
-        name: queue.clone(),
-        back_href: base.clone(),
-        download_href: format!("{base}/messages/{position}/payload"),
+        name: queue.to_string(),
+        heading,
+        hidden,
+        back_href: base.to_string(),
+        download_href,
         row: snapshot_view(
             &Snapshot {
                 taken_at: chrono::Utc::now(),
@@ -659,7 +768,7 @@ async fn message_page(
                 messages: vec![m.clone()],
                 seen: Default::default(),
             },
-            &base,
+            base,
             &message::Filter::default(),
         )
         .rows
@@ -671,7 +780,11 @@ async fn message_page(
         payload,
         truncated,
     };
-    Ok(html(page.render()?))
+    if page.hidden.is_some() {
+        // A framework's readable arguments are the payload too.
+        page.row.app.clear();
+    }
+    page
 }
 
 async fn download(

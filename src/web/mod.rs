@@ -109,6 +109,9 @@ pub enum WebError {
     Invalid(Vec<(String, String)>),
     #[error("{0}")]
     Conflict(String),
+    /// The role may not read this (payloads restricted by a `[[custody]]` rule).
+    #[error("{0}")]
+    Forbidden(String),
     /// warren is busy (too many password checks at once): try again soon.
     #[error("{0}")]
     Unavailable(String),
@@ -129,6 +132,7 @@ impl WebError {
             WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
             WebError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             WebError::Conflict(_) => StatusCode::CONFLICT,
+            WebError::Forbidden(_) => StatusCode::FORBIDDEN,
             WebError::Unavailable(_) | WebError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
             WebError::Database(_) | WebError::Template(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -140,6 +144,7 @@ impl WebError {
             WebError::BadRequest(_) => "bad_request",
             WebError::Invalid(_) => "invalid",
             WebError::Conflict(_) => "conflict",
+            WebError::Forbidden(_) => "forbidden",
             WebError::Unavailable(_) => "unavailable",
             WebError::Storage(_) => "storage",
             WebError::Database(_) | WebError::Template(_) => "internal",
