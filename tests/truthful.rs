@@ -198,17 +198,22 @@ async fn a_requeue_into_a_queue_makes_its_age_estimate_a_lower_bound_until_the_m
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    // The requeued messages drain while fresh ones keep coming: a plain estimate again. (Which
-    // publishes came after the move is known only from a counter read a stats step after it,
-    // so the mark may outlast the drain by what was published in that step.)
+    // The requeued messages drain: a plain estimate again. On 4.x while fresh ones keep coming.
+    // 3.10 counts publishes up to a stats step late, so while publishing goes on its counter
+    // trails by what was published in that step and what left cannot be told from what is
+    // uncounted: the mark lasts until the counter catches up (CI, this session: publishing
+    // every half second, it never did).
     let mut taken = 0;
     while taken < 5 {
         if channel.basic_get("work", BasicGetOptions { no_ack: true }).await.unwrap().is_some() {
             taken += 1;
         }
     }
+    let keep_publishing = counted;
     let q = wait_for("work's estimate plain again", Duration::from_secs(90), || async {
-        publish(&channel, "work", 1, BasicProperties::default()).await;
+        if keep_publishing {
+            publish(&channel, "work", 1, BasicProperties::default()).await;
+        }
         let q = warren.queue(&vhost.name, "work").await.ok_or("not listed")?;
         if q["fifo_broken_since"].is_null() && q["oldest_age_source"] == "estimated" {
             Ok(q)

@@ -79,15 +79,15 @@ pub fn apply_fifo_breaks(
         };
         let Some(tracked) = queues.get_mut(&(view.vhost.clone(), view.name.clone())) else { continue };
         if tracked.fifo_break.as_ref().is_none_or(|b| b.at < at) {
-            tracked.fifo_break = Some(Box::new(FifoBreak { at, from_count: None }));
+            tracked.fifo_break = Some(Box::new(FifoBreak { at, from: None }));
         }
         let Some(fifo_break) = tracked.fifo_break.as_mut() else { continue };
         // The broker counts a publish up to a stats step late: read the counter after that.
         let counted = (now - fifo_break.at).num_milliseconds() as f64 / 1000.0 > STATS_STEP_SECS + 1.0;
-        if fifo_break.from_count.is_none() && counters_fresh && counted {
-            fifo_break.from_count = view.publish_count;
+        if fifo_break.from.is_none() && counters_fresh && counted {
+            fifo_break.from = view.publish_count.zip(view.total);
         }
-        if moved_messages_drained(fifo_break.from_count, view.publish_count, view.total) {
+        if moved_messages_drained(fifo_break.from, view.publish_count, view.total) {
             tracked.fifo_break = None;
             continue;
         }
@@ -98,12 +98,19 @@ pub fn apply_fifo_breaks(
     }
 }
 
-/// Messages leave a FIFO queue in order: once as many have left (published - depth) as had
-/// been published when the mark was read (`from`), the moved ones are gone. A counter that
-/// does not account for the depth (3.10 misses short-lived channels' publishes) cannot say so.
-fn moved_messages_drained(from: Option<u64>, published: Option<u64>, total: Option<u64>) -> bool {
+/// Messages leave a FIFO queue in order: once as many have left since the mark was read as the
+/// queue held then (`from`: publish counter and depth at that reading), the moved ones are gone.
+/// What left is the change of the counter minus the change of the depth: differences, so that
+/// a counter trailing the depth by its stats lag (steady while publishing goes on) cancels out,
+/// and publishes the counter never saw before the mark (3.10 misses short-lived channels', such
+/// as the move's own) do not matter. (Comparing the counter with the depth itself failed on
+/// 3.10: both at once, the trailing counter never reached the depth while publishing went on.)
+fn moved_messages_drained(from: Option<(u64, u64)>, published: Option<u64>, total: Option<u64>) -> bool {
     match (from, published, total) {
-        (Some(from), Some(published), Some(total)) => published >= total && published - total >= from,
+        (Some((published_then, held_then)), Some(published), Some(total)) => {
+            let left = published as i128 - published_then as i128 - (total as i128 - held_then as i128);
+            left >= held_then as i128
+        }
         _ => false,
     }
 }
@@ -197,13 +204,21 @@ mod tests {
     }
 
     #[test]
-    fn moved_messages_have_drained_only_when_the_counter_says_so() {
-        // 5 moved in, counted at 5; 3 fresh behind them.
-        assert!(!moved_messages_drained(Some(5), Some(8), Some(8)));
-        assert!(!moved_messages_drained(Some(5), Some(8), Some(4)));
-        assert!(moved_messages_drained(Some(5), Some(8), Some(3)));
-        // Not read yet, or a counter short of the depth (the moved copies uncounted): unknown.
+    fn moved_messages_have_drained_once_as_many_left_as_the_queue_held() {
+        // 5 moved in and counted (counter 5, depth 5 at the mark); 3 fresh behind them.
+        let mark = Some((5, 5));
+        assert!(!moved_messages_drained(mark, Some(8), Some(8)));
+        assert!(!moved_messages_drained(mark, Some(8), Some(4)), "4 of the 5 taken");
+        assert!(moved_messages_drained(mark, Some(8), Some(3)));
+        // 3.10: the move's publishes never counted (counter 0 at the mark, depth 5).
+        let uncounted = Some((0, 5));
+        assert!(!moved_messages_drained(uncounted, Some(3), Some(8)));
+        assert!(moved_messages_drained(uncounted, Some(3), Some(3)));
+        // A counter trailing the depth by 20 while publishing goes on: the lag cancels out.
+        let trailing = Some((100, 25));
+        assert!(!moved_messages_drained(trailing, Some(150), Some(60)), "15 left of 25");
+        assert!(moved_messages_drained(trailing, Some(150), Some(50)));
+        // Not read yet: unknown.
         assert!(!moved_messages_drained(None, Some(8), Some(3)));
-        assert!(!moved_messages_drained(Some(0), Some(3), Some(8)));
     }
 }

@@ -70,13 +70,14 @@ pub struct Tracked {
     pub recent_rows: std::collections::VecDeque<(i64, Option<i64>)>,
 }
 
-/// Messages requeued into a queue by a move that ended at `at`. `from_count` is the publish
-/// counter read fresh after the move's publishes were counted: once the queue's FIFO target
-/// (publishes − depth) reaches it, every message present was published after the move.
+/// Messages requeued into a queue by a move that ended at `at`. `from` is (publish counter,
+/// depth) read fresh after the move's publishes were counted: once as many messages have left
+/// since (`estimate::moved_messages_drained`) as the queue held then, every message present was
+/// published after the move.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FifoBreak {
     pub at: DateTime<Utc>,
-    pub from_count: Option<u64>,
+    pub from: Option<(u64, u64)>,
 }
 
 /// Rows kept in `Tracked::recent_rows`.
