@@ -58,6 +58,10 @@ pub struct CustodyRule {
     /// the list with ids, reasons, queues and errors.
     #[serde(default)]
     pub payloads: PayloadRole,
+    /// Admins may change one record's body or headers and replay it as a new copy (the
+    /// original is kept, the diff goes to the audit log). Off unless set.
+    #[serde(default)]
+    pub edit: bool,
 }
 
 /// Who may read dead letters' payloads and headers in custody (`CustodyRule::payloads`).

@@ -80,8 +80,15 @@ async fn custody_takes_every_dead_letter_and_replays_each_once() {
         let list = listing(&warren, &vhost.name, "?limit=1000").await;
         assert_eq!(list["in_custody"], true);
         assert_eq!(list["custody"]["counts"]["held"], N);
-        assert_eq!(list["custody"]["by_reason"], json!([["rejected", N]]), "{list}");
-        assert_eq!(list["custody"]["by_original_queue"], json!([["work", N]]));
+        let group = |g: &Value| (g["value"].clone(), g["records"].clone());
+        let by_reason: Vec<_> = list["custody"]["by_reason"].as_array().unwrap().iter().map(group).collect();
+        assert_eq!(by_reason, vec![(json!("rejected"), json!(N))], "{list}");
+        let by_queue: Vec<_> = list["custody"]["by_original_queue"].as_array().unwrap().iter().map(group).collect();
+        assert_eq!(by_queue, vec![(json!("work"), json!(N))]);
+        // First and last seen: when custody took in the first and the last of the group.
+        let g = &list["custody"]["by_reason"][0];
+        assert!(g["first_seen"].as_i64().unwrap() <= g["last_seen"].as_i64().unwrap(), "{g}");
+        assert!(g["last_seen"].as_i64().unwrap() <= chrono::Utc::now().timestamp(), "{g}");
         assert_eq!(list["custody"]["intake"]["state"], "running");
         let ids: HashSet<String> = list["custody"]["records"]
             .as_array()
@@ -401,6 +408,89 @@ async fn custody_exports_json_lines_that_import_into_another_dlqs_custody() {
     connection.close(0, "done").await.ok();
 }
 
+/// Issue 18, must-have 5: an admin changes one record's body and a header and replays it as
+/// a new copy; the copy carries the change (headers left alone keep their AMQP types), the
+/// original record is kept, marked replayed as an edited copy, and the audit log keeps the diff.
+/// Off unless the queue's rule says `edit = true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_edits_one_record_and_replays_it_as_a_new_copy() {
+    use lapin::types::{AMQPValue, FieldTable};
+    let vhost = TestVhost::create("custodyedit").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let mut messages = Vec::new();
+    for i in 1..=3usize {
+        let mut headers = FieldTable::default();
+        headers.insert("x-tenant".into(), AMQPValue::LongString("globex".into()));
+        headers.insert("x-small".into(), AMQPValue::ShortInt(i as i16));
+        messages.push((format!("e{i}"), format!("{{\"n\": {i}, \"sku\": \"BROKEN\"}}").into_bytes(), headers));
+    }
+    dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
+    common::declare(&channel, "other.noedit", false).await;
+    let toml = format!(
+        "{}\n[[custody]]\nqueue = \"*.noedit\"\n",
+        custody_toml(&vhost.name).replace("queue = \"*.dlq\"\n", "queue = \"*.dlq\"\nedit = true\n")
+    );
+    let warren = Warren::start(&toml).await;
+    let list = wait_for("the dead letters in custody", Duration::from_secs(60), || async {
+        warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed yet")?;
+        warren.queue(&vhost.name, "other.noedit").await.ok_or("other.noedit not listed yet")?;
+        let list = listing(&warren, &vhost.name, "").await;
+        if list["custody"]["counts"]["held"] == 3 {
+            Ok(list)
+        } else {
+            Err(list.to_string())
+        }
+    })
+    .await;
+    let id = list["custody"]["records"][1]["id"].as_i64().unwrap();
+    let base = format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name));
+    let (_, record) = warren.get_json(&format!("{base}/{id}")).await;
+    let mut headers = record["message"]["message"]["properties"]["headers"].as_object().cloned().expect("headers");
+    headers.insert("x-tenant".into(), json!("acme"));
+    headers.insert("x-fixed-by".into(), json!("ops"));
+    let edit = json!({"body": "{\"n\": 2, \"sku\": \"GIFT-1\"}", "headers": headers});
+    let (status, edited) = warren.post_json(&format!("{base}/{id}/edit"), edit.clone()).await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["to"], "work");
+    assert_eq!(
+        edited["diff"]["headers"],
+        json!([["x-fixed-by", null, "ops"], ["x-tenant", "globex", "acme"]]),
+        "only what changed: {edited}"
+    );
+    assert_eq!(edited["diff"]["body"], json!(["{\"n\": 2, \"sku\": \"BROKEN\"}", "{\"n\": 2, \"sku\": \"GIFT-1\"}"]));
+
+    let copy =
+        channel.basic_get("work", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap().expect("the copy");
+    assert_eq!(copy.delivery.data, b"{\"n\": 2, \"sku\": \"GIFT-1\"}");
+    let p = &copy.delivery.properties;
+    assert_eq!(p.message_id().as_ref().map(|s| s.as_str()), Some("e2"));
+    let h = p.headers().clone().unwrap();
+    assert_eq!(h.inner().get("x-small"), Some(&AMQPValue::ShortInt(2)), "a header left alone keeps its type");
+    assert_eq!(h.inner().get("x-tenant"), Some(&AMQPValue::LongString("acme".into())));
+    assert!(
+        channel.basic_get("work", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap().is_none(),
+        "one copy"
+    );
+
+    // The original is kept, replayed as an edited copy; the audit keeps the diff.
+    let (_, record) = warren.get_json(&format!("{base}/{id}")).await;
+    assert_eq!(record["record"]["state"], "replayed", "{record}");
+    assert_eq!(listing(&warren, &vhost.name, "").await["custody"]["counts"]["held"], 2);
+    let (_, audit) = warren.get_json("/api/v1/audit").await;
+    let entry = audit.as_array().unwrap().iter().find(|e| e["action"] == "custody edit").expect("audited").clone();
+    assert_eq!(entry["outcome"], "done", "{entry}");
+    assert!(entry["detail"].as_str().unwrap().contains("globex"), "the diff is in the audit: {entry}");
+    // Once replayed it is not edited again; nor is a record where editing is off.
+    let (status, _) = warren.post_json(&format!("{base}/{id}/edit"), edit.clone()).await;
+    assert_eq!(status, 409);
+    let other = format!("/api/v1/queues/local/{}/other.noedit/custody/1/edit", encode(&vhost.name));
+    let (status, body) = warren.post_json(&other, edit).await;
+    assert_eq!(status, 403, "{body}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 /// warren as a separate process with custody of `*.dlq`, so the test can SIGKILL it.
 struct Process {
     child: Child,
@@ -500,17 +590,38 @@ async fn ids_in_custody(database: &std::path::Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_intake_leaves_every_message_in_the_broker_or_in_custody() {
-    const N: usize = 20_000;
-    let vhost = TestVhost::create("custodykill").await;
+    sigkill_during_intake("custodykill", 20_000, None).await;
+}
+
+/// The same on a quorum DLQ with a delivery limit of 2: what the kill hands back was delivered
+/// once, so the broker keeps it, and the restart takes it in (the broker would drop a message
+/// handed back at its limit: a limit of 1 would lose what a kill hands back, which no consumer
+/// can prevent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_intake_of_a_quorum_dlq_with_a_delivery_limit_loses_nothing() {
+    sigkill_during_intake("custodykillq", 10_000, Some(2)).await;
+}
+
+/// Fills `work.dlq` (classic, or quorum with `delivery_limit`) with `n` messages, kills warren
+/// mid-intake, restarts it, and checks every id ends in custody.
+async fn sigkill_during_intake(test: &str, n: usize, delivery_limit: Option<i64>) {
+    use lapin::options::QueueDeclareOptions;
+    use lapin::types::{AMQPValue, FieldTable};
+    let vhost = TestVhost::create(test).await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
-    common::declare(&channel, "work.dlq", false).await;
-    publish_many(&channel, "work.dlq", "k", N).await;
+    let mut args = FieldTable::default();
+    if let Some(limit) = delivery_limit {
+        args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(limit));
+    }
+    channel.queue_declare("work.dlq", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    publish_many(&channel, "work.dlq", "k", n).await;
     let dir = tempfile::tempdir().unwrap();
     let database = dir.path().join("warren.db");
     let mut warren = Process::start(dir.path(), &vhost.name).await;
     // Kill once intake is under way, somewhere in its first few thousand.
-    let kill_below = N - 200 - (std::process::id() as usize % 2_000);
+    let kill_below = n - 200 - (std::process::id() as usize % (n / 10));
     wait_for("intake under way", Duration::from_secs(60), || async {
         let left = depth(&channel, "work.dlq").await as usize;
         if left <= kill_below {
@@ -528,7 +639,7 @@ async fn sigkill_during_intake_leaves_every_message_in_the_broker_or_in_custody(
     wait_for("the unacked messages returned", Duration::from_secs(30), || async {
         let kept: HashSet<String> = ids_in_custody(&database).await.into_iter().collect();
         let left = depth(&channel, "work.dlq").await as usize;
-        if kept.len() + left >= N {
+        if kept.len() + left >= n {
             Ok(())
         } else {
             Err(format!("{} in custody + {left} in the broker", kept.len()))
@@ -547,10 +658,10 @@ async fn sigkill_during_intake_leaves_every_message_in_the_broker_or_in_custody(
     // still delivered and not yet committed.
     wait_for("the rest taken in", Duration::from_secs(120), || async {
         let kept: HashSet<String> = ids_in_custody(&database).await.into_iter().collect();
-        if kept.len() >= N {
+        if kept.len() >= n {
             Ok(())
         } else {
-            Err(format!("{} of {N} in custody", kept.len()))
+            Err(format!("{} of {n} in custody", kept.len()))
         }
     })
     .await;
@@ -558,9 +669,9 @@ async fn sigkill_during_intake_leaves_every_message_in_the_broker_or_in_custody(
     let in_custody = ids_in_custody(&database).await;
     let in_broker = drain_ids(&channel, "work.dlq").await;
     let distinct: HashSet<&String> = in_custody.iter().collect();
-    let lost: Vec<String> = (1..=N).map(|i| format!("k{i}")).filter(|id| !distinct.contains(id)).take(20).collect();
+    let lost: Vec<String> = (1..=n).map(|i| format!("k{i}")).filter(|id| !distinct.contains(id)).take(20).collect();
     assert!(lost.is_empty(), "lost: {lost:?}");
-    assert_eq!(distinct.len(), N, "no stranger ids");
+    assert_eq!(distinct.len(), n, "no stranger ids");
     let duplicates = in_custody.len() - distinct.len();
     eprintln!("{} records, {duplicates} duplicates, {} left in the broker", in_custody.len(), in_broker.len());
     assert!(duplicates <= 200, "duplicates only from one batch committed and not yet acked: {duplicates}");

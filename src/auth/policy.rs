@@ -175,6 +175,8 @@ mod tests {
             // Imported messages are crafted ones: replayed, they would be new messages.
             "/api/v1/queues/main/%2F/orders.dlq/custody/import",
             "/api/v1/queues/main/%2F/orders.dlq/custody/start",
+            "/api/v1/queues/main/%2F/orders.dlq/custody/7/edit",
+            "/dlq/main/%2F/orders.dlq/custody/7/edit",
             "/something/new",
         ] {
             assert_eq!(required_role(&Method::POST, path), Role::Admin, "{path}");

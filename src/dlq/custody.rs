@@ -167,6 +167,11 @@ pub fn payload_role(rules: &[CustodyRule], broker: &str, vhost: &str, queue: &st
     rule_for(rules, broker, vhost, queue).map(|r| r.payloads).unwrap_or_default()
 }
 
+/// Whether admins may edit and replay this queue's records (`CustodyRule::edit`).
+pub fn editable(rules: &[CustodyRule], broker: &str, vhost: &str, queue: &str) -> bool {
+    rule_for(rules, broker, vhost, queue).is_some_and(|r| r.edit)
+}
+
 /// One record with its message: what the record page shows, and the payload it offers.
 pub async fn message(
     db: &Db,
@@ -531,15 +536,26 @@ pub struct Record {
     pub state: String,
 }
 
+/// A triage group: the records sharing a reason, an original queue or an error.
+#[derive(Debug, Clone, Serialize)]
+pub struct Group {
+    /// "—" for records without one (no error groups of those).
+    pub value: String,
+    pub records: usize,
+    /// When custody took in the first and the last of them, unix seconds.
+    pub first_seen: i64,
+    pub last_seen: i64,
+}
+
 /// What custody holds of a queue, filtered, with its groups over every held record.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listing {
     pub counts: Counts,
     pub intake: Option<IntakeState>,
-    /// Over every held record (not only the filtered ones): (value, records).
-    pub by_reason: Vec<(String, usize)>,
-    pub by_original_queue: Vec<(String, usize)>,
-    pub by_error: Vec<(String, usize)>,
+    /// Over every held record (not only the filtered ones).
+    pub by_reason: Vec<Group>,
+    pub by_original_queue: Vec<Group>,
+    pub by_error: Vec<Group>,
     /// Held records matching the filter.
     pub matching: usize,
     /// The first `limit` of them.
@@ -725,19 +741,28 @@ pub async fn list(
     let counts = counts_by_queue(db, broker).await?.remove(&(vhost.to_string(), queue.to_string())).unwrap_or_default();
     let group = |column: &'static str| async move {
         let sql = format!(
-            "select {column}, count(*) from custody_messages where {KEPT} group by {column} order by count(*) desc, {column}"
+            "select {column}, count(*), min(received_at), max(received_at) from custody_messages where {KEPT}
+             group by {column} order by count(*) desc, {column}"
         );
         let rows = sqlx::query(&sql).bind(broker).bind(vhost).bind(queue).fetch_all(db).await?;
-        Ok::<Vec<(Option<String>, usize)>, sqlx::Error>(
-            rows.iter().map(|r| (r.get::<Option<String>, _>(0), r.get::<i64, _>(1).max(0) as usize)).collect(),
+        Ok::<Vec<(Option<String>, Group)>, sqlx::Error>(
+            rows.iter()
+                .map(|r| {
+                    let value: Option<String> = r.get(0);
+                    let group = Group {
+                        value: value.clone().unwrap_or_else(|| "—".to_string()),
+                        records: r.get::<i64, _>(1).max(0) as usize,
+                        first_seen: r.get(2),
+                        last_seen: r.get(3),
+                    };
+                    (value, group)
+                })
+                .collect(),
         )
     };
-    let named = |groups: Vec<(Option<String>, usize)>| -> Vec<(String, usize)> {
-        groups.into_iter().map(|(v, n)| (v.unwrap_or_else(|| "—".to_string()), n)).collect()
-    };
-    let by_reason = named(group("reason").await?);
-    let by_original_queue = named(group("original_queue").await?);
-    let by_error = group("error").await?.into_iter().filter_map(|(v, n)| Some((v?, n))).collect();
+    let by_reason = group("reason").await?.into_iter().map(|(_, g)| g).collect();
+    let by_original_queue = group("original_queue").await?.into_iter().map(|(_, g)| g).collect();
+    let by_error = group("error").await?.into_iter().filter_map(|(v, g)| v.map(|_| g)).collect();
 
     let records = if filter.regex().is_some() {
         // Matched outside SQL: every match read once, counted, and the first `limit` kept.
@@ -791,6 +816,136 @@ pub struct ReplayRequest {
     pub selection: CustodySelection,
     #[serde(default)]
     pub target: CustodyTarget,
+}
+
+/// An admin's change to one record, replayed as a new copy (issue 18, must-have 5; off unless
+/// the queue's `[[custody]]` rule says `edit = true`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct Edit {
+    /// The new body, as text; none: unchanged.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Every header, as the browser shows them (a header left as it was keeps its AMQP type);
+    /// none: unchanged.
+    #[serde(default)]
+    pub headers: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    pub target: CustodyTarget,
+}
+
+/// What an edit changed: each header added, changed or removed (name, before, after), and the
+/// body before and after when it changed (as text, lossy for bytes that are not UTF-8).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EditDiff {
+    pub headers: Vec<(String, Option<serde_json::Value>, Option<serde_json::Value>)>,
+    pub body: Option<(String, String)>,
+}
+
+/// Publishes an edited copy of held record `id` to its target (checked first), with confirms
+/// and `mandatory`. The record is claimed first, so no replay takes it meanwhile; once the copy
+/// is confirmed it is marked replayed (`replayed_to` says it was an edited copy) and kept like
+/// any replayed record. Returns where the copy went and what changed.
+pub async fn edit_and_replay(
+    db: &Db,
+    broker: &BrokerConfig,
+    (vhost, queue): (&str, &str),
+    id: i64,
+    edit: &Edit,
+    job: &str,
+) -> Result<(String, EditDiff), String> {
+    let row = sqlx::query(
+        "select properties, body, original_queue, state from custody_messages
+         where broker = ? and vhost = ? and queue = ? and id = ?",
+    )
+    .bind(&broker.name)
+    .bind(vhost)
+    .bind(queue)
+    .bind(id)
+    .fetch_optional(db)
+    .await
+    .map_err(|e| e.to_string())?
+    .ok_or_else(|| format!("no record {id} in the custody of {queue:?}"))?;
+    let state: String = row.get(3);
+    if state != "held" {
+        return Err(format!("record {id} is {state}: only a held record is edited and replayed"));
+    }
+    let old = decode_properties(row.get::<&[u8], _>(0))?;
+    let old_body: Vec<u8> = row.get(1);
+    let to = match &edit.target {
+        CustodyTarget::Queue(name) => name.clone(),
+        CustodyTarget::OriginalQueue => row
+            .get::<Option<String>, _>(2)
+            .ok_or("no x-death or framework header names the queue it died in: name a target queue")?,
+    };
+    if to == queue {
+        return Err("its target is this queue, which is in custody".to_string());
+    }
+    let old_shown = peeked_parts(("", ""), false, &old, &[], 0).properties;
+    let empty = serde_json::Map::new();
+    let old_headers_shown = old_shown.get("headers").and_then(|h| h.as_object()).unwrap_or(&empty);
+    let mut diff = EditDiff::default();
+    let mut properties = old.clone();
+    if let Some(new) = &edit.headers {
+        let table =
+            super::transfer::headers_edited(&old.headers().clone().unwrap_or_default(), old_headers_shown, new)?;
+        let mut names: Vec<&String> = old_headers_shown.keys().chain(new.keys()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let (before, after) = (old_headers_shown.get(name), new.get(name));
+            if before != after {
+                diff.headers.push((name.clone(), before.cloned(), after.cloned()));
+            }
+        }
+        properties = properties.with_headers(table);
+    }
+    let body = match &edit.body {
+        Some(text) if text.as_bytes() != old_body.as_slice() => {
+            diff.body = Some((String::from_utf8_lossy(&old_body).into_owned(), text.clone()));
+            text.clone().into_bytes()
+        }
+        _ => old_body,
+    };
+    encode_properties(&properties)?;
+
+    let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
+    let check = connection.create_channel().await.map_err(|e| e.to_string())?;
+    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+    if check.queue_declare(&to, passive, FieldTable::default()).await.is_err() {
+        let _ = connection.close(200, "target missing").await;
+        return Err(format!("queue {to:?} does not exist"));
+    }
+    let _ = check.close(200, "checked").await;
+    if claim(db, job, &[id]).await.map_err(|e| e.to_string())?.is_empty() {
+        let _ = connection.close(200, "claimed elsewhere").await;
+        return Err(format!("record {id} was claimed by another replay meanwhile"));
+    }
+    let published = async {
+        let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| e.to_string())?;
+        let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+        let confirm = channel
+            .basic_publish("", &to, options, &body, with_custody_id(properties, id))
+            .await
+            .map_err(|e| e.to_string())?;
+        match confirm.await.map_err(|e| e.to_string())? {
+            lapin::publisher_confirm::Confirmation::Ack(None) => Ok(()),
+            lapin::publisher_confirm::Confirmation::Ack(Some(_)) => Err(format!("returned: {to:?} did not take it")),
+            other => Err(format!("not confirmed by the broker: {other:?}")),
+        }
+    }
+    .await;
+    let _ = connection.close(200, "edited copy replayed").await;
+    match published {
+        Ok(()) => {
+            settle(db, &[(id, format!("{to} (an edited copy)"))], &[]).await.map_err(|e| e.to_string())?;
+            Ok((to, diff))
+        }
+        Err(why) => {
+            settle(db, &[], &[id]).await.map_err(|e| e.to_string())?;
+            Err(why)
+        }
+    }
 }
 
 /// Records of replays older than this many seconds are deleted (the global retention).

@@ -167,6 +167,29 @@ pub fn properties_from_json(map: &Map<String, Value>) -> Result<BasicProperties,
     Ok(p)
 }
 
+/// A message's headers after an edit of their readable form (`new`): a header whose readable
+/// value did not change keeps its AMQP value and type (`old`, shown as `old_shown`); a changed
+/// or added one is read as an import reads it.
+pub fn headers_edited(
+    old: &FieldTable,
+    old_shown: &Map<String, Value>,
+    new: &Map<String, Value>,
+) -> Result<FieldTable, String> {
+    let mut table = FieldTable::default();
+    for (k, v) in new {
+        if k.len() > 255 {
+            return Err(format!("headers: {k:?} is longer than 255 bytes"));
+        }
+        let kept = old_shown.get(k).filter(|shown| *shown == v).and_then(|_| old.inner().get(k.as_str()));
+        let value = match kept {
+            Some(value) => value.clone(),
+            None => amqp_value(v, &format!("headers.{k}"), 1)?,
+        };
+        table.insert(k.clone().into(), value);
+    }
+    Ok(table)
+}
+
 /// Tables nested deeper than this are refused.
 const MAX_DEPTH: usize = 32;
 

@@ -28,6 +28,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/release", post(release_json))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/export", get(export))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}", get(record))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/edit", post(edit_json))
         .route(
             "/api/v1/queues/{broker}/{vhost}/{queue}/custody/import",
             post(import).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
@@ -145,6 +146,74 @@ async fn record(
         return Ok(Json(json!({"record": record, "payload_hidden": true})).into_response());
     }
     Ok(Json(json!({"record": record, "message": message, "payload_hidden": false})).into_response())
+}
+
+/// Edits one held record and replays the edited copy (admins; off unless the queue's
+/// `[[custody]]` rule says `edit = true`), synchronously: one message. The audit entry keeps
+/// the request and the diff; the original record is kept, marked replayed as an edited copy.
+pub async fn edit_record(
+    state: &AppState,
+    (broker, vhost, queue): (&str, &str, &str),
+    id: i64,
+    edit: custody::Edit,
+    actor: &str,
+) -> Result<(i64, Result<(String, custody::EditDiff), String>), WebError> {
+    find_queue(state, broker, vhost, queue).await?;
+    if !custody::editable(&state.config.custody, broker, vhost, queue) {
+        return Err(WebError::Forbidden(
+            "editing records is off for this queue: its [[custody]] rule needs edit = true".to_string(),
+        ));
+    }
+    let config =
+        state.broker_config(broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?.clone();
+    let entry = audit::Entry {
+        actor,
+        broker,
+        vhost,
+        queue,
+        action: "custody edit",
+        request: json!({"record": id, "edit": edit}).to_string(),
+    };
+    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    let audit_id = audit::start(&state.db, entry)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
+    let job = format!("audit-{audit_id}");
+    let outcome = custody::edit_and_replay(&state.db, &config, (vhost, queue), id, &edit, &job).await;
+    let message_id = custody::message(&state.db, (broker, vhost, queue), id)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|(record, _, _)| record.message_id);
+    let finished = match &outcome {
+        Ok((to, diff)) => {
+            let detail = json!({"record": id, "to": to, "diff": diff}).to_string();
+            let fate = Fate::new(1, message_id.as_deref(), "moved", &format!("{to} (an edited copy)"));
+            crate::dlq::audit::finish(&state.db, audit_id, "done", 1, 0, Some(&detail), &[fate]).await
+        }
+        Err(why) => {
+            let fate = Fate::new(1, message_id.as_deref(), "failed", why);
+            crate::dlq::audit::finish(&state.db, audit_id, "failed", 0, 1, Some(why), &[fate]).await
+        }
+    };
+    if let Err(e) = finished {
+        tracing::error!(audit_id, error = %e, "recording the end of a custody edit");
+    }
+    Ok((audit_id, outcome))
+}
+
+async fn edit_json(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
+    Json(edit): Json<custody::Edit>,
+) -> Result<Response, ApiError> {
+    let actor = access.principal.actor();
+    let (audit_id, outcome) = edit_record(&state, (&broker, &vhost, &queue), id, edit, &actor).await?;
+    match outcome {
+        Ok((to, diff)) => Ok(Json(json!({"audit_id": audit_id, "to": to, "diff": diff})).into_response()),
+        Err(why) => Err(WebError::Conflict(format!("{why} (audit entry {audit_id})")).into()),
+    }
 }
 
 /// Puts JSON lines (an export, possibly edited) into the custody of this queue: all or none,

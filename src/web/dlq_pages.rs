@@ -38,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/dlq/{broker}/{vhost}/{queue}/messages/{position}/payload", get(download))
         .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}", get(custody_record_page))
         .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}/payload", get(custody_payload))
+        .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}/edit", post(custody_edit_form))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
 }
 
@@ -134,9 +135,10 @@ struct CustodyView {
     in_broker: String,
     intake: String,
     intake_stopped: bool,
-    by_reason: Vec<(String, usize, String)>,
-    by_queue: Vec<(String, usize, String)>,
-    by_error: Vec<(String, usize, String)>,
+    /// (value, records, the page filtered to it or empty, first and last taken in).
+    by_reason: Vec<(String, usize, String, String)>,
+    by_queue: Vec<(String, usize, String, String)>,
+    by_error: Vec<(String, usize, String, String)>,
     matching: usize,
     records: Vec<CustodyRow>,
     /// The least role that reads payloads here, when `me` is below it: no export, and the
@@ -224,9 +226,9 @@ async fn custody_view(
         in_broker: format::count(view.total),
         intake,
         intake_stopped,
-        by_reason: filtered(base, "reason", listing.by_reason),
-        by_queue: filtered(base, "original", listing.by_original_queue),
-        by_error: filtered(base, "error", listing.by_error),
+        by_reason: groups(base, "reason", listing.by_reason),
+        by_queue: groups(base, "original", listing.by_original_queue),
+        by_error: groups(base, "error", listing.by_error),
         matching: listing.matching,
         content_hidden: (!allowed).then(|| payload_role_name(state, (&view.broker, &view.vhost, &view.name))),
         export_href: {
@@ -343,6 +345,18 @@ fn counts(values: impl Iterator<Item = Option<String>>) -> Vec<(String, usize)> 
 }
 
 /// Each group with the link that filters the snapshot to it (none for the unknown group).
+/// Custody's groups as the page lists them: `filtered`, with when the group was first and last
+/// taken in.
+fn groups(base: &str, param: &str, groups: Vec<crate::dlq::custody::Group>) -> Vec<(String, usize, String, String)> {
+    let at = |t: i64| format::time(chrono::DateTime::from_timestamp(t, 0));
+    let seen: Vec<String> = groups.iter().map(|g| format!("{} … {}", at(g.first_seen), at(g.last_seen))).collect();
+    filtered(base, param, groups.into_iter().map(|g| (g.value, g.records)).collect())
+        .into_iter()
+        .zip(seen)
+        .map(|((value, n, href), seen)| (value, n, href, seen))
+        .collect()
+}
+
 fn filtered(base: &str, param: &str, groups: Vec<(String, usize)>) -> Vec<(String, usize, String)> {
     groups
         .into_iter()
@@ -593,6 +607,8 @@ struct MessagePage {
     heading: String,
     /// Why its headers and payload are not shown (`CustodyRule::payloads`), or nothing.
     hidden: Option<String>,
+    /// The edit-and-replay form of a held record in custody, for admins where it is on.
+    edit: Option<EditForm>,
     back_href: String,
     download_href: String,
     row: Row,
@@ -643,6 +659,16 @@ async fn message_page(
     Ok(html(page.render()?))
 }
 
+struct EditForm {
+    action: String,
+    /// The body as text, when it is text (a binary body is replayed as it is).
+    body: Option<String>,
+    /// The headers as JSON, to edit.
+    headers: String,
+    /// The queue it died in, the default target.
+    original_queue: String,
+}
+
 /// A record in custody, shown like a snapshot's message; its headers and payload only to the
 /// roles its `[[custody]]` rule lets read them.
 async fn custody_record_page(
@@ -661,8 +687,53 @@ async fn custody_record_page(
     });
     let heading = format!("Record {} ({})", record.id, record.state);
     let download_href = format!("{base}/custody/{id}/payload");
-    let page = message_view(me, &queue, &base, &m, heading, download_href, hidden);
+    let editable = me.admin
+        && hidden.is_none()
+        && record.state == "held"
+        && crate::dlq::custody::editable(&state.config.custody, &broker, &vhost, &queue);
+    let edit = editable.then(|| EditForm {
+        action: format!("{base}/custody/{id}/edit"),
+        body: std::str::from_utf8(&message::payload_bytes(&m.message)).ok().map(str::to_string),
+        headers: serde_json::to_string_pretty(m.message.properties.get("headers").unwrap_or(&json!({})))
+            .unwrap_or_default(),
+        original_queue: record.original_queue.clone().unwrap_or_default(),
+    });
+    let mut page = message_view(me, &queue, &base, &m, heading, download_href, hidden);
+    page.edit = edit;
     Ok(html(page.render()?))
+}
+
+/// The edit-and-replay form: `body` (when the record's body is text), `headers` (JSON), and
+/// `target_queue` (empty: the queue it died in).
+async fn custody_edit_form(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
+    body: String,
+) -> Result<Response, PageError> {
+    let mut edit = crate::dlq::custody::Edit::default();
+    for pair in body.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
+        match key {
+            "body" => edit.body = Some(value.replace("\r\n", "\n")),
+            "headers" => {
+                let parsed: serde_json::Map<String, Value> = serde_json::from_str(&value)
+                    .map_err(|e| WebError::BadRequest(format!("headers: not a JSON object: {e}")))?;
+                edit.headers = Some(parsed);
+            }
+            "target_queue" if !value.trim().is_empty() => {
+                edit.target = crate::dlq::custody::CustodyTarget::Queue(value.trim().to_string())
+            }
+            _ => {}
+        }
+    }
+    let actor = access.principal.actor();
+    let (audit_id, outcome) = super::custody::edit_record(&state, (&broker, &vhost, &queue), id, edit, &actor).await?;
+    match outcome {
+        Ok(_) => Ok(Redirect::to("/audit").into_response()),
+        Err(why) => Err(WebError::Conflict(format!("{why} (audit entry {audit_id})")).into()),
+    }
 }
 
 async fn custody_record(
@@ -756,6 +827,7 @@ fn message_view(
         name: queue.to_string(),
         heading,
         hidden,
+        edit: None,
         back_href: base.to_string(),
         download_href,
         row: snapshot_view(
