@@ -50,7 +50,9 @@ async fn fill(broker: &BrokerConfig, n: usize) {
         headers.insert("x-first-death-reason".into(), AMQPValue::LongString("rejected".into()));
         let error = if i % 10 == 0 { "card declined" } else { "sku GIFT-CARD-LEGACY is not in the catalogue" };
         headers.insert("x-exception-message".into(), AMQPValue::LongString(error.into()));
-        let body = format!("{{\"order\": {i}, \"note\": \"{}\"}}", "x".repeat(1000));
+        // Valid JSON of exactly 1 KiB, so that a JSON path finds what it looks for.
+        let head = format!("{{\"order\": {i}, \"note\": \"");
+        let body = format!("{head}{}\"}}", "x".repeat(1024 - head.len() - 2));
         let properties = BasicProperties::default()
             .with_message_id(format!("m{i}").into())
             .with_delivery_mode(2)
@@ -136,11 +138,28 @@ async fn main() {
     let (search_secs, found) = list_secs(Filter::with_text("m4242\"")).await;
     let (error_secs, declined) = list_secs(Filter::with_error("declined")).await;
     assert_eq!(declined, n.div_ceil(10));
+    let filter = |fields: &[(&str, &str)]| {
+        let mut f = Filter::default();
+        for (k, v) in fields {
+            f.set_form_field(&format!("filter_{k}"), v.to_string());
+        }
+        f
+    };
+    let (header_secs, by_header) =
+        list_secs(filter(&[("header", "x-exception-message"), ("header_value", "declined")])).await;
+    assert_eq!(by_header, n.div_ceil(10));
+    let (json_secs, by_path) = list_secs(filter(&[("json_path", "order"), ("json_value", "4242")])).await;
+    let (regex_secs, by_regex) = list_secs(filter(&[("regex", r#""order": 4242\b"#)])).await;
+    assert_eq!((by_path, by_regex), (usize::from(n > 4242), usize::from(n > 4242)));
     println!(
-        "listing with groups over {n}: {:.0} ms; text search: {:.0} ms ({found} found); error filter: {:.0} ms",
+        "listing with groups over {n}: {:.0} ms; text search: {:.0} ms ({found} found); error filter: {:.0} ms; \
+         header value: {:.0} ms; JSON path: {:.0} ms; regex: {:.0} ms",
         group_secs * 1000.0,
         search_secs * 1000.0,
-        error_secs * 1000.0
+        error_secs * 1000.0,
+        header_secs * 1000.0,
+        json_secs * 1000.0,
+        regex_secs * 1000.0
     );
 
     // Replay of everything to `orders`, then the shovel moves as many back to `orders.dlq`.
@@ -171,6 +190,7 @@ async fn main() {
         "messages": n,
         "intake_secs": intake_secs, "intake_msgs_per_sec": n as f64 / intake_secs, "disk_bytes_per_message": per_message,
         "list_groups_ms": group_secs * 1000.0, "text_search_ms": search_secs * 1000.0, "error_filter_ms": error_secs * 1000.0,
+        "header_filter_ms": header_secs * 1000.0, "json_path_ms": json_secs * 1000.0, "regex_ms": regex_secs * 1000.0,
         "replay_secs": replay_secs, "shovel_secs": shovel_secs, "replay_over_shovel": r / s,
     });
     std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).expect("write results");

@@ -131,6 +131,16 @@ async fn custody_takes_every_dead_letter_and_replays_each_once() {
         let second = replay(&warren, &vhost.name, json!({"selection": "all"})).await;
         let (a, b) = (audit_done(&warren, first).await, audit_done(&warren, second).await);
         assert_eq!(a["moved"].as_u64().unwrap() + b["moved"].as_u64().unwrap(), N as u64, "{a} {b}");
+        // Old messages in `work` now: its age estimate is marked a lower bound, as after a move.
+        wait_for("work marked as holding replayed messages", Duration::from_secs(30), || async {
+            let q = warren.queue(&vhost.name, "work").await.ok_or("not listed")?;
+            if q["fifo_broken_since"].is_string() {
+                Ok(())
+            } else {
+                Err(q.to_string())
+            }
+        })
+        .await;
         let mut arrived = drain_ids(&channel, "work").await;
         let distinct: HashSet<String> = arrived.iter().cloned().collect();
         assert_eq!(distinct, all, "every id back in its original queue");

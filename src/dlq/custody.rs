@@ -737,34 +737,60 @@ pub async fn list(
     filter: &Filter,
     limit: usize,
 ) -> Result<Listing, sqlx::Error> {
-    const KEPT: &str = "broker = ? and vhost = ? and queue = ? and state in ('held', 'claimed')";
-    let counts = counts_by_queue(db, broker).await?.remove(&(vhost.to_string(), queue.to_string())).unwrap_or_default();
-    let group = |column: &'static str| async move {
-        let sql = format!(
-            "select {column}, count(*), min(received_at), max(received_at) from custody_messages where {KEPT}
-             group by {column} order by count(*) desc, {column}"
-        );
-        let rows = sqlx::query(&sql).bind(broker).bind(vhost).bind(queue).fetch_all(db).await?;
-        Ok::<Vec<(Option<String>, Group)>, sqlx::Error>(
-            rows.iter()
-                .map(|r| {
-                    let value: Option<String> = r.get(0);
-                    let group = Group {
-                        value: value.clone().unwrap_or_else(|| "—".to_string()),
-                        records: r.get::<i64, _>(1).max(0) as usize,
-                        first_seen: r.get(2),
-                        last_seen: r.get(3),
-                    };
-                    (value, group)
-                })
-                .collect(),
-        )
+    // One scan of the covering index (in its order: no sort) gives the counts, the sizes and
+    // every group; a query per group plus the broker-wide counts read it five times (269 ms at
+    // 100,000 records).
+    let rows = sqlx::query(
+        "select state, reason, original_queue, error, count(*), coalesce(sum(size), 0), min(received_at),
+         max(received_at) from custody_messages where broker = ? and vhost = ? and queue = ?
+         group by state, reason, original_queue, error",
+    )
+    .bind(broker)
+    .bind(vhost)
+    .bind(queue)
+    .fetch_all(db)
+    .await?;
+    let mut counts = Counts::default();
+    let mut groups: [HashMap<Option<String>, Group>; 3] = Default::default();
+    for row in &rows {
+        let n = row.get::<i64, _>(4).max(0) as u64;
+        match row.get::<&str, _>(0) {
+            "held" => counts.held += n,
+            "claimed" => counts.claimed += n,
+            _ => {
+                counts.replayed += n;
+                continue;
+            }
+        }
+        counts.bytes += row.get::<i64, _>(5).max(0) as u64;
+        let (first, last): (i64, i64) = (row.get(6), row.get(7));
+        for (i, by) in groups.iter_mut().enumerate() {
+            let value: Option<String> = row.get(i + 1);
+            let group = by.entry(value.clone()).or_insert_with(|| Group {
+                value: value.unwrap_or_else(|| "—".to_string()),
+                records: 0,
+                first_seen: first,
+                last_seen: last,
+            });
+            group.records += n as usize;
+            group.first_seen = group.first_seen.min(first);
+            group.last_seen = group.last_seen.max(last);
+        }
+    }
+    // Largest first, then by value; records without an error form no error group.
+    let ordered = |by: HashMap<Option<String>, Group>, with_none: bool| -> Vec<Group> {
+        let mut out: Vec<Group> = by.into_iter().filter(|(k, _)| with_none || k.is_some()).map(|(_, g)| g).collect();
+        out.sort_by(|a, b| b.records.cmp(&a.records).then_with(|| a.value.cmp(&b.value)));
+        out
     };
-    let by_reason = group("reason").await?.into_iter().map(|(_, g)| g).collect();
-    let by_original_queue = group("original_queue").await?.into_iter().map(|(_, g)| g).collect();
-    let by_error = group("error").await?.into_iter().filter_map(|(v, g)| v.map(|_| g)).collect();
+    let [reasons, queues, errors] = groups;
+    let (by_reason, by_original_queue, by_error) =
+        (ordered(reasons, true), ordered(queues, true), ordered(errors, false));
 
-    let records = if filter.regex().is_some() {
+    let records = if filter.is_empty() {
+        let kept = (counts.held + counts.claimed) as usize;
+        (kept, records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, limit as i64).await?)
+    } else if filter.regex().is_some() {
         // Matched outside SQL: every match read once, counted, and the first `limit` kept.
         let mut all = records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, i64::MAX).await?;
         let matching = all.len();

@@ -286,10 +286,16 @@ impl Jobs {
         if matches!(target, Target::OriginalExchange | Target::Discard) {
             return;
         }
+        self.put_into(broker, vhost, report.moved.iter().map(|m| m.to_queue.as_str()));
+    }
+
+    /// Records that warren just put older messages into these queues (a move, or a replay from
+    /// custody): their age estimates are lower bounds until those drain.
+    pub fn put_into<'q>(&self, broker: &str, vhost: &str, queues: impl Iterator<Item = &'q str>) {
         let now = Utc::now();
         let mut requeued = self.requeued.lock().unwrap_or_else(|p| p.into_inner());
-        for m in report.moved.iter().filter(|m| !m.to_queue.is_empty()) {
-            requeued.insert((broker.to_string(), vhost.to_string(), m.to_queue.clone()), now);
+        for queue in queues.filter(|q| !q.is_empty()) {
+            requeued.insert((broker.to_string(), vhost.to_string(), queue.to_string()), now);
         }
     }
 

@@ -180,6 +180,9 @@ pub async fn edit_record(
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let job = format!("audit-{audit_id}");
     let outcome = custody::edit_and_replay(&state.db, &config, (vhost, queue), id, &edit, &job).await;
+    if let Ok((to, _)) = &outcome {
+        state.jobs.put_into(broker, vhost, std::iter::once(to.as_str()));
+    }
     let message_id = custody::message(&state.db, (broker, vhost, queue), id)
         .await
         .ok()
@@ -310,6 +313,11 @@ pub async fn start_replay(
         let state = task_state;
         let job = format!("audit-{audit_id}");
         let outcome = custody::replay(&state.db, &config, &vhost, &queue, &request, &job, releasing).await;
+        if let Ok(report) = &outcome {
+            // Old messages in those queues now: their age estimates are lower bounds a while.
+            let targets = report.replayed.iter().map(|(_, _, to)| to.as_str());
+            state.jobs.put_into(&config.name, &vhost, targets);
+        }
         let (result, moved, failed, detail, fates) = match &outcome {
             Ok(report) => {
                 let mut fates: Vec<Fate> = Vec::new();
