@@ -165,7 +165,20 @@ async fn main() {
     // Replay of everything to `orders`, then the shovel moves as many back to `orders.dlq`.
     let request = ReplayRequest { selection: CustodySelection::All, target: CustodyTarget::Queue("orders".into()) };
     let started = Instant::now();
-    let report = custody::replay(&db, &broker, VHOST, "orders.dlq", &request, "bench", false).await.expect("replay");
+    let report = custody::replay(
+        &db,
+        &broker,
+        (VHOST, "orders.dlq"),
+        &request,
+        &custody::ReplayRun {
+            job: "bench",
+            releasing: false,
+            progress: &Progress::default(),
+            cancel: &CancellationToken::new(),
+        },
+    )
+    .await
+    .expect("replay");
     let replay_secs = started.elapsed().as_secs_f64();
     assert_eq!(report.replayed.len(), n, "every record replayed: {:?}", report.failed.first());
     let started = Instant::now();

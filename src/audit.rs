@@ -1,5 +1,5 @@
-//! The audit log: who did what to which queue, who logged in, who changed accounts, when, and
-//! how it ended.
+//! The audit log: who did what to which queue, who logged in, who changed accounts or alert
+//! settings, when, and how it ended.
 //!
 //! Entries have a [`Kind`], so a view can show broker actions without the logins around them,
 //! and every view pages through the whole log by id ([`list`]). Failed logins are aggregated
@@ -23,16 +23,20 @@ pub enum Kind {
     Login,
     /// A user or API token added, removed or changed.
     Account,
+    /// An alert rule created, edited or deleted, a silence set or ended, or a test notification
+    /// sent: the settings of the alerts page, as `Account` is the access page's.
+    Alerts,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Action, Kind::Login, Kind::Account];
+    pub const ALL: [Kind; 4] = [Kind::Action, Kind::Login, Kind::Account, Kind::Alerts];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Action => "action",
             Kind::Login => "login",
             Kind::Account => "account",
+            Kind::Alerts => "alerts",
         }
     }
 
@@ -82,6 +86,37 @@ pub async fn account(db: &Db, actor: &str, action: &str, request: &serde_json::V
     .bind(actor)
     .bind(action)
     .bind(request.to_string())
+    .execute(db)
+    .await?;
+    Ok(done.last_insert_rowid())
+}
+
+/// A change to the alerts' settings as it is recorded: `action` says what (`rule add`, `rule
+/// edit`, `rule delete`, `silence add`, `silence end`, `test notification`), `request` names what
+/// it was about, `detail` says it in words for the page. Written once the change was made (or,
+/// for a test notification, tried): a refused change changed nothing.
+pub struct AlertsChange<'a> {
+    pub actor: &'a str,
+    pub action: &'a str,
+    pub request: serde_json::Value,
+    /// `done`, or `failed` for a test notification that was not delivered.
+    pub outcome: &'a str,
+    pub detail: String,
+}
+
+/// Records a change to the alerts' settings (kind `alerts`).
+pub async fn alerts(db: &Db, change: AlertsChange<'_>) -> Result<i64, sqlx::Error> {
+    // Not `returning id`: see `start`.
+    let done = sqlx::query(
+        "insert into audit_log (at, kind, actor, broker, vhost, queue, action, request, outcome, detail)
+         values (?, 'alerts', ?, '', '', '', ?, ?, ?, ?)",
+    )
+    .bind(chrono::Utc::now().timestamp())
+    .bind(change.actor)
+    .bind(change.action)
+    .bind(change.request.to_string())
+    .bind(change.outcome)
+    .bind(change.detail)
     .execute(db)
     .await?;
     Ok(done.last_insert_rowid())

@@ -17,6 +17,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// SQLite database file; created if missing.
     pub database: PathBuf,
+    /// Where people reach warren (behind a proxy, say): notifications link back to the alert's
+    /// page with it. `None`: notifications carry no link.
+    pub public_url: Option<reqwest::Url>,
     /// How long history is kept at all: 1-hour roll-ups (and alert history, notification
     /// deliveries) older than this are deleted.
     pub retention: Duration,
@@ -232,6 +235,7 @@ pub struct Overrides {
 struct FileConfig {
     listen: Option<String>,
     database: Option<PathBuf>,
+    public_url: Option<String>,
     retention_days: Option<u64>,
     raw_retention_hours: Option<u64>,
     minute_retention_days: Option<u64>,
@@ -354,6 +358,10 @@ impl Config {
         if database.as_os_str().is_empty() {
             return Err(invalid("database", "must not be empty"));
         }
+        let public_url = match env("WARREN_PUBLIC_URL").or(file.public_url).filter(|u| !u.trim().is_empty()) {
+            None => None,
+            Some(text) => Some(parse_public_url(&text)?),
+        };
 
         let retention_days = match overrides.retention_days {
             Some(days) => days,
@@ -450,6 +458,7 @@ impl Config {
         Ok(Config {
             listen,
             database,
+            public_url,
             retention: Duration::from_secs(retention_days * 86_400),
             raw_retention: Duration::from_secs(raw_retention_hours * 3600),
             minute_retention: Duration::from_secs(minute_retention_days * 86_400),
@@ -461,6 +470,127 @@ impl Config {
             custody: file.custody,
         })
     }
+}
+
+impl Config {
+    /// The effective configuration as a TOML file would give it (every default written out), for
+    /// `warren check-config`: it reads back to the same configuration once the secrets it leaves
+    /// out (listed in the comment at its top) are given again.
+    pub fn to_toml(&self) -> String {
+        use serde_json::{json, Map, Value};
+        let mut left_out: Vec<String> = Vec::new();
+        let days = |d: Duration| d.as_secs() / 86_400;
+        let mut root = Map::new();
+        root.insert("listen".into(), json!(self.listen.to_string()));
+        root.insert("database".into(), json!(self.database.display().to_string()));
+        if let Some(url) = &self.public_url {
+            root.insert("public_url".into(), json!(url.as_str()));
+        }
+        root.insert("retention_days".into(), json!(days(self.retention)));
+        root.insert("minute_retention_days".into(), json!(days(self.minute_retention)));
+        root.insert("raw_retention_hours".into(), json!(self.raw_retention.as_secs() / 3600));
+        root.insert("alert_repeat_secs".into(), json!(self.alert_repeat.map_or(0, |d| d.as_secs())));
+        let mut auth = Map::new();
+        auth.insert("session_ttl_secs".into(), json!(self.auth.session_ttl.as_secs()));
+        auth.insert("session_idle_secs".into(), json!(self.auth.session_idle.as_secs()));
+        if let Some(secure) = self.auth.secure_cookie {
+            auth.insert("secure_cookie".into(), json!(secure));
+        }
+        if let Some(proxy) = &self.auth.proxy {
+            let mut p = Map::new();
+            p.insert("header".into(), json!(proxy.header));
+            if let Some(role_header) = &proxy.role_header {
+                p.insert("role_header".into(), json!(role_header));
+            }
+            p.insert("default_role".into(), json!(proxy.default_role.as_str()));
+            p.insert("trusted".into(), json!(proxy.trusted.iter().map(|c| c.to_string()).collect::<Vec<_>>()));
+            auth.insert("proxy".into(), Value::Object(p));
+        }
+        root.insert("auth".into(), Value::Object(auth));
+        let brokers: Vec<Value> = self
+            .brokers
+            .iter()
+            .map(|b| {
+                left_out.push(format!("the password of broker {:?}", b.name));
+                json!({
+                    "name": b.name,
+                    "management_url": b.management_url.as_str(),
+                    "user": b.user,
+                    "amqp_url": b.amqp_url,
+                    "vhosts_include": b.vhosts_include,
+                    "vhosts_exclude": b.vhosts_exclude,
+                    "poll_interval_secs": b.poll_interval.as_secs(),
+                    "request_timeout_secs": b.request_timeout.as_secs(),
+                    "prometheus_url": b.prometheus_url.as_ref().map_or("off", |u| u.as_str()),
+                    "broker_cpu_budget": b.broker_cpu_budget,
+                    "stats_min_interval_secs": b.stats_min_interval.as_secs(),
+                    "stats_max_interval_secs": b.stats_max_interval.as_secs(),
+                    "source_recheck_secs": b.source_recheck.as_secs(),
+                    "prometheus_head_timestamps": b.prometheus_head_timestamps,
+                    "scheduled_hold_limit_secs": b.scheduled_hold_limit.as_secs(),
+                })
+            })
+            .collect();
+        root.insert("brokers".into(), Value::Array(brokers));
+        let custody: Vec<Value> = self
+            .custody
+            .iter()
+            .map(|r| {
+                json!({
+                    "broker": r.broker, "vhost": r.vhost, "queue": r.queue, "max_bytes": r.max_bytes,
+                    "payloads": r.payloads.as_str(), "edit": r.edit,
+                })
+            })
+            .collect();
+        root.insert("custody".into(), Value::Array(custody));
+        let alerts: Vec<Value> = self.alerts.iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
+        root.insert("alerts".into(), Value::Array(alerts));
+        let mut notifications = Vec::new();
+        for channel in &self.notifications {
+            let mut stored = channel.to_storage_json();
+            if let Some(fields) = stored.as_object_mut() {
+                fields.retain(|_, v| !v.is_null());
+                for secret in ["url", "password"] {
+                    if fields.remove(secret).is_some() {
+                        left_out.push(format!("the {secret} of notification channel {:?}", channel.id));
+                    }
+                }
+            }
+            notifications.push(stored);
+        }
+        root.insert("notifications".into(), Value::Array(notifications));
+        let body = match toml::to_string(&Value::Object(root)) {
+            Ok(text) => text,
+            Err(e) => format!("# the configuration could not be written as TOML: {e}\n"),
+        };
+        let mut out = String::from(
+            "# warren's effective configuration: defaults, then the file, the environment and the flags.\n",
+        );
+        if !left_out.is_empty() {
+            out.push_str("# Secrets are left out; give them again (password_env or password_file for brokers) to\n");
+            out.push_str("# use this as a file:\n");
+            for secret in &left_out {
+                out.push_str(&format!("# - {secret}\n"));
+            }
+        }
+        out.push('\n');
+        out.push_str(&body);
+        out
+    }
+}
+
+/// warren's address as people reach it: http or https, with a host, and nothing after the
+/// path (a query or fragment would end up inside every link).
+fn parse_public_url(text: &str) -> Result<reqwest::Url, ConfigError> {
+    let url = reqwest::Url::parse(text.trim())
+        .map_err(|e| invalid("public_url", format!("{text:?} is not a URL like https://warren.example.com: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(invalid("public_url", format!("{text:?} must be an http or https URL with a host")));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("public_url", format!("{text:?} must have no query or fragment")));
+    }
+    Ok(url)
 }
 
 fn build_auth(file: FileAuth) -> Result<AuthConfig, ConfigError> {
@@ -726,6 +856,61 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `check-config` prints TOML that reads back to the same configuration, never a secret and
+    /// never Rust's debug output (issue 19, case 16).
+    #[test]
+    fn check_config_prints_toml_that_reads_back_to_the_same_configuration() {
+        let text = r#"
+            listen = "0.0.0.0:9000"
+            retention_days = 60
+            [auth]
+            session_idle_secs = 600
+            [auth.proxy]
+            header = "X-Forwarded-User"
+            trusted = ["10.0.0.0/24"]
+            [[brokers]]
+            name = "prod"
+            management_url = "https://rabbit.example:15671"
+            user = "warren"
+            password = "hunter2"
+            vhosts_exclude = ["tmp-*"]
+            prometheus_url = "off"
+            [[custody]]
+            queue = "*.dlq"
+            payloads = "operator"
+            [[alerts]]
+            id = "deep"
+            name = "Deep"
+            metric = "ready"
+            comparator = ">"
+            threshold = 1000.0
+            severity = "critical"
+            [[notifications]]
+            id = "ops"
+            name = "Ops"
+            type = "slack"
+            url = "https://hooks.slack.com/services/T000/B000/SECRETTOKEN"
+        "#;
+        let config = Config::from_toml(text).unwrap();
+        let printed = config.to_toml();
+        assert!(!printed.contains("hunter2") && !printed.contains("SECRETTOKEN"), "{printed}");
+        assert!(!printed.contains("Url {") && !printed.contains("secs:") && !printed.contains("2592000s"), "{printed}");
+        assert!(printed.contains("the password of broker \"prod\""), "{printed}");
+        assert!(printed.contains("the url of notification channel \"ops\""), "{printed}");
+        assert!(printed.contains("retention_days = 60") && printed.contains("prometheus_url = \"off\""), "{printed}");
+        // With the secrets given again, it reads back to a configuration that prints the same.
+        let restored = printed.replace("user = \"warren\"", "user = \"warren\"\npassword = \"hunter2\"").replace(
+            "type = \"slack\"",
+            "type = \"slack\"\nurl = \"https://hooks.slack.com/services/T000/B000/SECRETTOKEN\"",
+        );
+        let again = Config::from_toml(&restored).unwrap_or_else(|e| panic!("{e}\n{restored}"));
+        assert_eq!(again.to_toml(), printed);
+        assert_eq!(again.brokers[0].password.expose(), "hunter2");
+        assert_eq!(again.custody, config.custody);
+        assert_eq!(again.alerts, config.alerts);
+        assert_eq!(again.notifications, config.notifications);
+    }
 
     #[test]
     fn no_config_gives_the_documented_defaults() {

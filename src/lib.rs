@@ -60,6 +60,9 @@ pub async fn run(
     let interrupted = dlq::audit::mark_interrupted(&state.db).await?;
     // Whatever the configuration says now: a record left claimed would be stranded.
     let reclaimed = dlq::custody::recover(&state.db).await?;
+    // The browser's snapshots as they were shown before the restart (outdated ones marked so).
+    let snapshots = dlq::browse::load(&state.db, &state.snapshots).await?;
+    tracing::debug!(snapshots, "stored snapshots loaded");
     if reclaimed > 0 {
         tracing::warn!(records = reclaimed, "custody records claimed by an interrupted replay are held again");
     }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 // A poll of 10,000 queues allocates and frees tens of thousands of small strings and maps; with
 // glibc's allocator a third of the poll's CPU went to malloc and free (measured with perf in
@@ -18,42 +18,75 @@ struct Cli {
     /// Configuration file (TOML); also WARREN_CONFIG.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    // `warren` alone serves: it takes `serve`'s flags.
+    #[command(flatten)]
+    serve: ServeArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// The flags of the dashboard itself; each command shows only the flags it uses.
+#[derive(Args, Default, Clone)]
+struct ServeArgs {
     /// Address to listen on (default 127.0.0.1:8080); also WARREN_LISTEN.
-    #[arg(long, global = true)]
+    #[arg(long)]
     listen: Option<String>,
+    /// Days of history to keep (hour roll-ups; default 30); also WARREN_RETENTION_DAYS.
+    #[arg(long)]
+    retention_days: Option<u64>,
+    /// Seconds between polls of the (single) broker (default 10).
+    #[arg(long)]
+    poll_interval_secs: Option<u64>,
+    #[command(flatten)]
+    database: DatabaseArgs,
+    #[command(flatten)]
+    broker: BrokerArgs,
+}
+
+#[derive(Args, Default, Clone)]
+struct DatabaseArgs {
+    /// SQLite database file (default warren.db); also WARREN_DATABASE.
+    #[arg(long)]
+    database: Option<PathBuf>,
+}
+
+/// `--database` for `user` and `token`, anywhere after them (`warren user add ada --database x`).
+#[derive(Args, Default, Clone)]
+struct AccountsDatabase {
     /// SQLite database file (default warren.db); also WARREN_DATABASE.
     #[arg(long, global = true)]
     database: Option<PathBuf>,
-    /// Days of raw samples to keep (default 7); also WARREN_RETENTION_DAYS.
-    #[arg(long, global = true)]
-    retention_days: Option<u64>,
+}
+
+/// How to reach the (single) broker.
+#[derive(Args, Default, Clone)]
+struct BrokerArgs {
     /// Management API URL of the (single) broker.
-    #[arg(long, global = true)]
+    #[arg(long)]
     management_url: Option<String>,
     /// Management API user of the (single) broker.
-    #[arg(long, global = true)]
+    #[arg(long)]
     user: Option<String>,
     /// File holding the broker password (never pass a password as a flag).
-    #[arg(long, global = true)]
+    #[arg(long)]
     password_file: Option<PathBuf>,
     /// AMQP URL of the (single) broker, without credentials.
-    #[arg(long, global = true)]
+    #[arg(long)]
     amqp_url: Option<String>,
-    /// Seconds between polls of the (single) broker (default 10).
-    #[arg(long, global = true)]
-    poll_interval_secs: Option<u64>,
-    #[command(subcommand)]
-    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run the dashboard (the default).
-    Serve,
-    /// Check the configuration and print it (without secrets).
-    CheckConfig,
+    Serve(ServeArgs),
+    /// Check the configuration and print it as TOML (without secrets).
+    CheckConfig(ServeArgs),
     /// Exit 0 if the running warren answers /healthz (for container health checks).
-    Healthcheck,
+    Healthcheck {
+        /// The address warren listens on (default: the configuration's); also WARREN_LISTEN.
+        #[arg(long)]
+        listen: Option<String>,
+    },
     /// Make live demo traffic on the (first) configured broker, until Ctrl-C.
     Demo {
         /// Delete the demo vhost instead.
@@ -62,13 +95,42 @@ enum Command {
         /// The vhost the demo uses.
         #[arg(long, default_value = "warren-demo")]
         vhost: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
     },
     /// Manage local accounts (stored in the database; a running warren sees changes at once).
-    #[command(subcommand)]
-    User(UserCommand),
+    User {
+        #[command(flatten)]
+        database: AccountsDatabase,
+        #[command(subcommand)]
+        command: UserCommand,
+    },
     /// Manage API tokens for scripts (sent as `Authorization: Bearer wrn_...`).
-    #[command(subcommand)]
-    Token(TokenCommand),
+    Token {
+        #[command(flatten)]
+        database: AccountsDatabase,
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+impl ServeArgs {
+    /// These flags over `under` (the ones given before the command): a flag given after the
+    /// command wins.
+    fn over(self, under: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            listen: self.listen.or(under.listen),
+            retention_days: self.retention_days.or(under.retention_days),
+            poll_interval_secs: self.poll_interval_secs.or(under.poll_interval_secs),
+            database: DatabaseArgs { database: self.database.database.or(under.database.database) },
+            broker: BrokerArgs {
+                management_url: self.broker.management_url.or(under.broker.management_url),
+                user: self.broker.user.or(under.broker.user),
+                password_file: self.broker.password_file.or(under.broker.password_file),
+                amqp_url: self.broker.amqp_url.or(under.broker.amqp_url),
+            },
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -111,16 +173,27 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve(ServeArgs::default()));
+    // What each command takes of the flags; the rest come from the file and the environment.
+    let flags = match &command {
+        Command::Serve(args) | Command::CheckConfig(args) => args.clone().over(cli.serve),
+        Command::Healthcheck { listen } => ServeArgs { listen: listen.clone(), ..ServeArgs::default() }.over(cli.serve),
+        Command::Demo { broker, .. } => ServeArgs { broker: broker.clone(), ..ServeArgs::default() }.over(cli.serve),
+        Command::User { database, .. } | Command::Token { database, .. } => {
+            let database = DatabaseArgs { database: database.database.clone() };
+            ServeArgs { database, ..ServeArgs::default() }.over(cli.serve)
+        }
+    };
     let overrides = Overrides {
         config_path: cli.config,
-        listen: cli.listen,
-        database: cli.database,
-        retention_days: cli.retention_days,
-        management_url: cli.management_url,
-        user: cli.user,
-        password_file: cli.password_file,
-        amqp_url: cli.amqp_url,
-        poll_interval_secs: cli.poll_interval_secs,
+        listen: flags.listen,
+        database: flags.database.database,
+        retention_days: flags.retention_days,
+        management_url: flags.broker.management_url,
+        user: flags.broker.user,
+        password_file: flags.broker.password_file,
+        amqp_url: flags.broker.amqp_url,
+        poll_interval_secs: flags.poll_interval_secs,
     };
     let config = match Config::load(&overrides) {
         Ok(config) => config,
@@ -137,16 +210,16 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match cli.command.unwrap_or(Command::Serve) {
-            Command::Serve => serve(config).await,
-            Command::CheckConfig => {
-                println!("{config:#?}");
+        match command {
+            Command::Serve(_) => serve(config).await,
+            Command::CheckConfig(_) => {
+                print!("{}", config.to_toml());
                 Ok(())
             }
-            Command::Demo { cleanup, vhost } => demo(config, cleanup, vhost).await,
-            Command::Healthcheck => healthcheck(config).await,
-            Command::User(command) => user(config, command).await,
-            Command::Token(command) => token(config, command).await,
+            Command::Demo { cleanup, vhost, .. } => demo(config, cleanup, vhost).await,
+            Command::Healthcheck { .. } => healthcheck(config).await,
+            Command::User { command, .. } => user(config, command).await,
+            Command::Token { command, .. } => token(config, command).await,
         }
     });
     match result {

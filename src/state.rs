@@ -30,6 +30,46 @@ pub struct AppState {
     pub gate: Arc<crate::auth::Gate>,
     /// Whether the database can be written, apart from the brokers' health.
     pub storage: Arc<crate::history::storage::Storage>,
+    /// What a form did, for the page it redirects to.
+    pub notices: Notices,
+}
+
+/// One-time notices for post/redirect/get: a form's handler keeps what it did here and
+/// redirects with the key; the page it lands on shows it once. A reload then shows the page,
+/// never a second submission. In memory (the last `KEEP` only): a notice is for the next second.
+#[derive(Clone, Default)]
+pub struct Notices {
+    kept: Arc<std::sync::Mutex<std::collections::VecDeque<(String, Notice)>>>,
+}
+
+/// What a form did: `ok` false for a failure worth showing as an error.
+#[derive(Clone, Debug)]
+pub struct Notice {
+    pub ok: bool,
+    pub text: String,
+}
+
+impl Notices {
+    const KEEP: usize = 256;
+
+    /// Keeps `notice`; returns its key (random: a link cannot show someone a notice of its own).
+    pub fn put(&self, ok: bool, text: String) -> String {
+        use rand::Rng;
+        let key = format!("{:016x}", rand::thread_rng().gen::<u64>());
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.push_back((key.clone(), Notice { ok, text }));
+        while kept.len() > Self::KEEP {
+            kept.pop_front();
+        }
+        key
+    }
+
+    /// The notice under `key`, once.
+    pub fn take(&self, key: &str) -> Option<Notice> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let at = kept.iter().position(|(k, _)| k == key)?;
+        kept.remove(at).map(|(_, notice)| notice)
+    }
 }
 
 /// The latest poll result of every broker, written by the pollers and read by the pages.
@@ -85,6 +125,8 @@ impl Live {
 pub struct BrokerLive {
     pub name: String,
     pub status: BrokerStatus,
+    /// Rates over the watched vhosts (the sum of `vhosts`), the scope of `totals`: not the
+    /// broker-wide figures when `vhosts_include` or `vhosts_exclude` leave vhosts out.
     pub rates: BrokerRates,
     pub totals: BrokerTotals,
     /// Per-vhost rates of the watched vhosts.
@@ -116,9 +158,12 @@ impl BrokerLive {
         }
     }
 
-    /// Whether the data shown is older than the latest poll attempt (the broker is down).
+    /// Whether the data shown is older than the latest poll attempt (the broker is down), or
+    /// is the last known state from the database, not polled by this run at all.
     pub fn stale_since(&self) -> Option<DateTime<Utc>> {
-        if self.status.up == Some(false) {
+        if let Some(restored) = self.status.restored_from {
+            Some(restored)
+        } else if self.status.up == Some(false) {
             self.status.last_success
         } else {
             None
@@ -135,6 +180,10 @@ pub struct BrokerStatus {
     pub error: Option<String>,
     pub last_attempt: Option<DateTime<Utc>>,
     pub last_success: Option<DateTime<Utc>>,
+    /// The queues shown are the last known state from warren's database, as of the broker's
+    /// last successful poll before warren started (`poller::restore`); cleared by this run's
+    /// first successful poll.
+    pub restored_from: Option<DateTime<Utc>>,
     /// First failed poll of the current outage.
     pub down_since: Option<DateTime<Utc>>,
     pub next_poll_at: Option<DateTime<Utc>>,
@@ -182,6 +231,7 @@ impl AppState {
             jobs: crate::dlq::jobs::Jobs::default(),
             custody: crate::dlq::custody::Custody::default(),
             notifier,
+            notices: Notices::default(),
         }
     }
 }

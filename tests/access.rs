@@ -603,3 +603,110 @@ async fn a_password_change_reports_the_sessions_it_ended() {
     assert_eq!(get(&warren, "/api/v1/me", &ada).await.0, 200, "ada's session stays");
     warren.stop().await;
 }
+
+/// Issue 19, cases 8 and 13: a refused page and a page that does not exist keep the header (who
+/// is logged in, the navigation), `/dlq` leads to the dead-letter queues, there is a favicon,
+/// and the API answers an unknown path in JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_pages_keep_the_user_and_the_navigation() {
+    let (_vhost, connection, _channel, warren) = setup("errorpages").await;
+    let vera = login(&warren, "vera").await;
+    let page = |path: &'static str| {
+        let (warren, cookie) = (&warren, vera.cookie.clone());
+        async move {
+            let response = client()
+                .get(warren.url(path))
+                .header("cookie", cookie)
+                .header("accept", "text/html")
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    // Refused: 403, with vera's name and role and the navigation.
+    let (status, body) = page("/access").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("vera · viewer") && body.contains("<nav>") && body.contains("needs the admin role"),
+        "{body}"
+    );
+    // Not there: 404 with the same, and a hint.
+    let (status, body) = page("/no/such/page").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("vera · viewer") && body.contains("<nav>") && body.contains("no page at /no/such/page"),
+        "{body}"
+    );
+    // A handler's own 404 (a broker that does not exist) keeps the header too.
+    let (status, body) = page("/queues/nosuchbroker/x/y").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("vera · viewer"), "{body}");
+    let response = client().get(warren.url("/dlq")).header("cookie", &vera.cookie).send().await.unwrap();
+    assert_eq!(
+        (response.status().as_u16(), response.headers()["location"].to_str().unwrap()),
+        (303, "/queues?dlq=true")
+    );
+    let response = client().get(warren.url("/favicon.ico")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.headers()["content-type"], "image/svg+xml");
+    let (status, body) = get(&warren, "/api/v1/nothing-here", &vera).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 19, case 8: what a role cannot do is not offered on the alerts page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alerts_page_offers_each_role_only_what_it_may_do() {
+    let (_vhost, connection, _channel, warren) = setup("alertroles").await;
+    let ada = login(&warren, "ada").await;
+    let rule = json!({"id": "deep", "name": "Deep", "metric": "ready", "comparator": ">", "threshold": 100,
+                      "severity": "warning"});
+    let (status, body) =
+        post(&warren, "/api/v1/alerts/rules", Auth::Session { session: &ada, csrf: Some(&ada.csrf) }, rule).await;
+    assert_eq!(status, 201, "{body}");
+    let page = |name: &'static str| {
+        let warren = &warren;
+        async move {
+            let session = login(warren, name).await;
+            let response = client().get(warren.url("/alerts")).header("cookie", &session.cookie).send().await.unwrap();
+            response.text().await.unwrap()
+        }
+    };
+    let vera = page("vera").await;
+    for hidden in [">Edit<", ">Delete<", "Silence rule", "End now"] {
+        assert!(!vera.contains(hidden), "a viewer is not offered {hidden}: {vera}");
+    }
+    assert!(vera.contains("Deep"), "but reads the rule");
+    let otto = page("otto").await;
+    assert!(otto.contains("Silence rule") && !otto.contains(">Delete<") && !otto.contains(">Edit<"), "{otto}");
+    let ada_page = page("ada").await;
+    assert!(ada_page.contains("Silence rule") && ada_page.contains(">Delete<") && ada_page.contains(">Edit<"));
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 19, item 10: with no snapshot, the DLQ page offers an operator "Requeue all" and the
+/// purge; a viewer is offered neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dlq_page_offers_the_whole_queue_actions_to_operators_only() {
+    let (vhost, connection, _channel, warren) = setup("wholequeue").await;
+    let path = format!("/dlq/local/{}/dlq", encode(&vhost.name));
+    let page = |name: &'static str| {
+        let (warren, path) = (&warren, &path);
+        async move {
+            let session = login(warren, name).await;
+            let response = client().get(warren.url(path)).header("cookie", &session.cookie).send().await.unwrap();
+            response.text().await.unwrap()
+        }
+    };
+    let otto = page("otto").await;
+    assert!(otto.contains("No snapshot yet"), "{otto}");
+    assert!(otto.contains(">Requeue all…<") && otto.contains(">Purge the queue…<"), "{otto}");
+    let vera = page("vera").await;
+    assert!(vera.contains("No snapshot yet"), "{vera}");
+    assert!(!vera.contains("Requeue all") && !vera.contains("Purge the queue"), "{vera}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

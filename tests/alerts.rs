@@ -367,3 +367,82 @@ async fn a_hanging_webhook_delays_neither_the_poller_nor_another_channel() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 19, cases 1 and 14: the alerts page's forms redirect (a reload shows the page again
+/// and sends nothing) and say once what they did; the rules list shows a silenced rule; the
+/// firing list is a fragment htmx refreshes in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alert_forms_redirect_with_a_notice_shown_once_and_the_firing_list_refreshes() {
+    let vhost = TestVhost::create("alertforms").await;
+    let (receiver, hook) = Receiver::start(false).await;
+    let warren = warren_notifying(&vhost.name, &[("hook", &hook)], ANY_READY).await;
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let form = |path: &str, fields: &[(&str, &str)]| {
+        let request = http.post(warren.url(path)).form(fields);
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), 303, "{:?}", response.text().await);
+            response.headers()["location"].to_str().unwrap().to_string()
+        }
+    };
+    let page = |path: String| {
+        let request = http.get(warren.url(&path));
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+
+    let landing = form("/alerts/channels/hook/test", &[]).await;
+    assert!(landing.starts_with("/alerts?notice="), "{landing}");
+    let shown = page(landing.clone()).await;
+    assert!(shown.contains("Test notification sent to hook"), "{shown}");
+    let again = page(landing).await;
+    assert!(!again.contains("Test notification sent"), "a notice is shown once: {again}");
+    assert_eq!(receiver.bodies.lock().unwrap().len(), 1, "the reload sent nothing");
+
+    let landing = form("/alerts/silences", &[("rule_id", "any"), ("hours", "2"), ("comment", "deploying")]).await;
+    let shown = page(landing).await;
+    assert!(shown.contains("Rule any silenced until"), "{shown}");
+    assert!(shown.contains("class=\"signal info rule-silenced\">silenced until"), "the rules list says so: {shown}");
+
+    let fragment = http.get(warren.url("/alerts")).header("hx-request", "true").send().await.unwrap();
+    let fragment = fragment.text().await.unwrap();
+    assert!(fragment.starts_with("<div id=\"firing\"") && fragment.contains("hx-trigger=\"every 5s\""), "{fragment}");
+    assert!(!fragment.contains("<html") && fragment.contains("Updated "), "{fragment}");
+    warren.stop().await;
+}
+
+/// Issue 19, case 7: with `public_url` set, a notification links to the alert's queue or
+/// broker page under it, and "does not answer" says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_link_back_and_say_why_a_broker_does_not_answer() {
+    let vhost = TestVhost::create("alertlinks").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "work", false).await;
+    let (receiver, hook) = Receiver::start(false).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let toml = format!(
+        "public_url = \"https://ops.example/warren/\"\nalert_repeat_secs = 0\n{ANY_READY}\n\
+         [[alerts]]\nid = \"down\"\nname = \"Down\"\nmetric = \"broker_unreachable\"\nseverity = \"critical\"\n\n\
+         [[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\npoll_interval_secs = 1\n\n\
+         [[brokers]]\nname = \"gone\"\nmanagement_url = \"http://127.0.0.1:{closed}\"\nprometheus_url = \"off\"\n\
+         poll_interval_secs = 1\nrequest_timeout_secs = 2\n\n\
+         [[notifications]]\nid = \"hook\"\nname = \"hook\"\ntype = \"webhook\"\nurl = {hook:?}\n",
+        vhost.name
+    );
+    let warren = Warren::start(&toml).await;
+    publish(&channel, "work", 1, BasicProperties::default()).await;
+    let (ready, down) = wait_for("both notifications", Duration::from_secs(40), || async {
+        match (receiver.of("firing", "any").first(), receiver.of("firing", "down").first()) {
+            (Some(r), Some(d)) => Ok((r.clone(), d.clone())),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let queue_link = format!("https://ops.example/warren/queues/local/{}/work", common_encode(&vhost.name));
+    assert_eq!(ready["dashboard_url"], queue_link, "{ready}");
+    assert_eq!(down["dashboard_url"], "https://ops.example/warren/brokers/gone", "{down}");
+    let description = down["description"].as_str().unwrap();
+    assert!(description.contains("does not answer: ") && description.contains("unreachable"), "{description}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -8,8 +8,10 @@ mod common;
 
 use std::time::Duration;
 
+use common::dead_letters::{dead_letter, numbered};
 use common::{declare, publish, wait_for, TestVhost, Warren};
 use fantoccini::{Client, Locator};
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 
 async fn cell_text(client: &Client, selector: &str) -> Result<String, String> {
@@ -66,6 +68,275 @@ async fn queue_list_updates_live_without_reload() {
     let heading = cell_text(&client, "h1.queue-name").await.unwrap();
     assert!(heading.starts_with("browser-q"), "{heading}");
 
+    client.close().await.unwrap();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 19, case 1: the alerts page shows an alert that fires after it was opened, without a
+/// reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alerts_page_shows_a_new_alert_without_reload() {
+    let vhost = TestVhost::create("browseralerts").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "work", false).await;
+    let toml = format!(
+        "[[alerts]]\nid = \"any\"\nname = \"Anything ready\"\nmetric = \"ready\"\ncomparator = \">\"\n\
+         threshold = 0\nseverity = \"info\"\n\n[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\n\
+         poll_interval_secs = 1\n",
+        vhost.name
+    );
+    let warren = Warren::start(&toml).await;
+    let (_driver, client) = common::browser::start().await;
+    client.goto(&warren.url("/alerts")).await.unwrap();
+    let text = cell_text(&client, "#firing").await.unwrap();
+    assert!(text.contains("Nothing is firing or pending"), "{text}");
+    client.execute("window.__warrenMark = 42; return null;", vec![]).await.unwrap();
+    publish(&channel, "work", 1, BasicProperties::default()).await;
+    wait_for("the alert on the open page", Duration::from_secs(40), || async {
+        let text = cell_text(&client, "#firing").await?;
+        if text.contains("Anything ready") && text.contains("firing") {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let mark = client.execute("return window.__warrenMark === 42;", vec![]).await.unwrap();
+    assert_eq!(mark, serde_json::Value::Bool(true), "the page was reloaded instead of updated in place");
+    client.close().await.unwrap();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 19, item 12: every page fits a phone (390 px) and a desktop (1400 px) without the
+/// document scrolling sideways; wide tables scroll inside their own box, and the navigation
+/// collapses into a menu on the phone. A screenshot of every page at both widths is saved under
+/// `target/screenshots/layout/` to look at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
+    let vhost = TestVhost::create("layout").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    publish(&channel, "orders", 3, BasicProperties::default()).await;
+    // Dots are no line-break opportunity: only `overflow-wrap` keeps such a name from widening a page.
+    let long_name = "customer-notifications.email.delivery.retry.after.smtp.timeout.eu-west-1.priority.high.v2";
+    declare(&channel, long_name, false).await;
+    publish(&channel, long_name, 1, BasicProperties::default()).await;
+    // A dead letter with a long unbroken payload, message id and error, as real ones have.
+    let mut headers = FieldTable::default();
+    let error =
+        format!("System.TimeoutException: {}", "the.smtp.relay.did.not.answer.within.thirty.seconds.".repeat(4));
+    headers.insert("x-exception-message".into(), AMQPValue::LongString(error.into()));
+    let payload = format!("{{\"token\": \"{}\"}}", "Zm9vYmFy".repeat(60)).into_bytes();
+    let mut messages = numbered(2);
+    messages.push(("urn:message:7f9c2b4e-0a51-4c6e-9d3b-long-message-identifier-0001".to_string(), payload, headers));
+    dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
+
+    let toml = format!(
+        "[[alerts]]\nid = \"ready\"\nname = \"Anything ready\"\nmetric = \"ready\"\ncomparator = \">\"\n\
+         threshold = 0\nseverity = \"warning\"\n\n[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\n\
+         poll_interval_secs = 1\n",
+        vhost.name
+    );
+    let warren = Warren::start(&toml).await;
+    let encoded_vhost = warren::broker::management::encode_segment(&vhost.name);
+    for queue in ["work.dlq", long_name] {
+        wait_for(&format!("{queue} listed by warren"), Duration::from_secs(30), || async {
+            warren.queue(&vhost.name, queue).await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+        })
+        .await;
+    }
+    // A job (and with it an audit entry): requeue the first dead letter; then a fresh snapshot
+    // for the dead-letter browser and its message page.
+    warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let requeue = format!("/api/v1/queues/local/{encoded_vhost}/work.dlq/requeue");
+    let job = warren.run_move(&requeue, serde_json::json!({"selection": {"positions": [1]}})).await;
+    let job_id = job["id"].as_i64().expect("a job id");
+    warren.snapshot(&vhost.name, "work.dlq", 10).await;
+
+    // An admin, so the login page has its form and /access its tables.
+    let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
+    warren::auth::add_user(&db, "ada", warren::auth::Role::Admin, "correct horse battery staple").await.unwrap();
+    db.close().await;
+
+    let (_driver, client) = common::browser::start().await;
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots/layout");
+    std::fs::create_dir_all(&shots).unwrap();
+    eprintln!("screenshots in {}", shots.display());
+    let widths = [Some(390), None];
+    let mut problems = Vec::new();
+
+    for width in widths {
+        common::browser::emulate_phone(&client, width).await;
+        client.goto(&warren.url("/login")).await.unwrap();
+        problems.extend(check_layout(&client, width, "login", "/login", &shots).await);
+    }
+    client.find(Locator::Css("input[name=name]")).await.unwrap().send_keys("ada").await.unwrap();
+    client
+        .find(Locator::Css("input[name=password]"))
+        .await
+        .unwrap()
+        .send_keys("correct horse battery staple")
+        .await
+        .unwrap();
+    client.find(Locator::Css("form.login button")).await.unwrap().click().await.unwrap();
+    wait_for("the login to finish", Duration::from_secs(30), || async {
+        client.find(Locator::Css("header .who")).await.map(|_| ()).map_err(|e| e.to_string())
+    })
+    .await;
+
+    let pages = [
+        ("overview", "/".to_string()),
+        ("queues", "/queues".to_string()),
+        ("dead-letters", "/queues?dlq=true".to_string()),
+        ("queue", format!("/queues/local/{encoded_vhost}/orders")),
+        (
+            "long-queue",
+            format!("/queues/local/{encoded_vhost}/{}", warren::broker::management::encode_segment(long_name)),
+        ),
+        ("dlq", format!("/dlq/local/{encoded_vhost}/work.dlq")),
+        ("message", format!("/dlq/local/{encoded_vhost}/work.dlq/messages/2")),
+        ("alerts", "/alerts".to_string()),
+        ("audit", "/audit".to_string()),
+        ("broker", "/brokers/local".to_string()),
+        ("access", "/access".to_string()),
+        ("job", format!("/jobs/{job_id}")),
+        ("not-found", "/no-such-page".to_string()),
+    ];
+    for width in widths {
+        common::browser::emulate_phone(&client, width).await;
+        for (name, path) in &pages {
+            client.goto(&warren.url(path)).await.unwrap();
+            problems.extend(check_layout(&client, width, name, path, &shots).await);
+        }
+    }
+
+    assert!(problems.is_empty(), "layout problems (screenshots in {}):\n{}", shots.display(), problems.join("\n"));
+
+    // On the phone the links hide behind a menu that opens without JavaScript and still leads
+    // everywhere; on the desktop they show as before.
+    common::browser::emulate_phone(&client, Some(390)).await;
+    client.goto(&warren.url("/")).await.unwrap();
+    let queues_link = r#"header nav a[href="/queues"]"#;
+    assert!(
+        !client.find(Locator::Css(queues_link)).await.unwrap().is_displayed().await.unwrap(),
+        "the phone shows the links before the menu is opened"
+    );
+    client.find(Locator::Css("header label.menu-button")).await.unwrap().click().await.unwrap();
+    std::fs::write(shots.join("390-menu-open.png"), common::browser::full_page_screenshot(&client).await).unwrap();
+    client.find(Locator::Css(queues_link)).await.unwrap().click().await.unwrap();
+    wait_for("the queue list through the phone menu", Duration::from_secs(20), || async {
+        let url = client.current_url().await.map_err(|e| e.to_string())?;
+        if url.path() == "/queues" {
+            Ok(())
+        } else {
+            Err(url.to_string())
+        }
+    })
+    .await;
+    common::browser::emulate_phone(&client, None).await;
+    client.goto(&warren.url("/")).await.unwrap();
+    assert!(
+        client.find(Locator::Css(queues_link)).await.unwrap().is_displayed().await.unwrap(),
+        "the desktop hides the links"
+    );
+
+    client.close().await.unwrap();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Waits for the page's charts, saves a full-page screenshot, and says what is wrong with the
+/// layout: a document wider than the window (it scrolls sideways), or on a phone a header taller
+/// than a line or two (the navigation stack the issue complains about).
+///
+/// The window's width is the layout viewport's (`clientWidth`), not `innerWidth`: a phone zooms
+/// out to show a page that is too wide, and `innerWidth` grows with it (to 1560 px on the
+/// dead-letter browser before issue 19), hiding the very overflow this looks for.
+async fn check_layout(
+    client: &Client,
+    phone: Option<u32>,
+    name: &str,
+    path: &str,
+    shots: &std::path::Path,
+) -> Vec<String> {
+    // Charts are drawn after their data arrives, at the width of their box: measure afterwards.
+    wait_for(&format!("the charts of {path}"), Duration::from_secs(20), || async {
+        let script = "return Array.from(document.querySelectorAll('[data-chart]'))\
+                      .every(e => e.querySelector('.uplot') || e.textContent.startsWith('chart unavailable'));";
+        match client.execute(script, vec![]).await.map_err(|e| e.to_string())? {
+            serde_json::Value::Bool(true) => Ok(()),
+            other => Err(other.to_string()),
+        }
+    })
+    .await;
+    let script = "const d = document.documentElement, h = document.querySelector('header.top');\
+                  return [d.scrollWidth, d.clientWidth, h ? h.offsetHeight : 0];";
+    let sizes = client.execute(script, vec![]).await.unwrap();
+    let [document_width, window_width, header_height] =
+        [0, 1, 2].map(|i| sizes[i].as_u64().unwrap_or_else(|| panic!("{path}: sizes {sizes}")));
+    if let Some(width) = phone {
+        assert_eq!(window_width, u64::from(width), "{path}: the phone emulation did not take");
+    }
+    let png = common::browser::full_page_screenshot(client).await;
+    let label = phone.unwrap_or(1400);
+    std::fs::write(shots.join(format!("{label}-{name}.png")), png).unwrap();
+    let mut problems = Vec::new();
+    if document_width > window_width {
+        problems.push(format!("{name} ({path}) at {label} px: the document is {document_width} px wide"));
+    }
+    if phone.is_some() && header_height > 80 {
+        problems.push(format!("{name} ({path}) at {label} px: the header is {header_height} px tall"));
+    }
+    problems
+}
+
+/// Issue 19, item 14: the messages table's header has a box that ticks every message of the
+/// page, and the action buttons come before the table (not below 100 rows), within a phone's
+/// width.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn select_all_ticks_every_message_and_the_buttons_come_first() {
+    let vhost = TestVhost::create("selectall").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(7)).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("work.dlq listed by warren", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "work.dlq").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let (_driver, client) = common::browser::start().await;
+    common::browser::emulate_phone(&client, Some(390)).await;
+    let page = format!("/dlq/local/{}/work.dlq", warren::broker::management::encode_segment(&vhost.name));
+    client.goto(&warren.url(&page)).await.unwrap();
+
+    let ticked = "return Array.from(document.querySelectorAll('table.messages input[name=message]'))\
+                  .map(function (b) { return b.checked; });";
+    let boxes = client.execute(ticked, vec![]).await.unwrap();
+    assert_eq!(boxes, serde_json::json!(vec![false; 7]), "seven message boxes, none ticked");
+    client.find(Locator::Css("table.messages thead input.select-all")).await.unwrap().click().await.unwrap();
+    assert_eq!(client.execute(ticked, vec![]).await.unwrap(), serde_json::json!(vec![true; 7]), "all ticked");
+    client.find(Locator::Css("table.messages thead input.select-all")).await.unwrap().click().await.unwrap();
+    assert_eq!(client.execute(ticked, vec![]).await.unwrap(), serde_json::json!(vec![false; 7]), "none again");
+
+    // The buttons precede the table in the document, inside the same form, and fit 390 px.
+    let order = client
+        .execute(
+            "var f = document.querySelector('form fieldset.actions'); \
+             var t = document.querySelector('table.messages'); \
+             var r = f.getBoundingClientRect(); \
+             return [!!(f.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING), \
+                     f.closest('form') === t.closest('form'), \
+                     r.right <= document.documentElement.clientWidth];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(order, serde_json::json!([true, true, true]), "buttons before the table, same form, fit 390 px");
     client.close().await.unwrap();
     warren.stop().await;
     connection.close(0, "done").await.ok();

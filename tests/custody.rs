@@ -205,6 +205,23 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
         messages.push((id.clone(), body, headers));
         put.push(Put { id, tenant, retries, sku, qty, binary });
     }
+    // Where a quick first look at the text could miss what the full reading finds: a JSON
+    // string spelled with a \u escape, text after a NUL byte, a header value with a quote, and
+    // LIKE's own wildcards in the text searched for.
+    let extra: [(&str, &[u8], &'static str); 5] = [
+        ("x1", br#"{"name": "\u0061bc-z"}"#, "globex"),
+        ("x2", b"\x00\x01needle-Q7 after a nul", "globex"),
+        ("x3", br#"{"promo": "a_b 50%_off"}"#, "Acme \"quoted\""),
+        ("x4", br#"{"promo": "axb 50%xoff"}"#, "globex"),
+        ("x5", br#"{"name": "abc-z"}"#, "globex"),
+    ];
+    for (id, body, tenant) in extra {
+        let mut headers = FieldTable::default();
+        headers.insert("x-tenant".into(), AMQPValue::LongString(tenant.into()));
+        messages.push((id.to_string(), body.to_vec(), headers));
+        put.push(Put { id: id.to_string(), tenant, retries: None, sku: None, qty: None, binary: false });
+    }
+    let total = put.len();
     let vhost = TestVhost::create("custodysearch").await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
@@ -212,7 +229,7 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
     let warren = Warren::start(&custody_toml(&vhost.name)).await;
     wait_for("every dead letter in custody", Duration::from_secs(60), || async {
         let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
-        if q["custody_held"] == N {
+        if q["custody_held"] == total {
             Ok(())
         } else {
             Err(q.to_string())
@@ -240,7 +257,8 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
     };
     let cases: Vec<(&str, HashSet<String>)> = vec![
         // A header's value: part of it, ignoring case; a number as its text; presence alone.
-        ("header=x-tenant&header_value=acme", expect(&|p| p.tenant == "Acme-EU")),
+        ("header=x-tenant&header_value=acme", expect(&|p| p.tenant.to_lowercase().contains("acme"))),
+        ("header=x-tenant&header_value=%22QUOTED%22", expect(&|p| p.id == "x3")),
         ("header=x-tenant&header_value=GLOBEX", expect(&|p| p.tenant == "globex")),
         ("header=x-retries&header_value=3", expect(&|p| p.retries == Some(3))),
         ("header=x-retries", expect(&|p| p.retries.is_some())),
@@ -251,6 +269,10 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
         ("json_path=order.sku", expect(&|p| p.sku.is_some())),
         ("json_path=items%5B0%5D.sku&json_value=ITEM-7", expect(&|p| p.id == "m7")),
         ("json_path=ok&json_value=true", expect(&|p| p.sku.is_some())),
+        ("json_path=name&json_value=abc-z", expect(&|p| p.id == "x1" || p.id == "x5")),
+        // Text anywhere, its case aside: after a NUL byte too; `%` and `_` are themselves.
+        ("text=NEEDLE-q7", expect(&|p| p.id == "x2")),
+        ("text=a_b%2050%25_", expect(&|p| p.id == "x3")),
         // A regular expression over bodies (bytes, not only UTF-8) and properties.
         (
             "regex=ITEM-1%5B0-9%5D%5Cb",
@@ -258,10 +280,13 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
         ),
         ("regex=%28%3F-u%29%5Cxff%5Cxfe", expect(&|p| p.binary)),
         ("regex=%28%3Fi%29acme-eu", expect(&|p| p.tenant == "Acme-EU")),
+        // Text every match starts with is looked for in SQL first: after a NUL byte too.
+        ("regex=needle-Q7", expect(&|p| p.id == "x2")),
+        ("regex=a_b%2050%25_o", expect(&|p| p.id == "x3")),
         // Combined with each other and with the other filters.
         (
             "regex=SKU-&header=x-tenant&header_value=acme&reason=rejected",
-            expect(&|p| p.sku.is_some() && p.tenant == "Acme-EU"),
+            expect(&|p| p.sku.is_some() && p.tenant.to_lowercase().contains("acme")),
         ),
     ];
     for (query, expected) in &cases {
@@ -295,7 +320,7 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
     assert_eq!(done["moved"], chosen.len(), "{done}");
     let arrived: HashSet<String> = drain_ids(&channel, "work").await.into_iter().collect();
     assert_eq!(arrived, chosen);
-    assert_eq!(found(String::new()).await.len(), N - chosen.len());
+    assert_eq!(found(String::new()).await.len(), total - chosen.len());
 
     warren.stop().await;
     connection.close(0, "done").await.ok();
@@ -600,7 +625,21 @@ async fn ids_in_custody(database: &std::path::Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_intake_leaves_every_message_in_the_broker_or_in_custody() {
-    sigkill_during_intake("custodykill", 20_000, None).await;
+    sigkill_during_intake("custodykill", 20_000, Dlq::Classic).await;
+}
+
+/// The same on a quorum DLQ that sets no delivery limit (3.x: none; 4.x: the broker's default
+/// of 20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_intake_of_a_quorum_dlq_without_a_delivery_limit_loses_nothing() {
+    sigkill_during_intake("custodykillq0", 10_000, Dlq::Quorum(None)).await;
+}
+
+/// The DLQ a SIGKILL test fills.
+enum Dlq {
+    Classic,
+    /// With its `x-delivery-limit`, if any.
+    Quorum(Option<i64>),
 }
 
 /// The same on a quorum DLQ with a delivery limit of 2: what the kill hands back was delivered
@@ -609,21 +648,23 @@ async fn sigkill_during_intake_leaves_every_message_in_the_broker_or_in_custody(
 /// can prevent).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_intake_of_a_quorum_dlq_with_a_delivery_limit_loses_nothing() {
-    sigkill_during_intake("custodykillq", 10_000, Some(2)).await;
+    sigkill_during_intake("custodykillq", 10_000, Dlq::Quorum(Some(2))).await;
 }
 
-/// Fills `work.dlq` (classic, or quorum with `delivery_limit`) with `n` messages, kills warren
-/// mid-intake, restarts it, and checks every id ends in custody.
-async fn sigkill_during_intake(test: &str, n: usize, delivery_limit: Option<i64>) {
+/// Fills `work.dlq` (classic, or quorum with or without a delivery limit) with `n` messages,
+/// kills warren mid-intake, restarts it, and checks every id ends in custody.
+async fn sigkill_during_intake(test: &str, n: usize, dlq: Dlq) {
     use lapin::options::QueueDeclareOptions;
     use lapin::types::{AMQPValue, FieldTable};
     let vhost = TestVhost::create(test).await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     let mut args = FieldTable::default();
-    if let Some(limit) = delivery_limit {
+    if let Dlq::Quorum(limit) = dlq {
         args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-        args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(limit));
+        if let Some(limit) = limit {
+            args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(limit));
+        }
     }
     channel.queue_declare("work.dlq", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
     publish_many(&channel, "work.dlq", "k", n).await;
@@ -905,6 +946,86 @@ async fn an_admin_takes_a_queue_into_custody_and_releases_it() {
     assert_eq!(ids, all, "each message back once");
     let list = listing(&warren, &vhost.name, "").await;
     assert_eq!((&list["in_custody"], &list["custody"]["counts"]["held"]), (&json!(false), &json!(0)), "{list}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 18, must-have 4: a replay from custody is a job like a move: its page and the API
+/// follow its progress, a cancel stops it between two batches, and what it did not send stays
+/// held. By identity: the ids in the target are exactly the records marked replayed, and a
+/// second replay brings exactly the rest, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_from_custody_shows_its_progress_and_a_cancel_leaves_the_rest_held() {
+    const N: usize = 20_000;
+    let vhost = TestVhost::create("custodycancel").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    common::declare(&channel, "work.dlq", false).await;
+    common::declare(&channel, "target", false).await;
+    publish_many(&channel, "work.dlq", "c", N).await;
+    let all: HashSet<String> = (1..=N).map(|i| format!("c{i}")).collect();
+    let warren = Warren::start(&custody_toml(&vhost.name)).await;
+    wait_for("every message in custody", Duration::from_secs(120), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["custody_held"] == N {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+
+    let path = format!("/api/v1/queues/local/{}/work.dlq/custody/replay", encode(&vhost.name));
+    let (status, started) = warren.post_json(&path, json!({"selection": "all", "target": {"queue": "target"}})).await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["audit_id"].as_i64().unwrap();
+    assert_eq!(started["job"]["id"], id, "the job, as a move's start answers: {started}");
+    let running = wait_for("the replay under way", Duration::from_secs(60), || async {
+        let (_, job) = warren.get_json(&format!("/api/v1/jobs/{id}")).await;
+        if job["progress"]["moved"].as_u64().unwrap_or(0) > 0 || job["state"] != "running" {
+            Ok(job)
+        } else {
+            Err(job.to_string())
+        }
+    })
+    .await;
+    assert_eq!((&running["method"], &running["action"]), (&json!("custody"), &json!("custody replay")), "{running}");
+    assert_eq!(running["progress"]["expected"], N, "{running}");
+    let (status, cancelled) = warren.post_json(&format!("/api/v1/jobs/{id}/cancel"), json!({})).await;
+    assert_eq!(status, 202, "cancelled while running: {cancelled}");
+    let job = warren.wait_job(id).await;
+    assert_eq!(job["state"], "cancelled", "{job}");
+    let moved = job["progress"]["moved"].as_u64().unwrap() as usize;
+    assert!(0 < moved && moved < N, "stopped part way: {job}");
+    let (_, page) = warren.get_text(&format!("/jobs/{id}")).await;
+    assert!(
+        page.contains("replay from warren&#39;s custody") || page.contains("replay from warren's custody"),
+        "{page}"
+    );
+    assert!(page.contains(&format!("{moved} of {N} replayed")), "{page}");
+    assert!(page.contains("still held in custody"), "the report says where the rest is: {page}");
+
+    // Exactly the records marked replayed are in the target; the rest are held, none claimed.
+    let first: Vec<String> = drain_ids(&channel, "target").await;
+    let first_set: HashSet<String> = first.iter().cloned().collect();
+    assert_eq!((first.len(), first_set.len()), (moved, moved), "each confirmed copy once");
+    let counts = listing(&warren, &vhost.name, "?limit=1").await["custody"]["counts"].clone();
+    assert_eq!(
+        (&counts["replayed"], &counts["held"], &counts["claimed"]),
+        (&json!(moved), &json!(N - moved), &json!(0))
+    );
+    let entry = audit_done(&warren, id).await;
+    assert_eq!((&entry["outcome"], &entry["moved"]), (&json!("cancelled"), &json!(moved)), "{entry}");
+
+    // A second replay takes exactly the rest.
+    let second_id = replay(&warren, &vhost.name, json!({"selection": "all", "target": {"queue": "target"}})).await;
+    assert_eq!(warren.wait_job(second_id).await["state"], "done");
+    let second: Vec<String> = drain_ids(&channel, "target").await;
+    let second_set: HashSet<String> = second.iter().cloned().collect();
+    assert_eq!(second.len(), N - moved, "none twice");
+    assert!(first_set.is_disjoint(&second_set), "nothing replayed twice");
+    let union: HashSet<String> = first_set.union(&second_set).cloned().collect();
+    assert_eq!(union, all, "every id in the target once");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

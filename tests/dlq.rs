@@ -71,6 +71,19 @@ async fn requeue_the_third_message_only() {
     let (status, page) = warren.get_text("/audit").await;
     assert_eq!(status, 200);
     assert!(page.contains("requeue") && page.contains("done") && page.contains("m3"), "the audit page shows it");
+    // Where they went, and the job's report (issue 19, case 9).
+    let job_id = job["id"].as_i64().unwrap();
+    assert!(page.contains(&format!("<a href=\"/jobs/{job_id}\" class=\"job-link\">report</a>")), "{page}");
+    assert!(page.contains("each message&#39;s original queue") || page.contains("each message's original queue"));
+    // After a restart the job's page still says what became of each message (issue 19, case
+    // 10), from the audit log.
+    let warren = warren.restart().await;
+    let (status, after) = warren.get_json(&format!("/api/v1/jobs/{job_id}")).await;
+    assert_eq!(status, 200, "{after}");
+    assert_eq!(after["method"], serde_json::Value::Null, "known from the audit log only: {after}");
+    assert_eq!(after["report"]["moved"], json!([{"position": 3, "message_id": "m3", "to_queue": "work"}]), "{after}");
+    let (_, page) = warren.get_text(&format!("/jobs/{job_id}")).await;
+    assert!(page.contains("<td>m3</td><td>work</td>"), "{page}");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
@@ -649,6 +662,10 @@ async fn a_selection_moves_the_messages_the_snapshot_showed_and_reports_those_go
         json!([{"position": 4, "message_id": "m4", "to_queue": "work"}, {"position": 5, "message_id": "m5", "to_queue": "work"}])
     );
     assert_eq!(drain_ids(&channel, "work").await, ["m4", "m5"], "not m7 and m8, now 4th and 5th");
+    // The job counts "moved" against the two selected, not against how far it may read (it
+    // said "2 of 10 moved" and stopped its bar at 20 %).
+    assert_eq!(job["progress"]["expected"], 2, "{job}");
+    assert_eq!(job["progress"]["moved"], 2, "{job}");
 
     // By fingerprint, as the page's checkboxes send it; the first one is taken before the move.
     let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
@@ -696,7 +713,13 @@ async fn the_browser_form_confirms_before_requeueing() {
     let asked = form(selected.clone()).await.unwrap();
     assert_eq!(asked.status().as_u16(), 200);
     let page = asked.text().await.unwrap();
-    assert!(page.contains("Confirm: requeue") && page.contains("3 (m3), 5 (m5)"), "{page}");
+    assert!(
+        page.contains("Confirm: requeue") && page.contains("the 2 messages at positions 3 (id m3), 5 (id m5)"),
+        "{page}"
+    );
+    // A position alone is named with its message id too (issue 19, case 14).
+    let page = form("position=3&scope=selected&target_queue=".to_string()).await.unwrap().text().await.unwrap();
+    assert!(page.contains("the message at position 3 (id m3) of the snapshot"), "{page}");
     assert_eq!(depth(&channel, "work.dlq").await, 50, "asking moves nothing");
     let page = form("scope=purge&target_queue=".to_string()).await.unwrap().text().await.unwrap();
     assert!(page.contains("Confirm: purge") && page.contains("cannot be undone"), "{page}");
@@ -874,6 +897,107 @@ async fn replayed_copies_leave_the_brokers_delivery_count_behind() {
         assert_eq!(headers.get("x-app-attempt"), Some(&AMQPValue::LongInt(7)), "c{i}");
         assert_eq!(headers.get("x-warren-replay-count"), Some(&AMQPValue::LongLongInt(1)), "c{i}");
     }
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 19, item 10: "Requeue all" needs no snapshot. The page offers it (and the purge) with
+/// none taken, through the same confirmation and job as after a snapshot, and every message
+/// arrives in the queue it died in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_all_from_the_page_without_a_snapshot() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("allnosnap").await;
+    let base = format!("/dlq/local/{}/work.dlq", encode(&vhost.name));
+    let (_, page) = warren.get_text(&base).await;
+    assert!(page.contains("No snapshot yet"), "{page}");
+    assert!(
+        page.contains(&format!("action=\"{base}/requeue\""))
+            && page.contains("name=\"scope\" value=\"all\">Requeue all…")
+            && page.contains("name=\"scope\" value=\"purge\">Purge the queue…"),
+        "offered without a snapshot: {page}"
+    );
+    let form = |body: &'static str| {
+        let request = warren.http.post(warren.url(&format!("{base}/requeue")));
+        request.header("content-type", "application/x-www-form-urlencoded").body(body).send()
+    };
+    let asked = form("scope=all&target=original-queue&target_queue=").await.unwrap();
+    assert_eq!(asked.status().as_u16(), 200);
+    let confirm = asked.text().await.unwrap();
+    assert!(confirm.contains("Confirm: requeue") && confirm.contains("every message"), "{confirm}");
+    assert_eq!(depth(&channel, "work.dlq").await, 50, "asking moves nothing");
+
+    let done = form("scope=all&target=original-queue&target_queue=&confirm=true").await.unwrap();
+    let job_page = done.url().path().to_string();
+    let id: i64 = job_page.trim_start_matches("/jobs/").parse().expect("redirected to the job page");
+    let job = warren.wait_job(id).await;
+    assert_eq!(job["state"], "done", "{job}");
+    let arrived: std::collections::BTreeSet<String> = drain_ids(&channel, "work").await.into_iter().collect();
+    let all_fifty: std::collections::BTreeSet<String> = (1..=50).map(|i| format!("m{i}")).collect();
+    assert_eq!(arrived, all_fifty, "every message, each once");
+    assert!(drain_ids(&channel, "work.dlq").await.is_empty(), "none left in the DLQ");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 19, item 10: a move does not discard the snapshot, nor does a restart. It stays shown,
+/// marked outdated (positions and contents may have changed); single messages are no longer
+/// selected from it, "all" still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_survives_a_move_and_a_restart_marked_outdated() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("keptsnap").await;
+    let base = format!("/dlq/local/{}/work.dlq", encode(&vhost.name));
+    let api = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
+    let snapshot = warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let first_ten: Vec<String> = (1..=10).map(|i| format!("m{i}")).collect();
+    assert_eq!(message_ids(&snapshot["messages"]), first_ten);
+    let fingerprint = |i: usize| snapshot["messages"][i - 1]["fingerprint"].as_str().unwrap().to_string();
+
+    // A fresh snapshot survives a restart, selectable as before.
+    let warren = warren.restart().await;
+    listed(&warren, &vhost.name, "work.dlq").await;
+    let (status, kept) = warren.get_json(&format!("{api}/snapshot")).await;
+    assert_eq!(status, 200, "{kept}");
+    assert_eq!(message_ids(&kept["messages"]), first_ten);
+    assert_eq!(kept["messages"][2]["fingerprint"].as_str().unwrap(), fingerprint(3));
+    let (_, page) = warren.get_text(&base).await;
+    assert!(page.contains(&format!("name=\"message\" value=\"{}\" aria-label", fingerprint(4))), "{page}");
+    assert!(!page.contains("snapshot-outdated"), "{page}");
+
+    let job = warren.run_move(&format!("{api}/requeue"), json!({"selection": {"messages": [fingerprint(3)]}})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(drain_ids(&channel, "work").await, ["m3"]);
+
+    // Still shown after the move, marked outdated, its single-message actions off.
+    let outdated = |page: &str| {
+        assert!(page.contains("<td class=\"name\" title=\"from the message_id property\">m4</td>"), "shown: {page}");
+        assert!(page.contains("Outdated: taken before the requeue of 1 messages at "), "{page}");
+        assert!(page.contains("positions and contents may have changed; refresh to see the queue now"), "{page}");
+        assert!(!page.contains("class=\"select-all\""), "{page}");
+        assert!(page.contains(&format!("value=\"{}\" aria-label=\"select message 4\" disabled", fingerprint(4))));
+        assert!(page.contains("value=\"selected\" disabled"), "{page}");
+        assert!(page.contains("name=\"scope\" value=\"all\">Requeue all…"), "{page}");
+    };
+    let (_, page) = warren.get_text(&base).await;
+    outdated(&page);
+    // The server refuses them too: a fingerprint of the old snapshot must never pick a message.
+    let (status, body) =
+        warren.post_json(&format!("{api}/requeue"), json!({"selection": {"messages": [fingerprint(4)]}})).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("is outdated"), "{body}");
+
+    // And after a restart, still outdated.
+    let warren = warren.restart().await;
+    listed(&warren, &vhost.name, "work.dlq").await;
+    let (_, page) = warren.get_text(&base).await;
+    outdated(&page);
+    let (status, _) = warren.post_json(&format!("{api}/requeue"), json!({"selection": {"positions": [4]}})).await;
+    assert_eq!(status, 409);
+    // "All" is not tied to the snapshot.
+    let job = warren.run_move(&format!("{api}/requeue"), json!({"selection": "all"})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    let arrived: std::collections::BTreeSet<String> = drain_ids(&channel, "work").await.into_iter().collect();
+    let others: std::collections::BTreeSet<String> = (1..=50).filter(|i| *i != 3).map(|i| format!("m{i}")).collect();
+    assert_eq!(arrived, others);
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

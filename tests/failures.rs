@@ -17,6 +17,8 @@ use serde_json::Value;
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
     Error500,
+    /// A proxy's error page: HTML, not the management API.
+    HtmlPage,
     Garbage,
     Proxy,
 }
@@ -27,6 +29,13 @@ async fn fake_management(State(mode): State<Arc<Mutex<Mode>>>, request: Request)
     let mode = *mode.lock().unwrap();
     match mode {
         Mode::Error500 => (StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":\"boom\"}").into_response(),
+        Mode::HtmlPage => (
+            StatusCode::BAD_GATEWAY,
+            [("content-type", "text/html")],
+            "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n\
+             <hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>",
+        )
+            .into_response(),
         Mode::Garbage => {
             (StatusCode::OK, [("content-type", "application/json")], "{\"items\": [1, 2,, <html>").into_response()
         }
@@ -102,6 +111,11 @@ async fn broker_failures_show_as_down_and_recover() {
     assert!(page.contains("unreachable"), "the overview says why the broker is down");
     let (status, _) = warren.get_text("/queues").await;
     assert_eq!(status, 200);
+    // The broker page before any poll went through says nothing is decided yet (it said
+    // "every 0s: .").
+    let (status, page) = warren.get_text("/brokers/local").await;
+    assert_eq!(status, 200);
+    assert!(!page.contains("every <strong>0") && !page.contains(": .</li>"), "{page}");
 
     // 2. The same port now answers 500.
     let mode = Arc::new(Mutex::new(Mode::Error500));
@@ -109,6 +123,11 @@ async fn broker_failures_show_as_down_and_recover() {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     wait_down(&warren, "HTTP 500").await;
+
+    // 2b. A proxy's HTML error page: described, never shown as markup.
+    *mode.lock().unwrap() = Mode::HtmlPage;
+    let down = wait_down(&warren, "an HTML page titled \"502 Bad Gateway\"").await;
+    assert!(!down["status"]["error"].as_str().unwrap().contains('<'), "{down}");
 
     // 3. Garbage instead of JSON.
     *mode.lock().unwrap() = Mode::Garbage;
@@ -159,4 +178,72 @@ async fn wrong_credentials_are_reported_as_such() {
     let (_, page) = warren.get_text("/").await;
     assert!(!page.contains("not-the-password"));
     warren.stop().await;
+}
+
+/// Issue 19, item 5: restarted while the broker does not answer, warren shows the last known
+/// state from its database (the queue with its last depth, the DLQ), marked as such, never as
+/// current and never as empty; rates it did not measure are unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_while_unreachable_shows_the_last_known_state_as_stale() {
+    let vhost = TestVhost::create("restore").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    publish(&channel, "orders", 23, BasicProperties::default()).await;
+    // `work` dead-letters into `dlq` through the exchange `dlx`: a DLQ only the bindings tell.
+    common::dead_letters::dead_letter(&vhost, &channel, "dlq", false, common::dead_letters::numbered(3)).await;
+
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let v = vhost.name.clone();
+    wait_for("orders at 23 and dlq at 3, known as a DLQ", Duration::from_secs(30), || {
+        let (warren, v) = (&warren, v.clone());
+        async move {
+            let orders = warren.queue(&v, "orders").await.unwrap_or_default();
+            let dlq = warren.queue(&v, "dlq").await.unwrap_or_default();
+            if orders["ready"] == 23 && dlq["ready"] == 3 && dlq["is_dlq"] == true {
+                Ok(())
+            } else {
+                Err(format!("orders={} dlq ready={} is_dlq={}", orders["ready"], dlq["ready"], dlq["is_dlq"]))
+            }
+        }
+    })
+    .await;
+
+    let warren = warren.restart_unreachable().await;
+    wait_down(&warren, "unreachable").await;
+
+    // The API: the queue list and the queue, with their last depth, marked as restored.
+    let (status, list) = warren.get_json(&format!("/api/v1/queues?vhost={}", common::encode(&v))).await;
+    assert_eq!(status, 200);
+    let items = list["items"].as_array().expect("items");
+    let orders = items.iter().find(|q| q["name"] == "orders").unwrap_or_else(|| panic!("orders listed: {list}"));
+    assert_eq!(orders["ready"], 23, "{orders}");
+    assert!(orders["publish_rate"].is_null() && orders["ack_rate"].is_null(), "rates are unknown: {orders}");
+    let stale = &list["stale"][0];
+    assert_eq!(stale["restored"], true, "the list says the data is the last known state: {list}");
+    assert!(stale["note"].as_str().unwrap().contains("the broker has not answered since warren started"), "{stale}");
+    let dlq = items.iter().find(|q| q["name"] == "dlq").expect("dlq listed");
+    assert!(dlq["ready"] == 3 && dlq["is_dlq"] == true, "the DLQ keeps its depth and role: {dlq}");
+    let orders = warren.queue(&v, "orders").await.expect("orders");
+    assert_eq!(orders["ready"], 23);
+    assert!(orders["publish_rate"].is_null(), "{orders}");
+    assert_eq!(orders["stale"]["restored"], true, "{orders}");
+    let (_, brokers) = warren.get_json("/api/v1/brokers").await;
+    assert!(brokers[0]["stale_since"].is_string() && brokers[0]["status"]["restored_from"].is_string(), "{brokers}");
+    assert!(brokers[0]["rates"]["publish_rate"].is_null(), "{brokers}");
+    assert_eq!(brokers[0]["totals"]["ready"], 26, "{brokers}");
+
+    // The pages.
+    let (status, page) = warren.get_text("/queues").await;
+    assert_eq!(status, 200);
+    assert!(page.contains(">orders<") && !page.contains("No queues match"), "{page}");
+    assert!(page.contains("last known state from"), "the queue list says the data is stale: {page}");
+    let (_, page) = warren.get_text("/").await;
+    assert!(!page.contains("No dead-letter queue found"), "the overview lists the DLQ: {page}");
+    assert!(page.contains(">dlq<") && page.contains("last known state from"), "{page}");
+    let (_, page) = warren.get_text(&format!("/queues/local/{}/orders", common::encode(&v))).await;
+    assert!(page.contains("last known state from") && page.contains("not answered since warren started"), "{page}");
+
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
 }

@@ -192,6 +192,11 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     let (_, page) = warren.get_text(&format!("/dlq/local/{}/work.dlq/messages/1", encode(&vhost.name))).await;
     let path = format!("work.wait (expired ×{expiries}) → work (rejected ×1) → here");
     assert!(page.contains(&path), "the path in full: {page}");
+    // x-death's `time` as a time like every other on the page, not raw unix seconds (issue 19,
+    // case 11).
+    let death = page.split("<table class=\"grid kv death\">").nth(1).expect("an x-death table");
+    let time = death.split("<th>time</th><td><code>").nth(1).expect("a time row");
+    assert!(time.starts_with("20") && time.contains(" UTC ("), "{time}");
     let (_, page) = warren.get_text(&format!("/dlq/local/{}/work.dlq", encode(&vhost.name))).await;
     let observed = page.split("class=\"observed-sources\">").nth(1).expect("observed sources shown");
     assert!(observed.starts_with("<a href=") && observed.contains(">work</a> (3)"), "{observed}");

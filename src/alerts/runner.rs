@@ -57,6 +57,24 @@ pub async fn run(state: AppState, cancel: CancellationToken) {
     }
 }
 
+/// The page of an alert's queue, or of its broker, under warren's public address.
+pub fn dashboard_url(base: &reqwest::Url, key: &AlertKey) -> String {
+    // A name that is `.` or `..` would be resolved away as a dot segment.
+    let encode_segment = |s: &str| match crate::broker::management::encode_segment(s) {
+        dots if dots == "." || dots == ".." => dots.replace('.', "%2E"),
+        encoded => encoded,
+    };
+    let path = match (&key.vhost, &key.queue) {
+        (Some(vhost), Some(queue)) => {
+            format!("queues/{}/{}/{}", encode_segment(&key.broker), encode_segment(vhost), encode_segment(queue))
+        }
+        _ => format!("brokers/{}", encode_segment(&key.broker)),
+    };
+    // Under the base's path (`https://x/warren` is meant as the folder `warren`), as text: a
+    // URL parser would resolve the dot segments.
+    format!("{}/{path}", base.as_str().trim_end_matches('/'))
+}
+
 impl Outgoing {
     fn notification(&self) -> Notification {
         let kind = match self.tell {
@@ -108,7 +126,16 @@ pub async fn evaluate_once(
     store::record(&mut tx, &plan.history, &states).await?;
     let mut queued = Vec::with_capacity(plan.outgoing.len());
     for o in &plan.outgoing {
-        queued.push(state.notifier.enqueue(&mut tx, &o.notification()).await?);
+        let mut notification = o.notification();
+        notification.dashboard_url = state.config.public_url.as_ref().map(|base| dashboard_url(base, &o.key));
+        // "does not answer" alone sends the reader to warren to learn why: say it here.
+        if o.rule.metric == super::Metric::BrokerUnreachable && o.tell != Tell::Resolved {
+            let error = live.iter().find(|b| b.name == o.key.broker).and_then(|b| b.status.error.clone());
+            if let Some(error) = error {
+                notification.description = format!("{}: {error}", notification.description);
+            }
+        }
+        queued.push(state.notifier.enqueue(&mut tx, &notification).await?);
     }
     tx.commit().await?;
     state.notifier.wake();
@@ -267,5 +294,26 @@ mod tests {
         assert_eq!(tells(&p), vec![Tell::Resolved]);
         assert_eq!(p.history.len(), 1);
         assert!(tells(&plan(&[rule()], std::slice::from_ref(&resolved), &[], &untold, &[], None, t0)).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+
+    /// Issue 19, case 7: a notification links back to the alert's queue or broker under
+    /// `public_url`, whatever the names hold.
+    #[test]
+    fn dashboard_links_keep_every_name_inside_the_public_path() {
+        let key = |v: &str, q: &str| AlertKey { broker: "local".into(), vhost: Some(v.into()), queue: Some(q.into()) };
+        let base = reqwest::Url::parse("https://ops.example/warren").unwrap();
+        assert_eq!(dashboard_url(&base, &key("/", "orders")), "https://ops.example/warren/queues/local/%2F/orders");
+        assert_eq!(dashboard_url(&base, &key("/", "..")), "https://ops.example/warren/queues/local/%2F/%2E%2E");
+        assert_eq!(
+            dashboard_url(&base, &key("a b", "x?y#z")),
+            "https://ops.example/warren/queues/local/a%20b/x%3Fy%23z"
+        );
+        let root = reqwest::Url::parse("http://warren.example:8080/").unwrap();
+        assert_eq!(dashboard_url(&root, &AlertKey::broker("eu 1")), "http://warren.example:8080/brokers/eu%201");
     }
 }

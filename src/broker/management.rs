@@ -217,9 +217,33 @@ fn strip_query(path: &str) -> String {
 }
 
 /// The start of an error body, on one line, without control characters.
+/// What an error answer says, in one line: a RabbitMQ error's reason, or for an HTML page (a
+/// proxy or another server answering, not the management API) its title, never its markup.
 fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>().trim().to_string()
+    let one_line = |text: &str, max: usize| -> String {
+        let text: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        words.join(" ").chars().take(max).collect()
+    };
+    if let Ok(serde_json::Value::Object(error)) = serde_json::from_slice::<serde_json::Value>(body) {
+        let said = ["reason", "error"].iter().find_map(|k| error.get(*k).and_then(|v| v.as_str()));
+        if let Some(said) = said {
+            return one_line(said, 200);
+        }
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(4096)]);
+    let lower = text.to_ascii_lowercase();
+    if lower.trim_start().starts_with('<') || lower.contains("<html") {
+        let title = lower.find("<title>").and_then(|start| {
+            let rest = &text[start + 7..];
+            rest.to_ascii_lowercase().find("</title>").map(|end| one_line(&rest[..end], 100))
+        });
+        return match title.filter(|t| !t.is_empty()) {
+            Some(title) => format!("an HTML page titled {title:?}, not the management API's answer"),
+            None => "an HTML page, not the management API's answer".to_string(),
+        };
+    }
+    one_line(&text, 200)
 }
 
 const VHOST_COLUMNS: &str = "name,message_stats.publish,message_stats.confirm,message_stats.ack,\
@@ -399,6 +423,19 @@ where
 mod tests {
     use super::*;
     use std::io::Read;
+
+    /// Issue 19, case 6: a server that is not RabbitMQ (a proxy's error page) is described,
+    /// never shown as its markup; RabbitMQ's own errors say their reason.
+    #[test]
+    fn an_error_answer_is_one_line_of_what_it_says() {
+        let page = b"<!DOCTYPE html>\n<html><head><title>502 Bad\n Gateway</title><style>body{}</style></head>\
+                     <body><h1>502 Bad Gateway</h1><hr><center>nginx</center></body></html>";
+        assert_eq!(snippet(page), "an HTML page titled \"502 Bad Gateway\", not the management API's answer");
+        assert_eq!(snippet(b"<html><body>oops</body></html>"), "an HTML page, not the management API's answer");
+        assert_eq!(snippet(br#"{"error":"Object Not Found","reason":"Not Found"}"#), "Not Found");
+        assert_eq!(snippet(b"plain\r\ntext   answer"), "plain text answer");
+        assert_eq!(snippet("é".repeat(300).as_bytes()).chars().count(), 200);
+    }
 
     #[test]
     fn an_unlimited_delivery_limit_does_not_fail_the_listing() {

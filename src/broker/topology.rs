@@ -12,8 +12,9 @@ use serde_json::{Map, Value};
 
 pub use roles::{error_name_hint, message_ttl_ms, observed_role, plain_role, QueueRole, Seen};
 
-/// One binding, as `/api/bindings/{vhost}?columns=...` lists it.
-#[derive(Debug, Clone, Deserialize)]
+/// One binding, as `/api/bindings/{vhost}?columns=...` lists it (and as warren stores it:
+/// `history::last_known`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct Binding {
     pub source: String,
     pub destination: String,
@@ -69,7 +70,7 @@ impl<'de> Deserialize<'de> for ExchangeBindings {
 }
 
 /// One exchange, as `/api/exchanges/{vhost}?columns=name,type` lists it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct Exchange {
     pub name: String,
     #[serde(rename = "type")]
@@ -77,7 +78,7 @@ pub struct Exchange {
 }
 
 /// A vhost's bindings and exchanges.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct VhostTopology {
     pub bindings: Vec<Binding>,
     pub exchanges: Vec<Exchange>,

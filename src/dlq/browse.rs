@@ -6,11 +6,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
 
 use super::message::{summarize, SnapshotMessage, REPUBLISHED};
 use super::mover::{self, MoveError};
+use crate::broker::management::PeekedMessage;
 use crate::broker::topology::Seen;
+use crate::history::Db;
 use crate::metrics::QueueView;
 
 /// Messages in a snapshot unless asked otherwise, and at most.
@@ -29,6 +32,10 @@ pub struct Snapshot {
     /// Why the read stopped before `requested`, or why the queue's order may differ from it.
     pub note: Option<String>,
     pub messages: Vec<SnapshotMessage>,
+    /// Set once a move or purge of the queue ran after the snapshot was taken (what ran, and
+    /// when): its positions and contents may no longer be the queue's, so single messages are
+    /// no longer selected from it (`jobs::Choice::resolve`). The snapshot is still shown.
+    pub outdated: Option<String>,
     /// What the messages say about the queue (its role, where they came from), for the poller.
     #[serde(skip)]
     pub seen: Seen,
@@ -101,8 +108,18 @@ impl Snapshots {
             .collect()
     }
 
-    pub fn forget(&self, broker: &str, vhost: &str, queue: &str) {
-        self.lock().snapshots.remove(&(broker.to_string(), vhost.to_string(), queue.to_string()));
+    /// Marks the queue's snapshot outdated by `what` (a move or purge that just ran), unless it
+    /// is already: the first change after it was taken is the one that makes it outdated.
+    /// Returns whether it changed.
+    fn outdate(&self, broker: &str, vhost: &str, queue: &str, what: &str) -> bool {
+        let id = (broker.to_string(), vhost.to_string(), queue.to_string());
+        let mut kept = self.lock();
+        let Some(snapshot) = kept.snapshots.get_mut(&id) else { return false };
+        if snapshot.outdated.is_some() {
+            return false;
+        }
+        *snapshot = Arc::new(Snapshot { outdated: Some(what.to_string()), ..snapshot.as_ref().clone() });
+        true
     }
 
     fn put(&self, broker: &str, vhost: &str, queue: &str, snapshot: Arc<Snapshot>) {
@@ -118,7 +135,7 @@ impl Snapshots {
 /// the broker drops or dead-letters it.
 pub async fn take(
     broker: &crate::config::BrokerConfig,
-    snapshots: &Snapshots,
+    (db, snapshots): (&Db, &Snapshots),
     view: &QueueView,
     count: usize,
     confirmed: bool,
@@ -147,6 +164,7 @@ pub async fn take(
         .collect();
     let taken_at = Utc::now();
     let snapshot = Arc::new(Snapshot {
+        outdated: None,
         seen: seen(taken_at, &messages),
         taken_at,
         queue_type: view.kind.to_string(),
@@ -156,5 +174,113 @@ pub async fn take(
         messages,
     });
     snapshots.put(&view.broker, &view.vhost, &view.name, snapshot.clone());
+    if let Err(e) = save(db, &view.broker, &view.vhost, &view.name, &snapshot).await {
+        // The snapshot is shown all the same; only a restart loses it.
+        tracing::warn!(queue = %view.name, error = %e, "the snapshot could not be stored: a restart loses it");
+    }
     Ok(snapshot)
+}
+
+/// A snapshot's message as stored: the message as read, which `summarize` turns back into what
+/// the browser shows (so that a stored snapshot reads like a fresh one, whatever `summarize`
+/// learns later).
+#[derive(Serialize, Deserialize)]
+struct StoredMessage {
+    fingerprint: String,
+    held_in: Option<String>,
+    message: PeekedMessage,
+}
+
+/// Stores `snapshot` as the queue's, replacing the one before.
+async fn save(db: &Db, broker: &str, vhost: &str, queue: &str, snapshot: &Snapshot) -> Result<(), sqlx::Error> {
+    let messages: Vec<StoredMessage> = snapshot
+        .messages
+        .iter()
+        .map(|m| StoredMessage {
+            fingerprint: m.fingerprint.clone(),
+            held_in: m.held_in.clone(),
+            message: m.message.clone(),
+        })
+        .collect();
+    let messages = serde_json::to_string(&messages).expect("messages serialise");
+    sqlx::query(
+        "insert or replace into dlq_snapshots \
+         (broker, vhost, queue, taken_at, queue_type, delivery_limit, requested, note, outdated, messages) \
+         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(broker)
+    .bind(vhost)
+    .bind(queue)
+    .bind(snapshot.taken_at.timestamp_millis())
+    .bind(&snapshot.queue_type)
+    .bind(snapshot.delivery_limit)
+    .bind(snapshot.requested as i64)
+    .bind(&snapshot.note)
+    .bind(&snapshot.outdated)
+    .bind(messages)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Marks the queue's snapshot outdated by `what` (in memory and stored), after a move or purge
+/// that read or removed messages: it stays visible, but its positions and contents may have
+/// changed.
+pub async fn outdate(db: &Db, snapshots: &Snapshots, (broker, vhost, queue): (&str, &str, &str), what: &str) {
+    if !snapshots.outdate(broker, vhost, queue, what) {
+        return;
+    }
+    let stored = sqlx::query(
+        "update dlq_snapshots set outdated = ? where broker = ? and vhost = ? and queue = ? and outdated is null",
+    )
+    .bind(what)
+    .bind(broker)
+    .bind(vhost)
+    .bind(queue)
+    .execute(db)
+    .await;
+    if let Err(e) = stored {
+        tracing::warn!(%queue, error = %e, "marking the stored snapshot outdated failed: a restart shows it current");
+    }
+}
+
+/// Loads the stored snapshots (at start): each as it was shown, outdated or not. A stored
+/// snapshot that no longer reads is skipped with a warning.
+pub async fn load(db: &Db, snapshots: &Snapshots) -> Result<usize, sqlx::Error> {
+    let rows = sqlx::query(
+        "select broker, vhost, queue, taken_at, queue_type, delivery_limit, requested, note, outdated, messages \
+         from dlq_snapshots",
+    )
+    .fetch_all(db)
+    .await?;
+    let mut loaded = 0;
+    for row in rows {
+        let (broker, vhost, queue): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        let stored: Vec<StoredMessage> = match serde_json::from_str(row.get::<&str, _>(9)) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(%queue, error = %e, "a stored snapshot does not read; it is left out");
+                continue;
+            }
+        };
+        let messages: Vec<SnapshotMessage> = stored
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| SnapshotMessage { held_in: s.held_in, ..summarize(i + 1, s.fingerprint, s.message) })
+            .collect();
+        let taken_at = DateTime::from_timestamp_millis(row.get(3)).unwrap_or_default();
+        let snapshot = Snapshot {
+            seen: seen(taken_at, &messages),
+            taken_at,
+            queue_type: row.get(4),
+            delivery_limit: row.get(5),
+            requested: row.get::<i64, _>(6).max(0) as usize,
+            note: row.get(7),
+            outdated: row.get(8),
+            messages,
+        };
+        snapshots.put(&broker, &vhost, &queue, Arc::new(snapshot));
+        loaded += 1;
+    }
+    Ok(loaded)
 }

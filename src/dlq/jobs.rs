@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use super::audit as moves;
 use super::browse::Snapshot;
+use super::custody::{self, ReplayRequest};
 use super::message::Filter;
 use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target, Wanted};
 use crate::audit;
@@ -68,10 +69,19 @@ impl Choice {
         };
         let Some(snapshot) = snapshot else {
             return Err(StartError::Stale(
-                "single messages are named as a snapshot showed them, and this queue has no snapshot (or it was                  cleared by a move since): take one, then select from it"
+                "single messages are named as a snapshot showed them, and this queue has no snapshot: take one, \
+                 then select from it"
                     .to_string(),
             ));
         };
+        // A move or purge ran since: a position may name another message now, and a named
+        // message may be gone. Refused rather than guessed; "all" and "matching" still work.
+        if let Some(what) = &snapshot.outdated {
+            return Err(StartError::Stale(format!(
+                "the snapshot taken at {} is outdated (taken before {what}): take one again (Refresh), then select from it",
+                snapshot.taken_at.format("%Y-%m-%d %H:%M:%S UTC")
+            )));
+        }
         let stale = |what: String| {
             StartError::Stale(format!(
                 "{what} in the snapshot taken at {}: it changed since the selection was made; look again",
@@ -146,12 +156,24 @@ impl MoveRequest {
     }
 }
 
-/// How a job is carried out: by warren's own mover, the only way since the broker's shovel
-/// was found to lose messages (kept in the API, which showed `shovel` too).
+/// How a job is carried out: by warren's own mover (the only way to move messages since the
+/// broker's shovel was found to lose them; kept in the API, which showed `shovel` too), or by a
+/// replay of records from warren's custody.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     InProcess,
+    Custody,
+}
+
+/// What a job runs.
+enum Work {
+    Move(Plan),
+    /// A replay from custody; `releasing` when it hands the whole custody back to the queue.
+    Replay {
+        request: ReplayRequest,
+        releasing: bool,
+    },
 }
 
 /// One move, running or finished.
@@ -163,7 +185,7 @@ pub struct Job {
     pub vhost: String,
     pub queue: String,
     pub action: &'static str,
-    pub request: MoveRequest,
+    pub method: Method,
     pub started_at: DateTime<Utc>,
     pub progress: Progress,
     cancel: CancellationToken,
@@ -172,7 +194,6 @@ pub struct Job {
 
 #[derive(Debug, Clone)]
 struct JobState {
-    method: Method,
     finished: Option<Finished>,
     /// Why the job's end is not recorded yet (the audit log cannot be written).
     audit_problem: Option<String>,
@@ -225,7 +246,7 @@ impl Job {
             vhost: self.vhost.clone(),
             queue: self.queue.clone(),
             action: self.action.to_string(),
-            method: Some(state.method),
+            method: Some(self.method),
             state: outcome.to_string(),
             started_at: self.started_at,
             finished_at,
@@ -237,8 +258,23 @@ impl Job {
 }
 
 impl JobStatus {
-    /// A job known only from the audit log (it ran before warren restarted).
-    pub fn from_audit(r: audit::Record) -> JobStatus {
+    /// A job known only from the audit log (it ran before warren restarted), with the report
+    /// its recorded fates give: each message moved (and where), failed (and why), kept in a
+    /// holding queue, or not found.
+    pub fn from_audit(r: audit::Record, fates: Vec<moves::MessageRecord>) -> JobStatus {
+        let mut report = MoveReport::default();
+        for f in fates {
+            let (position, message_id) = (f.position.max(0) as usize, f.message_id);
+            match f.outcome.as_str() {
+                "moved" => report.moved.push(mover::Moved { position, message_id, to_queue: f.detail }),
+                "held" => report.held.push(mover::Held { position, message_id, queue: f.detail, delivery_count: 0 }),
+                "not_found" => {
+                    report.not_found.push(mover::Wanted { fingerprint: String::new(), position, message_id })
+                }
+                _ => report.failed.push(mover::Failed { position, message_id, reason: f.detail }),
+            }
+        }
+        let recorded = !(report.moved.is_empty() && report.failed.is_empty() && report.held.is_empty());
         JobStatus {
             id: r.id,
             broker: r.broker,
@@ -250,7 +286,7 @@ impl JobStatus {
             started_at: DateTime::from_timestamp(r.at, 0).unwrap_or_default(),
             finished_at: None,
             progress: ProgressCounts { moved: r.moved as u64, failed: r.failed as u64, ..Default::default() },
-            report: None,
+            report: recorded.then_some(report),
             error: r.detail,
         }
     }
@@ -299,12 +335,14 @@ impl Jobs {
         }
     }
 
-    /// The running move of a queue, if there is one.
+    /// The running move of a queue, if there is one. Replays from custody do not count: they
+    /// read warren's database, not the queue, and their claims keep them apart.
     fn running_on(&self, broker: &str, vhost: &str, queue: &str) -> Option<i64> {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         jobs.values()
             .find(|j| {
-                (j.broker.as_str(), j.vhost.as_str(), j.queue.as_str()) == (broker, vhost, queue)
+                j.method == Method::InProcess
+                    && (j.broker.as_str(), j.vhost.as_str(), j.queue.as_str()) == (broker, vhost, queue)
                     && j.state.lock().unwrap_or_else(|p| p.into_inner()).finished.is_none()
             })
             .map(|j| j.id)
@@ -400,51 +438,129 @@ pub async fn start(
         action: request.action(),
         request: serde_json::to_string(&request).expect("request serialises"),
     };
+    launch(state, entry, request.action(), Method::InProcess, Work::Move(plan)).await
+}
+
+/// Records `entry` (whose action is `action`) in the audit log, durably, before anything is read
+/// or claimed, and runs `work` as the job that entry follows.
+async fn launch(
+    state: &AppState,
+    entry: audit::Entry<'_>,
+    action: &'static str,
+    method: Method,
+    work: Work,
+) -> Result<Arc<Job>, StartError> {
     // The row must be durable before anything moves: a file deleted under warren takes writes
     // and loses them, so it is checked first.
     state.storage.check(&state.db).await.map_err(StartError::Storage)?;
+    let (broker, vhost, queue) = (entry.broker.to_string(), entry.vhost.to_string(), entry.queue.to_string());
     let id = audit::start(&state.db, entry)
         .await
         .map_err(|e| StartError::Storage(state.storage.failed("the audit log", &e)))?;
     let job = Arc::new(Job {
         id,
-        broker: view.broker.to_string(),
-        vhost: view.vhost.to_string(),
-        queue: view.name.to_string(),
-        action: request.action(),
-        request,
+        broker,
+        vhost,
+        queue,
+        action,
+        method,
         started_at: Utc::now(),
         progress: Progress::default(),
         cancel: state.jobs.cancel.child_token(),
-        state: Mutex::new(JobState { method: Method::InProcess, finished: None, audit_problem: None }),
+        state: Mutex::new(JobState { finished: None, audit_problem: None }),
     });
     state.jobs.insert(job.clone());
-    state.jobs.tasks.spawn(run(state.clone(), job.clone(), plan));
+    state.jobs.tasks.spawn(run(state.clone(), job.clone(), work));
     Ok(job)
 }
 
-async fn run(state: AppState, job: Arc<Job>, plan: Plan) {
+/// Records a replay from `queue`'s custody in the audit log (durably, before anything is
+/// claimed) and runs it as a job: live progress, a cancel, and a final report like a move's.
+/// The caller has checked the queue, the broker and the request.
+pub async fn start_replay(
+    state: &AppState,
+    (broker, vhost, queue): (&str, &str, &str),
+    request: ReplayRequest,
+    actor: &str,
+    releasing: bool,
+) -> Result<Arc<Job>, StartError> {
+    if state.broker_config(broker).is_none() {
+        return Err(StartError::NoBroker(broker.to_string()));
+    }
+    let action = if releasing { "custody release" } else { "custody replay" };
+    let entry = audit::Entry {
+        actor,
+        broker,
+        vhost,
+        queue,
+        action,
+        request: serde_json::to_string(&request).expect("a request serialises"),
+    };
+    launch(state, entry, action, Method::Custody, Work::Replay { request, releasing }).await
+}
+
+/// A replay's report in a move's terms, for the job's page and the API: each record numbered
+/// in the order it settled, as the audit log's fates are.
+fn replay_report(report: custody::ReplayReport) -> MoveReport {
+    let mut moved = Vec::with_capacity(report.replayed.len());
+    for (i, (_, message_id, to_queue)) in report.replayed.into_iter().enumerate() {
+        moved.push(mover::Moved { position: i + 1, message_id, to_queue });
+    }
+    let mut failed = Vec::with_capacity(report.failed.len());
+    for (i, (_, message_id, reason)) in report.failed.into_iter().enumerate() {
+        failed.push(mover::Failed { position: i + 1, message_id, reason });
+    }
+    let note = (report.not_sent > 0)
+        .then(|| format!("{} selected records were not sent and are still held in custody", report.not_sent));
+    MoveReport { moved, failed, cancelled: report.cancelled, note, ..Default::default() }
+}
+
+async fn run(state: AppState, job: Arc<Job>, work: Work) {
     let broker = state.broker_config(&job.broker).expect("checked at start").clone();
-    let plan_target = plan.target.clone();
     // The checkpoints stop between two writes, never inside one: fates taken from the journal
     // and dropped with an unfinished write would be missing from the audit log.
     let moving = CancellationToken::new();
-    let work = async {
-        let result = mover::move_messages(&broker, &job.vhost, &job.queue, &plan, &job.progress, &job.cancel)
-            .await
-            .map_err(|e| e.to_string());
+    let run_work = async {
+        let result = match &work {
+            Work::Move(plan) => mover::move_messages(&broker, &job.vhost, &job.queue, plan, &job.progress, &job.cancel)
+                .await
+                .map_err(|e| e.to_string()),
+            Work::Replay { request, releasing } => {
+                let tag = format!("audit-{}", job.id);
+                let queue = (job.vhost.as_str(), job.queue.as_str());
+                let run = custody::ReplayRun {
+                    job: &tag,
+                    releasing: *releasing,
+                    progress: &job.progress,
+                    cancel: &job.cancel,
+                };
+                custody::replay(&state.db, &broker, queue, request, &run).await.map(replay_report)
+            }
+        };
         moving.cancel();
         result
     };
-    let (result, ()) = tokio::join!(work, checkpoint_loop(state.clone(), job.clone(), moving.clone()));
-    // Whatever was read may have changed the queue's head: the snapshot no longer shows it. A
-    // move refused before its first read leaves the snapshot, and the selection, as they were.
+    let (result, ()) = tokio::join!(run_work, checkpoint_loop(state.clone(), job.clone(), moving.clone()));
     let counts = job.progress.counts();
-    if let Ok(report) = &result {
-        state.jobs.record_requeued(&job.broker, &job.vhost, report, &plan_target);
+    match (&work, &result) {
+        (Work::Move(plan), Ok(report)) => state.jobs.record_requeued(&job.broker, &job.vhost, report, &plan.target),
+        (Work::Replay { .. }, Ok(report)) => {
+            let targets = report.moved.iter().map(|m| m.to_queue.as_str());
+            state.jobs.put_into(&job.broker, &job.vhost, targets);
+        }
+        _ => {}
     }
-    if counts.read > 0 {
-        state.snapshots.forget(&job.broker, &job.vhost, &job.queue);
+    // Whatever was read may have changed the queue's head: the snapshot may no longer show it.
+    // It stays visible, marked outdated, and single messages are no longer selected from it. A
+    // move refused before its first read leaves the snapshot, and the selection, as they were.
+    if matches!(work, Work::Move(_)) && counts.read > 0 {
+        let what = format!(
+            "the {} of {} messages at {}",
+            job.action,
+            counts.moved,
+            Utc::now().format("%Y-%m-%d %H:%M:%S UTC")
+        );
+        super::browse::outdate(&state.db, &state.snapshots, (&job.broker, &job.vhost, &job.queue), &what).await;
     }
 
     let outcome = match &result {

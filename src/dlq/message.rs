@@ -425,6 +425,24 @@ impl Filter {
         Some(self.compiled.0.get_or_init(|| compile_regex(pattern).ok()).as_ref())
     }
 
+    /// Texts of which every match of the set regular expression starts with one (as bytes, so
+    /// also in the text it is matched against), for a cheap first look in SQL before the
+    /// expression runs on a row; `None` when no such texts are known (`.*x`, say, or too many).
+    pub fn regex_literals(&self) -> Option<Vec<String>> {
+        use regex_syntax::hir::literal::Extractor;
+        let pattern = Self::field(&self.regex)?;
+        let hir = regex_syntax::ParserBuilder::new().utf8(false).build().parse(pattern).ok()?;
+        let seq = Extractor::new().extract(&hir);
+        let literals = seq.literals()?;
+        if literals.is_empty() || literals.len() > 8 {
+            return None;
+        }
+        literals
+            .iter()
+            .map(|l| String::from_utf8(l.as_bytes().to_vec()).ok().filter(|t| !t.is_empty() && !t.contains('\0')))
+            .collect()
+    }
+
     /// The trimmed header name, header value part, JSON value (for `dlq::custody`'s SQL).
     pub fn header_name(&self) -> Option<&str> {
         Self::field(&self.header)
@@ -655,6 +673,23 @@ fn indent_json(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_regex_names_the_texts_its_matches_start_with_when_it_can() {
+        let literals =
+            |pattern: &str| Filter { regex: Some(pattern.to_string()), ..Filter::default() }.regex_literals();
+        assert_eq!(literals(r#""order": 4242\b"#), Some(vec![r#""order": 4242"#.to_string()]));
+        assert_eq!(literals("card (declined|refused)"), Some(vec!["card declined".into(), "card refused".into()]));
+        for unknown in [".*x", "(?i)acme-eu", r"(?-u)\xff\xfe", "a?", "[0-9]+", "x\x00y"] {
+            let found = literals(unknown);
+            assert!(
+                found.as_ref().is_none_or(|l| l.iter().all(|t| !t.is_empty() && !t.contains('\0'))),
+                "{unknown}: {found:?}"
+            );
+        }
+        assert_eq!(literals(".*x"), None);
+        assert_eq!(literals(r"(?-u)\xff\xfe"), None, "not text: no LIKE can look for it");
+    }
 
     #[test]
     fn decodes_recorded_dead_letter_headers() {

@@ -185,6 +185,18 @@ impl Progress {
         *journal = fates;
     }
 
+    /// Counts and journals what a replay from custody settled, each (record, message id, where
+    /// it went or why not); positions number the records in the order they settled.
+    pub(super) fn settled(&self, failed: &[(i64, Option<String>, String)], replayed: &[(i64, Option<String>, String)]) {
+        for (outcome, counter, records) in [("failed", &self.failed, failed), ("moved", &self.moved, replayed)] {
+            for (_, message_id, detail) in records {
+                let position = self.read.fetch_add(1, Ordering::Relaxed) as usize + 1;
+                Progress::add(counter);
+                self.record(Fate::new(position, message_id.as_deref(), outcome, detail));
+            }
+        }
+    }
+
     fn record(&self, fate: Fate) {
         self.journal.lock().unwrap_or_else(|p| p.into_inner()).push(fate);
     }
@@ -748,7 +760,14 @@ impl<'a> Mover<'a> {
             Selection::Messages(w) => w.iter().map(|w| w.position).max().unwrap_or(0).saturating_mul(2).min(available),
             Selection::All | Selection::Matching(_) => available,
         };
-        self.progress.expected.store(to_read as u64, Ordering::Relaxed);
+        // What the job page counts "moved" against: the messages selected (a read bound of twice
+        // the furthest position made a finished 3-message move read "3 of 6 moved"), else the
+        // messages to read.
+        let expected = match &self.plan.selection {
+            Selection::Messages(w) => w.len(),
+            Selection::All | Selection::Matching(_) => to_read,
+        };
+        self.progress.expected.store(expected as u64, Ordering::Relaxed);
         if to_read == 0 {
             return Ok(());
         }

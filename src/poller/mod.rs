@@ -13,6 +13,7 @@
 
 mod estimate;
 mod load;
+pub mod restore;
 mod shared;
 mod track;
 
@@ -73,7 +74,6 @@ pub struct Poller {
     live: Live,
     broker_id: i64,
     queues: HashMap<QueueKey, Tracked>,
-    broker_counters: CounterWindow<BrokerCounters>,
     vhost_counters: HashMap<String, CounterWindow<BrokerCounters>>,
     topology: HashMap<String, (Instant, VhostTopology)>,
     /// Number of the current poll (see `track::derive`).
@@ -232,11 +232,17 @@ impl Poller {
         // Sized once: a map grown by doubling holds both tables while it moves (34 MB at 50,000).
         let known = history::count_known_queues(&db, broker_id).await?;
         let mut queues = HashMap::with_capacity(usize::try_from(known).unwrap_or(0));
+        // The same rows are the last known state the pages show until the first poll succeeds.
+        let mut last_known = Vec::new();
         history::known_queues(&db, broker_id, |k| {
+            if k.deleted_at.is_none() && broker.watches_vhost(&k.meta.vhost) {
+                last_known.push(k.clone());
+            }
             let (key, tracked) = Tracked::from_known(k);
             queues.insert(key, tracked);
         })
         .await?;
+        restore::seed(&db, &live, &broker.name, broker_id, last_known).await?;
         let client = ManagementClient::new(&broker);
         let prometheus = broker.prometheus_url.clone().map(|url| PrometheusClient::new(&broker, url));
         let load = BrokerLoad {
@@ -260,7 +266,6 @@ impl Poller {
             live,
             broker_id,
             queues,
-            broker_counters: CounterWindow::default(),
             vhost_counters: HashMap::new(),
             topology: HashMap::new(),
             polls: 0,
@@ -594,8 +599,11 @@ impl Poller {
         }
 
         let totals = totals(&views);
-        let rates = self.broker_rates(&overview, stats_enabled, fetched);
         let vhost_rates = self.vhost_rates(&watched, stats_enabled, fetched);
+        // The broker's row and its chart describe what warren watches, as its totals do: with
+        // `vhosts_include` the overview's broker-wide rates counted publishes to vhosts whose
+        // queues are not counted (issue 19, item 4: Consumers 0 beside Publish 438/s).
+        let rates = watched_rates(&vhost_rates);
         let mut write = track::plan_write(&self.queues, &views, &marks, &gone, self.broker_id, now.timestamp());
         let poll_ms = started.elapsed().as_millis() as u64;
         write.broker = history::BrokerSample {
@@ -632,6 +640,8 @@ impl Poller {
             s.error = None;
             s.last_attempt = Some(now);
             s.last_success = Some(now);
+            // This poll's state replaced the one restored from the database.
+            s.restored_from = None;
             s.down_since = None;
             s.consecutive_failures = 0;
             s.last_poll_ms = Some(poll_ms);
@@ -1405,6 +1415,17 @@ impl Poller {
     async fn refresh_topology(&mut self, vhost: &str, fetched: Instant, spent: &mut Duration) -> usize {
         match self.fetch_topology(vhost, spent).await {
             Ok((topology, size)) => {
+                // Kept in the database for a restart while the broker does not answer (roles
+                // come from bindings); written only when it changed, bindings change rarely.
+                let changed = self.topology.get(vhost).is_none_or(|(_, before)| *before != topology);
+                if changed {
+                    let at = Utc::now().timestamp();
+                    if let Err(e) =
+                        history::last_known::store_topology(&self.db, self.broker_id, vhost, &topology, at).await
+                    {
+                        tracing::warn!(broker = %self.broker.name, %vhost, error = %e, "keeping the topology failed");
+                    }
+                }
                 self.topology.insert(vhost.to_string(), (fetched, topology));
                 size
             }
@@ -1442,12 +1463,6 @@ impl Poller {
         (self.rate_window_secs() * 5.0).max(65.0).max(listings)
     }
 
-    fn broker_rates(&mut self, overview: &Overview, stats_enabled: bool, fetched: Instant) -> BrokerRates {
-        let current = BrokerCounters::from_overview(overview.message_stats.as_ref(), stats_enabled);
-        let (window, keep) = (self.rate_window_secs(), self.keep_readings_secs());
-        rates_from(&mut self.broker_counters, current, fetched, window, keep)
-    }
-
     /// Per-vhost rates: confirms and unroutable returns exist per vhost, not per queue.
     fn vhost_rates(&mut self, vhosts: &[VhostEntry], stats_enabled: bool, fetched: Instant) -> Vec<VhostLive> {
         let (window, keep) = (self.rate_window_secs(), self.keep_readings_secs());
@@ -1462,6 +1477,24 @@ impl Poller {
         }
         self.vhost_counters.retain(|name, _| vhosts.iter().any(|v| &v.name == name));
         out
+    }
+}
+
+/// The rates of the watched vhosts together. Unknown where any vhost's is: a partial sum would
+/// be an undercount shown as fact.
+/// No vhost watched: nothing measured, so unknown rather than 0.
+fn watched_rates(vhosts: &[VhostLive]) -> BrokerRates {
+    if vhosts.is_empty() {
+        return BrokerRates::default();
+    }
+    let sum = |f: fn(&BrokerRates) -> Option<f64>| vhosts.iter().map(|v| f(&v.rates)).sum::<Option<f64>>();
+    BrokerRates {
+        publish_rate: sum(|r| r.publish_rate),
+        confirm_rate: sum(|r| r.confirm_rate),
+        ack_rate: sum(|r| r.ack_rate),
+        deliver_rate: sum(|r| r.deliver_rate),
+        redeliver_rate: sum(|r| r.redeliver_rate),
+        unroutable_rate: sum(|r| r.unroutable_rate),
     }
 }
 
@@ -1561,6 +1594,20 @@ fn totals(views: &[QueueView]) -> BrokerTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watched_rates_sum_the_vhosts_and_stay_unknown_where_one_is() {
+        let vhost = |publish: Option<f64>| VhostLive {
+            name: "v".into(),
+            rates: BrokerRates { publish_rate: publish, confirm_rate: Some(1.0), ..BrokerRates::default() },
+        };
+        let both = watched_rates(&[vhost(Some(2.0)), vhost(Some(3.5))]);
+        assert_eq!((both.publish_rate, both.confirm_rate), (Some(5.5), Some(2.0)));
+        // A partial sum would be an undercount shown as fact.
+        assert_eq!(watched_rates(&[vhost(Some(2.0)), vhost(None)]).publish_rate, None);
+        // Nothing watched: nothing measured.
+        assert_eq!(watched_rates(&[]), BrokerRates::default());
+    }
 
     #[test]
     fn backoff_doubles_and_caps_at_six_intervals() {

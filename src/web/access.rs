@@ -139,6 +139,8 @@ enum Refusal {
     Forbidden {
         code: &'static str,
         message: String,
+        /// Who was refused, for the page's header.
+        me: Box<Me>,
     },
     TooLarge,
     Internal(AuthError),
@@ -184,13 +186,18 @@ async fn admit(state: &AppState, mut request: Request) -> Result<Request, Refusa
         How::Session => session_csrf.unwrap_or_default(),
         How::Proxy | How::Anonymous => state.gate.csrf_token_for(&principal),
     };
+    let storage_problem = state.storage.problem().map(|p| format!("{} (seen during {})", p.message, p.during));
+    let access = Access { principal, csrf, storage_problem };
+    let me = || Box::new(Me::of(&access));
+    let Access { principal, csrf, .. } = &access;
     if changes_state && principal.via != How::Token {
         let from_browser = ["origin", "sec-fetch-site"].iter().any(|h| request.headers().contains_key(*h));
         if principal.via == How::Session || from_browser {
             let (given, rebuilt) = presented_csrf(request).await?;
             request = rebuilt;
-            if !auth::csrf_ok(&csrf, given.as_deref()) {
+            if !auth::csrf_ok(csrf, given.as_deref()) {
                 return Err(Refusal::Forbidden {
+                    me: me(),
                     code: "csrf",
                     message: "this request carries no valid CSRF token: reload the page and try again \
                               (scripts: send the session's token in the x-csrf-token header, or use an API token)"
@@ -203,6 +210,7 @@ async fn admit(state: &AppState, mut request: Request) -> Result<Request, Refusa
     let needed = auth::required_role(request.method(), request.uri().path());
     if !principal.role.allows(needed) {
         return Err(Refusal::Forbidden {
+            me: me(),
             code: "forbidden",
             message: format!(
                 "this needs the {needed} role; {} is {} {}",
@@ -212,8 +220,7 @@ async fn admit(state: &AppState, mut request: Request) -> Result<Request, Refusa
             ),
         });
     }
-    let storage_problem = state.storage.problem().map(|p| format!("{} (seen during {})", p.message, p.during));
-    request.extensions_mut().insert(Access { principal, csrf, storage_problem });
+    request.extensions_mut().insert(access);
     Ok(request)
 }
 
@@ -248,6 +255,7 @@ async fn identify(
         return Ok((Principal::anonymous(), None));
     }
     Err(Refusal::Forbidden {
+        me: Box::default(),
         code: "loopback_only",
         message: "warren runs without authentication, so it serves only requests made directly on this \
                   machine (no proxy headers, a loopback Host). Create a user with `warren user add NAME --role admin` \
@@ -286,6 +294,7 @@ fn form_field(body: &[u8], name: &str) -> Option<String> {
 }
 
 fn refuse(refusal: Refusal, json: bool, htmx: bool, method: &Method, target: &str) -> Response {
+    let mut me = Me::default();
     let (status, code, message) = match refusal {
         Refusal::Unauthenticated(why) => {
             if !json && method == Method::GET {
@@ -298,7 +307,10 @@ fn refuse(refusal: Refusal, json: bool, htmx: bool, method: &Method, target: &st
             }
             (StatusCode::UNAUTHORIZED, "unauthenticated", why.to_string())
         }
-        Refusal::Forbidden { code, message } => (StatusCode::FORBIDDEN, code, message),
+        Refusal::Forbidden { code, message, me: who } => {
+            me = *who;
+            (StatusCode::FORBIDDEN, code, message)
+        }
         Refusal::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", "the form is too large".to_string()),
         Refusal::Internal(e) => {
             tracing::error!(error = %e, "authentication failed on a storage error");
@@ -312,9 +324,7 @@ fn refuse(refusal: Refusal, json: bool, htmx: bool, method: &Method, target: &st
         }
         return response;
     }
-    let page = super::pages::ErrorPage { status: status.as_u16(), message, me: Me::default() };
-    let html = askama::Template::render(&page).unwrap_or_else(|_| "error".to_string());
-    (status, Html(html)).into_response()
+    super::error_page(status, message, me)
 }
 
 /// A link from another site (an alert in Slack, say) arrives without the `SameSite=Strict`
@@ -593,8 +603,10 @@ async fn revoke_token(
 #[template(path = "access.html")]
 struct AccessPage {
     me: Me,
-    users: Vec<auth::User>,
-    tokens: Vec<auth::TokenInfo>,
+    /// Each with when it was created.
+    users: Vec<(auth::User, String)>,
+    /// Each with when it was last used.
+    tokens: Vec<(auth::TokenInfo, String)>,
     /// (ok, text): the outcome of the last form.
     notice: Option<(bool, String)>,
     /// A token just created: shown this once.
@@ -610,8 +622,24 @@ async fn render_access(
 ) -> Result<Response, super::PageError> {
     let page = AccessPage {
         me,
-        users: auth::list_users(&state.db).await.map_err(auth_error)?,
-        tokens: auth::list_tokens(&state.db).await.map_err(auth_error)?,
+        users: auth::list_users(&state.db)
+            .await
+            .map_err(auth_error)?
+            .into_iter()
+            .map(|u| {
+                let created = super::format::unix(u.created_at);
+                (u, created)
+            })
+            .collect(),
+        tokens: auth::list_tokens(&state.db)
+            .await
+            .map_err(auth_error)?
+            .into_iter()
+            .map(|t| {
+                let used = t.last_used_at.map_or_else(|| "never".to_string(), super::format::unix);
+                (t, used)
+            })
+            .collect(),
         notice,
         new_token,
         proxy: state.gate.config.proxy.as_ref().map(|p| {

@@ -80,7 +80,13 @@ pub async fn run_purge(
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let outcome = dlq::purge(config, &view.vhost, &view.name).await;
-    state.snapshots.forget(&view.broker, &view.vhost, &view.name);
+    let what = match &outcome {
+        Ok(n) => format!("the purge of {n} messages"),
+        Err(_) => "a purge that failed".to_string(),
+    };
+    let what = format!("{what} at {}", chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC"));
+    let queue = (view.broker.as_ref(), view.vhost.as_ref(), view.name.as_ref());
+    crate::dlq::browse::outdate(&state.db, &state.snapshots, queue, &what).await;
     match &outcome {
         Ok(n) => crate::dlq::audit::finish(&state.db, audit_id, "done", *n as usize, 0, None, &[]).await?,
         Err(e) => crate::dlq::audit::finish(&state.db, audit_id, "failed", 0, 0, Some(&e.to_string()), &[]).await?,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::alerts::{add_silence, check_rule, current_alerts, preview, save_new_rule};
 use super::pages::queue_href;
-use super::{format, html, PageError, WebError};
+use super::{format, html, is_htmx, PageError, WebError};
 use super::{Access, Me};
 use crate::alerts::store::{self, Silence};
 use crate::alerts::{AlertKey, Rule};
@@ -79,6 +79,28 @@ struct RuleRow {
     scope: String,
     severity: String,
     read_only: Option<&'static str>,
+    /// The silences that cover the whole rule or some of its alerts, as a sentence.
+    silenced: Option<String>,
+}
+
+/// What fires and is pending, refreshed in place every 5 s (the page around it keeps the
+/// editor's input).
+#[derive(Template)]
+#[template(path = "alerts_firing.html")]
+struct FiringFragment {
+    me: super::Me,
+    alerts: Vec<AlertRow>,
+    /// Alert states are warren's own, read for this answer.
+    freshness: super::freshness::Freshness,
+}
+
+async fn firing(state: &AppState, me: Me) -> Result<String, WebError> {
+    let fragment = FiringFragment {
+        me,
+        alerts: alert_rows(state, None).await?,
+        freshness: super::freshness::Freshness::rendered(super::freshness::REFRESH_SECS),
+    };
+    Ok(fragment.render()?)
 }
 
 struct HistoryRow {
@@ -94,14 +116,14 @@ struct HistoryRow {
 #[template(path = "alerts.html")]
 struct AlertsPage {
     me: super::Me,
-    alerts: Vec<AlertRow>,
+    firing: String,
     rules: Vec<RuleRow>,
     silences: Vec<(i64, String, String, String, String)>,
     history: Vec<HistoryRow>,
     form: RuleForm,
     channels: Vec<crate::alerts::notify::ChannelView>,
     deliveries: Vec<(String, String, String, String, String, String)>,
-    notice: Option<(bool, String)>,
+    notice: Option<crate::state::Notice>,
     errors: HashMap<String, String>,
     error_list: Vec<(String, String)>,
     preview: PreviewFragment,
@@ -200,7 +222,7 @@ impl RuleForm {
     }
 }
 
-fn condition(rule: &Rule) -> String {
+pub fn condition(rule: &Rule) -> String {
     let mut text = rule.metric.as_str().to_string();
     if let (Some(c), Some(t)) = (rule.comparator, rule.threshold) {
         text = format!("{text} {} {t}", c.as_str());
@@ -245,17 +267,34 @@ async fn render_with(
     me: Me,
     form: RuleForm,
     error: Option<WebError>,
-    notice: Option<(bool, String)>,
+    notice: Option<crate::state::Notice>,
 ) -> Result<String, WebError> {
     let rules = store::all_rules(&state.config.alerts, &state.db).await?;
+    let silences = store::silences(&state.db, true).await?;
+    let silenced = |rule_id: &str| -> Option<String> {
+        let mut whole: Vec<String> = Vec::new();
+        let mut some = 0;
+        for s in &silences {
+            match (&s.rule_id, &s.key) {
+                (None, _) => whole.push(format!("every alert until {}", format::time(Some(s.until)))),
+                (Some(r), None) if r == rule_id => whole.push(format!("until {}", format::time(Some(s.until)))),
+                (Some(r), Some(_)) if r == rule_id => some += 1,
+                _ => {}
+            }
+        }
+        if let Some(first) = whole.first() {
+            return Some(format!("silenced {first}"));
+        }
+        (some > 0).then(|| format!("{some} of its alerts silenced"))
+    };
     let error_list: Vec<(String, String)> = match error {
         Some(WebError::Invalid(fields)) => fields,
         Some(other) => vec![("rule".to_string(), other.to_string())],
         None => Vec::new(),
     };
     let page = AlertsPage {
+        firing: firing(state, me.clone()).await?,
         me,
-        alerts: alert_rows(state, None).await?,
         rules: rules
             .iter()
             .map(|r| RuleRow {
@@ -272,10 +311,10 @@ async fn render_with(
                 ),
                 severity: format!("{:?}", r.rule.severity).to_lowercase(),
                 read_only: super::alerts::read_only(r.source),
+                silenced: silenced(&r.rule.id),
             })
             .collect(),
-        silences: store::silences(&state.db, true)
-            .await?
+        silences: silences
             .into_iter()
             .map(|s| {
                 let what = match (&s.rule_id, &s.key) {
@@ -363,9 +402,20 @@ fn form_of(rule: &Rule) -> RuleForm {
 struct PageQuery {
     /// A rule to load into the editor.
     edit: Option<String>,
+    /// What the form before did (`Notices`).
+    notice: Option<String>,
 }
 
-async fn page(State(state): State<AppState>, me: Me, Query(q): Query<PageQuery>) -> Result<Response, PageError> {
+async fn page(
+    State(state): State<AppState>,
+    me: Me,
+    Query(q): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    if is_htmx(&headers) {
+        return Ok(html(firing(&state, me).await?));
+    }
+    let notice = q.notice.and_then(|key| state.notices.take(&key));
     let form = match q.edit {
         Some(id) => {
             let rules = store::all_rules(&state.config.alerts, &state.db).await?;
@@ -378,21 +428,34 @@ async fn page(State(state): State<AppState>, me: Me, Query(q): Query<PageQuery>)
         }
         None => blank_form(),
     };
-    Ok(html(render(&state, me, form, None).await?))
+    Ok(html(render_with(&state, me, form, None, notice).await?))
+}
+
+/// Post/redirect/get: back to the alerts page, which says once what the form did.
+fn done(state: &AppState, ok: bool, text: String) -> Response {
+    Redirect::to(&format!("/alerts?notice={}", state.notices.put(ok, text))).into_response()
 }
 
 async fn preview_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
     Ok(html(preview_fragment(&state, &form).render().map_err(WebError::from)?))
 }
 
-async fn create_form(State(state): State<AppState>, me: Me, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
+async fn create_form(
+    State(state): State<AppState>,
+    access: Access,
+    Form(form): Form<RuleForm>,
+) -> Result<Response, PageError> {
+    let (me, actor) = (Me::of(&access), access.principal.actor());
     let saved = match form.rule() {
-        Ok(rule) if form.editing.is_empty() => save_new_rule(&state, &rule).await,
-        Ok(rule) => super::alerts::save_existing_rule(&state, &form.editing, &rule).await,
+        Ok(rule) if form.editing.is_empty() => save_new_rule(&state, &rule, &actor).await,
+        Ok(rule) => super::alerts::save_existing_rule(&state, &form.editing, &rule, &actor).await,
         Err(e) => Err(e),
     };
     match saved {
-        Ok(()) => Ok(Redirect::to("/alerts").into_response()),
+        Ok(()) => {
+            let verb = if form.editing.is_empty() { "created" } else { "saved" };
+            Ok(done(&state, true, format!("Rule {} {verb}.", form.id.trim())))
+        }
         Err(e @ (WebError::Invalid(_) | WebError::Conflict(_))) => {
             let status = if matches!(e, WebError::Conflict(_)) {
                 StatusCode::CONFLICT
@@ -405,13 +468,14 @@ async fn create_form(State(state): State<AppState>, me: Me, Form(form): Form<Rul
     }
 }
 
-async fn delete_form(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, PageError> {
-    let rules = store::all_rules(&state.config.alerts, &state.db).await?;
-    if let Some(why) = rules.iter().find(|r| r.rule.id == id).and_then(|r| super::alerts::read_only(r.source)) {
-        return Err(WebError::Conflict(format!("rule {id:?} {why}")).into());
-    }
-    store::delete_rule(&state.db, &id).await?;
-    Ok(Redirect::to("/alerts").into_response())
+async fn delete_form(
+    State(state): State<AppState>,
+    access: Access,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    // A rule that was gone already is what the form asked for: it says deleted, as before.
+    super::alerts::remove_rule(&state, &id, &access.principal.actor()).await?;
+    Ok(done(&state, true, format!("Rule {id} deleted.")))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -454,33 +518,48 @@ async fn silence_form(
         ),
         None => None,
     };
+    let rule_id = form.rule_id.filter(|r| !r.trim().is_empty());
+    let what = match (&rule_id, &key) {
+        (None, _) => "Every alert".to_string(),
+        (Some(r), None) => format!("Rule {r}"),
+        (Some(r), Some(k)) => format!("Rule {r}, {k}"),
+    };
     let silence = Silence {
         id: 0,
-        rule_id: form.rule_id.filter(|r| !r.trim().is_empty()),
+        rule_id,
         key,
         until: chrono::Utc::now() + chrono::Duration::seconds((hours * 3600.0).round() as i64),
         comment: form.comment,
         created_by: String::new(),
         created_at: chrono::Utc::now(),
     };
+    let until = format::time(Some(silence.until));
     add_silence(&state, silence, &access.principal.actor()).await?;
-    Ok(Redirect::to("/alerts").into_response())
+    Ok(done(&state, true, format!("{what} silenced until {until}.")))
 }
 
-async fn expire_form(State(state): State<AppState>, Path(id): Path<i64>) -> Result<Response, PageError> {
-    store::expire_silence(&state.db, id).await?;
-    Ok(Redirect::to("/alerts").into_response())
+async fn expire_form(
+    State(state): State<AppState>,
+    access: Access,
+    Path(id): Path<i64>,
+) -> Result<Response, PageError> {
+    super::alerts::end_silence(&state, id, &access.principal.actor()).await?;
+    Ok(done(&state, true, "Silence ended.".to_string()))
 }
 
-async fn test_form(State(state): State<AppState>, me: Me, Path(id): Path<String>) -> Result<Response, PageError> {
-    let notice = match super::alerts::send_test(&state, &id).await? {
-        Ok(status) => (
-            true,
-            format!("Test notification sent to {id}{}.", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default()),
-        ),
-        Err(e) => (false, format!("Test notification to {id} failed: {e}")),
-    };
-    Ok(html(render_with(&state, me, blank_form(), None, Some(notice)).await?))
+async fn test_form(
+    State(state): State<AppState>,
+    access: Access,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    // Redirected, so that a reload shows the outcome again rather than sending another test.
+    Ok(match super::alerts::send_test(&state, &id, &access.principal.actor()).await? {
+        Ok(status) => {
+            let status = status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
+            done(&state, true, format!("Test notification sent to {id}{status}."))
+        }
+        Err(e) => done(&state, false, format!("Test notification to {id} failed: {e}")),
+    })
 }
 
 #[cfg(test)]

@@ -37,19 +37,46 @@ async fn channels(State(state): State<AppState>) -> Json<Vec<notify::ChannelView
     Json(state.notifier.channels().iter().map(notify::NotificationChannel::view).collect())
 }
 
-/// Sends a test notification to one channel now (one attempt, recorded in the delivery log).
-pub async fn send_test(state: &AppState, id: &str) -> Result<Result<Option<u16>, String>, WebError> {
+/// Sends a test notification to one channel now (one attempt, recorded in the delivery log),
+/// and records in the audit log who sent it and whether it was delivered.
+pub async fn send_test(state: &AppState, id: &str, actor: &str) -> Result<Result<Option<u16>, String>, WebError> {
     let channel = state
         .notifier
         .channels()
         .into_iter()
         .find(|c| c.id == id)
         .ok_or_else(|| WebError::NotFound(format!("no notification channel with id {id:?}")))?;
-    Ok(state.notifier.send_test(&channel).await.map(|d| d.http_status).map_err(|e| e.to_string()))
+    let sent = state.notifier.send_test(&channel).await.map(|d| d.http_status).map_err(|e| e.to_string());
+    let (outcome, detail) = match &sent {
+        Ok(status) => ("done", format!("sent to {id}{}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())),
+        // The error as the page shows it: the delivery code masks the channel's URL in it.
+        Err(error) => ("failed", format!("to {id} not delivered: {error}")),
+    };
+    let request = json!({"channel": id, "type": channel.type_name()});
+    audit_alerts(state, actor, "test notification", request, outcome, detail).await?;
+    Ok(sent)
 }
 
-async fn test_channel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    match send_test(&state, &id).await? {
+/// Records a change to the alerts' settings in the audit log (kind `alerts`).
+async fn audit_alerts(
+    state: &AppState,
+    actor: &str,
+    action: &str,
+    request: serde_json::Value,
+    outcome: &str,
+    detail: String,
+) -> Result<(), WebError> {
+    let change = crate::audit::AlertsChange { actor, action, request, outcome, detail };
+    crate::audit::alerts(&state.db, change).await?;
+    Ok(())
+}
+
+async fn test_channel(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    match send_test(&state, &id, &access.principal.actor()).await? {
         Ok(status) => Ok(Json(json!({"outcome": "sent", "http_status": status})).into_response()),
         Err(error) => Ok((
             StatusCode::BAD_GATEWAY,
@@ -114,24 +141,90 @@ async fn one_rule(State(state): State<AppState>, Path(id): Path<String>) -> Resu
     Ok(Json(find_rule(&state, &id).await?))
 }
 
-/// Creates a rule from the API or a form (`source` api).
-pub async fn save_new_rule(state: &AppState, rule: &Rule) -> Result<(), WebError> {
+/// Creates a rule from the API or a form (`source` api), by `actor`.
+pub async fn save_new_rule(state: &AppState, rule: &Rule, actor: &str) -> Result<(), WebError> {
     check_rule(state, rule)?;
     if store::all_rules(&state.config.alerts, &state.db).await?.iter().any(|r| r.rule.id == rule.id) {
         return Err(WebError::Conflict(format!("a rule with id {:?} exists already", rule.id)));
     }
     store::save_rule(&state.db, rule).await?;
-    Ok(())
+    let detail = format!("rule {} created: {}", rule_name(rule), super::alert_pages::condition(rule));
+    audit_alerts(state, actor, "rule add", rule_request(rule), "done", detail).await
 }
 
-async fn create_rule(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+/// How the audit log names a rule: its name, and its id where that says something else.
+fn rule_name(rule: &Rule) -> String {
+    if rule.name == rule.id {
+        format!("'{}'", rule.name)
+    } else {
+        format!("'{}' ({})", rule.name, rule.id)
+    }
+}
+
+fn rule_request(rule: &Rule) -> serde_json::Value {
+    json!({"id": rule.id, "name": rule.name})
+}
+
+/// What an edit changed, field by field ("threshold 100 → 500"), from the rules as the API
+/// reads and writes them, so that every field, present and future, is compared.
+fn rule_changes(old: &Rule, new: &Rule) -> String {
+    use std::collections::{BTreeMap, BTreeSet};
+    /// The rule's fields by name, the scope's as `scope.queue`, ...
+    fn fields(rule: &Rule) -> BTreeMap<String, serde_json::Value> {
+        let mut out = BTreeMap::new();
+        if let Ok(serde_json::Value::Object(top)) = serde_json::to_value(rule) {
+            for (key, value) in top {
+                match value {
+                    serde_json::Value::Object(inner) => {
+                        out.extend(inner.into_iter().map(|(k, v)| (format!("{key}.{k}"), v)));
+                    }
+                    value => {
+                        out.insert(key, value);
+                    }
+                }
+            }
+        }
+        out
+    }
+    fn plain(value: Option<&serde_json::Value>) -> String {
+        /// A description can run to 2000 characters; the log says how it began.
+        const SHOWN_CHARS: usize = 60;
+        match value {
+            None | Some(serde_json::Value::Null) => "none".to_string(),
+            Some(serde_json::Value::String(s)) if s.chars().count() > SHOWN_CHARS => {
+                format!("'{}…'", s.chars().take(SHOWN_CHARS).collect::<String>())
+            }
+            Some(serde_json::Value::String(s)) => format!("'{s}'"),
+            // Thresholds are f64: 100, not 100.0.
+            Some(serde_json::Value::Number(n)) => match n.as_f64() {
+                Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", f as i64),
+                _ => n.to_string(),
+            },
+            Some(other) => other.to_string(),
+        }
+    }
+    let (old, new) = (fields(old), fields(new));
+    let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    let changes: Vec<String> = keys
+        .into_iter()
+        .filter(|key| old.get(*key) != new.get(*key))
+        .map(|key| format!("{key} {} → {}", plain(old.get(key)), plain(new.get(key))))
+        .collect();
+    if changes.is_empty() {
+        "nothing changed".to_string()
+    } else {
+        changes.join(", ")
+    }
+}
+
+async fn create_rule(State(state): State<AppState>, access: super::Access, body: Bytes) -> Result<Response, ApiError> {
     let rule: Rule = parse(&body)?;
-    save_new_rule(&state, &rule).await?;
+    save_new_rule(&state, &rule, &access.principal.actor()).await?;
     Ok((StatusCode::CREATED, Json(StoredRule { rule, source: Source::Api })).into_response())
 }
 
-/// Replaces rule `id` (one made in the UI or the API) with `rule`.
-pub async fn save_existing_rule(state: &AppState, id: &str, rule: &Rule) -> Result<(), WebError> {
+/// Replaces rule `id` (one made in the UI or the API) with `rule`, by `actor`.
+pub async fn save_existing_rule(state: &AppState, id: &str, rule: &Rule, actor: &str) -> Result<(), WebError> {
     let existing = find_rule(state, id).await?;
     if let Some(why) = read_only(existing.source) {
         return Err(WebError::Conflict(format!("rule {id:?} {why}")));
@@ -141,28 +234,47 @@ pub async fn save_existing_rule(state: &AppState, id: &str, rule: &Rule) -> Resu
     }
     check_rule(state, rule)?;
     store::save_rule(&state.db, rule).await?;
-    Ok(())
+    let detail = format!("rule {} edited: {}", rule_name(&existing.rule), rule_changes(&existing.rule, rule));
+    audit_alerts(state, actor, "rule edit", rule_request(rule), "done", detail).await
 }
 
 async fn update_rule(
     State(state): State<AppState>,
+    access: super::Access,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<StoredRule>, ApiError> {
     let rule: Rule = parse(&body)?;
-    save_existing_rule(&state, &id, &rule).await?;
+    save_existing_rule(&state, &id, &rule, &access.principal.actor()).await?;
     Ok(Json(StoredRule { rule, source: Source::Api }))
+}
+
+/// Deletes rule `id` (one made in the UI or the API), by `actor`; false if there was none.
+pub async fn remove_rule(state: &AppState, id: &str, actor: &str) -> Result<bool, WebError> {
+    let existing = match find_rule(state, id).await {
+        Ok(rule) => rule,
+        Err(WebError::NotFound(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if let Some(why) = read_only(existing.source) {
+        return Err(WebError::Conflict(format!("rule {id:?} {why}")));
+    }
+    if !store::delete_rule(&state.db, id).await? {
+        return Ok(false);
+    }
+    let detail = format!("rule {} deleted", rule_name(&existing.rule));
+    audit_alerts(state, actor, "rule delete", rule_request(&existing.rule), "done", detail).await?;
+    Ok(true)
 }
 
 async fn delete_rule(
     State(state): State<AppState>,
+    access: super::Access,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let existing = find_rule(&state, &id).await?;
-    if let Some(why) = read_only(existing.source) {
-        return Err(WebError::Conflict(format!("rule {id:?} {why}")).into());
+    if !remove_rule(&state, &id, &access.principal.actor()).await? {
+        return Err(WebError::NotFound(format!("no alert rule with id {id:?}")).into());
     }
-    store::delete_rule(&state.db, &id).await?;
     Ok(Json(json!({"deleted": id})))
 }
 
@@ -311,7 +423,37 @@ pub async fn add_silence(state: &AppState, mut silence: Silence, actor: &str) ->
     silence.created_by = actor.to_string();
     silence.created_at = chrono::Utc::now();
     silence.id = store::add_silence(&state.db, &silence).await?;
+    let request = json!({"id": silence.id, "rule_id": silence.rule_id, "key": silence.key});
+    let detail = format!(
+        "silence {} of {} until {}: {}",
+        silence.id,
+        silenced(&silence),
+        super::format::time(Some(silence.until)),
+        silence.comment.trim()
+    );
+    audit_alerts(state, actor, "silence add", request, "done", detail).await?;
     Ok(silence)
+}
+
+/// What a silence holds back, in words.
+fn silenced(silence: &Silence) -> String {
+    match (&silence.rule_id, &silence.key) {
+        (None, _) => "every alert".to_string(),
+        (Some(r), None) => format!("rule {r}"),
+        (Some(r), Some(k)) => format!("rule {r}, {k}"),
+    }
+}
+
+/// Ends silence `id` now, by `actor`; false if there was none.
+pub async fn end_silence(state: &AppState, id: i64, actor: &str) -> Result<bool, WebError> {
+    let silence = store::silences(&state.db, false).await?.into_iter().find(|s| s.id == id);
+    if !store::expire_silence(&state.db, id).await? {
+        return Ok(false);
+    }
+    let what = silence.as_ref().map(|s| format!(" of {}", silenced(s))).unwrap_or_default();
+    let request = json!({"id": id});
+    audit_alerts(state, actor, "silence end", request, "done", format!("silence {id}{what} ended")).await?;
+    Ok(true)
 }
 
 async fn create_silence(
@@ -326,10 +468,37 @@ async fn create_silence(
 
 async fn expire_silence(
     State(state): State<AppState>,
+    access: super::Access,
     Path(id): Path<i64>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if !store::expire_silence(&state.db, id).await? {
+    if !end_silence(&state, id, &access.principal.actor()).await? {
         return Err(WebError::NotFound(format!("no silence with id {id}")).into());
     }
     Ok(Json(json!({"expired": id})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(extra: serde_json::Value) -> Rule {
+        let mut rule = json!({"id": "backlog", "name": "Queue backlog", "metric": "ready", "comparator": ">",
+                              "threshold": 100, "severity": "warning"});
+        rule.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(rule).unwrap()
+    }
+
+    #[test]
+    fn an_edit_is_described_field_by_field() {
+        let old = rule(json!({}));
+        assert_eq!(rule_changes(&old, &old), "nothing changed");
+        let new = rule(json!({"threshold": 500, "severity": "critical", "scope": {"vhost": "prod", "queue": "*"}}));
+        assert_eq!(
+            rule_changes(&old, &new),
+            "scope.vhost '*' → 'prod', severity 'warning' → 'critical', threshold 100 → 500"
+        );
+        let described = rule(json!({"threshold": 2.5, "description": "x".repeat(2000)}));
+        let text = rule_changes(&old, &described);
+        assert!(text.starts_with(&format!("description none → '{}…', threshold 100 → 2.5", "x".repeat(60))), "{text}");
+    }
 }

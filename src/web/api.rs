@@ -12,7 +12,7 @@ use super::{ApiError, WebError};
 use crate::history::rollup::Windows;
 use crate::history::series::{self, Resolution, RollupPoint};
 use crate::history::{self, BrokerPoint, QueuePoint};
-use crate::metrics::{exact_age, rate_from_milli, QueueView};
+use crate::metrics::QueueView;
 use crate::state::{AppState, BrokerLive};
 
 pub fn router() -> Router<AppState> {
@@ -52,7 +52,7 @@ pub fn broker_live(state: &AppState, broker: &str) -> Result<BrokerLive, WebErro
     state.live.broker(broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))
 }
 
-fn poll_interval_secs(state: &AppState, broker: &str) -> i64 {
+pub(super) fn poll_interval_secs(state: &AppState, broker: &str) -> i64 {
     state.broker_config(broker).map(|b| b.poll_interval.as_secs() as i64).unwrap_or(10)
 }
 
@@ -100,10 +100,33 @@ async fn broker_history(
     Ok(Json(load_broker_history(&state, &broker, &range).await?))
 }
 
+/// A broker whose numbers are not current: down since its last success, or showing the last
+/// known state from the database (`restored`) until its first poll of this run succeeds.
+#[derive(Serialize)]
+pub struct StaleJson {
+    pub broker: String,
+    pub since: DateTime<Utc>,
+    pub restored: bool,
+    pub note: String,
+}
+
+fn stale_json(live: &BrokerLive) -> Option<StaleJson> {
+    Some(StaleJson {
+        broker: live.name.clone(),
+        since: live.stale_since()?,
+        restored: live.status.restored_from.is_some(),
+        note: super::format::stale_note(live)?,
+    })
+}
+
 async fn queues(State(state): State<AppState>, Query(query): Query<QueueQuery>) -> Result<Json<Value>, ApiError> {
     let listing = query.validate()?;
-    let (items, total) = listing.apply(&state.live.snapshot());
-    Ok(Json(json!({"items": items, "total": total, "page": listing.page, "per_page": listing.per_page})))
+    let live = state.live.snapshot();
+    let (items, total) = listing.apply(&live);
+    let stale: Vec<StaleJson> = live.iter().filter_map(stale_json).collect();
+    Ok(Json(
+        json!({"items": items, "total": total, "page": listing.page, "per_page": listing.per_page, "stale": stale}),
+    ))
 }
 
 /// A queue by its names: live if the broker lists it, otherwise its last stored state if warren
@@ -115,81 +138,26 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
     }
     let not_found = || WebError::NotFound(format!("no queue {name:?} in vhost {vhost:?} on broker {broker:?}"));
     let known = history::find_queue(&state.db, broker, vhost, name).await?.ok_or_else(not_found)?;
-    let parse = |text: &str| match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => std::sync::Arc::new(map),
-        _ => Default::default(),
-    };
-    let (ts, sample) = known.last_sample.unwrap_or_default();
-    let arguments = parse(&known.meta.arguments);
-    let effective_policy = parse(&known.meta.effective_policy);
-    let updated_at = DateTime::from_timestamp(known.deleted_at.unwrap_or(ts), 0).unwrap_or_default();
-    let total = sample.ready.zip(sample.unacked).map(|(r, u)| (r + u) as u64);
-    let (oldest_age_secs, oldest_age_source) = exact_age(total, sample.head_ts, updated_at);
-    Ok(QueueView {
-        broker: broker.into(),
-        vhost: known.meta.vhost.into(),
-        name: known.meta.name.into(),
-        kind: known.meta.kind.into(),
-        durable: known.meta.durable,
-        state: None,
-        ready: sample.ready.map(|v| v as u64),
-        unacked: sample.unacked.map(|v| v as u64),
-        total,
-        consumers: sample.consumers.map(|v| v as u64),
-        publish_rate: rate_from_milli(sample.publish_rate_m),
-        deliver_rate: rate_from_milli(sample.deliver_rate_m),
-        ack_rate: rate_from_milli(sample.ack_rate_m),
-        redeliver_rate: rate_from_milli(sample.redeliver_rate_m),
-        delivery_limit: None,
-        oldest_age_secs,
-        oldest_age_source,
-        oldest_age_lower_bound: false,
-        fifo_broken_since: None,
-        custody_held: None,
-        custody_intake_stopped: None,
-        age_since_first_publish: false,
-        redelivery_share: None,
-        backlog_growth_rate: None,
-        // Whether dead-letter routing fed it is not stored: the publish rate alone could be a
-        // DLQ's bare 0.
-        inflow_rate: None,
-        inflow_source: crate::metrics::InflowSource::Unknown,
-        time_to_drain_secs: None,
-        no_consumers: false,
-        hung_consumer_secs: None,
-        holding_secs: None,
-        dead_letters: crate::broker::topology::DeadLetterInfo {
-            dead_letter_target: crate::broker::topology::dead_letter_config(&arguments, &effective_policy).map(
-                |(exchange, routing_key, configured_by)| {
-                    Box::new(crate::broker::topology::DeadLetterTarget {
-                        exchange,
-                        routing_key,
-                        configured_by,
-                        queues: None,
-                    })
-                },
-            ),
-            // Roles come from the live topology and consumers, which a stored queue lacks.
-            role_reason: "not in the latest listing: no topology to tell its role".into(),
-            ..Default::default()
-        },
-        arguments,
-        policy: known.meta.policy,
-        effective_policy,
-        updated_at,
-        deleted: known.deleted_at.is_some(),
-        id: Some(known.id),
-        publish_count: None,
-        head_ts: sample.head_ts,
-        estimate: None,
-    })
+    let ts = known.last_sample.map(|(ts, _)| ts).unwrap_or_default();
+    let as_of = DateTime::from_timestamp(known.deleted_at.unwrap_or(ts), 0).unwrap_or_default();
+    Ok(crate::poller::restore::stored_view(broker, known, as_of))
+}
+
+/// A queue with whether its broker's numbers are current.
+#[derive(Serialize)]
+pub struct QueueJson {
+    #[serde(flatten)]
+    pub queue: QueueView,
+    pub stale: Option<StaleJson>,
 }
 
 async fn queue(
     State(state): State<AppState>,
     Path((broker, vhost, name)): Path<(String, String, String)>,
-) -> Result<Json<QueueView>, ApiError> {
-    Ok(Json(find_queue(&state, &broker, &vhost, &name).await?))
+) -> Result<Json<QueueJson>, ApiError> {
+    let queue = find_queue(&state, &broker, &vhost, &name).await?;
+    let stale = stale_json(&broker_live(&state, &broker)?);
+    Ok(Json(QueueJson { queue, stale }))
 }
 
 #[derive(Serialize)]

@@ -32,7 +32,7 @@ pub fn router() -> Router<AppState> {
 /// `?kind=&before=&after=&per_page=`, as text so that a bad value gets a 400 that says why.
 #[derive(Debug, Default, Deserialize)]
 struct AuditQuery {
-    /// `action`, `login`, `account`, or `all` (the default).
+    /// `action`, `login`, `account`, `alerts`, or `all` (the default).
     kind: Option<String>,
     /// Entries older than this id (the `older` cursor of a page).
     before: Option<String>,
@@ -50,7 +50,10 @@ impl AuditQuery {
         let kind = match given(&self.kind) {
             None | Some("all") => None,
             Some(text) => Some(Kind::parse(text).ok_or_else(|| {
-                WebError::BadRequest(format!("kind: {:?} is not one of all, action, login, account", shorten(text)))
+                WebError::BadRequest(format!(
+                    "kind: {:?} is not one of all, action, login, account, alerts",
+                    shorten(text)
+                ))
             })?),
         };
         let id = |field: &str, value: &Option<String>| -> Result<Option<i64>, WebError> {
@@ -162,6 +165,30 @@ struct AuditRow {
     failed: String,
     message_ids: String,
     detail: String,
+    /// Where the messages were sent, as the request named it.
+    to: String,
+    /// The job's page (moves and replays): its report message by message.
+    job_href: Option<String>,
+}
+
+/// Where an action's request sent the messages, in words (`Target` and `CustodyTarget` as
+/// serde writes them).
+fn destination(action: &str, request: &serde_json::Value) -> String {
+    if action == "purge" || action == "delete" {
+        return "nowhere (deleted)".to_string();
+    }
+    match request.get("target") {
+        Some(serde_json::Value::String(t)) if t == "original_queue" => "each message's original queue".to_string(),
+        Some(serde_json::Value::String(t)) if t == "original_exchange" => {
+            "each message's original exchange and routing key".to_string()
+        }
+        Some(serde_json::Value::String(t)) if t == "discard" => "nowhere (deleted)".to_string(),
+        Some(serde_json::Value::Object(o)) => match o.get("queue").and_then(|q| q.as_str()) {
+            Some(queue) => format!("queue {queue}"),
+            None => String::new(),
+        },
+        _ => String::new(),
+    }
 }
 
 /// One of the page's kind filters.
@@ -176,6 +203,17 @@ struct KindLink {
 struct AuditPage {
     me: Me,
     kinds: Vec<KindLink>,
+    fragment: String,
+}
+
+/// The entries of one page. The newest page (of any kind) refreshes itself, so a new entry
+/// appears at its top; an older page stays still, since new entries would shift what it holds.
+#[derive(askama::Template)]
+#[template(path = "audit_entries.html")]
+struct AuditEntries {
+    freshness: super::freshness::Freshness,
+    /// Where htmx asks for this page again; `None` for a page that stays still.
+    live_href: Option<String>,
     rows: Vec<AuditRow>,
     newest_href: Option<String>,
     newer_href: Option<String>,
@@ -201,7 +239,8 @@ fn time(secs: i64) -> String {
 }
 
 /// What the Detail column says: for a login, where from and (failures) how many; for an
-/// account change, what it was about.
+/// account change, what it was about (from its request, whose names are hidden from
+/// non-admins); for a change to the alerts' settings, what it changed, as recorded.
 fn detail(r: &Record) -> String {
     let recorded = r.detail.clone().unwrap_or_default();
     match r.kind {
@@ -219,21 +258,37 @@ fn detail(r: &Record) -> String {
             };
             format!("{attempts} from {from}{}{throttled}", until.unwrap_or_default())
         }
-        Kind::Account => match r.request.as_object() {
-            Some(fields) => fields
-                .iter()
-                .map(|(key, value)| {
-                    format!("{key}: {}", value.as_str().map_or_else(|| value.to_string(), str::to_string))
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-            None => recorded,
-        },
+        Kind::Account => account_change(&r.action, &r.request).unwrap_or(recorded),
+        Kind::Alerts => recorded,
     }
+}
+
+/// An account change in words ("token 'ci' (viewer) created"); `None` for a request of
+/// another shape. Never a password or a token: the requests hold neither.
+fn account_change(action: &str, request: &serde_json::Value) -> Option<String> {
+    let field = |key: &str| request.get(key).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
+    let name = field("name");
+    let role = field("role").map(|r| format!(" ({r})")).unwrap_or_default();
+    let id = field("id");
+    Some(match action {
+        "user add" => format!("user '{}'{role} added", name?),
+        "user remove" => format!("user '{}' removed", name?),
+        "user password" => format!("password of user '{}' changed", name?),
+        "token add" => match (name, id) {
+            (Some(name), Some(id)) => format!("token '{name}'{role} created, id {id}"),
+            (Some(name), None) => format!("token '{name}'{role} created"),
+            _ => return None,
+        },
+        "token revoke" => format!("token {} revoked", id?),
+        _ => return None,
+    })
 }
 
 fn row(r: Record) -> AuditRow {
     let action = r.kind == Kind::Action;
+    let to = if action { destination(&r.action, &r.request) } else { String::new() };
+    let moves = ["move", "requeue", "delete", "custody replay", "custody release"];
+    let job_href = (action && moves.contains(&r.action.as_str())).then(|| format!("/jobs/{}", r.id));
     let count = |n: i64| if action { n.to_string() } else { String::new() };
     AuditRow {
         at: time(r.at),
@@ -246,6 +301,8 @@ fn row(r: Record) -> AuditRow {
         moved: count(r.moved),
         failed: count(r.failed),
         message_ids: if action { shown_ids(&r.message_ids) } else { String::new() },
+        to,
+        job_href,
         actor: r.actor,
         action: r.action,
         broker: r.broker,
@@ -258,16 +315,36 @@ fn row(r: Record) -> AuditRow {
 async fn audit_page(
     State(state): State<AppState>,
     me: Me,
+    headers: axum::http::HeaderMap,
     Query(query): Query<AuditQuery>,
 ) -> Result<Response, super::PageError> {
+    use super::freshness::{Freshness, REFRESH_SECS};
     let page = query.validate()?;
     let listing = read(&state, &page, me.admin, &me.name).await?;
     let (newest_href, newer_href, older_href) = neighbours("/audit", &page, &listing);
+    let newest = page.before.is_none() && page.after.is_none();
+    let entries = AuditEntries {
+        freshness: if newest {
+            Freshness::rendered(REFRESH_SECS)
+        } else {
+            Freshness::still("This is an older page and does not refresh itself; the newest page does.")
+        },
+        live_href: newest.then(|| href("/audit", &page, None)),
+        rows: listing.records.into_iter().map(row).collect(),
+        newest_href,
+        newer_href,
+        older_href,
+    };
+    let fragment = askama::Template::render(&entries)?;
+    if super::is_htmx(&headers) {
+        return Ok(super::html(fragment));
+    }
     let filters = [
         (None, "all"),
         (Some(Kind::Action), "actions"),
         (Some(Kind::Login), "logins"),
         (Some(Kind::Account), "account changes"),
+        (Some(Kind::Alerts), "alert settings"),
     ];
     let kinds = filters
         .into_iter()
@@ -277,7 +354,6 @@ async fn audit_page(
             active: kind == page.kind,
         })
         .collect();
-    let rows = listing.records.into_iter().map(row).collect();
-    let html = askama::Template::render(&AuditPage { me, kinds, rows, newest_href, newer_href, older_href })?;
+    let html = askama::Template::render(&AuditPage { me, kinds, fragment })?;
     Ok(super::html(html))
 }

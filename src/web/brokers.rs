@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::api::broker_live;
 use super::format;
+use super::freshness::{Freshness, REFRESH_SECS};
 use super::{html, is_htmx, ApiError, PageError};
 use crate::broker::management::encode_segment;
 use crate::poller::BrokerLoad;
@@ -70,6 +71,7 @@ struct CallRow {
 #[derive(Template)]
 #[template(path = "broker_load.html")]
 struct LoadFragment {
+    freshness: Freshness,
     href: String,
     prometheus_url: String,
     prometheus_state: &'static str,
@@ -111,6 +113,7 @@ async fn page(
     let l = &live.load;
     let p = &l.prometheus;
     let fragment = LoadFragment {
+        freshness: Freshness::polled(&[&live], REFRESH_SECS),
         href: format!("/brokers/{}", encode_segment(&live.name)),
         prometheus_url: p.url.clone().unwrap_or_else(|| "off".into()),
         prometheus_state: match p.available {
@@ -134,10 +137,19 @@ async fn page(
         interval: format::duration(l.interval_secs),
         base_interval: format::duration(l.base_interval_secs),
         stretched: l.stretched.clone(),
-        last_plan: l.last_plan.clone(),
+        // Before the first poll nothing is decided yet: say so rather than "every 0s: .".
+        last_plan: if l.last_plan.is_empty() { "none yet".to_string() } else { l.last_plan.clone() },
         listing_role: l.listing_role,
-        stats_interval: format::duration(l.stats_interval_secs),
-        stats_reason: l.stats_reason.clone(),
+        stats_interval: if l.stats_interval_secs > 0.0 {
+            format::duration(l.stats_interval_secs)
+        } else {
+            "(not decided yet)".to_string()
+        },
+        stats_reason: if l.stats_reason.is_empty() {
+            "decided at the first poll".to_string()
+        } else {
+            l.stats_reason.clone()
+        },
         listing_reasons: l.listing_reasons.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         rates_slower_than_wanted: l.rates_slower_than_wanted,
         budget: format!("{:.1}%", l.budget * 100.0),

@@ -273,13 +273,17 @@ async fn replay(
     let audit_id = start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"audit_id": audit_id, "follow": format!("/api/v1/audit/{audit_id}/messages")})),
+        Json(json!({
+            "audit_id": audit_id,
+            "job": state.jobs.get(audit_id).map(|job| job.status()),
+            "follow": format!("/api/v1/audit/{audit_id}/messages"),
+        })),
     )
         .into_response())
 }
 
-/// Records the replay in the audit log (durably, before anything is claimed) and runs it in
-/// the background; returns the audit entry's id, which the replay's end updates.
+/// Checks a replay from `queue`'s custody and starts it as a job (recorded in the audit log
+/// before anything is claimed); returns the job's id, which is its audit entry's.
 pub async fn start_replay(
     state: &AppState,
     broker: &str,
@@ -293,58 +297,14 @@ pub async fn start_replay(
     if let custody::CustodySelection::Matching(filter) = &request.selection {
         filter.check().map_err(WebError::BadRequest)?;
     }
-    let config =
-        state.broker_config(broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?.clone();
-    let entry = audit::Entry {
-        actor,
-        broker,
-        vhost,
-        queue,
-        action: if releasing { "custody release" } else { "custody replay" },
-        request: serde_json::to_string(&request).expect("a request serialises"),
-    };
-    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
-    let audit_id = audit::start(&state.db, entry)
-        .await
-        .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
-    let task_state = state.clone();
-    let (vhost, queue) = (vhost.to_string(), queue.to_string());
-    state.custody.spawn(async move {
-        let state = task_state;
-        let job = format!("audit-{audit_id}");
-        let outcome = custody::replay(&state.db, &config, &vhost, &queue, &request, &job, releasing).await;
-        if let Ok(report) = &outcome {
-            // Old messages in those queues now: their age estimates are lower bounds a while.
-            let targets = report.replayed.iter().map(|(_, _, to)| to.as_str());
-            state.jobs.put_into(&config.name, &vhost, targets);
-        }
-        let (result, moved, failed, detail, fates) = match &outcome {
-            Ok(report) => {
-                let mut fates: Vec<Fate> = Vec::new();
-                for (i, (_, id, to)) in report.replayed.iter().enumerate() {
-                    fates.push(Fate::new(i + 1, id.as_deref(), "moved", to));
-                }
-                for (i, (_, id, why)) in report.failed.iter().enumerate() {
-                    fates.push(Fate::new(report.replayed.len() + i + 1, id.as_deref(), "failed", why));
-                }
-                let result = if report.failed.is_empty() {
-                    "done"
-                } else if report.replayed.is_empty() {
-                    "failed"
-                } else {
-                    "partial"
-                };
-                (result, report.replayed.len(), report.failed.len(), None, fates)
-            }
-            Err(e) => ("failed", 0, 0, Some(e.clone()), Vec::new()),
-        };
-        if let Err(e) =
-            crate::dlq::audit::finish(&state.db, audit_id, result, moved, failed, detail.as_deref(), &fates).await
-        {
-            tracing::error!(audit_id, error = %e, "recording the end of a custody replay");
-        }
-    });
-    Ok(audit_id)
+    use crate::dlq::jobs::{self, StartError};
+    let job =
+        jobs::start_replay(state, (broker, vhost, queue), request, actor, releasing).await.map_err(|e| match e {
+            StartError::NoBroker(name) => WebError::NotFound(format!("no broker named {name:?}")),
+            StartError::Storage(why) => WebError::Storage(why),
+            other => WebError::Conflict(other.to_string()),
+        })?;
+    Ok(job.id)
 }
 
 /// Takes a queue into custody (admin): intake starts within seconds, whatever the rules say.
@@ -398,5 +358,13 @@ async fn release_json(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
 ) -> Result<Response, ApiError> {
     let audit_id = release_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"in_custody": false, "audit_id": audit_id}))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "in_custody": false,
+            "audit_id": audit_id,
+            "job": state.jobs.get(audit_id).map(|job| job.status()),
+        })),
+    )
+        .into_response())
 }

@@ -66,8 +66,14 @@ async fn take(
     request: &TakeRequest,
 ) -> Result<std::sync::Arc<Snapshot>, BrowseError> {
     let broker = state.broker_config(&view.broker).expect("views come from configured brokers");
-    browse::take(broker, &state.snapshots, view, request.count.unwrap_or(browse::DEFAULT_COUNT), request.confirmed())
-        .await
+    browse::take(
+        broker,
+        (&state.db, &state.snapshots),
+        view,
+        request.count.unwrap_or(browse::DEFAULT_COUNT),
+        request.confirmed(),
+    )
+    .await
 }
 
 async fn take_json(
@@ -119,6 +125,8 @@ struct DlqPage {
     notice: Option<String>,
     needs_confirmation: Option<String>,
     snapshot: Option<SnapshotView>,
+    /// How old the snapshot is, like every live page's "updated" (but never live).
+    snapshot_freshness: Option<super::freshness::Freshness>,
     /// What warren keeps of this queue itself (`dlq::custody`), when it is in custody or was.
     custody: Option<CustodyView>,
     /// The filter in force: the filter form, and (as `filter_<name>` fields) the replay and
@@ -255,7 +263,6 @@ async fn custody_view(
 }
 
 struct SnapshotView {
-    taken_at: String,
     requested: usize,
     /// Why the read stopped early, or why the queue's order may differ.
     note: Option<String>,
@@ -273,6 +280,9 @@ struct SnapshotView {
     shown: usize,
     /// A filter is set: "requeue all matching" is offered.
     filtered: bool,
+    /// What ran since the snapshot was taken (`Snapshot::outdated`): no single messages are
+    /// selected from it.
+    outdated: Option<String>,
 }
 
 struct Row {
@@ -420,7 +430,6 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
         })
         .collect();
     SnapshotView {
-        taken_at: format::time(Some(snapshot.taken_at)),
         requested: snapshot.requested,
         note: snapshot.note.clone(),
         count: snapshot.messages.len(),
@@ -433,6 +442,7 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
         shown: rows.len(),
         rows,
         filtered: !f.is_empty(),
+        outdated: snapshot.outdated.clone(),
     }
 }
 
@@ -493,6 +503,7 @@ async fn render_page(
             .collect(),
         notice,
         needs_confirmation,
+        snapshot_freshness: snapshot.as_deref().map(|s| super::freshness::Freshness::snapshot(s.taken_at)),
         snapshot: snapshot
             .map(|s| SnapshotView { queue_total: format::count(view.total), ..snapshot_view(&s, &base, filters) }),
         self_href: base,
@@ -549,7 +560,7 @@ async fn custody_release_form(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
 ) -> Result<Response, PageError> {
     let audit_id = super::custody::release_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
-    Ok(Redirect::to(&format!("/audit?replay={audit_id}")).into_response())
+    Ok(Redirect::to(&format!("/jobs/{audit_id}")).into_response())
 }
 
 /// The custody replay form: `scope` (`all` or `matching`, with the `filter_*` fields) and
@@ -563,9 +574,7 @@ async fn custody_replay_form(
     use crate::dlq::custody::{CustodySelection, CustodyTarget, ReplayRequest};
     let (mut scope, mut target, mut target_queue, mut filter) =
         (String::new(), String::new(), String::new(), message::Filter::default());
-    for pair in body.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
+    for (key, value) in super::query::form_pairs(&body) {
         match key {
             "scope" => scope = value,
             "target" => target = value,
@@ -594,8 +603,8 @@ async fn custody_replay_form(
     let audit_id =
         super::custody::start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false)
             .await?;
-    // Post/redirect/get: what became of each record is on the audit entry.
-    Ok(Redirect::to(&format!("/audit?replay={audit_id}")).into_response())
+    // Post/redirect/get: the job's page follows it, and says what became of each record.
+    Ok(Redirect::to(&format!("/jobs/{audit_id}")).into_response())
 }
 
 #[derive(Template)]
@@ -644,6 +653,15 @@ fn show(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),
+    }
+}
+
+/// A property or x-death field; the AMQP `timestamp` property and x-death's `time` (unix
+/// seconds) as times, with the number beside them.
+fn show_field(key: &str, v: &Value) -> String {
+    match (key, v.as_i64()) {
+        ("timestamp" | "time", Some(secs)) => format!("{} ({secs})", format::unix(secs)),
+        _ => show(v),
     }
 }
 
@@ -712,9 +730,7 @@ async fn custody_edit_form(
     body: String,
 ) -> Result<Response, PageError> {
     let mut edit = crate::dlq::custody::Edit::default();
-    for pair in body.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
+    for (key, value) in super::query::form_pairs(&body) {
         match key {
             "body" => edit.body = Some(value.replace("\r\n", "\n")),
             "headers" => {
@@ -802,7 +818,7 @@ fn message_view(
         .map(|a| {
             a.iter()
                 .filter_map(Value::as_object)
-                .map(|d| d.iter().map(|(k, v)| (k.clone(), show(v))).collect())
+                .map(|d| d.iter().map(|(k, v)| (k.clone(), show_field(k, v))).collect())
                 .collect()
         })
         .unwrap_or_default();
@@ -813,8 +829,13 @@ fn message_view(
         .filter(|(k, _)| *k != "x-death")
         .map(|(k, v)| (k.clone(), show(v), highlighted(k)))
         .collect();
-    let properties =
-        m.message.properties.iter().filter(|(k, _)| *k != "headers").map(|(k, v)| (k.clone(), show(v))).collect();
+    let properties = m
+        .message
+        .properties
+        .iter()
+        .filter(|(k, _)| *k != "headers")
+        .map(|(k, v)| (k.clone(), show_field(k, v)))
+        .collect();
     let (payload_kind, payload) =
         if hidden.is_some() { ("hidden", String::new()) } else { message::render_payload(&m.message) };
     let (headers, deaths) = if hidden.is_some() { (Vec::new(), Vec::new()) } else { (headers, deaths) };
@@ -838,6 +859,7 @@ fn message_view(
                 requested: 1,
                 note: None,
                 messages: vec![m.clone()],
+                outdated: None,
                 seen: Default::default(),
             },
             base,
@@ -942,9 +964,7 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
         accept_drop_head: false,
     };
     let mut target = None;
-    for pair in body.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned();
+    for (key, value) in super::query::form_pairs(body) {
         match key {
             "position" => form
                 .positions
@@ -1117,14 +1137,24 @@ fn target_notes(state: &AppState, view: &crate::metrics::QueueView, form: &Reque
 fn selected_in_words(state: &AppState, view: &crate::metrics::QueueView, form: &RequeueForm) -> String {
     let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
     let messages = snapshot.as_ref().map(|s| s.messages.as_slice()).unwrap_or_default();
-    let mut named: Vec<String> = form.positions.iter().map(usize::to_string).collect();
+    let id = |m: &SnapshotMessage| format!("{} (id {})", m.position, m.message_id.as_deref().unwrap_or("none"));
+    let mut named: Vec<String> = Vec::new();
+    for position in &form.positions {
+        named.push(match messages.iter().find(|m| m.position == *position) {
+            Some(m) => id(m),
+            None => format!("{position} (not in the snapshot)"),
+        });
+    }
     for fingerprint in &form.messages {
         named.push(match messages.iter().find(|m| &m.fingerprint == fingerprint) {
-            Some(m) => format!("{} ({})", m.position, m.message_id.as_deref().unwrap_or(format::UNKNOWN)),
+            Some(m) => id(m),
             None => "one no longer in the snapshot".to_string(),
         });
     }
-    format!("message(s) at position {} of the snapshot", named.join(", "))
+    match named.as_slice() {
+        [one] => format!("the message at position {one} of the snapshot"),
+        _ => format!("the {} messages at positions {} of the snapshot", named.len(), named.join(", ")),
+    }
 }
 
 async fn requeue_form(

@@ -85,6 +85,15 @@ pub fn time(t: Option<DateTime<Utc>>) -> String {
     }
 }
 
+/// Unix seconds as a time, like every other time on the pages; the number itself where it is
+/// not a time chrono can show.
+pub fn unix(secs: i64) -> String {
+    match DateTime::from_timestamp(secs, 0) {
+        Some(t) => time(Some(t)),
+        None => secs.to_string(),
+    }
+}
+
 pub fn ago(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
     match t {
         Some(t) => format!("{} ago", duration((now - t).num_milliseconds() as f64 / 1000.0)),
@@ -92,28 +101,66 @@ pub fn ago(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
     }
 }
 
-/// Inline SVG polylines of a depth series (server-side, so it needs no JavaScript); one per run
-/// of known values, so gaps stay gaps.
-pub fn sparkline(series: &[Option<i64>]) -> Vec<String> {
+/// A depth sparkline: inline SVG polylines (server-side, so it needs no JavaScript) and what
+/// they cover.
+#[derive(Debug, Default)]
+pub struct Sparkline {
+    /// One polyline per run of known values, so gaps stay gaps.
+    pub lines: Vec<String>,
+    pub title: String,
+}
+
+/// The sparkline of a depth series of `step`-second points. A new queue's series starts with
+/// points before warren's first sample of it: the line starts at its first value and spans the
+/// whole width, and the title says how much it covers (a tick at the right edge read as "no
+/// data"). One value is a level line.
+pub fn sparkline(series: &[Option<i64>], step: i64) -> Sparkline {
     const W: f64 = 100.0;
     const H: f64 = 20.0;
+    let first = series.iter().position(Option::is_some);
+    let Some(first) = first else {
+        return Sparkline { lines: Vec::new(), title: "No depth recorded in the last hour".to_string() };
+    };
+    let series = &series[first..];
+    let covered = duration(((series.len().max(2) - 1) as i64 * step) as f64);
+    let title = if first == 0 {
+        "Depth over the last hour".to_string()
+    } else {
+        format!("Depth over the last {covered} only: warren's history of this queue starts there")
+    };
     let max = series.iter().flatten().copied().max().unwrap_or(0).max(1) as f64;
-    if series.len() < 2 {
-        return Vec::new();
+    let y = |v: i64| H - (v as f64 / max) * (H - 2.0) - 1.0;
+    if series.len() == 1 {
+        let v = series[0].expect("the first known value");
+        return Sparkline { lines: vec![format!("0,{0:.1} {W:.1},{0:.1}", y(v))], title };
     }
     let dx = W / (series.len() - 1) as f64;
     let mut segments: Vec<Vec<String>> = vec![Vec::new()];
     for (i, v) in series.iter().enumerate() {
         match v {
-            Some(v) => segments.last_mut().expect("never empty").push(format!(
-                "{:.1},{:.1}",
-                i as f64 * dx,
-                H - (*v as f64 / max) * (H - 2.0) - 1.0
-            )),
+            Some(v) => segments.last_mut().expect("never empty").push(format!("{:.1},{:.1}", i as f64 * dx, y(*v))),
             None => segments.push(Vec::new()),
         }
     }
-    segments.into_iter().filter(|s| !s.is_empty()).map(|s| s.join(" ")).collect()
+    let lines = segments.into_iter().filter(|s| !s.is_empty()).map(|s| s.join(" ")).collect();
+    Sparkline { lines, title }
+}
+
+/// Why a broker's numbers are not current, in words; `None` while they are. The last known
+/// state restored from the database at start says so and why the broker has not answered.
+pub fn stale_note(b: &crate::state::BrokerLive) -> Option<String> {
+    let at = time(Some(b.stale_since()?));
+    let s = &b.status;
+    Some(match (s.restored_from, s.up, &s.error) {
+        (Some(_), Some(false), Some(error)) => {
+            format!("last known state from {at}; the broker has not answered since warren started: {error}")
+        }
+        (Some(_), _, _) => {
+            format!("last known state from {at}; the broker has not answered since warren started: its first poll has not finished yet")
+        }
+        (None, _, Some(error)) => format!("broker down: {error}; data stale since {at}"),
+        (None, _, None) => format!("broker down; data stale since {at}"),
+    })
 }
 
 #[cfg(test)]
@@ -138,6 +185,22 @@ mod tests {
 
     #[test]
     fn sparkline_breaks_at_gaps() {
-        assert_eq!(sparkline(&[Some(0), Some(10), None, Some(5), Some(5)]).len(), 2);
+        assert_eq!(sparkline(&[Some(0), Some(10), None, Some(5), Some(5)], 60).lines.len(), 2);
+    }
+
+    #[test]
+    fn a_new_queues_sparkline_spans_the_width_from_its_first_value() {
+        // 60 one-minute points; the queue's history starts at the 58th.
+        let mut series = vec![None; 57];
+        series.extend([Some(3), Some(5), Some(4)]);
+        let s = sparkline(&series, 60);
+        assert_eq!(s.lines.len(), 1);
+        assert!(s.lines[0].starts_with("0.0,") && s.lines[0].contains(" 100.0,"), "{:?}", s.lines);
+        assert_eq!(s.title, "Depth over the last 2m 0s only: warren's history of this queue starts there");
+        // One value: a level line across, not a dot.
+        let s = sparkline(&[None, None, Some(7)], 60);
+        assert_eq!(s.lines, vec!["0,1.0 100.0,1.0".to_string()]);
+        assert!(sparkline(&[None, None], 60).lines.is_empty());
+        assert_eq!(sparkline(&[Some(1), Some(2)], 60).title, "Depth over the last hour");
     }
 }

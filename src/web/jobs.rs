@@ -9,9 +9,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::freshness::Freshness;
 use super::{format, html, is_htmx, ApiError, PageError, WebError};
 use crate::audit;
-use crate::dlq::jobs::JobStatus;
+use crate::dlq::jobs::{JobStatus, Method};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -28,11 +29,12 @@ pub async fn job_status(state: &AppState, id: i64) -> Result<JobStatus, WebError
     if let Some(job) = state.jobs.get(id) {
         return Ok(job.status());
     }
-    audit::get(&state.db, id)
+    let record = audit::get(&state.db, id)
         .await?
-        .filter(|r| r.action != "purge")
-        .map(JobStatus::from_audit)
-        .ok_or_else(|| WebError::NotFound(format!("no move with id {id}")))
+        .filter(|r| r.action != "purge" && r.kind == audit::Kind::Action)
+        .ok_or_else(|| WebError::NotFound(format!("no move with id {id}")))?;
+    let fates = crate::dlq::audit::messages(&state.db, id).await?;
+    Ok(JobStatus::from_audit(record, fates))
 }
 
 async fn job_json(State(state): State<AppState>, Path(id): Path<i64>) -> Result<Json<JobStatus>, ApiError> {
@@ -70,12 +72,17 @@ struct JobPage {
 #[template(path = "job_progress.html")]
 struct JobFragment {
     me: super::Me,
+    freshness: Freshness,
     self_href: String,
     api_href: String,
     running: bool,
     state: String,
     state_class: &'static str,
     method: String,
+    /// What the job does to each message: `moved`, or `replayed` from custody.
+    verb: &'static str,
+    /// Where what a cancel leaves stays.
+    stays_in: &'static str,
     started: String,
     expected: u64,
     moved: u64,
@@ -112,11 +119,18 @@ fn fragment(status: &JobStatus, me: super::Me) -> JobFragment {
                 .collect()
         })
         .unwrap_or_default();
+    let running = status.state == "running";
     JobFragment {
         me,
+        // A running move's page asks for its progress every second (`job_progress.html`).
+        freshness: if running {
+            Freshness::rendered(1)
+        } else {
+            Freshness::still("The move has ended: this report no longer changes.")
+        },
         self_href: format!("/jobs/{}", status.id),
         api_href: format!("/api/v1/jobs/{}", status.id),
-        running: status.state == "running",
+        running,
         state_class: match status.state.as_str() {
             "running" | "done" => "info",
             "failed" | "interrupted" => "bad",
@@ -124,9 +138,12 @@ fn fragment(status: &JobStatus, me: super::Me) -> JobFragment {
         },
         state: status.state.clone(),
         method: match status.method {
-            Some(crate::dlq::jobs::Method::InProcess) => "warren's mover (publisher confirms)".to_string(),
+            Some(Method::InProcess) => "warren's mover (publisher confirms)".to_string(),
+            Some(Method::Custody) => "a replay from warren's custody (publisher confirms, mandatory)".to_string(),
             None => format::UNKNOWN.to_string(),
         },
+        verb: if status.method == Some(Method::Custody) { "replayed" } else { "moved" },
+        stays_in: if status.method == Some(Method::Custody) { "custody" } else { "the queue" },
         started: format::time(Some(status.started_at)),
         expected: p.expected,
         moved: p.moved,

@@ -11,6 +11,7 @@ mod brokers;
 pub mod custody;
 mod dlq_pages;
 mod format;
+mod freshness;
 mod jobs;
 mod pages;
 mod prometheus;
@@ -50,6 +51,12 @@ pub fn router(state: AppState) -> Router {
         .merge(brokers::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        // The obvious guess for a list of dead-letter queues.
+        .route("/dlq", get(|| async { axum::response::Redirect::to("/queues?dlq=true") }))
+        .route("/favicon.ico", get(assets::favicon))
+        .fallback(not_found)
+        // Inside the gate, which has identified the user by then.
+        .layer(axum::middleware::from_fn(error_pages))
         .layer(axum::middleware::from_fn_with_state(state.clone(), access::gate))
         .layer(axum::middleware::map_response(security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
@@ -198,12 +205,52 @@ impl<E: Into<WebError>> From<E> for PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         self.0.log();
-        let page =
-            pages::ErrorPage { status: self.0.status().as_u16(), message: self.0.to_string(), me: Me::default() };
-        let html = askama::Template::render(&page)
-            .unwrap_or_else(|_| "<!doctype html><title>error</title><p>error</p>".to_string());
-        (self.0.status(), Html(html)).into_response()
+        let (status, message) = (self.0.status(), self.0.to_string());
+        // A handler's error knows nothing of who asked: `error_pages` renders it again with the
+        // user's header and navigation.
+        let mut response = error_page(status, message.clone(), Me::default());
+        response.extensions_mut().insert(ErrorToRender(message));
+        response
     }
+}
+
+/// An error page's message, for `error_pages` to render again with who asked.
+#[derive(Clone)]
+struct ErrorToRender(String);
+
+/// An error as a full page, with the layout's navigation.
+pub(crate) fn error_page(status: StatusCode, message: String, me: Me) -> Response {
+    let page = pages::ErrorPage { status: status.as_u16(), message, me };
+    let html = askama::Template::render(&page)
+        .unwrap_or_else(|_| "<!doctype html><title>error</title><p>error</p>".to_string());
+    (status, Html(html)).into_response()
+}
+
+/// Renders a handler's error page with the user it answers (their name, role and log-out
+/// button stay in the header).
+async fn error_pages(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let me = request.extensions().get::<Access>().map(Me::of);
+    let response = next.run(request).await;
+    match (me, response.extensions().get::<ErrorToRender>()) {
+        (Some(me), Some(ErrorToRender(message))) => error_page(response.status(), message.clone(), me),
+        _ => response,
+    }
+}
+
+/// No route: a JSON error for the API, a page with the navigation for everyone else.
+async fn not_found(uri: axum::http::Uri, headers: HeaderMap) -> Response {
+    let path = uri.path();
+    if path.starts_with("/api/")
+        || !headers.get(header::ACCEPT).is_some_and(|a| a.to_str().unwrap_or("").contains("html"))
+    {
+        let message = format!("no such resource: {path}");
+        return (StatusCode::NOT_FOUND, Json(json!({"error": {"code": "not_found", "message": message}})))
+            .into_response();
+    }
+    PageError(WebError::NotFound(format!(
+        "There is no page at {path}. The navigation above leads to every page; dead-letter queues are under Dead letters."
+    )))
+    .into_response()
 }
 
 /// htmx asks for a fragment; everyone else gets the full page.

@@ -8,11 +8,12 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::api::{find_queue, load_queue_history};
 use super::format;
-use super::query::{Listing, QueueQuery, RangeQuery, RANGES};
+use super::freshness::{Freshness, REFRESH_SECS};
+use super::query::{form_pairs, Listing, QueueQuery, RangeQuery, RANGES};
 use super::{html, is_htmx, PageError};
 use crate::broker::management::encode_segment;
 use crate::broker::topology::QueueRole;
@@ -25,6 +26,7 @@ pub fn router() -> Router<AppState> {
         .route("/", get(overview))
         .route("/queues", get(queues))
         .route("/queues/{broker}/{vhost}/{queue}", get(queue))
+        .route("/compare", get(compare))
 }
 
 /// Where a queue's page is.
@@ -44,6 +46,8 @@ pub struct ErrorPage {
 
 struct BrokerRow {
     name: String,
+    /// What the counts and rates cover: the watched vhosts, never the broker beyond them.
+    scope: String,
     status: &'static str,
     status_class: &'static str,
     error: Option<String>,
@@ -74,13 +78,22 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
     };
     BrokerRow {
         name: b.name.clone(),
+        scope: match b.vhosts.len() {
+            0 => String::new(),
+            1 => format!("counts and rates of the watched vhost {}", b.vhosts[0].name),
+            n => format!("counts and rates of the {n} watched vhosts"),
+        },
         status,
         status_class,
         error: s.error.clone(),
         last_poll: format::ago(s.last_attempt, now),
-        stale_since: b.stale_since().map(|t| format::time(Some(t))),
+        // The error is in its own line above: a broker that went down says only since when.
+        stale_since: match s.restored_from {
+            Some(_) => format::stale_note(b),
+            None => b.stale_since().map(|t| format!("stale since {}", format::time(Some(t)))),
+        },
         version: s.rabbitmq_version.clone().unwrap_or_else(|| format::UNKNOWN.to_string()),
-        queues: format::count(s.last_success.map(|_| b.totals.queues)),
+        queues: format::count((s.last_success.is_some() || s.restored_from.is_some()).then_some(b.totals.queues)),
         ready: format::count(b.totals.ready),
         unacked: format::count(b.totals.unacked),
         consumers: format::count(b.totals.consumers),
@@ -98,6 +111,7 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
 #[derive(Template)]
 #[template(path = "overview_brokers.html")]
 struct OverviewBrokers {
+    freshness: Freshness,
     alerts: Vec<super::alert_pages::AlertRow>,
     brokers: Vec<BrokerRow>,
     dlqs: Vec<QueueRow>,
@@ -110,24 +124,36 @@ struct OverviewPage {
     me: super::Me,
     fragment: String,
     brokers: Vec<String>,
+    /// The broker charts' window (none without brokers).
+    window: Option<ChartWindow>,
 }
 
-async fn overview(State(state): State<AppState>, me: super::Me, headers: HeaderMap) -> Result<Response, PageError> {
+async fn overview(
+    State(state): State<AppState>,
+    me: super::Me,
+    headers: HeaderMap,
+    Query(range): Query<RangeQuery>,
+) -> Result<Response, PageError> {
     let live = state.live.snapshot();
     let mut dlqs: Vec<&QueueView> =
         live.iter().flat_map(|b| b.queues.iter()).filter(|q| q.dead_letters.is_dlq).collect();
     dlqs.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
     let fragment = OverviewBrokers {
+        freshness: Freshness::polled(&live.iter().collect::<Vec<_>>(), REFRESH_SECS),
         alerts: super::alert_pages::alert_rows(&state, None).await?,
         brokers: live.iter().map(broker_row).collect(),
         dlq_sources: dlqs.iter().map(|q| q.dead_letters.dead_letter_sources.join(", ")).collect(),
-        dlqs: dlqs.into_iter().map(|q| queue_row(q, Vec::new())).collect(),
+        dlqs: dlqs.into_iter().map(|q| queue_row(q, Default::default())).collect(),
     }
     .render()?;
     if is_htmx(&headers) {
         return Ok(html(fragment));
     }
-    let page = OverviewPage { me, fragment, brokers: live.iter().map(|b| encode_segment(&b.name)).collect() };
+    let window = match live.first() {
+        Some(b) => Some(ChartWindow::new(&state, &b.name, &range, "/", Vec::new(), String::new())?),
+        None => None,
+    };
+    let page = OverviewPage { me, fragment, brokers: live.iter().map(|b| encode_segment(&b.name)).collect(), window };
     Ok(html(page.render()?))
 }
 
@@ -157,7 +183,7 @@ struct QueueRow {
     /// Backlog trend: growing at a rate, or the time to drain.
     trend: String,
     trend_class: &'static str,
-    sparkline: Vec<String>,
+    sparkline: format::Sparkline,
     /// Badges: (css class, text, explanation).
     signals: Vec<(&'static str, String, &'static str)>,
 }
@@ -212,7 +238,7 @@ fn browsable(q: &QueueView) -> bool {
     q.dead_letters.is_dlq || q.dead_letters.role == QueueRole::Unknown
 }
 
-fn queue_row(q: &QueueView, sparkline: Vec<String>) -> QueueRow {
+fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow {
     QueueRow {
         href: queue_href(&q.broker, &q.vhost, &q.name),
         dlq_href: browsable(q).then(|| {
@@ -262,11 +288,14 @@ struct SortLink {
     href: String,
     marker: &'static str,
     numeric: bool,
+    /// Hidden on narrow screens (`COLUMNS`).
+    wide_only: bool,
 }
 
 #[derive(Template)]
 #[template(path = "queues_table.html")]
 struct QueuesTable {
+    freshness: Freshness,
     self_href: String,
     columns: Vec<SortLink>,
     rows: Vec<QueueRow>,
@@ -313,20 +342,23 @@ fn listing_href(l: &Listing, sort: &str, descending: bool, page: usize) -> Strin
     format!("/queues?{}", parts.join("&"))
 }
 
-const COLUMNS: &[(&str, &str, bool)] = &[
-    ("Queue", "name", false),
-    ("Vhost", "vhost", false),
-    ("Broker", "broker", false),
-    ("Type", "type", false),
-    ("Ready", "ready", true),
-    ("Unacked", "unacked", true),
-    ("Total", "total", true),
-    ("Consumers", "consumers", true),
-    ("Publish", "publish_rate", true),
-    ("Deliver", "deliver_rate", true),
-    ("Ack", "ack_rate", true),
-    ("Redeliver", "redeliver_rate", true),
-    ("Oldest", "oldest_age", true),
+/// (label, sort key, numeric, shown on a phone): a phone gets the columns that say whether a
+/// queue is in trouble (its name, its backlog, its oldest message; a queue without consumers
+/// says so next to its name); the rest would make the list scroll sideways.
+const COLUMNS: &[(&str, &str, bool, bool)] = &[
+    ("Queue", "name", false, true),
+    ("Vhost", "vhost", false, false),
+    ("Broker", "broker", false, false),
+    ("Type", "type", false, false),
+    ("Ready", "ready", true, true),
+    ("Unacked", "unacked", true, true),
+    ("Total", "total", true, false),
+    ("Consumers", "consumers", true, false),
+    ("Publish", "publish_rate", true, false),
+    ("Deliver", "deliver_rate", true, false),
+    ("Ack", "ack_rate", true, false),
+    ("Redeliver", "redeliver_rate", true, false),
+    ("Oldest", "oldest_age", true, true),
 ];
 
 async fn queues(
@@ -346,14 +378,14 @@ async fn queues(
     let rows = items
         .iter()
         .map(|q| {
-            let line = q.id.and_then(|id| series.get(&id)).map(|s| format::sparkline(s)).unwrap_or_default();
+            let line = q.id.and_then(|id| series.get(&id)).map(|s| format::sparkline(s, 60)).unwrap_or_default();
             queue_row(q, line)
         })
         .collect();
 
     let columns = COLUMNS
         .iter()
-        .map(|&(label, key, numeric)| {
+        .map(|&(label, key, numeric, on_phone)| {
             let active = listing.sort == key;
             // Clicking the active column flips it; a new column starts in its natural order.
             let descending = if active { !listing.descending } else { numeric };
@@ -368,12 +400,17 @@ async fn queues(
                     " ▲"
                 },
                 numeric,
+                wide_only: !on_phone,
             }
         })
         .collect();
     let first = ((listing.page - 1) * listing.per_page + 1).min(total);
     let last = (listing.page * listing.per_page).min(total);
+    // The numbers shown come from the brokers the listing covers.
+    let shown: Vec<&BrokerLive> =
+        live.iter().filter(|b| listing.broker.as_ref().is_none_or(|name| *name == b.name)).collect();
     let table = QueuesTable {
+        freshness: Freshness::polled(&shown, REFRESH_SECS),
         self_href: listing_href(&listing, listing.sort, listing.descending, listing.page),
         columns,
         rows,
@@ -388,12 +425,7 @@ async fn queues(
             .filter(|b| b.status.stats_enabled == Some(false))
             .map(|b| b.name.clone())
             .collect(),
-        stale: live
-            .iter()
-            .filter_map(|b| {
-                b.stale_since().map(|t| format!("{}: down, data stale since {}", b.name, format::time(Some(t))))
-            })
-            .collect(),
+        stale: live.iter().filter_map(|b| format::stale_note(b).map(|note| format!("{}: {note}", b.name))).collect(),
     };
     let fragment = table.render()?;
     if is_htmx(&headers) {
@@ -416,12 +448,11 @@ async fn queues(
 #[derive(Template)]
 #[template(path = "queue_stats.html")]
 struct QueueStats {
+    freshness: Freshness,
     alerts: Vec<super::alert_pages::AlertRow>,
     self_href: String,
     row: QueueRow,
-    updated: String,
-    stale_since: Option<String>,
-    broker_error: Option<String>,
+    stale: Option<String>,
     rates_unavailable: bool,
 }
 
@@ -431,6 +462,63 @@ struct Range {
     active: bool,
 }
 
+/// The time window of a page's charts, for the range picker (`_range_picker.html`): the
+/// relative ranges, both ends as text in warren's one format and as the custom form's values
+/// (`2026-12-03 09:30`, UTC, as the form is read without JavaScript).
+struct ChartWindow {
+    ranges: Vec<Range>,
+    from: String,
+    to: String,
+    from_field: String,
+    to_field: String,
+    /// A custom or zoomed window (`from` given): the picker offers the way back.
+    custom: bool,
+    /// The relative range to return to from a custom window.
+    reset_href: String,
+    /// The page's other query parameters, kept by the custom range form.
+    keep: Vec<(String, String)>,
+    /// Before the zoom hint, e.g. "61 points; ".
+    note: String,
+}
+
+impl ChartWindow {
+    /// `page`: the page's path and its query parameters other than the window's.
+    fn new(
+        state: &AppState,
+        broker: &str,
+        range: &RangeQuery,
+        page: &str,
+        keep: Vec<(String, String)>,
+        note: String,
+    ) -> Result<Self, super::WebError> {
+        let window = range.validate(Utc::now(), super::api::poll_interval_secs(state, broker))?;
+        let custom = range.from.as_deref().is_some_and(|f| !f.trim().is_empty());
+        let selected = range.range.clone().unwrap_or_else(|| "1h".to_string());
+        let query: String = keep.iter().map(|(k, v)| format!("{k}={}&", encode_segment(v))).collect();
+        let field = |secs: i64| {
+            DateTime::from_timestamp(secs, 0).map(|t| t.format("%Y-%m-%d %H:%M").to_string()).unwrap_or_default()
+        };
+        Ok(ChartWindow {
+            ranges: RANGES
+                .iter()
+                .map(|(label, _)| Range {
+                    label,
+                    href: format!("{page}?{query}range={label}"),
+                    active: !custom && *label == selected,
+                })
+                .collect(),
+            from: format::unix(window.from),
+            to: format::unix(window.to),
+            from_field: field(window.from),
+            to_field: field(window.to),
+            custom,
+            reset_href: format!("{page}?{query}range={selected}"),
+            keep,
+            note,
+        })
+    }
+}
+
 #[derive(Template)]
 #[template(path = "queue.html")]
 struct QueuePage {
@@ -438,12 +526,11 @@ struct QueuePage {
     fragment: String,
     row: QueueRow,
     history_src: String,
-    ranges: Vec<Range>,
+    window: ChartWindow,
     arguments: Vec<(String, String)>,
     policy: String,
     effective_policy: Vec<(String, String)>,
     durable: String,
-    points: usize,
     health: Vec<(&'static str, String)>,
     dead_letter: DeadLetterView,
     dlq_href: String,
@@ -575,15 +662,14 @@ async fn queue(
     let live = super::api::broker_live(&state, &broker)?;
     let href = queue_href(&broker, &vhost, &name);
     let stats = QueueStats {
+        freshness: Freshness::polled(&[&live], REFRESH_SECS),
         alerts: super::alert_pages::alert_rows(&state, Some(&crate::alerts::AlertKey::of(&view))).await?,
         self_href: match &raw_query {
             Some(q) => format!("{href}?{q}"),
             None => href.clone(),
         },
-        row: queue_row(&view, Vec::new()),
-        updated: format::time(Some(view.updated_at)),
-        stale_since: live.stale_since().map(|t| format::time(Some(t))),
-        broker_error: live.status.error.clone(),
+        row: queue_row(&view, Default::default()),
+        stale: format::stale_note(&live),
         rates_unavailable: live.status.stats_enabled == Some(false),
     };
     let fragment = stats.render()?;
@@ -597,7 +683,8 @@ async fn queue(
     if let Err(super::WebError::BadRequest(message)) = history {
         return Err(super::WebError::BadRequest(message).into());
     }
-    let selected = range.range.clone().unwrap_or_else(|| "1h".to_string());
+    // The window itself, also when the queue has no history yet (the charts then say so).
+    let window = ChartWindow::new(&state, &broker, &range, &href, Vec::new(), format!("{points} points; "))?;
     let api = format!("/api/v1{href}/history");
     let history_src = match &raw_query {
         Some(q) if range.from.is_some() || range.range.is_some() => format!("{api}?{q}"),
@@ -607,10 +694,7 @@ async fn queue(
         me,
         fragment,
         history_src,
-        ranges: RANGES
-            .iter()
-            .map(|(label, _)| Range { label, href: format!("{href}?range={label}"), active: *label == selected })
-            .collect(),
+        window,
         arguments: pairs(&view.arguments),
         policy: view.policy.clone().unwrap_or_else(|| "none".to_string()),
         effective_policy: pairs(&view.effective_policy),
@@ -619,11 +703,111 @@ async fn queue(
             Some(false) => "no".to_string(),
             None => format::UNKNOWN.to_string(),
         },
-        row: queue_row(&view, Vec::new()),
-        points,
+        row: queue_row(&view, Default::default()),
         health: health(&view),
         dead_letter: dead_letter_view(&view),
         dlq_href: format!("/dlq/{}/{}/{}", encode_segment(&broker), encode_segment(&vhost), encode_segment(&name)),
     };
+    Ok(html(page.render()?))
+}
+
+// ----- Queues compared on one chart -----
+
+/// Queues on one chart at most: more lines than that (and than the charts' colours) stop being
+/// readable.
+const COMPARE_MAX: usize = 8;
+
+struct Compared {
+    label: String,
+    href: String,
+    /// The queue list's query that leaves this queue out of the comparison.
+    without: String,
+}
+
+#[derive(Template)]
+#[template(path = "compare.html")]
+struct ComparePage {
+    me: super::Me,
+    queues: Vec<Compared>,
+    window: ChartWindow,
+    /// `[{label, src}]` for the charts: each queue's history in the JSON API.
+    sources: String,
+}
+
+/// `/compare?q=/queues/{broker}/{vhost}/{name}&q=...` (the queue pages' paths, as the queue
+/// list's checkboxes send them) with the usual `range` or `from`/`to`.
+async fn compare(
+    State(state): State<AppState>,
+    me: super::Me,
+    RawQuery(raw_query): RawQuery,
+) -> Result<Response, PageError> {
+    let raw_query = raw_query.unwrap_or_default();
+    let mut range = RangeQuery::default();
+    let mut picked: Vec<String> = Vec::new();
+    for (key, value) in form_pairs(&raw_query) {
+        match key {
+            "q" if !picked.contains(&value) => picked.push(value),
+            "range" => range.range = Some(value),
+            "from" => range.from = Some(value),
+            "to" => range.to = Some(value),
+            _ => {}
+        }
+    }
+    let bad = |m: String| PageError::from(super::WebError::BadRequest(m));
+    if picked.is_empty() {
+        return Err(bad(format!(
+            "no queues to compare: tick up to {COMPARE_MAX} in the queue list, or name them as \
+             q=/queues/{{broker}}/{{vhost}}/{{name}}"
+        )));
+    }
+    if picked.len() > COMPARE_MAX {
+        return Err(bad(format!("{} queues: at most {COMPARE_MAX} fit on one chart", picked.len())));
+    }
+    let mut views = Vec::new();
+    for path in &picked {
+        let segments: Vec<String> = path
+            .strip_prefix("/queues/")
+            .map(|rest| {
+                rest.split('/').map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned())
+            })
+            .map(Iterator::collect)
+            .unwrap_or_default();
+        let [broker, vhost, name] = segments.as_slice() else {
+            return Err(bad(format!("q: {path:?} is not a queue's path (/queues/{{broker}}/{{vhost}}/{{name}})")));
+        };
+        views.push(find_queue(&state, broker, vhost, name).await?);
+    }
+    // Each line says which queue it is in as few words as tell them apart.
+    let label = |q: &QueueView| {
+        let same_name = views.iter().filter(|o| o.name == q.name).count() > 1;
+        let same_vhost = views.iter().filter(|o| o.name == q.name && o.vhost == q.vhost).count() > 1;
+        match (same_name, same_vhost) {
+            (false, _) => q.name.to_string(),
+            (true, false) => format!("{}/{}", q.vhost, q.name),
+            (true, true) => format!("{}/{}/{}", q.broker, q.vhost, q.name),
+        }
+    };
+    let keep: Vec<(String, String)> = picked.iter().map(|p| ("q".to_string(), p.clone())).collect();
+    let queues: Vec<Compared> = views
+        .iter()
+        .zip(&picked)
+        .map(|(q, path)| Compared {
+            label: label(q),
+            href: queue_href(&q.broker, &q.vhost, &q.name),
+            without: keep
+                .iter()
+                .filter(|(_, p)| p != path)
+                .map(|(k, p)| format!("{k}={}", encode_segment(p)))
+                .collect::<Vec<_>>()
+                .join("&"),
+        })
+        .collect();
+    let sources: Vec<serde_json::Value> = queues
+        .iter()
+        .map(|q| serde_json::json!({"label": q.label, "src": format!("/api/v1{}/history", q.href)}))
+        .collect();
+    let window =
+        ChartWindow::new(&state, &views[0].broker, &range, "/compare", keep, format!("{} queues; ", queues.len()))?;
+    let page = ComparePage { me, queues, window, sources: serde_json::Value::from(sources).to_string() };
     Ok(html(page.render()?))
 }

@@ -152,11 +152,15 @@ pub fn render(brokers: &[BrokerLive]) -> String {
     }
     type BrokerValue = fn(&BrokerLive) -> Option<f64>;
     let broker_families: &[(&str, &str, BrokerValue)] = &[
-        ("warren_broker_publish_rate", "Messages published per second, broker-wide.", |b| b.rates.publish_rate),
-        ("warren_broker_confirm_rate", "Publisher confirms per second, broker-wide.", |b| b.rates.confirm_rate),
-        ("warren_broker_ack_rate", "Acknowledgements per second, broker-wide.", |b| b.rates.ack_rate),
-        ("warren_broker_deliver_rate", "Deliveries per second, broker-wide.", |b| b.rates.deliver_rate),
-        ("warren_broker_redeliver_rate", "Redeliveries per second, broker-wide.", |b| b.rates.redeliver_rate),
+        ("warren_broker_publish_rate", "Messages published per second in the watched vhosts.", |b| {
+            b.rates.publish_rate
+        }),
+        ("warren_broker_confirm_rate", "Publisher confirms per second in the watched vhosts.", |b| {
+            b.rates.confirm_rate
+        }),
+        ("warren_broker_ack_rate", "Acknowledgements per second in the watched vhosts.", |b| b.rates.ack_rate),
+        ("warren_broker_deliver_rate", "Deliveries per second in the watched vhosts.", |b| b.rates.deliver_rate),
+        ("warren_broker_redeliver_rate", "Redeliveries per second in the watched vhosts.", |b| b.rates.redeliver_rate),
         ("warren_broker_unroutable_rate", "Unroutable publishes (returned or dropped) per second.", |b| {
             b.rates.unroutable_rate
         }),

@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Deserialize;
 
 use super::WebError;
@@ -54,6 +54,15 @@ pub struct Listing {
     pub descending: bool,
     pub page: usize,
     pub per_page: usize,
+}
+
+/// The pairs of a urlencoded form or query string, decoded, in order (repeated keys kept: serde's
+/// `Query` keeps only one of them).
+pub fn form_pairs(text: &str) -> impl Iterator<Item = (&str, String)> {
+    text.split('&').filter(|p| !p.is_empty()).map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key, percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned())
+    })
 }
 
 fn non_empty(v: &Option<String>) -> Option<String> {
@@ -180,12 +189,12 @@ fn compare(sort: &str, a: &QueueView, b: &QueueView) -> Keyed {
 pub struct RangeQuery {
     pub from: Option<String>,
     pub to: Option<String>,
-    /// Shorthand for the last N: `1h`, `6h`, `24h`, `7d`, `30d`.
+    /// Shorthand for the last N: `15m`, `1h`, `6h`, `24h`, `7d`, `30d`.
     pub range: Option<String>,
 }
 
 pub const RANGES: &[(&str, i64)] =
-    &[("1h", 3600), ("6h", 6 * 3600), ("24h", 86_400), ("7d", 7 * 86_400), ("30d", 30 * 86_400)];
+    &[("15m", 15 * 60), ("1h", 3600), ("6h", 6 * 3600), ("24h", 86_400), ("7d", 7 * 86_400), ("30d", 30 * 86_400)];
 
 /// Points per chart at most; the step grows with the range.
 const MAX_POINTS: i64 = 720;
@@ -203,14 +212,26 @@ pub struct TimeRange {
 /// limits: `to - from` once wrapped and made a chart grid of 2^63 points.
 pub const MAX_TIME: i64 = 253_402_300_799;
 
-/// Parses RFC 3339 or unix seconds, from 1970 to the end of year 9999.
+/// Parses RFC 3339, unix seconds, or a date and time without a zone (what the custom range form
+/// sends without JavaScript: `2026-12-03 09:30`), taken as UTC like every time warren writes;
+/// from 1970 to the end of year 9999.
 pub fn parse_time(field: &str, text: &str) -> Result<i64, WebError> {
     let text = text.trim();
+    let naive = |format| NaiveDateTime::parse_from_str(text, format).map(|t| t.and_utc().timestamp());
     let secs = match text.parse::<i64>() {
         Ok(secs) => secs,
         Err(_) => DateTime::parse_from_rfc3339(text)
             .map(|t| t.timestamp())
-            .map_err(|_| WebError::BadRequest(format!("{field}: {text:?} is neither RFC 3339 nor unix seconds")))?,
+            .or_else(|_| naive("%Y-%m-%dT%H:%M"))
+            .or_else(|_| naive("%Y-%m-%dT%H:%M:%S"))
+            .or_else(|_| naive("%Y-%m-%d %H:%M:%S"))
+            .or_else(|_| naive("%Y-%m-%d %H:%M"))
+            .or_else(|_| naive("%Y-%m-%d %H:%M:%S UTC"))
+            .map_err(|_| {
+                WebError::BadRequest(format!(
+                    "{field}: {text:?} is neither RFC 3339, a UTC date and time (2026-12-03T09:30) nor unix seconds"
+                ))
+            })?,
     };
     if !(0..=MAX_TIME).contains(&secs) {
         return Err(WebError::BadRequest(format!(
@@ -268,6 +289,15 @@ mod tests {
     fn times_parse_as_rfc3339_or_unix_seconds() {
         assert_eq!(parse_time("from", "1700000000").unwrap(), 1_700_000_000);
         assert_eq!(parse_time("from", "2023-11-14T22:13:20Z").unwrap(), 1_700_000_000);
+        assert_eq!(parse_time("from", "2023-11-14T23:13:20+01:00").unwrap(), 1_700_000_000);
+        // The custom range form's fields, and warren's own way of writing times, are UTC.
+        assert_eq!(parse_time("from", "2023-11-14T22:13").unwrap(), 1_700_000_000 - 20);
+        assert_eq!(parse_time("from", "2023-11-14T22:13:20").unwrap(), 1_700_000_000);
+        assert_eq!(parse_time("from", "2023-11-14 22:13:20").unwrap(), 1_700_000_000);
+        assert_eq!(parse_time("from", "2023-11-14 22:13").unwrap(), 1_700_000_000 - 20);
+        assert_eq!(parse_time("from", "2023-11-14 22:13:20 UTC").unwrap(), 1_700_000_000);
+        let r = RangeQuery { range: Some("15m".into()), ..Default::default() }.validate(Utc::now(), 10).unwrap();
+        assert_eq!((r.to - r.from, r.step), (900, 10));
         let r = RangeQuery { range: Some("7d".into()), ..Default::default() }.validate(Utc::now(), 10).unwrap();
         assert_eq!(r.to - r.from, 7 * 86_400);
         assert_eq!(r.step, 7 * 86_400 / MAX_POINTS);

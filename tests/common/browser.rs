@@ -27,6 +27,16 @@ impl Drop for Driver {
 
 /// Starts chromedriver and a headless Chromium session.
 pub async fn start() -> (Driver, Client) {
+    launch(None).await
+}
+
+/// A browser whose local time zone is `tz` (a `TZ` name such as `Asia/Kolkata`), whatever the
+/// machine's: Chromium takes it from the environment chromedriver passes on.
+pub async fn start_in_time_zone(tz: &str) -> (Driver, Client) {
+    launch(Some(tz)).await
+}
+
+async fn launch(tz: Option<&str>) -> (Driver, Client) {
     // Two TLS backends are linked (ring via reqwest, aws-lc via lapin): pick one for fantoccini.
     // An error only means another test already installed it.
     if rustls::crypto::ring::default_provider().install_default().is_err() {
@@ -34,7 +44,11 @@ pub async fn start() -> (Driver, Client) {
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let binary = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".to_string());
-    let child = Command::new(&binary)
+    let mut command = Command::new(&binary);
+    if let Some(tz) = tz {
+        command.env("TZ", tz);
+    }
+    let child = command
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -72,4 +86,59 @@ pub async fn start() -> (Driver, Client) {
     })
     .await;
     (driver, client)
+}
+
+/// A Chrome DevTools Protocol command, sent through chromedriver's `goog/cdp/execute` endpoint.
+#[derive(Debug)]
+struct Cdp {
+    command: &'static str,
+    params: serde_json::Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
+    fn endpoint(&self, base_url: &url::Url, session_id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/goog/cdp/execute", session_id.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        let body = serde_json::json!({"cmd": self.command, "params": self.params});
+        (axum::http::Method::POST, Some(body.to_string()))
+    }
+}
+
+/// Runs a Chrome DevTools Protocol `command`; returns its result.
+pub async fn cdp(client: &Client, command: &'static str, params: serde_json::Value) -> serde_json::Value {
+    client.issue_cmd(Cdp { command, params }).await.unwrap_or_else(|e| panic!("CDP {command}: {e}"))
+}
+
+/// Lays pages out as a phone `width` CSS pixels wide would (viewport meta tag honoured), or,
+/// with `None`, as the 1400 px desktop window again. Headless Chromium will not make its window
+/// narrower than 500 px, so a phone needs the DevTools device emulation.
+pub async fn emulate_phone(client: &Client, width: Option<u32>) {
+    match width {
+        Some(width) => {
+            let metrics = serde_json::json!({"width": width, "height": 844, "deviceScaleFactor": 1, "mobile": true});
+            cdp(client, "Emulation.setDeviceMetricsOverride", metrics).await;
+        }
+        None => {
+            cdp(client, "Emulation.clearDeviceMetricsOverride", serde_json::json!({})).await;
+        }
+    }
+}
+
+/// A PNG of the whole page, not only of what fits in the window.
+pub async fn full_page_screenshot(client: &Client) -> Vec<u8> {
+    let size = client
+        .execute("const d = document.documentElement; return [d.scrollWidth, d.scrollHeight];", vec![])
+        .await
+        .expect("page size");
+    let (width, height) = (size[0].as_f64().unwrap_or(1.0), size[1].as_f64().unwrap_or(1.0));
+    let params = serde_json::json!({
+        "format": "png",
+        "captureBeyondViewport": true,
+        "clip": {"x": 0, "y": 0, "width": width, "height": height.min(16000.0), "scale": 1},
+    });
+    let shot = cdp(client, "Page.captureScreenshot", params).await;
+    let data = shot["data"].as_str().expect("Page.captureScreenshot returns data");
+    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data).expect("base64 PNG")
 }

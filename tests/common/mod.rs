@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 pub use broker::broker;
 
-fn encode(s: &str) -> String {
+pub fn encode(s: &str) -> String {
     warren::broker::management::encode_segment(s)
 }
 
@@ -172,6 +172,23 @@ impl Warren {
         let toml = self.toml.clone();
         self.stop().await;
         Warren::start_in(dir, toml).await
+    }
+
+    /// Stops this warren and starts a new one on the same database, with every broker's
+    /// endpoints on a local port nothing listens on: a restart while the broker does not answer.
+    pub async fn restart_unreachable(mut self) -> Warren {
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        let mut config: toml::Table = toml::from_str(&self.toml).expect("test config is TOML");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if let Some(toml::Value::Array(brokers)) = config.get_mut("brokers") {
+            for table in brokers.iter_mut().filter_map(toml::Value::as_table_mut) {
+                table.insert("management_url".into(), format!("http://127.0.0.1:{port}").into());
+                table.insert("amqp_url".into(), format!("amqp://127.0.0.1:{port}").into());
+                table.insert("prometheus_url".into(), format!("http://127.0.0.1:{port}").into());
+            }
+        }
+        self.stop().await;
+        Warren::start_in(dir, toml::to_string(&config).expect("a TOML table serializes")).await
     }
 
     async fn start_in(dir: tempfile::TempDir, toml: String) -> Warren {
