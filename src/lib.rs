@@ -5,6 +5,7 @@ pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod broker;
+pub mod clients;
 pub mod config;
 pub mod demo;
 pub mod dlq;

@@ -136,6 +136,12 @@ pub struct BrokerLive {
     /// Sources, cadences and the cost of warren's calls (the broker page).
     #[serde(skip)]
     pub load: crate::poller::BrokerLoad,
+    /// The last listing of connections, channels and consumers (on a cadence of its own).
+    #[serde(skip)]
+    pub clients: Option<Arc<crate::clients::ClientsLive>>,
+    /// Connections opened plus closed per second, broker-wide (`/api/overview` churn counters);
+    /// `None` when the broker does not count them (metrics collector off).
+    pub connection_churn_per_sec: Option<f64>,
 }
 
 /// Rates of one vhost (publish, confirm, ack, deliver, redeliver, unroutable).
@@ -155,6 +161,8 @@ impl BrokerLive {
             vhosts: Vec::new(),
             queues: Arc::new(Vec::new()),
             load: Default::default(),
+            clients: None,
+            connection_churn_per_sec: None,
         }
     }
 

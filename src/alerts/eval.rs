@@ -111,6 +111,27 @@ pub struct BrokerInput<'a> {
     pub up: bool,
     /// The queues of the latest successful poll; ignored while the broker is down.
     pub queues: &'a [QueueView],
+    /// The broker's own values (not of a queue), for broker-level rules.
+    pub values: BrokerValues,
+}
+
+/// The values broker-level rules compare, `None` when the broker did not give them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BrokerValues {
+    /// Connections blocked or blocking, from the last connections listing.
+    pub blocked_connections: Option<f64>,
+    /// Connections opened plus closed per second.
+    pub connection_churn: Option<f64>,
+}
+
+impl BrokerValues {
+    pub fn get(&self, metric: Metric) -> Option<f64> {
+        match metric {
+            Metric::BlockedConnections => self.blocked_connections,
+            Metric::ConnectionChurn => self.connection_churn,
+            _ => None,
+        }
+    }
 }
 
 /// What one evaluation learnt about one alert.
@@ -183,6 +204,17 @@ impl Evaluator {
                 if rule.metric == Metric::BrokerUnreachable {
                     let id = (rule.id.clone(), AlertKey::broker(broker.name));
                     let observation = Observation::Known { holds: !broker.up, value: None };
+                    step(&mut self.states, rule, &id, observation, now, &mut transitions);
+                    seen.insert(id);
+                    continue;
+                }
+                if rule.metric.is_broker_level() {
+                    // Held while the broker is down, as queue alerts are: no reading is no news.
+                    let id = (rule.id.clone(), AlertKey::broker(broker.name));
+                    let observation = match broker.values.get(rule.metric).filter(|_| broker.up) {
+                        Some(v) => Observation::Known { holds: rule.holds(v), value: Some(v) },
+                        None => Observation::Missing,
+                    };
                     step(&mut self.states, rule, &id, observation, now, &mut transitions);
                     seen.insert(id);
                     continue;

@@ -42,13 +42,16 @@ fn orders(ready: u64) -> QueueView {
 
 /// One evaluation with broker `local` up and these queues.
 fn up(evaluator: &mut Evaluator, secs: i64, queues: &[QueueView]) -> Vec<Transition> {
-    evaluator.evaluate(at(secs), &[BrokerInput { name: "local", up: true, queues }])
+    evaluator.evaluate(at(secs), &[BrokerInput { name: "local", up: true, queues, values: Default::default() }])
 }
 
 /// One evaluation with broker `local` down; its last queue list says everything is fine, and
 /// must be ignored.
 fn down(evaluator: &mut Evaluator, secs: i64) -> Vec<Transition> {
-    evaluator.evaluate(at(secs), &[BrokerInput { name: "local", up: false, queues: &[orders(0)] }])
+    evaluator.evaluate(
+        at(secs),
+        &[BrokerInput { name: "local", up: false, queues: &[orders(0)], values: Default::default() }],
+    )
 }
 
 fn phases(transitions: &[Transition]) -> Vec<(&str, AlertPhase, AlertPhase)> {
@@ -69,7 +72,7 @@ fn pending_until_for_has_passed_then_firing() {
     assert_eq!(up(&mut e, 5, &[orders(42)]), []);
     let almost = e.evaluate(
         at(0) + TimeDelta::milliseconds(9_999),
-        &[BrokerInput { name: "local", up: true, queues: &[orders(42)] }],
+        &[BrokerInput { name: "local", up: true, queues: &[orders(42)], values: Default::default() }],
     );
     assert_eq!(almost, [], "not before 10 s");
     let fired = up(&mut e, 10, &[orders(43)]);
@@ -164,8 +167,8 @@ fn other_brokers_are_evaluated_while_one_is_down() {
     let t = e.evaluate(
         at(0),
         &[
-            BrokerInput { name: "local", up: false, queues: &[] },
-            BrokerInput { name: "other", up: true, queues: &theirs },
+            BrokerInput { name: "local", up: false, queues: &[], values: Default::default() },
+            BrokerInput { name: "other", up: true, queues: &theirs, values: Default::default() },
         ],
     );
     let keys: Vec<String> = t.iter().map(|t| format!("{} {}", t.rule_id, t.key)).collect();
@@ -280,7 +283,30 @@ fn broker_scope_limits_broker_unreachable() {
     let only_prod = Rule { scope: Scope { broker: Some("prod".to_string()), ..Scope::default() }, ..unreachable(0) };
     let mut e = Evaluator::new(vec![only_prod]);
     assert_eq!(down(&mut e, 0), []);
-    let t = e.evaluate(at(10), &[BrokerInput { name: "prod", up: false, queues: &[] }]);
+    let t = e.evaluate(at(10), &[BrokerInput { name: "prod", up: false, queues: &[], values: Default::default() }]);
     assert_eq!(phases(&t), [("down", Inactive, Firing)]);
     assert_eq!(t[0].value, None, "a broker alert has no value");
+}
+
+/// Blocked connections are a broker's value: the rule fires after its `for`, holds while the
+/// broker is down or the value unknown, and resolves when none are blocked.
+#[test]
+fn blocked_connections_fire_per_broker_and_hold_without_a_reading() {
+    let rule =
+        Rule { id: "blocked".to_string(), metric: Metric::BlockedConnections, threshold: Some(0.0), ..backlog(60, 0) };
+    let mut e = Evaluator::new(vec![rule]);
+    let input = |up: bool, blocked: Option<f64>| BrokerInput {
+        name: "local",
+        up,
+        queues: &[],
+        values: BrokerValues { blocked_connections: blocked, ..Default::default() },
+    };
+    assert_eq!(phases(&e.evaluate(at(0), &[input(true, Some(2.0))])), vec![("blocked", Inactive, Pending)]);
+    assert!(e.evaluate(at(30), &[input(true, None)]).is_empty(), "unknown holds");
+    assert!(e.evaluate(at(45), &[input(false, Some(0.0))]).is_empty(), "down holds");
+    let fired = e.evaluate(at(60), &[input(true, Some(1.0))]);
+    assert_eq!(phases(&fired), vec![("blocked", Pending, Firing)]);
+    assert_eq!(fired[0].key, AlertKey::broker("local"));
+    assert_eq!(fired[0].value, Some(1.0));
+    assert_eq!(phases(&e.evaluate(at(70), &[input(true, Some(0.0))])), vec![("blocked", Firing, Resolved)]);
 }

@@ -64,11 +64,11 @@ pub mod store;
 mod template;
 mod value;
 
-pub use eval::{AlertKey, AlertPhase, AlertState, BrokerInput, Evaluator, Transition};
+pub use eval::{AlertKey, AlertPhase, AlertState, BrokerInput, BrokerValues, Evaluator, Transition};
 pub(crate) use rule::id_and_name_problems;
 pub use rule::{Comparator, FieldError, Metric, Rule, Scope, Severity, MAX_DURATION_SECS};
 pub use template::PLACEHOLDERS;
-pub use value::{value, InflowTracker};
+pub use value::{broker_values, value, InflowTracker};
 
 #[cfg(test)]
 mod eval_tests;

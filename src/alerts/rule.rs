@@ -165,6 +165,11 @@ pub enum Metric {
     /// A queue in warren's custody whose intake stopped (a failed write, a full disk, the size
     /// budget): 1, else 0; no value without custody. Its dead letters stay in the broker.
     CustodyIntakeStopped,
+    /// Per broker: connections in state blocked or blocking (a resource alarm or flow control
+    /// holds their publishes), from the last connections listing.
+    BlockedConnections,
+    /// Per broker: connections opened plus closed per second (`/api/overview` churn counters).
+    ConnectionChurn,
 }
 
 impl Metric {
@@ -184,7 +189,14 @@ impl Metric {
             Metric::DlqInflow => "dlq_inflow",
             Metric::BrokerUnreachable => "broker_unreachable",
             Metric::CustodyIntakeStopped => "custody_intake_stopped",
+            Metric::BlockedConnections => "blocked_connections",
+            Metric::ConnectionChurn => "connection_churn",
         }
+    }
+
+    /// Metrics of a whole broker rather than of a queue: their rules have no queue scope.
+    pub fn is_broker_level(self) -> bool {
+        matches!(self, Metric::BrokerUnreachable | Metric::BlockedConnections | Metric::ConnectionChurn)
     }
 
     /// Metrics that only mean something on a dead-letter queue: a rule on them watches DLQs
@@ -276,7 +288,7 @@ impl Rule {
     /// Whether the rule watches this queue: its scope matches, and DLQ metrics only apply to
     /// DLQs. A broker-level rule watches no queue.
     pub fn applies_to(&self, view: &QueueView) -> bool {
-        self.metric != Metric::BrokerUnreachable
+        !self.metric.is_broker_level()
             && self.scope.matches(view)
             && (!self.metric.is_dlq() || view.dead_letters.is_dlq)
     }
@@ -316,6 +328,9 @@ impl Rule {
                 error("threshold", "broker_unreachable has no value to compare; leave it out".to_string());
             }
         } else {
+            if self.metric.is_broker_level() && !self.scope.is_everything_in_broker() {
+                error("scope", format!("{} watches whole brokers: only scope.broker may be set", self.metric.as_str()));
+            }
             if self.comparator.is_none() {
                 error("comparator", "required: one of >, >=, <, <=, ==, !=".to_string());
             }
@@ -511,6 +526,23 @@ mod tests {
     }
 
     #[test]
+    fn client_metrics_are_per_broker_with_a_threshold() {
+        for metric in [Metric::BlockedConnections, Metric::ConnectionChurn] {
+            let mut r = rule(metric);
+            assert_eq!(r.validate(), vec![]);
+            r.scope.queue = "orders".to_string();
+            assert_eq!(fields(&r), vec!["scope"]);
+            r.scope.queue = "*".to_string();
+            r.threshold = None;
+            assert_eq!(fields(&r), vec!["threshold"]);
+        }
+        let parsed: Rule = serde_json::from_value(serde_json::json!({"id": "b", "name": "B",
+            "metric": "blocked_connections", "comparator": ">", "threshold": 0, "severity": "warning"}))
+        .unwrap();
+        assert_eq!(parsed.metric.as_str(), "blocked_connections");
+    }
+
+    #[test]
     fn scope_matches_globs_types_and_dlqs() {
         let mut scope = Scope { vhost: "prod-*".to_string(), queue: "orders.?".to_string(), ..Scope::default() };
         assert!(scope.matches(&queue("prod-eu", "orders.1").view));
@@ -537,5 +569,7 @@ mod tests {
         assert!(rule(Metric::DlqDepth).applies_to(&queue("/", "orders.dlq").dlq().view));
         assert!(rule(Metric::Ready).applies_to(&queue("/", "orders").view));
         assert!(!rule(Metric::BrokerUnreachable).applies_to(&queue("/", "orders").view));
+        assert!(!rule(Metric::BlockedConnections).applies_to(&queue("/", "orders").view));
+        assert!(!rule(Metric::ConnectionChurn).applies_to(&queue("/", "orders").view));
     }
 }

@@ -26,6 +26,20 @@ pub const BUILTIN_UNREACHABLE: &str = "builtin-broker-unreachable";
 /// The built-in rule on custody intake; any `custody_intake_stopped` rule replaces it.
 pub const BUILTIN_INTAKE_STOPPED: &str = "builtin-custody-intake-stopped";
 
+/// The built-in rule on blocked connections; any `blocked_connections` rule replaces it.
+pub const BUILTIN_BLOCKED_CONNECTIONS: &str = "builtin-blocked-connections";
+
+/// Publishers blocked by a resource alarm or flow control lose no message but stop publishing:
+/// an application stalls while every queue looks fine (issue 20). A minute, because flow
+/// control blocks a connection for moments during ordinary bursts.
+fn builtin_blocked_connections() -> Rule {
+    serde_json::from_value(serde_json::json!({
+        "id": BUILTIN_BLOCKED_CONNECTIONS, "name": "Blocked connections", "metric": "blocked_connections",
+        "comparator": ">", "threshold": 0, "for_secs": 60, "severity": "warning",
+    }))
+    .expect("the built-in rule is valid")
+}
+
 /// A custody intake that stopped leaves dead letters in the broker and says why on the DLQ
 /// page; this makes sure someone hears of it (issue 18, must-have 2). A minute, because a
 /// stopped intake is tried again after 30 s and may recover.
@@ -82,6 +96,9 @@ pub async fn all_rules(config_rules: &[Rule], db: &Db) -> Result<Vec<StoredRule>
     }
     if !all.iter().any(|r| r.rule.metric == super::Metric::CustodyIntakeStopped) {
         all.push(StoredRule { rule: builtin_intake_stopped(), source: Source::Builtin });
+    }
+    if !all.iter().any(|r| r.rule.metric == super::Metric::BlockedConnections) {
+        all.push(StoredRule { rule: builtin_blocked_connections(), source: Source::Builtin });
     }
     Ok(all)
 }
@@ -352,20 +369,26 @@ mod tests {
         let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
         let ids = |rules: &[StoredRule]| rules.iter().map(|r| r.rule.id.clone()).collect::<Vec<_>>();
-        assert_eq!(ids(&rules), vec![BUILTIN_UNREACHABLE, BUILTIN_INTAKE_STOPPED]);
+        assert_eq!(ids(&rules), vec![BUILTIN_UNREACHABLE, BUILTIN_INTAKE_STOPPED, BUILTIN_BLOCKED_CONNECTIONS]);
         assert!(rules.iter().all(|r| r.source == Source::Builtin && r.rule.validate().is_empty()));
         let own: Rule = serde_json::from_value(serde_json::json!({"id": "down", "name": "Down",
             "metric": "broker_unreachable", "for_secs": 10, "severity": "warning"}))
         .unwrap();
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        assert_eq!(ids(&rules), vec!["down", BUILTIN_INTAKE_STOPPED]);
+        assert_eq!(ids(&rules), vec!["down", BUILTIN_INTAKE_STOPPED, BUILTIN_BLOCKED_CONNECTIONS]);
         let own: Rule = serde_json::from_value(serde_json::json!({"id": "intake", "name": "Intake",
             "metric": "custody_intake_stopped", "comparator": ">", "threshold": 0, "severity": "critical"}))
         .unwrap();
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        assert_eq!(ids(&rules), vec!["down", "intake"]);
+        assert_eq!(ids(&rules), vec!["down", "intake", BUILTIN_BLOCKED_CONNECTIONS]);
+        let own: Rule = serde_json::from_value(serde_json::json!({"id": "blocked", "name": "Blocked",
+            "metric": "blocked_connections", "comparator": ">", "threshold": 5, "severity": "info"}))
+        .unwrap();
+        save_rule(&db, &own).await.unwrap();
+        let rules = all_rules(&[], &db).await.unwrap();
+        assert_eq!(ids(&rules), vec!["down", "intake", "blocked"]);
     }
 
     #[tokio::test]

@@ -57,14 +57,18 @@ pub(super) fn template_problem(template: &str, metric: Metric) -> Option<String>
         Ok(pieces) => pieces,
         Err(message) => return Some(message),
     };
-    if metric != Metric::BrokerUnreachable {
+    if !metric.is_broker_level() {
         return None;
     }
-    // A broker-level alert has no queue and no number to fill in.
-    let queue_only = ["vhost", "queue", "value", "threshold"];
+    // A broker-level alert has no queue, and `broker_unreachable` no number, to fill in.
+    let queue_only: &[&str] = if metric == Metric::BrokerUnreachable {
+        &["vhost", "queue", "value", "threshold"]
+    } else {
+        &["vhost", "queue"]
+    };
     pieces.iter().find_map(|piece| match piece {
         Piece::Placeholder(name) if queue_only.contains(name) => {
-            Some(format!("{{{name}}} has no value for broker_unreachable"))
+            Some(format!("{{{name}}} has no value for {}", metric.as_str()))
         }
         _ => None,
     })

@@ -35,6 +35,17 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
         Metric::DlqDepth if view.dead_letters.is_dlq => count(dead_letters_held(view)),
         Metric::CustodyIntakeStopped => view.custody_intake_stopped.map(|stopped| if stopped { 1.0 } else { 0.0 }),
         Metric::DlqDepth | Metric::DlqInflow | Metric::BrokerUnreachable => None,
+        // Values of a whole broker (`broker_values`).
+        Metric::BlockedConnections | Metric::ConnectionChurn => None,
+    }
+}
+
+/// The values of a whole broker that broker-level rules compare: unknown when the broker did
+/// not give them (connections not listed yet, or listed without their states).
+pub fn broker_values(live: &crate::state::BrokerLive) -> super::BrokerValues {
+    super::BrokerValues {
+        blocked_connections: live.clients.as_ref().and_then(|c| c.blocked_connections()).map(|n| n as f64),
+        connection_churn: live.connection_churn_per_sec,
     }
 }
 

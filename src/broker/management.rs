@@ -35,7 +35,7 @@ message_stats.publish,message_stats.deliver_get,message_stats.ack,message_stats.
 const METADATA_COLUMNS: &str = "name,vhost,type,durable,state,arguments";
 
 const OVERVIEW_COLUMNS: &str = "cluster_name,rabbitmq_version,management_version,disable_stats,\
-message_stats,queue_totals,object_totals";
+message_stats,queue_totals,object_totals,churn_rates";
 
 /// Why a call to the broker failed, phrased for the operator who reads it on the overview.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -292,6 +292,23 @@ pub struct Overview {
     pub message_stats: Option<OverviewStats>,
     #[serde(default, deserialize_with = "lenient_object")]
     pub object_totals: Option<ObjectTotals>,
+    /// Absent with the metrics collector off (measured on 4.0.5).
+    #[serde(default, deserialize_with = "lenient_object")]
+    pub churn_rates: Option<ChurnRates>,
+}
+
+/// Cumulative counts of objects created and closed, broker-wide since the stats were reset.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ChurnRates {
+    pub connection_created: Option<u64>,
+    pub connection_closed: Option<u64>,
+}
+
+impl ChurnRates {
+    /// Connections opened plus closed, when the broker said both.
+    pub fn connections(&self) -> Option<u64> {
+        Some(self.connection_created? + self.connection_closed?)
+    }
 }
 
 impl Overview {

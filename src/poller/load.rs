@@ -101,6 +101,12 @@ pub struct BrokerLoad {
     pub totals: BTreeMap<String, CallTotals>,
     /// Listings made since start, by why each was made.
     pub listing_reasons: BTreeMap<String, u64>,
+    /// The client listings (connections, channels, consumers): their interval, why, and what
+    /// the last one cost the broker (seconds, the three calls together).
+    pub clients_interval_secs: f64,
+    pub clients_reason: String,
+    pub clients_cost_secs: Option<f64>,
+    pub clients_sampled_at: Option<DateTime<Utc>>,
 }
 
 impl BrokerLoad {
@@ -186,9 +192,38 @@ pub fn estimated_load(cheap_cost_per_poll_secs: f64, interval: Duration, stats: 
     cheap + stats
 }
 
+/// The share of `broker_cpu_budget` the client listings may cost. They grow with connections
+/// and channels, not queues, and a fifth keeps them from crowding out the queue numbers,
+/// which every page and most alerts stand on.
+pub const CLIENTS_SHARE: f64 = 0.2;
+
+/// The client listings' interval: their measured cost over their share of the budget, never
+/// shorter than `min`, in whole polls (they run on poll ticks). Returns it and whether the
+/// budget (rather than `min`) set it.
+pub fn clients_interval(cost_secs: f64, poll_interval: Duration, budget: f64, min: Duration) -> (Duration, bool) {
+    let by_budget = Duration::from_secs_f64((cost_secs / (budget * CLIENTS_SHARE).max(1e-6)).min(86_400.0));
+    let (every, by_budget) = if by_budget > min { (by_budget, true) } else { (min, false) };
+    let poll = poll_interval.as_secs_f64().max(0.001);
+    let polls = (every.as_secs_f64() / poll - 1e-9).ceil().max(1.0);
+    (Duration::from_secs_f64(polls * poll), by_budget)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_listings_are_spaced_by_their_share_of_the_budget() {
+        // Cheap (a few connections): the minimum, in whole polls.
+        assert_eq!(clients_interval(0.005, S(10), 0.05, S(10)), (S(10), false));
+        assert_eq!(clients_interval(0.005, S(4), 0.05, S(10)), (S(12), false));
+        // 0.3 s of broker time (thousands of channels) at 5%: a fifth is 1% of a core, so
+        // every 30 s, which keeps the listings' load at 0.3 / 30 = 1%.
+        let (every, by_budget) = clients_interval(0.3, S(10), 0.05, S(10));
+        assert!(by_budget);
+        assert_eq!(every, S(30));
+        assert!(0.3 / every.as_secs_f64() <= 0.05 * CLIENTS_SHARE + 1e-9);
+    }
 
     #[test]
     fn stats_intervals_are_whole_polls_and_whole_stats_steps() {

@@ -11,6 +11,7 @@
 //! scrape shows queues the listing does not have. Without the plugin every poll is a listing,
 //! spaced by the same budget.
 
+mod clients;
 mod estimate;
 mod load;
 pub mod restore;
@@ -122,6 +123,8 @@ pub struct Poller {
     /// The queues in warren's custody: their intake is a consumer of warren's own, which says
     /// nothing about what the queue is for (`apply_topology`).
     custody: Vec<crate::config::CustodyRule>,
+    /// The last client listings and the connection churn (`clients`).
+    clients: clients::ClientListings,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -130,6 +133,9 @@ struct PollCalls {
     cheap: Duration,
     stats: Duration,
     other: Duration,
+    /// The client listings: spaced by their own share of the budget, so not part of what
+    /// stretches the poll interval (`total`).
+    clients: Duration,
 }
 
 impl PollCalls {
@@ -289,6 +295,7 @@ impl Poller {
             jobs: None,
             intakes: None,
             custody: Vec::new(),
+            clients: clients::ClientListings::default(),
         })
     }
 
@@ -395,6 +402,8 @@ impl Poller {
         // 4.x with the metrics collector off serves no message_stats at all: rates are then
         // unavailable, not zero.
         let stats_enabled = overview.disable_stats != Some(true) && overview.message_stats.is_some();
+        let connection_churn =
+            self.clients.churn.observe(Instant::now(), overview.churn_rates.as_ref().and_then(|c| c.connections()));
 
         let (vhosts, vhost_bytes) =
             timed(&mut self.load, &mut calls.cheap, "management", "/api/vhosts", self.client.vhosts()).await?;
@@ -598,6 +607,7 @@ impl Poller {
             }
         }
 
+        bytes += self.list_clients_if_due(started, &mut calls.clients).await;
         let totals = totals(&views);
         let vhost_rates = self.vhost_rates(&watched, stats_enabled, fetched);
         // The broker's row and its chart describe what warren watches, as its totals do: with
@@ -627,7 +637,9 @@ impl Poller {
         self.last_calls = calls;
         self.next_interval();
         self.update_load(now, &plan, depth_source, counters, stats_enabled);
+        self.clients_load(now);
         let load = self.load.clone();
+        let clients = self.clients.last.clone();
         let queue_count = views.len();
         self.live.update(&self.broker.name, |b| {
             b.queues = Arc::new(views);
@@ -635,6 +647,8 @@ impl Poller {
             b.rates = rates;
             b.vhosts = vhost_rates;
             b.load = load;
+            b.clients = clients;
+            b.connection_churn_per_sec = connection_churn;
             let s = &mut b.status;
             s.up = Some(true);
             s.error = None;

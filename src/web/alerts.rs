@@ -322,6 +322,15 @@ pub fn preview(state: &AppState, rule: &Rule) -> Vec<PreviewRow> {
             });
             continue;
         }
+        if rule.metric.is_broker_level() {
+            let value = alerts::broker_values(&broker).get(rule.metric);
+            rows.push(PreviewRow {
+                key: AlertKey::broker(&broker.name),
+                value,
+                holds: value.is_some_and(|v| rule.holds(v)),
+            });
+            continue;
+        }
         for view in broker.queues.iter().filter(|q| !q.deleted && rule.applies_to(q)) {
             let value = alerts::value(rule.metric, view);
             rows.push(PreviewRow { key: AlertKey::of(view), value, holds: value.is_some_and(|v| rule.holds(v)) });

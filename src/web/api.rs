@@ -149,6 +149,9 @@ pub struct QueueJson {
     #[serde(flatten)]
     pub queue: QueueView,
     pub stale: Option<StaleJson>,
+    /// With a hung consumer: the connections whose channels hold the unacked messages, from
+    /// the last consumers listing (`/consumers` has the details and the listing's age).
+    pub hung_consumer_connections: Option<Vec<String>>,
 }
 
 async fn queue(
@@ -156,8 +159,10 @@ async fn queue(
     Path((broker, vhost, name)): Path<(String, String, String)>,
 ) -> Result<Json<QueueJson>, ApiError> {
     let queue = find_queue(&state, &broker, &vhost, &name).await?;
-    let stale = stale_json(&broker_live(&state, &broker)?);
-    Ok(Json(QueueJson { queue, stale }))
+    let live = broker_live(&state, &broker)?;
+    let stale = stale_json(&live);
+    let hung_consumer_connections = super::clients::hung_consumer_connections(&live, &queue);
+    Ok(Json(QueueJson { queue, stale, hung_consumer_connections }))
 }
 
 #[derive(Serialize)]

@@ -88,6 +88,10 @@ struct LoadFragment {
     listing_reasons: Vec<(String, u64)>,
     rates_slower_than_wanted: bool,
     budget: String,
+    clients_interval: String,
+    clients_reason: String,
+    clients_age: String,
+    clients_href: String,
     estimated_load: String,
     backing_off: Option<String>,
     calls: Vec<CallRow>,
@@ -153,6 +157,18 @@ async fn page(
         listing_reasons: l.listing_reasons.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         rates_slower_than_wanted: l.rates_slower_than_wanted,
         budget: format!("{:.1}%", l.budget * 100.0),
+        clients_interval: if l.clients_interval_secs > 0.0 {
+            format::duration(l.clients_interval_secs)
+        } else {
+            "(not decided yet)".to_string()
+        },
+        clients_reason: if l.clients_reason.is_empty() {
+            "decided at the first poll".into()
+        } else {
+            l.clients_reason.clone()
+        },
+        clients_age: format::ago(l.clients_sampled_at, now),
+        clients_href: format!("/brokers/{}/clients", encode_segment(&live.name)),
         estimated_load: l.estimated_load.map_or(format::UNKNOWN.to_string(), |v| format!("{:.2}%", v * 100.0)),
         backing_off: l.backing_off.clone(),
         calls: l

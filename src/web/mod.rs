@@ -8,6 +8,7 @@ mod api;
 mod assets;
 mod audit;
 mod brokers;
+mod clients;
 pub mod custody;
 mod dlq_pages;
 mod format;
@@ -49,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .merge(assets::router())
         .merge(prometheus::router())
         .merge(brokers::router())
+        .merge(clients::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         // The obvious guess for a list of dead-letter queues.

@@ -454,6 +454,8 @@ struct QueueStats {
     row: QueueRow,
     stale: Option<String>,
     rates_unavailable: bool,
+    /// Who consumes, and who holds the unacked messages (`clients`).
+    consumers: super::clients::ConsumersSection,
 }
 
 struct Range {
@@ -671,6 +673,7 @@ async fn queue(
         row: queue_row(&view, Default::default()),
         stale: format::stale_note(&live),
         rates_unavailable: live.status.stats_enabled == Some(false),
+        consumers: super::clients::ConsumersSection::of(&live, &view),
     };
     let fragment = stats.render()?;
     if is_htmx(&headers) {

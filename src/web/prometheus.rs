@@ -164,6 +164,24 @@ pub fn render(brokers: &[BrokerLive]) -> String {
         ("warren_broker_unroutable_rate", "Unroutable publishes (returned or dropped) per second.", |b| {
             b.rates.unroutable_rate
         }),
+        // From the last client listing (`warren_broker_clients_age_seconds` says how old).
+        ("warren_broker_connections", "Connections in the watched vhosts, from the last connections listing.", |b| {
+            b.clients.as_ref().and_then(|c| c.connections.count()).map(|n| n as f64)
+        }),
+        ("warren_broker_channels", "Channels in the watched vhosts, from the last channels listing.", |b| {
+            b.clients.as_ref().and_then(|c| c.channels.count()).map(|n| n as f64)
+        }),
+        (
+            "warren_broker_blocked_connections",
+            "Connections in state blocked or blocking (resource alarm or flow control), from the last connections listing.",
+            |b| b.clients.as_ref().and_then(|c| c.blocked_connections()).map(|n| n as f64),
+        ),
+        ("warren_broker_connection_churn_rate", "Connections opened plus closed per second, broker-wide.", |b| {
+            b.connection_churn_per_sec
+        }),
+        ("warren_broker_clients_age_seconds", "Age of the last listing of connections, channels and consumers.", |b| {
+            b.clients.as_ref().map(|c| (chrono::Utc::now() - c.listed_at).num_milliseconds() as f64 / 1000.0)
+        }),
     ];
     for (name, help, value) in broker_families {
         header(&mut out, &Family { name, help });
