@@ -388,7 +388,7 @@ mod tests {
         .unwrap();
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        assert_eq!(ids(&rules), vec!["down", "intake", "blocked"]);
+        assert_eq!(ids(&rules), vec!["blocked", "down", "intake"], "stored rules come by id");
     }
 
     #[tokio::test]

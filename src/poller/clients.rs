@@ -188,8 +188,8 @@ mod tests {
         assert_eq!(churn.observe(s(2), Some(150)), None, "too close: wait for a stats step");
         assert_eq!(churn.observe(s(10), Some(150)), Some(5.0));
         assert_eq!(churn.observe(s(12), Some(170)), Some(5.0), "too close: the last rate stands");
-        assert_eq!(churn.observe(s(20), Some(150)), None, "counter went back: starts over");
-        assert_eq!(churn.observe(s(30), Some(160)), Some(1.0));
+        assert_eq!(churn.observe(s(20), Some(140)), None, "counter went back: starts over");
+        assert_eq!(churn.observe(s(30), Some(160)), Some(2.0));
         assert_eq!(churn.observe(s(40), None), None, "not counted: unknown");
         assert_eq!(churn.observe(s(50), Some(10)), None);
     }
