@@ -30,7 +30,10 @@ async fn assert_whole(cluster: &Cluster) {
         let seen = running_as_seen_by(cluster, asked).await.expect("a whole cluster answers on every node");
         let names: Vec<&str> = cluster.nodes().iter().map(|n| n.name.as_str()).collect();
         for name in &names {
-            assert!(seen.iter().any(|(n, running)| n == name && *running), "node {asked} sees {name} running: {seen:?}");
+            assert!(
+                seen.iter().any(|(n, running)| n == name && *running),
+                "node {asked} sees {name} running: {seen:?}"
+            );
         }
         assert_eq!(seen.len(), 3, "node {asked} sees three nodes: {seen:?}");
     }
@@ -68,7 +71,10 @@ async fn the_harness_stops_a_node_its_peers_see_it_down_and_it_rejoins() {
     let cluster = Cluster::get().await;
     assert_whole(&cluster).await;
     wait_for("the memory alarm to clear after the restore", Duration::from_secs(30), || async {
-        let nodes = cluster.management_get(2, "/api/nodes?columns=name,mem_alarm").await.ok_or_else(|| "node 2 does not answer".to_string())?;
+        let nodes = cluster
+            .management_get(2, "/api/nodes?columns=name,mem_alarm")
+            .await
+            .ok_or_else(|| "node 2 does not answer".to_string())?;
         let clear = nodes.as_array().is_some_and(|n| n.iter().all(|n| n["mem_alarm"] == false));
         if clear {
             Ok(())
@@ -77,4 +83,82 @@ async fn the_harness_stops_a_node_its_peers_see_it_down_and_it_rejoins() {
         }
     })
     .await;
+}
+
+/// Issue 20: publishers blocked by a memory alarm (forced on a cluster node, restored by the
+/// guard even when the test fails) show as blocked connections in the connections API and on
+/// the clients page, and the `blocked_connections` alert fires.
+#[tokio::test]
+async fn blocked_publishers_show_as_blocked_connections_and_fire_the_alert() {
+    let cluster = Cluster::get().await;
+    let vhost = common::cluster::ClusterVhost::create(&cluster, 1, "blocked").await;
+    let node = cluster.node(1).clone();
+    let name = format!("blocked-publisher-{}", rand::random::<u32>());
+    let properties = lapin::ConnectionProperties::default().with_connection_name(name.as_str().into());
+    let publisher =
+        lapin::Connection::connect(&node.amqp_with_guest(&vhost.name), properties).await.expect("AMQP to node 1");
+    let channel = publisher.create_channel().await.expect("channel");
+    common::declare(&channel, "orders", false).await;
+    // The rule with a short `for` (the built-in waits a minute): it replaces the built-in.
+    let toml = format!(
+        "[[alerts]]\nid = \"blocked\"\nname = \"Blocked publishers\"\nmetric = \"blocked_connections\"\n\
+         comparator = \">\"\nthreshold = 0\nfor_secs = 2\nseverity = \"warning\"\n\n\
+         [[brokers]]\nname = \"local\"\nmanagement_url = {:?}\namqp_url = {:?}\nprometheus_url = {:?}\n\
+         vhosts_include = [{:?}]\npoll_interval_secs = 1\n",
+        node.management, node.amqp, node.prometheus, vhost.name
+    );
+    let warren = common::Warren::start(&toml).await;
+    let ours = |body: &Value| -> Option<Value> {
+        body["connections"].as_array()?.iter().find(|c| c["connection_name"] == name.as_str()).cloned()
+    };
+    wait_for("the publisher listed running", Duration::from_secs(60), || async {
+        let (_, body) = warren.get_json("/api/v1/brokers/local/connections").await;
+        match ours(&body) {
+            Some(c) if c["state"] == "running" => Ok(()),
+            _ => Err(body.to_string()),
+        }
+    })
+    .await;
+
+    cluster.ctl(1, &["set_vm_memory_high_watermark", "0.0001"]).await;
+    // A publish during the alarm blocks the connection (`blocking` until it tries).
+    channel
+        .basic_publish("", "orders", Default::default(), b"held back", lapin::BasicProperties::default())
+        .await
+        .expect("publish is sent");
+    let body = wait_for("the publisher shown blocked", Duration::from_secs(60), || async {
+        let (_, body) = warren.get_json("/api/v1/brokers/local/connections").await;
+        let blocked = ours(&body).is_some_and(|c| c["state"] == "blocked" || c["state"] == "blocking");
+        if blocked && body["blocked_connections"].as_u64() >= Some(1) {
+            Ok(body)
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await;
+    assert!(body["as_of"].is_i64(), "{body}");
+    let (_, page) = warren.get_text("/brokers/local/clients").await;
+    assert!(
+        page.contains("<span class=\"signal bad\">blocked</span>")
+            || page.contains("<span class=\"signal bad\">blocking</span>"),
+        "{page}"
+    );
+    wait_for("the blocked_connections alert to fire", Duration::from_secs(60), || async {
+        let (_, alerts) = warren.get_json("/api/v1/alerts").await;
+        let firing = alerts.as_array().is_some_and(|all| {
+            all.iter().any(|a| a["rule_id"] == "blocked" && a["phase"] == "firing" && a["key"]["queue"].is_null())
+        });
+        if firing {
+            Ok(())
+        } else {
+            Err(alerts.to_string())
+        }
+    })
+    .await;
+    let (_, metrics) = warren.get_text("/metrics").await;
+    assert!(metrics.contains("warren_broker_blocked_connections{broker=\"local\"} 1"), "{metrics}");
+    warren.stop().await;
+    // The guard restores the watermark (and clears the alarm) when it drops, also on failure.
+    drop(publisher);
+    drop(cluster);
 }
