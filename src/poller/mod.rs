@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-pub use self::load::{BrokerLoad, CallRecord, CallTotals, MetricSource, PrometheusState};
+pub use self::load::{clients_interval, BrokerLoad, CallRecord, CallTotals, MetricSource, PrometheusState};
 use self::track::{CounterSource, PollContext, QueueKey, Tracked};
 use crate::broker::management::{BrokerError, ManagementClient, Overview, QueueStats, RawQueue, VhostEntry};
 use crate::broker::policies;
