@@ -97,8 +97,19 @@ async fn a_consumer_holding_unacked_messages_is_named_with_its_connection() {
     }
 
     // The connections API and the clients page list the connection with its user and state.
-    let (status, connections) = warren.get_json("/api/v1/brokers/local/connections").await;
-    assert_eq!(status, 200);
+    // Its channel count comes with the broker's next stats emission (up to 5 s after the
+    // consumer's): wait for it where the broker collects stats.
+    let connections = wait_for("the worker's connection listed with its channel", Duration::from_secs(30), || async {
+        let (status, body) = warren.get_json("/api/v1/brokers/local/connections").await;
+        let listed = body["connections"].as_array().cloned().unwrap_or_default();
+        let counted = listed.iter().any(|c| c["vhost"] == vhost.name.as_str() && c["channels"] == 1);
+        if status == 200 && (nostats() || counted) {
+            Ok(body)
+        } else {
+            Err(format!("{status}: {body}"))
+        }
+    })
+    .await;
     let listed = connections["connections"].as_array().expect("listed").clone();
     let ours: Vec<&Value> = listed.iter().filter(|c| c["vhost"] == vhost.name.as_str()).collect();
     assert_eq!(ours.len(), 1, "only the worker is connected now: {connections}");
