@@ -79,6 +79,7 @@ async fn run() {
 
     let started = Instant::now();
     let mut held = Vec::with_capacity(connections);
+    let mut consumers = Vec::with_capacity(connections);
     for i in 0..connections {
         let properties = ConnectionProperties::default().with_connection_name(format!("bench-client-{i}").into());
         let connection = Connection::connect(&format!("{amqp}/{vhost}"), properties).await.expect("connect");
@@ -92,10 +93,12 @@ async fn run() {
                     .await
                     .expect("declare");
                 channel.basic_qos(5, BasicQosOptions::default()).await.expect("qos");
-                channel
+                // Kept: a consumer dropped is cancelled.
+                let consumer = channel
                     .basic_consume(&queue, "bench", BasicConsumeOptions::default(), FieldTable::default())
                     .await
                     .expect("consume");
+                consumers.push(consumer);
             }
             channels.push(channel);
         }
@@ -164,6 +167,7 @@ async fn run() {
         if by_budget { "spaced by the budget" } else { "the minimum interval" },
         per_minute / 60.0 * 100.0
     );
+    drop(consumers);
     for (connection, _) in held {
         if let Err(e) = connection.close(200, "bench done").await {
             eprintln!("closing a bench connection: {e}");
