@@ -167,7 +167,8 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
 /// that answers (blocking).
 fn alarmed_nodes() -> Vec<usize> {
     for node in 1..=3 {
-        let url = format!("{}/api/nodes?columns=name,mem_alarm,disk_free_alarm", ClusterNode::numbered(node).management);
+        let url =
+            format!("{}/api/nodes?columns=name,mem_alarm,disk_free_alarm", ClusterNode::numbered(node).management);
         let output = Command::new("curl").args(["-fsS", "-m", "10", "-u", "guest:guest", &url]).output();
         let Ok(output) = output else { continue };
         let Ok(nodes) = serde_json::from_slice::<Vec<Value>>(&output.stdout) else { continue };
@@ -218,7 +219,10 @@ impl ClusterVhost {
         let vhost = super::encode(&name);
         for (path, body) in [
             (format!("/api/vhosts/{vhost}"), serde_json::json!({})),
-            (format!("/api/permissions/{vhost}/guest"), serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"})),
+            (
+                format!("/api/permissions/{vhost}/guest"),
+                serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
+            ),
         ] {
             let response = http
                 .put(format!("{management}{path}"))
