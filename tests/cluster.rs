@@ -162,6 +162,8 @@ async fn blocked_publishers_show_as_blocked_connections_and_fire_the_alert() {
     // The guard restores the watermark (and clears the alarm) when it drops, also on failure.
     drop(publisher);
     drop(cluster);
+}
+
 /// Issue 20, must-have 5: warren given every node's management URL keeps watching the cluster
 /// through another node when the one it asked stops, and says which URL answers. With only
 /// node 1's URL the broker would be down in warren for as long as node 1 is.
