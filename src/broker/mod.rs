@@ -3,6 +3,7 @@
 //! Which of them a poll calls, and for which metric, is the poller's plan
 //! (`poller::PollPlan`); nothing here decides cadence or keeps history.
 
+pub mod exchanges;
 pub mod management;
 pub mod policies;
 pub mod prometheus;
