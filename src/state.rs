@@ -136,6 +136,9 @@ pub struct BrokerLive {
     /// Sources, cadences and the cost of warren's calls (the broker page).
     #[serde(skip)]
     pub load: crate::poller::BrokerLoad,
+    /// Exchanges and bindings of the watched vhosts (the exchanges page, queue routing).
+    #[serde(skip)]
+    pub topology: Arc<crate::broker::exchanges::TopologyLive>,
 }
 
 /// Rates of one vhost (publish, confirm, ack, deliver, redeliver, unroutable).
@@ -155,6 +158,7 @@ impl BrokerLive {
             vhosts: Vec::new(),
             queues: Arc::new(Vec::new()),
             load: Default::default(),
+            topology: Arc::default(),
         }
     }
 
