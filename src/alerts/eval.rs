@@ -111,6 +111,9 @@ pub struct BrokerInput<'a> {
     pub up: bool,
     /// The queues of the latest successful poll; ignored while the broker is down.
     pub queues: &'a [QueueView],
+    /// Unroutable publishes per second in the watched vhosts (`unroutable_rate`); `None`: the
+    /// broker did not give them.
+    pub unroutable_rate: Option<f64>,
 }
 
 /// What one evaluation learnt about one alert.
@@ -184,6 +187,19 @@ impl Evaluator {
                     let id = (rule.id.clone(), AlertKey::broker(broker.name));
                     let observation = Observation::Known { holds: !broker.up, value: None };
                     step(&mut self.states, rule, &id, observation, now, &mut transitions);
+                    seen.insert(id);
+                    continue;
+                }
+                if rule.metric == Metric::UnroutableRate {
+                    let id = (rule.id.clone(), AlertKey::broker(broker.name));
+                    // A broker that is down gives no value: the alert holds, as queue alerts do.
+                    if broker.up {
+                        let observation = match broker.unroutable_rate {
+                            Some(v) => Observation::Known { holds: rule.holds(v), value: Some(v) },
+                            None => Observation::Missing,
+                        };
+                        step(&mut self.states, rule, &id, observation, now, &mut transitions);
+                    }
                     seen.insert(id);
                     continue;
                 }

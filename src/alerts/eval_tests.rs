@@ -42,13 +42,14 @@ fn orders(ready: u64) -> QueueView {
 
 /// One evaluation with broker `local` up and these queues.
 fn up(evaluator: &mut Evaluator, secs: i64, queues: &[QueueView]) -> Vec<Transition> {
-    evaluator.evaluate(at(secs), &[BrokerInput { name: "local", up: true, queues }])
+    evaluator.evaluate(at(secs), &[BrokerInput { name: "local", up: true, queues, unroutable_rate: None }])
 }
 
 /// One evaluation with broker `local` down; its last queue list says everything is fine, and
 /// must be ignored.
 fn down(evaluator: &mut Evaluator, secs: i64) -> Vec<Transition> {
-    evaluator.evaluate(at(secs), &[BrokerInput { name: "local", up: false, queues: &[orders(0)] }])
+    evaluator
+        .evaluate(at(secs), &[BrokerInput { name: "local", up: false, queues: &[orders(0)], unroutable_rate: None }])
 }
 
 fn phases(transitions: &[Transition]) -> Vec<(&str, AlertPhase, AlertPhase)> {
@@ -69,7 +70,7 @@ fn pending_until_for_has_passed_then_firing() {
     assert_eq!(up(&mut e, 5, &[orders(42)]), []);
     let almost = e.evaluate(
         at(0) + TimeDelta::milliseconds(9_999),
-        &[BrokerInput { name: "local", up: true, queues: &[orders(42)] }],
+        &[BrokerInput { name: "local", up: true, queues: &[orders(42)], unroutable_rate: None }],
     );
     assert_eq!(almost, [], "not before 10 s");
     let fired = up(&mut e, 10, &[orders(43)]);
@@ -164,8 +165,8 @@ fn other_brokers_are_evaluated_while_one_is_down() {
     let t = e.evaluate(
         at(0),
         &[
-            BrokerInput { name: "local", up: false, queues: &[] },
-            BrokerInput { name: "other", up: true, queues: &theirs },
+            BrokerInput { name: "local", up: false, queues: &[], unroutable_rate: None },
+            BrokerInput { name: "other", up: true, queues: &theirs, unroutable_rate: None },
         ],
     );
     let keys: Vec<String> = t.iter().map(|t| format!("{} {}", t.rule_id, t.key)).collect();
@@ -280,7 +281,31 @@ fn broker_scope_limits_broker_unreachable() {
     let only_prod = Rule { scope: Scope { broker: Some("prod".to_string()), ..Scope::default() }, ..unreachable(0) };
     let mut e = Evaluator::new(vec![only_prod]);
     assert_eq!(down(&mut e, 0), []);
-    let t = e.evaluate(at(10), &[BrokerInput { name: "prod", up: false, queues: &[] }]);
+    let t = e.evaluate(at(10), &[BrokerInput { name: "prod", up: false, queues: &[], unroutable_rate: None }]);
     assert_eq!(phases(&t), [("down", Inactive, Firing)]);
     assert_eq!(t[0].value, None, "a broker alert has no value");
+}
+
+#[test]
+fn unroutable_rate_fires_on_the_brokers_value_and_holds_while_unknown_or_down() {
+    let rule = Rule {
+        id: "unroutable".to_string(),
+        metric: Metric::UnroutableRate,
+        comparator: Some(Comparator::Gt),
+        threshold: Some(0.0),
+        ..backlog(0, 0)
+    };
+    let mut e = Evaluator::new(vec![rule]);
+    let with = |e: &mut Evaluator, secs, up, rate| {
+        e.evaluate(at(secs), &[BrokerInput { name: "local", up, queues: &[orders(0)], unroutable_rate: rate }])
+    };
+    assert_eq!(with(&mut e, 0, true, Some(0.0)), []);
+    let t = with(&mut e, 10, true, Some(2.5));
+    assert_eq!(phases(&t), [("unroutable", Inactive, Firing)]);
+    assert_eq!((t[0].value, &t[0].key), (Some(2.5), &AlertKey::broker("local")));
+    // Unknown (no stats) and down: no opinion, the alert stays as it was.
+    assert_eq!(with(&mut e, 20, true, None), []);
+    assert_eq!(with(&mut e, 30, false, None), []);
+    assert_eq!(phase_of(&e, "unroutable"), [Firing]);
+    assert_eq!(phases(&with(&mut e, 40, true, Some(0.0))), [("unroutable", Firing, Resolved)]);
 }

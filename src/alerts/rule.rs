@@ -165,6 +165,10 @@ pub enum Metric {
     /// A queue in warren's custody whose intake stopped (a failed write, a full disk, the size
     /// budget): 1, else 0; no value without custody. Its dead letters stay in the broker.
     CustodyIntakeStopped,
+    /// Publishes dropped or returned as unroutable in the broker's watched vhosts, messages per
+    /// second (`return_unroutable` + `drop_unroutable` of `/api/vhosts`): a broker-level value,
+    /// unknown when the broker collects no message stats.
+    UnroutableRate,
 }
 
 impl Metric {
@@ -184,6 +188,7 @@ impl Metric {
             Metric::DlqInflow => "dlq_inflow",
             Metric::BrokerUnreachable => "broker_unreachable",
             Metric::CustodyIntakeStopped => "custody_intake_stopped",
+            Metric::UnroutableRate => "unroutable_rate",
         }
     }
 
@@ -191,6 +196,11 @@ impl Metric {
     /// only, whatever its `dlq_only` says.
     pub fn is_dlq(self) -> bool {
         matches!(self, Metric::DlqDepth | Metric::DlqInflow)
+    }
+
+    /// Metrics of a whole broker rather than of a queue: their rules watch no queue.
+    pub fn is_broker_level(self) -> bool {
+        matches!(self, Metric::BrokerUnreachable | Metric::UnroutableRate)
     }
 
     /// Only the backlog growth can go below zero; the rest are counts, ages and rates.
@@ -276,7 +286,7 @@ impl Rule {
     /// Whether the rule watches this queue: its scope matches, and DLQ metrics only apply to
     /// DLQs. A broker-level rule watches no queue.
     pub fn applies_to(&self, view: &QueueView) -> bool {
-        self.metric != Metric::BrokerUnreachable
+        !self.metric.is_broker_level()
             && self.scope.matches(view)
             && (!self.metric.is_dlq() || view.dead_letters.is_dlq)
     }
@@ -316,6 +326,10 @@ impl Rule {
                 error("threshold", "broker_unreachable has no value to compare; leave it out".to_string());
             }
         } else {
+            if self.metric.is_broker_level() && !self.scope.is_everything_in_broker() {
+                let metric = self.metric.as_str();
+                error("scope", format!("{metric} watches whole brokers: only scope.broker may be set"));
+            }
             if self.comparator.is_none() {
                 error("comparator", "required: one of >, >=, <, <=, ==, !=".to_string());
             }
@@ -508,6 +522,22 @@ mod tests {
         down.scope.dlq_only = true;
         down.description = Some("{broker} lost at {value}".to_string());
         assert_eq!(fields(&down), vec!["scope", "description"]);
+    }
+
+    #[test]
+    fn unroutable_rate_is_a_broker_value_with_a_threshold() {
+        let mut unroutable = rule(Metric::UnroutableRate);
+        assert_eq!(unroutable.validate(), vec![]);
+        assert!(!unroutable.applies_to(&queue("/", "orders").view), "no queue has it");
+        unroutable.scope.queue = "orders".to_string();
+        unroutable.threshold = None;
+        assert_eq!(fields(&unroutable), vec!["scope", "threshold"]);
+        unroutable.scope.queue = "*".to_string();
+        unroutable.threshold = Some(0.0);
+        unroutable.description = Some("{broker} drops {value}/s".to_string());
+        assert_eq!(unroutable.validate(), vec![]);
+        unroutable.description = Some("{queue} drops".to_string());
+        assert_eq!(fields(&unroutable), vec!["description"]);
     }
 
     #[test]

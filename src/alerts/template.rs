@@ -57,14 +57,15 @@ pub(super) fn template_problem(template: &str, metric: Metric) -> Option<String>
         Ok(pieces) => pieces,
         Err(message) => return Some(message),
     };
-    if metric != Metric::BrokerUnreachable {
-        return None;
-    }
-    // A broker-level alert has no queue and no number to fill in.
-    let queue_only = ["vhost", "queue", "value", "threshold"];
+    // A broker-level alert has no queue, and `broker_unreachable` no number, to fill in.
+    let queue_only: &[&str] = match metric {
+        Metric::BrokerUnreachable => &["vhost", "queue", "value", "threshold"],
+        Metric::UnroutableRate => &["vhost", "queue"],
+        _ => return None,
+    };
     pieces.iter().find_map(|piece| match piece {
         Piece::Placeholder(name) if queue_only.contains(name) => {
-            Some(format!("{{{name}}} has no value for broker_unreachable"))
+            Some(format!("{{{name}}} has no value for {}", metric.as_str()))
         }
         _ => None,
     })

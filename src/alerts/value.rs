@@ -35,6 +35,8 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
         Metric::DlqDepth if view.dead_letters.is_dlq => count(dead_letters_held(view)),
         Metric::CustodyIntakeStopped => view.custody_intake_stopped.map(|stopped| if stopped { 1.0 } else { 0.0 }),
         Metric::DlqDepth | Metric::DlqInflow | Metric::BrokerUnreachable => None,
+        // A broker's value, not a queue's (`BrokerInput::unroutable_rate`).
+        Metric::UnroutableRate => None,
     }
 }
 

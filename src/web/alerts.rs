@@ -314,6 +314,15 @@ pub fn preview(state: &AppState, rule: &Rule) -> Vec<PreviewRow> {
         if !rule.scope.matches_broker(&broker.name) {
             continue;
         }
+        if rule.metric == alerts::Metric::UnroutableRate {
+            let value = if broker.status.up == Some(true) { broker.rates.unroutable_rate } else { None };
+            rows.push(PreviewRow {
+                key: AlertKey::broker(&broker.name),
+                value,
+                holds: value.is_some_and(|v| rule.holds(v)),
+            });
+            continue;
+        }
         if rule.metric == alerts::Metric::BrokerUnreachable {
             rows.push(PreviewRow {
                 key: AlertKey::broker(&broker.name),
