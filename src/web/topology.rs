@@ -312,6 +312,9 @@ async fn routing_json(
     Ok(Json(routing(&live, &view)))
 }
 
+/// A queue's name and its page: (name, href).
+pub type QueueLink = (String, String);
+
 /// One line of the Routing section.
 pub struct RouteLine {
     pub exchange: String,
@@ -328,7 +331,7 @@ pub struct RoutingView {
     pub left_out: usize,
     pub as_of: String,
     /// Dead letters: exchange, key, and the queues reached (links) or why none.
-    pub dead_letters: Option<(String, String, Vec<(String, String)>)>,
+    pub dead_letters: Option<(String, String, Vec<QueueLink>)>,
     pub dead_letter_note: Option<String>,
 }
 
