@@ -31,9 +31,18 @@ pub fn router() -> Router<AppState> {
 }
 
 /// What the pages and the API say about unroutable counts per exchange.
-const PER_EXCHANGE_UNROUTABLE: &str = "RabbitMQ gives no unroutable count per exchange: its exchange listing \
-    has only publish in and publish out, and the unroutable counters (returned with mandatory, dropped \
-    without) are summed per vhost and per broker. Below: per vhost.";
+const PER_EXCHANGE_UNROUTABLE: &str = "No unroutable count per exchange: the management API's exchange listing \
+    has only publish in and publish out, and sums the unroutable counters (returned with mandatory, dropped \
+    without) per vhost and per broker. RabbitMQ 4.x's Prometheus plugin has per-exchange counters \
+    (rabbitmq_exchange_messages_unroutable_*_total), which warren does not read yet. Below: per vhost.";
+
+/// Measured on 3.10.8: 430 publishes without `mandatory` to an exchange without bindings left
+/// the management API's `drop_unroutable` (vhost, overview and channel) at 0, while the
+/// Prometheus plugin's `rabbitmq_global_messages_unroutable_dropped_total` counted them; returns
+/// (`mandatory`) were counted. 4.0.5 counts both.
+const DROPS_UNCOUNTED_3X: &str = "RabbitMQ 3.x (measured on 3.10.8) does not count publishes without \
+    mandatory that route nowhere in the management API (drop_unroutable stays 0); only returned ones \
+    count, so this rate is a lower bound there.";
 
 /// The nav's link: the first broker's exchanges (the page links the others).
 async fn first_broker(State(state): State<AppState>) -> Response {
@@ -50,6 +59,10 @@ struct UnroutableJson {
     /// How it is measured.
     source: &'static str,
     per_vhost: Vec<VhostUnroutable>,
+    /// True on RabbitMQ 3.x, whose management API does not count dropped publishes: the rate
+    /// counts returns only, a lower bound (`lower_bound_note`).
+    lower_bound: bool,
+    lower_bound_note: Option<&'static str>,
     /// Always `null`: see `note`.
     per_exchange: Option<()>,
     note: &'static str,
@@ -84,8 +97,16 @@ struct ExchangesJson {
 const RATES_SOURCE: &str = "message_stats.publish_in / publish_out of /api/exchanges, counter deltas between \
     warren's reads at least 10 s apart; unknown after the first read and when the broker collects no stats";
 
+/// RabbitMQ 3.x by the version the broker reported.
+fn drops_uncounted(live: &BrokerLive) -> bool {
+    live.status.rabbitmq_version.as_deref().is_some_and(|v| v.starts_with("3."))
+}
+
 fn unroutable(live: &BrokerLive) -> UnroutableJson {
+    let lower_bound = drops_uncounted(live);
     UnroutableJson {
+        lower_bound,
+        lower_bound_note: lower_bound.then_some(DROPS_UNCOUNTED_3X),
         rate: live.rates.unroutable_rate,
         source: UNROUTABLE_SOURCE,
         per_vhost: live
@@ -145,6 +166,7 @@ struct ExchangesFragment {
     error: Option<String>,
     stats_off: bool,
     broker_unroutable: String,
+    lower_bound_note: Option<&'static str>,
     per_exchange_note: &'static str,
     vhosts: Vec<VhostSection>,
 }
@@ -229,6 +251,7 @@ async fn page(
         error: t.exchanges_error.clone(),
         stats_off: t.stats_enabled == Some(false),
         broker_unroutable: format::rate(live.rates.unroutable_rate),
+        lower_bound_note: drops_uncounted(&live).then_some(DROPS_UNCOUNTED_3X),
         per_exchange_note: PER_EXCHANGE_UNROUTABLE,
         vhosts,
     }
