@@ -142,6 +142,9 @@ pub struct BrokerLive {
     /// Connections opened plus closed per second, broker-wide (`/api/overview` churn counters);
     /// `None` when the broker does not count them (metrics collector off).
     pub connection_churn_per_sec: Option<f64>,
+    /// Exchanges and bindings of the watched vhosts (the exchanges page, queue routing).
+    #[serde(skip)]
+    pub topology: Arc<crate::broker::exchanges::TopologyLive>,
 }
 
 /// Rates of one vhost (publish, confirm, ack, deliver, redeliver, unroutable).
@@ -163,6 +166,7 @@ impl BrokerLive {
             load: Default::default(),
             clients: None,
             connection_churn_per_sec: None,
+            topology: Arc::default(),
         }
     }
 

@@ -203,6 +203,7 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
         ("audit", "/audit".to_string()),
         ("broker", "/brokers/local".to_string()),
         ("clients", "/brokers/local/clients".to_string()),
+        ("exchanges", "/brokers/local/exchanges".to_string()),
         ("access", "/access".to_string()),
         ("job", format!("/jobs/{job_id}")),
         ("not-found", "/no-such-page".to_string()),

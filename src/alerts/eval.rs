@@ -122,6 +122,8 @@ pub struct BrokerValues {
     pub blocked_connections: Option<f64>,
     /// Connections opened plus closed per second.
     pub connection_churn: Option<f64>,
+    /// Unroutable publishes per second in the watched vhosts (returned + dropped).
+    pub unroutable_rate: Option<f64>,
 }
 
 impl BrokerValues {
@@ -129,6 +131,7 @@ impl BrokerValues {
         match metric {
             Metric::BlockedConnections => self.blocked_connections,
             Metric::ConnectionChurn => self.connection_churn,
+            Metric::UnroutableRate => self.unroutable_rate,
             _ => None,
         }
     }

@@ -310,3 +310,35 @@ fn blocked_connections_fire_per_broker_and_hold_without_a_reading() {
     assert_eq!(fired[0].value, Some(1.0));
     assert_eq!(phases(&e.evaluate(at(70), &[input(true, Some(0.0))])), vec![("blocked", Firing, Resolved)]);
 }
+
+#[test]
+fn unroutable_rate_fires_on_the_brokers_value_and_holds_while_unknown_or_down() {
+    let rule = Rule {
+        id: "unroutable".to_string(),
+        metric: Metric::UnroutableRate,
+        comparator: Some(Comparator::Gt),
+        threshold: Some(0.0),
+        ..backlog(0, 0)
+    };
+    let mut e = Evaluator::new(vec![rule]);
+    let with = |e: &mut Evaluator, secs, up, rate| {
+        e.evaluate(
+            at(secs),
+            &[BrokerInput {
+                name: "local",
+                up,
+                queues: &[orders(0)],
+                values: BrokerValues { unroutable_rate: rate, ..Default::default() },
+            }],
+        )
+    };
+    assert_eq!(with(&mut e, 0, true, Some(0.0)), []);
+    let t = with(&mut e, 10, true, Some(2.5));
+    assert_eq!(phases(&t), [("unroutable", Inactive, Firing)]);
+    assert_eq!((t[0].value, &t[0].key), (Some(2.5), &AlertKey::broker("local")));
+    // Unknown (no stats) and down: no opinion, the alert stays as it was.
+    assert_eq!(with(&mut e, 20, true, None), []);
+    assert_eq!(with(&mut e, 30, false, None), []);
+    assert_eq!(phase_of(&e, "unroutable"), [Firing]);
+    assert_eq!(phases(&with(&mut e, 40, true, Some(0.0))), [("unroutable", Firing, Resolved)]);
+}

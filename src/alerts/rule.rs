@@ -170,6 +170,10 @@ pub enum Metric {
     BlockedConnections,
     /// Per broker: connections opened plus closed per second (`/api/overview` churn counters).
     ConnectionChurn,
+    /// Publishes dropped or returned as unroutable in the broker's watched vhosts, messages per
+    /// second (`return_unroutable` + `drop_unroutable` of `/api/vhosts`): a broker-level value,
+    /// unknown when the broker collects no message stats.
+    UnroutableRate,
 }
 
 impl Metric {
@@ -191,12 +195,16 @@ impl Metric {
             Metric::CustodyIntakeStopped => "custody_intake_stopped",
             Metric::BlockedConnections => "blocked_connections",
             Metric::ConnectionChurn => "connection_churn",
+            Metric::UnroutableRate => "unroutable_rate",
         }
     }
 
     /// Metrics of a whole broker rather than of a queue: their rules have no queue scope.
     pub fn is_broker_level(self) -> bool {
-        matches!(self, Metric::BrokerUnreachable | Metric::BlockedConnections | Metric::ConnectionChurn)
+        matches!(
+            self,
+            Metric::BrokerUnreachable | Metric::BlockedConnections | Metric::ConnectionChurn | Metric::UnroutableRate
+        )
     }
 
     /// Metrics that only mean something on a dead-letter queue: a rule on them watches DLQs
@@ -540,6 +548,22 @@ mod tests {
             "metric": "blocked_connections", "comparator": ">", "threshold": 0, "severity": "warning"}))
         .unwrap();
         assert_eq!(parsed.metric.as_str(), "blocked_connections");
+    }
+
+    #[test]
+    fn unroutable_rate_is_a_broker_value_with_a_threshold() {
+        let mut unroutable = rule(Metric::UnroutableRate);
+        assert_eq!(unroutable.validate(), vec![]);
+        assert!(!unroutable.applies_to(&queue("/", "orders").view), "no queue has it");
+        unroutable.scope.queue = "orders".to_string();
+        unroutable.threshold = None;
+        assert_eq!(fields(&unroutable), vec!["scope", "threshold"]);
+        unroutable.scope.queue = "*".to_string();
+        unroutable.threshold = Some(0.0);
+        unroutable.description = Some("{broker} drops {value}/s".to_string());
+        assert_eq!(unroutable.validate(), vec![]);
+        unroutable.description = Some("{queue} drops".to_string());
+        assert_eq!(fields(&unroutable), vec!["description"]);
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
         Metric::CustodyIntakeStopped => view.custody_intake_stopped.map(|stopped| if stopped { 1.0 } else { 0.0 }),
         Metric::DlqDepth | Metric::DlqInflow | Metric::BrokerUnreachable => None,
         // Values of a whole broker (`broker_values`).
-        Metric::BlockedConnections | Metric::ConnectionChurn => None,
+        Metric::BlockedConnections | Metric::ConnectionChurn | Metric::UnroutableRate => None,
     }
 }
 
@@ -46,6 +46,7 @@ pub fn broker_values(live: &crate::state::BrokerLive) -> super::BrokerValues {
     super::BrokerValues {
         blocked_connections: live.clients.as_ref().and_then(|c| c.blocked_connections()).map(|n| n as f64),
         connection_churn: live.connection_churn_per_sec,
+        unroutable_rate: live.rates.unroutable_rate,
     }
 }
 

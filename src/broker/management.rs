@@ -313,7 +313,7 @@ impl ManagementClient {
         vhost: &str,
     ) -> Result<(crate::broker::topology::ExchangeBindings, usize), BrokerError> {
         self.get(&format!(
-            "api/bindings/{}?columns=source,destination,destination_type,routing_key",
+            "api/bindings/{}?columns=source,destination,destination_type,routing_key,arguments",
             encode_segment(vhost)
         ))
         .await

@@ -4,6 +4,7 @@
 //! (`poller::PollPlan`); nothing here decides cadence or keeps history.
 
 pub mod clients;
+pub mod exchanges;
 pub mod management;
 pub mod policies;
 pub mod prometheus;

@@ -3,6 +3,7 @@
 //! from names.
 
 mod roles;
+pub mod routing;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -21,6 +22,10 @@ pub struct Binding {
     pub destination_type: String,
     #[serde(default)]
     pub routing_key: String,
+    /// The binding's arguments when it has any (a headers exchange matches on them); `None`
+    /// for the usual empty ones, so that a vhost's thousands of plain bindings carry no map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Map<String, Value>>,
 }
 
 /// The bindings of a vhost whose source is a named exchange. The listing also holds the default
@@ -43,6 +48,10 @@ impl<'de> Deserialize<'de> for ExchangeBindings {
             destination_type: std::borrow::Cow<'a, str>,
             #[serde(default, borrow)]
             routing_key: std::borrow::Cow<'a, str>,
+            /// Read as any value: an odd one (3.x writes an empty proplist as `[]`) is no
+            /// reason to lose the vhost's whole topology.
+            #[serde(default)]
+            arguments: Value,
         }
         struct Rows;
         impl<'de> serde::de::Visitor<'de> for Rows {
@@ -59,6 +68,10 @@ impl<'de> Deserialize<'de> for ExchangeBindings {
                             destination: row.destination.into_owned(),
                             destination_type: row.destination_type.into_owned(),
                             routing_key: row.routing_key.into_owned(),
+                            arguments: match row.arguments {
+                                Value::Object(map) if !map.is_empty() => Some(map),
+                                _ => None,
+                            },
                         });
                     }
                 }
@@ -377,6 +390,7 @@ mod tests {
             destination: queue.into(),
             destination_type: "queue".into(),
             routing_key: key.into(),
+            arguments: None,
         }
     }
 

@@ -13,6 +13,7 @@
 
 mod clients;
 mod estimate;
+mod exchanges;
 mod load;
 pub mod restore;
 mod shared;
@@ -76,7 +77,10 @@ pub struct Poller {
     broker_id: i64,
     queues: HashMap<QueueKey, Tracked>,
     vhost_counters: HashMap<String, CounterWindow<BrokerCounters>>,
-    topology: HashMap<String, (Instant, VhostTopology)>,
+    /// Shared with the pages (`TopologyLive`), which read routing from it.
+    topology: HashMap<String, (Instant, Arc<VhostTopology>)>,
+    /// The exchange listing and its publish rates (the exchanges page).
+    exchanges: exchanges::ExchangeReader,
     /// Number of the current poll (see `track::derive`).
     polls: u64,
     prometheus: Option<PrometheusClient>,
@@ -276,6 +280,7 @@ impl Poller {
             queues,
             vhost_counters: HashMap::new(),
             topology: HashMap::new(),
+            exchanges: exchanges::ExchangeReader::default(),
             polls: 0,
             prometheus,
             prometheus_retry_at: None,
@@ -614,6 +619,21 @@ impl Poller {
         }
 
         bytes += self.list_clients_if_due(started, &mut calls.clients).await;
+        // During a resource alarm the exchange listing waits, as the queue listing does.
+        if self.alarm.is_none() {
+            let vhosts: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
+            let ctx = exchanges::ReadContext {
+                client: &self.client,
+                broker: &self.broker,
+                vhosts: &vhosts,
+                stats_enabled,
+                started,
+                rate_window_secs: self.rate_window_secs(),
+            };
+            bytes += self.exchanges.read_if_due(ctx, &mut self.load, &mut calls.other).await;
+        }
+        let topology_live = Arc::new(self.exchanges.live(&self.broker, stats_enabled, &self.topology));
+
         let totals = totals(&views);
         let vhost_rates = self.vhost_rates(&watched, stats_enabled, fetched);
         // The broker's row and its chart describe what warren watches, as its totals do: with
@@ -655,6 +675,7 @@ impl Poller {
             b.load = load;
             b.clients = clients;
             b.connection_churn_per_sec = connection_churn;
+            b.topology = topology_live;
             let s = &mut b.status;
             s.up = Some(true);
             s.error = None;
@@ -1033,6 +1054,8 @@ impl Poller {
         let metadata_only = prometheus_used && counters_from == Some(CounterSource::Plugin);
         let detail_every = self.detail_every().as_secs_f64();
         let detail_at = self.detail_at;
+        let exchange_share = self.exchanges.load_share(b);
+        let (exchange_every, exchanges_at) = (self.exchanges.every(b).as_secs_f64(), self.exchanges.read_at());
         let l = &mut self.load;
         l.last_plan = plan.describe();
         l.listing_role = if counters_from == Some(CounterSource::Plugin) {
@@ -1100,7 +1123,7 @@ impl Poller {
         } else {
             0.0
         };
-        l.estimated_load = Some(load::estimated_load(cheap, interval, stats) + detail);
+        l.estimated_load = Some(load::estimated_load(cheap, interval, stats) + detail + exchange_share);
 
         let (depth_source, depth_reason) = match depth {
             DepthSource::Prometheus => (
@@ -1205,6 +1228,15 @@ impl Poller {
                     reason: "only the management API has them; refreshed with every stats listing".into(),
                     sampled_at: listing_at,
                 }
+            },
+            MetricSource {
+                metric: "exchanges (publish in / out rates)",
+                source: format!("management /api/exchanges listing, every {exchange_every:.0} s"),
+                reason: format!(
+                    "only the management API lists exchanges and their counters: every poll while a listing fits in {:.1}% of a core, spaced when it does not",
+                    b.broker_cpu_budget * exchanges::EXCHANGE_SHARE * 100.0
+                ),
+                sampled_at: exchanges_at,
             },
         ];
     }
@@ -1357,7 +1389,7 @@ impl Poller {
             } else {
                 bytes += self.refresh_topology_if_stale(vhost, fetched, spent).await;
             }
-            let topology = self.topology.get(vhost).map(|(_, t)| t);
+            let topology = self.topology.get(vhost).map(|(_, t)| &**t);
             let configs: Vec<QueueConfig<'_>> = indexes
                 .iter()
                 .map(|&i| QueueConfig {
@@ -1437,7 +1469,7 @@ impl Poller {
             Ok((topology, size)) => {
                 // Kept in the database for a restart while the broker does not answer (roles
                 // come from bindings); written only when it changed, bindings change rarely.
-                let changed = self.topology.get(vhost).is_none_or(|(_, before)| *before != topology);
+                let changed = self.topology.get(vhost).is_none_or(|(_, before)| **before != topology);
                 if changed {
                     let at = Utc::now().timestamp();
                     if let Err(e) =
@@ -1446,7 +1478,7 @@ impl Poller {
                         tracing::warn!(broker = %self.broker.name, %vhost, error = %e, "keeping the topology failed");
                     }
                 }
-                self.topology.insert(vhost.to_string(), (fetched, topology));
+                self.topology.insert(vhost.to_string(), (fetched, Arc::new(topology)));
                 size
             }
             Err(e) => {

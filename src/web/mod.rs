@@ -17,6 +17,7 @@ mod jobs;
 mod pages;
 mod prometheus;
 pub mod query;
+mod topology;
 
 /// The parsers of request input that live with their handlers, public so that the fuzz targets
 /// (`fuzz/`) run the handlers' own code on generated input, without a server.
@@ -51,6 +52,7 @@ pub fn router(state: AppState) -> Router {
         .merge(prometheus::router())
         .merge(brokers::router())
         .merge(clients::router())
+        .merge(topology::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         // The obvious guess for a list of dead-letter queues.

@@ -536,6 +536,7 @@ struct QueuePage {
     health: Vec<(&'static str, String)>,
     dead_letter: DeadLetterView,
     dlq_href: String,
+    routing: super::topology::RoutingView,
 }
 
 struct QueueLink {
@@ -709,6 +710,7 @@ async fn queue(
         row: queue_row(&view, Default::default()),
         health: health(&view),
         dead_letter: dead_letter_view(&view),
+        routing: super::topology::routing_view(&live, &view),
         dlq_href: format!("/dlq/{}/{}/{}", encode_segment(&broker), encode_segment(&vhost), encode_segment(&name)),
     };
     Ok(html(page.render()?))

@@ -510,6 +510,7 @@ mod tests {
                 destination: n.clone(),
                 destination_type: "queue".into(),
                 routing_key: String::new(),
+                arguments: None,
             })
             .collect();
         let topology = VhostTopology {
