@@ -114,6 +114,23 @@ impl Live {
         all
     }
 
+    /// The cluster problems every page's banner shows: of each broker whose last poll succeeded,
+    /// as "Cluster NAME: node X is down since ...". A broker that does not answer says so on its
+    /// own; its nodes' last known state is not news.
+    pub fn cluster_problems(&self) -> Vec<String> {
+        let map = self.brokers.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut out: Vec<String> = map
+            .values()
+            .filter(|b| b.status.up == Some(true))
+            .flat_map(|b| {
+                let cluster = b.status.cluster_name.as_deref().unwrap_or(&b.name);
+                b.nodes.problems.iter().map(move |p| format!("Cluster {cluster} (broker {}): {}", b.name, p.text()))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     pub fn broker(&self, name: &str) -> Option<BrokerLive> {
         let map = self.brokers.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         map.get(name).cloned()
@@ -136,6 +153,9 @@ pub struct BrokerLive {
     /// Sources, cadences and the cost of warren's calls (the broker page).
     #[serde(skip)]
     pub load: crate::poller::BrokerLoad,
+    /// The cluster's nodes and their problems (`broker::nodes`).
+    #[serde(skip)]
+    pub nodes: crate::broker::nodes::NodesLive,
 }
 
 /// Rates of one vhost (publish, confirm, ack, deliver, redeliver, unroutable).
@@ -155,6 +175,7 @@ impl BrokerLive {
             vhosts: Vec::new(),
             queues: Arc::new(Vec::new()),
             load: Default::default(),
+            nodes: Default::default(),
         }
     }
 

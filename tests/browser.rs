@@ -202,6 +202,7 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
         ("alerts", "/alerts".to_string()),
         ("audit", "/audit".to_string()),
         ("broker", "/brokers/local".to_string()),
+        ("nodes", "/brokers/local/nodes".to_string()),
         ("access", "/access".to_string()),
         ("job", format!("/jobs/{job_id}")),
         ("not-found", "/no-such-page".to_string()),

@@ -165,6 +165,20 @@ pub enum Metric {
     /// A queue in warren's custody whose intake stopped (a failed write, a full disk, the size
     /// budget): 1, else 0; no value without custody. Its dead letters stay in the broker.
     CustodyIntakeStopped,
+    // Node metrics (`broker::nodes`): one alert per node of the broker, keyed by node name.
+    /// 1 when the broker lists the node as not running, else 0.
+    NodeDown,
+    /// 1 while the node's memory alarm is on (publishers blocked), else 0.
+    MemoryAlarm,
+    /// 1 while the node's free-disk alarm is on (publishers blocked), else 0.
+    DiskAlarm,
+    /// Seconds until free disk reaches the free-disk limit, by a least-squares line over the
+    /// node's readings (`alerts::nodes`); unknown when the disk is not shrinking.
+    DiskFreePredictedSecs,
+    /// File descriptors used over their limit, 0..1.
+    FdUsedRatio,
+    /// How many nodes this node reports a network partition with.
+    Partitions,
 }
 
 impl Metric {
@@ -184,7 +198,26 @@ impl Metric {
             Metric::DlqInflow => "dlq_inflow",
             Metric::BrokerUnreachable => "broker_unreachable",
             Metric::CustodyIntakeStopped => "custody_intake_stopped",
+            Metric::NodeDown => "node_down",
+            Metric::MemoryAlarm => "memory_alarm",
+            Metric::DiskAlarm => "disk_alarm",
+            Metric::DiskFreePredictedSecs => "disk_free_predicted_secs",
+            Metric::FdUsedRatio => "fd_used_ratio",
+            Metric::Partitions => "partitions",
         }
+    }
+
+    /// Metrics of a cluster node rather than a queue.
+    pub fn is_node(self) -> bool {
+        matches!(
+            self,
+            Metric::NodeDown
+                | Metric::MemoryAlarm
+                | Metric::DiskAlarm
+                | Metric::DiskFreePredictedSecs
+                | Metric::FdUsedRatio
+                | Metric::Partitions
+        )
     }
 
     /// Metrics that only mean something on a dead-letter queue: a rule on them watches DLQs
@@ -277,6 +310,7 @@ impl Rule {
     /// DLQs. A broker-level rule watches no queue.
     pub fn applies_to(&self, view: &QueueView) -> bool {
         self.metric != Metric::BrokerUnreachable
+            && !self.metric.is_node()
             && self.scope.matches(view)
             && (!self.metric.is_dlq() || view.dead_letters.is_dlq)
     }
@@ -316,6 +350,12 @@ impl Rule {
                 error("threshold", "broker_unreachable has no value to compare; leave it out".to_string());
             }
         } else {
+            if self.metric.is_node() && !self.scope.is_everything_in_broker() {
+                error(
+                    "scope",
+                    format!("{} watches every node of a broker: only scope.broker may be set", self.metric.as_str()),
+                );
+            }
             if self.comparator.is_none() {
                 error("comparator", "required: one of >, >=, <, <=, ==, !=".to_string());
             }
@@ -508,6 +548,17 @@ mod tests {
         down.scope.dlq_only = true;
         down.description = Some("{broker} lost at {value}".to_string());
         assert_eq!(fields(&down), vec!["scope", "description"]);
+    }
+
+    #[test]
+    fn node_metrics_take_a_broker_scope_and_a_threshold() {
+        let mut down = rule(Metric::NodeDown);
+        assert_eq!(down.validate(), vec![]);
+        down.scope.queue = "orders".to_string();
+        assert_eq!(fields(&down), vec!["scope"]);
+        assert!(!rule(Metric::FdUsedRatio).applies_to(&queue("/", "orders").view), "no queue has node values");
+        let json = serde_json::to_value(rule(Metric::DiskFreePredictedSecs)).unwrap();
+        assert_eq!(json["metric"], "disk_free_predicted_secs");
     }
 
     #[test]

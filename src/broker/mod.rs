@@ -4,6 +4,7 @@
 //! (`poller::PollPlan`); nothing here decides cadence or keeps history.
 
 pub mod management;
+pub mod nodes;
 pub mod policies;
 pub mod prometheus;
 pub mod topology;

@@ -13,6 +13,7 @@
 
 mod estimate;
 mod load;
+mod nodes;
 pub mod restore;
 mod shared;
 mod track;
@@ -122,6 +123,10 @@ pub struct Poller {
     /// The queues in warren's custody: their intake is a consumer of warren's own, which says
     /// nothing about what the queue is for (`apply_topology`).
     custody: Vec<crate::config::CustodyRule>,
+    /// The cluster's nodes as last read (`nodes`), and whether the disk readings were seeded
+    /// from the history yet.
+    nodes: crate::broker::nodes::NodesLive,
+    nodes_seeded: bool,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -289,6 +294,8 @@ impl Poller {
             jobs: None,
             intakes: None,
             custody: Vec::new(),
+            nodes: Default::default(),
+            nodes_seeded: false,
         })
     }
 
@@ -401,6 +408,7 @@ impl Poller {
         bytes += vhost_bytes;
         let watched: Vec<VhostEntry> = vhosts.into_iter().filter(|v| self.broker.watches_vhost(&v.name)).collect();
         self.alarm = self.check_alarms(&mut calls).await;
+        bytes += self.read_nodes(&overview, now, &mut calls).await?;
 
         let mut plan = self.plan(started, &overview, stats_enabled);
         // When the counters were read: the start of the call that served them. Rates need
@@ -635,6 +643,7 @@ impl Poller {
             b.rates = rates;
             b.vhosts = vhost_rates;
             b.load = load;
+            b.nodes = self.nodes.clone();
             let s = &mut b.status;
             s.up = Some(true);
             s.error = None;
@@ -1170,6 +1179,12 @@ impl Poller {
                 source: "management /api/overview and /api/vhosts, every poll".into(),
                 reason: "confirms and unroutable counts exist only there; both calls are cheap".into(),
                 sampled_at: Some(now),
+            },
+            MetricSource {
+                metric: "nodes (memory, disk, descriptors, alarms, partitions)",
+                source: "management /api/nodes with columns=, every poll".into(),
+                reason: "only the management API has them; a few KB per node, milliseconds (see its line in the calls below)".into(),
+                sampled_at: self.nodes.as_of,
             },
             if metadata_only {
                 MetricSource {

@@ -13,6 +13,7 @@ mod dlq_pages;
 mod format;
 mod freshness;
 mod jobs;
+mod nodes;
 mod pages;
 mod prometheus;
 pub mod query;
@@ -49,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .merge(assets::router())
         .merge(prometheus::router())
         .merge(brokers::router())
+        .merge(nodes::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         // The obvious guess for a list of dead-letter queues.
