@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod cluster;
 pub mod browser;
 pub mod dead_letters;
 
@@ -281,13 +282,14 @@ impl Warren {
 }
 
 /// `toml` with the test broker's endpoints in every `[[brokers]]` table that names no
-/// `management_url` (a table that does is about some other endpoint, a fake one for example).
+/// `management_url` nor `management_urls` (a table that does is about some other endpoint, a
+/// fake one or the test cluster for example).
 fn with_test_broker(toml: &str) -> String {
     let mut config: toml::Table = toml::from_str(toml).expect("test config is TOML");
     let Some(toml::Value::Array(brokers)) = config.get_mut("brokers") else { return toml.to_string() };
     let test = broker();
     for table in brokers.iter_mut().filter_map(toml::Value::as_table_mut) {
-        if table.contains_key("management_url") {
+        if table.contains_key("management_url") || table.contains_key("management_urls") {
             continue;
         }
         table.insert("management_url".into(), test.management.clone().into());
