@@ -125,7 +125,9 @@ async fn a_stopped_node_and_a_memory_alarm_show_on_every_page_and_fire_the_built
     let down = format!("node {} is down since", node(3));
     let body = wait_for("the nodes API to say node 3 is down", Duration::from_secs(60), || async {
         let body = nodes_api().await?;
-        let said = body["problems"].as_array().is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&down))));
+        let said = body["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&down))));
         if running(&body, &node(3)) == Some(Value::Bool(false)) && said {
             Ok(body)
         } else {
@@ -167,7 +169,9 @@ async fn a_stopped_node_and_a_memory_alarm_show_on_every_page_and_fire_the_built
     wait_for("the nodes API to show node 2's memory alarm", Duration::from_secs(60), || async {
         let body = nodes_api().await?;
         let n2 = body["nodes"].as_array().and_then(|n| n.iter().find(|n| n["name"] == node(2).as_str()).cloned());
-        let said = body["problems"].as_array().is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&alarm))));
+        let said = body["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&alarm))));
         if n2.as_ref().is_some_and(|n| n["mem_alarm"] == true) && said {
             Ok(())
         } else {

@@ -33,7 +33,8 @@ async fn the_nodes_api_and_page_show_the_running_node_against_its_limits() {
     let name = node["name"].as_str().expect("a node name").to_string();
     assert_eq!(node["running"], true, "{body}");
     assert_eq!(body["problems"], serde_json::json!([]), "a healthy single node has no problems: {body}");
-    for key in ["mem_used", "mem_limit", "disk_free", "disk_free_limit", "fd_used", "fd_total", "proc_used", "run_queue"]
+    for key in
+        ["mem_used", "mem_limit", "disk_free", "disk_free_limit", "fd_used", "fd_total", "proc_used", "run_queue"]
     {
         if nostats {
             assert!(node[key].is_null(), "{key} is unknown without the metrics collector, not 0: {node}");
@@ -100,7 +101,9 @@ async fn the_nodes_api_and_page_show_the_running_node_against_its_limits() {
     // The built-in node rules watch the node and stay quiet.
     let (_, rules) = warren.get_json("/api/v1/alerts/rules").await;
     let ids: Vec<&str> = rules.as_array().unwrap().iter().filter_map(|r| r["id"].as_str()).collect();
-    for id in ["builtin-node-down", "builtin-memory-alarm", "builtin-disk-alarm", "builtin-fd-used", "builtin-partition"] {
+    for id in
+        ["builtin-node-down", "builtin-memory-alarm", "builtin-disk-alarm", "builtin-fd-used", "builtin-partition"]
+    {
         assert!(ids.contains(&id), "{id} in {ids:?}");
     }
     let (_, alerts) = warren.get_json("/api/v1/alerts").await;

@@ -103,7 +103,9 @@ pub async fn evaluate_once(
     // A broker not polled yet is left out: "up with no queues" would read as every queue gone.
     let inputs: Vec<BrokerInput> = live
         .iter()
-        .filter_map(|b| b.status.up.map(|up| BrokerInput { name: &b.name, up, queues: &b.queues, nodes: Some(&b.nodes) }))
+        .filter_map(|b| {
+            b.status.up.map(|up| BrokerInput { name: &b.name, up, queues: &b.queues, nodes: Some(&b.nodes) })
+        })
         .collect();
     let transitions = evaluator.evaluate(now, &inputs);
     let silences = store::silences(&state.db, true).await?;

@@ -63,7 +63,15 @@ pub fn builtin_node_rules() -> Vec<Rule> {
         rule("builtin-fd-used", "File descriptors above 90%", "fd_used_ratio", ">", 0.9, 300, "warning"),
         rule("builtin-partition", "Network partition", "partitions", ">", 0.0, 0, "critical"),
         // The line is fitted over the rule's `for_secs` (at least 10 minutes: `alerts::nodes`).
-        rule("builtin-disk-predicted", "Disk predicted to reach its limit within 1 h", "disk_free_predicted_secs", "<", 3600.0, 600, "warning"),
+        rule(
+            "builtin-disk-predicted",
+            "Disk predicted to reach its limit within 1 h",
+            "disk_free_predicted_secs",
+            "<",
+            3600.0,
+            600,
+            "warning",
+        ),
     ]
 }
 
@@ -403,7 +411,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
         let builtin = |rules: &[StoredRule]| {
-            rules.iter().filter(|r| r.source == Source::Builtin && r.rule.metric.is_node()).map(|r| r.rule.id.clone()).collect::<Vec<_>>()
+            rules
+                .iter()
+                .filter(|r| r.source == Source::Builtin && r.rule.metric.is_node())
+                .map(|r| r.rule.id.clone())
+                .collect::<Vec<_>>()
         };
         let rules = all_rules(&[], &db).await.unwrap();
         assert_eq!(builtin(&rules).len(), 6);

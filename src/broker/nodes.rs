@@ -425,10 +425,8 @@ mod tests {
     fn problems_keep_their_first_time() {
         let t0 = DateTime::from_timestamp(1_000, 0).unwrap();
         let t1 = DateTime::from_timestamp(2_000, 0).unwrap();
-        let down = Node::from_raw(
-            serde_json::from_str(r#"{"name":"rabbit@b","running":false,"mem_used":5}"#).unwrap(),
-            None,
-        );
+        let down =
+            Node::from_raw(serde_json::from_str(r#"{"name":"rabbit@b","running":false,"mem_used":5}"#).unwrap(), None);
         assert_eq!(down.mem_used, None, "a stopped node's numbers are not current");
         let alarmed = Node {
             name: "rabbit@a".into(),
@@ -441,7 +439,11 @@ mod tests {
         let kinds: Vec<_> = first.iter().map(|p| (p.node.as_str(), p.kind)).collect();
         assert_eq!(
             kinds,
-            [("rabbit@a", ProblemKind::Partition), ("rabbit@a", ProblemKind::MemoryAlarm), ("rabbit@b", ProblemKind::NodeDown)]
+            [
+                ("rabbit@a", ProblemKind::Partition),
+                ("rabbit@a", ProblemKind::MemoryAlarm),
+                ("rabbit@b", ProblemKind::NodeDown)
+            ]
         );
         let later = problems(&[alarmed, down], &first[1..], t1);
         assert_eq!(later.iter().map(|p| p.since).collect::<Vec<_>>(), [t1, t0, t0]);

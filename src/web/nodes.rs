@@ -37,7 +37,8 @@ pub fn nodes_href(broker: &str) -> String {
 
 /// The nav's "Nodes": the first broker's nodes (the page links the others).
 async fn first_broker(State(state): State<AppState>) -> Result<Redirect, PageError> {
-    let first = state.live.snapshot().into_iter().next().ok_or_else(|| WebError::NotFound("no broker is configured".into()))?;
+    let first =
+        state.live.snapshot().into_iter().next().ok_or_else(|| WebError::NotFound("no broker is configured".into()))?;
     Ok(Redirect::to(&nodes_href(&first.name)))
 }
 
@@ -85,9 +86,11 @@ async fn history_json(
     Query(range): Query<RangeQuery>,
 ) -> Result<Json<NodeHistoryJson>, ApiError> {
     broker_live(&state, &broker)?;
-    let broker_id = *state.broker_ids.get(&broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?;
+    let broker_id =
+        *state.broker_ids.get(&broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?;
     let window = range.validate(Utc::now(), super::api::poll_interval_secs(&state, &broker))?;
-    let points = crate::history::nodes::history(&state.db, broker_id, &node, window.from, window.to, window.step).await?;
+    let points =
+        crate::history::nodes::history(&state.db, broker_id, &node, window.from, window.to, window.step).await?;
     Ok(Json(NodeHistoryJson {
         note: format!(
             "A point per {}: the highest memory, descriptors, sockets, processes and run queue in it, the lowest free disk. \
@@ -191,7 +194,9 @@ fn card(broker: &str, node: &Node, nodes: &NodesLive, history_query: &str) -> No
         memory: against(bytes(node.mem_used), bytes(node.mem_limit), node.mem_ratio(), "watermark"),
         memory_alarm: alarm(node.mem_alarm),
         disk: match disk_ratio {
-            Some(r) => format!("{} free, limit {} ({:.0}x the limit)", bytes(node.disk_free), bytes(node.disk_free_limit), r),
+            Some(r) => {
+                format!("{} free, limit {} ({:.0}x the limit)", bytes(node.disk_free), bytes(node.disk_free_limit), r)
+            }
             None => format!("{} free, limit {}", bytes(node.disk_free), bytes(node.disk_free_limit)),
         },
         disk_alarm: alarm(node.disk_free_alarm),
@@ -265,7 +270,8 @@ async fn page(
         Some(q) if range.from.is_some() || range.range.is_some() => q.clone(),
         _ => "range=1h".to_string(),
     };
-    let cards: Vec<NodeCard> = live.nodes.nodes.iter().map(|n| card(&live.name, n, &live.nodes, &history_query)).collect();
+    let cards: Vec<NodeCard> =
+        live.nodes.nodes.iter().map(|n| card(&live.name, n, &live.nodes, &history_query)).collect();
     let fragment = NodesFragment {
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
         self_href: match &raw_query {

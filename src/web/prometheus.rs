@@ -198,11 +198,17 @@ const NODE_FAMILIES: &[(&str, &str, NodeValue)] = &[
     }),
     ("warren_node_fd_used", "File descriptors in use.", |n| n.fd_used.map(|v| v as f64)),
     ("warren_node_fd_total", "File descriptor limit.", |n| n.fd_total.map(|v| v as f64)),
-    ("warren_node_mem_alarm", "1 while the node's memory alarm is on.", |n| n.mem_alarm.map(|a| if a { 1.0 } else { 0.0 })),
+    ("warren_node_mem_alarm", "1 while the node's memory alarm is on.", |n| {
+        n.mem_alarm.map(|a| if a { 1.0 } else { 0.0 })
+    }),
     ("warren_node_disk_alarm", "1 while the node's free-disk alarm is on.", |n| {
         n.disk_free_alarm.map(|a| if a { 1.0 } else { 0.0 })
     }),
-    ("warren_node_partitions", "Nodes this node reports a network partition with.", crate::broker::nodes::partition_count),
+    (
+        "warren_node_partitions",
+        "Nodes this node reports a network partition with.",
+        crate::broker::nodes::partition_count,
+    ),
 ];
 
 /// The cluster's nodes, of brokers whose last poll succeeded (a down broker's nodes are not
