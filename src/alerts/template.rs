@@ -61,7 +61,7 @@ pub(super) fn template_problem(template: &str, metric: Metric) -> Option<String>
         return None;
     }
     // A broker-level alert has no queue and no number to fill in.
-    let queue_only = ["vhost", "queue", "value", "threshold"];
+    let queue_only = ["vhost", "queue", "value", "threshold", "node"];
     pieces.iter().find_map(|piece| match piece {
         Piece::Placeholder(name) if queue_only.contains(name) => {
             Some(format!("{{{name}}} has no value for broker_unreachable"))

@@ -8,9 +8,10 @@
 //!   read as unknown there.
 //! - 4.0.5 with the metrics collector off: only `name`, `running`, `type`, `being_drained`. Every
 //!   number is unknown, never 0.
+//!
 //! No version gives the Erlang version per node; the RabbitMQ version is in the node's
 //! `applications` (the `rabbit` entry). `/api/overview` gives both for the node that answered.
-//! A node that is not running keeps only its name in the answer: its numbers are unknown.
+//! A node that is not running has no current numbers: warren shows none for it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
