@@ -135,8 +135,14 @@ impl Default for AuthConfig {
 pub struct BrokerConfig {
     /// Short name used in URLs and the UI; unique.
     pub name: String,
-    /// Base URL of the management HTTP API, e.g. `http://127.0.0.1:15672`.
+    /// Base URL of the management HTTP API, e.g. `http://127.0.0.1:15672`: the first of
+    /// `management_urls`, the one asked first.
     pub management_url: reqwest::Url,
+    /// Every management listener warren may ask, in order (`management_url` first, then those
+    /// of `management_urls` not already named): in a cluster each node serves the whole
+    /// cluster's API, so when the one that answered last does not answer (stopped, booting, in
+    /// a partition), the same request goes to the next (`ManagementClient`). Never empty.
+    pub management_urls: Vec<reqwest::Url>,
     pub user: String,
     pub password: Secret,
     /// AMQP URL (without credentials; `user`/`password` are used) for message actions.
@@ -276,6 +282,7 @@ struct FileProxy {
 struct FileBroker {
     name: Option<String>,
     management_url: Option<String>,
+    management_urls: Option<Vec<String>>,
     user: Option<String>,
     password: Option<String>,
     password_env: Option<String>,
@@ -515,6 +522,7 @@ impl Config {
                 json!({
                     "name": b.name,
                     "management_url": b.management_url.as_str(),
+                    "management_urls": b.management_urls.iter().map(|u| u.as_str()).collect::<Vec<_>>(),
                     "user": b.user,
                     "amqp_url": b.amqp_url,
                     "vhosts_include": b.vhosts_include,
@@ -685,26 +693,26 @@ fn build_broker(
     let benv = |f: &str| env(&broker_env_key(&name, f));
     let cli = |pick: fn(&Overrides) -> Option<String>| cli.and_then(pick);
 
-    let url_text = cli(|o| o.management_url.clone())
-        .or_else(|| benv("MANAGEMENT_URL"))
-        .or(file.management_url)
-        .unwrap_or_else(|| "http://127.0.0.1:15672".to_string());
-    let mut management_url =
-        reqwest::Url::parse(&url_text).map_err(|e| invalid(field("management_url"), format!("{url_text:?}: {e}")))?;
-    if !matches!(management_url.scheme(), "http" | "https") {
-        return Err(invalid(field("management_url"), "must start with http:// or https://"));
+    // The list as the environment gives lists: comma-separated (`..._MANAGEMENT_URLS`).
+    let url_list: Vec<String> = match benv("MANAGEMENT_URLS") {
+        Some(text) => text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        None => file.management_urls.unwrap_or_default(),
+    };
+    let single = cli(|o| o.management_url.clone()).or_else(|| benv("MANAGEMENT_URL")).or(file.management_url);
+    let mut management_urls: Vec<reqwest::Url> = Vec::new();
+    if let Some(text) = &single {
+        management_urls.push(parse_management_url(&field("management_url"), text)?);
     }
-    if !management_url.username().is_empty() || management_url.password().is_some() {
-        return Err(invalid(
-            field("management_url"),
-            "put credentials in user / password_env / password_file, not in the URL",
-        ));
+    for (i, text) in url_list.iter().enumerate() {
+        let url = parse_management_url(&field(&format!("management_urls[{i}]")), text)?;
+        if !management_urls.contains(&url) {
+            management_urls.push(url);
+        }
     }
-    // Joining "api/..." onto the base needs a trailing slash, or the last path segment is replaced.
-    if !management_url.path().ends_with('/') {
-        let path = format!("{}/", management_url.path());
-        management_url.set_path(&path);
+    if management_urls.is_empty() {
+        management_urls.push(parse_management_url(&field("management_url"), "http://127.0.0.1:15672")?);
     }
+    let management_url = management_urls[0].clone();
 
     let user = cli(|o| o.user.clone()).or_else(|| benv("USER")).or(file.user).unwrap_or_else(|| "guest".to_string());
 
@@ -800,6 +808,7 @@ fn build_broker(
     Ok(BrokerConfig {
         name,
         management_url,
+        management_urls,
         user,
         password: Secret::new(password),
         amqp_url,
@@ -819,6 +828,23 @@ fn build_broker(
                 .min(MAX_SCHEDULED_HOLD_LIMIT_SECS),
         ),
     })
+}
+
+/// A management API base URL: http or https, no credentials, and a trailing slash (joining
+/// "api/..." onto a base without one replaces its last path segment).
+fn parse_management_url(field: &str, text: &str) -> Result<reqwest::Url, ConfigError> {
+    let mut url = reqwest::Url::parse(text).map_err(|e| invalid(field, format!("{text:?}: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid(field, "must start with http:// or https://"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(field, "put credentials in user / password_env / password_file, not in the URL"));
+    }
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    Ok(url)
 }
 
 fn read_password_file(field: &str, path: &Path) -> Result<String, ConfigError> {
@@ -928,6 +954,44 @@ mod tests {
             (broker.stats_min_interval, broker.stats_max_interval),
             (Duration::from_secs(10), Duration::from_secs(60))
         );
+    }
+
+    /// A cluster's management listeners: the list alone, beside `management_url` (which goes
+    /// first), from the environment, and printed back by `check-config`.
+    #[test]
+    fn a_broker_may_list_several_management_urls() {
+        let config = Config::from_toml(
+            "[[brokers]]\nname = \"c\"\nmanagement_urls = [\"http://a:15672\", \"http://b:15672/x\"]\n",
+        )
+        .unwrap();
+        let urls: Vec<&str> = config.brokers[0].management_urls.iter().map(|u| u.as_str()).collect();
+        assert_eq!(urls, ["http://a:15672/", "http://b:15672/x/"]);
+        assert_eq!(config.brokers[0].management_url.as_str(), "http://a:15672/");
+        // The Prometheus default stays on the first one's host.
+        assert_eq!(config.brokers[0].prometheus_url.as_ref().map(|u| u.as_str()), Some("http://a:15692/"));
+
+        let both = Config::from_toml(
+            "[[brokers]]\nmanagement_url = \"http://b:15672\"\nmanagement_urls = [\"http://a:15672\", \"http://b:15672\"]\n",
+        )
+        .unwrap();
+        let urls: Vec<&str> = both.brokers[0].management_urls.iter().map(|u| u.as_str()).collect();
+        assert_eq!(urls, ["http://b:15672/", "http://a:15672/"], "management_url first, no repeats");
+        let printed = both.to_toml();
+        assert!(printed.contains(r#"management_urls = ["http://b:15672/", "http://a:15672/"]"#), "{printed}");
+        let again = Config::from_toml(&printed).unwrap();
+        assert_eq!(again.brokers[0].management_urls, both.brokers[0].management_urls);
+
+        let env = |key: &str| {
+            (key == "WARREN_BROKER_LOCAL_MANAGEMENT_URLS").then(|| "http://c:15672, http://d:15672".to_string())
+        };
+        let from_env = Config::build(FileConfig::default(), &env, &Overrides::default()).unwrap();
+        let urls: Vec<&str> = from_env.brokers[0].management_urls.iter().map(|u| u.as_str()).collect();
+        assert_eq!(urls, ["http://c:15672/", "http://d:15672/"]);
+
+        let err = Config::from_toml("[[brokers]]\nmanagement_urls = [\"http://a:1\", \"ftp://b\"]\n").unwrap_err();
+        assert!(err.to_string().contains("brokers[0].management_urls[1]"), "{err}");
+        let err = Config::from_toml("[[brokers]]\nmanagement_urls = [\"http://u:p@a:1\"]\n").unwrap_err();
+        assert!(err.to_string().contains("credentials"), "{err}");
     }
 
     #[test]

@@ -215,6 +215,8 @@ pub struct BrokerStatus {
     pub cluster_name: Option<String>,
     /// False when the broker collects no message stats (rates unavailable, not zero).
     pub stats_enabled: Option<bool>,
+    /// Which management URL answers, and each URL's last failure (several for a cluster).
+    pub management: crate::broker::management::Endpoints,
 }
 
 /// Sums over the watched queues of a broker.

@@ -7,8 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::Cluster;
-use common::wait_for;
+use common::cluster::{Cluster, ClusterVhost};
+use common::{declare, publish, wait_for, Warren};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde_json::Value;
 
 /// (name, running) of every node, as node `asked` reports them; Err when it does not answer.
@@ -30,7 +31,10 @@ async fn assert_whole(cluster: &Cluster) {
         let seen = running_as_seen_by(cluster, asked).await.expect("a whole cluster answers on every node");
         let names: Vec<&str> = cluster.nodes().iter().map(|n| n.name.as_str()).collect();
         for name in &names {
-            assert!(seen.iter().any(|(n, running)| n == name && *running), "node {asked} sees {name} running: {seen:?}");
+            assert!(
+                seen.iter().any(|(n, running)| n == name && *running),
+                "node {asked} sees {name} running: {seen:?}"
+            );
         }
         assert_eq!(seen.len(), 3, "node {asked} sees three nodes: {seen:?}");
     }
@@ -68,7 +72,10 @@ async fn the_harness_stops_a_node_its_peers_see_it_down_and_it_rejoins() {
     let cluster = Cluster::get().await;
     assert_whole(&cluster).await;
     wait_for("the memory alarm to clear after the restore", Duration::from_secs(30), || async {
-        let nodes = cluster.management_get(2, "/api/nodes?columns=name,mem_alarm").await.ok_or_else(|| "node 2 does not answer".to_string())?;
+        let nodes = cluster
+            .management_get(2, "/api/nodes?columns=name,mem_alarm")
+            .await
+            .ok_or_else(|| "node 2 does not answer".to_string())?;
         let clear = nodes.as_array().is_some_and(|n| n.iter().all(|n| n["mem_alarm"] == false));
         if clear {
             Ok(())
@@ -80,7 +87,7 @@ async fn the_harness_stops_a_node_its_peers_see_it_down_and_it_rejoins() {
 }
 
 /// The node alert of `rule` on `node`, if pending or firing.
-async fn node_alert(warren: &common::Warren, rule: &str, node: &str) -> Option<Value> {
+async fn node_alert(warren: &Warren, rule: &str, node: &str) -> Option<Value> {
     let (_, alerts) = warren.get_json("/api/v1/alerts").await;
     alerts.as_array()?.iter().find(|a| a["rule_id"] == rule && a["key"]["node"] == node).cloned()
 }
@@ -94,7 +101,7 @@ async fn node_alert(warren: &common::Warren, rule: &str, node: &str) -> Option<V
 async fn a_stopped_node_and_a_memory_alarm_show_on_every_page_and_fire_the_built_in_alerts() {
     let cluster = Cluster::get().await;
     let entry = cluster.node(1);
-    let warren = common::Warren::start(&format!(
+    let warren = Warren::start(&format!(
         "[[brokers]]\nname = \"c\"\nmanagement_url = {:?}\namqp_url = {:?}\nprometheus_url = {:?}\npoll_interval_secs = 2\n",
         entry.management, entry.amqp, entry.prometheus
     ))
@@ -192,5 +199,92 @@ async fn a_stopped_node_and_a_memory_alarm_show_on_every_page_and_fire_the_built
     assert!(metrics.contains(&format!("warren_node_mem_alarm{{broker=\"c\",node=\"{}\"}} 1", node(2))), "{metrics}");
     // The guard sets the default watermark back too, also when an assertion above failed.
     cluster.ctl(2, &["set_vm_memory_high_watermark", "0.6"]).await;
+    warren.stop().await;
+}
+
+/// Issue 20, must-have 5: warren given every node's management URL keeps watching the cluster
+/// through another node when the one it asked stops, and says which URL answers. With only
+/// node 1's URL the broker would be down in warren for as long as node 1 is.
+#[tokio::test]
+async fn polling_moves_to_another_management_url_when_the_first_node_stops() {
+    let cluster = Cluster::get().await;
+    let vhost = ClusterVhost::create(&cluster, 2, "failover").await;
+    // Through node 2: the classic queue lives on node 2 (client-local leader), so stopping
+    // node 1 leaves it and its messages in place.
+    let connection =
+        Connection::connect(&cluster.node(2).amqp_with_guest(&vhost.name), ConnectionProperties::default())
+            .await
+            .expect("AMQP connection to node 2");
+    let channel = connection.create_channel().await.expect("channel");
+    channel.confirm_select(Default::default()).await.expect("confirm mode");
+    declare(&channel, "orders", false).await;
+    publish(&channel, "orders", 5, BasicProperties::default()).await;
+
+    let urls: Vec<String> = cluster.nodes().iter().map(|n| format!("{:?}", n.management)).collect();
+    let warren = Warren::start(&format!(
+        "[[brokers]]\nname = \"local\"\nmanagement_urls = [{}]\namqp_url = {:?}\nprometheus_url = {:?}\n\
+         vhosts_include = [{:?}]\npoll_interval_secs = 1\n",
+        urls.join(", "),
+        cluster.node(2).amqp,
+        // Node 1's plugin: it goes down with node 1, and depth must keep coming (from the
+        // management listing of another node).
+        cluster.node(1).prometheus,
+        vhost.name
+    ))
+    .await;
+    let ready = |want: u64| {
+        let (warren, vhost) = (&warren, &vhost);
+        async move {
+            let q = warren.queue(&vhost.name, "orders").await.ok_or("orders not listed yet")?;
+            if q["ready"] == want {
+                Ok(())
+            } else {
+                Err(format!("ready={} (want {want})", q["ready"]))
+            }
+        }
+    };
+    wait_for("warren to show the 5 messages", Duration::from_secs(60), || ready(5)).await;
+    let (_, brokers) = warren.get_json("/api/v1/brokers").await;
+    let node1 = cluster.node(1).management.clone() + "/";
+    assert_eq!(brokers[0]["status"]["management"]["answering"], node1.as_str(), "node 1 answers first: {brokers}");
+
+    cluster.stop_node(1).await;
+    let stopped = std::time::Instant::now();
+    publish(&channel, "orders", 7, BasicProperties::default()).await;
+    wait_for("warren to show 12 messages with node 1 stopped", Duration::from_secs(60), || ready(12)).await;
+    // For the README: how long depth took to come back through another node (the management
+    // stats lag the queue by up to 5 s on their own).
+    eprintln!("depth through another node {:?} after node 1 stopped", stopped.elapsed());
+    let (status, brokers) = warren.get_json("/api/v1/brokers").await;
+    assert_eq!(status, 200);
+    let broker = &brokers[0];
+    let management = &broker["status"]["management"];
+    let answering = management["answering"].as_str().unwrap_or_default();
+    assert!(
+        [2, 3].iter().any(|&n| answering == format!("{}/", cluster.node(n).management)),
+        "node 2 or 3 answers now: {management}"
+    );
+    assert_eq!(broker["status"]["up"], true, "the broker stays up in warren: {broker}");
+    let node1_record = management["urls"]
+        .as_array()
+        .and_then(|urls| urls.iter().find(|u| u["url"] == node1.as_str()))
+        .unwrap_or_else(|| panic!("node 1's URL is listed: {management}"));
+    assert!(
+        node1_record["last_error"].as_str().is_some_and(|e| !e.is_empty()),
+        "node 1's failure stays visible: {management}"
+    );
+    let (status, page) = warren.get_text("/brokers/local").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(&format!("<code>{answering}</code></td><td><strong class=\"management-state answering\">")),
+        "the broker page names the URL that answers ({answering}):\n{page}"
+    );
+    assert!(
+        page.contains(&format!("<code>{node1}</code></td><td><strong class=\"management-state failing\">")),
+        "the broker page says node 1's URL fails:\n{page}"
+    );
+
+    connection.close(200, "done").await.ok();
+    cluster.start_node(1).await;
     warren.stop().await;
 }

@@ -164,6 +164,61 @@ async fn broker_failures_show_as_down_and_recover() {
     connection.close(0, "done").await.ok();
 }
 
+/// Several management URLs (a cluster's nodes): a first one that answers 503, as a booting node
+/// does, passes each request to the next, which serves the broker; the broker stays up and the
+/// first URL's failure stays visible (issue 20, must-have 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answering_503_passes_polling_to_the_next_management_url() {
+    let vhost = TestVhost::create("failover").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "steady", false).await;
+    publish(&channel, "steady", 4, BasicProperties::default()).await;
+
+    let booting = axum::Router::new().fallback(|| async {
+        (StatusCode::SERVICE_UNAVAILABLE, "{\"error\":\"not_ready\",\"reason\":\"node is booting\"}")
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let booting_url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, booting).await });
+    let warren = Warren::start(&format!(
+        "[[brokers]]\nname = \"local\"\nmanagement_urls = [{booting_url:?}, {:?}]\namqp_url = {:?}\n\
+         prometheus_url = {:?}\nvhosts_include = [{:?}]\npoll_interval_secs = 1\n",
+        broker().management,
+        broker().amqp,
+        broker().prometheus,
+        vhost.name
+    ))
+    .await;
+    let v = vhost.name.clone();
+    let b = wait_for("the broker up through the second URL, the queue listed", Duration::from_secs(30), || {
+        let (warren, v) = (&warren, v.clone());
+        async move {
+            let b = broker_status(warren).await;
+            match warren.queue(&v, "steady").await {
+                Some(q) if b["status"]["up"] == true && q["ready"] == 4 => Ok(b),
+                other => Err(format!("up={} error={} queue={other:?}", b["status"]["up"], b["status"]["error"])),
+            }
+        }
+    })
+    .await;
+    let management = &b["status"]["management"];
+    assert_eq!(management["answering"], format!("{}/", broker().management), "{management}");
+    let first = &management["urls"][0];
+    assert_eq!(first["url"], format!("{booting_url}/"), "{management}");
+    assert!(
+        first["last_error"].as_str().is_some_and(|e| e.contains("HTTP 503") && e.contains("node is booting")),
+        "the booting node's 503 stays visible: {management}"
+    );
+    assert!(first["last_answer_at"].is_null(), "a 5xx is not an answer: {management}");
+    let (_, page) = warren.get_text("/brokers/local").await;
+    assert!(page.contains("management-state failing\">failing"), "the broker page says the first URL fails: {page}");
+
+    server.abort();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_reported_as_such() {
     let warren = Warren::start(

@@ -57,13 +57,53 @@ pub enum BrokerError {
 }
 
 /// One broker's management API, with its own connection pool.
+///
+/// A cluster may be given as several management URLs (`management_urls`): every node serves
+/// the whole cluster's API, so a request goes to the URL that answered last, and when that one
+/// does not answer (refused, timed out, or a 5xx such as the 503 of a booting node or one in a
+/// minority partition) the same request goes to the next, which is then remembered. Requests
+/// stay one after the other: a failover is never a second request in flight. Clones share what
+/// they learnt (`endpoints`).
 #[derive(Clone)]
 pub struct ManagementClient {
     http: reqwest::Client,
-    base: reqwest::Url,
+    bases: Arc<[reqwest::Url]>,
+    health: Arc<std::sync::Mutex<Endpoints>>,
     user: String,
     password: crate::config::Secret,
     timeout: Duration,
+}
+
+/// Which management URL answers, and what went wrong with each one last: the broker page and
+/// `GET /api/v1/brokers` show it, so a failover never hides a node's errors.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Endpoints {
+    /// The URL that answered the last request; `None` before the first request and when no
+    /// URL answered it.
+    pub answering: Option<String>,
+    pub urls: Vec<EndpointHealth>,
+    /// The URL number requests go to first: the one that answered last.
+    #[serde(skip)]
+    preferred: usize,
+}
+
+/// One management URL's record.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct EndpointHealth {
+    pub url: String,
+    /// When it last answered (any HTTP answer that is not a 5xx).
+    pub last_answer_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it last failed, and why (the request then went to the next URL).
+    pub last_failure_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub last_error: Option<String>,
+}
+
+/// How a request to one URL ended, for the failover.
+enum Attempt {
+    /// An answer from the API (success or an error it gave, such as 401 or 404): final.
+    Answered(Result<bytes::Bytes, BrokerError>),
+    /// The URL did not serve the API: worth asking the next.
+    Failed(BrokerError),
 }
 
 impl ManagementClient {
@@ -74,9 +114,20 @@ impl ManagementClient {
             .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("TLS backend initialises");
+        let bases: Arc<[reqwest::Url]> = if broker.management_urls.is_empty() {
+            Arc::from(vec![broker.management_url.clone()])
+        } else {
+            broker.management_urls.clone().into()
+        };
+        let health = Endpoints {
+            answering: None,
+            urls: bases.iter().map(|u| EndpointHealth { url: u.to_string(), ..Default::default() }).collect(),
+            preferred: 0,
+        };
         ManagementClient {
             http,
-            base: broker.management_url.clone(),
+            bases,
+            health: Arc::new(std::sync::Mutex::new(health)),
             user: broker.user.clone(),
             password: broker.password.clone(),
             timeout: broker.request_timeout,
@@ -112,6 +163,20 @@ impl ManagementClient {
         Ok((value, body.len()))
     }
 
+    /// GETs a health check (`api/health/checks/...`), whose 503 is its verdict (an alarm in
+    /// force, say), not a node that fails to serve: it does not move to the next URL then.
+    pub async fn health_check<T: DeserializeOwned>(&self, path: &str) -> Result<(T, usize), BrokerError> {
+        let body = self.send_with(reqwest::Method::GET, path, None, false).await?;
+        let value = serde_json::from_slice(&body)
+            .map_err(|e| BrokerError::Malformed { path: strip_query(path), detail: e.to_string() })?;
+        Ok((value, body.len()))
+    }
+
+    /// Which URL answers now and the last failure of each, as of the last request.
+    pub fn endpoints(&self) -> Endpoints {
+        self.health.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// One request; a 2xx answer's body, or the error that says why not.
     async fn send(
         &self,
@@ -119,29 +184,108 @@ impl ManagementClient {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<bytes::Bytes, BrokerError> {
-        let url =
-            self.base.join(path).map_err(|e| BrokerError::Malformed { path: path.into(), detail: e.to_string() })?;
+        self.send_with(method, path, body, true).await
+    }
+
+    /// One request, to the URL that answered last, then to each other URL in turn while they
+    /// fail. Every URL's failure is recorded; when all fail, the error is that of the URL tried
+    /// first (the one that answered before), with the others' in `endpoints`.
+    async fn send_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        fail_over_on_5xx: bool,
+    ) -> Result<bytes::Bytes, BrokerError> {
+        let start = self.health.lock().unwrap_or_else(|p| p.into_inner()).preferred;
+        let mut first_error = None;
+        for step in 0..self.bases.len() {
+            let index = (start + step) % self.bases.len();
+            let attempt = self.attempt(index, method.clone(), path, body, fail_over_on_5xx).await;
+            let now = chrono::Utc::now();
+            let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+            match attempt {
+                Attempt::Answered(result) => {
+                    health.preferred = index;
+                    health.answering = Some(self.bases[index].to_string());
+                    health.urls[index].last_answer_at = Some(now);
+                    return result;
+                }
+                Attempt::Failed(error) => {
+                    health.urls[index].last_failure_at = Some(now);
+                    health.urls[index].last_error = Some(error.to_string());
+                    if self.bases.len() > 1 {
+                        tracing::warn!(url = %self.bases[index], %error, "management URL failed; trying the next");
+                    }
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        self.health.lock().unwrap_or_else(|p| p.into_inner()).answering = None;
+        Err(first_error.unwrap_or_else(|| BrokerError::Unreachable("no management URL configured".into())))
+    }
+
+    /// `path` asked of URL number `index`. Only a GET moves on after a timeout or a 5xx: a PUT
+    /// or DELETE that was sent may have been done, so it moves on only when it could not connect.
+    async fn attempt(
+        &self,
+        index: usize,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        fail_over_on_5xx: bool,
+    ) -> Attempt {
+        let base = &self.bases[index];
+        let idempotent = method == reqwest::Method::GET;
+        let url = match base.join(path) {
+            Ok(url) => url,
+            Err(e) => {
+                return Attempt::Answered(Err(BrokerError::Malformed { path: path.into(), detail: e.to_string() }))
+            }
+        };
         let mut request = self.http.request(method, url);
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request
-            .basic_auth(&self.user, Some(self.password.expose()))
-            .timeout(self.timeout)
-            .send()
-            .await
-            .map_err(|e| self.transport_error(e))?;
+        let sent = request.basic_auth(&self.user, Some(self.password.expose())).timeout(self.timeout).send().await;
+        let response = match sent {
+            Ok(response) => response,
+            Err(e) => {
+                let moves_on = idempotent || e.is_connect();
+                let error = self.transport_error(base, e);
+                return if moves_on { Attempt::Failed(error) } else { Attempt::Answered(Err(error)) };
+            }
+        };
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| self.transport_error(e))?;
-        match status.as_u16() {
+        let body = match response.bytes().await {
+            Ok(body) => body,
+            Err(e) => {
+                let error = self.transport_error(base, e);
+                return if idempotent { Attempt::Failed(error) } else { Attempt::Answered(Err(error)) };
+            }
+        };
+        let result = match status.as_u16() {
             200..=299 => Ok(body),
             401 => Err(BrokerError::Unauthorized { status: 401 }),
             403 => Err(BrokerError::Forbidden { status: 403 }),
             code => Err(BrokerError::Http { status: code, path: strip_query(path), body: snippet(&body) }),
+        };
+        match result {
+            Err(error @ BrokerError::Http { status: 500..=599, .. }) if idempotent && fail_over_on_5xx => {
+                // The 5xx of one node (booting: 503; in a minority partition) is not the
+                // cluster's answer: another node may serve it.
+                Attempt::Failed(match error {
+                    BrokerError::Http { status, path, body } => {
+                        BrokerError::Http { status, path, body: format!("{body} (at {base})") }
+                    }
+                    other => other,
+                })
+            }
+            result => Attempt::Answered(result),
         }
     }
 
-    fn transport_error(&self, e: reqwest::Error) -> BrokerError {
+    fn transport_error(&self, base: &reqwest::Url, e: reqwest::Error) -> BrokerError {
         if e.is_timeout() {
             return BrokerError::Timeout(self.timeout);
         }
@@ -152,7 +296,7 @@ impl ManagementClient {
             detail = cause.to_string();
             source = cause.source();
         }
-        BrokerError::Unreachable(format!("{}: {detail}", self.base))
+        BrokerError::Unreachable(format!("{base}: {detail}"))
     }
 
     pub async fn overview(&self) -> Result<(Overview, usize), BrokerError> {

@@ -249,6 +249,8 @@ impl Poller {
         .await?;
         restore::seed(&db, &live, &broker.name, broker_id, last_known).await?;
         let client = ManagementClient::new(&broker);
+        let management = client.endpoints();
+        live.update(&broker.name, |b| b.status.management = management);
         let prometheus = broker.prometheus_url.clone().map(|url| PrometheusClient::new(&broker, url));
         let load = BrokerLoad {
             prometheus: PrometheusState {
@@ -382,7 +384,11 @@ impl Poller {
             };
             self.live.poll_finished();
             let next = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-            self.live.update(&self.broker.name, |b| b.status.next_poll_at = Some(next));
+            let management = self.client.endpoints();
+            self.live.update(&self.broker.name, |b| {
+                b.status.next_poll_at = Some(next);
+                b.status.management = management;
+            });
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
@@ -815,7 +821,7 @@ impl Poller {
     /// A resource alarm (memory or disk) from the broker's health check, which answers 503 then.
     /// Other failures of the check (an old version without it) say nothing about alarms.
     async fn check_alarms(&mut self, calls: &mut PollCalls) -> Option<String> {
-        let check = self.client.get::<serde_json::Value>("api/health/checks/alarms");
+        let check = self.client.health_check::<serde_json::Value>("api/health/checks/alarms");
         match timed(&mut self.load, &mut calls.cheap, "management", "/api/health/checks/alarms", check).await {
             Err(BrokerError::Http { status: 503, body, .. }) => Some(body),
             _ => None,

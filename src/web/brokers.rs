@@ -58,6 +58,15 @@ struct SourceRow {
     age: String,
 }
 
+/// One management URL on the broker page.
+struct ManagementRow {
+    url: String,
+    /// answering, failing (its last request failed), standby (asked before, or never).
+    state: &'static str,
+    last_answer: String,
+    last_failure: Option<String>,
+}
+
 struct CallRow {
     at: String,
     source: &'static str,
@@ -73,6 +82,7 @@ struct CallRow {
 struct LoadFragment {
     freshness: Freshness,
     href: String,
+    management: Vec<ManagementRow>,
     prometheus_url: String,
     prometheus_state: &'static str,
     prometheus_reason: String,
@@ -115,6 +125,24 @@ async fn page(
     let fragment = LoadFragment {
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
         href: format!("/brokers/{}", encode_segment(&live.name)),
+        management: live
+            .status
+            .management
+            .urls
+            .iter()
+            .map(|u| ManagementRow {
+                url: u.url.clone(),
+                state: if live.status.management.answering.as_deref() == Some(u.url.as_str()) {
+                    "answering"
+                } else if u.last_failure_at.is_some() && u.last_failure_at >= u.last_answer_at {
+                    "failing"
+                } else {
+                    "standby"
+                },
+                last_answer: format::ago(u.last_answer_at, now),
+                last_failure: u.last_error.as_ref().map(|e| format!("{}: {e}", format::ago(u.last_failure_at, now))),
+            })
+            .collect(),
         prometheus_url: p.url.clone().unwrap_or_else(|| "off".into()),
         prometheus_state: match p.available {
             Some(true) => "in use",

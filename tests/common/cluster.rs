@@ -3,7 +3,7 @@
 //! whatever `WARREN_TEST_BROKER` says.
 //!
 //! Cluster tests change the cluster (a node stopped, an alarm forced), so `Cluster::get` hands
-//! out one guard at a time: an exclusive lock on a file, which also keeps the test binaries of
+//! out one guard at a time: an exclusive lock (a local port), which also keeps the test binaries of
 //! other checkouts on this machine away. Dropping the guard restores the cluster (every node
 //! running and clustered, memory and disk limits back to their defaults), also when the test
 //! panicked; `get` restores it too, for a test process that was killed before its guard dropped.
@@ -19,6 +19,11 @@ use serde_json::Value;
 /// 4.0's defaults (`rabbitmqctl environment` on these nodes), which the guard restores.
 const DEFAULT_MEMORY_WATERMARK: &str = "0.6";
 const DEFAULT_DISK_FREE_LIMIT: &str = "50000000";
+
+/// The cluster lock: held by listening here (beside the cluster's Prometheus ports).
+const LOCK_ADDR: &str = "127.0.0.1:15709";
+/// Cluster tests take a minute or two each; past this something holds the lock for good.
+const LOCK_WAIT: Duration = Duration::from_secs(30 * 60);
 
 /// One node of the test cluster. URLs have no trailing slash and no credentials (guest/guest).
 #[derive(Debug, Clone)]
@@ -54,8 +59,8 @@ pub struct Cluster {
     nodes: Vec<ClusterNode>,
     /// Nodes whose memory watermark or disk limit a test set through `ctl`: reset on drop.
     limits_changed: std::sync::Mutex<Vec<usize>>,
-    /// Held for the guard's life; the lock goes with the file.
-    _lock: std::fs::File,
+    /// Held for the guard's life: the lock (`LOCK_ADDR`) goes with it.
+    _lock: std::net::TcpListener,
 }
 
 impl Cluster {
@@ -63,19 +68,23 @@ impl Cluster {
     /// in ~35 s), and returns it with all three nodes running and default limits. A cluster
     /// that cannot be started is a panic that says why, never a skip.
     pub async fn get() -> Cluster {
-        let lock = tokio::task::spawn_blocking(|| {
-            let path = std::env::temp_dir().join("warren-cluster-tests.lock");
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .unwrap_or_else(|e| panic!("cluster lock {}: {e}", path.display()));
-            file.lock().unwrap_or_else(|e| panic!("cluster lock {}: {e}", path.display()));
-            file
-        })
-        .await
-        .expect("lock task");
+        // A listening socket on a fixed local port is the lock: a second bind fails, in this
+        // process and in any other, and the kernel frees it when the process ends however it
+        // ends (a file lock, `File::lock`, needs Rust 1.89; the crate supports 1.85).
+        let started = std::time::Instant::now();
+        let lock = loop {
+            match std::net::TcpListener::bind(LOCK_ADDR) {
+                Ok(listener) => break listener,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    assert!(
+                        started.elapsed() < LOCK_WAIT,
+                        "waited {LOCK_WAIT:?} for the cluster lock ({LOCK_ADDR} stays taken: another cluster test, or something else on that port)"
+                    );
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("cluster lock {LOCK_ADDR}: {e}"),
+            }
+        };
         blocking(|| restore(Vec::new())).await;
         Cluster { nodes: (1..=3).map(ClusterNode::numbered).collect(), limits_changed: Default::default(), _lock: lock }
     }
@@ -167,7 +176,8 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
 /// that answers (blocking).
 fn alarmed_nodes() -> Vec<usize> {
     for node in 1..=3 {
-        let url = format!("{}/api/nodes?columns=name,mem_alarm,disk_free_alarm", ClusterNode::numbered(node).management);
+        let url =
+            format!("{}/api/nodes?columns=name,mem_alarm,disk_free_alarm", ClusterNode::numbered(node).management);
         let output = Command::new("curl").args(["-fsS", "-m", "10", "-u", "guest:guest", &url]).output();
         let Ok(output) = output else { continue };
         let Ok(nodes) = serde_json::from_slice::<Vec<Value>>(&output.stdout) else { continue };
@@ -218,7 +228,10 @@ impl ClusterVhost {
         let vhost = super::encode(&name);
         for (path, body) in [
             (format!("/api/vhosts/{vhost}"), serde_json::json!({})),
-            (format!("/api/permissions/{vhost}/guest"), serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"})),
+            (
+                format!("/api/permissions/{vhost}/guest"),
+                serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
+            ),
         ] {
             let response = http
                 .put(format!("{management}{path}"))

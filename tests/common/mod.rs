@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 pub mod broker;
-pub mod cluster;
 pub mod browser;
+pub mod cluster;
 pub mod dead_letters;
 
 use std::future::Future;
