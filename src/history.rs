@@ -19,6 +19,7 @@ use sqlx::Row;
 use crate::metrics::rate_from_milli;
 
 pub mod last_known;
+pub mod nodes;
 pub mod rollup;
 pub mod series;
 pub mod storage;

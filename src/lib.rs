@@ -219,6 +219,10 @@ async fn retention_cleanup(state: &AppState, broker_ids: &[i64], windows: histor
         Ok(removed) => tracing::debug!(removed, "history cleanup done"),
         Err(e) => tracing::error!(error = %e, "history cleanup failed; will retry"),
     }
+    match history::nodes::prune(&state.db, now, windows).await {
+        Ok(removed) => tracing::debug!(removed, "node history thinned"),
+        Err(e) => tracing::error!(error = %e, "node history cleanup failed; will retry"),
+    }
     // Alert history and the delivery log follow the longest window. The audit log is kept: it
     // is the record of who changed what on the brokers.
     let cutoff = now - state.config.retention.as_secs() as i64;

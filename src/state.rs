@@ -114,6 +114,23 @@ impl Live {
         all
     }
 
+    /// The cluster problems every page's banner shows: of each broker whose last poll succeeded,
+    /// as "Cluster NAME: node X is down since ...". A broker that does not answer says so on its
+    /// own; its nodes' last known state is not news.
+    pub fn cluster_problems(&self) -> Vec<String> {
+        let map = self.brokers.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut out: Vec<String> = map
+            .values()
+            .filter(|b| b.status.up == Some(true))
+            .flat_map(|b| {
+                let cluster = b.status.cluster_name.as_deref().unwrap_or(&b.name);
+                b.nodes.problems.iter().map(move |p| format!("Cluster {cluster} (broker {}): {}", b.name, p.text()))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     pub fn broker(&self, name: &str) -> Option<BrokerLive> {
         let map = self.brokers.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         map.get(name).cloned()
@@ -145,6 +162,9 @@ pub struct BrokerLive {
     /// Exchanges and bindings of the watched vhosts (the exchanges page, queue routing).
     #[serde(skip)]
     pub topology: Arc<crate::broker::exchanges::TopologyLive>,
+    /// The cluster's nodes and their problems (`broker::nodes`).
+    #[serde(skip)]
+    pub nodes: crate::broker::nodes::NodesLive,
 }
 
 /// Rates of one vhost (publish, confirm, ack, deliver, redeliver, unroutable).
@@ -167,6 +187,7 @@ impl BrokerLive {
             clients: None,
             connection_churn_per_sec: None,
             topology: Arc::default(),
+            nodes: Default::default(),
         }
     }
 

@@ -194,6 +194,7 @@ var warrenCharts = [];
   // Which data a chart shows: long ranges come from warren's roll-ups, where each point is the
   // average of a step (min, max and last are in the JSON).
   function resolutionText(body) {
+    if (body.note) { return body.note; }
     if (!body.resolution || !body.step) { return ""; }
     if (body.resolution === "raw") { return "Raw samples, a point every " + duration(body.step) + "."; }
     var source = body.resolution === "1h" ? "1-hour" : "1-minute";

@@ -204,6 +204,7 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
         ("broker", "/brokers/local".to_string()),
         ("clients", "/brokers/local/clients".to_string()),
         ("exchanges", "/brokers/local/exchanges".to_string()),
+        ("nodes", "/brokers/local/nodes".to_string()),
         ("access", "/access".to_string()),
         ("job", format!("/jobs/{job_id}")),
         ("not-found", "/no-such-page".to_string()),

@@ -250,3 +250,119 @@ async fn polling_moves_to_another_management_url_when_the_first_node_stops() {
     cluster.start_node(1).await;
     warren.stop().await;
 }
+
+/// The node alert of `rule` on `node`, if pending or firing.
+async fn node_alert(warren: &Warren, rule: &str, node: &str) -> Option<Value> {
+    let (_, alerts) = warren.get_json("/api/v1/alerts").await;
+    alerts.as_array()?.iter().find(|a| a["rule_id"] == rule && a["key"]["node"] == node).cloned()
+}
+
+/// Issue 20, must-haves 1 and 4 (nodes): warren polls the cluster through node 1; node 3 stops
+/// mid-test: the nodes API and page say which node is down, every page shows the banner, the
+/// built-in node-down alert fires. Then a memory alarm forced on node 2: the API shows it, the
+/// built-in memory alarm alert fires. The guard restores the node and the watermark, also when
+/// the test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_and_a_memory_alarm_show_on_every_page_and_fire_the_built_in_alerts() {
+    let cluster = Cluster::get().await;
+    let entry = cluster.node(1);
+    let warren = Warren::start(&format!(
+        "[[brokers]]\nname = \"c\"\nmanagement_url = {:?}\namqp_url = {:?}\nprometheus_url = {:?}\npoll_interval_secs = 2\n",
+        entry.management, entry.amqp, entry.prometheus
+    ))
+    .await;
+    let node = |i: usize| cluster.node(i).name.clone();
+    let nodes_api = || async {
+        let (status, body) = warren.get_json("/api/v1/brokers/c/nodes").await;
+        if status == 200 && body["as_of"].is_i64() {
+            Ok(body)
+        } else {
+            Err(format!("{status} {body}"))
+        }
+    };
+    let running = |body: &Value, name: &str| {
+        body["nodes"].as_array().and_then(|n| n.iter().find(|n| n["name"] == name)).map(|n| n["running"].clone())
+    };
+    wait_for("warren to see three running nodes", Duration::from_secs(60), || async {
+        let body = nodes_api().await?;
+        if (1..=3).all(|i| running(&body, &node(i)) == Some(Value::Bool(true))) {
+            Ok(())
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await;
+
+    cluster.stop_node(3).await;
+    let down = format!("node {} is down since", node(3));
+    let body = wait_for("the nodes API to say node 3 is down", Duration::from_secs(60), || async {
+        let body = nodes_api().await?;
+        let said = body["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&down))));
+        if running(&body, &node(3)) == Some(Value::Bool(false)) && said {
+            Ok(body)
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await;
+    let stopped = body["nodes"].as_array().unwrap().iter().find(|n| n["name"] == node(3).as_str()).unwrap().clone();
+    assert!(stopped["mem_used"].is_null() && stopped["fd_used"].is_null(), "a stopped node has no numbers: {stopped}");
+    let (_, page) = warren.get_text("/brokers/c/nodes").await;
+    assert!(page.contains(&node(3)) && page.contains("node-status\">down"), "{page}");
+    for path in ["/queues", "/alerts", "/"] {
+        let (_, other) = warren.get_text(path).await;
+        assert!(other.contains("cluster-problems") && other.contains(&down), "the banner on {path}: {other}");
+    }
+    wait_for("the built-in node-down alert to fire", Duration::from_secs(90), || async {
+        match node_alert(&warren, "builtin-node-down", &node(3)).await {
+            Some(a) if a["phase"] == "firing" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(node_alert(&warren, "builtin-node-down", &node(1)).await.is_none(), "only the stopped node");
+
+    cluster.start_node(3).await;
+    wait_for("node 3 to be running again, without a banner", Duration::from_secs(60), || async {
+        let body = nodes_api().await?;
+        let (_, queues) = warren.get_text("/queues").await;
+        if running(&body, &node(3)) == Some(Value::Bool(true)) && !queues.contains("cluster-problems") {
+            Ok(())
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await;
+
+    cluster.ctl(2, &["set_vm_memory_high_watermark", "0.0001"]).await;
+    let alarm = format!("memory alarm on {} since", node(2));
+    wait_for("the nodes API to show node 2's memory alarm", Duration::from_secs(60), || async {
+        let body = nodes_api().await?;
+        let n2 = body["nodes"].as_array().and_then(|n| n.iter().find(|n| n["name"] == node(2).as_str()).cloned());
+        let said = body["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p.as_str().is_some_and(|p| p.contains(&alarm))));
+        if n2.as_ref().is_some_and(|n| n["mem_alarm"] == true) && said {
+            Ok(())
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await;
+    let (_, queues) = warren.get_text("/queues").await;
+    assert!(queues.contains(&alarm) && queues.contains("publishers are blocked"), "{queues}");
+    wait_for("the built-in memory alarm alert to fire", Duration::from_secs(60), || async {
+        match node_alert(&warren, "builtin-memory-alarm", &node(2)).await {
+            Some(a) if a["phase"] == "firing" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (_, metrics) = warren.get_text("/metrics").await;
+    assert!(metrics.contains(&format!("warren_node_mem_alarm{{broker=\"c\",node=\"{}\"}} 1", node(2))), "{metrics}");
+    // The guard sets the default watermark back too, also when an assertion above failed.
+    cluster.ctl(2, &["set_vm_memory_high_watermark", "0.6"]).await;
+    warren.stop().await;
+}

@@ -19,15 +19,28 @@ pub struct AlertKey {
     /// `None` (with `queue`) for a broker-level alert.
     pub vhost: Option<String>,
     pub queue: Option<String>,
+    /// The node of a node alert (`Metric::is_node`); left out of the stored key otherwise, so
+    /// the keys of queue and broker alerts stay as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl AlertKey {
     pub fn broker(broker: &str) -> Self {
-        AlertKey { broker: broker.to_string(), vhost: None, queue: None }
+        AlertKey { broker: broker.to_string(), vhost: None, queue: None, node: None }
+    }
+
+    pub fn node(broker: &str, node: &str) -> Self {
+        AlertKey { broker: broker.to_string(), vhost: None, queue: None, node: Some(node.to_string()) }
     }
 
     pub fn queue(broker: &str, vhost: &str, queue: &str) -> Self {
-        AlertKey { broker: broker.to_string(), vhost: Some(vhost.to_string()), queue: Some(queue.to_string()) }
+        AlertKey {
+            broker: broker.to_string(),
+            vhost: Some(vhost.to_string()),
+            queue: Some(queue.to_string()),
+            node: None,
+        }
     }
 
     pub fn of(view: &QueueView) -> Self {
@@ -37,6 +50,9 @@ impl AlertKey {
 
 impl fmt::Display for AlertKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(node) = &self.node {
+            return write!(f, "node '{node}' (broker '{}')", self.broker);
+        }
         match (&self.vhost, &self.queue) {
             (Some(vhost), Some(queue)) => write!(f, "queue '{queue}' (vhost '{vhost}', broker '{}')", self.broker),
             _ => write!(f, "broker '{}'", self.broker),
@@ -111,6 +127,8 @@ pub struct BrokerInput<'a> {
     pub up: bool,
     /// The queues of the latest successful poll; ignored while the broker is down.
     pub queues: &'a [QueueView],
+    /// The cluster's nodes as last read; `None` (node alerts hold) before the first read.
+    pub nodes: Option<&'a crate::broker::nodes::NodesLive>,
     /// The broker's own values (not of a queue), for broker-level rules.
     pub values: BrokerValues,
 }
@@ -223,6 +241,22 @@ impl Evaluator {
                     continue;
                 }
                 if !broker.up {
+                    continue;
+                }
+                if rule.metric.is_node() {
+                    // Nodes not read yet: their alerts hold, as queue alerts do for missing data.
+                    let Some(nodes) = broker.nodes.filter(|n| n.as_of.is_some()) else {
+                        continue;
+                    };
+                    for node in &nodes.nodes {
+                        let id = (rule.id.clone(), AlertKey::node(broker.name, &node.name));
+                        let observation = match super::nodes::node_value(rule, node, nodes, now.timestamp()) {
+                            Some(v) => Observation::Known { holds: rule.holds(v), value: Some(v) },
+                            None => Observation::Missing,
+                        };
+                        step(&mut self.states, rule, &id, observation, now, &mut transitions);
+                        seen.insert(id);
+                    }
                     continue;
                 }
                 for view in broker.queues.iter().filter(|q| !q.deleted && rule.applies_to(q)) {
@@ -346,6 +380,12 @@ fn why_ended(rules: &[Rule], id: &(String, AlertKey), brokers: &[BrokerInput<'_>
         return Some("rule removed");
     }
     let broker = brokers.iter().find(|b| b.name == key.broker)?;
+    if let Some(node) = &key.node {
+        let nodes = broker.nodes.filter(|n| broker.up && n.as_of.is_some())?;
+        if !nodes.nodes.iter().any(|n| &n.name == node) {
+            return Some("node left the cluster");
+        }
+    }
     if let (Some(vhost), Some(queue)) = (&key.vhost, &key.queue) {
         if !broker.up {
             return None;

@@ -42,7 +42,8 @@ fn orders(ready: u64) -> QueueView {
 
 /// One evaluation with broker `local` up and these queues.
 fn up(evaluator: &mut Evaluator, secs: i64, queues: &[QueueView]) -> Vec<Transition> {
-    evaluator.evaluate(at(secs), &[BrokerInput { name: "local", up: true, queues, values: Default::default() }])
+    evaluator
+        .evaluate(at(secs), &[BrokerInput { name: "local", up: true, queues, values: Default::default(), nodes: None }])
 }
 
 /// One evaluation with broker `local` down; its last queue list says everything is fine, and
@@ -50,7 +51,7 @@ fn up(evaluator: &mut Evaluator, secs: i64, queues: &[QueueView]) -> Vec<Transit
 fn down(evaluator: &mut Evaluator, secs: i64) -> Vec<Transition> {
     evaluator.evaluate(
         at(secs),
-        &[BrokerInput { name: "local", up: false, queues: &[orders(0)], values: Default::default() }],
+        &[BrokerInput { name: "local", up: false, queues: &[orders(0)], values: Default::default(), nodes: None }],
     )
 }
 
@@ -72,7 +73,7 @@ fn pending_until_for_has_passed_then_firing() {
     assert_eq!(up(&mut e, 5, &[orders(42)]), []);
     let almost = e.evaluate(
         at(0) + TimeDelta::milliseconds(9_999),
-        &[BrokerInput { name: "local", up: true, queues: &[orders(42)], values: Default::default() }],
+        &[BrokerInput { name: "local", up: true, queues: &[orders(42)], values: Default::default(), nodes: None }],
     );
     assert_eq!(almost, [], "not before 10 s");
     let fired = up(&mut e, 10, &[orders(43)]);
@@ -167,8 +168,8 @@ fn other_brokers_are_evaluated_while_one_is_down() {
     let t = e.evaluate(
         at(0),
         &[
-            BrokerInput { name: "local", up: false, queues: &[], values: Default::default() },
-            BrokerInput { name: "other", up: true, queues: &theirs, values: Default::default() },
+            BrokerInput { name: "local", up: false, queues: &[], values: Default::default(), nodes: None },
+            BrokerInput { name: "other", up: true, queues: &theirs, values: Default::default(), nodes: None },
         ],
     );
     let keys: Vec<String> = t.iter().map(|t| format!("{} {}", t.rule_id, t.key)).collect();
@@ -283,7 +284,10 @@ fn broker_scope_limits_broker_unreachable() {
     let only_prod = Rule { scope: Scope { broker: Some("prod".to_string()), ..Scope::default() }, ..unreachable(0) };
     let mut e = Evaluator::new(vec![only_prod]);
     assert_eq!(down(&mut e, 0), []);
-    let t = e.evaluate(at(10), &[BrokerInput { name: "prod", up: false, queues: &[], values: Default::default() }]);
+    let t = e.evaluate(
+        at(10),
+        &[BrokerInput { name: "prod", up: false, queues: &[], values: Default::default(), nodes: None }],
+    );
     assert_eq!(phases(&t), [("down", Inactive, Firing)]);
     assert_eq!(t[0].value, None, "a broker alert has no value");
 }
@@ -300,6 +304,7 @@ fn blocked_connections_fire_per_broker_and_hold_without_a_reading() {
         up,
         queues: &[],
         values: BrokerValues { blocked_connections: blocked, ..Default::default() },
+        nodes: None,
     };
     assert_eq!(phases(&e.evaluate(at(0), &[input(true, Some(2.0))])), vec![("blocked", Inactive, Pending)]);
     assert!(e.evaluate(at(30), &[input(true, None)]).is_empty(), "unknown holds");
@@ -329,6 +334,7 @@ fn unroutable_rate_fires_on_the_brokers_value_and_holds_while_unknown_or_down() 
                 up,
                 queues: &[orders(0)],
                 values: BrokerValues { unroutable_rate: rate, ..Default::default() },
+                nodes: None,
             }],
         )
     };
@@ -341,4 +347,53 @@ fn unroutable_rate_fires_on_the_brokers_value_and_holds_while_unknown_or_down() 
     assert_eq!(with(&mut e, 30, false, None), []);
     assert_eq!(phase_of(&e, "unroutable"), [Firing]);
     assert_eq!(phases(&with(&mut e, 40, true, Some(0.0))), [("unroutable", Firing, Resolved)]);
+}
+
+/// `node_down > 0` and `memory_alarm > 0` over a cluster whose node `rabbit@b` stops.
+#[test]
+fn node_rules_fire_per_node_and_hold_without_node_data() {
+    use crate::broker::nodes::{Node, NodesLive};
+    let node_down = Rule {
+        id: "node-down".to_string(),
+        metric: Metric::NodeDown,
+        threshold: Some(0.0),
+        for_secs: 30,
+        ..backlog(0, 0)
+    };
+    let mem = Rule { id: "mem".to_string(), metric: Metric::MemoryAlarm, threshold: Some(0.0), ..backlog(0, 0) };
+    let mut e = Evaluator::new(vec![node_down, mem]);
+    let node = |name: &str, running: bool, alarm: Option<bool>| Node {
+        name: name.to_string(),
+        running: Some(running),
+        mem_alarm: alarm,
+        ..Node::default()
+    };
+    let mut cluster = NodesLive::default();
+    let mut poll = |e: &mut Evaluator, secs: i64, nodes: Vec<Node>| {
+        cluster.observe(nodes, at(secs));
+        e.evaluate(
+            at(secs),
+            &[BrokerInput { name: "local", up: true, queues: &[], values: Default::default(), nodes: Some(&cluster) }],
+        )
+    };
+    assert_eq!(poll(&mut e, 0, vec![node("rabbit@a", true, Some(false)), node("rabbit@b", true, Some(false))]), []);
+    let t = poll(&mut e, 10, vec![node("rabbit@a", true, Some(true)), node("rabbit@b", false, None)]);
+    assert_eq!(phases(&t), [("node-down", Inactive, Pending), ("mem", Inactive, Firing)]);
+    assert_eq!(t[0].key, AlertKey::node("local", "rabbit@b"));
+    assert_eq!(t[1].key.node.as_deref(), Some("rabbit@a"));
+    assert_eq!(t[0].key.to_string(), "node 'rabbit@b' (broker 'local')");
+    let t = poll(&mut e, 40, vec![node("rabbit@a", true, Some(true)), node("rabbit@b", false, None)]);
+    assert_eq!(phases(&t), [("node-down", Pending, Firing)], "down for the rule's 30 s");
+    // Without node data (the metrics collector off gives no alarms) the alert holds.
+    let t = poll(&mut e, 50, vec![node("rabbit@a", true, None), node("rabbit@b", false, None)]);
+    assert_eq!(t, []);
+    // A broker that does not answer holds node alerts too.
+    assert_eq!(down(&mut e, 60), []);
+    let t = poll(&mut e, 70, vec![node("rabbit@a", true, Some(false))]);
+    assert_eq!(
+        phases(&t),
+        [("mem", Firing, Resolved), ("node-down", Firing, Resolved)],
+        "the alarm ended; rabbit@b left the cluster"
+    );
+    assert_eq!(t[1].note.as_deref(), Some("node left the cluster"));
 }

@@ -57,6 +57,7 @@
 //! notification. Only the DLQ inflow readings are not persisted (see [`InflowTracker`]).
 
 mod eval;
+pub mod nodes;
 pub mod notify;
 mod rule;
 pub mod runner;

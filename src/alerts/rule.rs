@@ -174,6 +174,20 @@ pub enum Metric {
     /// second (`return_unroutable` + `drop_unroutable` of `/api/vhosts`): a broker-level value,
     /// unknown when the broker collects no message stats.
     UnroutableRate,
+    // Node metrics (`broker::nodes`): one alert per node of the broker, keyed by node name.
+    /// 1 when the broker lists the node as not running, else 0.
+    NodeDown,
+    /// 1 while the node's memory alarm is on (publishers blocked), else 0.
+    MemoryAlarm,
+    /// 1 while the node's free-disk alarm is on (publishers blocked), else 0.
+    DiskAlarm,
+    /// Seconds until free disk reaches the free-disk limit, by a least-squares line over the
+    /// node's readings (`alerts::nodes`); unknown when the disk is not shrinking.
+    DiskFreePredictedSecs,
+    /// File descriptors used over their limit, 0..1.
+    FdUsedRatio,
+    /// How many nodes this node reports a network partition with.
+    Partitions,
 }
 
 impl Metric {
@@ -196,6 +210,12 @@ impl Metric {
             Metric::BlockedConnections => "blocked_connections",
             Metric::ConnectionChurn => "connection_churn",
             Metric::UnroutableRate => "unroutable_rate",
+            Metric::NodeDown => "node_down",
+            Metric::MemoryAlarm => "memory_alarm",
+            Metric::DiskAlarm => "disk_alarm",
+            Metric::DiskFreePredictedSecs => "disk_free_predicted_secs",
+            Metric::FdUsedRatio => "fd_used_ratio",
+            Metric::Partitions => "partitions",
         }
     }
 
@@ -204,6 +224,19 @@ impl Metric {
         matches!(
             self,
             Metric::BrokerUnreachable | Metric::BlockedConnections | Metric::ConnectionChurn | Metric::UnroutableRate
+        )
+    }
+
+    /// Metrics of a cluster node rather than a queue.
+    pub fn is_node(self) -> bool {
+        matches!(
+            self,
+            Metric::NodeDown
+                | Metric::MemoryAlarm
+                | Metric::DiskAlarm
+                | Metric::DiskFreePredictedSecs
+                | Metric::FdUsedRatio
+                | Metric::Partitions
         )
     }
 
@@ -297,6 +330,7 @@ impl Rule {
     /// DLQs. A broker-level rule watches no queue.
     pub fn applies_to(&self, view: &QueueView) -> bool {
         !self.metric.is_broker_level()
+            && !self.metric.is_node()
             && self.scope.matches(view)
             && (!self.metric.is_dlq() || view.dead_letters.is_dlq)
     }
@@ -338,6 +372,12 @@ impl Rule {
         } else {
             if self.metric.is_broker_level() && !self.scope.is_everything_in_broker() {
                 error("scope", format!("{} watches whole brokers: only scope.broker may be set", self.metric.as_str()));
+            }
+            if self.metric.is_node() && !self.scope.is_everything_in_broker() {
+                error(
+                    "scope",
+                    format!("{} watches every node of a broker: only scope.broker may be set", self.metric.as_str()),
+                );
             }
             if self.comparator.is_none() {
                 error("comparator", "required: one of >, >=, <, <=, ==, !=".to_string());
@@ -564,6 +604,17 @@ mod tests {
         assert_eq!(unroutable.validate(), vec![]);
         unroutable.description = Some("{queue} drops".to_string());
         assert_eq!(fields(&unroutable), vec!["description"]);
+    }
+
+    #[test]
+    fn node_metrics_take_a_broker_scope_and_a_threshold() {
+        let mut down = rule(Metric::NodeDown);
+        assert_eq!(down.validate(), vec![]);
+        down.scope.queue = "orders".to_string();
+        assert_eq!(fields(&down), vec!["scope"]);
+        assert!(!rule(Metric::FdUsedRatio).applies_to(&queue("/", "orders").view), "no queue has node values");
+        let json = serde_json::to_value(rule(Metric::DiskFreePredictedSecs)).unwrap();
+        assert_eq!(json["metric"], "disk_free_predicted_secs");
     }
 
     #[test]

@@ -68,6 +68,7 @@ pub fn dashboard_url(base: &reqwest::Url, key: &AlertKey) -> String {
         (Some(vhost), Some(queue)) => {
             format!("queues/{}/{}/{}", encode_segment(&key.broker), encode_segment(vhost), encode_segment(queue))
         }
+        _ if key.node.is_some() => format!("brokers/{}/nodes", encode_segment(&key.broker)),
         _ => format!("brokers/{}", encode_segment(&key.broker)),
     };
     // Under the base's path (`https://x/warren` is meant as the folder `warren`), as text: a
@@ -108,6 +109,7 @@ pub async fn evaluate_once(
                 up,
                 queues: &b.queues,
                 values: super::value::broker_values(b),
+                nodes: Some(&b.nodes),
             })
         })
         .collect();
@@ -312,7 +314,7 @@ mod link_tests {
     /// `public_url`, whatever the names hold.
     #[test]
     fn dashboard_links_keep_every_name_inside_the_public_path() {
-        let key = |v: &str, q: &str| AlertKey { broker: "local".into(), vhost: Some(v.into()), queue: Some(q.into()) };
+        let key = |v: &str, q: &str| AlertKey::queue("local", v, q);
         let base = reqwest::Url::parse("https://ops.example/warren").unwrap();
         assert_eq!(dashboard_url(&base, &key("/", "orders")), "https://ops.example/warren/queues/local/%2F/orders");
         assert_eq!(dashboard_url(&base, &key("/", "..")), "https://ops.example/warren/queues/local/%2F/%2E%2E");

@@ -59,6 +59,36 @@ fn builtin_unreachable() -> Rule {
     .expect("the built-in rule is valid")
 }
 
+/// The built-in node rules (issue 20): what the official RabbitMQ alerts and CloudAMQP's warn of
+/// by default. Each exists while no rule on its metric was written; a rule of one's own on the
+/// metric (with a threshold never reached, to switch it off) replaces it.
+pub fn builtin_node_rules() -> Vec<Rule> {
+    let rule = |id: &str, name: &str, metric: &str, comparator: &str, threshold: f64, for_secs: i64, severity: &str| {
+        serde_json::from_value::<Rule>(serde_json::json!({
+            "id": id, "name": name, "metric": metric, "comparator": comparator, "threshold": threshold,
+            "for_secs": for_secs, "severity": severity,
+        }))
+        .expect("the built-in rule is valid")
+    };
+    vec![
+        rule("builtin-node-down", "Node down", "node_down", ">", 0.0, 30, "critical"),
+        rule("builtin-memory-alarm", "Memory alarm: publishers blocked", "memory_alarm", ">", 0.0, 0, "critical"),
+        rule("builtin-disk-alarm", "Disk alarm: publishers blocked", "disk_alarm", ">", 0.0, 0, "critical"),
+        rule("builtin-fd-used", "File descriptors above 90%", "fd_used_ratio", ">", 0.9, 300, "warning"),
+        rule("builtin-partition", "Network partition", "partitions", ">", 0.0, 0, "critical"),
+        // The line is fitted over the rule's `for_secs` (at least 10 minutes: `alerts::nodes`).
+        rule(
+            "builtin-disk-predicted",
+            "Disk predicted to reach its limit within 1 h",
+            "disk_free_predicted_secs",
+            "<",
+            3600.0,
+            600,
+            "warning",
+        ),
+    ]
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct StoredRule {
     #[serde(flatten)]
@@ -99,6 +129,11 @@ pub async fn all_rules(config_rules: &[Rule], db: &Db) -> Result<Vec<StoredRule>
     }
     if !all.iter().any(|r| r.rule.metric == super::Metric::BlockedConnections) {
         all.push(StoredRule { rule: builtin_blocked_connections(), source: Source::Builtin });
+    }
+    for builtin in builtin_node_rules() {
+        if !all.iter().any(|r| r.rule.metric == builtin.metric) {
+            all.push(StoredRule { rule: builtin, source: Source::Builtin });
+        }
     }
     Ok(all)
 }
@@ -368,7 +403,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        let ids = |rules: &[StoredRule]| rules.iter().map(|r| r.rule.id.clone()).collect::<Vec<_>>();
+        // The node rules have a test of their own.
+        let ids = |rules: &[StoredRule]| {
+            rules.iter().filter(|r| !r.rule.metric.is_node()).map(|r| r.rule.id.clone()).collect::<Vec<_>>()
+        };
         assert_eq!(ids(&rules), vec![BUILTIN_UNREACHABLE, BUILTIN_INTAKE_STOPPED, BUILTIN_BLOCKED_CONNECTIONS]);
         assert!(rules.iter().all(|r| r.source == Source::Builtin && r.rule.validate().is_empty()));
         let own: Rule = serde_json::from_value(serde_json::json!({"id": "down", "name": "Down",
@@ -389,6 +427,29 @@ mod tests {
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
         assert_eq!(ids(&rules), vec!["blocked", "down", "intake"], "stored rules come by id");
+    }
+
+    #[tokio::test]
+    async fn the_built_in_node_rules_exist_unless_one_on_their_metric_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
+        let builtin = |rules: &[StoredRule]| {
+            rules
+                .iter()
+                .filter(|r| r.source == Source::Builtin && r.rule.metric.is_node())
+                .map(|r| r.rule.id.clone())
+                .collect::<Vec<_>>()
+        };
+        let rules = all_rules(&[], &db).await.unwrap();
+        assert_eq!(builtin(&rules).len(), 6);
+        assert!(rules.iter().all(|r| r.rule.validate().is_empty()));
+        let quiet: Rule = serde_json::from_value(serde_json::json!({"id": "fds", "name": "fds",
+            "metric": "fd_used_ratio", "comparator": ">", "threshold": 2, "severity": "info"}))
+        .unwrap();
+        save_rule(&db, &quiet).await.unwrap();
+        let rules = all_rules(&[], &db).await.unwrap();
+        assert!(!builtin(&rules).contains(&"builtin-fd-used".to_string()), "switched off by a rule of one's own");
+        assert_eq!(builtin(&rules).len(), 5);
     }
 
     #[tokio::test]

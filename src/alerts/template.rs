@@ -5,7 +5,7 @@ use super::rule::{Comparator, Metric, Rule};
 
 /// The placeholders a description template may use, each written `{name}`; `{{` and `}}` are
 /// literal braces.
-pub const PLACEHOLDERS: [&str; 7] = ["rule", "metric", "broker", "vhost", "queue", "value", "threshold"];
+pub const PLACEHOLDERS: [&str; 8] = ["rule", "metric", "broker", "vhost", "queue", "value", "threshold", "node"];
 
 /// Whole numbers without decimals (counts), others with two (rates, ages).
 fn format_value(value: Option<f64>) -> String {
@@ -62,9 +62,9 @@ pub(super) fn template_problem(template: &str, metric: Metric) -> Option<String>
     }
     // A broker-level alert has no queue, and `broker_unreachable` no number, to fill in.
     let queue_only: &[&str] = if metric == Metric::BrokerUnreachable {
-        &["vhost", "queue", "value", "threshold"]
+        &["vhost", "queue", "value", "threshold", "node"]
     } else {
-        &["vhost", "queue"]
+        &["vhost", "queue", "node"]
     };
     pieces.iter().find_map(|piece| match piece {
         Piece::Placeholder(name) if queue_only.contains(name) => {
@@ -104,6 +104,7 @@ impl Rule {
                 Piece::Placeholder("broker") => key.broker.clone(),
                 Piece::Placeholder("vhost") => key.vhost.clone().unwrap_or_default(),
                 Piece::Placeholder("queue") => key.queue.clone().unwrap_or_default(),
+                Piece::Placeholder("node") => key.node.clone().unwrap_or_default(),
                 Piece::Placeholder("value") => format_value(value),
                 Piece::Placeholder("threshold") => format_value(self.threshold),
                 Piece::Placeholder(_) => String::new(),

@@ -35,6 +35,13 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
         Metric::DlqDepth if view.dead_letters.is_dlq => count(dead_letters_held(view)),
         Metric::CustodyIntakeStopped => view.custody_intake_stopped.map(|stopped| if stopped { 1.0 } else { 0.0 }),
         Metric::DlqDepth | Metric::DlqInflow | Metric::BrokerUnreachable => None,
+        // Node values come from `alerts::nodes::node_value`.
+        Metric::NodeDown
+        | Metric::MemoryAlarm
+        | Metric::DiskAlarm
+        | Metric::DiskFreePredictedSecs
+        | Metric::FdUsedRatio
+        | Metric::Partitions => None,
         // Values of a whole broker (`broker_values`).
         Metric::BlockedConnections | Metric::ConnectionChurn | Metric::UnroutableRate => None,
     }

@@ -35,7 +35,7 @@ message_stats.publish,message_stats.deliver_get,message_stats.ack,message_stats.
 const METADATA_COLUMNS: &str = "name,vhost,type,durable,state,arguments";
 
 const OVERVIEW_COLUMNS: &str = "cluster_name,rabbitmq_version,management_version,disable_stats,\
-message_stats,queue_totals,object_totals,churn_rates";
+message_stats,queue_totals,object_totals,churn_rates,node,erlang_version";
 
 /// Why a call to the broker failed, phrased for the operator who reads it on the overview.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -430,6 +430,10 @@ pub struct Overview {
     pub rabbitmq_version: Option<String>,
     pub management_version: Option<String>,
     pub disable_stats: Option<bool>,
+    /// The node that answered, and its Erlang version: the only Erlang version the API gives
+    /// (`broker::nodes`).
+    pub node: Option<String>,
+    pub erlang_version: Option<String>,
     /// `None` when the key is absent altogether: RabbitMQ 4.x with the metrics collector turned
     /// off serves no message stats at all. An idle 3.x broker sends an empty object or list.
     #[serde(default, deserialize_with = "present_object")]

@@ -6,6 +6,7 @@
 pub mod clients;
 pub mod exchanges;
 pub mod management;
+pub mod nodes;
 pub mod policies;
 pub mod prometheus;
 pub mod topology;

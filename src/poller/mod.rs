@@ -15,6 +15,7 @@ mod clients;
 mod estimate;
 mod exchanges;
 mod load;
+mod nodes;
 pub mod restore;
 mod shared;
 mod track;
@@ -129,6 +130,10 @@ pub struct Poller {
     custody: Vec<crate::config::CustodyRule>,
     /// The last client listings and the connection churn (`clients`).
     clients: clients::ClientListings,
+    /// The cluster's nodes as last read (`nodes`), and whether the disk readings were seeded
+    /// from the history yet.
+    nodes: crate::broker::nodes::NodesLive,
+    nodes_seeded: bool,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -303,6 +308,8 @@ impl Poller {
             intakes: None,
             custody: Vec::new(),
             clients: clients::ClientListings::default(),
+            nodes: Default::default(),
+            nodes_seeded: false,
         })
     }
 
@@ -421,6 +428,7 @@ impl Poller {
         bytes += vhost_bytes;
         let watched: Vec<VhostEntry> = vhosts.into_iter().filter(|v| self.broker.watches_vhost(&v.name)).collect();
         self.alarm = self.check_alarms(&mut calls).await;
+        bytes += self.read_nodes(&overview, now, &mut calls).await?;
 
         let mut plan = self.plan(started, &overview, stats_enabled);
         // When the counters were read: the start of the call that served them. Rates need
@@ -676,6 +684,7 @@ impl Poller {
             b.clients = clients;
             b.connection_churn_per_sec = connection_churn;
             b.topology = topology_live;
+            b.nodes = self.nodes.clone();
             let s = &mut b.status;
             s.up = Some(true);
             s.error = None;
@@ -1213,6 +1222,12 @@ impl Poller {
                 source: "management /api/overview and /api/vhosts, every poll".into(),
                 reason: "confirms and unroutable counts exist only there; both calls are cheap".into(),
                 sampled_at: Some(now),
+            },
+            MetricSource {
+                metric: "nodes (memory, disk, descriptors, alarms, partitions)",
+                source: "management /api/nodes with columns=, every poll".into(),
+                reason: "only the management API has them; a few KB per node, milliseconds (see its line in the calls below)".into(),
+                sampled_at: self.nodes.as_of,
             },
             if metadata_only {
                 MetricSource {

@@ -63,6 +63,8 @@ pub struct Access {
     pub csrf: String,
     /// The database fault every page warns about, if there is one (`history::storage`).
     pub storage_problem: Option<String>,
+    /// The clusters' problems every page's banner shows (`Live::cluster_problems`).
+    pub cluster_problems: Vec<String>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Access {
@@ -92,6 +94,8 @@ pub struct Me {
     pub admin: bool,
     /// The database fault the layout warns about: warren's storage, not a broker.
     pub storage_problem: Option<String>,
+    /// A node down, a partition or an alarm, per cluster: the layout's banner.
+    pub cluster_problems: Vec<String>,
 }
 
 impl Me {
@@ -106,6 +110,7 @@ impl Me {
             operator: p.role.allows(Role::Operator),
             admin: p.role.allows(Role::Admin),
             storage_problem: access.storage_problem.clone(),
+            cluster_problems: access.cluster_problems.clone(),
         }
     }
 }
@@ -187,7 +192,8 @@ async fn admit(state: &AppState, mut request: Request) -> Result<Request, Refusa
         How::Proxy | How::Anonymous => state.gate.csrf_token_for(&principal),
     };
     let storage_problem = state.storage.problem().map(|p| format!("{} (seen during {})", p.message, p.during));
-    let access = Access { principal, csrf, storage_problem };
+    let cluster_problems = state.live.cluster_problems();
+    let access = Access { principal, csrf, storage_problem, cluster_problems };
     let me = || Box::new(Me::of(&access));
     let Access { principal, csrf, .. } = &access;
     if changes_state && principal.via != How::Token {

@@ -61,6 +61,7 @@ pub async fn alert_rows(state: &AppState, only: Option<&AlertKey>) -> Result<Vec
                 what: key.to_string(),
                 href: match (&key.vhost, &key.queue) {
                     (Some(v), Some(q)) => Some(queue_href(&key.broker, v, q)),
+                    _ if key.node.is_some() => Some(super::nodes::nodes_href(&key.broker)),
                     _ => None,
                 },
                 since: format::time(Some(a.state.fired_at.unwrap_or(a.state.active_since))),
@@ -246,6 +247,7 @@ fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
                 .map(|r| {
                     let href = match (&r.key.vhost, &r.key.queue) {
                         (Some(v), Some(q)) => Some(queue_href(&r.key.broker, v, q)),
+                        _ if r.key.node.is_some() => Some(super::nodes::nodes_href(&r.key.broker)),
                         _ => None,
                     };
                     let value = r.value.map(|v| format!("{v:.2}")).unwrap_or_else(|| format::UNKNOWN.to_string());

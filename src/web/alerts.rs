@@ -331,6 +331,18 @@ pub fn preview(state: &AppState, rule: &Rule) -> Vec<PreviewRow> {
             });
             continue;
         }
+        if rule.metric.is_node() {
+            let now = chrono::Utc::now().timestamp();
+            for node in &broker.nodes.nodes {
+                let value = alerts::nodes::node_value(rule, node, &broker.nodes, now);
+                rows.push(PreviewRow {
+                    key: AlertKey::node(&broker.name, &node.name),
+                    value,
+                    holds: value.is_some_and(|v| rule.holds(v)),
+                });
+            }
+            continue;
+        }
         for view in broker.queues.iter().filter(|q| !q.deleted && rule.applies_to(q)) {
             let value = alerts::value(rule.metric, view);
             rows.push(PreviewRow { key: AlertKey::of(view), value, holds: value.is_some_and(|v| rule.holds(v)) });

@@ -14,6 +14,7 @@ mod dlq_pages;
 mod format;
 mod freshness;
 mod jobs;
+mod nodes;
 mod pages;
 mod prometheus;
 pub mod query;
@@ -53,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .merge(brokers::router())
         .merge(clients::router())
         .merge(topology::router())
+        .merge(nodes::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         // The obvious guess for a list of dead-letter queues.

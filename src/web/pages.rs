@@ -116,6 +116,7 @@ struct OverviewBrokers {
     brokers: Vec<BrokerRow>,
     dlqs: Vec<QueueRow>,
     dlq_sources: Vec<String>,
+    nodes: Vec<super::nodes::NodesSummary>,
 }
 
 #[derive(Template)]
@@ -142,6 +143,7 @@ async fn overview(
         freshness: Freshness::polled(&live.iter().collect::<Vec<_>>(), REFRESH_SECS),
         alerts: super::alert_pages::alert_rows(&state, None).await?,
         brokers: live.iter().map(broker_row).collect(),
+        nodes: live.iter().map(super::nodes::summary).collect(),
         dlq_sources: dlqs.iter().map(|q| q.dead_letters.dead_letter_sources.join(", ")).collect(),
         dlqs: dlqs.into_iter().map(|q| queue_row(q, Default::default())).collect(),
     }
@@ -458,34 +460,34 @@ struct QueueStats {
     consumers: super::clients::ConsumersSection,
 }
 
-struct Range {
-    label: &'static str,
-    href: String,
-    active: bool,
+pub(super) struct Range {
+    pub(super) label: &'static str,
+    pub(super) href: String,
+    pub(super) active: bool,
 }
 
 /// The time window of a page's charts, for the range picker (`_range_picker.html`): the
 /// relative ranges, both ends as text in warren's one format and as the custom form's values
 /// (`2026-12-03 09:30`, UTC, as the form is read without JavaScript).
-struct ChartWindow {
-    ranges: Vec<Range>,
-    from: String,
-    to: String,
-    from_field: String,
-    to_field: String,
+pub(super) struct ChartWindow {
+    pub(super) ranges: Vec<Range>,
+    pub(super) from: String,
+    pub(super) to: String,
+    pub(super) from_field: String,
+    pub(super) to_field: String,
     /// A custom or zoomed window (`from` given): the picker offers the way back.
-    custom: bool,
+    pub(super) custom: bool,
     /// The relative range to return to from a custom window.
-    reset_href: String,
+    pub(super) reset_href: String,
     /// The page's other query parameters, kept by the custom range form.
-    keep: Vec<(String, String)>,
+    pub(super) keep: Vec<(String, String)>,
     /// Before the zoom hint, e.g. "61 points; ".
-    note: String,
+    pub(super) note: String,
 }
 
 impl ChartWindow {
     /// `page`: the page's path and its query parameters other than the window's.
-    fn new(
+    pub(super) fn new(
         state: &AppState,
         broker: &str,
         range: &RangeQuery,

@@ -192,11 +192,57 @@ pub fn render(brokers: &[BrokerLive]) -> String {
         }
     }
     render_load(&mut out, brokers);
+    render_nodes(&mut out, brokers);
     header(&mut out, &Family { name: "warren_up", help: "warren is running." });
     out.push_str("warren_up 1\n");
     header(&mut out, &Family { name: "warren_build_info", help: "warren's version." });
     sample(&mut out, "warren_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
     out
+}
+
+type NodeValue = fn(&crate::broker::nodes::Node) -> Option<f64>;
+
+const NODE_FAMILIES: &[(&str, &str, NodeValue)] = &[
+    ("warren_node_running", "1 if the broker lists the node as running, 0 if not.", |n| {
+        n.running.map(|r| if r { 1.0 } else { 0.0 })
+    }),
+    ("warren_node_mem_used_bytes", "Memory the node uses.", |n| n.mem_used.map(|v| v as f64)),
+    ("warren_node_mem_limit_bytes", "The node's memory high watermark: publishers are blocked above it.", |n| {
+        n.mem_limit.map(|v| v as f64)
+    }),
+    ("warren_node_disk_free_bytes", "Free disk on the node's data directory.", |n| n.disk_free.map(|v| v as f64)),
+    ("warren_node_disk_free_limit_bytes", "Free-disk limit: publishers are blocked below it.", |n| {
+        n.disk_free_limit.map(|v| v as f64)
+    }),
+    ("warren_node_fd_used", "File descriptors in use.", |n| n.fd_used.map(|v| v as f64)),
+    ("warren_node_fd_total", "File descriptor limit.", |n| n.fd_total.map(|v| v as f64)),
+    ("warren_node_mem_alarm", "1 while the node's memory alarm is on.", |n| {
+        n.mem_alarm.map(|a| if a { 1.0 } else { 0.0 })
+    }),
+    ("warren_node_disk_alarm", "1 while the node's free-disk alarm is on.", |n| {
+        n.disk_free_alarm.map(|a| if a { 1.0 } else { 0.0 })
+    }),
+    (
+        "warren_node_partitions",
+        "Nodes this node reports a network partition with.",
+        crate::broker::nodes::partition_count,
+    ),
+];
+
+/// The cluster's nodes, of brokers whose last poll succeeded (a down broker's nodes are not
+/// current); what a broker did not give is left out.
+fn render_nodes(out: &mut String, brokers: &[BrokerLive]) {
+    let up: Vec<&BrokerLive> = brokers.iter().filter(|b| b.status.up == Some(true)).collect();
+    for (name, help, value) in NODE_FAMILIES {
+        header(out, &Family { name, help });
+        for b in &up {
+            for n in &b.nodes.nodes {
+                if let Some(v) = value(n) {
+                    sample(out, name, &[("broker", &b.name), ("node", &n.name)], v);
+                }
+            }
+        }
+    }
 }
 
 /// warren's own cost to each broker: its calls (counters per endpoint), the cadences in force,
