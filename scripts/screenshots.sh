@@ -173,6 +173,9 @@ audit $WIDTH /audit
 broker $WIDTH /brokers/$BROKER
 job $WIDTH /jobs/$JOB
 users $WIDTH /access
+nodes $WIDTH /brokers/$BROKER/nodes
+clients $WIDTH /brokers/$BROKER/clients
+exchanges $WIDTH /brokers/$BROKER/exchanges
 compare $WIDTH /compare?q=$Q/orders.fulfillment&q=$Q/orders.fulfillment.retry&q=$Q/$DLQ
 queues-phone $PHONE_WIDTH /queues
 EOF
