@@ -83,7 +83,9 @@ pub async fn run(
                 state.jobs.clone(),
                 state.config.custody.clone(),
                 state.custody.clone(),
-            );
+            )
+            .show_last_known()
+            .await?;
         tracker.spawn(poller.run(cancel.child_token()));
     }
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));

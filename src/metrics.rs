@@ -181,6 +181,54 @@ pub struct QueueView {
 }
 
 impl QueueView {
+    /// A queue of which nothing is known but its names: every number unknown, no flag set.
+    /// The one place that lists every field; the views the poller makes, the ones restored
+    /// from the database and the tests' fixtures fill in what they know.
+    pub fn unknown(names: QueueNames, updated_at: DateTime<Utc>) -> QueueView {
+        QueueView {
+            broker: names.broker,
+            vhost: names.vhost,
+            name: names.name,
+            kind: names.kind,
+            durable: None,
+            state: names.state,
+            ready: None,
+            unacked: None,
+            total: None,
+            consumers: None,
+            publish_rate: None,
+            deliver_rate: None,
+            ack_rate: None,
+            redeliver_rate: None,
+            delivery_limit: None,
+            oldest_age_secs: None,
+            oldest_age_source: AgeSource::Unknown,
+            oldest_age_lower_bound: false,
+            fifo_broken_since: None,
+            custody_held: None,
+            custody_intake_stopped: None,
+            age_since_first_publish: false,
+            redelivery_share: None,
+            backlog_growth_rate: None,
+            inflow_rate: None,
+            inflow_source: InflowSource::Unknown,
+            time_to_drain_secs: None,
+            no_consumers: false,
+            hung_consumer_secs: None,
+            holding_secs: None,
+            dead_letters: Default::default(),
+            arguments: Default::default(),
+            policy: None,
+            effective_policy: Default::default(),
+            updated_at,
+            deleted: false,
+            id: None,
+            publish_count: None,
+            head_ts: None,
+            estimate: None,
+        }
+    }
+
     /// Applies a FIFO estimate to a queue whose age the broker does not give.
     pub fn apply_estimate(&mut self, estimate: Estimate, now: DateTime<Utc>) {
         if self.oldest_age_source != AgeSource::Unknown {
@@ -310,12 +358,7 @@ pub fn queue_view_named(
     let head_ts = raw.head_message_timestamp.map(|ts| ts as i64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, head_ts, now);
     QueueView {
-        broker: names.broker,
-        vhost: names.vhost,
-        name: names.name,
-        kind: names.kind,
         durable: raw.durable,
-        state: names.state,
         ready: raw.messages_ready,
         unacked: raw.messages_unacknowledged,
         total,
@@ -327,29 +370,14 @@ pub fn queue_view_named(
         delivery_limit: raw.delivery_limit,
         oldest_age_secs,
         oldest_age_source,
-        oldest_age_lower_bound: false,
-        fifo_broken_since: None,
-        custody_held: None,
-        custody_intake_stopped: None,
-        age_since_first_publish: false,
-        redelivery_share: None,
-        backlog_growth_rate: None,
         inflow_rate: rates.publish,
         inflow_source: if rates.publish.is_some() { InflowSource::PublishCounter } else { InflowSource::Unknown },
-        time_to_drain_secs: None,
-        no_consumers: false,
-        hung_consumer_secs: None,
-        holding_secs: None,
-        dead_letters: Default::default(),
         arguments: raw.arguments.unwrap_or_default(),
         policy: raw.policy,
         effective_policy: raw.effective_policy_definition.unwrap_or_default(),
-        updated_at: now,
-        deleted: false,
-        id: None,
         publish_count: counters.publish,
         head_ts,
-        estimate: None,
+        ..QueueView::unknown(names, now)
     }
 }
 

@@ -1029,3 +1029,48 @@ async fn a_replay_from_custody_shows_its_progress_and_a_cancel_leaves_the_rest_h
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// The intake is a consumer of warren's own: the roles do not count it, in the polls and in
+/// the state restored at start while the broker does not answer. Counted, `work` (no consumer,
+/// dead-lettering into a consumed queue) read as a wait queue; the restored state counted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custody_intake_is_not_a_consumer_for_roles_restored_at_start() {
+    const N: usize = 5;
+    let vhost = TestVhost::create("custodyroles").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(N)).await;
+
+    let warren = Warren::start(&custody_toml(&vhost.name)).await;
+    let role = |q: &Value| (q["role"].clone(), q["is_dlq"].clone());
+    let (work, dlq) = wait_for("every dead letter in custody", Duration::from_secs(60), || async {
+        let dlq = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        let work = warren.queue(&vhost.name, "work").await.ok_or("work not listed")?;
+        if dlq["custody_held"] == N && dlq["consumers"] == 1 {
+            Ok((work, dlq))
+        } else {
+            Err(dlq.to_string())
+        }
+    })
+    .await;
+    assert_eq!(role(&work), (json!("work"), json!(false)), "{work}");
+    assert_eq!(role(&dlq), (json!("dlq"), json!(true)), "{dlq}");
+
+    let warren = warren.restart_unreachable().await;
+    wait_for("the broker down", Duration::from_secs(30), || async {
+        let (_, brokers) = warren.get_json("/api/v1/brokers").await;
+        if brokers[0]["status"]["up"] == false {
+            Ok(())
+        } else {
+            Err(brokers.to_string())
+        }
+    })
+    .await;
+    let work = warren.queue(&vhost.name, "work").await.expect("work restored");
+    assert_eq!(work["stale"]["restored"], true, "{work}");
+    assert_eq!(role(&work), (json!("work"), json!(false)), "restored, the intake is still not its consumer: {work}");
+    let dlq = warren.queue(&vhost.name, "work.dlq").await.expect("work.dlq restored");
+    assert_eq!(role(&dlq), (json!("dlq"), json!(true)), "{dlq}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

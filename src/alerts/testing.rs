@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::metrics::{AgeSource, QueueView};
+use crate::metrics::{QueueNames, QueueView};
 
 /// The evaluation time `secs` seconds after a fixed start.
 pub fn at(secs: i64) -> DateTime<Utc> {
@@ -13,46 +13,17 @@ pub fn at(secs: i64) -> DateTime<Utc> {
 pub fn queue(vhost: &str, name: &str) -> TestQueue {
     TestQueue {
         view: QueueView {
-            broker: "local".into(),
-            vhost: vhost.into(),
-            name: name.into(),
-            kind: "classic".into(),
             durable: Some(true),
-            state: Some("running".into()),
-            ready: None,
-            unacked: None,
-            total: None,
-            consumers: None,
-            publish_rate: None,
-            deliver_rate: None,
-            ack_rate: None,
-            redeliver_rate: None,
-            delivery_limit: None,
-            oldest_age_secs: None,
-            oldest_age_source: AgeSource::Unknown,
-            oldest_age_lower_bound: false,
-            fifo_broken_since: None,
-            custody_held: None,
-            custody_intake_stopped: None,
-            age_since_first_publish: false,
-            redelivery_share: None,
-            backlog_growth_rate: None,
-            inflow_rate: None,
-            inflow_source: Default::default(),
-            time_to_drain_secs: None,
-            no_consumers: false,
-            hung_consumer_secs: None,
-            holding_secs: None,
-            dead_letters: Default::default(),
-            arguments: Default::default(),
-            policy: None,
-            effective_policy: Default::default(),
-            updated_at: at(0),
-            deleted: false,
-            id: None,
-            publish_count: None,
-            head_ts: None,
-            estimate: None,
+            ..QueueView::unknown(
+                QueueNames {
+                    broker: "local".into(),
+                    vhost: vhost.into(),
+                    name: name.into(),
+                    kind: "classic".into(),
+                    state: Some("running".into()),
+                },
+                at(0),
+            )
         },
     }
 }

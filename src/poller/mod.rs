@@ -35,7 +35,7 @@ use crate::broker::policies;
 use crate::broker::prometheus::{PrometheusClient, Scrape};
 use crate::broker::topology::{self, QueueConfig, VhostTopology};
 use crate::config::BrokerConfig;
-use crate::history::{self, Db};
+use crate::history::{self, Db, KnownQueue};
 use crate::metrics::{self, rate_to_milli, BrokerCounters, BrokerRates, CounterWindow, QueueView};
 use crate::state::{BrokerTotals, Live, VhostLive};
 
@@ -133,6 +133,8 @@ pub struct Poller {
     /// The cluster's nodes as last read (`nodes`), and whether the disk readings were seeded
     /// from the history yet.
     nodes: crate::broker::nodes::NodesLive,
+    /// The watched queues as stored, until `show_last_known` shows them.
+    last_known: Vec<KnownQueue>,
     nodes_seeded: bool,
 }
 
@@ -247,7 +249,8 @@ impl Poller {
         // Sized once: a map grown by doubling holds both tables while it moves (34 MB at 50,000).
         let known = history::count_known_queues(&db, broker_id).await?;
         let mut queues = HashMap::with_capacity(usize::try_from(known).unwrap_or(0));
-        // The same rows are the last known state the pages show until the first poll succeeds.
+        // The same rows are the last known state the pages show until the first poll succeeds
+        // (`show_last_known`).
         let mut last_known = Vec::new();
         history::known_queues(&db, broker_id, |k| {
             if k.deleted_at.is_none() && broker.watches_vhost(&k.meta.vhost) {
@@ -257,7 +260,6 @@ impl Poller {
             queues.insert(key, tracked);
         })
         .await?;
-        restore::seed(&db, &live, &broker.name, broker_id, last_known).await?;
         let client = ManagementClient::new(&broker);
         let management = client.endpoints();
         live.update(&broker.name, |b| b.status.management = management);
@@ -310,7 +312,17 @@ impl Poller {
             clients: clients::ClientListings::default(),
             nodes: Default::default(),
             nodes_seeded: false,
+            last_known,
         })
+    }
+
+    /// Shows the last known state of the broker's queues, from the database, until the first
+    /// poll succeeds. After `watch_dead_letter_work`, so that the roles leave custody's intake
+    /// consumers out as the polls do.
+    pub async fn show_last_known(mut self) -> Result<Self, sqlx::Error> {
+        let known = std::mem::take(&mut self.last_known);
+        restore::seed(&self.db, &self.live, &self.broker.name, self.broker_id, known, &self.custody).await?;
+        Ok(self)
     }
 
     /// Reports the database's health to `storage`: a history write that fails is a fault of
@@ -1405,25 +1417,7 @@ impl Poller {
                 bytes += self.refresh_topology_if_stale(vhost, fetched, spent).await;
             }
             let topology = self.topology.get(vhost).map(|(_, t)| &**t);
-            let configs: Vec<QueueConfig<'_>> = indexes
-                .iter()
-                .map(|&i| QueueConfig {
-                    name: &views[i].name,
-                    arguments: &views[i].arguments,
-                    effective_policy: &views[i].effective_policy,
-                    // Custody's intake is one consumer of warren's own: without it counted, a
-                    // work queue whose DLQ is in custody read as a wait queue feeding a consumed queue.
-                    consumers: match crate::dlq::custody::rule_for(
-                        &self.custody,
-                        &self.broker.name,
-                        vhost,
-                        &views[i].name,
-                    ) {
-                        Some(_) => views[i].consumers.map(|c| c.saturating_sub(1)),
-                        None => views[i].consumers,
-                    },
-                })
-                .collect();
+            let configs = queue_configs(views, indexes, &self.custody, &self.broker.name, vhost);
             let mut info = topology::analyse(&configs, topology);
             for &i in indexes {
                 views[i].dead_letters = match info.remove(&*views[i].name) {
@@ -1716,4 +1710,29 @@ mod tests {
         assert!(!head_unmoved(&listed, &now(7, 0, 1)), "a consumer is attached");
         assert!(!head_unmoved(&listed, &now(6, 1, 0)), "a message is unacked");
     }
+}
+
+/// The queues `indexes` of `views`, all of `vhost`, as the dead-letter analysis reads them
+/// (`topology::analyse`), for the polls and for the state restored at start alike.
+fn queue_configs<'v>(
+    views: &'v [QueueView],
+    indexes: &[usize],
+    custody: &[crate::config::CustodyRule],
+    broker: &str,
+    vhost: &str,
+) -> Vec<QueueConfig<'v>> {
+    indexes
+        .iter()
+        .map(|&i| QueueConfig {
+            name: &views[i].name,
+            arguments: &views[i].arguments,
+            effective_policy: &views[i].effective_policy,
+            // Custody's intake is one consumer of warren's own: with it counted, a work queue
+            // whose DLQ is in custody read as a wait queue feeding a consumed queue.
+            consumers: match crate::dlq::custody::rule_for(custody, broker, vhost, &views[i].name) {
+                Some(_) => views[i].consumers.map(|c| c.saturating_sub(1)),
+                None => views[i].consumers,
+            },
+        })
+        .collect()
 }

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::broker::topology::{self, QueueConfig};
+use crate::broker::topology;
 use crate::history::{self, Db, KnownQueue};
-use crate::metrics::{exact_age, rate_from_milli, QueueView};
+use crate::metrics::{exact_age, rate_from_milli, QueueNames, QueueView};
 use crate::state::{Live, VhostLive};
 
 /// A stored queue as a view: its metadata and its last stored sample, whose values held at
@@ -38,13 +38,15 @@ pub fn stored_view(broker: &str, known: KnownQueue, as_of: DateTime<Utc>) -> Que
     let effective_policy = parse(&known.meta.effective_policy);
     let total = sample.ready.zip(sample.unacked).map(|(r, u)| (r + u) as u64);
     let (oldest_age_secs, oldest_age_source) = exact_age(total, sample.head_ts, as_of);
-    QueueView {
+    let names = QueueNames {
         broker: broker.into(),
         vhost: known.meta.vhost.into(),
         name: known.meta.name.into(),
         kind: known.meta.kind.into(),
-        durable: known.meta.durable,
         state: None,
+    };
+    QueueView {
+        durable: known.meta.durable,
         ready: sample.ready.map(|v| v as u64),
         unacked: sample.unacked.map(|v| v as u64),
         total,
@@ -53,24 +55,10 @@ pub fn stored_view(broker: &str, known: KnownQueue, as_of: DateTime<Utc>) -> Que
         deliver_rate: rate_from_milli(sample.deliver_rate_m),
         ack_rate: rate_from_milli(sample.ack_rate_m),
         redeliver_rate: rate_from_milli(sample.redeliver_rate_m),
-        delivery_limit: None,
         oldest_age_secs,
         oldest_age_source,
-        oldest_age_lower_bound: false,
-        fifo_broken_since: None,
-        custody_held: None,
-        custody_intake_stopped: None,
-        age_since_first_publish: false,
-        redelivery_share: None,
-        backlog_growth_rate: None,
         // Whether dead-letter routing fed it is not stored: the publish rate alone could be a
-        // DLQ's bare 0.
-        inflow_rate: None,
-        inflow_source: crate::metrics::InflowSource::Unknown,
-        time_to_drain_secs: None,
-        no_consumers: false,
-        hung_consumer_secs: None,
-        holding_secs: None,
+        // DLQ's bare 0, so the inflow stays unknown.
         dead_letters: topology::DeadLetterInfo {
             dead_letter_target: topology::dead_letter_config(&arguments, &effective_policy).map(
                 |(exchange, routing_key, configured_by)| {
@@ -84,12 +72,10 @@ pub fn stored_view(broker: &str, known: KnownQueue, as_of: DateTime<Utc>) -> Que
         arguments,
         policy: known.meta.policy,
         effective_policy,
-        updated_at: as_of,
         deleted: known.deleted_at.is_some(),
         id: Some(known.id),
-        publish_count: None,
         head_ts: sample.head_ts,
-        estimate: None,
+        ..QueueView::unknown(names, as_of)
     }
 }
 
@@ -102,6 +88,7 @@ pub async fn seed(
     broker: &str,
     broker_id: i64,
     known: Vec<KnownQueue>,
+    custody: &[crate::config::CustodyRule],
 ) -> Result<(), sqlx::Error> {
     let Some(last_poll) = history::last_known::last_poll_at(db, broker_id).await? else { return Ok(()) };
     let as_of = DateTime::from_timestamp(last_poll, 0).unwrap_or_default();
@@ -116,15 +103,7 @@ pub async fn seed(
         by_vhost.entry(view.vhost.clone()).or_default().push(i);
     }
     for (vhost, indexes) in &by_vhost {
-        let configs: Vec<QueueConfig<'_>> = indexes
-            .iter()
-            .map(|&i| QueueConfig {
-                name: &views[i].name,
-                arguments: &views[i].arguments,
-                effective_policy: &views[i].effective_policy,
-                consumers: views[i].consumers,
-            })
-            .collect();
+        let configs = super::queue_configs(&views, indexes, custody, broker, vhost);
         let mut info = topology::analyse(&configs, topologies.get(&**vhost));
         for &i in indexes {
             let facts = info.remove(&*views[i].name);
