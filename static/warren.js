@@ -273,6 +273,23 @@ var warrenCharts = [];
     return splits.map(function (s) { return warrenClock.format(s, style); });
   }
 
+  // A value for an axis tick or the legend: bytes in binary units, large counts in k and M, so
+  // that a node's 8 GB memory reads "8 GiB", not a number clipped to "000,000,000".
+  function compact(v, unit) {
+    if (v == null) { return "--"; }
+    var abs = Math.abs(v);
+    if (unit === "bytes") {
+      var units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+      var i = 0;
+      while (abs >= 1024 && i < units.length - 1) { abs /= 1024; v /= 1024; i++; }
+      return +v.toPrecision(3) + " " + units[i];
+    }
+    if (abs >= 1e9) { return +(v / 1e9).toPrecision(3) + "G"; }
+    if (abs >= 1e6) { return +(v / 1e6).toPrecision(3) + "M"; }
+    if (abs >= 1e4) { return +(v / 1e3).toPrecision(3) + "k"; }
+    return v.toLocaleString();
+  }
+
   function makeChart(el) {
     var names = el.dataset.series.split(",");
     var sources = el.dataset.compare ? JSON.parse(el.dataset.compare) : [{ label: null, src: el.dataset.src }];
@@ -296,11 +313,15 @@ var warrenCharts = [];
         cursor: { drag: { x: true, y: false, setScale: false } },
         axes: [
           { label: "time (" + warrenClock.zone(new Date()) + ")", values: tickFormat, labelSize: 20, space: 70 },
-          { label: unit, size: 60 },
+          { label: unit, size: unit === "bytes" ? 76 : 60, values: function (u, splits) { return splits.map(function (v) { return compact(v, unit); }); } },
         ],
         series: [{ label: "time", value: function (u, v) { return v == null ? "--" : warrenClock.format(v); } }]
           .concat(labels.map(function (label, i) {
-            return { label: label, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: false };
+            return {
+              label: label, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: false,
+              // The legend keeps exact counts; only bytes read better in units.
+              value: function (u, v) { return v == null ? "--" : unit === "bytes" ? compact(v, unit) : v.toLocaleString(); },
+            };
           })),
         hooks: {
           setSelect: [function (u) {
