@@ -1652,6 +1652,31 @@ fn totals(views: &[QueueView]) -> BrokerTotals {
     }
 }
 
+/// The queues `indexes` of `views`, all of `vhost`, as the dead-letter analysis reads them
+/// (`topology::analyse`), for the polls and for the state restored at start alike.
+fn queue_configs<'v>(
+    views: &'v [QueueView],
+    indexes: &[usize],
+    custody: &[crate::config::CustodyRule],
+    broker: &str,
+    vhost: &str,
+) -> Vec<QueueConfig<'v>> {
+    indexes
+        .iter()
+        .map(|&i| QueueConfig {
+            name: &views[i].name,
+            arguments: &views[i].arguments,
+            effective_policy: &views[i].effective_policy,
+            // Custody's intake is one consumer of warren's own: with it counted, a work queue
+            // whose DLQ is in custody read as a wait queue feeding a consumed queue.
+            consumers: match crate::dlq::custody::rule_for(custody, broker, vhost, &views[i].name) {
+                Some(_) => views[i].consumers.map(|c| c.saturating_sub(1)),
+                None => views[i].consumers,
+            },
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1710,29 +1735,4 @@ mod tests {
         assert!(!head_unmoved(&listed, &now(7, 0, 1)), "a consumer is attached");
         assert!(!head_unmoved(&listed, &now(6, 1, 0)), "a message is unacked");
     }
-}
-
-/// The queues `indexes` of `views`, all of `vhost`, as the dead-letter analysis reads them
-/// (`topology::analyse`), for the polls and for the state restored at start alike.
-fn queue_configs<'v>(
-    views: &'v [QueueView],
-    indexes: &[usize],
-    custody: &[crate::config::CustodyRule],
-    broker: &str,
-    vhost: &str,
-) -> Vec<QueueConfig<'v>> {
-    indexes
-        .iter()
-        .map(|&i| QueueConfig {
-            name: &views[i].name,
-            arguments: &views[i].arguments,
-            effective_policy: &views[i].effective_policy,
-            // Custody's intake is one consumer of warren's own: with it counted, a work queue
-            // whose DLQ is in custody read as a wait queue feeding a consumed queue.
-            consumers: match crate::dlq::custody::rule_for(custody, broker, vhost, &views[i].name) {
-                Some(_) => views[i].consumers.map(|c| c.saturating_sub(1)),
-                None => views[i].consumers,
-            },
-        })
-        .collect()
 }
