@@ -979,7 +979,13 @@ async fn bench(settings: Settings) {
     let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
     let live = Live::new(&[BROKER.to_string()]);
     let load_started = Instant::now();
-    let mut poller = Poller::new(broker, db.clone(), live.clone(), broker_id).await.expect("poller");
+    // As warren starts: the stored queues loaded, then shown as the last known state.
+    let mut poller = Poller::new(broker, db.clone(), live.clone(), broker_id)
+        .await
+        .expect("poller")
+        .show_last_known()
+        .await
+        .expect("last known state");
     let load_ms = load_started.elapsed().as_secs_f64() * 1e3;
     let memory_loaded = memory_status();
 

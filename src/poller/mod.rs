@@ -133,9 +133,10 @@ pub struct Poller {
     /// The cluster's nodes as last read (`nodes`), and whether the disk readings were seeded
     /// from the history yet.
     nodes: crate::broker::nodes::NodesLive,
-    /// The watched queues as stored, until `show_last_known` shows them.
-    last_known: Vec<KnownQueue>,
     nodes_seeded: bool,
+    /// The watched queues as stored, until `show_last_known` shows them (warren's start calls
+    /// it; until then they are held here).
+    last_known: Vec<KnownQueue>,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
