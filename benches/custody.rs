@@ -99,7 +99,8 @@ async fn main() {
     .unwrap();
 
     // Intake.
-    let keeper = Custody::default();
+    let storage = std::sync::Arc::new(warren::history::storage::Storage::new(&dir.path().join("warren.db")));
+    let keeper = Custody::new(storage);
     let cancel = CancellationToken::new();
     let started = Instant::now();
     let queues = std::iter::once((VHOST.to_string(), "orders.dlq".to_string()));
@@ -163,7 +164,11 @@ async fn main() {
     );
 
     // Replay of everything to `orders`, then the shovel moves as many back to `orders.dlq`.
-    let request = ReplayRequest { selection: CustodySelection::All, target: CustodyTarget::Queue("orders".into()) };
+    let request = ReplayRequest {
+        selection: CustodySelection::All,
+        target: CustodyTarget::Queue("orders".into()),
+        accept_drop_head: false,
+    };
     let started = Instant::now();
     let report = custody::replay(
         &db,

@@ -28,8 +28,16 @@ pub type Db = SqlitePool;
 
 /// Opens (creating if needed) the database in WAL mode and applies pending migrations.
 pub async fn open(path: &Path) -> Result<Db, sqlx::Error> {
+    // The file is created here, once, readable by its owner only (it holds dead letters and
+    // sessions). The pool's connections never create it: one opened after the file was deleted
+    // under warren would otherwise start an empty database beside the one the other
+    // connections still write to, and its writes fail as "no such table" (issue 29, case 2).
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+    }
     let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-        .create_if_missing(true)
+        .create_if_missing(false)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(10))

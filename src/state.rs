@@ -255,16 +255,17 @@ impl AppState {
         let notifier = crate::alerts::notify::Dispatcher::new(http, db.clone(), Default::default());
         notifier.set_channels(config.notifications.clone());
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone()));
+        let storage = Arc::new(crate::history::storage::Storage::new(&config.database));
         AppState {
             gate,
-            storage: Arc::new(crate::history::storage::Storage::new(&config.database)),
+            storage: storage.clone(),
             config: Arc::new(config),
             db,
             live: Live::new(&names),
             broker_ids: Arc::new(broker_ids),
             snapshots: Snapshots::default(),
             jobs: crate::dlq::jobs::Jobs::default(),
-            custody: crate::dlq::custody::Custody::default(),
+            custody: crate::dlq::custody::Custody::new(storage.clone()),
             notifier,
             notices: Notices::default(),
         }

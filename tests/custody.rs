@@ -1074,3 +1074,208 @@ async fn custody_intake_is_not_a_consumer_for_roles_restored_at_start() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Declares `queue` (classic, durable) with the given `(argument, value)` pairs.
+async fn declare_with(channel: &lapin::Channel, queue: &str, args: &[(&str, lapin::types::AMQPValue)]) {
+    use lapin::options::QueueDeclareOptions;
+    let mut table = lapin::types::FieldTable::default();
+    for (key, value) in args {
+        table.insert((*key).into(), value.clone());
+    }
+    channel.queue_declare(queue, QueueDeclareOptions { durable: true, ..Default::default() }, table).await.unwrap();
+}
+
+/// The message ids custody holds in state `held`, from the listing.
+async fn held_ids(warren: &Warren, vhost: &str) -> HashSet<String> {
+    let list = listing(warren, vhost, "?limit=1000").await;
+    list["custody"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["state"] == "held")
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Issue 29, case 1: a replay into a queue that drops its oldest messages when full (a length
+/// or byte limit, overflow drop-head, the broker's default) is refused before anything is sent,
+/// as a move is, unless the user accepted the risk; a target that rejects publishes when full
+/// takes what fits, and every record it refused stays held. Ids compared in every case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_into_a_target_that_drops_its_oldest_is_refused_and_loses_nothing() {
+    use lapin::types::AMQPValue;
+    const N: usize = 150;
+    let vhost = TestVhost::create("custodylimits").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(N)).await;
+    let all: HashSet<String> = (1..=N).map(|i| format!("m{i}")).collect();
+    declare_with(&channel, "by.count", &[("x-max-length", AMQPValue::LongLongInt(50))]).await;
+    declare_with(&channel, "by.bytes", &[("x-max-length-bytes", AMQPValue::LongLongInt(1000))]).await;
+    let reject = AMQPValue::LongString("reject-publish".into());
+    declare_with(&channel, "rejects", &[("x-max-length", AMQPValue::LongLongInt(50)), ("x-overflow", reject)]).await;
+    let warren = Warren::start(&custody_toml(&vhost.name)).await;
+    wait_for("every dead letter in custody", Duration::from_secs(60), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["custody_held"] == N {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+
+    for target in ["by.count", "by.bytes"] {
+        let id = replay(&warren, &vhost.name, json!({"selection": "all", "target": {"queue": target}})).await;
+        let entry = audit_done(&warren, id).await;
+        assert_eq!(entry["moved"], 0, "nothing sent to {target}: {entry}");
+        let job = warren.wait_job(id).await;
+        let reason = job["report"]["failed"][0]["reason"].as_str().unwrap_or_default().to_string();
+        assert!(reason.contains("drops its oldest") && reason.contains("accept_drop_head"), "{job}");
+        assert_eq!(depth(&channel, target).await, 0, "no copy in {target}");
+        assert_eq!(held_ids(&warren, &vhost.name).await, all, "every record still held after {target}");
+    }
+
+    // reject-publish: the broker nacks what does not fit; those records stay held.
+    let id = replay(&warren, &vhost.name, json!({"selection": "all", "target": {"queue": "rejects"}})).await;
+    let entry = audit_done(&warren, id).await;
+    let job = warren.wait_job(id).await;
+    let in_target: HashSet<String> = drain_ids(&channel, "rejects").await.into_iter().collect();
+    let held = held_ids(&warren, &vhost.name).await;
+    assert_eq!(in_target.len(), 50, "the queue took what fits: {entry}");
+    assert_eq!(entry["moved"], 50, "{entry}");
+    assert!(in_target.is_disjoint(&held), "a record in the target is not held any more");
+    assert_eq!(&in_target | &held, all, "every id in the target or held");
+    let refused = job["report"]["failed"].as_array().unwrap();
+    assert_eq!(refused.len(), N - 50, "{job}");
+    assert!(refused.iter().all(|f| f["reason"].as_str().unwrap().contains("(nack)")), "{job}");
+
+    // The risk accepted: the copies go, and the broker keeps the newest 50 (what the user chose).
+    let body = json!({"selection": "all", "target": {"queue": "by.count"}, "accept_drop_head": true});
+    let id = replay(&warren, &vhost.name, body).await;
+    assert_eq!(audit_done(&warren, id).await["moved"], N - 50);
+    assert_eq!(depth(&channel, "by.count").await, 50);
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 29, case 1: an edited copy into a full queue that drops its oldest is refused (it was
+/// answered 200 while the broker dropped an unrelated message already there); the record stays
+/// held and the queue keeps every message it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_copy_is_not_sent_to_a_queue_that_would_drop_another_message() {
+    use lapin::types::AMQPValue;
+    let vhost = TestVhost::create("custodyeditfull").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(3)).await;
+    declare_with(&channel, "full", &[("x-max-length", AMQPValue::LongLongInt(10))]).await;
+    common::publish(&channel, "full", 10, BasicProperties::default()).await;
+    let before: Vec<Vec<u8>> = (0..10).map(|i| format!("message {i}").into_bytes()).collect();
+    let toml = custody_toml(&vhost.name).replace("queue = \"*.dlq\"\n", "queue = \"*.dlq\"\nedit = true\n");
+    let warren = Warren::start(&toml).await;
+    let list = wait_for("the dead letters in custody", Duration::from_secs(60), || async {
+        warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed yet")?;
+        let list = listing(&warren, &vhost.name, "").await;
+        if list["custody"]["counts"]["held"] == 3 {
+            Ok(list)
+        } else {
+            Err(list.to_string())
+        }
+    })
+    .await;
+    let id = list["custody"]["records"][0]["id"].as_i64().unwrap();
+    let base = format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name));
+    let edit = json!({"body": "fixed", "target": {"queue": "full"}});
+    let (status, answer) = warren.post_json(&format!("{base}/{id}/edit"), edit).await;
+    assert!(status >= 400 && status < 500, "refused: {status} {answer}");
+    assert!(answer.to_string().contains("drops its oldest"), "says why: {answer}");
+    let (_, record) = warren.get_json(&format!("{base}/{id}")).await;
+    assert_eq!(record["record"]["state"], "held", "{record}");
+    let mut after = Vec::new();
+    while let Some(m) = channel.basic_get("full", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap() {
+        after.push(m.delivery.data.clone());
+    }
+    assert_eq!(after, before, "the queue kept every message it had, and got no copy");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 29, case 2: database files deleted under a running intake. Intake acked 4,000 more
+/// messages into the deleted file and a restart found neither custody nor the broker holding
+/// them. Now intake stops before the next ack, every message published after the deletion stays
+/// in the broker, and the next start takes each of them in: ids compared. Deleting only the
+/// write-ahead log (where the commits go) is caught too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intake_stops_when_its_database_file_is_deleted_and_loses_nothing() {
+    for (test, deleted) in
+        [("custodyrm", &["warren.db", "warren.db-wal", "warren.db-shm"][..]), ("custodyrmwal", &["warren.db-wal"][..])]
+    {
+        let vhost = TestVhost::create(test).await;
+        let connection = vhost.connect().await;
+        let channel = vhost.channel(&connection).await;
+        common::declare(&channel, "work.dlq", false).await;
+        publish_many(&channel, "work.dlq", "before", 300).await;
+        let warren = Warren::start(&custody_toml(&vhost.name)).await;
+        wait_for("the first messages in custody", Duration::from_secs(60), || async {
+            let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+            if q["custody_held"] == 300 {
+                Ok(())
+            } else {
+                Err(q.to_string())
+            }
+        })
+        .await;
+        for file in deleted {
+            std::fs::remove_file(warren.dir.path().join(file)).unwrap_or_else(|e| panic!("deleting {file}: {e}"));
+        }
+        const N: usize = 2_000;
+        publish_many(&channel, "work.dlq", "after", N).await;
+        let after: HashSet<String> = (1..=N).map(|i| format!("after{i}")).collect();
+        let path = format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name));
+        let list = wait_for("intake stopped", Duration::from_secs(60), || async {
+            // A page may meet the deleted database too (a storage error): asked again.
+            let (status, list) = warren.get_json(&path).await;
+            if status == 200 && list["custody"]["intake"]["state"] == "stopped" {
+                Ok(list)
+            } else {
+                Err(format!("{status} {}", list["custody"]["intake"]))
+            }
+        })
+        .await;
+        let reason = list["custody"]["intake"]["reason"].as_str().unwrap();
+        assert!(reason.contains("deleted"), "{test}: says why: {reason}");
+        // Everything published after the deletion is still in the broker (a batch delivered and
+        // not acked comes back when intake's channel closes).
+        wait_for("every later message in the broker", Duration::from_secs(30), || async {
+            let left = depth(&channel, "work.dlq").await as usize;
+            if left == N {
+                Ok(())
+            } else {
+                Err(format!("{left} of {N}"))
+            }
+        })
+        .await;
+        let (status, _) = warren.get_json("/readyz").await;
+        assert_eq!(status, 503, "{test}: /readyz says the database is the problem");
+
+        // The next start opens a new file and takes every one of them in.
+        let database = warren.dir.path().join("warren.db");
+        let warren = warren.restart().await;
+        warren.get_json("/healthz").await; // served once the new database is migrated
+        wait_for("the later messages in the new custody", Duration::from_secs(60), || async {
+            let kept: HashSet<String> = ids_in_custody(&database).await.into_iter().collect();
+            if kept.len() >= N {
+                Ok(())
+            } else {
+                Err(format!("{} of {N}", kept.len()))
+            }
+        })
+        .await;
+        let kept: HashSet<String> = ids_in_custody(&database).await.into_iter().collect();
+        let lost: Vec<&String> = after.difference(&kept).take(20).collect();
+        assert!(lost.is_empty(), "{test}: lost {lost:?}");
+        warren.stop().await;
+        connection.close(0, "done").await.ok();
+    }
+}

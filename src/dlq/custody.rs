@@ -27,7 +27,6 @@ use chrono::Utc;
 use futures_util::StreamExt;
 use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
-    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::BasicProperties;
@@ -38,7 +37,10 @@ use tokio_util::task::TaskTracker;
 
 use super::message::{self, Filter, SnapshotMessage};
 use super::mover::{connect, peeked_parts, Progress};
+use super::target::{refused_by_broker, Targets};
+use crate::broker::management::ManagementClient;
 use crate::config::{BrokerConfig, CustodyRule};
+use crate::history::storage::Storage;
 use crate::history::Db;
 
 /// Deliveries taken per commit, at most (and the consumer's prefetch).
@@ -86,12 +88,15 @@ pub struct IntakeState {
 const RETRY_AFTER_SECS: i64 = 30;
 
 /// The custody of every queue a `[[custody]]` rule names: intake tasks, their states.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Custody {
     states: Arc<Mutex<HashMap<QueueId, IntakeState>>>,
     /// Each running intake's own cancel, for a release.
     stops: Arc<Mutex<HashMap<QueueId, CancellationToken>>>,
     tasks: TaskTracker,
+    /// Checked before every ack: a commit into a database file that was deleted or replaced
+    /// succeeds and is lost at the next start.
+    storage: Arc<Storage>,
 }
 
 /// What an admin decided for one queue, over the rules (`custody_queues`).
@@ -201,6 +206,10 @@ pub fn budget(rules: &[CustodyRule], broker: &str, vhost: &str, queue: &str) -> 
 }
 
 impl Custody {
+    pub fn new(storage: Arc<Storage>) -> Custody {
+        Custody { states: Arc::default(), stops: Arc::default(), tasks: TaskTracker::new(), storage }
+    }
+
     fn set(&self, id: &QueueId, f: impl FnOnce(&mut IntakeState)) {
         let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         let state = states.entry(id.clone()).or_insert_with(|| IntakeState {
@@ -423,6 +432,13 @@ async fn intake(
     max_bytes: u64,
     cancel: &CancellationToken,
 ) -> Result<(), String> {
+    // Before the first delivery: a consumer that only hands its batch back would spend a
+    // delivery of each message's budget on a quorum queue at every retry.
+    custody
+        .storage
+        .check(db)
+        .await
+        .map_err(|e| format!("{e}: intake did not start, the messages stay in the broker"))?;
     let mut kept = bytes_kept(db, id).await.map_err(|e| format!("reading custody's size: {e}"))?;
     let connection = connect(broker, &id.1).await.map_err(|e| e.to_string())?;
     let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
@@ -472,8 +488,18 @@ async fn intake(
                  the broker"
             ));
         }
+        // The commit is durable only in the file warren reads at its next start: checked before
+        // the commit (nothing written in vain) and after it, before the ack (the file may go
+        // while the commit runs). Moves and purges make the same check before they act.
+        if let Err(e) = custody.storage.file_check() {
+            break Err(format!("{e}: intake stopped, the batch stays in the broker"));
+        }
         if let Err(e) = commit(db, id, &batch).await {
+            custody.storage.failed("custody intake", &e);
             break Err(format!("the database refused the batch ({e}): intake stopped, the batch stays in the broker"));
+        }
+        if let Err(e) = custody.storage.file_check() {
+            break Err(format!("{e}: intake stopped, the batch stays in the broker"));
         }
         let last = batch.last().map(|t| t.tag).unwrap_or_default();
         let acked = channel.basic_ack(last, lapin::options::BasicAckOptions { multiple: true }).await;
@@ -983,6 +1009,10 @@ pub struct ReplayRequest {
     pub selection: CustodySelection,
     #[serde(default)]
     pub target: CustodyTarget,
+    /// The user accepted that a target which drops its oldest messages when full may drop some
+    /// (`target::Targets`); without it such a target is refused, as for a move.
+    #[serde(default)]
+    pub accept_drop_head: bool,
 }
 
 /// An admin's change to one record, replayed as a new copy (issue 18, must-have 5; off unless
@@ -998,6 +1028,9 @@ pub struct Edit {
     pub headers: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     pub target: CustodyTarget,
+    /// As [`ReplayRequest::accept_drop_head`].
+    #[serde(default)]
+    pub accept_drop_head: bool,
 }
 
 /// What an edit changed: each header added, changed or removed (name, before, after), and the
@@ -1075,14 +1108,11 @@ pub async fn edit_and_replay(
     };
     encode_properties(&properties)?;
 
+    // The same checks as every other path that puts messages back (`target`): a full target that
+    // drops its oldest would confirm the copy and drop another message (issue 29, case 1).
+    let mut targets = Targets::new(ManagementClient::new(broker), vhost, edit.accept_drop_head);
+    targets.check(&to).await?;
     let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
-    let check = connection.create_channel().await.map_err(|e| e.to_string())?;
-    let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-    if check.queue_declare(&to, passive, FieldTable::default()).await.is_err() {
-        let _ = connection.close(200, "target missing").await;
-        return Err(format!("queue {to:?} does not exist"));
-    }
-    let _ = check.close(200, "checked").await;
     if claim(db, job, &[id]).await.map_err(|e| e.to_string())?.is_empty() {
         let _ = connection.close(200, "claimed elsewhere").await;
         return Err(format!("record {id} was claimed by another replay meanwhile"));
@@ -1098,7 +1128,8 @@ pub async fn edit_and_replay(
         match confirm.await.map_err(|e| e.to_string())? {
             lapin::publisher_confirm::Confirmation::Ack(None) => Ok(()),
             lapin::publisher_confirm::Confirmation::Ack(Some(_)) => Err(format!("returned: {to:?} did not take it")),
-            other => Err(format!("not confirmed by the broker: {other:?}")),
+            lapin::publisher_confirm::Confirmation::Nack(_) => Err(refused_by_broker(&to)),
+            lapin::publisher_confirm::Confirmation::NotRequested => Err("publisher confirms are not enabled".into()),
         }
     }
     .await;
@@ -1280,24 +1311,22 @@ async fn replay_claimed(
             )),
         }
     }
-    let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
-    // Every distinct target must exist before anything is claimed (a passive declare on a
-    // channel of its own: a missing queue closes it).
-    let mut missing: HashSet<String> = HashSet::new();
-    let targets: HashSet<&String> = routes.iter().map(|(_, to)| to).collect();
-    for to in targets {
-        let check = connection.create_channel().await.map_err(|e| e.to_string())?;
-        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
-        if check.queue_declare(to, passive, FieldTable::default()).await.is_err() {
-            missing.insert(to.clone());
-        } else {
-            let _ = check.close(200, "checked").await;
+    // Every distinct target is checked before anything is claimed, as a move checks its
+    // targets (`target`): it exists, and it does not drop its oldest when full unless the user
+    // accepted that (issue 29, case 1: 900 of 1,000 records replayed into `x-max-length: 100`
+    // were confirmed, marked replayed and dropped by the broker).
+    let mut targets = Targets::new(ManagementClient::new(broker), vhost, request.accept_drop_head);
+    let mut refused: HashMap<String, String> = HashMap::new();
+    for to in routes.iter().map(|(_, to)| to).collect::<HashSet<&String>>() {
+        if let Err(why) = targets.check(to).await {
+            refused.insert(to.clone(), why);
         }
     }
-    let (routes, absent): (Vec<_>, Vec<_>) = routes.into_iter().partition(|(_, to)| !missing.contains(to));
-    for (h, to) in absent {
-        report.failed.push((h.id, h.message_id.clone(), format!("queue {to:?} does not exist")));
+    let (routes, unfit): (Vec<_>, Vec<_>) = routes.into_iter().partition(|(_, to)| !refused.contains_key(to));
+    for (h, to) in unfit {
+        report.failed.push((h.id, h.message_id.clone(), refused[&to].clone()));
     }
+    let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
     let wanted: Vec<i64> = routes.iter().map(|(h, _)| h.id).collect();
     let claimed: HashSet<i64> = claim(db, job, &wanted).await.map_err(|e| e.to_string())?.into_iter().collect();
     let routes: Vec<(&Record, String)> = routes.into_iter().filter(|(h, _)| claimed.contains(&h.id)).collect();
@@ -1392,6 +1421,7 @@ async fn settle_batch(
         let why = match outcome {
             Ok(lapin::publisher_confirm::Confirmation::Ack(_)) if !returned.contains(&h.id) => None,
             Ok(lapin::publisher_confirm::Confirmation::Ack(_)) => Some(format!("returned: {to:?} did not take it")),
+            Ok(lapin::publisher_confirm::Confirmation::Nack(_)) => Some(refused_by_broker(&to)),
             Ok(other) => Some(format!("not confirmed by the broker: {other:?}")),
             Err(e) => Some(e.to_string()),
         };

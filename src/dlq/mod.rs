@@ -8,6 +8,9 @@
 //! - `mover`: the only code that takes messages off a queue: reading (`peek`) and moving, each
 //!   original acked only after its copy is confirmed and not returned (DOMAIN.md §6). Uses
 //!   `message`.
+//! - `target`: the checks every path that puts messages back makes before its first publish
+//!   (the target exists, and does not drop its oldest when full unless the user accepted that),
+//!   and the words for a copy the broker refused. Used by `mover` and `custody`.
 //! - `holding`: the queue where a message goes instead of back to a quorum queue that would
 //!   drop it (its delivery limit reached). Used by `mover`.
 //! - `browse`: snapshots of a queue's head, kept so that page views never read it again. Uses
@@ -28,6 +31,7 @@ pub mod holding;
 pub mod jobs;
 pub mod message;
 pub mod mover;
+pub mod target;
 pub mod transfer;
 
 pub use mover::{

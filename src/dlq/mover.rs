@@ -7,7 +7,6 @@
 //! crash at any point leaves each message in the source, in the target, or (between the
 //! confirm and the ack) in both: at-least-once, never lost.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::audit::Fate;
 use super::holding::{self, Holding};
+use super::target::Targets;
 use crate::broker::management::ManagementClient;
-use crate::broker::policies::{self, Overflow};
 use crate::config::BrokerConfig;
 
 /// warren's own replay counter: 4.x no longer interprets an `x-death` header that a client
@@ -567,11 +566,7 @@ impl Pending {
             }
             Confirmation::Nack(r) => {
                 returns.extend(r.map(|r| *r));
-                Err(format!(
-                    "the broker refused the copy sent to {} (nack): a full target that rejects publishes \
-                     (overflow reject-publish), or one that could not store it",
-                    self.copy.to
-                ))
+                Err(super::target::refused_by_broker(&self.copy.to))
             }
             Confirmation::NotRequested => Err("publisher confirms are not enabled".to_string()),
         }
@@ -666,11 +661,9 @@ struct Mover<'a> {
     report: MoveReport,
     /// Set when a failure means nothing more should be read.
     stop: Option<String>,
-    /// Reads the targets' overflow behaviour.
-    management: ManagementClient,
     vhost: &'a str,
-    /// Each target queue's check (`check_target`), made once per move.
-    targets: HashMap<String, Result<(), String>>,
+    /// Each target queue's check (`target::Targets`), made once per move.
+    targets: Targets,
     /// The source's holding queue, opened when a message first needs it; or why it cannot be.
     holding: Option<Result<Holding, String>>,
     /// The selected messages not met yet (`Selection::Messages`).
@@ -706,9 +699,8 @@ impl<'a> Mover<'a> {
             kept: Vec::new(),
             report: MoveReport::default(),
             stop: None,
-            management,
             vhost,
-            targets: HashMap::new(),
+            targets: Targets::new(management, vhost, plan.accept_drop_head),
             holding: None,
             wanted: match &plan.selection {
                 Selection::Messages(wanted) => wanted.clone(),
@@ -717,36 +709,14 @@ impl<'a> Mover<'a> {
         };
         if let Target::Queue(name) = &plan.target {
             // Fail before reading anything rather than on the first copy.
-            mover.check_target(name).await.map_err(MoveError::Refused)?;
+            mover.targets.check(name).await.map_err(MoveError::Refused)?;
         }
         if plan.delivery_limit.is_some() {
-            holding::check_before_reading(&mover.management, vhost, queue).await.map_err(MoveError::Refused)?;
+            holding::check_before_reading(mover.targets.management(), vhost, queue)
+                .await
+                .map_err(MoveError::Refused)?;
         }
         Ok(mover)
-    }
-
-    /// Whether copies may go to queue `name`, asked of the broker once per move and target:
-    /// it exists, and when full it does not drop messages without saying so (DOMAIN.md §6).
-    /// A target that refuses publishes when full is fine: its nacks leave the originals here.
-    async fn check_target(&mut self, name: &str) -> Result<(), String> {
-        if let Some(known) = self.targets.get(name) {
-            return known.clone();
-        }
-        let checked = match policies::queue_now(&self.management, self.vhost, name).await {
-            Ok(None) => Err(format!("no queue named {name:?} in this vhost; nothing was moved there")),
-            Err(e) => {
-                Err(format!("could not check the target {name:?} (management API: {e}); nothing was moved there"))
-            }
-            Ok(Some(queue)) => match policies::overflow(&queue) {
-                Overflow::DropHead { limit } if !self.plan.accept_drop_head => Err(format!(
-                    "{name:?} holds {limit} and drops its oldest when full (overflow drop-head): the broker would \
-                     confirm copies and then drop messages; confirm the risk (accept_drop_head) or pick another target"
-                )),
-                _ => Ok(()),
-            },
-        };
-        self.targets.insert(name.to_string(), checked.clone());
-        checked
     }
 
     async fn run(&mut self, cancel: &CancellationToken) -> Result<(), MoveError> {
@@ -1007,7 +977,7 @@ impl<'a> Mover<'a> {
     /// Copies a message into the source's holding queue, opened on first use; returns its name.
     async fn hold(&mut self, data: &[u8], properties: &BasicProperties) -> Result<String, String> {
         if self.holding.is_none() {
-            let opened = Holding::open(self.connection, &self.management, self.vhost, self.queue).await;
+            let opened = Holding::open(self.connection, self.targets.management(), self.vhost, self.queue).await;
             self.holding = Some(opened);
         }
         match self.holding.as_ref().expect("opened above") {
@@ -1049,7 +1019,7 @@ impl<'a> Mover<'a> {
                 }
                 // A queue named by the message itself is checked when first met.
                 if exchange.is_empty() && !matches!(self.plan.target, Target::Queue(_)) {
-                    if let Err(reason) = self.check_target(&routing_key).await {
+                    if let Err(reason) = self.targets.check(&routing_key).await {
                         return self.fail(position, original, reason).await;
                     }
                 }

@@ -339,6 +339,9 @@ pub async fn release_custody(
     let request = ReplayRequest {
         selection: custody::CustodySelection::All,
         target: custody::CustodyTarget::Queue(queue.to_string()),
+        // A queue that drops its oldest when full is not filled blindly by a release either:
+        // the records stay held, and the job says why.
+        accept_drop_head: false,
     };
     start_replay(state, broker, vhost, queue, request, actor, true).await
 }

@@ -574,9 +574,11 @@ async fn custody_replay_form(
     use crate::dlq::custody::{CustodySelection, CustodyTarget, ReplayRequest};
     let (mut scope, mut target, mut target_queue, mut filter) =
         (String::new(), String::new(), String::new(), message::Filter::default());
+    let mut accept_drop_head = false;
     for (key, value) in super::query::form_pairs(&body) {
         match key {
             "scope" => scope = value,
+            "accept_drop_head" => accept_drop_head = value == "true",
             "target" => target = value,
             "target_queue" => target_queue = value.trim().to_string(),
             key if key.starts_with("filter_") => {
@@ -599,7 +601,7 @@ async fn custody_replay_form(
         "queue" => return Err(WebError::BadRequest("name the target queue".to_string()).into()),
         _ => CustodyTarget::OriginalQueue,
     };
-    let request = ReplayRequest { selection, target };
+    let request = ReplayRequest { selection, target, accept_drop_head };
     let audit_id =
         super::custody::start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false)
             .await?;
@@ -741,6 +743,7 @@ async fn custody_edit_form(
             "target_queue" if !value.trim().is_empty() => {
                 edit.target = crate::dlq::custody::CustodyTarget::Queue(value.trim().to_string())
             }
+            "accept_drop_head" => edit.accept_drop_head = value == "true",
             _ => {}
         }
     }
