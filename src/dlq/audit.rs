@@ -75,20 +75,23 @@ pub async fn checkpoint(db: &Db, id: i64, fates: &[Fate]) -> Result<(), sqlx::Er
 }
 
 async fn insert_fates(tx: &mut sqlx::SqliteConnection, id: i64, fates: &[Fate]) -> Result<(), sqlx::Error> {
-    for fate in fates {
-        sqlx::query(
-            "insert into audit_messages (audit_id, position, message_id, outcome, detail) values (?, ?, ?, ?, ?)",
-        )
-        .bind(id)
-        .bind(fate.position as i64)
-        .bind(&fate.message_id)
-        .bind(fate.outcome)
-        .bind(&fate.detail)
-        .execute(&mut *tx)
-        .await?;
+    // Many rows per statement: a second of a move is thousands of fates, and one statement per
+    // row made a checkpoint's write take a good part of the second it covers on a busy machine.
+    for chunk in fates.chunks(FATES_PER_STATEMENT) {
+        let rows = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let sql = format!("insert into audit_messages (audit_id, position, message_id, outcome, detail) values {rows}");
+        let mut query = sqlx::query(&sql);
+        for fate in chunk {
+            query =
+                query.bind(id).bind(fate.position as i64).bind(&fate.message_id).bind(fate.outcome).bind(&fate.detail);
+        }
+        query.execute(&mut *tx).await?;
     }
     Ok(())
 }
+
+/// Rows of one insert: five parameters each, far below SQLite's limit of 32,766.
+const FATES_PER_STATEMENT: usize = 500;
 
 /// What became of each message of action `id`, by position.
 pub async fn messages(db: &Db, id: i64) -> Result<Vec<MessageRecord>, sqlx::Error> {

@@ -1349,6 +1349,7 @@ async fn replay_claimed(
         if let Some(before) = in_flight.replace(sent) {
             settle_batch(db, before, &mut returned, &mut report, progress).await?;
         }
+        tokio::task::yield_now().await; // as the mover does between batches
     }
     if let Some(last) = in_flight.take() {
         settle_batch(db, last, &mut returned, &mut report, progress).await?;

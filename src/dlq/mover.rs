@@ -1074,6 +1074,9 @@ impl<'a> Mover<'a> {
         self.settle_previous().await?;
         self.previous = std::mem::take(&mut self.in_flight);
         self.in_flight_bytes = 0;
+        // A batch whose reads and confirms were all ready already never returned to the
+        // runtime: let the pages and the checkpoints run between two batches.
+        tokio::task::yield_now().await;
         Ok(())
     }
 
