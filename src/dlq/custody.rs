@@ -26,7 +26,8 @@ use std::time::Duration;
 use chrono::Utc;
 use futures_util::StreamExt;
 use lapin::options::{
-    BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::BasicProperties;
@@ -45,6 +46,12 @@ use crate::history::Db;
 
 /// Deliveries taken per commit, at most (and the consumer's prefetch).
 const BATCH: usize = 200;
+/// Message bytes intake holds at once, about: the consumer's prefetch is as many messages of the
+/// queue's average size as fit (at least one), and a batch is committed once it holds this
+/// much. A count alone took six 40 MB messages in at once (745 MB of memory, issue 29, case 8).
+const INTAKE_MEMORY: usize = 32 * 1024 * 1024;
+/// The prefetch of an intake that starts on an empty queue, whose message sizes are unknown.
+const PREFETCH_UNKNOWN_SIZE: u16 = 16;
 /// How long intake waits for more deliveries before committing a smaller batch.
 const GATHER: Duration = Duration::from_millis(50);
 /// Copies published, and settled, together. Two batches are in flight at most (one published
@@ -336,9 +343,9 @@ pub struct Taken {
 
 /// A delivery as a row, or why it cannot be kept as it came (its properties would not encode).
 fn taken(delivery: lapin::message::Delivery) -> Result<Taken, String> {
-    let route = (delivery.exchange.as_str(), delivery.routing_key.as_str());
-    kept(delivery.delivery_tag, route, delivery.redelivered, &delivery.properties, delivery.data.clone())
-        .map_err(|e| format!("the message with delivery tag {} cannot be kept: {e}", delivery.delivery_tag))
+    let lapin::message::Delivery { delivery_tag, exchange, routing_key, redelivered, properties, data, .. } = delivery;
+    kept(delivery_tag, (exchange.as_str(), routing_key.as_str()), redelivered, &properties, data)
+        .map_err(|e| format!("the message with delivery tag {delivery_tag} cannot be kept: {e}"))
 }
 
 /// A message as a row: what triage reads of it beside what a replay publishes again.
@@ -352,7 +359,10 @@ pub(super) fn kept(
     let encoded = encode_properties(properties)?;
     let shown = peeked_parts(route, redelivered, properties, &body, usize::MAX);
     let properties_json = serde_json::Value::Object(shown.properties.clone()).to_string();
-    let summary = message::summarize(0, String::new(), shown);
+    let mut summary = message::summarize(0, String::new(), shown);
+    // What the row keeps of the summary is its id, death and error; the payload's text (a
+    // second copy of the body) goes now, not with the batch.
+    summary.message.payload = String::new();
     Ok(Taken {
         tag,
         exchange: route.0.to_string(),
@@ -442,30 +452,51 @@ async fn intake(
     let mut kept = bytes_kept(db, id).await.map_err(|e| format!("reading custody's size: {e}"))?;
     let connection = connect(broker, &id.1).await.map_err(|e| e.to_string())?;
     let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
-    channel.basic_qos(BATCH as u16, BasicQosOptions::default()).await.map_err(|e| e.to_string())?;
+    // The first message, read alone when the queue's statistics do not tell its sizes: its size
+    // sets the prefetch. It is committed with the first batch (its delivery tag is below the
+    // consumer's, so the batch's multiple ack covers it).
+    let (prefetch, mut carried) = match intake_prefetch(broker, &id.1, &id.2).await {
+        Some(prefetch) => (prefetch, Vec::new()),
+        None => match channel.basic_get(&id.2, BasicGetOptions { no_ack: false }).await {
+            Ok(Some(got)) => {
+                let size = got.delivery.data.len();
+                let first = taken(got.delivery)?;
+                ((INTAKE_MEMORY / size.max(1)).clamp(1, BATCH) as u16, vec![first])
+            }
+            Ok(None) => (PREFETCH_UNKNOWN_SIZE, Vec::new()),
+            Err(e) => return Err(format!("reading {}: {e}", id.2)),
+        },
+    };
+    channel.basic_qos(prefetch, BasicQosOptions::default()).await.map_err(|e| e.to_string())?;
     let mut consumer = channel
         .basic_consume(&id.2, "warren-custody", BasicConsumeOptions::default(), FieldTable::default())
         .await
         .map_err(|e| format!("consuming {}: {e}", id.2))?;
     let outcome = loop {
-        let first = tokio::select! {
-            _ = cancel.cancelled() => break Ok(()),
-            next = consumer.next() => next,
-        };
-        // Every way out of the loop goes through the cancel and close below, so that nothing
-        // taken stays unacked on a connection nobody closes.
-        let first = match first {
-            Some(Ok(delivery)) => delivery,
-            Some(Err(e)) => break Err(format!("the consumer failed: {e}")),
-            None => break Err("the broker closed the consumer".to_string()),
-        };
-        let mut batch = Vec::with_capacity(BATCH);
+        let mut batch = std::mem::take(&mut carried);
+        // No more deliveries can come than the prefetch until this batch is acked: it is
+        // committed as soon as they are in.
+        let most = (usize::from(prefetch) + batch.len()).min(BATCH);
         let mut failed = None;
-        match taken(first) {
-            Ok(t) => batch.push(t),
-            Err(e) => failed = Some(e),
+        if batch.is_empty() {
+            let first = tokio::select! {
+                _ = cancel.cancelled() => break Ok(()),
+                next = consumer.next() => next,
+            };
+            // Every way out of the loop goes through the cancel and close below, so that nothing
+            // taken stays unacked on a connection nobody closes.
+            let first = match first {
+                Some(Ok(delivery)) => delivery,
+                Some(Err(e)) => break Err(format!("the consumer failed: {e}")),
+                None => break Err("the broker closed the consumer".to_string()),
+            };
+            match taken(first) {
+                Ok(t) => batch.push(t),
+                Err(e) => failed = Some(e),
+            }
         }
-        while batch.len() < BATCH && failed.is_none() {
+        let batch_bytes = |batch: &[Taken]| batch.iter().map(|t| t.body.len() + t.properties.len()).sum::<usize>();
+        while batch.len() < most && batch_bytes(&batch) < INTAKE_MEMORY && failed.is_none() {
             match tokio::time::timeout(GATHER, consumer.next()).await {
                 Ok(Some(Ok(delivery))) => match taken(delivery) {
                     Ok(t) => batch.push(t),
@@ -515,6 +546,31 @@ async fn intake(
     let _ = channel.close(200, "custody intake stopped").await;
     let _ = connection.close(200, "custody intake stopped").await;
     outcome
+}
+
+/// The prefetch of `queue`'s intake: as many messages of the queue's average size as fit in
+/// [`INTAKE_MEMORY`], from the management API's `message_bytes_ready`. The broker pushes that
+/// many deliveries whatever warren does with them, so this, not the batch, bounds memory.
+/// `None` when they do not say (an empty queue, statistics that lag behind the first arrivals,
+/// or a broker that keeps none).
+async fn intake_prefetch(broker: &BrokerConfig, vhost: &str, queue: &str) -> Option<u16> {
+    #[derive(Deserialize)]
+    struct Sizes {
+        messages_ready: Option<u64>,
+        message_bytes_ready: Option<u64>,
+    }
+    let path = format!(
+        "api/queues/{}/{}?columns=messages_ready,message_bytes_ready",
+        crate::broker::management::encode_segment(vhost),
+        crate::broker::management::encode_segment(queue)
+    );
+    match ManagementClient::new(broker).get::<Sizes>(&path).await {
+        Ok((Sizes { messages_ready: Some(n), message_bytes_ready: Some(bytes) }, _)) if n > 0 && bytes > 0 => {
+            let average = (bytes / n).max(1);
+            Some((INTAKE_MEMORY as u64 / average).clamp(1, BATCH as u64) as u16)
+        }
+        _ => None,
+    }
 }
 
 /// Counts of one queue's custody.
