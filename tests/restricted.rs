@@ -245,6 +245,11 @@ async fn content_filters_are_refused_below_the_payload_role() {
         let (status, page) = get(&warren, session, &format!("{}?error=hunter1", dlq_page(&vhost))).await;
         assert_eq!(status, 200);
         assert!(page.contains("secret-b") && leaks(&page).is_none(), "{name}: {page}");
+        let id = serde_json::from_str::<Value>(&list).unwrap()["custody"]["records"][1]["id"].as_i64().unwrap();
+        for path in [format!("{api}/{id}"), format!("{}/custody/{id}", dlq_page(&vhost))] {
+            let (status, record) = get(&warren, session, &path).await;
+            assert_eq!((status, leaks(&record)), (200, None), "{name} {path}: {record}");
+        }
     }
     assert_eq!(get(&warren, &people.ada, "/api/v1/audit").await.1, audit_before, "nothing was started");
     warren.stop().await;
