@@ -56,9 +56,10 @@ pub struct CustodyRule {
     /// messages stay in the broker) once reached.
     #[serde(default = "default_custody_bytes")]
     pub max_bytes: u64,
-    /// The least role that reads the payloads and headers of these records (the record page,
-    /// the export, and the filters that search them); everyone who reads the DLQ page sees
-    /// the list with ids, reasons, queues and errors.
+    /// The least role that reads the payloads, headers and errors of the queues this rule
+    /// matches, in custody and in the broker's snapshots (the pages, the export, downloads,
+    /// replays, and the filters that search them); everyone who reads the DLQ page sees the
+    /// list with ids, reasons and queues (`web::restricted`).
     #[serde(default)]
     pub payloads: PayloadRole,
     /// Admins may change one record's body or headers and replay it as a new copy (the

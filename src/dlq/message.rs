@@ -472,6 +472,12 @@ impl Filter {
             .any(|f| !self.value(f).trim().is_empty())
     }
 
+    /// Whether it searches what a role below a queue's payload role may not read: payloads,
+    /// headers, or the application's error, which is read from the headers (issue 29).
+    pub fn searches_content(&self) -> bool {
+        self.reads_content() || !self.value("error").trim().is_empty()
+    }
+
     /// The filter without what searches payloads and headers.
     pub fn without_content(&self) -> Filter {
         Filter {

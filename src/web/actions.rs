@@ -133,6 +133,9 @@ async fn respond(
     request: MoveRequest,
 ) -> Result<Response, ApiError> {
     let view = find_queue(state, broker, vhost, queue).await?;
+    if let Choice::Matching(filter) = &request.selection {
+        super::restricted::check_filter(state, access.principal.role, (broker, vhost, queue), filter)?;
+    }
     match start_move(state, &view, request, &access.principal.actor()).await? {
         Ok(job) => Ok((
             StatusCode::ACCEPTED,

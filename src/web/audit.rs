@@ -82,12 +82,14 @@ impl AuditQuery {
     }
 }
 
-/// Reads the page asked for, with account names hidden unless the caller is an admin.
-async fn read(state: &AppState, page: &Page, admin: bool, own_actor: &str) -> Result<Listing, WebError> {
+/// Reads the page asked for, with account names hidden unless the caller is an admin, and
+/// what the caller's role may not read of a queue left out (`restricted::audit_record`).
+async fn read(state: &AppState, page: &Page, role: Role, own_actor: &str) -> Result<Listing, WebError> {
     let mut listing = audit::list(&state.db, page).await?;
-    if !admin {
+    if !role.allows(Role::Admin) {
         listing.records.iter_mut().for_each(|r| r.hide_account_names(own_actor));
     }
+    listing.records.iter_mut().for_each(|r| super::restricted::audit_record(state, role, r));
     Ok(listing)
 }
 
@@ -124,8 +126,7 @@ async fn audit_api(
     Query(query): Query<AuditQuery>,
 ) -> Result<Response, ApiError> {
     let page = query.validate()?;
-    let admin = access.principal.role.allows(Role::Admin);
-    let listing = read(&state, &page, admin, &access.principal.actor()).await?;
+    let listing = read(&state, &page, access.principal.role, &access.principal.actor()).await?;
     let (newest, newer, older) = neighbours("/api/v1/audit", &page, &listing);
     let links: Vec<String> = [(older, "next"), (newer, "prev"), (newest, "first")]
         .into_iter()
@@ -143,10 +144,15 @@ async fn audit_api(
 /// found, as checkpointed while it ran and recorded when it ended.
 async fn messages_api(
     State(state): State<AppState>,
+    access: Access,
     axum::extract::Path(id): axum::extract::Path<i64>,
 ) -> Result<Json<Vec<crate::dlq::audit::MessageRecord>>, ApiError> {
-    if crate::audit::get(&state.db, id).await?.is_none() {
+    let Some(record) = crate::audit::get(&state.db, id).await? else {
         return Err(WebError::NotFound(format!("no audit entry {id}")).into());
+    };
+    if super::restricted::ids_hidden(&state, access.principal.role, &record) {
+        let queue = (record.broker.as_str(), record.vhost.as_str(), record.queue.as_str());
+        super::restricted::require(&state, access.principal.role, queue, "the messages a content filter chose")?;
     }
     Ok(Json(crate::dlq::audit::messages(&state.db, id).await?))
 }
@@ -320,7 +326,7 @@ async fn audit_page(
 ) -> Result<Response, super::PageError> {
     use super::freshness::{Freshness, REFRESH_SECS};
     let page = query.validate()?;
-    let listing = read(&state, &page, me.admin, &me.name).await?;
+    let listing = read(&state, &page, super::restricted::role_of(&me), &me.name).await?;
     let (newest_href, newer_href, older_href) = neighbours("/audit", &page, &listing);
     let newest = page.before.is_none() && page.after.is_none();
     let entries = AuditEntries {

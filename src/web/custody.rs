@@ -49,16 +49,12 @@ struct ListQuery {
 }
 
 /// Refuses a role below the one that reads this queue's payloads and headers.
-fn payloads_for(state: &AppState, access: &super::Access, queue: (&str, &str, &str)) -> Result<(), WebError> {
-    let me = super::access::Me::of(access);
-    if super::dlq_pages::may_read_payloads(state, &me, queue) {
-        return Ok(());
-    }
-    Err(WebError::Forbidden(format!(
-        "the payloads and headers of this queue's records are for the {} role and above; you are {}",
-        custody::payload_role(&state.config.custody, queue.0, queue.1, queue.2).as_str(),
-        me.role
-    )))
+pub(super) fn payloads_for(
+    state: &AppState,
+    access: &super::Access,
+    queue: (&str, &str, &str),
+) -> Result<(), WebError> {
+    super::restricted::require(state, access.principal.role, queue, "this queue's records")
 }
 
 async fn listing(
@@ -70,13 +66,15 @@ async fn listing(
 ) -> Result<Response, ApiError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     filter.check().map_err(WebError::BadRequest)?;
-    if filter.reads_content() {
-        payloads_for(&state, &access, (&broker, &vhost, &queue))?;
-    }
+    let role = access.principal.role;
+    super::restricted::check_filter(&state, role, (&broker, &vhost, &queue), &filter)?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
-    let listing = custody::list(&state.db, &state.custody, &broker, &vhost, &queue, &filter, limit)
+    let mut listing = custody::list(&state.db, &state.custody, &broker, &vhost, &queue, &filter, limit)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    if !super::restricted::may_read(&state, role, (&broker, &vhost, &queue)) {
+        super::restricted::listing(&mut listing);
+    }
     let in_custody = custody::is_in_custody(&state.db, &state.config.custody, &broker, &vhost, &queue)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
@@ -139,10 +137,11 @@ async fn record(
     let found = custody::message(&state.db, (&broker, &vhost, &queue), id)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
-    let Some((record, message, _)) = found else {
+    let Some((mut record, message, _)) = found else {
         return Err(WebError::NotFound(format!("no record {id} in the custody of {queue:?}")).into());
     };
     if payloads_for(&state, &access, (&broker, &vhost, &queue)).is_err() {
+        record.error = None;
         return Ok(Json(json!({"record": record, "payload_hidden": true})).into_response());
     }
     Ok(Json(json!({"record": record, "message": message, "payload_hidden": false})).into_response())
@@ -270,6 +269,8 @@ async fn replay(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<ReplayRequest>,
 ) -> Result<Response, ApiError> {
+    // A copy in a queue no rule covers is read there by anyone (issue 29, case 3b).
+    payloads_for(&state, &access, (&broker, &vhost, &queue))?;
     let audit_id = start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false).await?;
     Ok((
         StatusCode::ACCEPTED,

@@ -78,12 +78,16 @@ async fn take(
 
 async fn take_json(
     State(state): State<AppState>,
+    access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<TakeRequest>,
 ) -> Result<Response, ApiError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     match take(&state, &view, &request).await {
-        Ok(snapshot) => Ok(Json(snapshot.as_ref().clone()).into_response()),
+        Ok(snapshot) => {
+            let readable = readable_snapshot(&state, access.principal.role, (&broker, &vhost, &queue), &snapshot);
+            Ok(Json(readable).into_response())
+        }
         Err(BrowseError::NeedsConfirmation(message)) => {
             Ok((StatusCode::CONFLICT, Json(json!({"error": {"code": "confirmation_required", "message": message}})))
                 .into_response())
@@ -95,13 +99,29 @@ async fn take_json(
 
 async fn snapshot_json(
     State(state): State<AppState>,
+    access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
 ) -> Result<Json<Snapshot>, ApiError> {
     let snapshot = state
         .snapshots
         .get(&broker, &vhost, &queue)
         .ok_or_else(|| WebError::NotFound("no snapshot taken yet: POST to take one".to_string()))?;
-    Ok(Json(snapshot.as_ref().clone()))
+    Ok(Json(readable_snapshot(&state, access.principal.role, (&broker, &vhost, &queue), &snapshot)))
+}
+
+/// A snapshot as `role` may read it: a queue a `[[custody]]` rule covers keeps its payloads,
+/// headers and errors from the roles below the rule's in the broker too (`restricted`).
+fn readable_snapshot(
+    state: &AppState,
+    role: crate::auth::Role,
+    queue: (&str, &str, &str),
+    snapshot: &Snapshot,
+) -> Snapshot {
+    if super::restricted::may_read(state, role, queue) {
+        snapshot.clone()
+    } else {
+        super::restricted::snapshot(snapshot)
+    }
 }
 
 #[derive(Template)]
@@ -199,14 +219,14 @@ async fn custody_view(
         return Ok(None);
     }
     let allowed = may_read_payloads(state, me, (&view.broker, &view.vhost, &view.name));
-    let without_content;
-    let filters = if allowed || !filters.reads_content() {
+    let readable;
+    let filters = if allowed {
         filters
     } else {
-        without_content = filters.without_content();
-        &without_content
+        readable = super::restricted::readable_filter(filters);
+        &readable
     };
-    let listing = crate::dlq::custody::list(
+    let mut listing = crate::dlq::custody::list(
         &state.db,
         &state.custody,
         &view.broker,
@@ -217,6 +237,9 @@ async fn custody_view(
     )
     .await
     .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    if !allowed {
+        super::restricted::listing(&mut listing);
+    }
     let (intake, intake_stopped) = match &listing.intake {
         Some(i) if i.state == "running" => (format!("running: {} taken in since warren started", i.taken), false),
         Some(i) => {
@@ -283,6 +306,8 @@ struct SnapshotView {
     /// What ran since the snapshot was taken (`Snapshot::outdated`): no single messages are
     /// selected from it.
     outdated: Option<String>,
+    /// The least role that reads payloads, headers and errors here, when `me` is below it.
+    content_hidden: Option<&'static str>,
 }
 
 struct Row {
@@ -443,6 +468,7 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> Snapsh
         rows,
         filtered: !f.is_empty(),
         outdated: snapshot.outdated.clone(),
+        content_hidden: None,
     }
 }
 
@@ -467,8 +493,15 @@ async fn render_page(
     needs_confirmation: Option<String>,
 ) -> Result<String, WebError> {
     let base = dlq_href(&view.broker, &view.vhost, &view.name);
+    let queue = (view.broker.as_ref(), view.vhost.as_ref(), view.name.as_ref());
+    let role = super::restricted::role_of(&me);
     let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
     let custody = custody_view(state, &me, view, &base, filters).await?;
+    // Below the payload role, the snapshot is read without what the role may not read, and
+    // filtered only by what it may (a count of matches would answer a question about content).
+    let content_hidden = (!super::restricted::may_read(state, role, queue)).then(|| payload_role_name(state, queue));
+    let readable_filters = super::restricted::readable_filter(filters);
+    let snapshot_filters = if content_hidden.is_some() { &readable_filters } else { filters };
     let page = DlqPage {
         custody,
         filter: filters.clone(),
@@ -504,8 +537,11 @@ async fn render_page(
         notice,
         needs_confirmation,
         snapshot_freshness: snapshot.as_deref().map(|s| super::freshness::Freshness::snapshot(s.taken_at)),
-        snapshot: snapshot
-            .map(|s| SnapshotView { queue_total: format::count(view.total), ..snapshot_view(&s, &base, filters) }),
+        snapshot: snapshot.map(|s| SnapshotView {
+            queue_total: format::count(view.total),
+            content_hidden,
+            ..snapshot_view(&readable_snapshot(state, role, queue, &s), &base, snapshot_filters)
+        }),
         self_href: base,
     };
     Ok(page.render()?)
@@ -602,6 +638,7 @@ async fn custody_replay_form(
         _ => CustodyTarget::OriginalQueue,
     };
     let request = ReplayRequest { selection, target, accept_drop_head };
+    super::custody::payloads_for(&state, &access, (&broker, &vhost, &queue))?;
     let audit_id =
         super::custody::start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false)
             .await?;
@@ -672,10 +709,11 @@ async fn message_page(
     me: super::Me,
     Path((broker, vhost, queue, position)): Path<(String, String, String, usize)>,
 ) -> Result<Response, PageError> {
-    let m = snapshot_message(&state, &broker, &vhost, &queue, position)?;
+    let mut m = snapshot_message(&state, &broker, &vhost, &queue, position)?;
     let base = dlq_href(&broker, &vhost, &queue);
     let download_href = format!("{base}/messages/{position}/payload");
-    let page = message_view(me, &queue, &base, &m, format!("Message {position}"), download_href, None);
+    let hidden = hidden_here(&state, &me, (&broker, &vhost, &queue), &mut m);
+    let page = message_view(me, &queue, &base, &m, format!("Message {position}"), download_href, hidden);
     Ok(html(page.render()?))
 }
 
@@ -696,15 +734,9 @@ async fn custody_record_page(
     me: super::Me,
     Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
 ) -> Result<Response, PageError> {
-    let (record, m, _) = custody_record(&state, &broker, &vhost, &queue, id).await?;
+    let (record, mut m, _) = custody_record(&state, &broker, &vhost, &queue, id).await?;
     let base = dlq_href(&broker, &vhost, &queue);
-    let hidden = (!may_read_payloads(&state, &me, (&broker, &vhost, &queue))).then(|| {
-        format!(
-            "Headers and payload are shown to the {} role and above here; you are {}.",
-            payload_role_name(&state, (&broker, &vhost, &queue)),
-            me.role
-        )
-    });
+    let hidden = hidden_here(&state, &me, (&broker, &vhost, &queue), &mut m);
     let heading = format!("Record {} ({})", record.id, record.state);
     let download_href = format!("{base}/custody/{id}/payload");
     let editable = me.admin
@@ -768,17 +800,27 @@ async fn custody_record(
         .ok_or_else(|| WebError::NotFound(format!("no record {id} in the custody of {queue:?}")))
 }
 
+/// Why `m`'s headers, payload and error are not shown to `me`, having left them out; `None`
+/// when `me` reads them.
+fn hidden_here(state: &AppState, me: &super::Me, queue: (&str, &str, &str), m: &mut SnapshotMessage) -> Option<String> {
+    if may_read_payloads(state, me, queue) {
+        return None;
+    }
+    super::restricted::message(m);
+    Some(format!(
+        "Headers, payload and error are shown to the {} role and above here; you are {}.",
+        payload_role_name(state, queue),
+        me.role
+    ))
+}
+
 fn payload_role_name(state: &AppState, (broker, vhost, queue): (&str, &str, &str)) -> &'static str {
     crate::dlq::custody::payload_role(&state.config.custody, broker, vhost, queue).as_str()
 }
 
 /// Whether `me` reads the payloads and headers of this queue's records in custody.
-pub fn may_read_payloads(state: &AppState, me: &super::Me, (broker, vhost, queue): (&str, &str, &str)) -> bool {
-    match crate::dlq::custody::payload_role(&state.config.custody, broker, vhost, queue) {
-        crate::config::PayloadRole::Viewer => true,
-        crate::config::PayloadRole::Operator => me.operator,
-        crate::config::PayloadRole::Admin => me.admin,
-    }
+pub fn may_read_payloads(state: &AppState, me: &super::Me, queue: (&str, &str, &str)) -> bool {
+    super::restricted::may_read(state, super::restricted::role_of(me), queue)
 }
 
 async fn custody_payload(
@@ -886,8 +928,11 @@ fn message_view(
 
 async fn download(
     State(state): State<AppState>,
+    me: super::Me,
     Path((broker, vhost, queue, position)): Path<(String, String, String, usize)>,
 ) -> Result<Response, PageError> {
+    let role = super::restricted::role_of(&me);
+    super::restricted::require(&state, role, (&broker, &vhost, &queue), "the payload")?;
     let m = snapshot_message(&state, &broker, &vhost, &queue, position)?;
     let bytes = message::payload_bytes(&m.message);
     let truncated = (bytes.len() as u64) < m.payload_bytes;
@@ -1168,6 +1213,10 @@ async fn requeue_form(
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     let form = parse_requeue_form(&body)?;
+    if form.scope == Scope::Matching {
+        // Before the confirmation, which names the queues the matching messages died in.
+        super::restricted::check_filter(&state, access.principal.role, (&broker, &vhost, &queue), &form.filter)?;
+    }
     let deletes = matches!(form.scope, Scope::Purge | Scope::DeleteSelected);
     let mut page = ActionPage {
         me: super::Me::of(&access),

@@ -37,8 +37,19 @@ pub async fn job_status(state: &AppState, id: i64) -> Result<JobStatus, WebError
     Ok(JobStatus::from_audit(record, fates))
 }
 
-async fn job_json(State(state): State<AppState>, Path(id): Path<i64>) -> Result<Json<JobStatus>, ApiError> {
-    Ok(Json(job_status(&state, id).await?))
+/// A job's status as `role` may read it (`restricted::job`): the API and the page alike.
+async fn job_status_for(state: &AppState, id: i64, role: crate::auth::Role) -> Result<JobStatus, WebError> {
+    let mut status = job_status(state, id).await?;
+    super::restricted::job(state, role, &mut status).await?;
+    Ok(status)
+}
+
+async fn job_json(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path(id): Path<i64>,
+) -> Result<Json<JobStatus>, ApiError> {
+    Ok(Json(job_status_for(&state, id, access.principal.role).await?))
 }
 
 /// Asks a running job to stop: it stops reading, settles the copies in flight, and gives back
@@ -175,7 +186,7 @@ async fn page(
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
-    let status = job_status(&state, id).await?;
+    let status = job_status_for(&state, id, super::restricted::role_of(&me)).await?;
     let fragment = fragment(&status, me.clone()).render()?;
     if is_htmx(&headers) {
         return Ok(html(fragment));

@@ -18,6 +18,7 @@ mod nodes;
 mod pages;
 mod prometheus;
 pub mod query;
+mod restricted;
 mod topology;
 
 /// The parsers of request input that live with their handlers, public so that the fuzz targets
