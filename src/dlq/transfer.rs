@@ -415,7 +415,7 @@ mod tests {
         let sizes: Vec<usize> = batches(&text).map(|b| b.unwrap().len()).collect();
         assert_eq!(sizes, vec![IMPORT_BATCH, IMPORT_BATCH, 1]);
         let large = serde_json::to_string(&line_of(&BasicProperties::default(), &vec![7; 1 << 20])).unwrap();
-        let text = vec![large.as_str(); 8].join("\n");
+        let text = [large.as_str(); 8].join("\n");
         let sizes: Vec<usize> = batches(&text).map(|b| b.unwrap().len()).collect();
         // 1 MiB bodies are 1.4 MB lines in base64: three make a batch.
         assert_eq!(sizes, vec![3, 3, 2]);
