@@ -1174,6 +1174,7 @@ async fn a_64_mib_import_stays_under_its_memory_ceiling_and_keeps_every_id() {
             text.push('\n');
         }
         let before = peak_memory(warren.child.id());
+        let started = std::time::Instant::now();
         let response = reqwest::Client::new()
             .post(format!("http://127.0.0.1:{}{queue}/custody/import", warren.port))
             .body(text)
@@ -1184,7 +1185,8 @@ async fn a_64_mib_import_stays_under_its_memory_ceiling_and_keeps_every_id() {
         let answer: Value = response.json().await.unwrap_or(Value::Null);
         let peak = peak_memory(warren.child.id());
         eprintln!(
-            "import of {n} lines of {body_bytes}-byte bodies: peak resident memory {} MiB before, {} MiB after",
+            "import of {n} lines of {body_bytes}-byte bodies in {:?}: peak resident memory {} MiB before, {} MiB after",
+            started.elapsed(),
             before >> 20,
             peak >> 20
         );
