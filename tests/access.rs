@@ -120,6 +120,8 @@ fn actions(vhost: &str) -> Vec<(String, Role)> {
         (format!("/api/v1/queues/{q}/custody/release"), Role::Admin),
         (format!("/dlq/{q}/custody/start"), Role::Admin),
         (format!("/dlq/{q}/custody/release"), Role::Admin),
+        (format!("/api/v1/queues/{q}/custody/1/delete"), Role::Admin),
+        (format!("/dlq/{q}/custody/1/delete"), Role::Admin),
     ];
     for admin in [
         "/api/v1/alerts/rules",
@@ -238,6 +240,104 @@ async fn setup(test: &str) -> (TestVhost, lapin::Connection, lapin::Channel, War
     })
     .await;
     (vhost, connection, channel, warren)
+}
+
+/// Issue 29, must-have 5: an admin deletes a held record that can never be replayed (from the
+/// API or its page), recorded in the audit log with its message id; operators and viewers are
+/// refused, and a record a replay has claimed is not deleted under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_deletes_a_held_record_audited_and_no_one_else_can() {
+    let vhost = TestVhost::create("custodydelete").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "dlq", false, numbered(3)).await;
+    let warren = Warren::start(&format!(
+        "[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\npoll_interval_secs = 1\n\n\
+         [[custody]]\nqueue = \"dlq\"\n",
+        vhost.name
+    ))
+    .await;
+    add_users(&warren, &[("ada", Role::Admin), ("otto", Role::Operator), ("vera", Role::Viewer)]).await;
+    let (ada, otto, vera) = (login(&warren, "ada").await, login(&warren, "otto").await, login(&warren, "vera").await);
+    let api = format!("/api/v1/queues/local/{}/dlq/custody", encode(&vhost.name));
+    let page = format!("/dlq/local/{}/dlq/custody", encode(&vhost.name));
+    let list = wait_for("the dead letters in custody", Duration::from_secs(60), || async {
+        let (_, list) = get(&warren, &api, &ada).await;
+        if list["custody"]["counts"]["held"] == 3 {
+            Ok(list)
+        } else {
+            Err(list.to_string())
+        }
+    })
+    .await;
+    let ids: Vec<i64> =
+        list["custody"]["records"].as_array().unwrap().iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    let auth = |session| Auth::Session { session, csrf: Some(&session.csrf) };
+
+    for session in [&otto, &vera] {
+        let (status, answer) = post(&warren, &format!("{api}/{}/delete", ids[0]), auth(session), json!({})).await;
+        assert_eq!(status, 403, "{answer}");
+        let response = client()
+            .post(warren.url(&format!("{page}/{}/delete", ids[0])))
+            .header("cookie", &session.cookie)
+            .form(&[("csrf_token", session.csrf.as_str())])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 403);
+    }
+    let record_page = |session: &Session, id: i64| {
+        let request = client().get(warren.url(&format!("{page}/{id}"))).header("cookie", session.cookie.clone());
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+    assert!(!record_page(&otto, ids[0]).await.contains("custody-delete"), "no delete form below admin");
+    assert!(record_page(&ada, ids[0]).await.contains("custody-delete"), "an admin has the form");
+
+    let (status, answer) = post(&warren, &format!("{api}/{}/delete", ids[0]), auth(&ada), json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["deleted"], ids[0]);
+    let audit_id = answer["audit_id"].as_i64().unwrap();
+    let (status, _) = get(&warren, &format!("{api}/{}", ids[0]), &ada).await;
+    assert_eq!(status, 404, "gone");
+    let (_, audit) = get(&warren, "/api/v1/audit", &ada).await;
+    let entry = audit.as_array().unwrap().iter().find(|e| e["id"] == audit_id).expect("the delete audited");
+    assert_eq!(
+        (&entry["action"], &entry["actor"], &entry["outcome"]),
+        (&json!("custody delete"), &json!("ada"), &json!("done"))
+    );
+    let (_, fates) = get(&warren, &format!("/api/v1/audit/{audit_id}/messages"), &ada).await;
+    assert!(fates.to_string().contains("\"m1\""), "the deleted message's id: {fates}");
+
+    // A record a running replay has claimed stays, and the refusal is audited too.
+    let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
+    sqlx::query("update custody_messages set state = 'claimed', job = 'audit-999999' where id = ?")
+        .bind(ids[1])
+        .execute(&db)
+        .await
+        .unwrap();
+    let (status, answer) = post(&warren, &format!("{api}/{}/delete", ids[1]), auth(&ada), json!({})).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer.to_string().contains("claimed"), "{answer}");
+    let (status, _) = get(&warren, &format!("{api}/{}", ids[1]), &ada).await;
+    assert_eq!(status, 200, "still there");
+    db.close().await;
+
+    // The page's form: back to the queue's page, the record gone.
+    let response = client()
+        .post(warren.url(&format!("{page}/{}/delete", ids[2])))
+        .header("cookie", &ada.cookie)
+        .form(&[("csrf_token", ada.csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 303);
+    let (status, _) = get(&warren, &format!("{api}/{}", ids[2]), &ada).await;
+    assert_eq!(status, 404);
+    let (_, list) = get(&warren, &api, &vera).await;
+    assert_eq!(list["custody"]["counts"]["held"], 0, "{list}");
+    assert_eq!(list["custody"]["counts"]["claimed"], 1, "{list}");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -344,3 +344,43 @@ async fn select_all_ticks_every_message_and_the_buttons_come_first() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 29, must-have 8: a client's long product name (warren keeps 200 characters of it) in a
+/// plain cell pushed every connection's columns off the screen; it wraps inside its cell now, at
+/// a desktop's width and at a phone's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_client_product_wraps_inside_its_cell() {
+    use lapin::types::LongString;
+    let vhost = TestVhost::create("longproduct").await;
+    let mut client_properties = FieldTable::default();
+    let product = format!("client-{}", "x".repeat(3_500));
+    client_properties.insert("product".into(), AMQPValue::LongString(LongString::from(product.as_str())));
+    client_properties.insert("version".into(), AMQPValue::LongString("1".into()));
+    let uri =
+        format!("{}/{}", common::broker().amqp_with_guest(), warren::broker::management::encode_segment(&vhost.name));
+    let properties = lapin::ConnectionProperties { client_properties, ..Default::default() };
+    let connection = lapin::Connection::connect(&uri, properties).await.expect("a client connection");
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("the client's connection listed", Duration::from_secs(60), || async {
+        let (_, body) = warren.get_json("/api/v1/brokers/local/connections").await;
+        if body.to_string().contains("client-xxxx") {
+            Ok(())
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await;
+    let (_driver, client) = common::browser::start().await;
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots/layout");
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut problems = Vec::new();
+    for width in [None, Some(390)] {
+        common::browser::emulate_phone(&client, width).await;
+        client.goto(&warren.url("/brokers/local/clients")).await.unwrap();
+        problems.extend(check_layout(&client, width, "clients-long-product", "/brokers/local/clients", &shots).await);
+    }
+    assert!(problems.is_empty(), "layout problems (screenshots in {}):\n{}", shots.display(), problems.join("\n"));
+    client.close().await.unwrap();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -334,3 +334,81 @@ async fn large_messages_move_whole_in_a_small_window_and_failures_do_not_stall_i
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// The page's text with the values of form fields left out: those go back to warren as they
+/// came (a queue name in a hidden input must name the queue), so they keep every character.
+fn text_outside_form_values(page: &str) -> String {
+    let mut out = String::new();
+    let mut rest = page;
+    while let Some(at) = rest.find("value=\"") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + 7..];
+        rest = rest.split_once('"').map_or("", |(_, after)| after);
+    }
+    out + rest
+}
+
+/// Controls that reorder or hide text (tab and line breaks are whitespace).
+fn is_control(c: char) -> bool {
+    (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+        || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Issue 29, must-have 8: a right-to-left override in a message id made `\u202eabc` read "cba",
+/// and other controls hid text. Message ids, headers, queue names and client properties show
+/// every control character escaped, on the DLQ page, the message page, the queue list and the
+/// clients page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_and_bidi_characters_from_the_broker_are_shown_escaped() {
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    let vhost = TestVhost::create("bidi").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    let mut headers = FieldTable::default();
+    headers.insert("x-exception-message".into(), AMQPValue::LongString("fail\u{7}ed \u{2066}quietly".into()));
+    dead_letter(&vhost, &channel, "dlq", false, vec![("\u{202e}abc".to_string(), b"{}".to_vec(), headers)]).await;
+    let odd_queue = "orders\u{202e}lanif";
+    declare(&channel, odd_queue, false).await;
+    let mut client_properties = FieldTable::default();
+    let product = format!("\u{202e}tcudorp-{}", "x".repeat(3_500));
+    client_properties.insert("product".into(), AMQPValue::LongString(LongString::from(product.as_str())));
+    // Without a version lapin names itself as the product.
+    client_properties.insert("version".into(), AMQPValue::LongString("1".into()));
+    let uri = format!("{}/{}", common::broker().amqp_with_guest(), encode(&vhost.name));
+    let properties = lapin::ConnectionProperties { client_properties, ..Default::default() };
+    let client = lapin::Connection::connect(&uri, properties).await.expect("a client connection");
+
+    let warren = watching(&vhost, odd_queue).await;
+    warren.snapshot(&vhost.name, "dlq", 10).await;
+    let pages = [
+        (format!("/dlq/local/{}/dlq", encode(&vhost.name)), "\\u{202e}abc"),
+        (format!("/dlq/local/{}/dlq/messages/1", encode(&vhost.name)), "fail\\u{7}ed \\u{2066}quietly"),
+        ("/queues".to_string(), "orders\\u{202e}lanif"),
+    ];
+    for (path, escaped) in pages {
+        let (status, page) = warren.get_text(&path).await;
+        assert_eq!(status, 200, "{path}");
+        assert!(page.contains(escaped), "{path} shows {escaped}:\n{page}");
+        let text = text_outside_form_values(&page);
+        let raw: Vec<char> = text.chars().filter(|c| is_control(*c)).collect();
+        assert!(raw.is_empty(), "{path} has raw control characters {raw:?}");
+    }
+    // warren keeps the first 200 characters of a client's text (`broker::clients`).
+    let escaped_product = format!("\\u{{202e}}tcudorp-{}", "x".repeat(191));
+    wait_for("the client's connection listed", Duration::from_secs(60), || async {
+        let (_, body) = warren.get_json("/api/v1/brokers/local/connections").await;
+        if body.to_string().contains("tcudorp-") {
+            Ok(())
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await;
+    let (status, page) = warren.get_text("/brokers/local/clients").await;
+    assert_eq!(status, 200);
+    assert!(page.contains(&format!("{escaped_product}<")), "the product escaped:\n{page}");
+    assert!(!text_outside_form_values(&page).contains('\u{202e}'));
+    client.close(0, "done").await.ok();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -15,7 +15,7 @@ use super::Role;
 /// | `POST /api/v1/queues/{b}/{v}/{q}/requeue`, `delete`, `purge`, `snapshot` | operator |
 /// | `POST /dlq/{b}/{v}/{q}/requeue`, `snapshot` | operator |
 /// | `POST /api/v1/queues/{b}/{v}/{q}/custody/replay`, `/dlq/{b}/{v}/{q}/custody/replay` | operator |
-/// | `POST .../custody/import` (messages anyone could write), `start`, `release` | admin |
+/// | `POST .../custody/import` (messages anyone could write), `start`, `release`, `{id}/delete` | admin |
 /// | `POST /api/v1/jobs/{id}/cancel`, `/jobs/{id}/cancel` | operator |
 /// | `POST /api/v1/silences...`, `/alerts/silences...` | operator |
 /// | `POST /alerts/preview`, `/api/v1/alerts/rules/preview` (read-only), `/logout` | viewer |
@@ -177,6 +177,8 @@ mod tests {
             "/api/v1/queues/main/%2F/orders.dlq/custody/start",
             "/api/v1/queues/main/%2F/orders.dlq/custody/7/edit",
             "/dlq/main/%2F/orders.dlq/custody/7/edit",
+            "/api/v1/queues/main/%2F/orders.dlq/custody/7/delete",
+            "/dlq/main/%2F/orders.dlq/custody/7/delete",
             "/something/new",
         ] {
             assert_eq!(required_role(&Method::POST, path), Role::Admin, "{path}");

@@ -341,6 +341,13 @@ pub struct Taken {
     redelivered: bool,
 }
 
+impl Taken {
+    /// Bytes it holds for the custody's budget: body and properties.
+    pub(super) fn size(&self) -> u64 {
+        (self.body.len() + self.properties.len()) as u64
+    }
+}
+
 /// A delivery as a row, or why it cannot be kept as it came (its properties would not encode).
 fn taken(delivery: lapin::message::Delivery) -> Result<Taken, String> {
     let lapin::message::Delivery { delivery_tag, exchange, routing_key, redelivered, properties, data, .. } = delivery;
@@ -398,29 +405,7 @@ async fn commit(db: &Db, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Erro
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let now = Utc::now().timestamp();
         for t in batch {
-            sqlx::query(
-                "insert into custody_messages (broker, vhost, queue, received_at, exchange, routing_key, properties,
-                 properties_json, body, size, message_id, reason, original_queue, error, redelivered, body_nul)
-                 values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&id.0)
-            .bind(&id.1)
-            .bind(&id.2)
-            .bind(now)
-            .bind(&t.exchange)
-            .bind(&t.routing_key)
-            .bind(&t.properties)
-            .bind(&t.properties_json)
-            .bind(&t.body)
-            .bind((t.body.len() + t.properties.len()) as i64)
-            .bind(&t.summary.message_id)
-            .bind(&t.summary.reason)
-            .bind(&t.summary.original_queue)
-            .bind(message::error_line(&t.summary))
-            .bind(t.redelivered)
-            .bind(t.body.contains(&0))
-            .execute(&mut *tx)
-            .await?;
+            insert(&mut tx, id, now, t).await?;
         }
         tx.commit().await
     }
@@ -429,6 +414,33 @@ async fn commit(db: &Db, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Erro
     let reset = sqlx::query("pragma synchronous = NORMAL").execute(&mut *conn).await;
     written?;
     reset.map(|_| ())
+}
+
+async fn insert(conn: &mut sqlx::SqliteConnection, id: &QueueId, now: i64, t: &Taken) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "insert into custody_messages (broker, vhost, queue, received_at, exchange, routing_key, properties,
+         properties_json, body, size, message_id, reason, original_queue, error, redelivered, body_nul)
+         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&id.0)
+    .bind(&id.1)
+    .bind(&id.2)
+    .bind(now)
+    .bind(&t.exchange)
+    .bind(&t.routing_key)
+    .bind(&t.properties)
+    .bind(&t.properties_json)
+    .bind(&t.body)
+    .bind(t.size() as i64)
+    .bind(&t.summary.message_id)
+    .bind(&t.summary.reason)
+    .bind(&t.summary.original_queue)
+    .bind(message::error_line(&t.summary))
+    .bind(t.redelivered)
+    .bind(t.body.contains(&0))
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Consumes `id`'s queue into custody until cancelled or until a write fails or the budget is
@@ -927,27 +939,58 @@ pub(super) async fn matching(db: &Db, queue: (&str, &str, &str), filter: &Filter
 pub enum ImportError {
     #[error("custody of this queue holds {kept} bytes; {adding} more would pass its size budget of {budget} bytes")]
     Budget { kept: u64, adding: u64, budget: u64 },
+    /// The lines read differently the second time (a bug: they were checked first).
+    #[error("the import's lines read differently when kept: {0}")]
+    Changed(String),
     #[error(transparent)]
     Storage(#[from] sqlx::Error),
 }
 
 /// Puts imported messages (`dlq::transfer`) into the custody of a queue, all or none, within
-/// its size budget; returns how many.
-pub async fn import(
+/// its size budget; returns how many. `adding` is what they add (count, bytes), known before
+/// the first batch is made: only one batch is in memory at a time, and all go in one
+/// transaction, committed as intake commits.
+pub async fn import<B>(
     db: &Db,
     rules: &[CustodyRule],
     (broker, vhost, queue): (&str, &str, &str),
-    messages: &[Taken],
-) -> Result<usize, ImportError> {
+    (count, adding): (usize, u64),
+    batches: B,
+) -> Result<usize, ImportError>
+where
+    B: Iterator<Item = Result<Vec<Taken>, String>>,
+{
     let id = (broker.to_string(), vhost.to_string(), queue.to_string());
     let budget = budget(rules, broker, vhost, queue);
-    let adding: u64 = messages.iter().map(|t| (t.body.len() + t.properties.len()) as u64).sum();
     let kept = bytes_kept(db, &id).await?;
     if kept + adding > budget {
         return Err(ImportError::Budget { kept, adding, budget });
     }
-    commit(db, &id, messages).await?;
-    Ok(messages.len())
+    let mut conn = db.acquire().await?;
+    sqlx::query("pragma synchronous = FULL").execute(&mut *conn).await?;
+    let written = async {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let now = Utc::now().timestamp();
+        let mut imported = 0;
+        for batch in batches {
+            let batch = batch.map_err(ImportError::Changed)?;
+            for t in &batch {
+                insert(&mut tx, &id, now, t).await?;
+            }
+            imported += batch.len();
+        }
+        if imported != count {
+            return Err(ImportError::Changed(format!("{imported} lines read again, {count} checked")));
+        }
+        tx.commit().await?;
+        Ok(imported)
+    }
+    .await;
+    // Back to the pool's setting whatever happened: the connection serves other writes next.
+    let reset = sqlx::query("pragma synchronous = NORMAL").execute(&mut *conn).await;
+    let imported = written?;
+    reset?;
+    Ok(imported)
 }
 
 /// What custody holds of a queue: counts, groups over every held record, and the records the
@@ -1209,6 +1252,54 @@ pub async fn prune_replayed(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
         .execute(db)
         .await?;
     Ok(done.rows_affected())
+}
+
+/// Why a record was not deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum DeleteError {
+    #[error("no record {0} in this queue's custody")]
+    NotFound(i64),
+    /// Claimed by a running replay (which may be publishing it now), or replayed already.
+    #[error("record {id} is {state}, not held: only a held record can be deleted")]
+    NotHeld { id: i64, state: String },
+    #[error(transparent)]
+    Storage(#[from] sqlx::Error),
+}
+
+/// Deletes one held record (an admin's way out for a record that can never be replayed);
+/// returns its message id. The state guard is the one `claim` uses, so a record a replay has
+/// claimed is never deleted under it.
+pub async fn delete(
+    db: &Db,
+    (broker, vhost, queue): (&str, &str, &str),
+    id: i64,
+) -> Result<Option<String>, DeleteError> {
+    let deleted = sqlx::query_scalar::<_, Option<String>>(
+        "delete from custody_messages where broker = ? and vhost = ? and queue = ? and id = ? and state = 'held'
+         returning message_id",
+    )
+    .bind(broker)
+    .bind(vhost)
+    .bind(queue)
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    if let Some(message_id) = deleted {
+        return Ok(message_id);
+    }
+    let state = sqlx::query_scalar::<_, String>(
+        "select state from custody_messages where broker = ? and vhost = ? and queue = ? and id = ?",
+    )
+    .bind(broker)
+    .bind(vhost)
+    .bind(queue)
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    Err(match state {
+        Some(state) => DeleteError::NotHeld { id, state },
+        None => DeleteError::NotFound(id),
+    })
 }
 
 /// How a replay ended.
@@ -1514,7 +1605,7 @@ async fn bodies(db: &Db, ids: &[i64]) -> Result<HashMap<i64, (Vec<u8>, Vec<u8>)>
 
 /// The copy's properties: the original's, without the broker's bookkeeping of the DLQ (a
 /// quorum DLQ's `x-delivery-count`), with the record's id.
-fn with_custody_id(properties: BasicProperties, id: i64) -> BasicProperties {
+pub(super) fn with_custody_id(properties: BasicProperties, id: i64) -> BasicProperties {
     let mut headers = properties.headers().clone().unwrap_or_default();
     let mut kept = FieldTable::default();
     for (key, value) in headers.inner() {

@@ -107,18 +107,103 @@ pub fn export_chunks(ids: &[i64]) -> impl Iterator<Item = &[i64]> {
 /// error naming it, and then nothing is imported. Blank lines are skipped.
 pub fn parse_lines(text: &str) -> Result<Vec<Taken>, String> {
     let mut out = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        if raw.trim().is_empty() {
-            continue;
-        }
-        let at = |e: String| format!("line {}: {e}", i + 1);
-        let line: Line = serde_json::from_str(raw).map_err(|e| at(e.to_string()))?;
-        let body = B64.decode(line.body.trim()).map_err(|e| at(format!("body: not base64: {e}")))?;
-        let properties = properties_of(&line).map_err(at)?;
-        let taken = custody::kept(0, (&line.exchange, &line.routing_key), false, &properties, body).map_err(at)?;
-        out.push(taken);
+    for batch in batches(text) {
+        out.extend(batch?);
     }
     Ok(out)
+}
+
+/// Lines parsed and kept together, at most: an import's memory is its text and one batch,
+/// whatever the number of lines (all of them parsed at once took 1.86 GB for 64 MiB).
+const IMPORT_BATCH: usize = 200;
+/// Bytes of line text per batch, at most (one longer line is a batch of its own).
+const IMPORT_BATCH_BYTES: usize = 4 << 20;
+
+/// The messages of `text`'s lines, a batch at a time (bounded by count and by bytes); a line
+/// that cannot be a message ends them with an error naming it.
+pub fn batches(text: &str) -> impl Iterator<Item = Result<Vec<Taken>, String>> + '_ {
+    let mut lines = text.lines().enumerate().peekable();
+    std::iter::from_fn(move || {
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while batch.len() < IMPORT_BATCH && (batch.is_empty() || bytes < IMPORT_BATCH_BYTES) {
+            let Some((i, raw)) = lines.next() else { break };
+            bytes += raw.len();
+            match parse_line(i + 1, raw) {
+                Ok(Some(taken)) => batch.push(taken),
+                Ok(None) => {}
+                Err(e) => {
+                    // Nothing after a bad line: the import is refused whole.
+                    lines.by_ref().for_each(drop);
+                    return Some(Err(e));
+                }
+            }
+        }
+        (!batch.is_empty()).then_some(Ok(batch))
+    })
+}
+
+/// What a valid import adds: its messages and their bytes (for the custody's budget), read
+/// without keeping them, or the first line that cannot be a message.
+pub fn check_lines(text: &str) -> Result<(usize, u64), String> {
+    let (mut count, mut bytes) = (0, 0);
+    for (i, raw) in text.lines().enumerate() {
+        if let Some(taken) = parse_line(i + 1, raw)? {
+            count += 1;
+            bytes += taken.size();
+        }
+    }
+    Ok((count, bytes))
+}
+
+/// The largest frame every RabbitMQ accepts unless its `frame_max` was lowered: an import does
+/// not know which broker its records will be replayed to. A message's content header (its
+/// properties, headers included) travels in one frame, so a larger one can never be published.
+pub const DEFAULT_FRAME_MAX: usize = 131_072;
+/// A content header frame's bytes beside the encoded properties: frame type, channel, size and
+/// end octet (8), class, weight and body size (12).
+const CONTENT_HEADER_OVERHEAD: usize = 20;
+/// AMQP short strings (most properties, exchange and routing key) hold at most this many bytes.
+const SHORT_STRING_MAX: usize = 255;
+
+/// Line `number` as a message to keep (`None` for a blank line), or why it cannot be one,
+/// naming the line and the field.
+fn parse_line(number: usize, raw: &str) -> Result<Option<Taken>, String> {
+    if raw.trim().is_empty() {
+        return Ok(None);
+    }
+    let at = |e: String| format!("line {number}: {e}");
+    let line: Line = serde_json::from_str(raw).map_err(|e| at(e.to_string()))?;
+    for (field, value) in [("exchange", &line.exchange), ("routing_key", &line.routing_key)] {
+        short_string(field, value).map_err(at)?;
+    }
+    let body = B64.decode(line.body.trim()).map_err(|e| at(format!("body: not base64: {e}")))?;
+    let properties = properties_of(&line).map_err(at)?;
+    fits_a_frame(&properties).map_err(at)?;
+    let taken = custody::kept(0, (&line.exchange, &line.routing_key), false, &properties, body).map_err(at)?;
+    Ok(Some(taken))
+}
+
+fn short_string(field: &str, value: &str) -> Result<(), String> {
+    if value.len() > SHORT_STRING_MAX {
+        return Err(format!("{field}: {} bytes; an AMQP short string holds at most {SHORT_STRING_MAX}", value.len()));
+    }
+    Ok(())
+}
+
+/// Refuses properties whose content header, as a replay publishes it (with the record's id),
+/// would not fit in a frame.
+fn fits_a_frame(properties: &BasicProperties) -> Result<(), String> {
+    let replayed = custody::with_custody_id(properties.clone(), i64::MAX);
+    let size = custody::encode_properties(&replayed)?.len() + CONTENT_HEADER_OVERHEAD;
+    if size <= DEFAULT_FRAME_MAX {
+        return Ok(());
+    }
+    let field = if properties.headers().is_some() { "properties.headers" } else { "properties" };
+    Err(format!(
+        "{field}: the message's content header would take {size} bytes; it must fit in one frame of \
+         {DEFAULT_FRAME_MAX} bytes (the broker's default frame_max), or the message could never be published"
+    ))
 }
 
 /// The exact properties when the readable ones still say the same, else the readable ones.
@@ -139,10 +224,10 @@ pub fn properties_from_json(map: &Map<String, Value>) -> Result<BasicProperties,
     let mut p = BasicProperties::default();
     for (key, value) in map {
         let text = || {
-            value
-                .as_str()
-                .map(|s| ShortString::from(s.to_string()))
-                .ok_or_else(|| format!("properties.{key}: a string"))
+            value.as_str().ok_or_else(|| format!("properties.{key}: a string")).and_then(|s| {
+                short_string(&format!("properties.{key}"), s)?;
+                Ok(ShortString::from(s.to_string()))
+            })
         };
         let number = |max: u64| {
             value.as_u64().filter(|n| *n <= max).ok_or_else(|| format!("properties.{key}: a whole number up to {max}"))
@@ -293,5 +378,49 @@ mod tests {
         let deep =
             format!(r#"{{"body": "", "properties": {{"headers": {}1{}}}}}"#, r#"{"a":"#.repeat(40), "}".repeat(40));
         assert!(parse_lines(&deep).unwrap_err().contains("nested deeper"));
+    }
+
+    /// Issue 29: a message id over 255 bytes was stored as its length mod 256 characters, and
+    /// headers too large for a frame were kept as a record no replay could ever publish.
+    #[test]
+    fn a_line_past_the_amqp_limits_is_refused_naming_its_line_and_field() {
+        let good = serde_json::to_string(&line_of(&BasicProperties::default(), b"x")).unwrap();
+        let long_id = format!(r#"{{"body": "", "properties": {{"message_id": "{}"}}}}"#, "m".repeat(300));
+        let err = parse_lines(&format!("{good}\n{long_id}")).map(|t| t.len()).unwrap_err();
+        assert!(err.starts_with("line 2: properties.message_id: 300 bytes"), "{err}");
+        let big = format!(r#"{{"body": "", "properties": {{"headers": {{"x-trace": "{}"}}}}}}"#, "t".repeat(131_000));
+        let err = parse_lines(&format!("{good}\n\n{big}")).map(|t| t.len()).unwrap_err();
+        assert!(err.starts_with("line 3: properties.headers: ") && err.contains("131072"), "{err}");
+        // The same through the exact form: what the readable one does not say.
+        let mut headers = FieldTable::default();
+        headers.insert("x-trace".into(), AMQPValue::LongString("t".repeat(131_000).into()));
+        let line = line_of(&BasicProperties::default().with_headers(headers), b"x");
+        let err = parse_lines(&serde_json::to_string(&line).unwrap()).map(|t| t.len()).unwrap_err();
+        assert!(err.starts_with("line 1: properties.headers: "), "{err}");
+        let route = format!(r#"{{"body": "", "routing_key": "{}"}}"#, "k".repeat(256));
+        assert!(parse_lines(&route).unwrap_err().starts_with("line 1: routing_key: 256 bytes"));
+        // Up to the limits is fine: a 255-byte id, and headers that leave room for the replay's.
+        let at_limit = format!(r#"{{"body": "", "properties": {{"message_id": "{}"}}}}"#, "m".repeat(255));
+        let taken = parse_lines(&at_limit).unwrap();
+        let back = decode_properties(&taken[0].properties).unwrap();
+        assert_eq!(back.message_id().as_ref().map(|s| s.as_str().len()), Some(255));
+        let fits = format!(r#"{{"body": "", "properties": {{"headers": {{"x-trace": "{}"}}}}}}"#, "t".repeat(130_000));
+        assert_eq!(parse_lines(&fits).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn batches_are_bounded_by_count_and_by_bytes() {
+        let small = serde_json::to_string(&line_of(&BasicProperties::default(), b"x")).unwrap();
+        let text = vec![small.as_str(); IMPORT_BATCH * 2 + 1].join("\n");
+        let sizes: Vec<usize> = batches(&text).map(|b| b.unwrap().len()).collect();
+        assert_eq!(sizes, vec![IMPORT_BATCH, IMPORT_BATCH, 1]);
+        let large = serde_json::to_string(&line_of(&BasicProperties::default(), &vec![7; 1 << 20])).unwrap();
+        let text = [large.as_str(); 8].join("\n");
+        let sizes: Vec<usize> = batches(&text).map(|b| b.unwrap().len()).collect();
+        // 1 MiB bodies are 1.4 MB lines in base64: three make a batch.
+        assert_eq!(sizes, vec![3, 3, 2]);
+        let (count, bytes) = check_lines(&text).unwrap();
+        assert_eq!(count, 8);
+        assert!((8 << 20..(8 << 20) + 100).contains(&bytes), "bodies and their few bytes of properties: {bytes}");
     }
 }

@@ -29,6 +29,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/export", get(export))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}", get(record))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/edit", post(edit_json))
+        .route("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/delete", post(delete_json))
         .route(
             "/api/v1/queues/{broker}/{vhost}/{queue}/custody/import",
             post(import).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
@@ -36,7 +37,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The largest import, in bytes of JSON lines (an export of about 40,000 messages of 1 KiB);
-/// split larger ones. Everything is parsed before anything is kept, so this bounds memory.
+/// split larger ones. The request is held whole while it is checked and kept (one batch of
+/// messages beside it), so this bounds memory.
 const IMPORT_MAX_BYTES: usize = 64 << 20;
 
 /// Records listed, unless asked otherwise, and at most.
@@ -218,18 +220,84 @@ async fn edit_json(
     }
 }
 
+/// Deletes one held record (admins: the way out for a record that can never be replayed),
+/// recorded in the audit log like a delete from a queue. A record a replay has claimed is
+/// refused. Returns the audit entry's id.
+pub async fn delete_record(
+    state: &AppState,
+    (broker, vhost, queue): (&str, &str, &str),
+    id: i64,
+    actor: &str,
+) -> Result<i64, WebError> {
+    find_queue(state, broker, vhost, queue).await?;
+    custody::message(&state.db, (broker, vhost, queue), id)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?
+        .ok_or_else(|| WebError::NotFound(format!("no record {id} in the custody of {queue:?}")))?;
+    let entry = audit::Entry {
+        actor,
+        broker,
+        vhost,
+        queue,
+        action: "custody delete",
+        request: json!({"record": id}).to_string(),
+    };
+    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    let audit_id = audit::start(&state.db, entry)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
+    let outcome = custody::delete(&state.db, (broker, vhost, queue), id).await;
+    let finished = match &outcome {
+        // A delete's fate is `moved` to nowhere, as the audit of a delete from a queue says it.
+        Ok(message_id) => {
+            let fate = Fate::new(1, message_id.as_deref(), "moved", "");
+            crate::dlq::audit::finish(&state.db, audit_id, "done", 1, 0, None, &[fate]).await
+        }
+        Err(why) => {
+            let why = why.to_string();
+            crate::dlq::audit::finish(&state.db, audit_id, "failed", 0, 1, Some(&why), &[]).await
+        }
+    };
+    if let Err(e) = finished {
+        tracing::error!(audit_id, error = %e, "recording the end of a custody delete");
+    }
+    match outcome {
+        Ok(_) => Ok(audit_id),
+        Err(custody::DeleteError::NotFound(_)) => {
+            Err(WebError::NotFound(format!("no record {id} in the custody of {queue:?}")))
+        }
+        Err(e @ custody::DeleteError::NotHeld { .. }) => {
+            Err(WebError::Conflict(format!("{e} (audit entry {audit_id})")))
+        }
+        Err(custody::DeleteError::Storage(e)) => {
+            Err(WebError::Storage(state.storage.failed("deleting a custody record", &e)))
+        }
+    }
+}
+
+async fn delete_json(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
+) -> Result<Response, ApiError> {
+    let audit_id = delete_record(&state, (&broker, &vhost, &queue), id, &access.principal.actor()).await?;
+    Ok(Json(json!({"deleted": id, "audit_id": audit_id})).into_response())
+}
+
 /// Puts JSON lines (an export, possibly edited) into the custody of this queue: all or none,
 /// recorded in the audit log. Never into the queue itself: a replay from custody does that,
-/// with its checks.
+/// with its checks. The lines are checked first, one at a time, and kept in batches: the
+/// memory it takes is the request's bytes and one batch.
 async fn import(
     State(state): State<AppState>,
     access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
-    body: String,
+    body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     find_queue(&state, &broker, &vhost, &queue).await?;
-    let messages = transfer::parse_lines(&body).map_err(WebError::BadRequest)?;
-    if messages.is_empty() {
+    let text = std::str::from_utf8(&body).map_err(|e| WebError::BadRequest(format!("not UTF-8 text: {e}")))?;
+    let (count, adding) = transfer::check_lines(text).map_err(WebError::BadRequest)?;
+    if count == 0 {
         return Err(WebError::BadRequest("no lines to import".to_string()).into());
     }
     let actor = access.principal.actor();
@@ -239,13 +307,20 @@ async fn import(
         vhost: &vhost,
         queue: &queue,
         action: "custody import",
-        request: json!({"lines": messages.len(), "bytes": body.len()}).to_string(),
+        request: json!({"lines": count, "bytes": body.len()}).to_string(),
     };
     state.storage.check(&state.db).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.db, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
-    let outcome = custody::import(&state.db, &state.config.custody, (&broker, &vhost, &queue), &messages).await;
+    let outcome = custody::import(
+        &state.db,
+        &state.config.custody,
+        (&broker, &vhost, &queue),
+        (count, adding),
+        transfer::batches(text),
+    )
+    .await;
     let (result, imported, detail) = match &outcome {
         Ok(n) => ("done", *n, None),
         Err(e) => ("failed", 0, Some(e.to_string())),
@@ -256,6 +331,7 @@ async fn import(
     match outcome {
         Ok(n) => Ok(Json(json!({"imported": n, "audit_id": audit_id})).into_response()),
         Err(e @ custody::ImportError::Budget { .. }) => Err(WebError::Conflict(e.to_string()).into()),
+        Err(e @ custody::ImportError::Changed(_)) => Err(WebError::BadRequest(e.to_string()).into()),
         Err(custody::ImportError::Storage(e)) => {
             Err(WebError::Storage(state.storage.failed("keeping imported messages", &e)).into())
         }

@@ -39,6 +39,7 @@ pub fn router() -> Router<AppState> {
         .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}", get(custody_record_page))
         .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}/payload", get(custody_payload))
         .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}/edit", post(custody_edit_form))
+        .route("/dlq/{broker}/{vhost}/{queue}/custody/{id}/delete", post(custody_delete_form))
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
 }
 
@@ -657,6 +658,8 @@ struct MessagePage {
     hidden: Option<String>,
     /// The edit-and-replay form of a held record in custody, for admins where it is on.
     edit: Option<EditForm>,
+    /// Where an admin posts to delete a held record in custody.
+    delete_action: Option<String>,
     back_href: String,
     download_href: String,
     row: Row,
@@ -750,8 +753,10 @@ async fn custody_record_page(
             .unwrap_or_default(),
         original_queue: record.original_queue.clone().unwrap_or_default(),
     });
+    let delete_action = (me.admin && record.state == "held").then(|| format!("{base}/custody/{id}/delete"));
     let mut page = message_view(me, &queue, &base, &m, heading, download_href, hidden);
     page.edit = edit;
+    page.delete_action = delete_action;
     Ok(html(page.render()?))
 }
 
@@ -785,6 +790,16 @@ async fn custody_edit_form(
         Ok(_) => Ok(Redirect::to("/audit").into_response()),
         Err(why) => Err(WebError::Conflict(format!("{why} (audit entry {audit_id})")).into()),
     }
+}
+
+/// Deletes a held record (admins), then back to the queue's page.
+async fn custody_delete_form(
+    State(state): State<AppState>,
+    access: super::Access,
+    Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
+) -> Result<Response, PageError> {
+    super::custody::delete_record(&state, (&broker, &vhost, &queue), id, &access.principal.actor()).await?;
+    Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response())
 }
 
 async fn custody_record(
@@ -894,6 +909,7 @@ fn message_view(
         heading,
         hidden,
         edit: None,
+        delete_action: None,
         back_href: base.to_string(),
         download_href,
         row: snapshot_view(

@@ -163,6 +163,40 @@ pub fn stale_note(b: &crate::state::BrokerLive) -> Option<String> {
     })
 }
 
+/// The escaper of every `{{ }}` in the HTML templates (askama.toml): HTML escaping, and control
+/// characters written as `\u{202e}` instead of themselves. Names, ids, headers and client
+/// properties come from anyone who can publish or connect: a right-to-left override in a
+/// message id made "\u{202e}abc" read "cba", and other controls hide text. Tab and line breaks
+/// stay as they are: payloads and stack traces need them, and HTML shows them as whitespace.
+/// A form field that must send a value back unchanged (a queue name in a hidden input, a body
+/// being edited) uses `|e("form")`, HTML escaping alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VisibleHtml;
+
+impl askama::filters::Escaper for VisibleHtml {
+    fn write_escaped_str<W: std::fmt::Write>(&self, mut dest: W, string: &str) -> std::fmt::Result {
+        let mut rest = string;
+        while let Some(at) = rest.find(is_shown_escaped) {
+            askama::filters::Html.write_escaped_str(&mut dest, &rest[..at])?;
+            let c = rest[at..].chars().next().expect("found at a char boundary");
+            write!(dest, "\\u{{{:x}}}", c as u32)?;
+            rest = &rest[at + c.len_utf8()..];
+        }
+        askama::filters::Html.write_escaped_str(dest, rest)
+    }
+}
+
+/// C0 and C1 controls (but tab and line breaks), and the Unicode format characters that reorder
+/// or separate text: bidi embeddings, overrides, isolates and marks, line and paragraph separators.
+pub fn is_shown_escaped(c: char) -> bool {
+    match c {
+        '\t' | '\n' | '\r' => false,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
+        '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{206f}' => true,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +236,16 @@ mod tests {
         assert_eq!(s.lines, vec!["0,1.0 100.0,1.0".to_string()]);
         assert!(sparkline(&[None, None], 60).lines.is_empty());
         assert_eq!(sparkline(&[Some(1), Some(2)], 60).title, "Depth over the last hour");
+    }
+
+    #[test]
+    fn controls_are_shown_escaped_and_html_escaped_around_them() {
+        use askama::filters::Escaper;
+        let mut out = String::new();
+        VisibleHtml.write_escaped_str(&mut out, "\u{202e}abc <b>\u{0}\u{9b}\u{2067}x\ty\nz").unwrap();
+        assert_eq!(out, "\\u{202e}abc &#60;b&#62;\\u{0}\\u{9b}\\u{2067}x\ty\nz");
+        let mut out = String::new();
+        VisibleHtml.write_escaped_str(&mut out, "שלום é ✓").unwrap();
+        assert_eq!(out, "שלום é ✓", "letters of any script are letters");
     }
 }
