@@ -3,6 +3,7 @@
 //! POST (take or refresh the snapshot); viewing never touches the broker.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
@@ -19,6 +20,7 @@ use super::pages::queue_href;
 use super::{html, ApiError, PageError, WebError};
 use crate::broker::management::encode_segment;
 use crate::dlq::browse::{self, BrowseError, Snapshot};
+use crate::dlq::budget::Budget;
 use crate::dlq::jobs::Choice;
 use crate::dlq::jobs::MoveRequest;
 use crate::dlq::message::{self, SnapshotMessage};
@@ -190,6 +192,7 @@ async fn custody_view(
     view: &QueueView,
     base: &str,
     filters: &message::Filter,
+    budget: &Budget,
 ) -> Result<Option<CustodyView>, WebError> {
     let active =
         crate::dlq::custody::is_in_custody(&state.db, &state.config.custody, &view.broker, &view.vhost, &view.name)
@@ -214,9 +217,10 @@ async fn custody_view(
         &view.name,
         filters,
         CUSTODY_ROWS,
+        budget,
     )
     .await
-    .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    .map_err(|e| super::custody::search_failed(state, e))?;
     let (intake, intake_stopped) = match &listing.intake {
         Some(i) if i.state == "running" => (format!("running: {} taken in since warren started", i.taken), false),
         Some(i) => {
@@ -383,11 +387,33 @@ fn filtered(base: &str, param: &str, groups: Vec<(String, usize)>) -> Vec<(Strin
         .collect()
 }
 
-fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> SnapshotView {
+/// Which of a snapshot's messages `f` matches, in order; a regular expression matches within
+/// `budget`, off the async workers (a snapshot holds up to 1,000 messages).
+async fn snapshot_matches(
+    snapshot: &Arc<Snapshot>,
+    f: &message::Filter,
+    budget: &Budget,
+) -> Result<Vec<bool>, WebError> {
+    if f.regex().is_none() {
+        return Ok(snapshot.messages.iter().map(|m| f.matches(m)).collect());
+    }
+    let (snapshot, f) = (snapshot.clone(), f.clone());
+    budget
+        .run(move |check| {
+            snapshot.messages.iter().map(|m| f.matches_within(m, Some(check))).collect::<Result<Vec<bool>, _>>()
+        })
+        .await
+        .map_err(|stopped| WebError::BadRequest(stopped.to_string()))
+}
+
+/// The page's view of a snapshot, its messages shown where `shown` (one per message) says.
+fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter, shown: &[bool]) -> SnapshotView {
     let rows: Vec<Row> = snapshot
         .messages
         .iter()
-        .filter(|m| f.matches(m))
+        .zip(shown)
+        .filter(|(_, shown)| **shown)
+        .map(|(m, _)| m)
         .map(|m| Row {
             href: format!("{base}/messages/{}", m.position),
             position: m.position,
@@ -468,7 +494,13 @@ async fn render_page(
 ) -> Result<String, WebError> {
     let base = dlq_href(&view.broker, &view.vhost, &view.name);
     let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
-    let custody = custody_view(state, &me, view, &base, filters).await?;
+    // One budget for the page: custody's search and the snapshot's filter together.
+    let budget = state.matchers.request();
+    let custody = custody_view(state, &me, view, &base, filters, &budget).await?;
+    let shown = match &snapshot {
+        Some(s) => snapshot_matches(s, filters, &budget).await?,
+        None => Vec::new(),
+    };
     let page = DlqPage {
         custody,
         filter: filters.clone(),
@@ -504,8 +536,10 @@ async fn render_page(
         notice,
         needs_confirmation,
         snapshot_freshness: snapshot.as_deref().map(|s| super::freshness::Freshness::snapshot(s.taken_at)),
-        snapshot: snapshot
-            .map(|s| SnapshotView { queue_total: format::count(view.total), ..snapshot_view(&s, &base, filters) }),
+        snapshot: snapshot.map(|s| SnapshotView {
+            queue_total: format::count(view.total),
+            ..snapshot_view(&s, &base, filters, &shown)
+        }),
         self_href: base,
     };
     Ok(page.render()?)
@@ -864,6 +898,7 @@ fn message_view(
             },
             base,
             &message::Filter::default(),
+            &[true],
         )
         .rows
         .remove(0),
@@ -1060,19 +1095,34 @@ struct TargetNote {
 /// The notes about each queue the selected messages would go to: a named queue, or the queues
 /// the snapshot shows them to have died in. From the last poll: the move checks again, as it
 /// goes, with the broker's answer of that moment.
-fn target_notes(state: &AppState, view: &crate::metrics::QueueView, form: &RequeueForm) -> Vec<TargetNote> {
+async fn target_notes(
+    state: &AppState,
+    view: &crate::metrics::QueueView,
+    form: &RequeueForm,
+) -> Result<Vec<TargetNote>, WebError> {
     let targets: Vec<String> = match form.target {
         FormTarget::Queue => vec![form.target_queue.clone()],
-        FormTarget::OriginalExchange => return Vec::new(),
+        FormTarget::OriginalExchange => return Ok(Vec::new()),
         FormTarget::OriginalQueue => {
-            let Some(snapshot) = state.snapshots.get(&view.broker, &view.vhost, &view.name) else { return Vec::new() };
-            let chosen = |m: &&message::SnapshotMessage| match form.scope {
+            let Some(snapshot) = state.snapshots.get(&view.broker, &view.vhost, &view.name) else {
+                return Ok(Vec::new());
+            };
+            let matched = match form.scope {
+                Scope::Matching => snapshot_matches(&snapshot, &form.filter, &state.matchers.request()).await?,
+                _ => Vec::new(),
+            };
+            let chosen = |(i, m): &(usize, &message::SnapshotMessage)| match form.scope {
                 Scope::Selected => form.messages.contains(&m.fingerprint) || form.positions.contains(&m.position),
-                Scope::Matching => form.filter.matches(m),
+                Scope::Matching => matched[*i],
                 _ => true,
             };
-            let mut names: Vec<String> =
-                snapshot.messages.iter().filter(chosen).filter_map(|m| m.original_queue.clone()).collect();
+            let mut names: Vec<String> = snapshot
+                .messages
+                .iter()
+                .enumerate()
+                .filter(chosen)
+                .filter_map(|(_, m)| m.original_queue.clone())
+                .collect();
             names.sort();
             names.dedup();
             names
@@ -1129,7 +1179,7 @@ fn target_notes(state: &AppState, view: &crate::metrics::QueueView, form: &Reque
             });
         }
     }
-    notes
+    Ok(notes)
 }
 
 /// The selected messages as the confirmation names them: by their place in the snapshot and
@@ -1195,7 +1245,7 @@ async fn requeue_form(
             }
         },
         duplicates_warning: !deletes && form.target == FormTarget::OriginalExchange,
-        target_notes: if deletes { Vec::new() } else { target_notes(&state, &view, &form) },
+        target_notes: if deletes { Vec::new() } else { target_notes(&state, &view, &form).await? },
         form: FormEcho {
             positions: form.positions.clone(),
             messages: form.messages.clone(),
