@@ -675,6 +675,9 @@ struct Mover<'a> {
     holding: Option<Result<Holding, String>>,
     /// The selected messages not met yet (`Selection::Messages`).
     wanted: Vec<Wanted>,
+    /// What is left of the time a filter's regular expression may take over the whole move
+    /// (`budget::JOB`): each message is matched on a blocking thread within it.
+    matching_left: Duration,
 }
 
 impl<'a> Mover<'a> {
@@ -714,6 +717,7 @@ impl<'a> Mover<'a> {
                 Selection::Messages(wanted) => wanted.clone(),
                 _ => Vec::new(),
             },
+            matching_left: super::budget::JOB,
         };
         if let Target::Queue(name) = &plan.target {
             // Fail before reading anything rather than on the first copy.
@@ -866,8 +870,11 @@ impl<'a> Mover<'a> {
 
     /// Whether the move takes this delivery; for a selection by identity, the snapshot's entry
     /// it matched (taken off the list, so that each entry matches one message).
-    fn selected(&mut self, position: usize, delivery: &Delivery) -> Option<Option<Wanted>> {
+    async fn selected(&mut self, position: usize, delivery: &Delivery) -> Option<Option<Wanted>> {
         match &self.plan.selection {
+            Selection::Matching(filter) if filter.regex().is_some() => {
+                self.matches_in_budget(filter.as_ref().clone(), position, delivery).await.then_some(None)
+            }
             Selection::All => Some(None),
             Selection::Messages(_) => {
                 let fingerprint = delivery_fingerprint(delivery);
@@ -878,6 +885,34 @@ impl<'a> Mover<'a> {
             Selection::Matching(filter) => filter
                 .matches(&super::message::summarize(position, String::new(), peeked(delivery, usize::MAX)))
                 .then_some(None),
+        }
+    }
+
+    /// Whether `filter`, which holds a regular expression, matches this delivery: on a blocking
+    /// thread, within what is left of the move's time for matching. Once that is spent the move
+    /// stops, with the reason, and the rest stays in the queue.
+    async fn matches_in_budget(
+        &mut self,
+        filter: super::message::Filter,
+        position: usize,
+        delivery: &Delivery,
+    ) -> bool {
+        let summary = super::message::summarize(position, String::new(), peeked(delivery, usize::MAX));
+        let budget = super::budget::Budget::new(self.matching_left, &CancellationToken::new(), None);
+        let started = std::time::Instant::now();
+        let matched = budget.run(move |check| filter.matches_within(&summary, Some(check))).await;
+        self.matching_left = self.matching_left.saturating_sub(started.elapsed());
+        match matched {
+            Ok(matched) => matched,
+            Err(stopped) => {
+                // Said of the move's whole budget, not of what was left of it for this message.
+                let stopped = match stopped {
+                    super::budget::Stopped::TooSlow(_) => super::budget::Stopped::TooSlow(super::budget::JOB),
+                    other => other,
+                };
+                self.stop.get_or_insert_with(|| format!("stopped at message {position}: {stopped}"));
+                false
+            }
         }
     }
 
@@ -1019,7 +1054,7 @@ impl<'a> Mover<'a> {
     async fn handle(&mut self, position: usize, delivery: Delivery) -> Result<(), MoveError> {
         Progress::add(&self.progress.read);
         let tag = delivery.delivery_tag;
-        let Some(wanted) = self.selected(position, &delivery) else {
+        let Some(wanted) = self.selected(position, &delivery).await else {
             // On a queue with a delivery limit every further read costs each message one:
             // rather than search on, stop (only a selection by identity gets here, and only when
             // the queue changed since the snapshot).
