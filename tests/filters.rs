@@ -26,8 +26,27 @@ fn custody_toml(vhost: &str) -> String {
 /// `n` dead letters in custody, each `bytes` of a's and b's (no c): `a[ab]{3000}c` reads every
 /// byte of them at about 25 KB/s, each byte a new state of its lazy DFA.
 async fn custody_of_ab_texts(name: &str, n: usize, bytes: usize) -> (TestVhost, Warren) {
+    let vhost = TestVhost::create(name).await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, ab_texts(n, bytes)).await;
+    let warren = Warren::start(&custody_toml(&vhost.name)).await;
+    wait_for("every dead letter in custody", Duration::from_secs(60), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["custody_held"] == n {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    (vhost, warren)
+}
+
+/// `n` messages `m1`.. of `bytes` pseudo-random a's and b's.
+fn ab_texts(n: usize, bytes: usize) -> Vec<common::dead_letters::Message> {
     let mut x: u32 = 7;
-    let messages = (1..=n)
+    (1..=n)
         .map(|i| {
             let body: Vec<u8> = (0..bytes)
                 .map(|_| {
@@ -41,22 +60,7 @@ async fn custody_of_ab_texts(name: &str, n: usize, bytes: usize) -> (TestVhost, 
                 .collect();
             (format!("m{i}"), body, FieldTable::default())
         })
-        .collect();
-    let vhost = TestVhost::create(name).await;
-    let connection = vhost.connect().await;
-    let channel = vhost.channel(&connection).await;
-    dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
-    let warren = Warren::start(&custody_toml(&vhost.name)).await;
-    wait_for("every dead letter in custody", Duration::from_secs(60), || async {
-        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
-        if q["custody_held"] == n {
-            Ok(())
-        } else {
-            Err(q.to_string())
-        }
-    })
-    .await;
-    (vhost, warren)
+        .collect()
 }
 
 fn query_value(s: &str) -> String {
@@ -140,6 +144,53 @@ async fn a_slow_regular_expression_answers_within_its_budget_and_healthz_stays_f
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("time budget"), "{body}");
     assert!(took < Duration::from_millis(3500), "the export answered after {took:?}");
+}
+
+/// A move of the messages a slow expression matches (it matched on an async worker, a message
+/// at a time, for as long as the queue lasted) stops after 20 s of matching, says why, and
+/// leaves every message it did not take in the queue; `/healthz` stays fast meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_by_a_slow_regular_expression_stops_at_its_budget_and_loses_nothing() {
+    let _cpu = CPU.lock().await;
+    let vhost = TestVhost::create("filtermove").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    // 120 messages of 16 KiB: more than a minute of matching, unbounded.
+    dead_letter(&vhost, &channel, "work.dlq", false, ab_texts(120, 16 << 10)).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("work.dlq listed by warren", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "work.dlq").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let started = Instant::now();
+    let (status, body) = warren
+        .post_json(&path, serde_json::json!({"selection": {"matching": {"regex": SLOW}}, "target": {"queue": "work"}}))
+        .await;
+    assert_eq!(status, 202, "the move starts: {body}");
+    let id = body["job"]["id"].as_i64().unwrap();
+    let mut slowest_health = Duration::ZERO;
+    let job = loop {
+        let (health, took) = timed(&warren.url("/healthz"), Duration::from_secs(20)).await;
+        assert_eq!(health.expect("healthz answers").0, 200);
+        slowest_health = slowest_health.max(took);
+        let (_, job) = warren.get_json(&format!("/api/v1/jobs/{id}")).await;
+        if job["state"] != "running" && !job.is_null() {
+            break job;
+        }
+        assert!(started.elapsed() < Duration::from_secs(40), "the move still runs after 40 s: {job}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("the move ended after {:?}; /healthz at most {slowest_health:?}", started.elapsed());
+    let stopped = job["report"]["stopped"].as_str().unwrap_or_default();
+    assert!(stopped.contains("ran past its time budget of 20 s: narrow the filter"), "{job}");
+    assert!(slowest_health < Duration::from_secs(1), "healthz took {slowest_health:?}");
+    let mut left = common::dead_letters::drain_ids(&channel, "work.dlq").await;
+    left.sort();
+    let mut all: Vec<String> = (1..=120).map(|i| format!("m{i}")).collect();
+    all.sort();
+    assert_eq!(left, all, "none matched (no c), every one is still in the DLQ, once");
+    assert_eq!(common::dead_letters::depth(&channel, "work").await, 0);
 }
 
 /// CPU seconds this process (the test and the warren it runs) has used.
