@@ -32,7 +32,7 @@ pub enum Stopped {
         .0.as_secs_f64()
     )]
     TooSlow(Duration),
-    #[error("the request was cancelled")]
+    #[error("the search was cancelled")]
     Cancelled,
 }
 

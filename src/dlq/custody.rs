@@ -921,9 +921,7 @@ pub async fn import(
 pub async fn list(
     db: &Db,
     custody: &Custody,
-    broker: &str,
-    vhost: &str,
-    queue: &str,
+    (broker, vhost, queue): (&str, &str, &str),
     filter: &Filter,
     limit: usize,
     budget: &Budget,

@@ -678,6 +678,8 @@ struct Mover<'a> {
     /// What is left of the time a filter's regular expression may take over the whole move
     /// (`budget::JOB`): each message is matched on a blocking thread within it.
     matching_left: Duration,
+    /// The move's cancel (the user's, or warren's shutdown), which stops a match too.
+    cancel: CancellationToken,
 }
 
 impl<'a> Mover<'a> {
@@ -718,6 +720,7 @@ impl<'a> Mover<'a> {
                 _ => Vec::new(),
             },
             matching_left: super::budget::JOB,
+            cancel: CancellationToken::new(),
         };
         if let Target::Queue(name) = &plan.target {
             // Fail before reading anything rather than on the first copy.
@@ -754,6 +757,7 @@ impl<'a> Mover<'a> {
     }
 
     async fn run(&mut self, cancel: &CancellationToken) -> Result<(), MoveError> {
+        self.cancel = cancel.clone();
         // The passive declare fails cleanly if the source does not exist, and bounds the read:
         // messages that arrive during the move are left for the next one.
         let available = ready_count(&self.source, self.queue).await? as usize;
@@ -898,18 +902,17 @@ impl<'a> Mover<'a> {
         delivery: &Delivery,
     ) -> bool {
         let summary = super::message::summarize(position, String::new(), peeked(delivery, usize::MAX));
-        let budget = super::budget::Budget::new(self.matching_left, &CancellationToken::new(), None);
+        let budget = super::budget::Budget::new(self.matching_left, &self.cancel, None);
         let started = std::time::Instant::now();
         let matched = budget.run(move |check| filter.matches_within(&summary, Some(check))).await;
         self.matching_left = self.matching_left.saturating_sub(started.elapsed());
         match matched {
             Ok(matched) => matched,
-            Err(stopped) => {
-                // Said of the move's whole budget, not of what was left of it for this message.
-                let stopped = match stopped {
-                    super::budget::Stopped::TooSlow(_) => super::budget::Stopped::TooSlow(super::budget::JOB),
-                    other => other,
-                };
+            // Cancelled: the read loop sees it before the next message.
+            Err(super::budget::Stopped::Cancelled) => false,
+            // Said of the move's whole budget, not of what was left of it for this message.
+            Err(super::budget::Stopped::TooSlow(_)) => {
+                let stopped = super::budget::Stopped::TooSlow(super::budget::JOB);
                 self.stop.get_or_insert_with(|| format!("stopped at message {position}: {stopped}"));
                 false
             }

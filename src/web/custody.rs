@@ -15,6 +15,7 @@ use super::api::find_queue;
 use super::{ApiError, WebError};
 use crate::audit;
 use crate::dlq::audit::Fate;
+use crate::dlq::budget::Stopped;
 use crate::dlq::custody::{self, ReplayRequest};
 use crate::dlq::message::Filter;
 use crate::dlq::transfer;
@@ -75,7 +76,7 @@ async fn listing(
     }
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
     let budget = state.matchers.request();
-    let listing = custody::list(&state.db, &state.custody, &broker, &vhost, &queue, &filter, limit, &budget)
+    let listing = custody::list(&state.db, &state.custody, (&broker, &vhost, &queue), &filter, limit, &budget)
         .await
         .map_err(|e| search_failed(&state, e))?;
     let in_custody = custody::is_in_custody(&state.db, &state.config.custody, &broker, &vhost, &queue)
@@ -135,7 +136,7 @@ async fn export(
 /// fault of the database itself is reported as one.
 pub(super) fn search_failed(state: &AppState, error: custody::SearchError) -> WebError {
     match error {
-        custody::SearchError::Stopped(stopped) => WebError::BadRequest(stopped.to_string()),
+        custody::SearchError::Stopped(stopped) => stopped_search(stopped),
         custody::SearchError::Database(e) => match state.storage.read_failed("reading custody", &e) {
             Some(why) => WebError::Storage(why),
             None => WebError::BadRequest(format!(
@@ -143,6 +144,15 @@ pub(super) fn search_failed(state: &AppState, error: custody::SearchError) -> We
                 e.as_database_error().map_or_else(|| e.to_string(), |d| d.message().to_string())
             )),
         },
+    }
+}
+
+/// A search stopped before its answer: too slow is the filter's (400); cancelled, with the
+/// client gone, is only ever seen when warren stops.
+pub(super) fn stopped_search(stopped: Stopped) -> WebError {
+    match stopped {
+        Stopped::TooSlow(_) => WebError::BadRequest(stopped.to_string()),
+        Stopped::Cancelled => WebError::Unavailable("warren is stopping: search again once it is back".to_string()),
     }
 }
 

@@ -212,9 +212,7 @@ async fn custody_view(
     let listing = crate::dlq::custody::list(
         &state.db,
         &state.custody,
-        &view.broker,
-        &view.vhost,
-        &view.name,
+        (&view.broker, &view.vhost, &view.name),
         filters,
         CUSTODY_ROWS,
         budget,
@@ -403,7 +401,7 @@ async fn snapshot_matches(
             snapshot.messages.iter().map(|m| f.matches_within(m, Some(check))).collect::<Result<Vec<bool>, _>>()
         })
         .await
-        .map_err(|stopped| WebError::BadRequest(stopped.to_string()))
+        .map_err(super::custody::stopped_search)
 }
 
 /// The page's view of a snapshot, its messages shown where `shown` (one per message) says.
