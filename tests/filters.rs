@@ -193,6 +193,30 @@ async fn a_move_by_a_slow_regular_expression_stops_at_its_budget_and_loses_nothi
     assert_eq!(common::dead_letters::depth(&channel, "work").await, 0);
 }
 
+/// A replay of the records a slow expression matches stops choosing them after 20 s, fails
+/// with the reason, and every record stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_by_a_slow_regular_expression_stops_at_its_budget_and_keeps_every_record() {
+    let _cpu = CPU.lock().await;
+    // 160 records of 16 KiB: about 45 s of matching, unbounded.
+    let (vhost, warren) = custody_of_ab_texts("filterreplay", 160, 16 << 10).await;
+    let api = format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name));
+    let started = Instant::now();
+    let (status, body) = warren
+        .post_json(&format!("{api}/replay"), serde_json::json!({"selection": {"matching": {"regex": SLOW}}}))
+        .await;
+    assert_eq!(status, 202, "the replay starts: {body}");
+    let job = warren.wait_job(body["audit_id"].as_i64().unwrap()).await;
+    eprintln!("the replay ended after {:?}", started.elapsed());
+    assert!(job["error"].as_str().is_some_and(|e| e.contains("ran past its time budget of 20 s")), "{job}");
+    assert!(started.elapsed() < Duration::from_secs(35), "it ended after {:?}", started.elapsed());
+    let (_, listing) = warren.get_json(&api).await;
+    assert_eq!(listing["custody"]["counts"]["held"], 160, "{listing}");
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    assert_eq!(common::dead_letters::depth(&channel, "work").await, 0);
+}
+
 /// CPU seconds this process (the test and the warren it runs) has used.
 fn cpu_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
