@@ -217,6 +217,34 @@ async fn a_replay_by_a_slow_regular_expression_stops_at_its_budget_and_keeps_eve
     assert_eq!(common::dead_letters::depth(&channel, "work").await, 0);
 }
 
+/// Warren stops at once while a slow search runs (it waited for the request, which ran on),
+/// and the search answers 503 rather than hold the shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warren_stops_at_once_while_a_slow_search_runs() {
+    let _cpu = CPU.lock().await;
+    let (vhost, warren) = custody_of_ab_texts("filterstop", 80, 16 << 10).await;
+    let api = warren.url(&format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name)));
+    let search = tokio::spawn(timed(format!("{api}?regex={}", query_value(SLOW)).leak(), Duration::from_secs(20)));
+    wait_for("the search to be under way", Duration::from_secs(5), || async {
+        let (cpu, wall) = (cpu_secs(), Instant::now());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let busy = (cpu_secs() - cpu) / wall.elapsed().as_secs_f64();
+        if busy > 0.5 {
+            Ok(())
+        } else {
+            Err(format!("{:.0} % of a core busy", busy * 100.0))
+        }
+    })
+    .await;
+    let stopping = Instant::now();
+    warren.stop().await;
+    let took = stopping.elapsed();
+    let (answer, _) = search.await.unwrap();
+    eprintln!("warren stopped {took:?} after it was asked, the search answered {answer:?}");
+    assert!(took < Duration::from_millis(1500), "warren took {took:?} to stop");
+    assert_eq!(answer.map(|(status, _)| status), Ok(503), "the search is told warren is stopping");
+}
+
 /// CPU seconds this process (the test and the warren it runs) has used.
 fn cpu_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
