@@ -130,7 +130,10 @@ async fn main() {
         let (db, keeper) = (db.clone(), keeper.clone());
         async move {
             let started = Instant::now();
-            let listing = custody::list(&db, &keeper, "local", VHOST, "orders.dlq", &filter, 100).await.unwrap();
+            // As a request: within its time budget, on the matching threads.
+            let budget = warren::dlq::budget::Matchers::new().request();
+            let queue = ("local", VHOST, "orders.dlq");
+            let listing = custody::list(&db, &keeper, queue, &filter, 100, &budget).await.unwrap();
             (started.elapsed().as_secs_f64(), listing.matching)
         }
     };

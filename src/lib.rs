@@ -97,6 +97,7 @@ pub async fn run(
     tracing::info!(%addr, brokers = state.config.brokers.len(), "warren is serving on http://{addr}");
     let app = web::router(state.clone());
     let serve_cancel = cancel.clone();
+    let matchers = state.matchers.clone();
     // The peer address decides whether anonymous access (loopback) or a proxy header is accepted.
     let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
@@ -105,6 +106,8 @@ pub async fn run(
                 _ = shutdown => {}
                 _ = serve_cancel.cancelled() => {}
             }
+            // Requests matching a filter answer now, rather than hold up the shutdown.
+            matchers.stop();
         })
         .await;
 

@@ -32,6 +32,8 @@ pub struct AppState {
     pub storage: Arc<crate::history::storage::Storage>,
     /// What a form did, for the page it redirects to.
     pub notices: Notices,
+    /// The threads and time filters' regular expressions match in, and their stop at shutdown.
+    pub matchers: crate::dlq::budget::Matchers,
 }
 
 /// One-time notices for post/redirect/get: a form's handler keeps what it did here and
@@ -268,6 +270,7 @@ impl AppState {
             custody: crate::dlq::custody::Custody::new(storage.clone()),
             notifier,
             notices: Notices::default(),
+            matchers: crate::dlq::budget::Matchers::new(),
         }
     }
 }

@@ -36,6 +36,8 @@ use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::budget::{Budget, Stopped};
+use super::expression::head;
 use super::message::{self, Filter, SnapshotMessage};
 use super::mover::{connect, peeked_parts, Progress};
 use super::target::{refused_by_broker, Targets};
@@ -806,14 +808,16 @@ fn like_pattern(text: &str) -> String {
     pattern
 }
 
-/// The records of a queue in `states` that `filter` matches, oldest first, at most `limit`.
+/// The records of a queue in `states` that `filter` matches, oldest first, at most `limit`; a
+/// regular expression matches within `budget`.
 async fn records(
     db: &Db,
     (broker, vhost, queue): (&str, &str, &str),
     states: &str,
     filter: &Filter,
     limit: i64,
-) -> Result<Vec<Record>, sqlx::Error> {
+    budget: &Budget,
+) -> Result<Vec<Record>, SearchError> {
     let (conditions, values) = conditions(broker, vhost, queue, states, filter);
     let Some(regex) = filter.regex() else {
         let sql = format!("select {RECORD_COLUMNS} from custody_messages where {conditions} order by id limit ?");
@@ -825,8 +829,8 @@ async fn records(
     };
     let Some(regex) = regex else { return Ok(Vec::new()) };
     // SQLite has no regular expressions of its own (and sqlx's fails the query on a body that
-    // is not UTF-8): the rows the rest of the filter leaves are read in order and matched here,
-    // a range of ids per core.
+    // is not UTF-8): the rows the rest of the filter leaves are read in order, a range of ids
+    // per core, and matched in batches on the budget's threads (`dlq::budget`).
     let sql = format!(
         "select {RECORD_COLUMNS}, body, properties_json from custody_messages
          where {conditions} and id between ? and ? order by id"
@@ -840,23 +844,59 @@ async fn records(
             }
             let mut rows = query.bind(low).bind(high).fetch(db);
             let mut out = Vec::new();
-            while let Some(row) = rows.next().await {
-                let row = row?;
-                let body: &[u8] = row.get(10);
-                let properties: &str = row.get(11);
-                if regex.is_match(body) || regex.is_match(properties.as_bytes()) {
-                    out.push(record(&row));
-                    if out.len() as i64 >= limit {
-                        break;
-                    }
+            let (mut batch, mut batch_bytes) = (Vec::new(), 0);
+            loop {
+                let row = rows.next().await.transpose()?;
+                if let Some(row) = &row {
+                    // Only what the expression reads is copied out of the row.
+                    let (body, properties): (&[u8], &str) = (row.get(10), row.get(11));
+                    let (body, properties) = (head(body).to_vec(), head(properties.as_bytes()).to_vec());
+                    batch_bytes += body.len() + properties.len();
+                    batch.push((record(row), body, properties));
+                }
+                if row.is_some() && batch_bytes < MATCH_BATCH_BYTES {
+                    continue;
+                }
+                let (regex, candidates) = (regex.clone(), std::mem::take(&mut batch));
+                batch_bytes = 0;
+                let matched = budget
+                    .run(move |check| {
+                        let (mut matched, mut searcher) = (Vec::new(), regex.searcher());
+                        for (record, body, properties) in candidates {
+                            check.go_on()?;
+                            if searcher.in_record(&body, &properties, Some(check))? {
+                                matched.push(record);
+                            }
+                        }
+                        Ok(matched)
+                    })
+                    .await?;
+                out.extend(matched);
+                if row.is_none() || out.len() as i64 >= limit {
+                    break;
                 }
             }
-            Ok::<_, sqlx::Error>(out)
+            out.truncate(usize::try_from(limit.max(0)).unwrap_or(usize::MAX));
+            Ok::<_, SearchError>(out)
         }
     });
     let mut out: Vec<Record> = futures_util::future::try_join_all(scans).await?.into_iter().flatten().collect();
     out.truncate(usize::try_from(limit.max(0)).unwrap_or(usize::MAX));
     Ok(out)
+}
+
+/// How many bytes of records are matched on a thread at once: few enough hops between the
+/// runtime and the thread (25 over 100 MB), little enough held per scan.
+const MATCH_BATCH_BYTES: usize = 4 << 20;
+
+/// Why a search of custody gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// Its regular expression ran past its budget, or the request went away.
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
 }
 
 /// Id ranges that split a queue's records into one scan per core (at most 4), in order: one
@@ -930,8 +970,13 @@ async fn records_by_id(db: &Db, ids: &[i64]) -> Result<Vec<Record>, sqlx::Error>
 
 /// Every record of a queue held in custody (not being replayed) that `filter` matches, oldest
 /// first.
-pub(super) async fn matching(db: &Db, queue: (&str, &str, &str), filter: &Filter) -> Result<Vec<Record>, sqlx::Error> {
-    records(db, queue, "state in ('held', 'claimed')", filter, i64::MAX).await
+pub(super) async fn matching(
+    db: &Db,
+    queue: (&str, &str, &str),
+    filter: &Filter,
+    budget: &Budget,
+) -> Result<Vec<Record>, SearchError> {
+    records(db, queue, "state in ('held', 'claimed')", filter, i64::MAX, budget).await
 }
 
 /// Why an import kept nothing.
@@ -1001,12 +1046,11 @@ where
 pub async fn list(
     db: &Db,
     custody: &Custody,
-    broker: &str,
-    vhost: &str,
-    queue: &str,
+    (broker, vhost, queue): (&str, &str, &str),
     filter: &Filter,
     limit: usize,
-) -> Result<Listing, sqlx::Error> {
+    budget: &Budget,
+) -> Result<Listing, SearchError> {
     // One scan of the covering index (in its order: no sort) gives the counts, the sizes and
     // every group; a query per group plus the broker-wide counts read it five times (269 ms at
     // 100,000 records).
@@ -1059,10 +1103,11 @@ pub async fn list(
 
     let records = if filter.is_empty() {
         let kept = (counts.held + counts.claimed) as usize;
-        (kept, records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, limit as i64).await?)
+        (kept, records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, limit as i64, budget).await?)
     } else if filter.regex().is_some() {
         // Matched outside SQL: every match read once, counted, and the first `limit` kept.
-        let mut all = records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, i64::MAX).await?;
+        let mut all =
+            records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, i64::MAX, budget).await?;
         let matching = all.len();
         all.truncate(limit);
         (matching, all)
@@ -1425,8 +1470,9 @@ async fn replay_claimed(
         CustodySelection::Matching(filter) => filter,
         _ => &all_filter,
     };
-    let found =
-        records(db, (&id.0, &id.1, &id.2), "state = 'held'", filter, i64::MAX).await.map_err(|e| e.to_string())?;
+    let found = records(db, (&id.0, &id.1, &id.2), "state = 'held'", filter, i64::MAX, &Budget::job(cancel))
+        .await
+        .map_err(|e| e.to_string())?;
     let chosen: Vec<&Record> = match &request.selection {
         CustodySelection::Records(ids) => {
             let ids: HashSet<i64> = ids.iter().copied().collect();

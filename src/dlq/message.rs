@@ -7,6 +7,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::budget::{Check, Stopped};
+pub use super::expression::Expression;
 use super::framework::{self, App, AppError, Origin};
 use crate::broker::management::PeekedMessage;
 
@@ -225,7 +227,7 @@ pub struct Filter {
 /// A filter's compiled regular expression: built at its first use, so that `Filter` stays a
 /// plain value that (de)serializes and compares by its fields.
 #[derive(Debug, Clone, Default)]
-struct CompiledRegex(std::sync::Arc<std::sync::OnceLock<Option<regex::bytes::Regex>>>);
+struct CompiledRegex(std::sync::Arc<std::sync::OnceLock<Option<Expression>>>);
 
 impl PartialEq for CompiledRegex {
     fn eq(&self, _: &Self) -> bool {
@@ -233,16 +235,10 @@ impl PartialEq for CompiledRegex {
     }
 }
 
-/// Compiled programs of regular expressions from requests are bounded (the default allows
-/// 10 MiB per expression; matching is linear in any case).
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
-
-fn compile_regex(pattern: &str) -> Result<regex::bytes::Regex, String> {
-    regex::bytes::RegexBuilder::new(pattern)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| format!("regex: {}", e.to_string().lines().last().unwrap_or("not a regular expression")))
-}
+/// The longest value of a filter's field, in bytes: a header name or a queue name is at most
+/// 255 (AMQP's short string), and a search text or expression longer than this is not one a
+/// person wrote. SQLite refuses a LIKE pattern over 50,000 bytes with an error of its own.
+pub const FILTER_FIELD_MAX_BYTES: usize = 4096;
 
 /// One step of a JSON path.
 #[derive(Debug, Clone, PartialEq)]
@@ -399,8 +395,23 @@ impl Filter {
     /// A clear error for what cannot be a filter: a regular expression that does not compile
     /// (or is too large), a JSON path that does not parse, a value without what it is of.
     pub fn check(&self) -> Result<(), String> {
+        for name in FORM_FIELDS {
+            let value = self.value(name);
+            if value.len() > FILTER_FIELD_MAX_BYTES {
+                return Err(format!(
+                    "{}: {} bytes; a filter's field is at most {FILTER_FIELD_MAX_BYTES}",
+                    name.replace('_', " "),
+                    value.len()
+                ));
+            }
+            // SQLite ends a LIKE pattern and a JSON path at a NUL; an expression says \x00.
+            if value.contains('\0') {
+                let hint = if name == "regex" { " (write \\x00 to match one)" } else { "" };
+                return Err(format!("{}: holds a NUL character{hint}", name.replace('_', " ")));
+            }
+        }
         if let Some(pattern) = Self::field(&self.regex) {
-            compile_regex(pattern)?;
+            Expression::compile(pattern)?;
         }
         if let Some(path) = Self::field(&self.json_path) {
             parse_json_path(path)?;
@@ -420,9 +431,9 @@ impl Filter {
 
     /// The set regular expression, compiled (None when none is set; one that does not compile
     /// matches nothing: `check` refuses it first).
-    pub fn regex(&self) -> Option<Option<&regex::bytes::Regex>> {
+    pub fn regex(&self) -> Option<Option<&Expression>> {
         let pattern = Self::field(&self.regex)?;
-        Some(self.compiled.0.get_or_init(|| compile_regex(pattern).ok()).as_ref())
+        Some(self.compiled.0.get_or_init(|| Expression::compile(pattern).ok()).as_ref())
     }
 
     /// Texts of which every match of the set regular expression starts with one (as bytes, so
@@ -494,20 +505,25 @@ impl Filter {
     }
 
     pub fn matches(&self, m: &SnapshotMessage) -> bool {
+        self.matches_within(m, None).unwrap_or(false)
+    }
+
+    /// `matches`, a regular expression checking `check` as it reads (none: it reads to the end).
+    pub fn matches_within(&self, m: &SnapshotMessage, check: Option<&Check>) -> Result<bool, Stopped> {
         if let Some(reason) = Self::field(&self.reason) {
             if m.reason.as_deref() != Some(reason) {
-                return false;
+                return Ok(false);
             }
         }
         if let Some(queue) = Self::field(&self.original_queue) {
             if m.original_queue.as_deref() != Some(queue) {
-                return false;
+                return Ok(false);
             }
         }
         if let Some(needle) = Self::field(&self.error) {
             let line = error_line(m).unwrap_or_default().to_lowercase();
             if !line.contains(&needle.to_lowercase()) {
-                return false;
+                return Ok(false);
             }
         }
         if let Some(needle) = Self::field(&self.text) {
@@ -515,38 +531,40 @@ impl Filter {
             let headers = m.message.properties.get("headers").map(Value::to_string).unwrap_or_default();
             let payload = String::from_utf8_lossy(&payload_bytes(&m.message)).to_lowercase();
             if !payload.contains(&needle) && !headers.to_lowercase().contains(&needle) {
-                return false;
+                return Ok(false);
             }
         }
         if let Some(name) = self.header_name() {
             let value = m.message.properties.get("headers").and_then(|h| h.get(name));
             match (value, self.header_part()) {
-                (None, _) => return false,
-                (Some(v), Some(part)) if !json_text(v).to_lowercase().contains(&part.to_lowercase()) => return false,
+                (None, _) => return Ok(false),
+                (Some(v), Some(part)) if !json_text(v).to_lowercase().contains(&part.to_lowercase()) => {
+                    return Ok(false)
+                }
                 _ => {}
             }
         }
         if Self::field(&self.json_path).is_some() {
-            let Some(steps) = self.json_steps() else { return false };
-            let Ok(payload) = serde_json::from_slice::<Value>(&payload_bytes(&m.message)) else { return false };
+            let Some(steps) = self.json_steps() else { return Ok(false) };
+            let Ok(payload) = serde_json::from_slice::<Value>(&payload_bytes(&m.message)) else { return Ok(false) };
             let found = steps.iter().try_fold(&payload, |v, step| match step {
                 PathStep::Key(k) => v.get(k),
                 PathStep::Index(i) => v.get(i),
             });
             match (found, self.json_expected()) {
-                (None, _) => return false,
-                (Some(v), Some(expected)) if json_text(v) != expected => return false,
+                (None, _) => return Ok(false),
+                (Some(v), Some(expected)) if json_text(v) != expected => return Ok(false),
                 _ => {}
             }
         }
         if let Some(regex) = self.regex() {
-            let Some(regex) = regex else { return false };
+            let Some(regex) = regex else { return Ok(false) };
             let properties = Value::Object(m.message.properties.clone()).to_string();
-            if !regex.is_match(&payload_bytes(&m.message)) && !regex.is_match(properties.as_bytes()) {
-                return false;
+            if !regex.searcher().in_record(&payload_bytes(&m.message), properties.as_bytes(), check)? {
+                return Ok(false);
             }
         }
-        true
+        Ok(true)
     }
 
     /// The filter in words, for confirmation pages and the audit log.
@@ -945,6 +963,23 @@ mod tests {
                 redelivered: false,
             }
         )));
+    }
+
+    #[test]
+    fn a_filter_is_bounded_before_it_reaches_sql() {
+        let long = "x".repeat(50_000);
+        for name in FORM_FIELDS {
+            let mut f = filter(&[("header", "h"), ("json_path", "a")]);
+            f.set_form_field(&format!("filter_{name}"), long.clone());
+            let why = f.check().unwrap_err();
+            assert!(why.contains("at most 4096"), "{name}: {why}");
+        }
+        assert!(filter(&[("text", &"x".repeat(FILTER_FIELD_MAX_BYTES))]).check().is_ok(), "up to the limit");
+        let why = filter(&[("json_path", "a\0b")]).check().unwrap_err();
+        assert_eq!(why, "json path: holds a NUL character");
+        assert!(filter(&[("text", "a\0")]).check().unwrap_err().contains("NUL"));
+        assert!(filter(&[("regex", "a\0")]).check().unwrap_err().contains("\\x00"));
+        assert!(filter(&[("regex", r"a\x00")]).check().is_ok());
     }
 
     #[test]

@@ -20,12 +20,18 @@
 //! - `custody`: dead letters taken into warren's database (intake acks only after a durable
 //!   commit), listed and grouped there, and replayed (a record marked replayed only after its
 //!   copy's confirm). Uses `message` and `mover`'s connection and message conversion.
+//! - `expression`: a filter's regular expression, bounded in size, in what it reads, and in
+//!   time (checked as a long text is read). Pure.
+//! - `budget`: the time a filter's regular expression may take, off the async workers, stopped
+//!   when its request or job is. Used by `custody`, `mover` and the pages.
 //! - `jobs`: moves as background jobs, one per queue at a time, with the audit log's record.
 //!   Uses `mover`, `browse` and `audit`.
 
 pub mod audit;
 pub mod browse;
+pub mod budget;
 pub mod custody;
+pub mod expression;
 pub mod framework;
 pub mod holding;
 pub mod jobs;

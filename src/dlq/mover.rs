@@ -668,6 +668,11 @@ struct Mover<'a> {
     holding: Option<Result<Holding, String>>,
     /// The selected messages not met yet (`Selection::Messages`).
     wanted: Vec<Wanted>,
+    /// What is left of the time a filter's regular expression may take over the whole move
+    /// (`budget::JOB`): each message is matched on a blocking thread within it.
+    matching_left: Duration,
+    /// The move's cancel (the user's, or warren's shutdown), which stops a match too.
+    cancel: CancellationToken,
 }
 
 impl<'a> Mover<'a> {
@@ -706,6 +711,8 @@ impl<'a> Mover<'a> {
                 Selection::Messages(wanted) => wanted.clone(),
                 _ => Vec::new(),
             },
+            matching_left: super::budget::JOB,
+            cancel: CancellationToken::new(),
         };
         if let Target::Queue(name) = &plan.target {
             // Fail before reading anything rather than on the first copy.
@@ -720,6 +727,7 @@ impl<'a> Mover<'a> {
     }
 
     async fn run(&mut self, cancel: &CancellationToken) -> Result<(), MoveError> {
+        self.cancel = cancel.clone();
         // The passive declare fails cleanly if the source does not exist, and bounds the read:
         // messages that arrive during the move are left for the next one.
         let available = ready_count(&self.source, self.queue).await? as usize;
@@ -836,8 +844,11 @@ impl<'a> Mover<'a> {
 
     /// Whether the move takes this delivery; for a selection by identity, the snapshot's entry
     /// it matched (taken off the list, so that each entry matches one message).
-    fn selected(&mut self, position: usize, delivery: &Delivery) -> Option<Option<Wanted>> {
+    async fn selected(&mut self, position: usize, delivery: &Delivery) -> Option<Option<Wanted>> {
         match &self.plan.selection {
+            Selection::Matching(filter) if filter.regex().is_some() => {
+                self.matches_in_budget(filter.as_ref().clone(), position, delivery).await.then_some(None)
+            }
             Selection::All => Some(None),
             Selection::Messages(_) => {
                 let fingerprint = delivery_fingerprint(delivery);
@@ -848,6 +859,33 @@ impl<'a> Mover<'a> {
             Selection::Matching(filter) => filter
                 .matches(&super::message::summarize(position, String::new(), peeked(delivery, usize::MAX)))
                 .then_some(None),
+        }
+    }
+
+    /// Whether `filter`, which holds a regular expression, matches this delivery: on a blocking
+    /// thread, within what is left of the move's time for matching. Once that is spent the move
+    /// stops, with the reason, and the rest stays in the queue.
+    async fn matches_in_budget(
+        &mut self,
+        filter: super::message::Filter,
+        position: usize,
+        delivery: &Delivery,
+    ) -> bool {
+        let summary = super::message::summarize(position, String::new(), peeked(delivery, usize::MAX));
+        let budget = super::budget::Budget::new(self.matching_left, &self.cancel, None);
+        let started = std::time::Instant::now();
+        let matched = budget.run(move |check| filter.matches_within(&summary, Some(check))).await;
+        self.matching_left = self.matching_left.saturating_sub(started.elapsed());
+        match matched {
+            Ok(matched) => matched,
+            // Cancelled: the read loop sees it before the next message.
+            Err(super::budget::Stopped::Cancelled) => false,
+            // Said of the move's whole budget, not of what was left of it for this message.
+            Err(super::budget::Stopped::TooSlow(_)) => {
+                let stopped = super::budget::Stopped::TooSlow(super::budget::JOB);
+                self.stop.get_or_insert_with(|| format!("stopped at message {position}: {stopped}"));
+                false
+            }
         }
     }
 
@@ -989,7 +1027,7 @@ impl<'a> Mover<'a> {
     async fn handle(&mut self, position: usize, delivery: Delivery) -> Result<(), MoveError> {
         Progress::add(&self.progress.read);
         let tag = delivery.delivery_tag;
-        let Some(wanted) = self.selected(position, &delivery) else {
+        let Some(wanted) = self.selected(position, &delivery).await else {
             // On a queue with a delivery limit every further read costs each message one:
             // rather than search on, stop (only a selection by identity gets here, and only when
             // the queue changed since the snapshot).

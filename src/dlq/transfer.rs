@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sqlx::Row;
 
+use super::budget::Budget;
 use super::custody::{self, decode_properties, Taken};
 use super::message::Filter;
 use super::mover::peeked_parts;
@@ -56,8 +57,13 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 const EXPORT_CHUNK: usize = 200;
 
 /// The ids of the records of a queue held in custody that `filter` matches, oldest first.
-pub async fn export_ids(db: &Db, queue: (&str, &str, &str), filter: &Filter) -> Result<Vec<i64>, sqlx::Error> {
-    Ok(custody::matching(db, queue, filter).await?.into_iter().map(|r| r.id).collect())
+pub async fn export_ids(
+    db: &Db,
+    queue: (&str, &str, &str),
+    filter: &Filter,
+    budget: &Budget,
+) -> Result<Vec<i64>, custody::SearchError> {
+    Ok(custody::matching(db, queue, filter, budget).await?.into_iter().map(|r| r.id).collect())
 }
 
 /// The lines of the records `ids` (at most `EXPORT_CHUNK` at a time is what callers ask for).

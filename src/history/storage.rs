@@ -66,6 +66,18 @@ impl Storage {
         message
     }
 
+    /// Records a failed read when it says the database cannot be read (a disk, a file, a lock)
+    /// and returns the fault in words; `None` for a read that failed on what it was asked (a
+    /// LIKE pattern SQLite finds too complex, a JSON path it cannot parse): that is no fault of
+    /// the database, and every page saying it is would send the operator to a healthy disk.
+    pub fn read_failed(&self, during: &str, error: &sqlx::Error) -> Option<String> {
+        if !is_storage_fault(error) {
+            tracing::warn!(during, error = %error, "a read failed on what it was asked");
+            return None;
+        }
+        Some(self.failed(during, error))
+    }
+
     /// Records that a write went through: whatever failed before is over. A file that is no
     /// longer the one opened stays a problem: writes to it still succeed, and are still lost.
     pub fn succeeded(&self) {
@@ -158,6 +170,19 @@ fn open_but_deleted(absolute: &Path) -> Option<PathBuf> {
 
 fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Whether an error says the database cannot be used (its file, its disk, a lock, the pool),
+/// rather than that SQLite refused the query it was given.
+pub fn is_storage_fault(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().and_then(|c| c.parse::<i64>().ok()).map(|c| c & 0xff);
+            matches!(code, Some(5 | 6 | 8 | 10 | 11 | 13 | 14 | 26) | None)
+        }
+        _ => false,
+    }
 }
 
 /// A database error in words an operator acts on, with SQLite's own message.

@@ -15,6 +15,7 @@ use super::api::find_queue;
 use super::{ApiError, WebError};
 use crate::audit;
 use crate::dlq::audit::Fate;
+use crate::dlq::budget::Stopped;
 use crate::dlq::custody::{self, ReplayRequest};
 use crate::dlq::message::Filter;
 use crate::dlq::transfer;
@@ -71,9 +72,10 @@ async fn listing(
     let role = access.principal.role;
     super::restricted::check_filter(&state, role, (&broker, &vhost, &queue), &filter)?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
-    let mut listing = custody::list(&state.db, &state.custody, &broker, &vhost, &queue, &filter, limit)
+    let budget = state.matchers.request();
+    let mut listing = custody::list(&state.db, &state.custody, (&broker, &vhost, &queue), &filter, limit, &budget)
         .await
-        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+        .map_err(|e| search_failed(&state, e))?;
     if !super::restricted::may_read(&state, role, (&broker, &vhost, &queue)) {
         super::restricted::listing(&mut listing);
     }
@@ -99,9 +101,9 @@ async fn export(
     find_queue(&state, &broker, &vhost, &queue).await?;
     payloads_for(&state, &access, (&broker, &vhost, &queue))?;
     filter.check().map_err(WebError::BadRequest)?;
-    let ids = transfer::export_ids(&state.db, (&broker, &vhost, &queue), &filter)
+    let ids = transfer::export_ids(&state.db, (&broker, &vhost, &queue), &filter, &state.matchers.request())
         .await
-        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+        .map_err(|e| search_failed(&state, e))?;
     let (lines, received) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(4);
     let db = state.db.clone();
     tokio::spawn(async move {
@@ -127,6 +129,31 @@ async fn export(
         Body::from_stream(stream),
     )
         .into_response())
+}
+
+/// A search of custody that gave no answer, as the client is told: a regular expression past
+/// its budget or a query SQLite refused for the filter's values is the request's (400), only a
+/// fault of the database itself is reported as one.
+pub(super) fn search_failed(state: &AppState, error: custody::SearchError) -> WebError {
+    match error {
+        custody::SearchError::Stopped(stopped) => stopped_search(stopped),
+        custody::SearchError::Database(e) => match state.storage.read_failed("reading custody", &e) {
+            Some(why) => WebError::Storage(why),
+            None => WebError::BadRequest(format!(
+                "this filter cannot be searched for ({}): change it",
+                e.as_database_error().map_or_else(|| e.to_string(), |d| d.message().to_string())
+            )),
+        },
+    }
+}
+
+/// A search stopped before its answer: too slow is the filter's (400); cancelled, with the
+/// client gone, is only ever seen when warren stops.
+pub(super) fn stopped_search(stopped: Stopped) -> WebError {
+    match stopped {
+        Stopped::TooSlow(_) => WebError::BadRequest(stopped.to_string()),
+        Stopped::Cancelled => WebError::Unavailable("warren is stopping: search again once it is back".to_string()),
+    }
 }
 
 /// One record with its message as the browser reads it (headers and payload only to the roles

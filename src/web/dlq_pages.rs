@@ -3,6 +3,7 @@
 //! POST (take or refresh the snapshot); viewing never touches the broker.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
@@ -19,6 +20,7 @@ use super::pages::queue_href;
 use super::{html, ApiError, PageError, WebError};
 use crate::broker::management::encode_segment;
 use crate::dlq::browse::{self, BrowseError, Snapshot};
+use crate::dlq::budget::Budget;
 use crate::dlq::jobs::Choice;
 use crate::dlq::jobs::MoveRequest;
 use crate::dlq::message::{self, SnapshotMessage};
@@ -211,6 +213,7 @@ async fn custody_view(
     view: &QueueView,
     base: &str,
     filters: &message::Filter,
+    budget: &Budget,
 ) -> Result<Option<CustodyView>, WebError> {
     let active =
         crate::dlq::custody::is_in_custody(&state.db, &state.config.custody, &view.broker, &view.vhost, &view.name)
@@ -230,14 +233,13 @@ async fn custody_view(
     let mut listing = crate::dlq::custody::list(
         &state.db,
         &state.custody,
-        &view.broker,
-        &view.vhost,
-        &view.name,
+        (&view.broker, &view.vhost, &view.name),
         filters,
         CUSTODY_ROWS,
+        budget,
     )
     .await
-    .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    .map_err(|e| super::custody::search_failed(state, e))?;
     if !allowed {
         super::restricted::listing(&mut listing);
     }
@@ -409,11 +411,33 @@ fn filtered(base: &str, param: &str, groups: Vec<(String, usize)>) -> Vec<(Strin
         .collect()
 }
 
-fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter) -> SnapshotView {
+/// Which of a snapshot's messages `f` matches, in order; a regular expression matches within
+/// `budget`, off the async workers (a snapshot holds up to 1,000 messages).
+async fn snapshot_matches(
+    snapshot: &Arc<Snapshot>,
+    f: &message::Filter,
+    budget: &Budget,
+) -> Result<Vec<bool>, WebError> {
+    if f.regex().is_none() {
+        return Ok(snapshot.messages.iter().map(|m| f.matches(m)).collect());
+    }
+    let (snapshot, f) = (snapshot.clone(), f.clone());
+    budget
+        .run(move |check| {
+            snapshot.messages.iter().map(|m| f.matches_within(m, Some(check))).collect::<Result<Vec<bool>, _>>()
+        })
+        .await
+        .map_err(super::custody::stopped_search)
+}
+
+/// The page's view of a snapshot, its messages shown where `shown` (one per message) says.
+fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter, shown: &[bool]) -> SnapshotView {
     let rows: Vec<Row> = snapshot
         .messages
         .iter()
-        .filter(|m| f.matches(m))
+        .zip(shown)
+        .filter(|(_, shown)| **shown)
+        .map(|(m, _)| m)
         .map(|m| Row {
             href: format!("{base}/messages/{}", m.position),
             position: m.position,
@@ -497,12 +521,19 @@ async fn render_page(
     let queue = (view.broker.as_ref(), view.vhost.as_ref(), view.name.as_ref());
     let role = super::restricted::role_of(&me);
     let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
-    let custody = custody_view(state, &me, view, &base, filters).await?;
+    // One budget for the page: custody's search and the snapshot's filter together.
+    let budget = state.matchers.request();
+    let custody = custody_view(state, &me, view, &base, filters, &budget).await?;
     // Below the payload role, the snapshot is read without what the role may not read, and
     // filtered only by what it may (a count of matches would answer a question about content).
     let content_hidden = (!super::restricted::may_read(state, role, queue)).then(|| payload_role_name(state, queue));
     let readable_filters = super::restricted::readable_filter(filters);
     let snapshot_filters = if content_hidden.is_some() { &readable_filters } else { filters };
+    let readable = snapshot.as_deref().map(|s| Arc::new(readable_snapshot(state, role, queue, s)));
+    let shown = match &readable {
+        Some(s) => snapshot_matches(s, snapshot_filters, &budget).await?,
+        None => Vec::new(),
+    };
     let page = DlqPage {
         custody,
         filter: filters.clone(),
@@ -541,7 +572,7 @@ async fn render_page(
         snapshot: snapshot.map(|s| SnapshotView {
             queue_total: format::count(view.total),
             content_hidden,
-            ..snapshot_view(&readable_snapshot(state, role, queue, &s), &base, snapshot_filters)
+            ..snapshot_view(&readable.as_deref().unwrap_or(&s), &base, snapshot_filters, &shown)
         }),
         self_href: base,
     };
@@ -925,6 +956,7 @@ fn message_view(
             },
             base,
             &message::Filter::default(),
+            &[true],
         )
         .rows
         .remove(0),
@@ -1124,19 +1156,34 @@ struct TargetNote {
 /// The notes about each queue the selected messages would go to: a named queue, or the queues
 /// the snapshot shows them to have died in. From the last poll: the move checks again, as it
 /// goes, with the broker's answer of that moment.
-fn target_notes(state: &AppState, view: &crate::metrics::QueueView, form: &RequeueForm) -> Vec<TargetNote> {
+async fn target_notes(
+    state: &AppState,
+    view: &crate::metrics::QueueView,
+    form: &RequeueForm,
+) -> Result<Vec<TargetNote>, WebError> {
     let targets: Vec<String> = match form.target {
         FormTarget::Queue => vec![form.target_queue.clone()],
-        FormTarget::OriginalExchange => return Vec::new(),
+        FormTarget::OriginalExchange => return Ok(Vec::new()),
         FormTarget::OriginalQueue => {
-            let Some(snapshot) = state.snapshots.get(&view.broker, &view.vhost, &view.name) else { return Vec::new() };
-            let chosen = |m: &&message::SnapshotMessage| match form.scope {
+            let Some(snapshot) = state.snapshots.get(&view.broker, &view.vhost, &view.name) else {
+                return Ok(Vec::new());
+            };
+            let matched = match form.scope {
+                Scope::Matching => snapshot_matches(&snapshot, &form.filter, &state.matchers.request()).await?,
+                _ => Vec::new(),
+            };
+            let chosen = |(i, m): &(usize, &message::SnapshotMessage)| match form.scope {
                 Scope::Selected => form.messages.contains(&m.fingerprint) || form.positions.contains(&m.position),
-                Scope::Matching => form.filter.matches(m),
+                Scope::Matching => matched[*i],
                 _ => true,
             };
-            let mut names: Vec<String> =
-                snapshot.messages.iter().filter(chosen).filter_map(|m| m.original_queue.clone()).collect();
+            let mut names: Vec<String> = snapshot
+                .messages
+                .iter()
+                .enumerate()
+                .filter(chosen)
+                .filter_map(|(_, m)| m.original_queue.clone())
+                .collect();
             names.sort();
             names.dedup();
             names
@@ -1193,7 +1240,7 @@ fn target_notes(state: &AppState, view: &crate::metrics::QueueView, form: &Reque
             });
         }
     }
-    notes
+    Ok(notes)
 }
 
 /// The selected messages as the confirmation names them: by their place in the snapshot and
@@ -1263,7 +1310,7 @@ async fn requeue_form(
             }
         },
         duplicates_warning: !deletes && form.target == FormTarget::OriginalExchange,
-        target_notes: if deletes { Vec::new() } else { target_notes(&state, &view, &form) },
+        target_notes: if deletes { Vec::new() } else { target_notes(&state, &view, &form).await? },
         form: FormEcho {
             positions: form.positions.clone(),
             messages: form.messages.clone(),
