@@ -524,7 +524,11 @@ pub async fn publish_crossing(
     Ok(Some((ts, next)))
 }
 
-/// The first sample of a queue since `since` that has its counts: (ts, publish_count, ready + unacked).
+/// The first sample of a queue since `since` that has its counts and holds messages: (ts,
+/// publish_count, ready + unacked). An empty queue starts no lower bound of an age, and a new
+/// quorum queue on 4.3 reports 0 messages for its first seconds while its publish counter
+/// already counts them (3.10 leaves the keys out instead): such a sample would make the
+/// messages present later look as if they came in unseen by the counter.
 pub async fn first_sample(
     db: &Db,
     queue_id: i64,
@@ -533,6 +537,7 @@ pub async fn first_sample(
     let row = sqlx::query(
         "select ts, publish_count, ready + unacked from queue_samples
          where queue_id = ? and ts >= ? and publish_count is not null and ready is not null and unacked is not null
+           and ready + unacked > 0
          order by ts limit 1",
     )
     .bind(queue_id)

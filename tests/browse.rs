@@ -46,9 +46,11 @@ async fn browse_five_times_keeps_all(quorum: bool) {
     })
     .await;
     let path = format!("/api/v1/queues/local/{}/dlq/snapshot", encode(&vhost.name));
-    // 4.x gives every quorum queue a delivery limit of 20: reads must be confirmed there (five
-    // reads raise each message's count to 5, well within it).
-    let limited = quorum && common::broker().facts().await.major >= 4;
+    // 4.x gives every quorum queue a delivery limit of 20: reads must be confirmed where they
+    // count toward it (five reads raise each message's count to 5, well within it); from 4.3 on
+    // they do not, and nothing is asked.
+    let facts = common::broker().facts().await;
+    let limited = quorum && facts.major >= 4 && facts.hand_backs_count();
     if limited {
         let (status, body) = warren.post_json(&path, json!({"count": 100})).await;
         assert_eq!(status, 409, "4.x's default limit asks for confirmation: {body}");
@@ -122,10 +124,21 @@ async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
     // On every version (issue 17, case 5: null on 3.10, whose listing never says it).
     assert_eq!(listed["delivery_limit"], 2, "{listed}");
     let path = format!("/api/v1/queues/local/{}/limited/snapshot", encode(&vhost.name));
-    for _ in 0..3 {
-        let (status, body) = warren.post_json(&path, json!({})).await;
-        assert_eq!(status, 409, "a read without confirmation is refused: {body}");
-        assert_eq!(body["error"]["code"], "confirmation_required");
+    if common::broker().facts().await.hand_backs_count() {
+        for _ in 0..3 {
+            let (status, body) = warren.post_json(&path, json!({})).await;
+            assert_eq!(status, 409, "a read without confirmation is refused: {body}");
+            assert_eq!(body["error"]["code"], "confirmation_required");
+        }
+    } else {
+        // 4.3 does not count a read given back toward the limit: nothing to confirm, and three
+        // reads past the limit of 2 keep every message.
+        for round in 1..=3 {
+            let (status, snapshot) = warren.post_json(&path, json!({})).await;
+            assert_eq!(status, 200, "round {round}: {snapshot}");
+            assert_eq!(common::dead_letters::message_ids(&snapshot["messages"]), ["l1", "l2", "l3"], "round {round}");
+            assert!(snapshot["delivery_limit"].is_null(), "no limit the reads count toward: {snapshot}");
+        }
     }
     let (status, snapshot) = warren.post_json(&path, json!({"confirm": "true"})).await;
     assert_eq!(status, 200, "{snapshot}");
@@ -168,14 +181,23 @@ async fn a_delivery_limit_set_a_moment_ago_is_respected() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let path = format!("/api/v1/queues/local/{}/fresh/snapshot", encode(&vhost.name));
-    for _ in 0..3 {
-        let (status, body) = warren.post_json(&path, json!({})).await;
-        assert_eq!(status, 409, "a read without confirmation is refused: {body}");
-        assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("delivery limit of 2")), "{body}");
+    if common::broker().facts().await.hand_backs_count() {
+        for _ in 0..3 {
+            let (status, body) = warren.post_json(&path, json!({})).await;
+            assert_eq!(status, 409, "a read without confirmation is refused: {body}");
+            assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("delivery limit of 2")), "{body}");
+        }
+        let requeue = format!("/api/v1/queues/local/{}/fresh/requeue", encode(&vhost.name));
+        let (status, body) = warren.post_json(&requeue, json!({"selection": {"matching": {"text": "f3"}}})).await;
+        assert_eq!(status, 422, "reading past messages the filter does not take is refused: {body}");
+    } else {
+        // 4.3: reads given back do not count toward the new limit; three of them drop nothing.
+        for round in 1..=3 {
+            let (status, snapshot) = warren.post_json(&path, json!({})).await;
+            assert_eq!(status, 200, "round {round}: {snapshot}");
+            assert_eq!(snapshot["messages"].as_array().unwrap().len(), 5, "round {round}: {snapshot}");
+        }
     }
-    let requeue = format!("/api/v1/queues/local/{}/fresh/requeue", encode(&vhost.name));
-    let (status, body) = warren.post_json(&requeue, json!({"selection": {"matching": {"text": "f3"}}})).await;
-    assert_eq!(status, 422, "reading past messages the filter does not take is refused: {body}");
     assert_eq!(drain_ids(&channel, "fresh").await, vec!["f1", "f2", "f3", "f4", "f5"], "nothing dropped");
     warren.stop().await;
     connection.close(0, "done").await.ok();
@@ -185,6 +207,8 @@ async fn a_delivery_limit_set_a_moment_ago_is_respected() {
 /// count up to the limit (on 4.0.5, 21 snapshots against the default of 20 dropped all 100, and
 /// the 21st still answered with the 100 messages). A message read at its limit is not given
 /// back: it is copied to the holding queue, its original acked, and the snapshot says so.
+/// From 4.3 on a read given back is not counted (issue 30: its messages carry `x-acquired-count`
+/// and no `x-delivery-count`): nothing is at risk, so nothing is held, and nothing is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_hold_messages_at_their_delivery_limit_instead_of_dropping_them() {
     let vhost = TestVhost::create("heldsnap").await;
@@ -207,6 +231,26 @@ async fn snapshots_hold_messages_at_their_delivery_limit_instead_of_dropping_the
     .await;
 
     let path = format!("/api/v1/queues/local/{}/capped/snapshot", encode(&vhost.name));
+    if !common::broker().facts().await.hand_backs_count() {
+        for round in 1..=4 {
+            let (status, snapshot) = warren.post_json(&path, json!({"confirm": "true"})).await;
+            assert_eq!(status, 200, "{snapshot}");
+            assert_eq!(common::dead_letters::message_ids(&snapshot["messages"]), all, "round {round}");
+            assert!(snapshot["messages"].as_array().unwrap().iter().all(|m| m["held_in"].is_null()), "{snapshot}");
+            assert!(snapshot["note"].is_null(), "{snapshot}");
+        }
+        assert_eq!(drain_ids(&channel, "capped").await, all, "four reads past the limit of 2 dropped none");
+        let held = reqwest::Client::new()
+            .get(format!("{}/api/queues/{}/warren.held.capped", common::broker().management, encode(&vhost.name)))
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(held.status(), 404, "no holding queue was declared");
+        warren.stop().await;
+        connection.close(0, "done").await.ok();
+        return;
+    }
     for round in 1..=2 {
         let (status, snapshot) = warren.post_json(&path, json!({"confirm": "true"})).await;
         assert_eq!(status, 200, "{snapshot}");
@@ -276,6 +320,22 @@ async fn a_holding_queue_that_would_expire_messages_is_refused_before_reading() 
     .await;
     let path = format!("/api/v1/queues/local/{}/ttlq/snapshot", encode(&vhost.name));
     let (status, body) = warren.post_json(&path, json!({"confirm": "true"})).await;
+    if !common::broker().facts().await.hand_backs_count() {
+        // 4.3: a read given back is not counted, so nothing would be held: nothing to refuse.
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(common::dead_letters::message_ids(&body["messages"]), ["t1", "t2", "t3"]);
+        assert_eq!(drain_ids(&channel, "ttlq").await, vec!["t1", "t2", "t3"], "nothing lost");
+        let held = reqwest::Client::new()
+            .get(format!("{}/api/queues/{}/warren.held.ttlq", common::broker().management, encode(&vhost.name)))
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(held.status(), 404, "no holding queue was declared");
+        warren.stop().await;
+        connection.close(0, "done").await.ok();
+        return;
+    }
     assert_ne!(status, 200, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("warren.held.ttlq") && message.contains("message TTL"), "{body}");

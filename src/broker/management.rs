@@ -464,6 +464,12 @@ impl Overview {
     pub fn major_version(&self) -> Option<u32> {
         self.rabbitmq_version.as_deref().and_then(|v| v.split('.').next()?.parse().ok())
     }
+
+    /// The major and minor version (`(4, 3)` of "4.3.6"), when the broker said.
+    pub fn major_minor(&self) -> Option<(u32, u32)> {
+        let mut parts = self.rabbitmq_version.as_deref()?.split('.');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    }
 }
 
 /// Cumulative broker-wide counters. Absent until there was such activity.

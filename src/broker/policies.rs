@@ -256,12 +256,25 @@ fn configured_delivery_limit(q: &RawQueue) -> Option<i64> {
     }
 }
 
-/// A quorum queue's delivery limit as the broker applies it at this moment: from its
-/// arguments and the policies as they stand, and 4.x's default of 20. `None`: not a quorum
-/// queue, no limit, or no such queue. Read before every read of a queue, never from the last
-/// poll: a policy applied half a second before three snapshots let the broker drop 5 messages
-/// (issue 16, case 2).
-pub async fn delivery_limit_now(
+/// Whether a broker of this version (major, minor) counts a message given back with
+/// `basic.nack` and requeue, which is how warren gives back what it read, as a delivery toward a
+/// quorum queue's delivery limit. Every version before 4.3 does (DOMAIN.md §5, §8). 4.3 counts
+/// only failed deliveries: measured on 4.3.6 with a limit of 2, a message nacked five times
+/// stayed (its `x-acquired-count` rose to 4, no `x-delivery-count` appeared), while rejecting it,
+/// or closing the channel that held it unacked, dropped it on the third time (DOMAIN.md §10).
+/// An unknown version counts: holding a message too early loses nothing.
+pub fn hand_backs_count(version: Option<(u32, u32)>) -> bool {
+    version.is_none_or(|v| v < (4, 3))
+}
+
+/// The delivery limit that warren's own reads of a quorum queue count toward at this moment:
+/// the queue's limit from its arguments and the policies as they stand, and 4.x's default of
+/// 20, on a broker that counts hand-backs (`hand_backs_count`). `None`: not a quorum queue, no
+/// limit, no such queue, or a broker (4.3+) on which reading and giving back costs nothing
+/// toward the limit. Read before every read of a queue, never from the last poll: a policy
+/// applied half a second before three snapshots let the broker drop 5 messages (issue 16,
+/// case 2).
+pub async fn hand_back_limit_now(
     client: &ManagementClient,
     vhost: &str,
     name: &str,
@@ -271,9 +284,13 @@ pub async fn delivery_limit_now(
         return Ok(None);
     }
     let (overview, _) = client.get::<super::management::Overview>("api/overview?columns=rabbitmq_version").await?;
+    let version = overview.major_minor();
+    if !hand_backs_count(version) {
+        return Ok(None);
+    }
     // Unknown version: assume the newer broker's default rather than no limit. Not the answer's
     // `delivery_limit`: the management database updates it seconds late.
-    let since_4_0 = overview.major_version().is_none_or(|m| m >= 4);
+    let since_4_0 = version.is_none_or(|(major, _)| major >= 4);
     Ok(delivery_limit(&queue, since_4_0))
 }
 
@@ -281,6 +298,23 @@ pub async fn delivery_limit_now(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Warren gives back what it read with `basic.nack`: before 4.3 that counts toward a quorum
+    /// queue's delivery limit, from 4.3 on it does not (DOMAIN.md §10).
+    #[test]
+    fn hand_backs_count_before_4_3_only() {
+        assert!(hand_backs_count(Some((3, 10))));
+        assert!(hand_backs_count(Some((4, 0))));
+        assert!(hand_backs_count(Some((4, 2))));
+        assert!(!hand_backs_count(Some((4, 3))));
+        assert!(!hand_backs_count(Some((5, 0))));
+        assert!(hand_backs_count(None), "unknown: the careful answer");
+        let overview: super::super::management::Overview =
+            serde_json::from_value(json!({"rabbitmq_version": "4.3.6"})).unwrap();
+        assert_eq!(overview.major_minor(), Some((4, 3)));
+        let odd: super::super::management::Overview = serde_json::from_value(json!({"rabbitmq_version": "4"})).unwrap();
+        assert_eq!(odd.major_minor(), None);
+    }
 
     fn queue(name: &str, kind: &str, policy: Option<&str>) -> RawQueue {
         serde_json::from_value(json!({"name": name, "vhost": "/", "type": kind, "policy": policy})).unwrap()

@@ -27,6 +27,8 @@ pub const PAYLOAD_LIMIT: usize = 64 * 1024;
 pub struct Snapshot {
     pub taken_at: DateTime<Utc>,
     pub queue_type: String,
+    /// The delivery limit the reads counted toward (`policies::hand_back_limit_now`): none on
+    /// a classic queue, and none from 4.3 on, where a read given back is not counted.
     pub delivery_limit: Option<i64>,
     pub requested: usize,
     /// Why the read stopped before `requested`, or why the queue's order may differ from it.
@@ -143,7 +145,7 @@ pub async fn take(
     // The limit as the broker applies it now: the last poll's can be seconds old.
     let limit = if &*view.kind == "quorum" {
         let client = crate::broker::management::ManagementClient::new(broker);
-        crate::broker::policies::delivery_limit_now(&client, &view.vhost, &view.name)
+        crate::broker::policies::hand_back_limit_now(&client, &view.vhost, &view.name)
             .await
             .map_err(|e| BrowseError::LimitUnknown(e.to_string()))?
     } else {

@@ -1,8 +1,10 @@
 //! The holding queue: where a message goes when giving it back would be its last delivery
 //! (issue 16, must-have 2).
 //!
-//! Every return of a quorum queue's message counts as a delivery, the returns of a failed,
-//! cancelled or filtered move and of a snapshot included (DOMAIN.md §5, §8). A message read
+//! Before RabbitMQ 4.3, every return of a quorum queue's message counts as a delivery, the
+//! returns of a failed, cancelled or filtered move and of a snapshot included (DOMAIN.md §5,
+//! §8). (4.3 counts only failed deliveries, not warren's nacks: there the callers pass no limit,
+//! `policies::hand_back_limit_now`, and nothing is held.) A message read
 //! with an `x-delivery-count` at the queue's delivery limit is dropped, or dead-lettered, by the
 //! broker the moment it is given back: three failed requeues of a DLQ with a limit of 2 let the
 //! broker drop all 50 (issue 16, case 1). warren never hands such a message back. It copies it,

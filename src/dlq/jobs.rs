@@ -411,7 +411,7 @@ pub async fn start(
     // The limit as the broker applies it now: the last poll's can be seconds old.
     let delivery_limit = if &*view.kind == "quorum" {
         let client = crate::broker::management::ManagementClient::new(broker);
-        crate::broker::policies::delivery_limit_now(&client, &view.vhost, &view.name).await.map_err(|e| {
+        crate::broker::policies::hand_back_limit_now(&client, &view.vhost, &view.name).await.map_err(|e| {
             MoveError::Refused(format!("the queue's delivery limit could not be read from the broker: {e}"))
         })?
     } else {

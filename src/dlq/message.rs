@@ -158,15 +158,17 @@ pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -
 }
 
 /// Headers the broker keeps for its own bookkeeping of one queue. They are not part of which
-/// message it is (`fingerprint`: every read raises a quorum queue's count), and they must not
+/// message it is (`fingerprint`: a quorum queue raises `x-delivery-count` at every read before
+/// 4.3 and `x-acquired-count` at every read from 4.3 on, DOMAIN.md §10), and they must not
 /// travel with a copy: `x-delivery-count` (DOMAIN.md §8) would make a consumer that reads it for
 /// its own retry decisions see deliveries the copy never had. The `x-death` family stays: it is
 /// the message's history, and applications read it.
-pub const BROKER_BOOKKEEPING_HEADERS: &[&str] = &["x-delivery-count"];
+pub const BROKER_BOOKKEEPING_HEADERS: &[&str] = &["x-delivery-count", "x-acquired-count"];
 
 /// Which message this is (issue 16, must-have 1): a digest of its whole payload and of its
 /// properties as the mover shows them (message id, timestamps, every header, and so its death
-/// history), leaving out what the broker changes between two reads of it (`x-delivery-count`).
+/// history), leaving out what the broker changes between two reads of it
+/// (`BROKER_BOOKKEEPING_HEADERS`).
 /// Two messages alike in all of that are alike to the user too; a selection says how many of
 /// each it wants.
 pub fn fingerprint(payload: &[u8], properties: &Map<String, Value>) -> String {
@@ -778,10 +780,10 @@ mod tests {
         assert_eq!(s.message_id.as_deref(), Some("m-1"), "the property wins");
     }
 
-    /// A message is the same message whatever the broker's delivery count says, and another
-    /// message as soon as its payload, its id or its death history differ.
+    /// A message is the same message whatever the broker's delivery and acquired counts say,
+    /// and another message as soon as its payload, its id or its death history differ.
     #[test]
-    fn a_fingerprint_ignores_the_delivery_count_only() {
+    fn a_fingerprint_ignores_the_brokers_counts_only() {
         let properties = |extra: serde_json::Value| {
             let mut headers = serde_json::json!({"x-death": [{"queue": "work", "reason": "rejected", "count": 1}]});
             headers.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
@@ -790,12 +792,23 @@ mod tests {
         let first = fingerprint(b"{}", &properties(serde_json::json!({})));
         assert_eq!(first.len(), 32);
         assert_eq!(first, fingerprint(b"{}", &properties(serde_json::json!({"x-delivery-count": 3}))));
+        assert_eq!(first, fingerprint(b"{}", &properties(serde_json::json!({"x-acquired-count": 2}))), "4.3's count");
+        assert_eq!(
+            first,
+            fingerprint(b"{}", &properties(serde_json::json!({"x-acquired-count": 5, "x-delivery-count": 1})))
+        );
         let bare = serde_json::json!({"message_id": "m1"}).as_object().unwrap().clone();
         let counted = serde_json::json!({"message_id": "m1", "headers": {"x-delivery-count": 1}});
         assert_eq!(
             fingerprint(b"{}", &bare),
             fingerprint(b"{}", counted.as_object().unwrap()),
             "no headers, then only the count"
+        );
+        let acquired = serde_json::json!({"message_id": "m1", "headers": {"x-acquired-count": 1}});
+        assert_eq!(
+            fingerprint(b"{}", &bare),
+            fingerprint(b"{}", acquired.as_object().unwrap()),
+            "4.3: no headers, then"
         );
         assert_ne!(first, fingerprint(b"{ }", &properties(serde_json::json!({}))), "payload");
         assert_ne!(first, fingerprint(b"{}", &properties(serde_json::json!({"x-first-death-queue": "work"}))));

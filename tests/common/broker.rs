@@ -1,10 +1,11 @@
 //! The broker the integration tests run against, chosen by the environment so the same suite
-//! runs against the host's 3.10.8, the 4.0.5 nodes `.ci/rabbitmq4.sh` starts, or anyone's own
-//! broker:
+//! runs against the host's 3.10.8, the 4.0.5 and 4.3.6 nodes `.ci/rabbitmq4.sh` starts, or
+//! anyone's own broker:
 //!
 //! - `WARREN_TEST_BROKER`: a known target, `3.10` (the default: 127.0.0.1 on 5672 / 15672 /
-//!   15692), `4.0` (5673 / 15673 / 15693) or `4.0-nostats` (5674 / 15674 / 15694, the node with
-//!   `management_agent.disable_metrics_collector = true`).
+//!   15692), `4.0` (5673 / 15673 / 15693), `4.0-nostats` (5674 / 15674 / 15694, the node with
+//!   `management_agent.disable_metrics_collector = true`), `4.3` (5675 / 15675 / 15695) or
+//!   `4.3-nostats` (5676 / 15676 / 15696).
 //! - `WARREN_TEST_AMQP_URL`, `WARREN_TEST_MANAGEMENT_URL`, `WARREN_TEST_PROMETHEUS_URL`: each
 //!   replaces one endpoint of the target. Given only a management URL, AMQP and Prometheus
 //!   default to its host on 5672 and 15692, as warren's own configuration does.
@@ -17,7 +18,8 @@ use std::sync::LazyLock;
 /// Where the test broker listens. URLs have no trailing slash and no credentials.
 #[derive(Debug, Clone)]
 pub struct TestBroker {
-    /// `3.10`, `4.0`, `4.0-nostats`, or `custom` when only explicit URLs were given.
+    /// `3.10`, `4.0`, `4.0-nostats`, `4.3`, `4.3-nostats`, or `custom` when only explicit URLs
+    /// were given.
     pub target: String,
     /// Management HTTP API, e.g. `http://127.0.0.1:15672`.
     pub management: String,
@@ -35,8 +37,13 @@ pub fn broker() -> &'static TestBroker {
 }
 
 /// (name, AMQP port, management port, Prometheus port), all on 127.0.0.1.
-const TARGETS: [(&str, u16, u16, u16); 3] =
-    [("3.10", 5672, 15672, 15692), ("4.0", 5673, 15673, 15693), ("4.0-nostats", 5674, 15674, 15694)];
+const TARGETS: [(&str, u16, u16, u16); 5] = [
+    ("3.10", 5672, 15672, 15692),
+    ("4.0", 5673, 15673, 15693),
+    ("4.0-nostats", 5674, 15674, 15694),
+    ("4.3", 5675, 15675, 15695),
+    ("4.3-nostats", 5676, 15676, 15696),
+];
 
 impl TestBroker {
     fn from_env() -> Result<TestBroker, String> {
@@ -108,6 +115,8 @@ impl TestBroker {
 pub struct BrokerFacts {
     /// The major version (3 or 4).
     pub major: u32,
+    /// The minor version (10 of 3.10.8).
+    pub minor: u32,
     /// Message stats collected (not so with `management_agent.disable_metrics_collector`).
     pub stats: bool,
 }
@@ -127,9 +136,20 @@ impl TestBroker {
             .await
             .expect("the overview is JSON");
         let version = overview["rabbitmq_version"].as_str().expect("the overview names the version");
-        let major = version.split('.').next().and_then(|m| m.parse().ok()).expect("a numeric major version");
+        let mut parts = version.split('.').map(|n| n.parse::<u32>().ok());
+        let major = parts.next().flatten().expect("a numeric major version");
+        let minor = parts.next().flatten().expect("a numeric minor version");
         let stats = overview["disable_stats"] != true && !overview["message_stats"].is_null();
-        BrokerFacts { major, stats }
+        BrokerFacts { major, minor, stats }
+    }
+}
+
+impl BrokerFacts {
+    /// Whether a quorum queue counts a message given back with `basic.nack` (how warren gives
+    /// back what it read) toward its delivery limit: before 4.3 it does, from 4.3 on only failed
+    /// deliveries count (DOMAIN.md §10).
+    pub fn hand_backs_count(&self) -> bool {
+        (self.major, self.minor) < (4, 3)
     }
 }
 
