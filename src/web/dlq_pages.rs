@@ -572,7 +572,7 @@ async fn render_page(
         snapshot: snapshot.map(|s| SnapshotView {
             queue_total: format::count(view.total),
             content_hidden,
-            ..snapshot_view(&readable.as_deref().unwrap_or(&s), &base, snapshot_filters, &shown)
+            ..snapshot_view(readable.as_deref().unwrap_or(&s), &base, snapshot_filters, &shown)
         }),
         self_href: base,
     };
