@@ -155,8 +155,10 @@ async fn a_move_by_a_slow_regular_expression_stops_at_its_budget_and_loses_nothi
     let vhost = TestVhost::create("filtermove").await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
-    // 120 messages of 16 KiB: 33 s of matching, unbounded (a move of the unchanged code).
-    dead_letter(&vhost, &channel, "work.dlq", false, ab_texts(120, 16 << 10)).await;
+    // 360 messages of 16 KiB: 100 s of matching, unbounded (33 s for 120 with the unchanged
+    // code on a busy machine; a third of that on an idle one, so three times as many keep the
+    // matching well past its budget whatever the machine does).
+    dead_letter(&vhost, &channel, "work.dlq", false, ab_texts(360, 16 << 10)).await;
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     wait_for("work.dlq listed by warren", Duration::from_secs(30), || async {
         warren.queue(&vhost.name, "work.dlq").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
@@ -187,7 +189,7 @@ async fn a_move_by_a_slow_regular_expression_stops_at_its_budget_and_loses_nothi
     assert!(slowest_health < Duration::from_secs(1), "healthz took {slowest_health:?}");
     let mut left = common::dead_letters::drain_ids(&channel, "work.dlq").await;
     left.sort();
-    let mut all: Vec<String> = (1..=120).map(|i| format!("m{i}")).collect();
+    let mut all: Vec<String> = (1..=360).map(|i| format!("m{i}")).collect();
     all.sort();
     assert_eq!(left, all, "none matched (no c), every one is still in the DLQ, once");
     assert_eq!(common::dead_letters::depth(&channel, "work").await, 0);
@@ -198,8 +200,9 @@ async fn a_move_by_a_slow_regular_expression_stops_at_its_budget_and_loses_nothi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_by_a_slow_regular_expression_stops_at_its_budget_and_keeps_every_record() {
     let _cpu = CPU.lock().await;
-    // 160 records of 16 KiB: about 45 s of matching, unbounded.
-    let (vhost, warren) = custody_of_ab_texts("filterreplay", 160, 16 << 10).await;
+    // 480 records of 16 KiB: over 45 s of matching unbounded, on an idle machine too (160 took
+    // 45 s on a busy one and under 16 s on an idle one, where the replay ended inside its budget).
+    let (vhost, warren) = custody_of_ab_texts("filterreplay", 480, 16 << 10).await;
     let api = format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name));
     let started = Instant::now();
     let (status, body) = warren
@@ -211,7 +214,7 @@ async fn a_replay_by_a_slow_regular_expression_stops_at_its_budget_and_keeps_eve
     assert!(job["error"].as_str().is_some_and(|e| e.contains("ran past its time budget of 20 s")), "{job}");
     assert!(started.elapsed() < Duration::from_secs(35), "it ended after {:?}", started.elapsed());
     let (_, listing) = warren.get_json(&api).await;
-    assert_eq!(listing["custody"]["counts"]["held"], 160, "{listing}");
+    assert_eq!(listing["custody"]["counts"]["held"], 480, "{listing}");
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     assert_eq!(common::dead_letters::depth(&channel, "work").await, 0);
