@@ -568,18 +568,8 @@ async fn intake(
 /// `None` when they do not say (an empty queue, statistics that lag behind the first arrivals,
 /// or a broker that keeps none).
 async fn intake_prefetch(broker: &BrokerConfig, vhost: &str, queue: &str) -> Option<u16> {
-    #[derive(Deserialize)]
-    struct Sizes {
-        messages_ready: Option<u64>,
-        message_bytes_ready: Option<u64>,
-    }
-    let path = format!(
-        "api/queues/{}/{}?columns=messages_ready,message_bytes_ready",
-        crate::broker::management::encode_segment(vhost),
-        crate::broker::management::encode_segment(queue)
-    );
-    match ManagementClient::new(broker).get::<Sizes>(&path).await {
-        Ok((Sizes { messages_ready: Some(n), message_bytes_ready: Some(bytes) }, _)) if n > 0 && bytes > 0 => {
+    match super::mover::ready_sizes(broker, vhost, queue).await {
+        Ok(Some((n, bytes))) if n > 0 && bytes > 0 => {
             let average = (bytes / n).max(1);
             Some((INTAKE_MEMORY as u64 / average).clamp(1, BATCH as u64) as u16)
         }

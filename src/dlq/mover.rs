@@ -481,6 +481,23 @@ pub async fn move_messages(
 /// The prefetch for a consumer that reads `queue` whole: as many messages of the queue's
 /// average size as fit in [`MOVE_MEMORY`] (from the management API's `message_bytes_ready`).
 async fn consumer_prefetch(broker: &BrokerConfig, vhost: &str, queue: &str) -> u16 {
+    match ready_sizes(broker, vhost, queue).await {
+        Ok(Some((n, bytes))) => prefetch_for(n, bytes),
+        Ok(None) => PREFETCH_UNKNOWN_SIZE,
+        Err(e) => {
+            tracing::warn!(error = %e, queue, "message sizes unknown; the move reads a few at a time");
+            PREFETCH_UNKNOWN_SIZE
+        }
+    }
+}
+
+/// A queue's ready messages and their bytes, as the management API counts them (it lags behind
+/// the queue by a few seconds); `None` where it does not say (no statistics kept).
+pub(super) async fn ready_sizes(
+    broker: &BrokerConfig,
+    vhost: &str,
+    queue: &str,
+) -> Result<Option<(u64, u64)>, crate::broker::management::BrokerError> {
     #[derive(Deserialize)]
     struct Sizes {
         messages_ready: Option<u64>,
@@ -491,14 +508,8 @@ async fn consumer_prefetch(broker: &BrokerConfig, vhost: &str, queue: &str) -> u
         crate::broker::management::encode_segment(vhost),
         crate::broker::management::encode_segment(queue)
     );
-    match ManagementClient::new(broker).get::<Sizes>(&path).await {
-        Ok((Sizes { messages_ready: Some(n), message_bytes_ready: Some(bytes) }, _)) => prefetch_for(n, bytes),
-        Ok(_) => PREFETCH_UNKNOWN_SIZE,
-        Err(e) => {
-            tracing::warn!(error = %e, queue, "message sizes unknown; the move reads a few at a time");
-            PREFETCH_UNKNOWN_SIZE
-        }
-    }
+    let (sizes, _) = ManagementClient::new(broker).get::<Sizes>(&path).await?;
+    Ok(sizes.messages_ready.zip(sizes.message_bytes_ready))
 }
 
 /// Prefetch for `messages` ready holding `bytes` in all.
