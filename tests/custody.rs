@@ -1289,18 +1289,22 @@ fn peak_mib(pid: u32) -> u64 {
 
 /// Issue 29, must-have 6: six 40 MB dead letters go into custody one at a time, not all at
 /// once (745 MB of memory measured before). The prefetch comes from the queue's average size,
-/// so warren holds about 32 MiB of message bytes, or one message when a message is larger; the
-/// ceiling asserted is that, with every copy made while committing one, and warren's own memory.
+/// so warren holds about 32 MiB of message bytes (as many whole messages as fit), or one message
+/// when a message is larger; the ceiling asserted is 7 times that (what is held, and the copies
+/// made while committing it: measured 4.7 times for 40 MiB messages, 5.6 for 15 MiB ones) over
+/// warren's own memory. 4.x refuses messages over 16 MiB by default: 15 MiB there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn intake_of_large_messages_stays_under_its_memory_ceiling() {
     const N: usize = 6;
-    const SIZE: usize = 40 * 1024 * 1024;
-    const CEILING_MIB: u64 = 320;
+    let size_mib: usize = if common::broker().facts().await.major >= 4 { 15 } else { 40 };
+    let size = size_mib * 1024 * 1024;
+    let held_mib = (32 / size_mib).max(1) * size_mib;
+    let ceiling_mib = 40 + 7 * held_mib as u64;
     let vhost = TestVhost::create("custodybig").await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     common::declare(&channel, "work.dlq", false).await;
-    let body = vec![b'x'; SIZE];
+    let body = vec![b'x'; size];
     for i in 1..=N {
         let properties = BasicProperties::default().with_message_id(format!("big{i}").into()).with_delivery_mode(2);
         let confirm =
@@ -1315,7 +1319,7 @@ async fn intake_of_large_messages_stays_under_its_memory_ceiling() {
         let url = format!("{}{stats}", common::broker().management);
         let response = reqwest::Client::new().get(&url).basic_auth("guest", Some("guest")).send().await;
         let q: Value = response.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
-        if q["messages_ready"] == N && q["message_bytes_ready"].as_u64().unwrap_or(0) >= (N * SIZE) as u64 {
+        if q["messages_ready"] == N && q["message_bytes_ready"].as_u64().unwrap_or(0) >= (N * size) as u64 {
             Ok(())
         } else {
             Err(q.to_string())
@@ -1337,8 +1341,8 @@ async fn intake_of_large_messages_stays_under_its_memory_ceiling() {
     })
     .await;
     let peak = peak_mib(warren.child.id());
-    eprintln!("peak memory {before} MiB at start, {peak} MiB after taking in {N} messages of {SIZE} bytes");
-    assert!(peak <= CEILING_MIB, "peak {peak} MiB, over the ceiling of {CEILING_MIB} MiB");
+    eprintln!("peak memory {before} MiB at start, {peak} MiB after taking in {N} messages of {size} bytes");
+    assert!(peak <= ceiling_mib, "peak {peak} MiB, over the ceiling of {ceiling_mib} MiB");
     assert_eq!(depth(&channel, "work.dlq").await, 0);
     drop(warren);
     connection.close(0, "done").await.ok();
