@@ -88,10 +88,7 @@ impl Storage {
 
     /// Checks the file and makes one write; `Err` holds the fault in words.
     pub async fn check(&self, db: &Db) -> Result<(), String> {
-        if let Some(message) = self.file_problem() {
-            self.set(Some(Problem { at: Utc::now(), during: "the file check".to_string(), message: message.clone() }));
-            return Err(message);
-        }
+        self.file_check()?;
         let probe = sqlx::query(
             "insert into storage_probe (id, at) values (1, ?) on conflict (id) do update set at = excluded.at",
         )
