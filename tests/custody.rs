@@ -1473,3 +1473,40 @@ async fn a_64_mib_import_stays_under_its_memory_ceiling_and_keeps_every_id() {
     }
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 29, case 1, the release path: a release replays every held record into the queue
+/// itself, through the same target checks as a replay. A DLQ that drops its oldest when full
+/// is refused: nothing is sent, every record stays held (ids compared), and the job says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_into_a_dlq_that_drops_its_oldest_keeps_every_record() {
+    use lapin::types::AMQPValue;
+    const N: usize = 30;
+    let vhost = TestVhost::create("custodyreleaselimit").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare_with(&channel, "work.dlq", &[("x-max-length", AMQPValue::LongLongInt(1_000))]).await;
+    publish_many(&channel, "work.dlq", "rel", N).await;
+    let all: HashSet<String> = (1..=N).map(|i| format!("rel{i}")).collect();
+    let warren = Warren::start(&custody_toml(&vhost.name)).await;
+    wait_for("every message in custody", Duration::from_secs(60), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["custody_held"] == N {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    let path = format!("/api/v1/queues/local/{}/work.dlq/custody/release", encode(&vhost.name));
+    let (status, released) = warren.post_json(&path, json!({})).await;
+    assert_eq!(status, 202, "{released}");
+    let id = released["audit_id"].as_i64().unwrap();
+    let entry = audit_done(&warren, id).await;
+    assert_eq!(entry["moved"], 0, "{entry}");
+    let job = warren.wait_job(id).await;
+    assert!(job["report"]["failed"][0]["reason"].as_str().unwrap_or_default().contains("drops its oldest"), "{job}");
+    assert_eq!(depth(&channel, "work.dlq").await, 0, "nothing sent back");
+    assert_eq!(held_ids(&warren, &vhost.name).await, all, "every record still held");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
