@@ -7,7 +7,9 @@
 //!   committed with `synchronous = FULL` (survives power loss, not only a crash). A commit that
 //!   fails, or the size budget, stops intake and hands the batch back to the broker unacked.
 //!   A crash between the commit and the ack leaves the message in both places: a duplicate,
-//!   marked `redelivered` when it comes in again.
+//!   marked `redelivered` when it comes in again (the broker says it delivered it before and
+//!   custody holds a message with the same fingerprint: 4.3 marks every first delivery from a
+//!   quorum DLQ redelivered, so the broker's flag alone is not enough).
 //! - **A record is replayed once** (`replay`): a replay claims its records (`held` -> `claimed`,
 //!   guarded by the state, so two replays cannot claim one record), publishes each with
 //!   `mandatory` on a confirm channel, and marks it `replayed` only after its confirm came without
@@ -341,6 +343,9 @@ pub struct Taken {
     pub(super) body: Vec<u8>,
     pub(super) summary: SnapshotMessage,
     redelivered: bool,
+    /// Which message it is (`message::fingerprint`): intake flags a redelivered message only
+    /// when custody already holds one with the same fingerprint.
+    fingerprint: String,
 }
 
 impl Taken {
@@ -368,6 +373,7 @@ pub(super) fn kept(
     let encoded = encode_properties(properties)?;
     let shown = peeked_parts(route, redelivered, properties, &body, usize::MAX);
     let properties_json = serde_json::Value::Object(shown.properties.clone()).to_string();
+    let fingerprint = message::fingerprint(&body, &shown.properties);
     let mut summary = message::summarize(0, String::new(), shown);
     // What the row keeps of the summary is its id, death and error; the payload's text (a
     // second copy of the body) goes now, not with the batch.
@@ -381,6 +387,7 @@ pub(super) fn kept(
         body,
         summary,
         redelivered,
+        fingerprint,
     })
 }
 
@@ -421,8 +428,12 @@ async fn commit(db: &Db, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Erro
 async fn insert(conn: &mut sqlx::SqliteConnection, id: &QueueId, now: i64, t: &Taken) -> Result<(), sqlx::Error> {
     sqlx::query(
         "insert into custody_messages (broker, vhost, queue, received_at, exchange, routing_key, properties,
-         properties_json, body, size, message_id, reason, original_queue, error, redelivered, body_nul)
-         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         properties_json, body, size, message_id, reason, original_queue, error, redelivered, body_nul,
+         fingerprint)
+         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+                 ?15 and exists (select 1 from custody_messages
+                                 where broker = ?1 and vhost = ?2 and queue = ?3 and fingerprint = ?17),
+                 ?16, ?17)",
     )
     .bind(&id.0)
     .bind(&id.1)
@@ -440,6 +451,7 @@ async fn insert(conn: &mut sqlx::SqliteConnection, id: &QueueId, now: i64, t: &T
     .bind(message::error_line(&t.summary))
     .bind(t.redelivered)
     .bind(t.body.contains(&0))
+    .bind(&t.fingerprint)
     .execute(conn)
     .await?;
     Ok(())
