@@ -639,7 +639,8 @@ impl Poller {
             }
         }
 
-        bytes += self.list_clients_if_due(started, &mut calls.clients).await;
+        let stats_off_connections = overview.object_totals.as_ref().and_then(|t| t.connections).filter(|_| !stats_enabled);
+        bytes += self.list_clients_if_due(started, &mut calls.clients, stats_off_connections).await;
         // During a resource alarm the exchange listing waits, as the queue listing does.
         if self.alarm.is_none() {
             let vhosts: Vec<String> = watched.iter().map(|v| v.name.clone()).collect();
