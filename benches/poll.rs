@@ -542,6 +542,9 @@ async fn metrics(State(server): State<Arc<Server>>, headers: HeaderMap) -> Respo
     let now = chrono::Utc::now().timestamp();
     let model = &server.model;
     let mut out = String::with_capacity(model.queues.len() * 300);
+    // Which broker answers: warren uses no number of an endpoint that does not say it is the
+    // management API's cluster.
+    out.push_str("rabbitmq_identity_info{rabbitmq_node=\"rabbit@bench\",rabbitmq_cluster=\"rabbit@bench\"} 1\n");
     for (family, pick) in
         [("queue_messages_ready", 0), ("queue_messages_unacked", 1), ("queue_messages", 2), ("queue_consumers", 3)]
     {

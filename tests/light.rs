@@ -193,6 +193,85 @@ async fn falls_back_to_the_management_api_when_prometheus_is_unreachable() {
     warren.stop().await;
 }
 
+/// Two brokers on one host (issue 30, case 4): an endpoint that answers for another broker is
+/// never read as this one's, even where that broker has a vhost and queue of the same names.
+/// The other broker is the 4.3.6 node's (or, when it is the one under test, the host's 3.10.8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_endpoint_of_another_broker_is_refused_and_its_numbers_never_shown() {
+    let vhost = TestVhost::create("light-other").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    publish(&channel, "orders", 2, BasicProperties::default()).await;
+    let (other_management, other_prometheus) = if broker().prometheus.ends_with(":15695") {
+        ("http://127.0.0.1:15672", "http://127.0.0.1:15692")
+    } else {
+        ("http://127.0.0.1:15675", "http://127.0.0.1:15695")
+    };
+    // The same vhost and queue on the other broker, holding 7.
+    let http = reqwest::Client::new();
+    let v = common::encode(&vhost.name);
+    let call = |method: reqwest::Method, path: String, body: Value| {
+        let request = http.request(method, format!("{other_management}{path}")).basic_auth("guest", Some("guest"));
+        async move {
+            let response = request.json(&body).send().await.unwrap_or_else(|e| panic!("the other broker: {e}"));
+            assert!(response.status().is_success(), "{path}: {}", response.status());
+        }
+    };
+    call(reqwest::Method::PUT, format!("/api/vhosts/{v}"), serde_json::json!({})).await;
+    call(
+        reqwest::Method::PUT,
+        format!("/api/permissions/{v}/guest"),
+        serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
+    )
+    .await;
+    call(reqwest::Method::PUT, format!("/api/queues/{v}/orders"), serde_json::json!({"durable": false})).await;
+    for _ in 0..7 {
+        let message = serde_json::json!({"properties": {}, "routing_key": "orders", "payload": "x", "payload_encoding": "string"});
+        call(reqwest::Method::POST, format!("/api/exchanges/{v}/amq.default/publish"), message).await;
+    }
+
+    let warren = Warren::start(&config(&vhost.name, &format!("prometheus_url = \"{other_prometheus}/\"\n"))).await;
+    let l = wait_for("the other broker's endpoint refused", Duration::from_secs(30), || async {
+        let l = load(&warren).await;
+        if l["prometheus"]["available"] == false {
+            Ok(l)
+        } else {
+            Err(format!("{}", l["prometheus"]))
+        }
+    })
+    .await;
+    let reason = l["prometheus"]["reason"].as_str().unwrap();
+    assert!(reason.contains("belongs to another broker") && reason.contains("prometheus_url"), "{reason}");
+    let (_, page) = warren.get_text("/brokers/local").await;
+    assert!(page.contains("belongs to another broker"), "the broker page says why: {page}");
+    // Polls go on from the management API: 2 once its stats are in, never the other broker's 7.
+    wait_for("the depth from the management API", Duration::from_secs(30), || async {
+        match warren.queue(&vhost.name, "orders").await {
+            Some(q) if q["ready"] == 2 => Ok(()),
+            // The management API shows a new queue's depth with its next stats emission.
+            Some(q) if q["ready"] != 7 => Err(q.to_string()),
+            other => panic!("another broker's number shown: {other:?}"),
+        }
+    })
+    .await;
+    for _ in 0..5 {
+        let q = warren.queue(&vhost.name, "orders").await;
+        assert_eq!(q.as_ref().map(|q| q["ready"].clone()), Some(2.into()), "{q:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let l = load(&warren).await;
+    assert!(l["sources"][0]["source"].as_str().unwrap_or_default().starts_with("management"), "{l}");
+    warren.stop().await;
+    let response = http
+        .delete(format!("{other_management}/api/vhosts/{v}"))
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+}
+
 /// Publishes one message every `every` until aborted, on a fixed schedule (a late tick catches
 /// up), so that the long-run rate is exact.
 fn steady_publisher(channel: &lapin::Channel, queue: &'static str, every: Duration) -> tokio::task::JoinHandle<()> {

@@ -54,6 +54,13 @@ pub enum BrokerError {
     Http { status: u16, path: String, body: String },
     #[error("malformed response from {path}: {detail}")]
     Malformed { path: String, detail: String },
+    /// A Prometheus endpoint that answers for another broker (two brokers on one host, a
+    /// default URL that reached the wrong one): its numbers must never be shown as this one's.
+    #[error(
+        "the Prometheus endpoint belongs to another broker: it says cluster {said_cluster:?}, node {said_node:?}; \
+         the management API says cluster {cluster:?}{nodes}. Its numbers are not used; set prometheus_url to this broker's endpoint"
+    )]
+    OtherBroker { said_cluster: String, said_node: String, cluster: String, nodes: String },
 }
 
 /// One broker's management API, with its own connection pool.

@@ -77,6 +77,69 @@ pub struct Scrape {
     pub skipped_lines: usize,
     /// Queues in the scrape (lines of `queue_messages`), to notice queues the caller does not know.
     pub queue_count: usize,
+    /// Which broker answered (`rabbitmq_identity_info`, in every answer of the plugin since
+    /// 3.8): checked against the management API before any number is used.
+    pub identity: Option<Identity>,
+}
+
+/// The node and cluster a Prometheus endpoint says it serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub node: String,
+    pub cluster: String,
+}
+
+impl Identity {
+    /// Whether this endpoint serves the broker the management API describes: the same cluster
+    /// name, and (when the nodes are known) one of its nodes. The error says what each side said.
+    pub fn check(&self, cluster: Option<&str>, nodes: &[String]) -> Result<(), BrokerError> {
+        let same_cluster = cluster.is_none_or(|c| c == self.cluster);
+        let its_node = nodes.is_empty() || nodes.iter().any(|n| *n == self.node);
+        if same_cluster && its_node {
+            return Ok(());
+        }
+        Err(BrokerError::OtherBroker {
+            said_cluster: self.cluster.clone(),
+            said_node: self.node.clone(),
+            cluster: cluster.unwrap_or("(not said)").to_string(),
+            nodes: if nodes.is_empty() { String::new() } else { format!(" and nodes {}", nodes.join(", ")) },
+        })
+    }
+}
+
+/// `rabbitmq_identity_info{rabbitmq_node="…",rabbitmq_cluster="…",…} 1`: the node and cluster.
+fn identity_line(labels: &str) -> Option<Identity> {
+    let labels = labels.strip_prefix('{')?;
+    let mut identity = Identity::default();
+    let mut rest = labels;
+    while let Some((name, after)) = rest.split_once("=\"") {
+        // A value ends at the first quote not escaped by a backslash.
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, other)) => value.push(other),
+                    None => return None,
+                },
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        let end = end?;
+        match name.trim_start_matches(',') {
+            "rabbitmq_node" => identity.node = value,
+            "rabbitmq_cluster" => identity.cluster = value,
+            _ => {}
+        }
+        rest = &after[end + 1..];
+    }
+    (!identity.node.is_empty() && !identity.cluster.is_empty()).then_some(identity)
 }
 
 /// Which field a metric name fills.
@@ -125,6 +188,10 @@ pub fn parse(text: &str) -> Scrape {
             continue;
         }
         let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        if &line[..name_end] == "rabbitmq_identity_info" {
+            scrape.identity = identity_line(&line[name_end..]);
+            continue;
+        }
         let Some(field) = field_of(&line[..name_end]) else { continue };
         if let Some((vhost, queue, value)) = plain_line(&line[name_end..]) {
             apply(plain.entry((vhost, queue)).or_default(), field, value);
@@ -396,6 +463,31 @@ mod tests {
         assert_eq!(shown, "http://****@proxy:9419/plugin/");
         let plain = reqwest::Url::parse("http://127.0.0.1:15692/").unwrap();
         assert_eq!(shown_url(&plain), "http://127.0.0.1:15692/");
+    }
+
+    #[test]
+    fn the_identity_line_says_which_broker_answered() {
+        // As 3.10.8 and 4.3.6 write it (4.1 added the endpoint label).
+        let text = "# TYPE rabbitmq_identity_info untyped\n\
+            rabbitmq_identity_info{rabbitmq_node=\"rabbit@localhost\",rabbitmq_cluster=\"rabbit@vm\",rabbitmq_cluster_permanent_id=\"rabbitmq-cluster-id-G1Y\"} 1\n";
+        let said = parse(text).identity.expect("read");
+        assert_eq!(said, Identity { node: "rabbit@localhost".into(), cluster: "rabbit@vm".into() });
+        let text = "rabbitmq_identity_info{rabbitmq_node=\"rabbit43@localhost\",rabbitmq_cluster=\"prod \\\"eu\\\"\",rabbitmq_endpoint=\"detailed\"} 1\n";
+        assert_eq!(parse(text).identity.expect("escaped").cluster, "prod \"eu\"");
+        assert_eq!(parse("rabbitmq_identity_info{rabbitmq_node=\"a\"} 1\n").identity, None, "no cluster: unread");
+        assert_eq!(parse("rabbitmq_identity_info{rabbitmq_node=\"a,rabbitmq_cluster=\"b} 1\n").identity, None);
+        assert_eq!(parse("").identity, None);
+
+        let nodes = ["rabbit@localhost".to_string(), "rabbit@other".to_string()];
+        assert!(said.check(Some("rabbit@vm"), &nodes).is_ok());
+        assert!(said.check(Some("rabbit@vm"), &[]).is_ok(), "nodes not read yet: the cluster decides");
+        let wrong = said.check(Some("rabbit43@vm"), &nodes).unwrap_err().to_string();
+        assert!(
+            wrong.contains("another broker") && wrong.contains("rabbit43@vm") && wrong.contains("prometheus_url"),
+            "{wrong}"
+        );
+        // A cluster renamed alike elsewhere: the node gives it away.
+        assert!(said.check(Some("rabbit@vm"), &["rabbit@elsewhere".to_string()]).is_err());
     }
 
     fn key(v: &str, q: &str) -> (String, String) {

@@ -454,7 +454,7 @@ impl Poller {
         if !plan.list {
             counters_at = Instant::now();
             let mut spent = Duration::ZERO;
-            let answer = self.scrape(&watched, &plan, &mut spent).await;
+            let answer = self.scrape(&watched, &plan, overview.cluster_name.as_deref(), &mut spent).await;
             // On 4.x consumers have a cadence of their own: a scrape with them is not what
             // every poll costs.
             let detail = plan.scrape_consumers && plan.scrape_counters;
@@ -537,7 +537,7 @@ impl Poller {
             if plan.scrape {
                 let scrape_started = Instant::now();
                 let mut spent = Duration::ZERO;
-                let answer = self.scrape(&watched, &plan, &mut spent).await;
+                let answer = self.scrape(&watched, &plan, overview.cluster_name.as_deref(), &mut spent).await;
                 calls.other += spent;
                 // Head timestamps asked only because the listing has none are part of what a
                 // listing costs, and so of its budgeted cadence.
@@ -639,7 +639,8 @@ impl Poller {
             }
         }
 
-        let stats_off_connections = overview.object_totals.as_ref().and_then(|t| t.connections).filter(|_| !stats_enabled);
+        let stats_off_connections =
+            overview.object_totals.as_ref().and_then(|t| t.connections).filter(|_| !stats_enabled);
         bytes += self.list_clients_if_due(started, &mut calls.clients, stats_off_connections).await;
         // During a resource alarm the exchange listing waits, as the queue listing does.
         if self.alarm.is_none() {
@@ -777,10 +778,12 @@ impl Poller {
     }
 
     /// One scrape of the watched vhosts' queues as the plan asks; the call's time goes to `spent`.
+    /// `cluster`: the cluster name the management API gave, which the endpoint must serve.
     async fn scrape(
         &mut self,
         watched: &[VhostEntry],
         plan: &PollPlan,
+        cluster: Option<&str>,
         spent: &mut Duration,
     ) -> Result<(Scrape, usize), BrokerError> {
         let client = self.prometheus.clone().expect("a plan scrapes only with a client");
@@ -791,7 +794,19 @@ impl Poller {
             head_timestamps: plan.scrape_head_timestamps,
         };
         let call = client.scrape(&names, families);
-        timed(&mut self.load, spent, "prometheus", "/metrics/detailed", call).await
+        let (scrape, size) = timed(&mut self.load, spent, "prometheus", "/metrics/detailed", call).await?;
+        // Before any of its numbers is used: is it this broker's endpoint?
+        let Some(identity) = &scrape.identity else {
+            return Err(BrokerError::Malformed {
+                path: "/metrics/detailed".into(),
+                detail: "no rabbitmq_identity_info: the endpoint does not say which broker it serves, so its numbers \
+                         are not used"
+                    .into(),
+            });
+        };
+        let nodes: Vec<String> = self.nodes.nodes.iter().map(|n| n.name.clone()).collect();
+        identity.check(cluster, &nodes)?;
+        Ok((scrape, size))
     }
 
     /// How often consumers are scraped on 4.x: every poll while a scrape with them costs at
