@@ -72,7 +72,19 @@ pub async fn start(db: &Db, entry: Entry<'_>) -> Result<i64, sqlx::Error> {
     .bind(entry.request)
     .execute(db)
     .await?;
-    Ok(done.last_insert_rowid())
+    let id = done.last_insert_rowid();
+    // One line per action for the log collector; the request (filters, edits) stays in the
+    // audit log, where roles decide who reads it.
+    tracing::info!(
+        audit_id = id,
+        actor = entry.actor,
+        broker = entry.broker,
+        vhost = entry.vhost,
+        queue = entry.queue,
+        action = entry.action,
+        "action started"
+    );
+    Ok(id)
 }
 
 /// Records an account change that was made (`user add`, `token revoke`, ...), by `actor`.
@@ -88,7 +100,9 @@ pub async fn account(db: &Db, actor: &str, action: &str, request: &serde_json::V
     .bind(request.to_string())
     .execute(db)
     .await?;
-    Ok(done.last_insert_rowid())
+    let id = done.last_insert_rowid();
+    tracing::info!(audit_id = id, actor, action, "account changed");
+    Ok(id)
 }
 
 /// A change to the alerts' settings as it is recorded: `action` says what (`rule add`, `rule
@@ -116,16 +130,24 @@ pub async fn alerts(db: &Db, change: AlertsChange<'_>) -> Result<i64, sqlx::Erro
     .bind(change.action)
     .bind(change.request.to_string())
     .bind(change.outcome)
-    .bind(change.detail)
+    .bind(&change.detail)
     .execute(db)
     .await?;
-    Ok(done.last_insert_rowid())
+    let id = done.last_insert_rowid();
+    tracing::info!(
+        audit_id = id,
+        actor = change.actor,
+        action = change.action,
+        outcome = change.outcome,
+        "alert settings changed"
+    );
+    Ok(id)
 }
 
 /// Records a successful login of `name` from `peer` (the client's address): one row each, as
 /// only someone with an account can make them.
 pub async fn login_succeeded(db: &Db, name: &str, peer: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    let done = sqlx::query(
         "insert into audit_log (at, kind, actor, source, broker, vhost, queue, action, request, outcome)
          values (?, 'login', ?, ?, '', '', '', 'login', ?, 'done')",
     )
@@ -135,6 +157,7 @@ pub async fn login_succeeded(db: &Db, name: &str, peer: &str) -> Result<(), sqlx
     .bind(serde_json::json!({ "peer": peer }).to_string())
     .execute(db)
     .await?;
+    tracing::info!(audit_id = done.last_insert_rowid(), actor = name, peer, "login");
     Ok(())
 }
 
@@ -177,6 +200,9 @@ pub async fn login_failed(db: &Db, name: &str, source: &str, throttled: bool, no
     .bind(i64::from(throttled))
     .execute(db)
     .await?;
+    // The source only: the name typed is hostile input, and a password typed as a name is
+    // a secret (the audit log keeps it for admins).
+    tracing::info!(source, throttled, "login failed");
     Ok(())
 }
 

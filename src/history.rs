@@ -39,7 +39,10 @@ pub async fn open(path: &Path) -> Result<Db, sqlx::Error> {
     let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
         .create_if_missing(false)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
+        // FULL: a commit is on disk when it returns, through power loss too. The audit,
+        // custody, the outbox and job checkpoints promise that (README, "Data safety"); NORMAL
+        // survived a crash of warren but could lose the last commits to a crash of the machine.
+        .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true);
     let pool = SqlitePoolOptions::new()
@@ -64,8 +67,48 @@ pub async fn open(path: &Path) -> Result<Db, sqlx::Error> {
         })
         .connect_with(options)
         .await?;
-    sqlx::migrate!("./migrations").run(&pool).await?;
+    let migrator = sqlx::migrate!("./migrations");
+    if let Err(e) = migrator.run(&pool).await {
+        pool.close().await;
+        return Err(match e {
+            // A database a newer warren wrote: say so instead of the migrator's words.
+            sqlx::migrate::MigrateError::VersionMissing(version) => sqlx::Error::Configuration(
+                format!(
+                    "{} was written by a newer warren (it has schema version {version}; this warren knows up to {}): \
+                     run that warren or a newer one, or restore a backup this version wrote",
+                    path.display(),
+                    migrator.iter().map(|m| m.version).max().unwrap_or(0)
+                )
+                .into(),
+            ),
+            e => e.into(),
+        });
+    }
     Ok(pool)
+}
+
+/// Writes a consistent copy of the live database `db` to `to` (`VACUUM INTO`: one read
+/// transaction, so writers go on), created readable by its owner only; refuses a `to` that
+/// exists. Returns the copy's size in bytes after checking it (`pragma quick_check`).
+pub async fn backup(db: &Db, to: &Path) -> Result<u64, sqlx::Error> {
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // create_new: never over an existing file (VACUUM INTO takes an empty one).
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(to)?;
+    }
+    let copied = sqlx::query("vacuum into ?").bind(to.display().to_string()).execute(db).await;
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(to);
+        return Err(e);
+    }
+    let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", to.display()))?.read_only(true);
+    let mut copy = <sqlx::SqliteConnection as sqlx::Connection>::connect_with(&options).await?;
+    let check: String = sqlx::query_scalar("pragma quick_check").fetch_one(&mut copy).await?;
+    sqlx::Connection::close(copy).await?;
+    if check != "ok" {
+        return Err(sqlx::Error::Protocol(format!("the copy at {} does not check: {check}", to.display())));
+    }
+    Ok(std::fs::metadata(to)?.len())
 }
 
 /// The stored values of one queue sample. Equality decides whether a new row is needed.

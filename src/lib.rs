@@ -30,6 +30,9 @@ use crate::state::AppState;
 /// How long background loops get to finish after the server stopped.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long open requests get to finish once the shutdown began; then their connections close.
+const HTTP_DRAIN: Duration = Duration::from_secs(5);
+
 /// How often the roll-up step runs: minute buckets should be ready soon after they end.
 const ROLLUP_EVERY: Duration = Duration::from_secs(60);
 
@@ -49,8 +52,9 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
 }
 
 /// Runs warren on `listener` until `shutdown` completes: one poller per broker, the history
-/// roll-up and retention cleanup, and the web server. Shutdown is ordered: stop accepting requests, cancel the loops,
-/// wait for them with a deadline, close the database.
+/// roll-up and retention cleanup, and the web server. Shutdown is ordered and bounded whatever
+/// clients do: the listener closes, moves hand back, the loops stop, intake and the notifier
+/// stop (each with a deadline), open requests get `HTTP_DRAIN`, then the database closes.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -96,20 +100,31 @@ pub async fn run(
     let addr = listener.local_addr()?;
     tracing::info!(%addr, brokers = state.config.brokers.len(), "warren is serving on http://{addr}");
     let app = web::router(state.clone());
-    let serve_cancel = cancel.clone();
     let matchers = state.matchers.clone();
     // The peer address decides whether anonymous access (loopback) or a proxy header is accepted.
     let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                _ = shutdown => {}
-                _ = serve_cancel.cancelled() => {}
-            }
-            // Requests matching a filter answer now, rather than hold up the shutdown.
-            matchers.stop();
-        })
-        .await;
+    // The server runs as a task of its own so that a client cannot hold up the shutdown: a
+    // graceful shutdown waits for every open request, and one that sent half its header kept
+    // warren running for as long as it kept the connection (70 s measured, issue 36).
+    let stopping = CancellationToken::new();
+    let graceful = stopping.clone();
+    let mut server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                graceful.cancelled().await;
+                // Requests matching a filter answer now, rather than hold up the shutdown.
+                matchers.stop();
+            })
+            .await
+    });
+    let ended_early = tokio::select! {
+        _ = shutdown => None,
+        _ = cancel.cancelled() => None,
+        ended = &mut server => Some(ended),
+    };
+    let drain_until = tokio::time::Instant::now() + HTTP_DRAIN;
+    // The listener closes; open requests may finish while the rest stops.
+    stopping.cancel();
 
     // Moves first: each hands back the messages it holds and records how it ended, while the
     // database is still open.
@@ -124,8 +139,19 @@ pub async fn run(
     // After the alert loop, before the database closes: an attempt in flight is abandoned and
     // logged; what waits in the outbox stays there for the next start.
     state.notifier.shutdown(SHUTDOWN_DEADLINE).await;
+    let served = match ended_early {
+        Some(ended) => ended,
+        None => match tokio::time::timeout_at(drain_until, &mut server).await {
+            Ok(ended) => ended,
+            Err(_) => {
+                server.abort();
+                tracing::warn!("requests still open {HTTP_DRAIN:?} after the shutdown began were cut off");
+                Ok(Ok(()))
+            }
+        },
+    };
     state.db.close().await;
-    served.map_err(Into::into)
+    served?.map_err(Into::into)
 }
 
 /// How often new queues are looked for that a `[[custody]]` rule names.

@@ -18,6 +18,10 @@ struct Cli {
     /// Configuration file (TOML); also WARREN_CONFIG.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Log lines as `text` or `json` (one object per line, for a log collector); also
+    /// WARREN_LOG_FORMAT. Colours only on a terminal, and never with NO_COLOR set.
+    #[arg(long, global = true, env = "WARREN_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
     // `warren` alone serves: it takes `serve`'s flags.
     #[command(flatten)]
     serve: ServeArgs,
@@ -50,7 +54,7 @@ struct DatabaseArgs {
     database: Option<PathBuf>,
 }
 
-/// `--database` for `user` and `token`, anywhere after them (`warren user add ada --database x`).
+/// `--database` for `user`, `token` and `backup`, anywhere after them (`warren user add ada --database x`).
 #[derive(Args, Default, Clone)]
 struct AccountsDatabase {
     /// SQLite database file (default warren.db); also WARREN_DATABASE.
@@ -104,6 +108,15 @@ enum Command {
         database: AccountsDatabase,
         #[command(subcommand)]
         command: UserCommand,
+    },
+    /// Write a consistent copy of the database (while warren runs) to PATH, a new file readable
+    /// by its owner only. To restore: stop warren, put the copy at the database's path (with no
+    /// -wal or -shm file beside it), start warren.
+    Backup {
+        /// Where the copy goes; an existing file is refused.
+        path: PathBuf,
+        #[command(flatten)]
+        database: AccountsDatabase,
     },
     /// Manage API tokens for scripts (sent as `Authorization: Bearer wrn_...`).
     Token {
@@ -164,22 +177,36 @@ enum TokenCommand {
     Revoke { id: i64 },
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Log lines to stdout: `RUST_LOG` picks what (default `warren=info,tower_http=warn`).
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warren=info,tower_http=warn".into());
+    let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => logs.with_ansi(colour).init(),
+        LogFormat::Json => logs.json().with_ansi(false).flatten_event(true).with_current_span(false).init(),
+    }
+}
+
 fn main() -> ExitCode {
     warren::memory::purge_freed_pages_at_once();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warren=info,tower_http=warn".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    init_logs(cli.log_format);
     let command = cli.command.unwrap_or(Command::Serve(ServeArgs::default()));
     // What each command takes of the flags; the rest come from the file and the environment.
     let flags = match &command {
         Command::Serve(args) | Command::CheckConfig(args) => args.clone().over(cli.serve),
         Command::Healthcheck { listen } => ServeArgs { listen: listen.clone(), ..ServeArgs::default() }.over(cli.serve),
         Command::Demo { broker, .. } => ServeArgs { broker: broker.clone(), ..ServeArgs::default() }.over(cli.serve),
-        Command::User { database, .. } | Command::Token { database, .. } => {
+        Command::User { database, .. } | Command::Token { database, .. } | Command::Backup { database, .. } => {
             let database = DatabaseArgs { database: database.database.clone() };
             ServeArgs { database, ..ServeArgs::default() }.over(cli.serve)
         }
@@ -220,6 +247,7 @@ fn main() -> ExitCode {
             Command::Healthcheck { .. } => healthcheck(config).await,
             Command::User { command, .. } => user(config, command).await,
             Command::Token { command, .. } => token(config, command).await,
+            Command::Backup { path, .. } => backup(config, path).await,
         }
     });
     match result {
@@ -299,6 +327,22 @@ async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
         }
     }
     db.close().await;
+    Ok(())
+}
+
+async fn backup(config: Config, to: PathBuf) -> anyhow::Result<()> {
+    let db = warren::history::open(&config.database).await?;
+    let started = std::time::Instant::now();
+    let copied = warren::history::backup(&db, &to).await;
+    db.close().await;
+    let bytes =
+        copied.map_err(|e| anyhow::anyhow!("backing up {} to {}: {e}", config.database.display(), to.display()))?;
+    println!(
+        "{} copied to {} ({bytes} bytes, checked, {:.2} s)",
+        config.database.display(),
+        to.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -40,3 +40,182 @@ fn check_config_prints_toml_that_warren_reads_back() {
     assert!(ok, "{reprinted}");
     assert_eq!(reprinted, printed, "it reads back to the same configuration");
 }
+
+/// Issue 36, case 6: a database a newer warren wrote is refused with the version it has, not a
+/// raw migrator message; the database file is created readable by its owner only.
+#[test]
+fn a_database_from_a_newer_warren_is_refused_with_its_version() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("warren.db");
+    let (ok, said) = warren(&["user", "list", "--database", database.to_str().unwrap()]);
+    assert!(ok, "{said}");
+    assert_eq!(std::fs::metadata(&database).unwrap().permissions().mode() & 0o777, 0o600);
+    let added = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"insert into _sqlx_migrations \
+             (version, description, success, checksum, execution_time) values (99999, 'from the future', 1, x'00', 0)\"); c.commit()",
+            database.to_str().unwrap(),
+        ])
+        .status()
+        .expect("python3 runs");
+    assert!(added.success());
+    let (ok, said) = warren(&["user", "list", "--database", database.to_str().unwrap()]);
+    assert!(!ok, "{said}");
+    assert!(said.contains("written by a newer warren") && said.contains("99999"), "{said}");
+    assert!(!said.contains("previously applied"), "not the migrator's words: {said}");
+}
+
+/// Issue 36, case 5: a client that sends half a request header and keeps the connection does
+/// not hold up SIGTERM: the listener closes at once and warren exits within its bounds (the
+/// drain of open requests is 5 s), while the client still holds its connection.
+#[test]
+fn sigterm_ends_warren_in_bounded_time_whatever_a_client_holds() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let free = || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, nobody) = (free(), free());
+    let config = dir.path().join("warren.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\n[[brokers]]\nname = \"gone\"\n\
+             management_url = \"http://127.0.0.1:{nobody}\"\nprometheus_url = \"off\"\n",
+            dir.path().join("warren.db").display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(["--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("warren runs");
+    let started = Instant::now();
+    let serving = loop {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            if answer.starts_with("HTTP/1.1 200") {
+                break true;
+            }
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(serving, "warren did not answer /healthz");
+    // Half a request header, and the connection kept.
+    let mut held = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    held.write_all(b"GET /queues HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let signalled = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let exited = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if signalled.elapsed() > Duration::from_secs(30) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = signalled.elapsed();
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    eprintln!("exited {took:?} after SIGTERM with a half-sent request open");
+    assert!(exited.is_some_and(|s| s.success()), "warren still ran {took:?} after SIGTERM: {exited:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    drop(held);
+}
+
+/// One HTTP/1.1 request on a new connection; the whole answer.
+fn http(port: u16, request: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    s.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
+}
+
+/// Issue 36, case 4: `--log-format json` writes one JSON object per line, no colour codes into
+/// a pipe, an INFO line per login and failed login (the failed one with its source only), the
+/// logged-in one with its audit id; no password reaches a log line.
+#[test]
+fn json_logs_carry_logins_with_their_audit_ids_and_no_secret() {
+    use std::io::{BufRead, Write};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("warren.db");
+    let mut add = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(["user", "add", "ada", "--role", "admin", "--database", database.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    add.stdin.take().unwrap().write_all(b"pw-s3cret-1234567\n").unwrap();
+    assert!(add.wait().unwrap().success());
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, nobody) = (free(), free());
+    let config = dir.path().join("warren.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\n[[brokers]]\nname = \"gone\"\n\
+             management_url = \"http://127.0.0.1:{nobody}\"\nprometheus_url = \"off\"\n",
+            database.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(["--config", config.to_str().unwrap(), "--log-format", "json"])
+        .env_remove("NO_COLOR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("warren runs");
+    let started = Instant::now();
+    while !http(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200") {
+        assert!(started.elapsed() < Duration::from_secs(30), "warren did not answer");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let login = |password: &str| {
+        let body = format!("name=ada&password={password}");
+        http(
+            port,
+            &format!(
+                "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+                 Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    let refused = login("wrong-s3cret-7654321");
+    let accepted = login("pw-s3cret-1234567");
+    assert!(accepted.contains("set-cookie") || accepted.contains("Set-Cookie"), "{accepted}\n{refused}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = child.stdout.take().unwrap();
+    let lines: Vec<String> = std::io::BufReader::new(out).lines().map(Result::unwrap).collect();
+    let _ = child.wait();
+    let all = lines.join("\n");
+    assert!(!all.contains('\u{1b}'), "no colour codes into a pipe: {all}");
+    assert!(!all.contains("s3cret"), "a password reached the log: {all}");
+    let objects: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {l}")))
+        .collect();
+    let logged_in = objects.iter().find(|o| o["message"] == "login").unwrap_or_else(|| panic!("{all}"));
+    assert!(logged_in["audit_id"].as_i64().is_some() && logged_in["actor"] == "ada", "{logged_in}");
+    assert_eq!(logged_in["level"], "INFO");
+    let failed = objects.iter().find(|o| o["message"] == "login failed").unwrap_or_else(|| panic!("{all}"));
+    assert!(failed["source"].is_string() && failed.get("actor").is_none(), "{failed}");
+}

@@ -248,3 +248,68 @@ async fn a_full_disk_stops_custody_intake_and_loses_nothing() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 36, case 6: `warren backup` takes a consistent copy of the live database while warren
+/// writes to it (custody intake and every poll), created readable by its owner only, and refuses
+/// a path that exists; restored (the copy put in place of the database), warren serves every
+/// dead letter custody held, by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_of_the_live_database_restores_every_record() {
+    use std::collections::HashSet;
+    use std::os::unix::fs::PermissionsExt;
+    const N: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let vhost = TestVhost::create("backup").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(N)).await;
+    let database = dir.path().join("warren.db");
+    let toml = format!("{}\n[[custody]]\nqueue = \"*.dlq\"\n", watching(&vhost.name));
+    let warren = Warren::start_with_database(&database, &toml).await;
+    let listing = format!("/api/v1/queues/local/{}/work.dlq/custody?limit=1000", encode(&vhost.name));
+    wait_for("every dead letter in custody", Duration::from_secs(60), || async {
+        let (_, body) = warren.get_json(&listing).await;
+        if body["custody"]["counts"]["held"] == N {
+            Ok(())
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await;
+
+    // While warren polls every second.
+    let copy = dir.path().join("copy.db");
+    let backup = |to: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_warren"))
+            .args(["backup", to.to_str().unwrap(), "--database", database.to_str().unwrap()])
+            .output()
+            .expect("warren runs")
+    };
+    let out = backup(&copy);
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("checked"), "{said}");
+    assert_eq!(std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777, 0o600, "owner only");
+    let out = backup(&copy);
+    assert!(!out.status.success(), "an existing file is refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("copy.db"), "{out:?}");
+    warren.stop().await;
+
+    // Restore: the copy in place of the database, alone.
+    let restored = dir.path().join("restored.db");
+    std::fs::copy(&copy, &restored).unwrap();
+    let warren = Warren::start_with_database(&restored, &toml).await;
+    let (status, body) = warren.get_json(&listing).await;
+    assert_eq!(status, 200, "{body}");
+    let ids: HashSet<String> = body["custody"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["message_id"].as_str().unwrap().to_string())
+        .collect();
+    let all: HashSet<String> = (1..=N).map(|i| format!("m{i}")).collect();
+    assert_eq!(ids, all, "every record, by id");
+    warren.stop().await;
+    assert!(drain_ids(&channel, "work.dlq").await.is_empty(), "custody held them all");
+    connection.close(0, "done").await.ok();
+}

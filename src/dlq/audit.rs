@@ -53,7 +53,9 @@ pub async fn finish(
     .bind(id)
     .execute(&mut *tx)
     .await?;
-    tx.commit().await
+    tx.commit().await?;
+    tracing::info!(audit_id = id, outcome, moved, failed, "action ended");
+    Ok(())
 }
 
 /// Records the fates of the messages a running action settled since the last checkpoint (what a

@@ -405,24 +405,14 @@ async fn bytes_kept(db: &Db, id: &QueueId) -> Result<u64, sqlx::Error> {
     Ok(row.get::<i64, _>(0).max(0) as u64)
 }
 
-/// Commits a batch so that it survives power loss: `synchronous = FULL` for this commit (the
-/// pool's connections use NORMAL, which survives a crash of warren but not of the machine).
+/// Commits a batch so that it survives power loss (the pool's `synchronous = FULL`).
 async fn commit(db: &Db, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Error> {
-    let mut conn = db.acquire().await?;
-    sqlx::query("pragma synchronous = FULL").execute(&mut *conn).await?;
-    let written = async {
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let now = Utc::now().timestamp();
-        for t in batch {
-            insert(&mut tx, id, now, t).await?;
-        }
-        tx.commit().await
+    let mut tx = db.begin().await?;
+    let now = Utc::now().timestamp();
+    for t in batch {
+        insert(&mut tx, id, now, t).await?;
     }
-    .await;
-    // Back to the pool's setting whatever happened: the connection serves other writes next.
-    let reset = sqlx::query("pragma synchronous = NORMAL").execute(&mut *conn).await;
-    written?;
-    reset.map(|_| ())
+    tx.commit().await
 }
 
 async fn insert(conn: &mut sqlx::SqliteConnection, id: &QueueId, now: i64, t: &Taken) -> Result<(), sqlx::Error> {
@@ -1013,30 +1003,20 @@ where
     if kept + adding > budget {
         return Err(ImportError::Budget { kept, adding, budget });
     }
-    let mut conn = db.acquire().await?;
-    sqlx::query("pragma synchronous = FULL").execute(&mut *conn).await?;
-    let written = async {
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        let now = Utc::now().timestamp();
-        let mut imported = 0;
-        for batch in batches {
-            let batch = batch.map_err(ImportError::Changed)?;
-            for t in &batch {
-                insert(&mut tx, &id, now, t).await?;
-            }
-            imported += batch.len();
+    let mut tx = db.begin().await?;
+    let now = Utc::now().timestamp();
+    let mut imported = 0;
+    for batch in batches {
+        let batch = batch.map_err(ImportError::Changed)?;
+        for t in &batch {
+            insert(&mut tx, &id, now, t).await?;
         }
-        if imported != count {
-            return Err(ImportError::Changed(format!("{imported} lines read again, {count} checked")));
-        }
-        tx.commit().await?;
-        Ok(imported)
+        imported += batch.len();
     }
-    .await;
-    // Back to the pool's setting whatever happened: the connection serves other writes next.
-    let reset = sqlx::query("pragma synchronous = NORMAL").execute(&mut *conn).await;
-    let imported = written?;
-    reset?;
+    if imported != count {
+        return Err(ImportError::Changed(format!("{imported} lines read again, {count} checked")));
+    }
+    tx.commit().await?;
     Ok(imported)
 }
 
