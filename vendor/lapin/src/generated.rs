@@ -633,6 +633,8 @@ impl Channel {
             return Err(Error::InvalidChannelState(self.status.state()));
         }
 
+        // Patched for warren (README.md): refused before the publisher-confirm sequence counts it.
+        self.check_content_header_fits(&properties)?;
         let start_hook_res = self.before_basic_publish();
         let BasicPublishOptions {
             mandatory,

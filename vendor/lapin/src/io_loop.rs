@@ -23,9 +23,17 @@ use std::{
     thread::Builder as ThreadBuilder,
     time::Duration,
 };
-use tracing::{error, trace, Level};
+use tracing::{debug, error, trace, Level};
 
 const FRAMES_STORAGE: usize = 32;
+
+/// The largest frame read from the server (patched for warren, README.md). RabbitMQ does not
+/// split a content header, and it grows the header of a dead-lettered message by an x-death
+/// entry per queue and reason, so a header can pass the negotiated frame_max; the ceiling only
+/// bounds what one frame may make the receive buffer allocate. 16 MiB: RabbitMQ 4.x refuses
+/// whole messages over 16 MiB by default (`max_message_size`), and a header that size holds
+/// about 50,000 x-death entries.
+pub const INCOMING_FRAME_CEILING: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, PartialEq)]
 enum Status {
@@ -432,18 +440,11 @@ impl IoLoop {
                 let consumed = self.receive_buffer.offset(i);
                 let frame_max = self.configuration.frame_max() as usize;
                 if frame_max > 0 && consumed > frame_max {
-                    error!(bytes = consumed, "received large frame");
-                    let error = AMQPError::new(
-                        AMQPHardError::FRAMEERROR.into(),
-                        format!("frame too large: {} bytes", consumed).into(),
-                    );
-                    self.internal_rpc.close_connection(
-                        error.get_id(),
-                        error.get_message().to_string(),
-                        0,
-                        0,
-                    );
-                    self.critical_error(Error::ProtocolError(error))?;
+                    // Patched for warren (README.md): RabbitMQ sends content-header frames
+                    // larger than the negotiated frame_max when dead-lettering grows x-death
+                    // past it. Upstream closed the connection here, so one such message made
+                    // its queue unreadable; it is read now, up to INCOMING_FRAME_CEILING.
+                    debug!(bytes = consumed, frame_max, "received a frame larger than frame_max");
                 }
                 self.receive_buffer.consume(consumed);
                 Ok(Some(f))
@@ -452,6 +453,34 @@ impl IoLoop {
                 if !e.is_incomplete() {
                     error!(error=?e, "parse error");
                     self.critical_error(Error::ParsingError(e))?;
+                } else if let Some(header) = self.receive_buffer.peek::<7>() {
+                    // type (1), channel (2), payload size (4); then the payload and the
+                    // frame-end octet.
+                    let size = u32::from_be_bytes([header[3], header[4], header[5], header[6]]);
+                    let frame = size as usize + 8;
+                    if frame > INCOMING_FRAME_CEILING {
+                        error!(bytes = frame, "received a frame over the ceiling");
+                        let error = AMQPError::new(
+                            AMQPHardError::FRAMEERROR.into(),
+                            format!(
+                                "frame too large: {} bytes, over the {} bytes this client reads",
+                                frame, INCOMING_FRAME_CEILING
+                            )
+                            .into(),
+                        );
+                        self.internal_rpc.close_connection(
+                            error.get_id(),
+                            error.get_message().to_string(),
+                            0,
+                            0,
+                        );
+                        self.critical_error(Error::ProtocolError(error))?;
+                    } else if frame > self.receive_buffer.available_space() + self.receive_buffer.available_data() {
+                        // Room for the whole frame and as much again, so that the frames after
+                        // it keep flowing while it is parsed.
+                        let capacity = self.receive_buffer.available_space() + self.receive_buffer.available_data();
+                        self.receive_buffer.grow_for_frame(std::cmp::max(capacity, 2 * frame));
+                    }
                 }
                 Ok(None)
             }

@@ -105,7 +105,7 @@ pub use amq_protocol::{
     types, uri,
 };
 
-pub use channel::{options, Channel};
+pub use channel::{content_header_frame_size, options, Channel};
 pub use channel_status::{ChannelState, ChannelStatus};
 pub use configuration::Configuration;
 pub use connection::{Connect, Connection};
@@ -115,6 +115,7 @@ pub use consumer::{Consumer, ConsumerDelegate};
 pub use consumer_status::ConsumerState;
 pub use error::{Error, Result};
 pub use exchange::ExchangeKind;
+pub use io_loop::INCOMING_FRAME_CEILING;
 pub use queue::Queue;
 
 pub mod acker;
