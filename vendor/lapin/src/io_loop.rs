@@ -458,13 +458,18 @@ impl IoLoop {
                     // frame-end octet.
                     let size = u32::from_be_bytes([header[3], header[4], header[5], header[6]]);
                     let frame = size as usize + 8;
-                    if frame > INCOMING_FRAME_CEILING {
+                    // A broker configured for frames larger than the ceiling keeps its own limit.
+                    let ceiling = std::cmp::max(
+                        INCOMING_FRAME_CEILING,
+                        self.configuration.frame_max() as usize,
+                    );
+                    if frame > ceiling {
                         error!(bytes = frame, "received a frame over the ceiling");
                         let error = AMQPError::new(
                             AMQPHardError::FRAMEERROR.into(),
                             format!(
                                 "frame too large: {} bytes, over the {} bytes this client reads",
-                                frame, INCOMING_FRAME_CEILING
+                                frame, ceiling
                             )
                             .into(),
                         );
