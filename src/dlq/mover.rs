@@ -439,6 +439,24 @@ fn copy_would_differ(properties: &BasicProperties) -> Option<String> {
     None
 }
 
+/// Why the copy cannot be published, if its content header would not fit one frame of the
+/// connection's `frame_max`: a content header is never split, and the broker closes the whole
+/// connection over a larger frame. The original may be larger than that (the broker adds
+/// `x-death` when it dead-letters a message and sends a frame over its own `frame_max`); the
+/// copy leaves the broker's headers out, so most such messages fit again.
+fn copy_too_large(copy: &BasicProperties, frame_max: u32) -> Option<String> {
+    let size = match lapin::content_header_frame_size(copy) {
+        Ok(size) => size,
+        Err(e) => return Some(format!("its properties cannot be encoded again ({e}); it stays in this queue")),
+    };
+    (size > frame_max as usize).then(|| {
+        format!(
+            "its headers take {size} bytes in a content-header frame, over the broker's frame_max of {frame_max} \
+             bytes (a header is never split into frames): the broker would refuse the copy; it stays in this queue"
+        )
+    })
+}
+
 /// The properties of the copy: the original's, without the broker's bookkeeping headers, with
 /// warren's replay counter raised.
 pub fn replay_properties(delivery: &Delivery) -> BasicProperties {
@@ -1073,6 +1091,9 @@ impl<'a> Mover<'a> {
                     }
                 }
                 let replay = replay_properties(&delivery);
+                if let Some(reason) = copy_too_large(&replay, self.connection.configuration().frame_max()) {
+                    return self.skip(position, original, reason).await;
+                }
                 let data = Arc::new(delivery.data);
                 let confirm = self.publish(&exchange, &routing_key, data.clone(), replay).await?;
                 let properties = delivery.properties;
@@ -1317,6 +1338,10 @@ async fn wait_until_counted(channel: &lapin::Channel, queue: &str, expected: u32
 /// to serve reads (each read of a quorum queue is a log write) gets a shorter snapshot, which
 /// says so.
 const PEEK_READ_TIME: Duration = Duration::from_secs(8);
+/// The headers and kept payloads a snapshot reads, at most: a message's headers can take up to
+/// the AMQP client's frame ceiling (16 MiB, `lapin::INCOMING_FRAME_CEILING`; the broker sends
+/// headers past its own frame_max when it adds `x-death`), so a count alone does not bound it.
+const PEEK_MEMORY: usize = 64 * 1024 * 1024;
 
 /// What a peek read, and why it stopped early or may show another order, when it did.
 pub struct Peeked {
@@ -1360,6 +1385,7 @@ pub async fn peek(
         let mut held = Vec::new();
         let mut fingerprints = Vec::new();
         let mut holding: Option<Holding> = None;
+        let mut kept_bytes = 0;
         while messages.len() < count {
             if started.elapsed() >= PEEK_READ_TIME {
                 notes.push(format!(
@@ -1369,8 +1395,18 @@ pub async fn peek(
                 ));
                 break;
             }
+            if kept_bytes >= PEEK_MEMORY {
+                notes.push(format!(
+                    "stopped after {} of {count} messages: their headers and payloads took more than {} MiB",
+                    messages.len(),
+                    PEEK_MEMORY / (1024 * 1024)
+                ));
+                break;
+            }
             let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: false }).await? else { break };
             let delivery = message.delivery;
+            kept_bytes += delivery.data.len().min(payload_limit)
+                + lapin::content_header_frame_size(&delivery.properties).unwrap_or(0);
             messages.push(peeked(&delivery, payload_limit));
             fingerprints.push(delivery_fingerprint(&delivery));
             let count = delivery_count(&delivery.properties);
