@@ -179,6 +179,9 @@ pub struct BrokerConfig {
     /// How long a consumer may hold unacked messages, with none ready and no ack, before it
     /// counts as hung: a consumer holding scheduled (ETA, delayed) messages does that by design.
     pub scheduled_hold_limit: Duration,
+    /// TLS of each endpoint (`[brokers.tls]`): the CA file added to the public web CAs, the
+    /// client certificate and the name checked; read and checked when the configuration loads.
+    pub tls: crate::tls::BrokerTls,
 }
 
 impl BrokerConfig {
@@ -300,6 +303,7 @@ struct FileBroker {
     source_recheck_secs: Option<u64>,
     prometheus_head_timestamps: Option<bool>,
     scheduled_hold_limit_secs: Option<u64>,
+    tls: Option<crate::tls::TlsFile>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -520,7 +524,7 @@ impl Config {
             .iter()
             .map(|b| {
                 left_out.push(format!("the password of broker {:?}", b.name));
-                json!({
+                let mut broker = json!({
                     "name": b.name,
                     "management_url": b.management_url.as_str(),
                     "management_urls": b.management_urls.iter().map(|u| u.as_str()).collect::<Vec<_>>(),
@@ -537,7 +541,11 @@ impl Config {
                     "source_recheck_secs": b.source_recheck.as_secs(),
                     "prometheus_head_timestamps": b.prometheus_head_timestamps,
                     "scheduled_hold_limit_secs": b.scheduled_hold_limit.as_secs(),
-                })
+                });
+                if b.tls.file != crate::tls::TlsFile::default() {
+                    broker["tls"] = serde_json::to_value(&b.tls.file).unwrap_or(Value::Null);
+                }
+                broker
             })
             .collect();
         root.insert("brokers".into(), Value::Array(brokers));
@@ -805,6 +813,8 @@ fn build_broker(
         ));
     }
     let source_recheck_secs = file.source_recheck_secs.unwrap_or(DEFAULT_SOURCE_RECHECK_SECS).max(1);
+    let tls =
+        crate::tls::BrokerTls::build(file.tls.unwrap_or_default()).map_err(|e| invalid(field(&e.key), e.problem))?;
 
     Ok(BrokerConfig {
         name,
@@ -828,6 +838,7 @@ fn build_broker(
                 .unwrap_or(DEFAULT_SCHEDULED_HOLD_LIMIT_SECS)
                 .min(MAX_SCHEDULED_HOLD_LIMIT_SECS),
         ),
+        tls,
     })
 }
 
