@@ -503,3 +503,71 @@ fn date(t: UnixTime) -> String {
         None => format!("{secs} (unix time)"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(settings: TlsSettings) -> EndpointTls {
+        let built = EndpointTls::build(Endpoint::Amqp, TlsSettings::default()).expect("no files to read");
+        EndpointTls { settings, ..built }
+    }
+
+    fn setting<T>(key: &str, value: T) -> Option<Setting<T>> {
+        Some(Setting { key: key.to_string(), value })
+    }
+
+    /// The rustls error is found below an `io::Error` (whose `source` skips it) and a wrapper.
+    #[test]
+    fn the_cause_is_found_through_io_errors() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("connecting failed")]
+        struct Wrapper(#[source] std::io::Error);
+        let cause = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        let error = Wrapper(std::io::Error::new(std::io::ErrorKind::InvalidData, cause));
+        let said = endpoint(TlsSettings::default()).explain(&error).expect("a TLS problem");
+        assert!(said.contains("unknown issuer") && said.contains("tls.amqp.ca_file"), "{said}");
+        let plain = Wrapper(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
+        assert_eq!(endpoint(TlsSettings::default()).explain(&plain), None);
+    }
+
+    #[test]
+    fn a_wrong_name_names_the_certificates_names_and_what_was_asked() {
+        let error = rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
+            expected: ServerName::try_from("10.0.0.7").unwrap(),
+            presented: vec!["DnsName(\"rabbit.prod.example\")".into(), "IpAddress(10.0.0.8)".into()],
+        });
+        let said = endpoint(TlsSettings::default()).explain(&error).unwrap();
+        assert!(said.contains("is for rabbit.prod.example, 10.0.0.8, not 10.0.0.7 (the URL's host)"), "{said}");
+        assert!(said.contains("tls.server_name"), "{said}");
+    }
+
+    #[test]
+    fn alerts_about_the_client_certificate_name_it() {
+        let with_cert = endpoint(TlsSettings {
+            client_cert_file: setting("tls.amqp.client_cert_file", PathBuf::from("/etc/warren/w.pem")),
+            ..Default::default()
+        });
+        for (alert, why) in [
+            (AlertDescription::BadCertificate, "could not verify it"),
+            (AlertDescription::UnknownCA, "does not trust the CA"),
+            (AlertDescription::CertificateExpired, "expired"),
+            (AlertDescription::AccessDenied, "denies access"),
+        ] {
+            let said = with_cert.explain(&rustls::Error::AlertReceived(alert)).unwrap();
+            assert!(said.contains("client certificate refused") && said.contains("/etc/warren/w.pem"), "{said}");
+            assert!(said.contains("tls.amqp.client_cert_file") && said.contains(why), "{said}");
+        }
+        let without = endpoint(TlsSettings::default());
+        let said = without.explain(&rustls::Error::AlertReceived(AlertDescription::CertificateRequired)).unwrap();
+        assert!(said.contains("client certificate required") && said.contains("tls.client_cert_file"), "{said}");
+    }
+
+    #[test]
+    fn dates_read_as_utc() {
+        assert_eq!(
+            date(UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_577_923_200))),
+            "2020-01-02 00:00:00 UTC"
+        );
+    }
+}
