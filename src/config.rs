@@ -813,8 +813,22 @@ fn build_broker(
         ));
     }
     let source_recheck_secs = file.source_recheck_secs.unwrap_or(DEFAULT_SOURCE_RECHECK_SECS).max(1);
-    let tls =
-        crate::tls::BrokerTls::build(file.tls.unwrap_or_default()).map_err(|e| invalid(field(&e.key), e.problem))?;
+    // The environment sets the broker-wide TLS settings (`..._TLS_CA_FILE`, say), as it sets
+    // every other broker field; per-endpoint ones live in the file only.
+    let mut tls_file = file.tls.unwrap_or_default();
+    if let Some(path) = benv("TLS_CA_FILE") {
+        tls_file.ca_file = Some(PathBuf::from(path));
+    }
+    if let Some(path) = benv("TLS_CLIENT_CERT_FILE") {
+        tls_file.client_cert_file = Some(PathBuf::from(path));
+    }
+    if let Some(path) = benv("TLS_CLIENT_KEY_FILE") {
+        tls_file.client_key_file = Some(PathBuf::from(path));
+    }
+    if let Some(name) = benv("TLS_SERVER_NAME") {
+        tls_file.server_name = Some(name);
+    }
+    let tls = crate::tls::BrokerTls::build(tls_file).map_err(|e| invalid(field(&e.key), e.problem))?;
 
     Ok(BrokerConfig {
         name,
@@ -1102,6 +1116,27 @@ mod tests {
         assert_eq!(config.listen.port(), 9999);
         assert_eq!(config.brokers[0].user, "monitoring");
         assert_eq!(config.brokers[0].password.expose(), "s3cret");
+    }
+
+    /// The broker-wide TLS settings come from the environment too; a file it names is read and
+    /// checked like one the file names.
+    #[test]
+    fn environment_sets_the_broker_tls() {
+        let file = parse_toml("[[brokers]]\nname = \"prod\"\n[brokers.tls]\nserver_name = \"a.example\"\n").unwrap();
+        let env = |key: &str| match key {
+            "WARREN_BROKER_PROD_TLS_SERVER_NAME" => Some("rabbit.example".to_string()),
+            _ => None,
+        };
+        let config = Config::build(file, &env, &Overrides::default()).unwrap();
+        let amqp = &config.brokers[0].tls.amqp.settings;
+        assert_eq!(
+            amqp.server_name.as_ref().map(|s| (s.key.as_str(), s.value.as_str())),
+            Some(("tls.server_name", "rabbit.example"))
+        );
+        let env = |key: &str| (key == "WARREN_BROKER_PROD_TLS_CA_FILE").then(|| "/nonexistent/ca.pem".to_string());
+        let file = parse_toml("[[brokers]]\nname = \"prod\"\n").unwrap();
+        let err = Config::build(file, &env, &Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("brokers[0].tls.ca_file") && err.contains("cannot read /nonexistent/ca.pem"), "{err}");
     }
 
     #[test]
