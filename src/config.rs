@@ -179,6 +179,9 @@ pub struct BrokerConfig {
     /// How long a consumer may hold unacked messages, with none ready and no ack, before it
     /// counts as hung: a consumer holding scheduled (ETA, delayed) messages does that by design.
     pub scheduled_hold_limit: Duration,
+    /// TLS of each endpoint (`[brokers.tls]`): the CA file added to the public web CAs, the
+    /// client certificate and the name checked; read and checked when the configuration loads.
+    pub tls: crate::tls::BrokerTls,
 }
 
 impl BrokerConfig {
@@ -300,6 +303,7 @@ struct FileBroker {
     source_recheck_secs: Option<u64>,
     prometheus_head_timestamps: Option<bool>,
     scheduled_hold_limit_secs: Option<u64>,
+    tls: Option<crate::tls::TlsFile>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -520,7 +524,7 @@ impl Config {
             .iter()
             .map(|b| {
                 left_out.push(format!("the password of broker {:?}", b.name));
-                json!({
+                let mut broker = json!({
                     "name": b.name,
                     "management_url": b.management_url.as_str(),
                     "management_urls": b.management_urls.iter().map(|u| u.as_str()).collect::<Vec<_>>(),
@@ -537,7 +541,11 @@ impl Config {
                     "source_recheck_secs": b.source_recheck.as_secs(),
                     "prometheus_head_timestamps": b.prometheus_head_timestamps,
                     "scheduled_hold_limit_secs": b.scheduled_hold_limit.as_secs(),
-                })
+                });
+                if b.tls.file != crate::tls::TlsFile::default() {
+                    broker["tls"] = serde_json::to_value(&b.tls.file).unwrap_or(Value::Null);
+                }
+                broker
             })
             .collect();
         root.insert("brokers".into(), Value::Array(brokers));
@@ -805,6 +813,22 @@ fn build_broker(
         ));
     }
     let source_recheck_secs = file.source_recheck_secs.unwrap_or(DEFAULT_SOURCE_RECHECK_SECS).max(1);
+    // The environment sets the broker-wide TLS settings (`..._TLS_CA_FILE`, say), as it sets
+    // every other broker field; per-endpoint ones live in the file only.
+    let mut tls_file = file.tls.unwrap_or_default();
+    if let Some(path) = benv("TLS_CA_FILE") {
+        tls_file.ca_file = Some(PathBuf::from(path));
+    }
+    if let Some(path) = benv("TLS_CLIENT_CERT_FILE") {
+        tls_file.client_cert_file = Some(PathBuf::from(path));
+    }
+    if let Some(path) = benv("TLS_CLIENT_KEY_FILE") {
+        tls_file.client_key_file = Some(PathBuf::from(path));
+    }
+    if let Some(name) = benv("TLS_SERVER_NAME") {
+        tls_file.server_name = Some(name);
+    }
+    let tls = crate::tls::BrokerTls::build(tls_file).map_err(|e| invalid(field(&e.key), e.problem))?;
 
     Ok(BrokerConfig {
         name,
@@ -828,6 +852,7 @@ fn build_broker(
                 .unwrap_or(DEFAULT_SCHEDULED_HOLD_LIMIT_SECS)
                 .min(MAX_SCHEDULED_HOLD_LIMIT_SECS),
         ),
+        tls,
     })
 }
 
@@ -1091,6 +1116,27 @@ mod tests {
         assert_eq!(config.listen.port(), 9999);
         assert_eq!(config.brokers[0].user, "monitoring");
         assert_eq!(config.brokers[0].password.expose(), "s3cret");
+    }
+
+    /// The broker-wide TLS settings come from the environment too; a file it names is read and
+    /// checked like one the file names.
+    #[test]
+    fn environment_sets_the_broker_tls() {
+        let file = parse_toml("[[brokers]]\nname = \"prod\"\n[brokers.tls]\nserver_name = \"a.example\"\n").unwrap();
+        let env = |key: &str| match key {
+            "WARREN_BROKER_PROD_TLS_SERVER_NAME" => Some("rabbit.example".to_string()),
+            _ => None,
+        };
+        let config = Config::build(file, &env, &Overrides::default()).unwrap();
+        let amqp = &config.brokers[0].tls.amqp.settings;
+        assert_eq!(
+            amqp.server_name.as_ref().map(|s| (s.key.as_str(), s.value.as_str())),
+            Some(("tls.server_name", "rabbit.example"))
+        );
+        let env = |key: &str| (key == "WARREN_BROKER_PROD_TLS_CA_FILE").then(|| "/nonexistent/ca.pem".to_string());
+        let file = parse_toml("[[brokers]]\nname = \"prod\"\n").unwrap();
+        let err = Config::build(file, &env, &Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("brokers[0].tls.ca_file") && err.contains("cannot read /nonexistent/ca.pem"), "{err}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod metrics;
 pub mod poller;
 pub mod state;
+pub mod tls;
 pub mod web;
 
 use std::collections::HashMap;

@@ -42,6 +42,9 @@ message_stats,queue_totals,object_totals,churn_rates,node,erlang_version";
 pub enum BrokerError {
     #[error("unreachable: {0}")]
     Unreachable(String),
+    /// The TLS handshake failed, with its cause in words (`tls::EndpointTls::explain`).
+    #[error("{0}")]
+    Tls(String),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     #[error(
@@ -79,6 +82,8 @@ pub struct ManagementClient {
     user: String,
     password: crate::config::Secret,
     timeout: Duration,
+    /// The endpoint's TLS, to explain a failed handshake.
+    tls: crate::tls::EndpointTls,
 }
 
 /// Which management URL answers, and what went wrong with each one last: the broker page and
@@ -119,6 +124,7 @@ impl ManagementClient {
             .gzip(true)
             .connect_timeout(broker.request_timeout.min(Duration::from_secs(5)))
             .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
+            .use_preconfigured_tls(broker.tls.management.client_config())
             .build()
             .expect("TLS backend initialises");
         let bases: Arc<[reqwest::Url]> = if broker.management_urls.is_empty() {
@@ -138,6 +144,7 @@ impl ManagementClient {
             user: broker.user.clone(),
             password: broker.password.clone(),
             timeout: broker.request_timeout,
+            tls: broker.tls.management.clone(),
         }
     }
 
@@ -259,7 +266,7 @@ impl ManagementClient {
             Ok(response) => response,
             Err(e) => {
                 let moves_on = idempotent || e.is_connect();
-                let error = self.transport_error(base, e);
+                let error = self.transport_error(base, e).await;
                 return if moves_on { Attempt::Failed(error) } else { Attempt::Answered(Err(error)) };
             }
         };
@@ -267,7 +274,7 @@ impl ManagementClient {
         let body = match response.bytes().await {
             Ok(body) => body,
             Err(e) => {
-                let error = self.transport_error(base, e);
+                let error = self.transport_error(base, e).await;
                 return if idempotent { Attempt::Failed(error) } else { Attempt::Answered(Err(error)) };
             }
         };
@@ -292,9 +299,19 @@ impl ManagementClient {
         }
     }
 
-    fn transport_error(&self, base: &reqwest::Url, e: reqwest::Error) -> BrokerError {
+    async fn transport_error(&self, base: &reqwest::Url, e: reqwest::Error) -> BrokerError {
         if e.is_timeout() {
             return BrokerError::Timeout(self.timeout);
+        }
+        if let Some(problem) = self.tls.explain(&e) {
+            return BrokerError::Tls(format!("{base}: {problem}"));
+        }
+        if base.scheme() == "https" {
+            if let (Some(host), Some(port)) = (base.host_str(), base.port_or_known_default()) {
+                if let Some(problem) = self.tls.diagnose(host, port).await {
+                    return BrokerError::Tls(format!("{base}: {problem}"));
+                }
+            }
         }
         // reqwest's top-level message is generic ("error sending request"); the cause says why.
         let mut detail = e.to_string();

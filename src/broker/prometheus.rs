@@ -367,6 +367,8 @@ pub struct PrometheusClient {
     http: reqwest::Client,
     pub base: reqwest::Url,
     timeout: Duration,
+    /// The endpoint's TLS, to explain a failed handshake.
+    tls: crate::tls::EndpointTls,
 }
 
 /// The endpoint as pages, logs and errors show it: credentials in the URL (a proxy in front of
@@ -387,9 +389,25 @@ impl PrometheusClient {
             .gzip(true)
             .connect_timeout(broker.request_timeout.min(Duration::from_secs(5)))
             .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
+            .use_preconfigured_tls(broker.tls.prometheus.client_config())
             .build()
             .expect("TLS backend initialises");
-        PrometheusClient { http, base, timeout: broker.request_timeout }
+        PrometheusClient { http, base, timeout: broker.request_timeout, tls: broker.tls.prometheus.clone() }
+    }
+
+    /// Why a request failed to get an answer: its TLS problem in words when it had one (asked
+    /// of the endpoint again when the error does not carry it, `tls::EndpointTls::diagnose`).
+    async fn transport_error(&self, e: reqwest::Error) -> BrokerError {
+        let mut problem = self.tls.explain(&e);
+        if problem.is_none() && self.base.scheme() == "https" {
+            if let (Some(host), Some(port)) = (self.base.host_str(), self.base.port_or_known_default()) {
+                problem = self.tls.diagnose(host, port).await;
+            }
+        }
+        match problem {
+            Some(problem) => BrokerError::Tls(format!("{}: {problem}", shown_url(&self.base))),
+            None => BrokerError::Unreachable(format!("{}: {}", shown_url(&self.base), e.without_url())),
+        }
     }
 
     /// The path and query of a scrape of these vhosts' queues.
@@ -411,13 +429,11 @@ impl PrometheusClient {
         let path = Self::scrape_path(vhosts, families);
         let url =
             self.base.join(&path).map_err(|e| BrokerError::Malformed { path: path.clone(), detail: e.to_string() })?;
-        let response = self.http.get(url).timeout(self.timeout).send().await.map_err(|e| {
-            if e.is_timeout() {
-                BrokerError::Timeout(self.timeout)
-            } else {
-                BrokerError::Unreachable(format!("{}: {}", shown_url(&self.base), e.without_url()))
-            }
-        })?;
+        let response = match self.http.get(url).timeout(self.timeout).send().await {
+            Ok(response) => response,
+            Err(e) if e.is_timeout() => return Err(BrokerError::Timeout(self.timeout)),
+            Err(e) => return Err(self.transport_error(e).await),
+        };
         let status = response.status().as_u16();
         let body = response
             .bytes()

@@ -283,8 +283,11 @@ impl Plan {
 /// Selections are bounded by what a snapshot shows.
 const MAX_POSITIONS: usize = 10_000;
 
-/// Connects to `vhost` with the broker's credentials.
+/// Connects to `vhost` with the broker's credentials. Over `amqps://` with the broker's AMQP
+/// TLS (`tls::EndpointTls`): the same trust store as its HTTP clients, not lapin's default (the
+/// operating system's store), and the client certificate when one is set.
 pub async fn connect(broker: &BrokerConfig, vhost: &str) -> Result<Connection, MoveError> {
+    use lapin::tcp::{AMQPUriTcpExt as _, RustlsConnector, TcpStream};
     let mut uri: AMQPUri = broker.amqp_url.parse().map_err(|e: String| {
         MoveError::Connect(format!("amqp_url is not valid: {}", e.replace(&broker.amqp_url, "<url>")))
     })?;
@@ -292,10 +295,37 @@ pub async fn connect(broker: &BrokerConfig, vhost: &str) -> Result<Connection, M
     uri.authority.userinfo.username = broker.user.clone();
     uri.authority.userinfo.password = broker.password.expose().to_string();
     let properties = ConnectionProperties::default().with_connection_name("warren-dlq-mover".into());
-    tokio::time::timeout(Duration::from_secs(10), Connection::connect_uri(uri, properties))
-        .await
-        .map_err(|_| MoveError::Connect(format!("{} timed out", broker.amqp_url)))?
-        .map_err(|e| MoveError::Connect(format!("{}: {e}", broker.amqp_url)))
+    let tls = broker.tls.amqp.clone();
+    let connector = RustlsConnector::from(tls.shared_config());
+    // What lapin's own `connect_with_config` does (a blocking connect and handshake on its
+    // thread, then non-blocking), with warren's rustls configuration instead of a fresh one.
+    let open = Box::new(move |uri: &AMQPUri| {
+        if uri.scheme == lapin::uri::AMQPScheme::AMQP {
+            return uri.connect();
+        }
+        let address = format!("{}:{}", uri.authority.host, uri.authority.port);
+        let stream = match uri.query.connection_timeout {
+            Some(ms) => TcpStream::connect_timeout(address, Duration::from_millis(ms))?,
+            None => TcpStream::connect(address)?,
+        };
+        let stream = stream.into_rustls(&connector, &uri.authority.host)?;
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    });
+    let (host, port, amqps) =
+        (uri.authority.host.clone(), uri.authority.port, uri.scheme == lapin::uri::AMQPScheme::AMQPS);
+    let connected = Connection::connector(uri, open, properties);
+    let error = match tokio::time::timeout(Duration::from_secs(10), connected).await {
+        Err(_) => return Err(MoveError::Connect(format!("{} timed out", broker.amqp_url))),
+        Ok(Ok(connection)) => return Ok(connection),
+        Ok(Err(error)) => error,
+    };
+    let problem = match tls.explain(&error) {
+        Some(problem) => Some(problem),
+        None if amqps && matches!(error, lapin::Error::IOError(_)) => tls.diagnose(&host, port).await,
+        None => None,
+    };
+    Err(MoveError::Connect(format!("{}: {}", broker.amqp_url, problem.unwrap_or_else(|| error.to_string()))))
 }
 
 fn headers(delivery: &Delivery) -> Option<&std::collections::BTreeMap<ShortString, AMQPValue>> {

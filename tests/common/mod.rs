@@ -7,6 +7,7 @@ pub mod broker;
 pub mod browser;
 pub mod cluster;
 pub mod dead_letters;
+pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,6 +29,8 @@ pub fn encode(s: &str) -> String {
 pub struct TestVhost {
     pub name: String,
     http: reqwest::Client,
+    /// The broker it is on: the test broker, or another one (`create_on`).
+    on: broker::TestBroker,
 }
 
 impl TestVhost {
@@ -39,9 +42,17 @@ impl TestVhost {
     pub async fn create_named(name: String) -> TestVhost {
         // A bad WARREN_TEST_* setting fails here, before there is a vhost whose `drop` would
         // read the broker again while unwinding.
-        broker();
+        TestVhost::create_named_on(broker().clone(), name).await
+    }
+
+    /// A vhost on `on`, another broker than the test broker (the TLS node's plain listeners).
+    pub async fn create_on(on: broker::TestBroker, test: &str) -> TestVhost {
+        TestVhost::create_named_on(on, format!("warren-test-{test}-{}", rand::random::<u32>())).await
+    }
+
+    async fn create_named_on(on: broker::TestBroker, name: String) -> TestVhost {
         let http = reqwest::Client::new();
-        let vhost = TestVhost { name, http };
+        let vhost = TestVhost { name, http, on };
         vhost.management_put(&format!("/api/vhosts/{}", encode(&vhost.name)), serde_json::json!({})).await;
         vhost
             .management_put(
@@ -55,13 +66,13 @@ impl TestVhost {
     async fn management_put(&self, path: &str, body: Value) {
         let response = self
             .http
-            .put(format!("{}{path}", broker().management))
+            .put(format!("{}{path}", self.on.management))
             .basic_auth("guest", Some("guest"))
             .json(&body)
             .send()
             .await
             .unwrap_or_else(|e| {
-                let (target, management) = (&broker().target, &broker().management);
+                let (target, management) = (&self.on.target, &self.on.management);
                 panic!("management API of test broker {target} unreachable at {management} (is rabbitmq_management enabled?): {e}")
             });
         assert!(response.status().is_success(), "PUT {path}: {}", response.status());
@@ -70,7 +81,7 @@ impl TestVhost {
     pub async fn delete_queue(&self, queue: &str) {
         let response = self
             .http
-            .delete(format!("{}/api/queues/{}/{}", broker().management, encode(&self.name), encode(queue)))
+            .delete(format!("{}/api/queues/{}/{}", self.on.management, encode(&self.name), encode(queue)))
             .basic_auth("guest", Some("guest"))
             .send()
             .await
@@ -79,7 +90,7 @@ impl TestVhost {
     }
 
     pub async fn connect(&self) -> Connection {
-        let uri = format!("{}/{}", broker().amqp_with_guest(), encode(&self.name));
+        let uri = format!("{}/{}", self.on.amqp_with_guest(), encode(&self.name));
         Connection::connect(&uri, ConnectionProperties::default()).await.expect("AMQP connection to the test broker")
     }
 
@@ -93,7 +104,7 @@ impl TestVhost {
 
 impl Drop for TestVhost {
     fn drop(&mut self) {
-        let url = format!("{}/api/vhosts/{}", broker().management, encode(&self.name));
+        let url = format!("{}/api/vhosts/{}", self.on.management, encode(&self.name));
         // Drop cannot await; delete from a thread of its own so a failed test still cleans up.
         let done = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
