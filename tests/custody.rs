@@ -1291,6 +1291,7 @@ async fn intake_stops_when_its_database_file_is_deleted_and_loses_nothing() {
         let database = warren.dir.path().join("warren.db");
         let warren = warren.restart().await;
         warren.get_json("/healthz").await; // served once the new database is migrated
+
         // Every later id, not a count: records of the earlier messages that a checkpoint had
         // moved into the main file before the log was deleted are there too, and made a count
         // of N pass while intake was still taking the later ones in.
