@@ -255,9 +255,13 @@ async fn a_prometheus_endpoint_of_another_broker_is_refused_and_its_numbers_neve
         }
     })
     .await;
+    // With the metrics collector off the depth comes from listings with totals, which do not
+    // run every poll: between them it is unknown (null), never 7.
+    let stats = broker().facts().await.stats;
     for _ in 0..5 {
         let q = warren.queue(&vhost.name, "orders").await;
-        assert_eq!(q.as_ref().map(|q| q["ready"].clone()), Some(2.into()), "{q:?}");
+        let ready = q.as_ref().map(|q| q["ready"].clone()).unwrap_or_default();
+        assert!(ready == 2 || (!stats && ready.is_null()), "{q:?}");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let l = load(&warren).await;
