@@ -1036,3 +1036,106 @@ async fn a_snapshot_survives_a_move_and_a_restart_marked_outdated() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 29: the `fingerprint` a snapshot shows is a token keyed with a secret of the
+/// installation, not a digest of the content. It was that digest (of the payload and the
+/// properties as the snapshot shows them), so a reader below the payload role, who sees the
+/// fingerprints but not the payloads, could confirm a guessed payload offline. The token
+/// survives a restart (the key is kept in the database), so a page opened before it still
+/// selects the same message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshots_fingerprints_are_keyed_tokens_that_survive_a_restart() {
+    let (vhost, connection, channel, warren) = fifty_dead_letters_watched("tokens").await;
+    let snapshot = warren.snapshot(&vhost.name, "work.dlq", 5).await;
+    let shown: Vec<String> = snapshot["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["fingerprint"].as_str().unwrap().to_string())
+        .collect();
+    for (m, token) in snapshot["messages"].as_array().unwrap().iter().zip(&shown) {
+        // What anyone who guessed the payload computes, from the properties the snapshot shows.
+        assert_eq!(m["message"]["payload_encoding"], "string", "{m}");
+        let payload = m["message"]["payload"].as_str().unwrap().as_bytes();
+        let digest = warren::dlq::message::identity(payload, m["message"]["properties"].as_object().unwrap());
+        assert_ne!(token, &digest, "the content's digest is shown: {m}");
+        assert_eq!(token.len(), 32, "{token}");
+    }
+    assert_eq!(shown.iter().collect::<std::collections::HashSet<_>>().len(), 5, "one token per message: {shown:?}");
+
+    let warren = warren.restart().await;
+    listed(&warren, &vhost.name, "work.dlq").await;
+    let (status, kept) =
+        warren.get_json(&format!("/api/v1/queues/local/{}/work.dlq/snapshot", encode(&vhost.name))).await;
+    assert_eq!(status, 200, "{kept}");
+    let after: Vec<&str> =
+        kept["messages"].as_array().unwrap().iter().map(|m| m["fingerprint"].as_str().unwrap()).collect();
+    assert_eq!(after, shown, "the same tokens after a restart");
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": {"messages": [&shown[2]]}})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(drain_ids(&channel, "work").await, ["m3"], "the token from before the restart names m3");
+    let expected: Vec<String> = (1..=50).filter(|&i| i != 3).map(|i| format!("m{i}")).collect();
+    assert_eq!(drain_ids(&channel, "work.dlq").await, expected, "nothing else moved");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 29, must-have 1: a target warren's user may not write to. When the broker lets warren
+/// read permissions (an administrator), the move is refused before a message is read, with why;
+/// for a user that may not read them (a `monitoring` user: 401), the broker's refusal at the
+/// first publish stops the move with the broker's words. Either way nothing is acked: every id
+/// stays, in order. (The mover and custody's replay, edit and release share these checks,
+/// `dlq::target`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_warrens_user_may_not_write_to_moves_nothing() {
+    let vhost = TestVhost::create("nowrite").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(20)).await;
+    declare(&channel, "parking", false).await;
+    let broker = common::broker();
+    let http = reqwest::Client::new();
+    let put = |path: String, body: Value| {
+        http.put(format!("{}{path}", broker.management)).basic_auth("guest", Some("guest")).json(&body).send()
+    };
+    let path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    for tags in ["administrator", "monitoring"] {
+        let user = format!("warren-test-nowrite-{tags}-{}", rand::random::<u32>());
+        let made = put(format!("/api/users/{user}"), json!({"password": "pw", "tags": tags})).await.unwrap();
+        assert!(made.status().is_success(), "{}", made.status());
+        let allowed = json!({"configure": ".*", "write": "^$", "read": ".*"});
+        let set = put(format!("/api/permissions/{}/{user}", encode(&vhost.name)), allowed).await.unwrap();
+        assert!(set.status().is_success(), "{}", set.status());
+        let warren = Warren::start(&format!(
+            "[[brokers]]\nname = \"local\"\n{}user = {user:?}\npassword = \"pw\"\nvhosts_include = [{:?}]\n\
+             poll_interval_secs = 1\n",
+            broker.toml(),
+            vhost.name
+        ))
+        .await;
+        listed(&warren, &vhost.name, "work.dlq").await;
+        for target in [json!({"queue": "parking"}), json!("original_queue")] {
+            let job = warren.run_move(&path, json!({"selection": "all", "target": target})).await;
+            assert_eq!(job["state"], "failed", "{tags}, {target}: {job}");
+            let error = job["error"].as_str().unwrap_or_default();
+            if tags == "administrator" {
+                assert!(error.contains("does not let warren's user") && error.contains("amq.default"), "{job}");
+            } else {
+                assert!(error.contains("amq.default") && error.contains("refused"), "the broker's words: {job}");
+            }
+            assert_eq!(depth(&channel, "work.dlq").await, 20, "{tags}, {target}");
+        }
+        warren.stop().await;
+        http.delete(format!("{}/api/users/{user}", broker.management))
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .ok();
+    }
+    let all: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
+    assert_eq!(drain_ids(&channel, "work.dlq").await, all, "all 20 remain, in order");
+    assert_eq!(depth(&channel, "parking").await, 0);
+    assert_eq!(depth(&channel, "work").await, 0);
+    connection.close(0, "done").await.ok();
+}

@@ -412,3 +412,59 @@ async fn control_and_bidi_characters_from_the_broker_are_shown_escaped() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Custody follows the mover's rule for messages warren cannot read faithfully (headers nested
+/// past the parser's 64 levels, bytes that are not UTF-8 where AMQP wants text): it never acks
+/// one for a copy that differs from it. The others are taken; those stay in the DLQ, readable,
+/// and custody says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custody_takes_no_message_it_cannot_keep_faithfully() {
+    let vhost = TestVhost::create("deepcustody").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(3)).await;
+    publish_raw(&vhost, "work.dlq", "deep", &format!(r#","deep":{}"#, nested_json(1000))).await;
+    let name = vhost.name.clone();
+    let mut headers = raw::entry(b"x-first-death-queue", b'S', &raw::long_string(b"work"));
+    headers.extend(raw::entry(b"\xffkey", b'S', &raw::long_string(b"v")));
+    tokio::task::spawn_blocking(move || raw::publish(&name, "work.dlq", b"bad-utf8", &headers))
+        .await
+        .unwrap()
+        .expect("the broker takes it");
+    publish_raw(&vhost, "work.dlq", "m6", "").await;
+    let warren = Warren::start(&format!(
+        "[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\npoll_interval_secs = 1\n\n[[custody]]\nqueue = \"*.dlq\"\n",
+        vhost.name
+    ))
+    .await;
+    let api = format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name));
+    let held = wait_for("the four faithful ones in custody", Duration::from_secs(60), || async {
+        let (_, list) = warren.get_json(&api).await;
+        match list["custody"]["counts"]["held"].as_i64() {
+            Some(4) => Ok(list),
+            _ => Err(list.to_string()),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, list) = warren.get_json(&api).await;
+    assert_eq!(list["custody"]["counts"]["held"], 4, "{list}");
+    let ids: std::collections::BTreeSet<String> = list["custody"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["message_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(ids, ["m1", "m2", "m3", "m6"].map(String::from).into(), "{held}");
+    let intake = &list["custody"]["intake"];
+    assert_eq!((&intake["state"], &intake["left_count"]), (&json!("running"), &json!(2)), "{intake}");
+    let left = intake["left"].to_string();
+    assert!(left.contains("nest deeper than 64 levels") && left.contains("not UTF-8"), "{left}");
+    still_serving(&warren).await;
+    warren.stop().await;
+    // Both stay in the broker's DLQ, whole.
+    let left = drain_ids(&channel, "work.dlq").await;
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&"deep".to_string()), "{left:?}");
+    connection.close(0, "done").await.ok();
+}

@@ -26,8 +26,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let peeked = warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT);
     // The identity a selection names, from the same properties as the snapshot's.
-    let fingerprint = message::fingerprint(&delivery.data, &peeked.properties);
-    let summary = message::summarize(1, fingerprint, peeked);
+    let identity = message::identity(&delivery.data, &peeked.properties);
+    let summary = message::summarize(1, identity, peeked);
     Filter::with_text("x-death").matches(&summary);
     warren::dlq::original_route(&delivery);
     warren::dlq::replay_properties(&delivery);

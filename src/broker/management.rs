@@ -148,6 +148,11 @@ impl ManagementClient {
         }
     }
 
+    /// The user it logs in as, which is also the user of warren's AMQP connections.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
     /// GETs `path` (relative to the API base, already encoded) and decodes the JSON body.
     /// Returns the body's size in bytes too, for cost accounting.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<(T, usize), BrokerError> {

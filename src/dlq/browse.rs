@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
-use super::message::{summarize, SnapshotMessage, REPUBLISHED};
+use super::message::{summarize, IdentityKey, SnapshotMessage, REPUBLISHED};
 use super::mover::{self, MoveError};
 use crate::broker::management::PeekedMessage;
 use crate::broker::topology::Seen;
@@ -89,11 +89,18 @@ pub struct Snapshots(Arc<Mutex<Kept>>);
 struct Kept {
     snapshots: HashMap<QueueId, Arc<Snapshot>>,
     seen: HashMap<QueueId, Seen>,
+    /// The key of the tokens the snapshots show (`IdentityKey`): the stored one once `load` ran,
+    /// a key of this process's until then.
+    key: Option<IdentityKey>,
 }
 
 impl Snapshots {
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn key(&self) -> IdentityKey {
+        *self.lock().key.get_or_insert_with(IdentityKey::random)
     }
 
     pub fn get(&self, broker: &str, vhost: &str, queue: &str) -> Option<Arc<Snapshot>> {
@@ -161,8 +168,13 @@ pub async fn take(
     let count = count.clamp(1, MAX_COUNT);
     let peeked = mover::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT, limit).await?;
     let held_in = |i: usize| peeked.held.contains(&i).then(|| peeked.holding_queue.clone()).flatten();
-    let messages: Vec<SnapshotMessage> = (peeked.messages.into_iter().zip(peeked.fingerprints).enumerate())
-        .map(|(i, (m, fingerprint))| SnapshotMessage { held_in: held_in(i), ..summarize(i + 1, fingerprint, m) })
+    let key = snapshots.key();
+    let messages: Vec<SnapshotMessage> = (peeked.messages.into_iter().zip(peeked.identities).enumerate())
+        .map(|(i, (m, identity))| SnapshotMessage {
+            held_in: held_in(i),
+            fingerprint: key.token(&identity),
+            ..summarize(i + 1, identity, m)
+        })
         .collect();
     let taken_at = Utc::now();
     let snapshot = Arc::new(Snapshot {
@@ -188,7 +200,9 @@ pub async fn take(
 /// learns later).
 #[derive(Serialize, Deserialize)]
 struct StoredMessage {
-    fingerprint: String,
+    /// `message::identity`; stored snapshots of versions before the keyed tokens named it so.
+    #[serde(alias = "fingerprint")]
+    identity: String,
     held_in: Option<String>,
     message: PeekedMessage,
 }
@@ -198,11 +212,7 @@ async fn save(db: &Db, broker: &str, vhost: &str, queue: &str, snapshot: &Snapsh
     let messages: Vec<StoredMessage> = snapshot
         .messages
         .iter()
-        .map(|m| StoredMessage {
-            fingerprint: m.fingerprint.clone(),
-            held_in: m.held_in.clone(),
-            message: m.message.clone(),
-        })
+        .map(|m| StoredMessage { identity: m.identity.clone(), held_in: m.held_in.clone(), message: m.message.clone() })
         .collect();
     let messages = serde_json::to_string(&messages).expect("messages serialise");
     sqlx::query(
@@ -246,9 +256,29 @@ pub async fn outdate(db: &Db, snapshots: &Snapshots, (broker, vhost, queue): (&s
     }
 }
 
+/// The installation's key of the snapshots' tokens (`instance_keys`), made on first use. Two
+/// processes starting on one new database both insert-or-ignore, and both read the winner.
+async fn stored_key(db: &Db) -> Result<IdentityKey, sqlx::Error> {
+    let mut fresh = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut fresh);
+    sqlx::query("insert or ignore into instance_keys (name, key) values ('identity', ?)")
+        .bind(&fresh[..])
+        .execute(db)
+        .await?;
+    let key: Vec<u8> =
+        sqlx::query_scalar("select key from instance_keys where name = 'identity'").fetch_one(db).await?;
+    let key: [u8; 32] = key.try_into().map_err(|k: Vec<u8>| {
+        sqlx::Error::Protocol(format!("the stored identity key has {} bytes, not 32", k.len()))
+    })?;
+    Ok(IdentityKey::new(key))
+}
+
 /// Loads the stored snapshots (at start): each as it was shown, outdated or not. A stored
-/// snapshot that no longer reads is skipped with a warning.
+/// snapshot that no longer reads is skipped with a warning. Reads the installation's key of
+/// the tokens first (making it on the first start), so that they are those shown before.
 pub async fn load(db: &Db, snapshots: &Snapshots) -> Result<usize, sqlx::Error> {
+    let key = stored_key(db).await?;
+    snapshots.lock().key = Some(key);
     let rows = sqlx::query(
         "select broker, vhost, queue, taken_at, queue_type, delivery_limit, requested, note, outdated, messages \
          from dlq_snapshots",
@@ -268,7 +298,11 @@ pub async fn load(db: &Db, snapshots: &Snapshots) -> Result<usize, sqlx::Error> 
         let messages: Vec<SnapshotMessage> = stored
             .into_iter()
             .enumerate()
-            .map(|(i, s)| SnapshotMessage { held_in: s.held_in, ..summarize(i + 1, s.fingerprint, s.message) })
+            .map(|(i, s)| SnapshotMessage {
+                held_in: s.held_in,
+                fingerprint: key.token(&s.identity),
+                ..summarize(i + 1, s.identity, s.message)
+            })
             .collect();
         let taken_at = DateTime::from_timestamp_millis(row.get(3)).unwrap_or_default();
         let snapshot = Snapshot {

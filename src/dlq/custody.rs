@@ -90,6 +90,12 @@ pub struct IntakeState {
     pub reason: String,
     /// Messages taken in since warren started.
     pub taken: u64,
+    /// Messages this intake left unacked in the broker because a copy of them would differ
+    /// from them (`target::copy_would_differ`): how many, and the first `LEFT_SHOWN` with why.
+    /// They hold one of the consumer's prefetch slots each until intake stops, and go back to
+    /// the queue then.
+    pub left_count: u64,
+    pub left: Vec<String>,
     /// When a stopped intake is tried again (unix seconds): a broker that went away or a
     /// database that refused a write may be back, and replays may have made room in the budget.
     pub retry_at: Option<i64>,
@@ -227,6 +233,8 @@ impl Custody {
             state: "running",
             reason: String::new(),
             taken: 0,
+            left_count: 0,
+            left: Vec::new(),
             retry_at: None,
         });
         f(state);
@@ -343,7 +351,7 @@ pub struct Taken {
     pub(super) body: Vec<u8>,
     pub(super) summary: SnapshotMessage,
     redelivered: bool,
-    /// Which message it is (`message::fingerprint`): intake flags a redelivered message only
+    /// Which message it is (`message::identity`): intake flags a redelivered message only
     /// when custody already holds one with the same fingerprint.
     fingerprint: String,
 }
@@ -353,6 +361,41 @@ impl Taken {
     pub(super) fn size(&self) -> u64 {
         (self.body.len() + self.properties.len()) as u64
     }
+}
+
+/// What intake does with one delivery.
+enum Sorted {
+    /// A row for the batch.
+    Keep(Taken),
+    /// Left unacked in the broker: a copy of it (a row here, a replay later) would differ from
+    /// it, so acking it would lose what warren could not read, as a move would (issue 29: intake
+    /// took messages whose headers nest past the parser's limit, or hold bytes that are not
+    /// UTF-8, and acked them for altered rows).
+    Leave { tag: u64, what: String },
+}
+
+/// How many of the messages left in the broker the intake state names.
+const LEFT_SHOWN: usize = 20;
+
+fn sort(delivery: lapin::message::Delivery) -> Result<Sorted, String> {
+    if let Some(why) = super::target::copy_would_differ(&delivery.properties) {
+        let id = delivery.properties.message_id().as_ref().map(|s| format!("{:?}", s.as_str()));
+        let what = format!("message {}: {why}", id.as_deref().unwrap_or("without an id"));
+        return Ok(Sorted::Leave { tag: delivery.delivery_tag, what });
+    }
+    taken(delivery).map(Sorted::Keep)
+}
+
+/// Notes a message left unacked in the broker (`Sorted::Leave`).
+fn leave(custody: &Custody, id: &QueueId, left: &mut Vec<u64>, tag: u64, what: String) {
+    tracing::warn!(queue = %id.2, %what, "custody intake left a message in the broker");
+    left.push(tag);
+    custody.set(id, |s| {
+        s.left_count += 1;
+        if s.left.len() < LEFT_SHOWN {
+            s.left.push(what);
+        }
+    });
 }
 
 /// A delivery as a row, or why it cannot be kept as it came (its properties would not encode).
@@ -373,7 +416,7 @@ pub(super) fn kept(
     let encoded = encode_properties(properties)?;
     let shown = peeked_parts(route, redelivered, properties, &body, usize::MAX);
     let properties_json = serde_json::Value::Object(shown.properties.clone()).to_string();
-    let fingerprint = message::fingerprint(&body, &shown.properties);
+    let fingerprint = message::identity(&body, &shown.properties);
     let mut summary = message::summarize(0, String::new(), shown);
     // What the row keeps of the summary is its id, death and error; the payload's text (a
     // second copy of the body) goes now, not with the batch.
@@ -466,6 +509,12 @@ async fn intake(
         .await
         .map_err(|e| format!("{e}: intake did not start, the messages stay in the broker"))?;
     let mut kept = bytes_kept(db, id).await.map_err(|e| format!("reading custody's size: {e}"))?;
+    // What a run before this one left unacked went back to the queue when its channel closed.
+    custody.set(id, |s| {
+        s.left_count = 0;
+        s.left.clear();
+    });
+    let mut left: Vec<u64> = Vec::new();
     let connection = connect(broker, &id.1).await.map_err(|e| e.to_string())?;
     let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
     // The first message, read alone when the queue's statistics do not tell its sizes: its size
@@ -475,9 +524,14 @@ async fn intake(
         Some(prefetch) => (prefetch, Vec::new()),
         None => match channel.basic_get(&id.2, BasicGetOptions { no_ack: false }).await {
             Ok(Some(got)) => {
-                let size = got.delivery.data.len();
-                let first = taken(got.delivery)?;
-                ((INTAKE_MEMORY / size.max(1)).clamp(1, BATCH) as u16, vec![first])
+                let prefetch = (INTAKE_MEMORY / got.delivery.data.len().max(1)).clamp(1, BATCH) as u16;
+                match sort(got.delivery)? {
+                    Sorted::Keep(first) => (prefetch, vec![first]),
+                    Sorted::Leave { tag, what } => {
+                        leave(custody, id, &mut left, tag, what);
+                        (prefetch, Vec::new())
+                    }
+                }
             }
             Ok(None) => (PREFETCH_UNKNOWN_SIZE, Vec::new()),
             Err(e) => return Err(format!("reading {}: {e}", id.2)),
@@ -506,16 +560,21 @@ async fn intake(
                 Some(Err(e)) => break Err(format!("the consumer failed: {e}")),
                 None => break Err("the broker closed the consumer".to_string()),
             };
-            match taken(first) {
-                Ok(t) => batch.push(t),
+            match sort(first) {
+                Ok(Sorted::Keep(t)) => batch.push(t),
+                Ok(Sorted::Leave { tag, what }) => {
+                    leave(custody, id, &mut left, tag, what);
+                    continue;
+                }
                 Err(e) => failed = Some(e),
             }
         }
         let batch_bytes = |batch: &[Taken]| batch.iter().map(|t| t.body.len() + t.properties.len()).sum::<usize>();
         while batch.len() < most && batch_bytes(&batch) < INTAKE_MEMORY && failed.is_none() {
             match tokio::time::timeout(GATHER, consumer.next()).await {
-                Ok(Some(Ok(delivery))) => match taken(delivery) {
-                    Ok(t) => batch.push(t),
+                Ok(Some(Ok(delivery))) => match sort(delivery) {
+                    Ok(Sorted::Keep(t)) => batch.push(t),
+                    Ok(Sorted::Leave { tag, what }) => leave(custody, id, &mut left, tag, what),
                     Err(e) => failed = Some(e),
                 },
                 Ok(Some(Err(e))) => {
@@ -527,6 +586,9 @@ async fn intake(
         }
         if let Some(e) = failed {
             break Err(e);
+        }
+        if batch.is_empty() {
+            continue;
         }
         let size: u64 = batch.iter().map(|t| (t.body.len() + t.properties.len()) as u64).sum();
         if kept + size > max_bytes {
@@ -549,7 +611,19 @@ async fn intake(
             break Err(format!("{e}: intake stopped, the batch stays in the broker"));
         }
         let last = batch.last().map(|t| t.tag).unwrap_or_default();
-        let acked = channel.basic_ack(last, lapin::options::BasicAckOptions { multiple: true }).await;
+        let acked = if left.is_empty() {
+            channel.basic_ack(last, lapin::options::BasicAckOptions { multiple: true }).await
+        } else {
+            // A multiple ack would cover the messages left unacked below `last`.
+            let mut acked = Ok(());
+            for t in &batch {
+                acked = channel.basic_ack(t.tag, lapin::options::BasicAckOptions { multiple: false }).await;
+                if acked.is_err() {
+                    break;
+                }
+            }
+            acked
+        };
         if let Err(e) = acked {
             // Committed and not acked: the broker delivers them again, a duplicate each.
             break Err(format!("acking a committed batch failed ({e}): its messages will come in again"));

@@ -125,6 +125,7 @@ impl Choice {
             }
             wanted.push(Wanted {
                 fingerprint: m.fingerprint.clone(),
+                identity: m.identity.clone(),
                 position: m.position,
                 message_id: m.message_id.clone(),
             });
@@ -268,9 +269,12 @@ impl JobStatus {
             match f.outcome.as_str() {
                 "moved" => report.moved.push(mover::Moved { position, message_id, to_queue: f.detail }),
                 "held" => report.held.push(mover::Held { position, message_id, queue: f.detail, delivery_count: 0 }),
-                "not_found" => {
-                    report.not_found.push(mover::Wanted { fingerprint: String::new(), position, message_id })
-                }
+                "not_found" => report.not_found.push(mover::Wanted {
+                    fingerprint: String::new(),
+                    identity: String::new(),
+                    position,
+                    message_id,
+                }),
                 _ => report.failed.push(mover::Failed { position, message_id, reason: f.detail }),
             }
         }

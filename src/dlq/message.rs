@@ -16,9 +16,14 @@ use crate::broker::management::PeekedMessage;
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotMessage {
     pub position: usize,
-    /// Which message this is (`fingerprint`): what a selection names, so that a move takes the
-    /// messages the user saw, wherever they are in the queue by then.
+    /// What a selection names (`IdentityKey::token` of `identity`), so that a move takes the
+    /// messages the user saw, wherever they are in the queue by then. Keyed, so that it says
+    /// nothing about the content to a reader below the payload role (issue 29).
     pub fingerprint: String,
+    /// Which message this is (`identity`): what the move compares with what it reads. Never
+    /// shown: from a digest of the content, anyone could test a guessed payload against it.
+    #[serde(skip)]
+    pub identity: String,
     /// The `message_id` property, or else the id a framework's format holds (`app`).
     pub message_id: Option<String>,
     /// Where `message_id` was read, in words.
@@ -79,7 +84,7 @@ fn text(v: Option<&Value>) -> Option<String> {
 }
 
 /// Decodes the dead-letter headers of one message.
-pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -> SnapshotMessage {
+pub fn summarize(position: usize, identity: String, message: PeekedMessage) -> SnapshotMessage {
     let h = headers(&message);
     let deaths: Vec<&Map<String, Value>> = h
         .and_then(|h| h.get("x-death"))
@@ -130,7 +135,8 @@ pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -
     };
     SnapshotMessage {
         position,
-        fingerprint,
+        fingerprint: String::new(),
+        identity,
         message_id,
         message_id_from,
         app,
@@ -158,7 +164,7 @@ pub fn summarize(position: usize, fingerprint: String, message: PeekedMessage) -
 }
 
 /// Headers the broker keeps for its own bookkeeping of one queue. They are not part of which
-/// message it is (`fingerprint`: a quorum queue raises `x-delivery-count` at every read before
+/// message it is (`identity`: a quorum queue raises `x-delivery-count` at every read before
 /// 4.3 and `x-acquired-count` at every read from 4.3 on, DOMAIN.md §10), and they must not
 /// travel with a copy: `x-delivery-count` (DOMAIN.md §8) would make a consumer that reads it for
 /// its own retry decisions see deliveries the copy never had. The `x-death` family stays: it is
@@ -170,8 +176,8 @@ pub const BROKER_BOOKKEEPING_HEADERS: &[&str] = &["x-delivery-count", "x-acquire
 /// history), leaving out what the broker changes between two reads of it
 /// (`BROKER_BOOKKEEPING_HEADERS`).
 /// Two messages alike in all of that are alike to the user too; a selection says how many of
-/// each it wants.
-pub fn fingerprint(payload: &[u8], properties: &Map<String, Value>) -> String {
+/// each it wants. Internal: what users see is its `IdentityKey::token`.
+pub fn identity(payload: &[u8], properties: &Map<String, Value>) -> String {
     let mut properties = properties.clone();
     if let Some(Value::Object(headers)) = properties.get_mut("headers") {
         for key in BROKER_BOOKKEEPING_HEADERS {
@@ -187,6 +193,43 @@ pub fn fingerprint(payload: &[u8], properties: &Map<String, Value>) -> String {
     digest.update(payload);
     digest.update(Value::Object(properties).to_string().as_bytes());
     digest.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key of the tokens a snapshot shows for its messages' identities. A bare digest of the
+/// content would let a reader below the payload role confirm a guessed payload offline (a card
+/// number from a small set, say); a token keyed with a secret of this installation says
+/// nothing about the content. Kept in the database (`instance_keys`), so that a snapshot's
+/// tokens survive a restart and a page opened before it still selects the same messages.
+#[derive(Clone, Copy)]
+pub struct IdentityKey([u8; 32]);
+
+impl IdentityKey {
+    pub fn new(key: [u8; 32]) -> IdentityKey {
+        IdentityKey(key)
+    }
+
+    /// A key for this process only (tests, and until the stored one is read at start).
+    pub fn random() -> IdentityKey {
+        use rand::RngCore;
+        let mut key = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut key);
+        IdentityKey(key)
+    }
+
+    /// What a snapshot shows for the message with `identity`: HMAC-SHA256 under the key, 128
+    /// bits in hex.
+    pub fn token(&self, identity: &str) -> String {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(identity.as_bytes());
+        mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl std::fmt::Debug for IdentityKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdentityKey(..)")
+    }
 }
 
 /// A filter over dead-lettered messages: by original queue, by reason, by the application's
@@ -780,41 +823,47 @@ mod tests {
         assert_eq!(s.message_id.as_deref(), Some("m-1"), "the property wins");
     }
 
+    #[test]
+    fn a_token_says_nothing_of_the_identity_without_the_key() {
+        let id = identity(b"{\"card\": \"4111-0001\"}", &Map::new());
+        let (a, b) = (IdentityKey::new([1; 32]), IdentityKey::new([2; 32]));
+        assert_eq!(a.token(&id), a.token(&id), "the same key gives the same token");
+        assert_ne!(a.token(&id), b.token(&id), "another key, another token");
+        assert_ne!(a.token(&id), id, "not the digest itself");
+        assert_eq!(a.token(&id).len(), 32);
+    }
+
     /// A message is the same message whatever the broker's delivery and acquired counts say,
     /// and another message as soon as its payload, its id or its death history differ.
     #[test]
-    fn a_fingerprint_ignores_the_brokers_counts_only() {
+    fn an_identity_ignores_the_brokers_counts_only() {
         let properties = |extra: serde_json::Value| {
             let mut headers = serde_json::json!({"x-death": [{"queue": "work", "reason": "rejected", "count": 1}]});
             headers.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
             serde_json::json!({"message_id": "m1", "headers": headers}).as_object().unwrap().clone()
         };
-        let first = fingerprint(b"{}", &properties(serde_json::json!({})));
+        let first = identity(b"{}", &properties(serde_json::json!({})));
         assert_eq!(first.len(), 32);
-        assert_eq!(first, fingerprint(b"{}", &properties(serde_json::json!({"x-delivery-count": 3}))));
-        assert_eq!(first, fingerprint(b"{}", &properties(serde_json::json!({"x-acquired-count": 2}))), "4.3's count");
+        assert_eq!(first, identity(b"{}", &properties(serde_json::json!({"x-delivery-count": 3}))));
+        assert_eq!(first, identity(b"{}", &properties(serde_json::json!({"x-acquired-count": 2}))), "4.3's count");
         assert_eq!(
             first,
-            fingerprint(b"{}", &properties(serde_json::json!({"x-acquired-count": 5, "x-delivery-count": 1})))
+            identity(b"{}", &properties(serde_json::json!({"x-acquired-count": 5, "x-delivery-count": 1})))
         );
         let bare = serde_json::json!({"message_id": "m1"}).as_object().unwrap().clone();
         let counted = serde_json::json!({"message_id": "m1", "headers": {"x-delivery-count": 1}});
         assert_eq!(
-            fingerprint(b"{}", &bare),
-            fingerprint(b"{}", counted.as_object().unwrap()),
+            identity(b"{}", &bare),
+            identity(b"{}", counted.as_object().unwrap()),
             "no headers, then only the count"
         );
         let acquired = serde_json::json!({"message_id": "m1", "headers": {"x-acquired-count": 1}});
-        assert_eq!(
-            fingerprint(b"{}", &bare),
-            fingerprint(b"{}", acquired.as_object().unwrap()),
-            "4.3: no headers, then"
-        );
-        assert_ne!(first, fingerprint(b"{ }", &properties(serde_json::json!({}))), "payload");
-        assert_ne!(first, fingerprint(b"{}", &properties(serde_json::json!({"x-first-death-queue": "work"}))));
+        assert_eq!(identity(b"{}", &bare), identity(b"{}", acquired.as_object().unwrap()), "4.3: no headers, then");
+        assert_ne!(first, identity(b"{ }", &properties(serde_json::json!({}))), "payload");
+        assert_ne!(first, identity(b"{}", &properties(serde_json::json!({"x-first-death-queue": "work"}))));
         let mut other_id = properties(serde_json::json!({}));
         other_id.insert("message_id".into(), "m2".into());
-        assert_ne!(first, fingerprint(b"{}", &other_id), "message id");
+        assert_ne!(first, identity(b"{}", &other_id), "message id");
     }
 
     /// Issue 16 (6): the snapshot shows the queue it last died in (where a requeue sends it)

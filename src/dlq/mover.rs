@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::audit::Fate;
 use super::holding::{self, Holding};
-use super::target::Targets;
+use super::target::{copy_would_differ, Targets};
 use crate::broker::management::ManagementClient;
 use crate::config::BrokerConfig;
 
@@ -56,7 +56,7 @@ const MAX_FAILURES: usize = 100;
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum Selection {
-    /// The messages a snapshot showed, by identity (`message::fingerprint`): the move takes
+    /// The messages a snapshot showed, by identity (`message::identity`): the move takes
     /// exactly those wherever they are by then, gives back anything else it reads, and reports
     /// a selected message it did not find (issue 16, case 5: positions counted at the time of
     /// the move picked messages the user never saw).
@@ -68,10 +68,16 @@ pub enum Selection {
     Matching(Box<super::message::Filter>),
 }
 
-/// One message a selection names: its fingerprint, and where the snapshot showed it.
+/// One message a selection names: the token the snapshot showed for it, which message it is,
+/// and where the snapshot showed it.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct Wanted {
+    /// As the snapshot showed it (`SnapshotMessage::fingerprint`): what a report names.
     pub fingerprint: String,
+    /// `message::identity`, what the move compares with each delivery; never shown (a digest
+    /// of the content).
+    #[serde(skip)]
+    pub identity: String,
     /// Its position in the snapshot (1 = the oldest).
     pub position: usize,
     pub message_id: Option<String>,
@@ -413,62 +419,6 @@ pub fn original_route(delivery: &Delivery) -> Option<(String, String)> {
     Some((exchange, key))
 }
 
-/// Why a copy published from what warren read would differ from the original, if it would:
-/// the AMQP parser (vendor/amq-protocol-types) keeps headers nested past its limit as raw
-/// bytes, and reads short strings that are not UTF-8 with U+FFFD in place of their bytes. A
-/// U+FFFD sent as such is refused too: the message stays where it is, which is safe. The walk
-/// is bounded by the parser's nesting limit.
-fn copy_would_differ(properties: &BasicProperties) -> Option<String> {
-    use lapin::types::parsing::{has_replaced_bytes, is_beyond_nesting_limit, MAX_NESTING_DEPTH};
-    fn cut(value: &AMQPValue, depth: usize) -> bool {
-        is_beyond_nesting_limit(value, depth)
-            || match value {
-                AMQPValue::FieldTable(t) => t.inner().values().any(|v| cut(v, depth + 1)),
-                AMQPValue::FieldArray(a) => a.as_slice().iter().any(|v| cut(v, depth + 1)),
-                _ => false,
-            }
-    }
-    fn replaced(value: &AMQPValue) -> bool {
-        match value {
-            AMQPValue::ShortString(s) => has_replaced_bytes(s),
-            AMQPValue::FieldTable(t) => table_replaced(t),
-            AMQPValue::FieldArray(a) => a.as_slice().iter().any(replaced),
-            _ => false,
-        }
-    }
-    fn table_replaced(table: &FieldTable) -> bool {
-        table.inner().iter().any(|(k, v)| has_replaced_bytes(k) || replaced(v))
-    }
-    let headers = properties.headers().as_ref();
-    if headers.is_some_and(|h| h.inner().values().any(|v| cut(v, 1))) {
-        return Some(format!(
-            "its headers nest deeper than {MAX_NESTING_DEPTH} levels: warren reads them only that far and does \
-             not publish an altered copy; it stays in this queue"
-        ));
-    }
-    let p = properties;
-    let strings = [
-        p.content_type(),
-        p.content_encoding(),
-        p.correlation_id(),
-        p.reply_to(),
-        p.expiration(),
-        p.message_id(),
-        p.kind(),
-        p.user_id(),
-        p.app_id(),
-        p.cluster_id(),
-    ];
-    if strings.iter().any(|s| s.as_ref().is_some_and(has_replaced_bytes)) || headers.is_some_and(table_replaced) {
-        return Some(
-            "a property or header holds bytes that are not UTF-8 (or U+FFFD): warren reads them replaced and does \
-             not publish an altered copy; it stays in this queue"
-                .to_string(),
-        );
-    }
-    None
-}
-
 /// Why the copy cannot be published, if its content header would not fit one frame of the
 /// connection's `frame_max`: a content header is never split, and the broker closes the whole
 /// connection over a larger frame. The original may be larger than that (the broker adds
@@ -773,9 +723,11 @@ impl<'a> Mover<'a> {
             matching_left: super::budget::JOB,
             cancel: CancellationToken::new(),
         };
-        if let Target::Queue(name) = &plan.target {
+        match &plan.target {
             // Fail before reading anything rather than on the first copy.
-            mover.targets.check(name).await.map_err(MoveError::Refused)?;
+            Target::Queue(name) => mover.targets.check(name).await.map_err(MoveError::Refused)?,
+            Target::OriginalQueue => mover.targets.check_write("").await.map_err(MoveError::Refused)?,
+            Target::OriginalExchange | Target::Discard => {}
         }
         if plan.delivery_limit.is_some() {
             holding::check_before_reading(mover.targets.management(), vhost, queue)
@@ -910,11 +862,11 @@ impl<'a> Mover<'a> {
             }
             Selection::All => Some(None),
             Selection::Messages(_) => {
-                let fingerprint = delivery_fingerprint(delivery);
-                let i = self.wanted.iter().position(|w| w.fingerprint == fingerprint)?;
+                let identity = delivery_identity(delivery);
+                let i = self.wanted.iter().position(|w| w.identity == identity)?;
                 Some(Some(self.wanted.remove(i)))
             }
-            // The filter reads no fingerprint.
+            // The filter reads no identity.
             Selection::Matching(filter) => filter
                 .matches(&super::message::summarize(position, String::new(), peeked(delivery, usize::MAX)))
                 .then_some(None),
@@ -1117,6 +1069,12 @@ impl<'a> Mover<'a> {
                 // A queue named by the message itself is checked when first met.
                 if exchange.is_empty() && !matches!(self.plan.target, Target::Queue(_)) {
                     if let Err(reason) = self.targets.check(&routing_key).await {
+                        return self.fail(position, original, reason).await;
+                    }
+                }
+                // The original exchange: the broker checks write permission on it.
+                if !exchange.is_empty() {
+                    if let Err(reason) = self.targets.check_write(&exchange).await {
                         return self.fail(position, original, reason).await;
                     }
                 }
@@ -1376,8 +1334,8 @@ const PEEK_MEMORY: usize = 64 * 1024 * 1024;
 /// What a peek read, and why it stopped early or may show another order, when it did.
 pub struct Peeked {
     pub messages: Vec<crate::broker::management::PeekedMessage>,
-    /// Each message's identity (`message::fingerprint`), computed on the whole payload.
-    pub fingerprints: Vec<String>,
+    /// Each message's identity (`message::identity`), computed on the whole payload.
+    pub identities: Vec<String>,
     /// The messages (indices into `messages`) that are no longer in the queue: giving them back
     /// would have been their last delivery, so they are in this holding queue.
     pub held: Vec<usize>,
@@ -1413,7 +1371,7 @@ pub async fn peek(
         let mut tags = Vec::new();
         let mut notes = Vec::new();
         let mut held = Vec::new();
-        let mut fingerprints = Vec::new();
+        let mut identities = Vec::new();
         let mut holding: Option<Holding> = None;
         let mut kept_bytes = 0;
         while messages.len() < count {
@@ -1438,7 +1396,7 @@ pub async fn peek(
             kept_bytes += delivery.data.len().min(payload_limit)
                 + lapin::content_header_frame_size(&delivery.properties).unwrap_or(0);
             messages.push(peeked(&delivery, payload_limit));
-            fingerprints.push(delivery_fingerprint(&delivery));
+            identities.push(delivery_identity(&delivery));
             let count = delivery_count(&delivery.properties);
             if !holding::last_delivery(delivery_limit, count) {
                 tags.push(delivery.delivery_tag);
@@ -1490,7 +1448,7 @@ pub async fn peek(
         }
         channel.close(200, "done").await?;
         let note = (!notes.is_empty()).then(|| notes.join("; "));
-        Ok::<_, MoveError>(Peeked { messages, fingerprints, held, holding_queue, note })
+        Ok::<_, MoveError>(Peeked { messages, identities, held, holding_queue, note })
     }
     .await;
     if let Err(e) = connection.close(200, "done").await {
@@ -1508,9 +1466,9 @@ fn at_limit_not_held(position: usize, count: i64, error: &str) -> String {
     )
 }
 
-/// A delivery's identity (`message::fingerprint`), the same for the snapshot and the move.
-fn delivery_fingerprint(delivery: &Delivery) -> String {
-    super::message::fingerprint(&delivery.data, &properties_json(&delivery.properties))
+/// A delivery's identity (`message::identity`), the same for the snapshot and the move.
+fn delivery_identity(delivery: &Delivery) -> String {
+    super::message::identity(&delivery.data, &properties_json(&delivery.properties))
 }
 
 /// A delivery as the DLQ browser keeps it: at most `payload_limit` payload bytes (text, or

@@ -11,7 +11,13 @@
 //!   confirms every copy and then drops the oldest messages to make room (DOMAIN.md §8), so a
 //!   confirm no longer means the copy is kept. Only a user who confirmed that risk
 //!   (`accept_drop_head`) may send there;
-//! - it cannot be checked (the management API does not answer): nothing is sent on a guess.
+//! - it cannot be checked (the management API does not answer): nothing is sent on a guess;
+//! - the broker does not let warren's user write to the exchange the copies go through (for a
+//!   queue, the default exchange, which the broker checks as `amq.default`: measured on 3.10.8).
+//!   Only an administrator may read permissions (`/api/permissions/{vhost}/{user}` answers 401
+//!   to a `monitoring` user); for any other user the broker's own refusal is the check: it
+//!   closes the channel at the first publish, before anything is acked, and the action fails
+//!   with its words.
 //!
 //! A target that refuses publishes when full (`reject-publish`) is fine: it nacks the copy, and
 //! every path treats a nack as a failure that leaves the message where it was
@@ -19,7 +25,11 @@
 
 use std::collections::HashMap;
 
-use crate::broker::management::ManagementClient;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use serde::Deserialize;
+
+use crate::broker::management::{encode_segment, BrokerError, ManagementClient};
 use crate::broker::policies::{self, Overflow};
 
 /// The checked targets of one vhost, each asked of the broker once per action.
@@ -28,11 +38,63 @@ pub struct Targets {
     vhost: String,
     accept_drop_head: bool,
     checked: HashMap<String, Result<(), String>>,
+    /// What warren's user may write in the vhost, asked once.
+    write: Option<Write>,
+}
+
+/// What the broker lets warren's user write in the vhost.
+enum Write {
+    /// Its write permission: a regular expression the broker matches anywhere in a resource's
+    /// name (as `re:run`). An empty one is a synonym for `^$`: nothing.
+    Pattern(regex::Regex),
+    /// No permissions in the vhost at all.
+    Nothing,
+    /// Not known: the management user may not read permissions, or Rust's regex does not read
+    /// the pattern. The broker's refusal at the first publish is then the check.
+    Unknown,
+}
+
+#[derive(Deserialize)]
+struct Permission {
+    write: String,
 }
 
 impl Targets {
     pub fn new(management: ManagementClient, vhost: &str, accept_drop_head: bool) -> Targets {
-        Targets { management, vhost: vhost.to_string(), accept_drop_head, checked: HashMap::new() }
+        Targets { management, vhost: vhost.to_string(), accept_drop_head, checked: HashMap::new(), write: None }
+    }
+
+    /// Whether warren's user may publish to `exchange` ("" is the default exchange); `Err` says
+    /// why not, and that nothing was sent.
+    pub async fn check_write(&mut self, exchange: &str) -> Result<(), String> {
+        let resource = if exchange.is_empty() { "amq.default" } else { exchange };
+        if self.write.is_none() {
+            self.write = Some(self.read_write_permission().await);
+        }
+        let user = self.management.user();
+        match self.write.as_ref().expect("set above") {
+            Write::Pattern(pattern) if !pattern.is_match(resource) => Err(format!(
+                "the broker does not let warren's user {user:?} write to the exchange {resource:?} in this vhost \
+                 (its write permission is {:?}); nothing was sent",
+                pattern.as_str()
+            )),
+            Write::Nothing => Err(format!(
+                "warren's user {user:?} has no permissions in this vhost, so the broker would refuse every copy; \
+                 nothing was sent"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn read_write_permission(&self) -> Write {
+        let path =
+            format!("api/permissions/{}/{}", encode_segment(&self.vhost), encode_segment(self.management.user()));
+        match self.management.get::<Permission>(&path).await {
+            Ok((p, _)) if p.write.is_empty() => Write::Pattern(regex::Regex::new("^$").expect("a valid pattern")),
+            Ok((p, _)) => regex::Regex::new(&p.write).map_or(Write::Unknown, Write::Pattern),
+            Err(BrokerError::Http { status: 404, .. }) => Write::Nothing,
+            Err(_) => Write::Unknown,
+        }
     }
 
     /// Whether copies may go to queue `name` through the default exchange; `Err` says why not in
@@ -49,7 +111,7 @@ impl Targets {
                     "{name:?} holds {limit} and drops its oldest when full (overflow drop-head): the broker would \
                      confirm copies and then drop messages; confirm the risk (accept_drop_head) or pick another target"
                 )),
-                _ => Ok(()),
+                _ => self.check_write("").await,
             },
         };
         self.checked.insert(name.to_string(), checked.clone());
@@ -60,6 +122,63 @@ impl Targets {
     pub fn management(&self) -> &ManagementClient {
         &self.management
     }
+}
+
+/// Why a copy published from what warren read would differ from the original, if it would:
+/// the AMQP parser (vendor/amq-protocol-types) keeps headers nested past its limit as raw
+/// bytes, and reads short strings that are not UTF-8 with U+FFFD in place of their bytes. A
+/// U+FFFD sent as such is refused too: the message stays where it is, which is safe. The walk
+/// is bounded by the parser's nesting limit. Moves leave such a message in its queue; custody
+/// intake leaves it unacked in the broker (its copy in the database would differ just the same).
+pub fn copy_would_differ(properties: &BasicProperties) -> Option<String> {
+    use lapin::types::parsing::{has_replaced_bytes, is_beyond_nesting_limit, MAX_NESTING_DEPTH};
+    fn cut(value: &AMQPValue, depth: usize) -> bool {
+        is_beyond_nesting_limit(value, depth)
+            || match value {
+                AMQPValue::FieldTable(t) => t.inner().values().any(|v| cut(v, depth + 1)),
+                AMQPValue::FieldArray(a) => a.as_slice().iter().any(|v| cut(v, depth + 1)),
+                _ => false,
+            }
+    }
+    fn replaced(value: &AMQPValue) -> bool {
+        match value {
+            AMQPValue::ShortString(s) => has_replaced_bytes(s),
+            AMQPValue::FieldTable(t) => table_replaced(t),
+            AMQPValue::FieldArray(a) => a.as_slice().iter().any(replaced),
+            _ => false,
+        }
+    }
+    fn table_replaced(table: &FieldTable) -> bool {
+        table.inner().iter().any(|(k, v)| has_replaced_bytes(k) || replaced(v))
+    }
+    let headers = properties.headers().as_ref();
+    if headers.is_some_and(|h| h.inner().values().any(|v| cut(v, 1))) {
+        return Some(format!(
+            "its headers nest deeper than {MAX_NESTING_DEPTH} levels: warren reads them only that far and does \
+             not publish an altered copy; it stays in this queue"
+        ));
+    }
+    let p = properties;
+    let strings = [
+        p.content_type(),
+        p.content_encoding(),
+        p.correlation_id(),
+        p.reply_to(),
+        p.expiration(),
+        p.message_id(),
+        p.kind(),
+        p.user_id(),
+        p.app_id(),
+        p.cluster_id(),
+    ];
+    if strings.iter().any(|s| s.as_ref().is_some_and(has_replaced_bytes)) || headers.is_some_and(table_replaced) {
+        return Some(
+            "a property or header holds bytes that are not UTF-8 (or U+FFFD): warren reads them replaced and does \
+             not publish an altered copy; it stays in this queue"
+                .to_string(),
+        );
+    }
+    None
 }
 
 /// Why a copy the broker nacked is not moved: the words every path reports.

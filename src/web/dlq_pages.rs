@@ -244,6 +244,16 @@ async fn custody_view(
         super::restricted::listing(&mut listing);
     }
     let (intake, intake_stopped) = match &listing.intake {
+        Some(i) if i.state == "running" && i.left_count > 0 => (
+            format!(
+                "running: {} taken in since warren started; {} left unacked in the broker, because a copy of them \
+                 would differ from them (they go back to the queue when intake stops): {}",
+                i.taken,
+                i.left_count,
+                i.left.join("; ")
+            ),
+            false,
+        ),
         Some(i) if i.state == "running" => (format!("running: {} taken in since warren started", i.taken), false),
         Some(i) => {
             let again = i.retry_at.and_then(|t| chrono::DateTime::from_timestamp(t, 0));
