@@ -1,24 +1,47 @@
-# Build: docker build -t warren .
-# Run:   docker run -p 8080:8080 -e WARREN_LISTEN=0.0.0.0:8080 -v warren-data:/data warren
-FROM rust:1-bookworm AS build
+# warren's container image. Base images are named in full, as buildah and podman require.
+#
+#   docker build -t warren .                      (or: buildah bud -t warren .)
+#   docker run -p 8080:8080 -v warren-data:/data -e WARREN_CONFIG=/etc/warren/warren.toml \
+#     -v ./warren.toml:/etc/warren/warren.toml:ro warren
+#
+# Inside, warren listens on 0.0.0.0:8080; it refuses that address while the database has no
+# user and no proxy authentication is configured (docs/deploy.md: create the first admin with
+# `docker run -i ... warren user add NAME --role admin`). The database lives in /data, a volume.
+#
+# `--build-arg BINARY=prebuilt` takes the binary from target/image/warren instead of compiling
+# it here (.ci/image: the binary the tests ran, on a machine that cannot pull rust images).
+ARG BINARY=build
+
+FROM docker.io/library/rust:1-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock build.rs ./
+COPY Cargo.toml Cargo.lock build.rs askama.toml ./
+COPY vendor vendor
 COPY src src
 COPY migrations migrations
 COPY templates templates
 COPY static static
 COPY benches benches
-RUN cargo build --release --locked --bin warren
+RUN cargo build --release --locked --bin warren && cp target/release/warren /warren
 
-FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+FROM docker.io/library/debian:bookworm-slim AS prebuilt
+COPY target/image/warren /warren
+
+FROM ${BINARY} AS binary
+
+FROM docker.io/library/debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --home /data --create-home warren
-COPY --from=build /src/target/release/warren /usr/local/bin/warren
-USER warren
+    && useradd --system --uid 10001 --user-group --home-dir /data --create-home warren \
+    && chmod 0700 /data
+COPY --from=binary /warren /usr/local/bin/warren
+USER 10001:10001
 WORKDIR /data
-ENV WARREN_DATABASE=/data/warren.db
+ENV WARREN_LISTEN=0.0.0.0:8080 \
+    WARREN_DATABASE=/data/warren.db \
+    WARREN_LOG_FORMAT=json
+VOLUME ["/data"]
 EXPOSE 8080
-HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 CMD ["warren", "healthcheck"]
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 CMD ["warren", "healthcheck"]
 ENTRYPOINT ["warren"]
 CMD ["serve"]
