@@ -21,7 +21,9 @@ COPY migrations migrations
 COPY templates templates
 COPY static static
 COPY benches benches
-RUN cargo build --release --locked --bin warren && cp target/release/warren /warren
+# The commit /metrics names (`docker build --build-arg WARREN_COMMIT=$(git rev-parse --short=12 HEAD)`).
+ARG WARREN_COMMIT=unknown
+RUN WARREN_COMMIT=$WARREN_COMMIT cargo build --release --locked --bin warren && cp target/release/warren /warren
 
 FROM docker.io/library/debian:bookworm-slim AS prebuilt
 COPY target/image/warren /warren

@@ -172,6 +172,10 @@ pub struct QueueView {
     /// counters live in the poller's window only.
     #[serde(skip)]
     pub publish_count: Option<u64>,
+    /// The broker's cumulative counters, as last read (between two stats listings, the last
+    /// listing's): what `/metrics` exports as counters, so that Prometheus can take its own rates.
+    #[serde(skip)]
+    pub counters: QueueCounters,
     /// `head_message_timestamp` in unix seconds, as stored.
     #[serde(skip)]
     pub head_ts: Option<i64>,
@@ -224,6 +228,7 @@ impl QueueView {
             deleted: false,
             id: None,
             publish_count: None,
+            counters: QueueCounters::default(),
             head_ts: None,
             estimate: None,
         }
@@ -376,6 +381,7 @@ pub fn queue_view_named(
         policy: raw.policy,
         effective_policy: raw.effective_policy_definition.unwrap_or_default(),
         publish_count: counters.publish,
+        counters,
         head_ts,
         ..QueueView::unknown(names, now)
     }

@@ -174,6 +174,9 @@ pub struct BrokerLive {
 pub struct VhostLive {
     pub name: String,
     pub rates: BrokerRates,
+    /// The vhost's cumulative counters as last read, for `/metrics`.
+    #[serde(skip)]
+    pub counters: crate::metrics::BrokerCounters,
 }
 
 impl BrokerLive {

@@ -1551,6 +1551,7 @@ impl Poller {
             out.push(VhostLive {
                 name: vhost.name.clone(),
                 rates: rates_from(counters, current, fetched, window, keep),
+                counters: current,
             });
         }
         self.vhost_counters.retain(|name, _| vhosts.iter().any(|v| &v.name == name));
@@ -1703,6 +1704,7 @@ mod tests {
         let vhost = |publish: Option<f64>| VhostLive {
             name: "v".into(),
             rates: BrokerRates { publish_rate: publish, confirm_rate: Some(1.0), ..BrokerRates::default() },
+            counters: Default::default(),
         };
         let both = watched_rates(&[vhost(Some(2.0)), vhost(Some(3.5))]);
         assert_eq!((both.publish_rate, both.confirm_rate), (Some(5.5), Some(2.0)));

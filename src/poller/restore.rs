@@ -111,8 +111,10 @@ pub async fn seed(
         }
     }
     views.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
-    let mut vhosts: Vec<VhostLive> =
-        by_vhost.into_keys().map(|name| VhostLive { name: name.to_string(), rates: Default::default() }).collect();
+    let mut vhosts: Vec<VhostLive> = by_vhost
+        .into_keys()
+        .map(|name| VhostLive { name: name.to_string(), rates: Default::default(), counters: Default::default() })
+        .collect();
     vhosts.sort_by(|a, b| a.name.cmp(&b.name));
     let totals = super::totals(&views);
     tracing::info!(broker, queues = views.len(), %as_of, "showing the last known state until the first poll succeeds");

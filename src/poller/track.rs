@@ -347,6 +347,9 @@ pub fn derive(
             ctx.now,
         );
 
+        if !counters_fresh {
+            view.counters = tracked.last_known.unwrap_or_default();
+        }
         if counters_fresh {
             tracked.rates = QueueRates {
                 publish: view.publish_rate,

@@ -1,7 +1,13 @@
 //! `GET /metrics`: the live numbers in the Prometheus text format (version 0.0.4), so warren is
 //! a drop-in exporter. A value the broker did not give is left out (Prometheus reads an absent
-//! sample as "no data"), never written as 0. The oldest-message age carries its source as a
-//! label, which makes warren the exporter that gives an age for quorum queues.
+//! sample as "no data"), never written as 0.
+//!
+//! As Prometheus expects (issue 36, case 7; `promtool check metrics` is clean, tested): what the
+//! broker counts is exported as counters (`*_total`), so `rate()` and `increase()` work, beside
+//! warren's own rate gauges; a series' labels never change (how the oldest-message age was
+//! derived is a gauge of its own, not a label that would start a new series when an estimate
+//! becomes exact); the call counters name endpoints as templates (`/api/queues/:vhost`), not
+//! vhosts; the answer is gzipped when asked; `process_*` metrics and the build's commit are in.
 
 use axum::extract::State;
 use axum::http::header;
@@ -13,7 +19,8 @@ use crate::metrics::QueueView;
 use crate::state::{AppState, BrokerLive};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/metrics", get(metrics))
+    // A scrape of thousands of queues is megabytes of text that compresses about tenfold.
+    Router::new().route("/metrics", get(metrics)).layer(tower_http::compression::CompressionLayer::new())
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
@@ -33,6 +40,10 @@ struct Family<'a> {
 
 fn header(out: &mut String, f: &Family<'_>) {
     out.push_str(&format!("# HELP {} {}\n# TYPE {} gauge\n", f.name, f.help, f.name));
+}
+
+fn counter_header(out: &mut String, f: &Family<'_>) {
+    out.push_str(&format!("# HELP {} {}\n# TYPE {} counter\n", f.name, f.help, f.name));
 }
 
 fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
@@ -68,44 +79,73 @@ const QUEUE_FAMILIES: &[(&str, &str, QueueValue)] = &[
     ),
 ];
 
+/// What the broker counts per queue, cumulative since the queue (or its node) started.
+const QUEUE_COUNTERS: &[(&str, &str, QueueValue)] = &[
+    ("warren_queue_published_total", "Messages published into the queue, as the broker counts them.", |q| {
+        q.counters.publish.map(|v| v as f64)
+    }),
+    (
+        "warren_queue_delivered_total",
+        "Messages delivered (or fetched) from the queue, as the broker counts them.",
+        |q| q.counters.deliver.map(|v| v as f64),
+    ),
+    ("warren_queue_acknowledged_total", "Messages acknowledged, as the broker counts them.", |q| {
+        q.counters.ack.map(|v| v as f64)
+    }),
+    ("warren_queue_redelivered_total", "Messages redelivered, as the broker counts them.", |q| {
+        q.counters.redeliver.map(|v| v as f64)
+    }),
+];
+
+/// How the oldest-message age was derived, each a gauge of its own so the age's series keeps
+/// its labels when an estimate becomes exact.
+const AGE_FAMILIES: &[(&str, &str, QueueValue)] = &[
+    (
+        "warren_queue_oldest_message_age_seconds",
+        "Age of the oldest message: exact from the broker's head timestamp, or warren's FIFO estimate (see the two gauges below).",
+        |q| q.oldest_age_secs,
+    ),
+    (
+        "warren_queue_oldest_message_age_estimated",
+        "1 when the oldest-message age is warren's FIFO estimate, 0 when it is the broker's head timestamp.",
+        |q| {
+            q.oldest_age_secs?;
+            Some(if q.oldest_age_source == crate::metrics::AgeSource::Exact { 0.0 } else { 1.0 })
+        },
+    ),
+    (
+        "warren_queue_oldest_message_age_lower_bound",
+        "1 when the oldest message is older than the age given (the estimate reaches back only as far as warren's history).",
+        |q| {
+            q.oldest_age_secs?;
+            Some(if q.oldest_age_lower_bound { 1.0 } else { 0.0 })
+        },
+    ),
+];
+
+fn queue_samples(out: &mut String, name: &str, queues: &[&QueueView], value: QueueValue) {
+    for q in queues {
+        if let Some(v) = value(q) {
+            sample(out, name, &[("broker", &q.broker), ("vhost", &q.vhost), ("queue", &q.name), ("type", &q.kind)], v);
+        }
+    }
+}
+
 pub fn render(brokers: &[BrokerLive]) -> String {
     let mut out = String::with_capacity(4096);
     // A broker that is down has no current queue numbers: export none rather than stale ones
     // that look fresh (warren_broker_up says why they are missing).
     let queues: Vec<&QueueView> =
         brokers.iter().filter(|b| b.status.up == Some(true)).flat_map(|b| b.queues.iter()).collect();
-    for (name, help, value) in QUEUE_FAMILIES {
+    for (name, help, value) in QUEUE_FAMILIES.iter().chain(AGE_FAMILIES) {
         header(&mut out, &Family { name, help });
-        for q in &queues {
-            if let Some(v) = value(q) {
-                sample(
-                    &mut out,
-                    name,
-                    &[("broker", &q.broker), ("vhost", &q.vhost), ("queue", &q.name), ("type", &q.kind)],
-                    v,
-                );
-            }
-        }
+        queue_samples(&mut out, name, &queues, *value);
     }
-    let age = Family {
-        name: "warren_queue_oldest_message_age_seconds",
-        help: "Age of the oldest message; source is exact (broker timestamp) or estimated (warren's FIFO estimate); lower_bound=true means older than this.",
-    };
-    header(&mut out, &age);
-    for q in &queues {
-        if let Some(v) = q.oldest_age_secs {
-            let lower = if q.oldest_age_lower_bound { "true" } else { "false" };
-            let labels = [
-                ("broker", &*q.broker),
-                ("vhost", &*q.vhost),
-                ("queue", &*q.name),
-                ("type", &*q.kind),
-                ("source", q.oldest_age_source.as_str()),
-                ("lower_bound", lower),
-            ];
-            sample(&mut out, age.name, &labels, v);
-        }
+    for (name, help, value) in QUEUE_COUNTERS {
+        counter_header(&mut out, &Family { name, help });
+        queue_samples(&mut out, name, &queues, *value);
     }
+    render_vhost_counters(&mut out, brokers);
 
     header(
         &mut out,
@@ -195,9 +235,98 @@ pub fn render(brokers: &[BrokerLive]) -> String {
     render_nodes(&mut out, brokers);
     header(&mut out, &Family { name: "warren_up", help: "warren is running." });
     out.push_str("warren_up 1\n");
-    header(&mut out, &Family { name: "warren_build_info", help: "warren's version." });
-    sample(&mut out, "warren_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+    header(&mut out, &Family { name: "warren_build_info", help: "warren's version and the commit it was built from." });
+    let commit = option_env!("WARREN_COMMIT").filter(|c| !c.is_empty()).unwrap_or("unknown");
+    sample(&mut out, "warren_build_info", &[("version", env!("CARGO_PKG_VERSION")), ("commit", commit)], 1.0);
+    render_process(&mut out);
     out
+}
+
+type VhostCounter = fn(&crate::metrics::BrokerCounters) -> Option<u64>;
+
+/// What the broker counts per vhost (confirms and unroutable returns exist only per vhost).
+fn render_vhost_counters(out: &mut String, brokers: &[BrokerLive]) {
+    let families: &[(&str, &str, VhostCounter)] = &[
+        ("warren_vhost_published_total", "Messages published in the vhost, as the broker counts them.", |c| c.publish),
+        ("warren_vhost_confirmed_total", "Publisher confirms sent in the vhost.", |c| c.confirm),
+        ("warren_vhost_acknowledged_total", "Acknowledgements in the vhost.", |c| c.ack),
+        ("warren_vhost_delivered_total", "Deliveries (and fetches) in the vhost.", |c| c.deliver),
+        ("warren_vhost_redelivered_total", "Redeliveries in the vhost.", |c| c.redeliver),
+        ("warren_vhost_unroutable_total", "Publishes that reached no queue (returned or dropped) in the vhost.", |c| {
+            c.unroutable
+        }),
+    ];
+    for (name, help, value) in families {
+        counter_header(out, &Family { name, help });
+        for b in brokers.iter().filter(|b| b.status.up == Some(true)) {
+            for v in &b.vhosts {
+                if let Some(n) = value(&v.counters) {
+                    sample(out, name, &[("broker", &b.name), ("vhost", &v.name)], n as f64);
+                }
+            }
+        }
+    }
+}
+
+/// The standard `process_*` metrics of this process, from `/proc` (Linux); left out where
+/// `/proc` does not answer.
+fn render_process(out: &mut String) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return };
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let Some(fields) = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect::<Vec<_>>()) else {
+        return;
+    };
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok());
+    let ticks = clock_ticks();
+    let page = 4096.0;
+    if let (Some(utime), Some(stime)) = (field(14), field(15)) {
+        counter_header(
+            out,
+            &Family { name: "process_cpu_seconds_total", help: "Total user and system CPU time spent in seconds." },
+        );
+        out.push_str(&format!("process_cpu_seconds_total {}\n", (utime + stime) / ticks));
+    }
+    if let Some(vsize) = field(23) {
+        header(out, &Family { name: "process_virtual_memory_bytes", help: "Virtual memory size in bytes." });
+        out.push_str(&format!("process_virtual_memory_bytes {vsize}\n"));
+    }
+    if let Some(rss) = field(24) {
+        header(out, &Family { name: "process_resident_memory_bytes", help: "Resident memory size in bytes." });
+        out.push_str(&format!("process_resident_memory_bytes {}\n", rss * page));
+    }
+    let boot = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("btime ")).and_then(|t| t.trim().parse::<f64>().ok()));
+    if let (Some(boot), Some(start)) = (boot, field(22)) {
+        header(
+            out,
+            &Family {
+                name: "process_start_time_seconds",
+                help: "Start time of the process since unix epoch in seconds.",
+            },
+        );
+        out.push_str(&format!("process_start_time_seconds {}\n", boot + start / ticks));
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        header(out, &Family { name: "process_open_fds", help: "Number of open file descriptors." });
+        out.push_str(&format!("process_open_fds {}\n", fds.count()));
+    }
+    let max_fds = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
+        l.lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|n| n.parse::<f64>().ok())
+    });
+    if let Some(max) = max_fds {
+        header(out, &Family { name: "process_max_fds", help: "Maximum number of open file descriptors." });
+        out.push_str(&format!("process_max_fds {max}\n"));
+    }
+}
+
+/// Clock ticks per second of `/proc` times: 100 on every Linux this runs on (the kernel's
+/// USER_HZ is fixed at 100 for user space on x86 and arm).
+fn clock_ticks() -> f64 {
+    100.0
 }
 
 type NodeValue = fn(&crate::broker::nodes::Node) -> Option<f64>;
@@ -215,7 +344,8 @@ const NODE_FAMILIES: &[(&str, &str, NodeValue)] = &[
         n.disk_free_limit.map(|v| v as f64)
     }),
     ("warren_node_fd_used", "File descriptors in use.", |n| n.fd_used.map(|v| v as f64)),
-    ("warren_node_fd_total", "File descriptor limit.", |n| n.fd_total.map(|v| v as f64)),
+    // Not `_total`: that suffix means a counter.
+    ("warren_node_fd_limit", "File descriptor limit.", |n| n.fd_total.map(|v| v as f64)),
     ("warren_node_mem_alarm", "1 while the node's memory alarm is on.", |n| {
         n.mem_alarm.map(|a| if a { 1.0 } else { 0.0 })
     }),
@@ -258,11 +388,17 @@ fn render_load(out: &mut String, brokers: &[BrokerLive]) {
         ("warren_broker_call_bytes_total", "Bytes of the broker's answers, per endpoint.", |t| t.bytes as f64),
     ];
     for (name, help, value) in counters {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+        counter_header(out, &Family { name, help });
         for b in brokers {
+            // Per endpoint template, summed over vhosts: a vhost name is no endpoint, and each
+            // vhost would be a series of its own.
+            let mut by_template: std::collections::BTreeMap<(&str, String), f64> = Default::default();
             for (endpoint, totals) in &b.load.totals {
                 let (source, endpoint) = endpoint.split_once(' ').unwrap_or(("", endpoint));
-                sample(out, name, &[("broker", &b.name), ("source", source), ("endpoint", endpoint)], value(totals));
+                *by_template.entry((source, endpoint_template(endpoint))).or_default() += value(totals);
+            }
+            for ((source, endpoint), v) in by_template {
+                sample(out, name, &[("broker", &b.name), ("source", source), ("endpoint", &endpoint)], v);
             }
         }
     }
@@ -301,9 +437,28 @@ fn render_load(out: &mut String, brokers: &[BrokerLive]) {
     }
 }
 
+/// An endpoint as a template: `/api/queues/my-vhost` is `/api/queues/:vhost` (no braces: naive
+/// parsers of the format read a `}` in a label value as the end of the labels).
+fn endpoint_template(endpoint: &str) -> String {
+    const PER_VHOST: &[&str] = &["queues", "policies", "operator-policies", "bindings", "exchanges"];
+    match endpoint.strip_prefix("/api/").and_then(|rest| rest.split_once('/')) {
+        Some((kind, _)) if PER_VHOST.contains(&kind) => format!("/api/{kind}/:vhost"),
+        _ => endpoint.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints_name_no_vhost() {
+        assert_eq!(endpoint_template("/api/queues/orders%2Fprod"), "/api/queues/:vhost");
+        assert_eq!(endpoint_template("/api/operator-policies/v"), "/api/operator-policies/:vhost");
+        assert_eq!(endpoint_template("/api/overview"), "/api/overview");
+        assert_eq!(endpoint_template("/api/connections/username"), "/api/connections/username");
+        assert_eq!(endpoint_template("/metrics/detailed"), "/metrics/detailed");
+    }
 
     #[test]
     fn label_values_are_escaped() {
