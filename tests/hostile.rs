@@ -468,3 +468,68 @@ async fn custody_takes_no_message_it_cannot_keep_faithfully() {
     assert!(left.contains(&"deep".to_string()), "{left:?}");
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 36, case 8: every error of the JSON API is JSON of one shape, `{"error": {"code",
+/// "message"}}`, the framework's own rejections too (they came as `text/plain`, or empty for a
+/// method the route does not take).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_error_is_json_of_one_shape() {
+    let vhost = TestVhost::create("apierrors").await;
+    let warren = watching_nothing(&vhost).await;
+    let http = reqwest::Client::new();
+    let requeue = warren.url(&format!("/api/v1/queues/local/{}/q/requeue", encode(&vhost.name)));
+    let cases = [
+        ("a job id that is no number", http.get(warren.url("/api/v1/jobs/abc")), 400, "bad_request"),
+        ("a body without a content type", http.post(&requeue).body("{}"), 415, "unsupported_media_type"),
+        (
+            "a body that is not JSON",
+            http.post(&requeue).header("content-type", "application/json").body("{"),
+            400,
+            "bad_request",
+        ),
+        (
+            "JSON of the wrong shape",
+            http.post(&requeue).header("content-type", "application/json").body(r#"{"selection": "everything"}"#),
+            422,
+            "invalid",
+        ),
+        ("a method the route does not take", http.put(warren.url("/api/v1/queues")), 405, "method_not_allowed"),
+        (
+            "a body over the limit",
+            http.post(&requeue).header("content-type", "application/json").body(vec![b' '; 3 * 1024 * 1024]),
+            413,
+            "too_large",
+        ),
+        ("no such resource", http.get(warren.url("/api/v1/nothing-here")), 404, "not_found"),
+    ];
+    for (what, request, status, code) in cases {
+        let response = request.send().await.unwrap();
+        let got = response.status().as_u16();
+        if got != status {
+            panic!("{what}: {got} {}", response.text().await.unwrap());
+        }
+        let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(content_type.starts_with("application/json"), "{what}: {content_type}");
+        let allow = response.headers().get("allow").is_some();
+        let body: Value = response.json().await.unwrap_or_else(|e| panic!("{what}: not JSON: {e}"));
+        assert_eq!(body["error"]["code"], code, "{what}: {body}");
+        assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}: {body}");
+        if status == 405 {
+            assert!(allow, "{what}: the Allow header stays");
+        }
+    }
+    still_serving(&warren).await;
+    warren.stop().await;
+}
+
+async fn watching_nothing(vhost: &TestVhost) -> Warren {
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("warren to serve", Duration::from_secs(20), || async {
+        match warren.get_text("/healthz").await.0 {
+            200 => Ok(()),
+            other => Err(format!("{other}")),
+        }
+    })
+    .await;
+    warren
+}

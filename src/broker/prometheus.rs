@@ -94,7 +94,7 @@ impl Identity {
     /// name, and (when the nodes are known) one of its nodes. The error says what each side said.
     pub fn check(&self, cluster: Option<&str>, nodes: &[String]) -> Result<(), BrokerError> {
         let same_cluster = cluster.is_none_or(|c| c == self.cluster);
-        let its_node = nodes.is_empty() || nodes.iter().any(|n| *n == self.node);
+        let its_node = nodes.is_empty() || nodes.contains(&self.node);
         if same_cluster && its_node {
             return Ok(());
         }

@@ -365,8 +365,8 @@ impl Taken {
 
 /// What intake does with one delivery.
 enum Sorted {
-    /// A row for the batch.
-    Keep(Taken),
+    /// A row for the batch (boxed: a row is large beside the other variant).
+    Keep(Box<Taken>),
     /// Left unacked in the broker: a copy of it (a row here, a replay later) would differ from
     /// it, so acking it would lose what warren could not read, as a move would (issue 29: intake
     /// took messages whose headers nest past the parser's limit, or hold bytes that are not
@@ -383,7 +383,7 @@ fn sort(delivery: lapin::message::Delivery) -> Result<Sorted, String> {
         let what = format!("message {}: {why}", id.as_deref().unwrap_or("without an id"));
         return Ok(Sorted::Leave { tag: delivery.delivery_tag, what });
     }
-    taken(delivery).map(Sorted::Keep)
+    taken(delivery).map(|t| Sorted::Keep(Box::new(t)))
 }
 
 /// Notes a message left unacked in the broker (`Sorted::Leave`).
@@ -526,7 +526,7 @@ async fn intake(
             Ok(Some(got)) => {
                 let prefetch = (INTAKE_MEMORY / got.delivery.data.len().max(1)).clamp(1, BATCH) as u16;
                 match sort(got.delivery)? {
-                    Sorted::Keep(first) => (prefetch, vec![first]),
+                    Sorted::Keep(first) => (prefetch, vec![*first]),
                     Sorted::Leave { tag, what } => {
                         leave(custody, id, &mut left, tag, what);
                         (prefetch, Vec::new())
@@ -561,7 +561,7 @@ async fn intake(
                 None => break Err("the broker closed the consumer".to_string()),
             };
             match sort(first) {
-                Ok(Sorted::Keep(t)) => batch.push(t),
+                Ok(Sorted::Keep(t)) => batch.push(*t),
                 Ok(Sorted::Leave { tag, what }) => {
                     leave(custody, id, &mut left, tag, what);
                     continue;
@@ -573,7 +573,7 @@ async fn intake(
         while batch.len() < most && batch_bytes(&batch) < INTAKE_MEMORY && failed.is_none() {
             match tokio::time::timeout(GATHER, consumer.next()).await {
                 Ok(Some(Ok(delivery))) => match sort(delivery) {
-                    Ok(Sorted::Keep(t)) => batch.push(t),
+                    Ok(Sorted::Keep(t)) => batch.push(*t),
                     Ok(Sorted::Leave { tag, what }) => leave(custody, id, &mut left, tag, what),
                     Err(e) => failed = Some(e),
                 },

@@ -305,6 +305,8 @@ pub async fn connect(broker: &BrokerConfig, vhost: &str) -> Result<Connection, M
     let connector = RustlsConnector::from(tls.shared_config());
     // What lapin's own `connect_with_config` does (a blocking connect and handshake on its
     // thread, then non-blocking), with warren's rustls configuration instead of a fresh one.
+    // The error type is lapin's (`HandshakeError`), which `Connection::connector` requires.
+    #[allow(clippy::result_large_err)]
     let open = Box::new(move |uri: &AMQPUri| {
         if uri.scheme == lapin::uri::AMQPScheme::AMQP {
             return uri.connect();

@@ -65,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         // Inside the gate, which has identified the user by then.
         .layer(axum::middleware::from_fn(error_pages))
         .layer(axum::middleware::from_fn_with_state(state.clone(), access::gate))
+        .layer(axum::middleware::from_fn(api_errors))
         .layer(axum::middleware::map_response(security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
@@ -242,6 +243,50 @@ async fn error_pages(request: axum::extract::Request, next: axum::middleware::Ne
         (Some(me), Some(ErrorToRender(message))) => error_page(response.status(), message.clone(), me),
         _ => response,
     }
+}
+
+/// Every error of the JSON API in one shape, `{"error": {"code", "message"}}` (issue 36, case 8):
+/// the framework's own rejections (a path segment or query that does not parse, a body that is
+/// not JSON or too large, a missing content type, a method the route does not take) came as
+/// plain text or an empty body. Their words are kept as the message; headers such as `Allow`
+/// stay.
+async fn api_errors(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let response = next.run(request).await;
+    let status = response.status();
+    let json =
+        response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !api || json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    let message = match text {
+        Ok(text) if !text.is_empty() => text,
+        _ => status.canonical_reason().unwrap_or("error").to_string(),
+    };
+    let code = match status.as_u16() {
+        400 => "bad_request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        409 => "conflict",
+        413 => "too_large",
+        415 => "unsupported_media_type",
+        422 => "invalid",
+        429 => "too_many_requests",
+        503 => "unavailable",
+        500..=599 => "internal",
+        _ => "error",
+    };
+    let mut answer = (status, Json(json!({"error": {"code": code, "message": message}}))).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            answer.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    answer
 }
 
 /// No route: a JSON error for the API, a page with the navigation for everyone else.
