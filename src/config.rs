@@ -1,7 +1,9 @@
 //! warren's one typed configuration: defaults, then the TOML file, then environment, then flags.
 //!
-//! Every field is documented in README.md ("Configuration"). An invalid configuration is reported as
-//! one line naming the field and the problem, and the process exits non-zero.
+//! Every field is documented in README.md ("Configuration"), every variable and secret form in
+//! docs/configuration.md. The file and the environment are merged in `sources` before the typed
+//! structs are read. An invalid configuration is reported as one line naming the field and the
+//! problem, and the process exits non-zero.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -9,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+mod sources;
+pub use sources::{Environment, Source, Sources};
 
 /// The whole configuration, loaded once at start and passed in explicitly.
 #[derive(Debug, Clone)]
@@ -288,9 +293,8 @@ struct FileBroker {
     management_url: Option<String>,
     management_urls: Option<Vec<String>>,
     user: Option<String>,
+    /// `password_env` and `password_file` are resolved to this in `sources`.
     password: Option<String>,
-    password_env: Option<String>,
-    password_file: Option<PathBuf>,
     amqp_url: Option<String>,
     vhosts_include: Option<Vec<String>>,
     vhosts_exclude: Option<Vec<String>>,
@@ -330,72 +334,92 @@ impl Config {
     /// Loads the configuration from `overrides.config_path` (or `WARREN_CONFIG`), the process
     /// environment and the command-line overrides.
     pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
-        let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
-        let path = overrides.config_path.clone().or_else(|| env("WARREN_CONFIG").map(PathBuf::from));
-        let file = match &path {
-            Some(path) => read_file(path)?,
-            None => FileConfig::default(),
+        Config::load_explained(overrides).map(|(config, _)| config)
+    }
+
+    /// As `load`, with where each value came from (`check-config`).
+    pub fn load_explained(overrides: &Overrides) -> Result<(Config, Sources), ConfigError> {
+        let env = Environment::from_process();
+        let path = overrides.config_path.clone().or_else(|| env.get("WARREN_CONFIG").map(PathBuf::from));
+        let text = match &path {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| invalid("config", format!("cannot read {}: {e}", path.display())))?,
+            ),
+            None => None,
         };
-        Config::build(file, &env, overrides)
+        Config::from_layers(path.as_deref().zip(text.as_deref()), &env, overrides)
     }
 
     /// Parses a TOML document with no environment and no overrides (tests, `config check`).
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let file = parse_toml(text)?;
-        Config::build(file, &|_| None, &Overrides::default())
+        let file = Some((Path::new("warren.toml"), text));
+        Config::from_layers(file, &Environment::default(), &Overrides::default()).map(|(config, _)| config)
     }
 
-    /// Layers file, environment (`env`) and overrides, then validates.
-    fn build(
-        file: FileConfig,
-        env: &dyn Fn(&str) -> Option<String>,
+    /// Layers the file (path and text), the environment and the flags, then validates.
+    pub fn from_layers(
+        file: Option<(&Path, &str)>,
+        env: &Environment,
         overrides: &Overrides,
-    ) -> Result<Config, ConfigError> {
-        let listen_text = overrides
-            .listen
-            .clone()
-            .or_else(|| env("WARREN_LISTEN"))
-            .or(file.listen)
-            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    ) -> Result<(Config, Sources), ConfigError> {
+        let (table, mut sources) = sources::layer(file, env, true)?;
+        let file: FileConfig = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.inner().message().lines().next().unwrap_or("invalid").to_string();
+            invalid(if path == "." { "config".to_string() } else { path }, message)
+        })?;
+        let config = Config::build(file, overrides)?;
+        let flags: [(&str, &'static str, bool); 3] = [
+            ("listen", "--listen", overrides.listen.is_some()),
+            ("database", "--database", overrides.database.is_some()),
+            ("retention_days", "--retention-days", overrides.retention_days.is_some()),
+        ];
+        let broker_flags: [(&str, &'static str, bool); 4] = [
+            ("brokers[0].management_url", "--management-url", overrides.management_url.is_some()),
+            ("brokers[0].user", "--user", overrides.user.is_some()),
+            ("brokers[0].amqp_url", "--amqp-url", overrides.amqp_url.is_some()),
+            ("brokers[0].poll_interval_secs", "--poll-interval-secs", overrides.poll_interval_secs.is_some()),
+        ];
+        for (path, flag, given) in flags.into_iter().chain(broker_flags) {
+            if given {
+                sources.set(path, Source::Flag(flag));
+            }
+        }
+        if let Some(path) = &overrides.password_file {
+            let named_by = Box::new(Source::Flag("--password-file"));
+            sources.set("brokers[0].password", Source::SecretFile { path: path.clone(), named_by });
+        }
+        Ok((config, sources))
+    }
+
+    /// Validates the merged file and environment, with the flags over them.
+    fn build(file: FileConfig, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let listen_text = overrides.listen.clone().or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
         let listen: SocketAddr = listen_text
             .parse()
             .map_err(|_| invalid("listen", format!("{listen_text:?} is not an address like 127.0.0.1:8080")))?;
 
-        let database = overrides
-            .database
-            .clone()
-            .or_else(|| env("WARREN_DATABASE").map(PathBuf::from))
-            .or(file.database)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE));
+        let database = overrides.database.clone().or(file.database).unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE));
         if database.as_os_str().is_empty() {
             return Err(invalid("database", "must not be empty"));
         }
-        let public_url = match env("WARREN_PUBLIC_URL").or(file.public_url).filter(|u| !u.trim().is_empty()) {
+        let public_url = match file.public_url.filter(|u| !u.trim().is_empty()) {
             None => None,
             Some(text) => Some(parse_public_url(&text)?),
         };
 
-        let retention_days = match overrides.retention_days {
-            Some(days) => days,
-            None => match env("WARREN_RETENTION_DAYS") {
-                Some(text) => parse_u64("retention_days", &text)?,
-                None => file.retention_days.unwrap_or(DEFAULT_RETENTION_DAYS),
-            },
-        };
+        let retention_days = overrides.retention_days.or(file.retention_days).unwrap_or(DEFAULT_RETENTION_DAYS);
         if retention_days == 0 || retention_days > 3650 {
             return Err(invalid("retention_days", "must be from 1 to 3650"));
         }
-        let minute_retention_days = match env("WARREN_MINUTE_RETENTION_DAYS") {
-            Some(text) => parse_u64("minute_retention_days", &text)?,
-            None => file.minute_retention_days.unwrap_or(DEFAULT_MINUTE_RETENTION_DAYS.min(retention_days)),
-        };
+        let minute_retention_days =
+            file.minute_retention_days.unwrap_or(DEFAULT_MINUTE_RETENTION_DAYS.min(retention_days));
         if minute_retention_days == 0 || minute_retention_days > retention_days {
             return Err(invalid("minute_retention_days", "must be from 1 to retention_days"));
         }
-        let raw_retention_hours = match env("WARREN_RAW_RETENTION_HOURS") {
-            Some(text) => parse_u64("raw_retention_hours", &text)?,
-            None => file.raw_retention_hours.unwrap_or(DEFAULT_RAW_RETENTION_HOURS.min(minute_retention_days * 24)),
-        };
+        let raw_retention_hours =
+            file.raw_retention_hours.unwrap_or(DEFAULT_RAW_RETENTION_HOURS.min(minute_retention_days * 24));
         // Two hours at least: the roll-up reads the value in force before each hour, and idle
         // queues write a keyframe only once an hour.
         if raw_retention_hours < 2 || raw_retention_hours > minute_retention_days * 24 {
@@ -410,7 +434,7 @@ impl Config {
         let mut brokers = Vec::with_capacity(file_brokers.len());
         for (index, broker) in file_brokers.into_iter().enumerate() {
             let cli = if single { Some(overrides) } else { None };
-            brokers.push(build_broker(index, broker, env, cli)?);
+            brokers.push(build_broker(index, broker, cli)?);
         }
         if !single && overrides_touch_broker(overrides) {
             return Err(invalid(
@@ -489,8 +513,19 @@ impl Config {
     /// `warren check-config`: it reads back to the same configuration once the secrets it leaves
     /// out (listed in the comment at its top) are given again.
     pub fn to_toml(&self) -> String {
+        self.render(None)
+    }
+
+    /// `to_toml` with each value's source after it as a comment (`# env WARREN_LISTEN`), and the
+    /// source of each secret left out: what `warren check-config` prints.
+    pub fn to_toml_explained(&self, sources: &Sources) -> String {
+        self.render(Some(sources))
+    }
+
+    fn render(&self, sources: Option<&Sources>) -> String {
         use serde_json::{json, Map, Value};
-        let mut left_out: Vec<String> = Vec::new();
+        // What is left out, and the path its source is recorded under.
+        let mut left_out: Vec<(String, String)> = Vec::new();
         let days = |d: Duration| d.as_secs() / 86_400;
         let mut root = Map::new();
         root.insert("listen".into(), json!(self.listen.to_string()));
@@ -522,8 +557,9 @@ impl Config {
         let brokers: Vec<Value> = self
             .brokers
             .iter()
-            .map(|b| {
-                left_out.push(format!("the password of broker {:?}", b.name));
+            .enumerate()
+            .map(|(i, b)| {
+                left_out.push((format!("the password of broker {:?}", b.name), format!("brokers[{i}].password")));
                 let mut broker = json!({
                     "name": b.name,
                     "management_url": b.management_url.as_str(),
@@ -563,13 +599,14 @@ impl Config {
         let alerts: Vec<Value> = self.alerts.iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
         root.insert("alerts".into(), Value::Array(alerts));
         let mut notifications = Vec::new();
-        for channel in &self.notifications {
+        for (i, channel) in self.notifications.iter().enumerate() {
             let mut stored = channel.to_storage_json();
             if let Some(fields) = stored.as_object_mut() {
                 fields.retain(|_, v| !v.is_null());
                 for secret in ["url", "password"] {
                     if fields.remove(secret).is_some() {
-                        left_out.push(format!("the {secret} of notification channel {:?}", channel.id));
+                        let path = format!("notifications[{i}].{secret}");
+                        left_out.push((format!("the {secret} of notification channel {:?}", channel.id), path));
                     }
                 }
             }
@@ -577,17 +614,31 @@ impl Config {
         }
         root.insert("notifications".into(), Value::Array(notifications));
         let body = match toml::to_string(&Value::Object(root)) {
-            Ok(text) => text,
+            Ok(text) => match sources {
+                Some(sources) => sources::annotate(&text, sources),
+                None => text,
+            },
             Err(e) => format!("# the configuration could not be written as TOML: {e}\n"),
         };
         let mut out = String::from(
             "# warren's effective configuration: defaults, then the file, the environment and the flags.\n",
         );
+        if let Some(sources) = sources {
+            match &sources.file {
+                Some(path) => {
+                    out.push_str(&format!("# Each value's source follows it; \"file\" is {}.\n", path.display()))
+                }
+                None => out.push_str("# Each value's source follows it; no configuration file was read.\n"),
+            }
+        }
         if !left_out.is_empty() {
-            out.push_str("# Secrets are left out; give them again (password_env or password_file for brokers) to\n");
-            out.push_str("# use this as a file:\n");
-            for secret in &left_out {
-                out.push_str(&format!("# - {secret}\n"));
+            out.push_str("# Secrets are left out; give them again (<field>, <field>_file or <field>_env) to use\n");
+            out.push_str("# this as a file:\n");
+            for (secret, path) in &left_out {
+                match sources {
+                    Some(sources) => out.push_str(&format!("# - {secret}: {}\n", sources.get(path))),
+                    None => out.push_str(&format!("# - {secret}\n")),
+                }
             }
         }
         out.push('\n');
@@ -652,45 +703,11 @@ fn overrides_touch_broker(o: &Overrides) -> bool {
         || o.poll_interval_secs.is_some()
 }
 
-fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| invalid("config", format!("cannot read {}: {e}", path.display())))?;
-    parse_toml(&text)
-}
-
-fn parse_toml(text: &str) -> Result<FileConfig, ConfigError> {
-    toml::from_str(text).map_err(|e: toml::de::Error| {
-        // toml's message spans several lines (with a source excerpt); keep the first, which names
-        // the key, so the error stays one line.
-        let message = e.message().lines().next().unwrap_or("syntax error").to_string();
-        let place = match e.span() {
-            Some(span) => {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!("config file line {line}")
-            }
-            None => "config file".to_string(),
-        };
-        invalid(place, message)
-    })
-}
-
 fn parse_u64(field: &str, text: &str) -> Result<u64, ConfigError> {
     text.trim().parse().map_err(|_| invalid(field, format!("{text:?} is not a whole number")))
 }
 
-/// `WARREN_BROKER_<NAME>_<FIELD>`: the broker's name upper-cased, other characters as `_`.
-fn broker_env_key(name: &str, field: &str) -> String {
-    let name: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
-    format!("WARREN_BROKER_{name}_{field}")
-}
-
-fn build_broker(
-    index: usize,
-    file: FileBroker,
-    env: &dyn Fn(&str) -> Option<String>,
-    cli: Option<&Overrides>,
-) -> Result<BrokerConfig, ConfigError> {
+fn build_broker(index: usize, file: FileBroker, cli: Option<&Overrides>) -> Result<BrokerConfig, ConfigError> {
     let field = |name: &str| format!("brokers[{index}].{name}");
     let name = file.name.unwrap_or_else(|| "local".to_string());
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
@@ -699,15 +716,10 @@ fn build_broker(
             format!("{name:?} must be non-empty and use only letters, digits, '-' and '_'"),
         ));
     }
-    let benv = |f: &str| env(&broker_env_key(&name, f));
     let cli = |pick: fn(&Overrides) -> Option<String>| cli.and_then(pick);
 
-    // The list as the environment gives lists: comma-separated (`..._MANAGEMENT_URLS`).
-    let url_list: Vec<String> = match benv("MANAGEMENT_URLS") {
-        Some(text) => text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-        None => file.management_urls.unwrap_or_default(),
-    };
-    let single = cli(|o| o.management_url.clone()).or_else(|| benv("MANAGEMENT_URL")).or(file.management_url);
+    let url_list: Vec<String> = file.management_urls.unwrap_or_default();
+    let single = cli(|o| o.management_url.clone()).or(file.management_url);
     let mut management_urls: Vec<reqwest::Url> = Vec::new();
     if let Some(text) = &single {
         management_urls.push(parse_management_url(&field("management_url"), text)?);
@@ -723,22 +735,14 @@ fn build_broker(
     }
     let management_url = management_urls[0].clone();
 
-    let user = cli(|o| o.user.clone()).or_else(|| benv("USER")).or(file.user).unwrap_or_else(|| "guest".to_string());
+    let user = cli(|o| o.user.clone()).or(file.user).unwrap_or_else(|| "guest".to_string());
 
-    let password = if let Some(path) = cli(|o| o.password_file.as_ref().map(|p| p.display().to_string())) {
-        read_password_file(&field("password_file"), Path::new(&path))?
-    } else if let Some(value) = benv("PASSWORD") {
-        value
-    } else if let Some(var) = file.password_env {
-        env(&var).ok_or_else(|| invalid(field("password_env"), format!("environment variable {var} is not set")))?
-    } else if let Some(path) = file.password_file {
-        read_password_file(&field("password_file"), &path)?
-    } else {
-        file.password.unwrap_or_else(|| "guest".to_string())
+    let password = match cli(|o| o.password_file.as_ref().map(|p| p.display().to_string())) {
+        Some(path) => sources::read_secret_file(&field("password_file"), Path::new(&path))?,
+        None => file.password.unwrap_or_else(|| "guest".to_string()),
     };
 
     let amqp_url = cli(|o| o.amqp_url.clone())
-        .or_else(|| benv("AMQP_URL"))
         .or(file.amqp_url)
         .unwrap_or_else(|| format!("amqp://{}:5672", management_url.host_str().unwrap_or("127.0.0.1")));
     let authority = amqp_url.split("://").nth(1).unwrap_or_default().split('/').next().unwrap_or_default();
@@ -752,18 +756,15 @@ fn build_broker(
         return Err(invalid(field("amqp_url"), format!("{amqp_url:?} must start with amqp:// or amqps://")));
     }
 
-    let poll_interval_secs =
-        match cli(|o| o.poll_interval_secs.map(|s| s.to_string())).or_else(|| benv("POLL_INTERVAL_SECS")) {
-            Some(text) => parse_u64(&field("poll_interval_secs"), &text)?,
-            None => file.poll_interval_secs.unwrap_or(DEFAULT_POLL_INTERVAL_SECS),
-        };
+    let poll_interval_secs = cli(|o| o.poll_interval_secs.map(|s| s.to_string()))
+        .map(|text| parse_u64(&field("poll_interval_secs"), &text))
+        .transpose()?
+        .or(file.poll_interval_secs)
+        .unwrap_or(DEFAULT_POLL_INTERVAL_SECS);
     if poll_interval_secs == 0 || poll_interval_secs > 3600 {
         return Err(invalid(field("poll_interval_secs"), "must be from 1 to 3600"));
     }
-    let request_timeout_secs = match benv("REQUEST_TIMEOUT_SECS") {
-        Some(text) => parse_u64(&field("request_timeout_secs"), &text)?,
-        None => file.request_timeout_secs.unwrap_or(poll_interval_secs.clamp(5, 30)),
-    };
+    let request_timeout_secs = file.request_timeout_secs.unwrap_or(poll_interval_secs.clamp(5, 30));
     if request_timeout_secs == 0 || request_timeout_secs > 600 {
         return Err(invalid(field("request_timeout_secs"), "must be from 1 to 600"));
     }
@@ -775,16 +776,10 @@ fn build_broker(
         }
         Ok(list)
     };
-    let vhosts_include = match benv("VHOSTS_INCLUDE") {
-        Some(text) => text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-        None => patterns(file.vhosts_include, "vhosts_include")?,
-    };
-    let vhosts_exclude = match benv("VHOSTS_EXCLUDE") {
-        Some(text) => text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-        None => patterns(file.vhosts_exclude, "vhosts_exclude")?,
-    };
+    let vhosts_include = patterns(file.vhosts_include, "vhosts_include")?;
+    let vhosts_exclude = patterns(file.vhosts_exclude, "vhosts_exclude")?;
 
-    let prometheus_url = match benv("PROMETHEUS_URL").or(file.prometheus_url) {
+    let prometheus_url = match file.prometheus_url {
         Some(text) if text == "off" || text.is_empty() => None,
         Some(text) => {
             let mut url = reqwest::Url::parse(&text)
@@ -797,10 +792,7 @@ fn build_broker(
         }
         None => Some(crate::broker::prometheus::default_url(&management_url)),
     };
-    let broker_cpu_budget = match benv("BROKER_CPU_BUDGET") {
-        Some(text) => text.parse::<f64>().map_err(|_| invalid(field("broker_cpu_budget"), "must be a number"))?,
-        None => file.broker_cpu_budget.unwrap_or(DEFAULT_BROKER_CPU_BUDGET),
-    };
+    let broker_cpu_budget = file.broker_cpu_budget.unwrap_or(DEFAULT_BROKER_CPU_BUDGET);
     if !(broker_cpu_budget > 0.0 && broker_cpu_budget <= 1.0) {
         return Err(invalid(field("broker_cpu_budget"), "must be above 0 and at most 1 (one core)"));
     }
@@ -813,21 +805,7 @@ fn build_broker(
         ));
     }
     let source_recheck_secs = file.source_recheck_secs.unwrap_or(DEFAULT_SOURCE_RECHECK_SECS).max(1);
-    // The environment sets the broker-wide TLS settings (`..._TLS_CA_FILE`, say), as it sets
-    // every other broker field; per-endpoint ones live in the file only.
-    let mut tls_file = file.tls.unwrap_or_default();
-    if let Some(path) = benv("TLS_CA_FILE") {
-        tls_file.ca_file = Some(PathBuf::from(path));
-    }
-    if let Some(path) = benv("TLS_CLIENT_CERT_FILE") {
-        tls_file.client_cert_file = Some(PathBuf::from(path));
-    }
-    if let Some(path) = benv("TLS_CLIENT_KEY_FILE") {
-        tls_file.client_key_file = Some(PathBuf::from(path));
-    }
-    if let Some(name) = benv("TLS_SERVER_NAME") {
-        tls_file.server_name = Some(name);
-    }
+    let tls_file = file.tls.unwrap_or_default();
     let tls = crate::tls::BrokerTls::build(tls_file).map_err(|e| invalid(field(&e.key), e.problem))?;
 
     Ok(BrokerConfig {
@@ -873,13 +851,6 @@ fn parse_management_url(field: &str, text: &str) -> Result<reqwest::Url, ConfigE
     Ok(url)
 }
 
-fn read_password_file(field: &str, path: &Path) -> Result<String, ConfigError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
-    // Secret files usually end with a newline that is not part of the password.
-    Ok(text.trim_end_matches(['\n', '\r']).to_string())
-}
-
 /// Glob match with `*` (any run) and `?` (one character), on whole strings.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
@@ -908,6 +879,12 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file's text read with these variables as the whole environment.
+    fn with_env(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: Environment = vars.iter().copied().collect();
+        Config::from_layers(Some((Path::new("warren.toml"), text)), &env, &Overrides::default()).map(|(c, _)| c)
+    }
 
     /// `check-config` prints TOML that reads back to the same configuration, never a secret and
     /// never Rust's debug output (issue 19, case 16).
@@ -1007,10 +984,8 @@ mod tests {
         let again = Config::from_toml(&printed).unwrap();
         assert_eq!(again.brokers[0].management_urls, both.brokers[0].management_urls);
 
-        let env = |key: &str| {
-            (key == "WARREN_BROKER_LOCAL_MANAGEMENT_URLS").then(|| "http://c:15672, http://d:15672".to_string())
-        };
-        let from_env = Config::build(FileConfig::default(), &env, &Overrides::default()).unwrap();
+        let from_env =
+            with_env("", &[("WARREN_BROKER_LOCAL_MANAGEMENT_URLS", "http://c:15672, http://d:15672")]).unwrap();
         let urls: Vec<&str> = from_env.brokers[0].management_urls.iter().map(|u| u.as_str()).collect();
         assert_eq!(urls, ["http://c:15672/", "http://d:15672/"]);
 
@@ -1105,14 +1080,12 @@ mod tests {
 
     #[test]
     fn environment_overrides_the_file() {
-        let file = parse_toml("[[brokers]]\nname = \"prod-1\"\nuser = \"a\"\n").unwrap();
-        let env = |key: &str| match key {
-            "WARREN_BROKER_PROD_1_USER" => Some("monitoring".to_string()),
-            "WARREN_BROKER_PROD_1_PASSWORD" => Some("s3cret".to_string()),
-            "WARREN_LISTEN" => Some("127.0.0.1:9999".to_string()),
-            _ => None,
-        };
-        let config = Config::build(file, &env, &Overrides::default()).unwrap();
+        let env = [
+            ("WARREN_BROKER_PROD_1_USER", "monitoring"),
+            ("WARREN_BROKER_PROD_1_PASSWORD", "s3cret"),
+            ("WARREN_LISTEN", "127.0.0.1:9999"),
+        ];
+        let config = with_env("[[brokers]]\nname = \"prod-1\"\nuser = \"a\"\n", &env).unwrap();
         assert_eq!(config.listen.port(), 9999);
         assert_eq!(config.brokers[0].user, "monitoring");
         assert_eq!(config.brokers[0].password.expose(), "s3cret");
@@ -1122,21 +1095,123 @@ mod tests {
     /// checked like one the file names.
     #[test]
     fn environment_sets_the_broker_tls() {
-        let file = parse_toml("[[brokers]]\nname = \"prod\"\n[brokers.tls]\nserver_name = \"a.example\"\n").unwrap();
-        let env = |key: &str| match key {
-            "WARREN_BROKER_PROD_TLS_SERVER_NAME" => Some("rabbit.example".to_string()),
-            _ => None,
-        };
-        let config = Config::build(file, &env, &Overrides::default()).unwrap();
+        let file = "[[brokers]]\nname = \"prod\"\n[brokers.tls]\nserver_name = \"a.example\"\n";
+        let config = with_env(file, &[("WARREN_BROKER_PROD_TLS_SERVER_NAME", "rabbit.example")]).unwrap();
         let amqp = &config.brokers[0].tls.amqp.settings;
         assert_eq!(
             amqp.server_name.as_ref().map(|s| (s.key.as_str(), s.value.as_str())),
             Some(("tls.server_name", "rabbit.example"))
         );
-        let env = |key: &str| (key == "WARREN_BROKER_PROD_TLS_CA_FILE").then(|| "/nonexistent/ca.pem".to_string());
-        let file = parse_toml("[[brokers]]\nname = \"prod\"\n").unwrap();
-        let err = Config::build(file, &env, &Overrides::default()).unwrap_err().to_string();
+        let env = [("WARREN_BROKER_PROD_TLS_CA_FILE", "/nonexistent/ca.pem")];
+        let err = with_env("[[brokers]]\nname = \"prod\"\n", &env).unwrap_err().to_string();
         assert!(err.contains("brokers[0].tls.ca_file") && err.contains("cannot read /nonexistent/ca.pem"), "{err}");
+    }
+
+    /// Issue 36, case 3: every secret takes a literal, `<field>_file` or `<field>_env`, in the
+    /// file or the environment; the environment's replaces the file's whatever its form.
+    #[test]
+    fn secrets_come_from_files_and_named_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, content: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, content).unwrap();
+            path.display().to_string()
+        };
+        let (broker_pw, hook, smtp_pw) =
+            (file("broker", "b-secret\n"), file("hook", "https://hooks.example/T/FILE\n"), file("smtp", "s-secret\n"));
+        let text = format!(
+            "[[brokers]]\nname = \"a\"\npassword_file = {broker_pw:?}\n[[brokers]]\nname = \"b\"\npassword = \"old\"\n\
+             [[notifications]]\nid = \"hook\"\nname = \"H\"\ntype = \"slack\"\nurl_file = {hook:?}\n\
+             [[notifications]]\nid = \"mail\"\nname = \"M\"\ntype = \"email\"\nhost = \"smtp.example\"\nuser = \"u\"\n\
+             password_env = \"SMTP_PW\"\nfrom = \"w@example.com\"\nto = [\"o@example.com\"]\n"
+        );
+        let env = [("SMTP_PW", "from-env"), ("B_PW", "b-env"), ("WARREN_BROKER_B_PASSWORD_ENV", "B_PW")];
+        let config = with_env(&text, &env).unwrap();
+        assert_eq!(config.brokers[0].password.expose(), "b-secret", "one line end trimmed");
+        assert_eq!(config.brokers[1].password.expose(), "b-env", "the environment replaces the file's literal");
+        let stored = |i: usize| config.notifications[i].to_storage_json();
+        assert_eq!(stored(0)["url"], "https://hooks.example/T/FILE");
+        assert_eq!(stored(1)["password"], "from-env");
+        // The SMTP password from a file named in the environment.
+        let config =
+            with_env(&text, &[("SMTP_PW", "x"), ("WARREN_NOTIFICATION_MAIL_PASSWORD_FILE", &smtp_pw)]).unwrap();
+        assert_eq!(config.notifications[1].to_storage_json()["password"], "s-secret");
+
+        // One form only; the errors name the field, the file or the variable, never a value.
+        let both = format!("[[brokers]]\npassword = \"hunter2\"\npassword_file = {broker_pw:?}\n");
+        let err = with_env(&both, &[]).unwrap_err().to_string();
+        assert!(err.contains("brokers[0].password") && err.contains("password_file"), "{err}");
+        assert!(!err.contains("hunter2") && !err.contains("b-secret"), "{err}");
+        let env = [("WARREN_BROKER_LOCAL_PASSWORD", "hunter2"), ("WARREN_BROKER_LOCAL_PASSWORD_ENV", "X")];
+        let err = with_env("", &env).unwrap_err().to_string();
+        assert!(err.contains("WARREN_BROKER_LOCAL_PASSWORD_FILE") && !err.contains("hunter2"), "{err}");
+        let err = with_env("[[brokers]]\npassword_env = \"NOT_SET\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("brokers[0].password_env") && err.contains("NOT_SET is not set"), "{err}");
+        let err = with_env("[[brokers]]\npassword_file = \"/nonexistent/pw\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("brokers[0].password_file") && err.contains("/nonexistent/pw"), "{err}");
+    }
+
+    /// Every setting has a variable: nested ones by their path, brokers and channels by name,
+    /// whole lists as TOML; brokers and channels can be added by name.
+    #[test]
+    fn every_setting_has_a_variable() {
+        let env = [
+            ("WARREN_ALERT_REPEAT_SECS", "0"),
+            ("WARREN_AUTH_SESSION_IDLE_SECS", "600"),
+            ("WARREN_AUTH_PROXY_HEADER", "X-User"),
+            ("WARREN_AUTH_PROXY_TRUSTED", "10.0.0.1, 10.0.0.2"),
+            ("WARREN_BROKERS", "local,prod"),
+            ("WARREN_BROKER_PROD_MANAGEMENT_URL", "http://prod:15672"),
+            ("WARREN_BROKER_PROD_PROMETHEUS_HEAD_TIMESTAMPS", "true"),
+            ("WARREN_BROKER_PROD_BROKER_CPU_BUDGET", "0.02"),
+            ("WARREN_BROKER_PROD_TLS_AMQP_SERVER_NAME", "amqp.example"),
+            ("WARREN_CUSTODY", r#"[{ queue = "*.dlq", payloads = "admin" }]"#),
+            ("WARREN_NOTIFICATIONS", "ops"),
+            ("WARREN_NOTIFICATION_OPS_TYPE", "webhook"),
+            ("WARREN_NOTIFICATION_OPS_URL", "https://hooks.example/x"),
+            ("WARREN_TEST_BROKER", "3.10"),
+        ];
+        let config = with_env("", &env).unwrap();
+        assert_eq!(config.alert_repeat, None);
+        assert_eq!(config.auth.session_idle, Duration::from_secs(600));
+        assert_eq!(config.auth.proxy.as_ref().map(|p| p.trusted.len()), Some(2));
+        let names: Vec<&str> = config.brokers.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["local", "prod"]);
+        let prod = &config.brokers[1];
+        assert!(prod.prometheus_head_timestamps && prod.broker_cpu_budget == 0.02);
+        assert_eq!(prod.management_url.as_str(), "http://prod:15672/");
+        assert_eq!(prod.tls.amqp.settings.server_name.as_ref().map(|s| s.value.as_str()), Some("amqp.example"));
+        assert_eq!(config.custody[0].payloads, PayloadRole::Admin);
+        assert_eq!((config.notifications[0].id.as_str(), config.notifications[0].type_name()), ("ops", "webhook"));
+
+        let err = with_env("", &[("WARREN_RETENTION_DAYZ", "3")]).unwrap_err().to_string();
+        assert!(err.contains("WARREN_RETENTION_DAYZ") && err.contains("did you mean WARREN_RETENTION_DAYS?"), "{err}");
+        let err = with_env("", &[("WARREN_RETENTION_DAYS", "many")]).unwrap_err().to_string();
+        assert!(err.contains("retention_days (WARREN_RETENTION_DAYS)"), "{err}");
+        // A variable the file names for a secret is not unknown (the README's example).
+        let file = "[[brokers]]\nname = \"prod\"\npassword_env = \"WARREN_PROD_PASSWORD\"\n";
+        assert!(with_env(file, &[("WARREN_PROD_PASSWORD", "pw")]).is_ok());
+        // Two brokers whose names give the same variables.
+        let err = with_env("[[brokers]]\nname = \"a-b\"\n[[brokers]]\nname = \"a_b\"\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("rename one"), "{err}");
+    }
+
+    #[test]
+    fn sources_say_where_each_value_came_from() {
+        let env: Environment = [("WARREN_BROKER_LOCAL_USER", "monitor")].into_iter().collect();
+        let overrides = Overrides { listen: Some("127.0.0.1:9999".into()), ..Overrides::default() };
+        let (config, sources) =
+            Config::from_layers(Some((Path::new("/etc/warren.toml"), "retention_days = 9\n")), &env, &overrides)
+                .unwrap();
+        assert_eq!(sources.get("listen"), &Source::Flag("--listen"));
+        assert_eq!(sources.get("retention_days"), &Source::File);
+        assert_eq!(sources.get("brokers[0].user"), &Source::Env("WARREN_BROKER_LOCAL_USER".into()));
+        assert_eq!(sources.get("database"), &Source::Default);
+        let printed = config.to_toml_explained(&sources);
+        assert!(printed.contains("\"file\" is /etc/warren.toml"), "{printed}");
+        assert!(printed.contains("user = \"monitor\"  # env WARREN_BROKER_LOCAL_USER"), "{printed}");
+        assert!(printed.contains("the password of broker \"local\": default"), "{printed}");
+        assert!(Config::from_toml(&printed).is_ok(), "comments do not stop it reading back:\n{printed}");
     }
 
     #[test]

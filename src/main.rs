@@ -222,8 +222,8 @@ fn main() -> ExitCode {
         amqp_url: flags.broker.amqp_url,
         poll_interval_secs: flags.poll_interval_secs,
     };
-    let config = match Config::load(&overrides) {
-        Ok(config) => config,
+    let (config, sources) = match Config::load_explained(&overrides) {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("warren: {e}");
             return ExitCode::from(2);
@@ -240,7 +240,7 @@ fn main() -> ExitCode {
         match command {
             Command::Serve(_) => serve(config).await,
             Command::CheckConfig(_) => {
-                print!("{}", config.to_toml());
+                print!("{}", config.to_toml_explained(&sources));
                 Ok(())
             }
             Command::Demo { cleanup, vhost, .. } => demo(config, cleanup, vhost).await,

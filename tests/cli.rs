@@ -38,7 +38,13 @@ fn check_config_prints_toml_that_warren_reads_back() {
     std::fs::write(&again, &printed).unwrap();
     let (ok, reprinted) = warren(&["check-config", "--config", again.to_str().unwrap()]);
     assert!(ok, "{reprinted}");
-    assert_eq!(reprinted, printed, "it reads back to the same configuration");
+    // The values are the same; their sources are not (a flag before, the file now).
+    let values = |text: &str| -> Vec<String> {
+        text.lines().filter(|l| !l.starts_with('#')).map(|l| l.split("  # ").next().unwrap().to_string()).collect()
+    };
+    assert_eq!(values(&reprinted), values(&printed), "it reads back to the same configuration");
+    assert!(printed.contains("listen = \"127.0.0.1:9999\"  # flag --listen"), "{printed}");
+    assert!(reprinted.contains("listen = \"127.0.0.1:9999\"  # file"), "{reprinted}");
 }
 
 /// Issue 36, case 6: a database a newer warren wrote is refused with the version it has, not a
@@ -218,4 +224,86 @@ fn json_logs_carry_logins_with_their_audit_ids_and_no_secret() {
     assert_eq!(logged_in["level"], "INFO");
     let failed = objects.iter().find(|o| o["message"] == "login failed").unwrap_or_else(|| panic!("{all}"));
     assert!(failed["source"].is_string() && failed.get("actor").is_none(), "{failed}");
+}
+
+/// Issue 36, case 3: a misspelt `WARREN_*` variable stops warren with the nearest valid name
+/// (it was ignored without a word), before anything starts.
+#[test]
+fn an_unknown_warren_variable_stops_the_start_with_the_nearest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(["check-config"])
+        .current_dir(dir.path())
+        .env("WARREN_BROKR_LOCAL_MANAGEMENT_URL", "http://127.0.0.1:15672")
+        .output()
+        .expect("warren runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("WARREN_BROKR_LOCAL_MANAGEMENT_URL")
+            && said.contains("did you mean WARREN_BROKER_LOCAL_MANAGEMENT_URL?"),
+        "{said}"
+    );
+    // The same for a broker of the file, named by its name.
+    let config = dir.path().join("warren.toml");
+    std::fs::write(&config, "[[brokers]]\nname = \"prod-eu\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(["check-config", "--config", config.to_str().unwrap()])
+        .env("WARREN_BROKER_PROD_EU_PASWORD", "x")
+        .output()
+        .expect("warren runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("did you mean WARREN_BROKER_PROD_EU_PASSWORD?"), "{said}");
+}
+
+/// Issue 36, case 3: `check-config` says where each value came from (default, the file, a
+/// variable, a flag, a secret's file or variable) and prints no secret.
+#[test]
+fn check_config_says_where_each_value_came_from_and_prints_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("hook");
+    std::fs::write(&secret_file, "https://hooks.example/T0/B0/FILESECRET\n").unwrap();
+    let config = dir.path().join("warren.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "retention_days = 45\n[[brokers]]\nname = \"prod\"\nuser = \"warren\"\npassword_env = \"PROD_PW\"\n\
+             [[notifications]]\nid = \"ops\"\nname = \"Ops\"\ntype = \"webhook\"\nurl_file = {:?}\n\
+             [[notifications]]\nid = \"mail\"\nname = \"Mail\"\ntype = \"email\"\nhost = \"smtp.example\"\n\
+             user = \"warren\"\nfrom = \"w@example.com\"\nto = [\"ops@example.com\"]\n",
+            secret_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_warren"))
+        .args(["check-config", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:9999"])
+        .env("PROD_PW", "ENVSECRET")
+        .env("SMTP_PW", "SMTPSECRET")
+        .env("WARREN_NOTIFICATION_MAIL_PASSWORD_ENV", "SMTP_PW")
+        .env("WARREN_BROKER_PROD_POLL_INTERVAL_SECS", "7")
+        .output()
+        .expect("warren runs");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{printed}{}", String::from_utf8_lossy(&out.stderr));
+    for secret in ["ENVSECRET", "SMTPSECRET", "FILESECRET"] {
+        assert!(!printed.contains(secret), "{printed}");
+    }
+    for line in [
+        "listen = \"127.0.0.1:9999\"  # flag --listen",
+        "retention_days = 45  # file",
+        "poll_interval_secs = 7  # env WARREN_BROKER_PROD_POLL_INTERVAL_SECS",
+        "user = \"warren\"  # file",
+        "database = \"warren.db\"  # default",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "no line {line:?} in:\n{printed}");
+    }
+    let secret_lines = [
+        "the password of broker \"prod\": env PROD_PW (named by file)".to_string(),
+        format!("the url of notification channel \"ops\": read from {} (path from file)", secret_file.display()),
+        "the password of notification channel \"mail\": env SMTP_PW (named by env WARREN_NOTIFICATION_MAIL_PASSWORD_ENV)"
+            .to_string(),
+    ];
+    for line in secret_lines {
+        assert!(printed.contains(&line), "no {line:?} in:\n{printed}");
+    }
 }

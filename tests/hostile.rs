@@ -532,4 +532,19 @@ async fn watching_nothing(vhost: &TestVhost) -> Warren {
     })
     .await;
     warren
+/// Issue 36, case 10: query keys are percent-decoded like values, as browsers and serde's `Query`
+/// read them: `%71` is `q`. The compare page compared its raw keys, so `?%71=...` asked for no
+/// queue at all (400 "no queues to compare") instead of the one named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn percent_encoded_query_keys_are_decoded() {
+    let vhost = TestVhost::create("keys").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "q", false).await;
+    let warren = watching(&vhost, "q").await;
+    let (status, body) = warren.get_text("/compare?%71=/queues/local/nowhere/nothing").await;
+    assert_eq!(status, 404, "the key %71 is q, and the queue it names does not exist: {body}");
+    let page = format!("/compare?%71=/queues/local/{}/q&%72ange=1h", encode(&vhost.name));
+    let (status, body) = warren.get_text(&page).await;
+    assert_eq!(status, 200, "{body}");
 }

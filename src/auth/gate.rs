@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use base64::Engine;
+use hmac::{Hmac, Mac};
 use rand::RngCore;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use super::{count_users, AuthError, LoginThrottle, Principal};
 use crate::config::AuthConfig;
@@ -59,22 +60,28 @@ impl Gate {
     }
 }
 
-/// RFC 2104 over SHA-256 (a 32-byte key is shorter than the 64-byte block, so it is only padded).
+/// HMAC-SHA256 (RFC 2104) from the `hmac` crate: the same bytes the hand-written version gave,
+/// so tokens signed before the change still verify.
 fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
-    let mut inner_key = [0x36u8; 64];
-    let mut outer_key = [0x5cu8; 64];
-    for (i, byte) in key.iter().enumerate() {
-        inner_key[i] ^= byte;
-        outer_key[i] ^= byte;
-    }
-    let inner = Sha256::new().chain_update(inner_key).chain_update(message).finalize();
-    Sha256::new().chain_update(outer_key).chain_update(inner).finalize().into()
+    // A 32-byte key is always accepted (HMAC takes keys of any length).
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
+    mac.update(message);
+    mac.finalize().into_bytes().into()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::auth::{add_user, test_db, How, Role};
+
+    /// RFC 4231 test case 1 (a 20-byte key of 0x0b): the known answer of the standard.
+    #[test]
+    fn hmac_matches_rfc_4231_test_case_1() {
+        let mut key = [0u8; 32];
+        key[..20].copy_from_slice(&[0x0b; 20]);
+        let hex: String = hmac_sha256(&key, b"Hi There").iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    }
 
     #[test]
     fn hmac_matches_rfc_4231_style_vector() {

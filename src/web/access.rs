@@ -293,10 +293,7 @@ async fn presented_csrf(request: Request) -> Result<(Option<String>, Request), R
 
 /// The first value of `name` in a urlencoded body, decoded.
 fn form_field(body: &[u8], name: &str) -> Option<String> {
-    let text = std::str::from_utf8(body).ok()?;
-    text.split('&').filter_map(|pair| pair.split_once('=')).find(|(key, _)| *key == name).map(|(_, value)| {
-        percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned()
-    })
+    form_urlencoded::parse(body).find(|(key, _)| key == name).map(|(_, value)| value.into_owned())
 }
 
 fn refuse(refusal: Refusal, json: bool, htmx: bool, method: &Method, target: &str) -> Response {

@@ -654,7 +654,7 @@ async fn custody_replay_form(
         (String::new(), String::new(), String::new(), message::Filter::default());
     let mut accept_drop_head = false;
     for (key, value) in super::query::form_pairs(&body) {
-        match key {
+        match key.as_str() {
             "scope" => scope = value,
             "accept_drop_head" => accept_drop_head = value == "true",
             "target" => target = value,
@@ -811,7 +811,7 @@ async fn custody_edit_form(
 ) -> Result<Response, PageError> {
     let mut edit = crate::dlq::custody::Edit::default();
     for (key, value) in super::query::form_pairs(&body) {
-        match key {
+        match key.as_str() {
             "body" => edit.body = Some(value.replace("\r\n", "\n")),
             "headers" => {
                 let parsed: serde_json::Map<String, Value> = serde_json::from_str(&value)
@@ -1071,7 +1071,7 @@ pub fn parse_requeue_form(body: &str) -> Result<RequeueForm, WebError> {
     };
     let mut target = None;
     for (key, value) in super::query::form_pairs(body) {
-        match key {
+        match key.as_str() {
             "position" => form
                 .positions
                 .push(value.parse().map_err(|_| WebError::BadRequest(format!("position: {value:?} is not a number")))?),

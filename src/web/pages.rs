@@ -752,7 +752,7 @@ async fn compare(
     let mut range = RangeQuery::default();
     let mut picked: Vec<String> = Vec::new();
     for (key, value) in form_pairs(&raw_query) {
-        match key {
+        match key.as_str() {
             "q" if !picked.contains(&value) => picked.push(value),
             "range" => range.range = Some(value),
             "from" => range.from = Some(value),

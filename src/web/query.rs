@@ -56,13 +56,11 @@ pub struct Listing {
     pub per_page: usize,
 }
 
-/// The pairs of a urlencoded form or query string, decoded, in order (repeated keys kept: serde's
-/// `Query` keeps only one of them).
-pub fn form_pairs(text: &str) -> impl Iterator<Item = (&str, String)> {
-    text.split('&').filter(|p| !p.is_empty()).map(|pair| {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (key, percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned())
-    })
+/// The pairs of a urlencoded form or query string, keys and values decoded, in order (repeated
+/// keys kept: serde's `Query` keeps only one of them). `?%71=x` is `q=x`, as browsers and
+/// serde's `Query` read it.
+pub fn form_pairs(text: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    form_urlencoded::parse(text.as_bytes()).map(|(key, value)| (key.into_owned(), value.into_owned()))
 }
 
 fn non_empty(v: &Option<String>) -> Option<String> {
@@ -272,6 +270,14 @@ impl RangeQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys are percent-decoded like values (they were compared as sent, so `%71` was not `q`).
+    #[test]
+    fn form_pairs_decode_keys_and_values() {
+        let pairs: Vec<(String, String)> = form_pairs("%71=a%2Fb&q=c+d&&range=1h&empty").collect();
+        let expected = [("q", "a/b"), ("q", "c d"), ("range", "1h"), ("empty", "")];
+        assert_eq!(pairs, expected.map(|(k, v)| (k.to_string(), v.to_string())));
+    }
 
     #[test]
     fn bad_parameters_are_rejected_with_the_field() {
