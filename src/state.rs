@@ -257,7 +257,11 @@ impl AppState {
             .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("TLS backend initialises");
-        let notifier = crate::alerts::notify::Dispatcher::new(http, db.clone(), Default::default());
+        let alerts = crate::alerts::notify::AlertSource {
+            config_rules: config.alerts.clone(),
+            public_url: config.public_url.clone(),
+        };
+        let notifier = crate::alerts::notify::Dispatcher::with_alerts(http, db.clone(), Default::default(), alerts);
         notifier.set_channels(config.notifications.clone());
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone()));
         let storage = Arc::new(crate::history::storage::Storage::new(&config.database));

@@ -1,5 +1,6 @@
 //! Notifications: telling people that an alert fired, still fires, or resolved, through a
-//! generic webhook, a Slack-compatible incoming webhook, or email over SMTP.
+//! generic webhook, a Slack-compatible incoming webhook, email over SMTP, or a Prometheus
+//! Alertmanager.
 //!
 //! - [`NotificationChannel`] is one destination, declared in the TOML file (`[[notifications]]`)
 //!   or stored as JSON; [`NotificationChannel::validate`] reports problems by field.
@@ -77,7 +78,45 @@
 //! summary, the description and a link to the dashboard, escaped for Slack's markup. Email is
 //! plain text with the summary as subject; the body lists rule, severity, alert, value,
 //! threshold, time and note.
+//!
+//! # Alertmanager
+//!
+//! An `alertmanager` channel posts to `{url}/api/v2/alerts` (API v2) a JSON array of alerts:
+//!
+//! - `labels`: `alertname` (the rule's name: Alertmanager's default templates title by it),
+//!   `severity`, `broker`, `vhost`, `queue` and `node` where the alert has them, `rule_id` (stable
+//!   across a rename, for routes), `source = "warren"`, and the channel's static `labels`, which
+//!   cannot replace these.
+//! - `annotations`: `summary` (the one-line summary without `[FIRING]`), `description`, `value`
+//!   and `threshold` where there is one, `note` where an alert ended other than by its condition.
+//! - `generatorURL`: the dashboard link, when warren knows its public address.
+//! - `startsAt` (when it fired) and `endsAt`: for a firing, reminder or test alert, four
+//!   `resend_secs` from the moment it is sent; for a resolve, when it resolved (and no
+//!   `startsAt`: Alertmanager merges it into the alert it holds, keeping that one's start).
+//!
+//! Alertmanager holds an alert as a lease: a client must re-send what still fires, and an alert
+//! past its `endsAt` (or, without one, not re-sent within `resolve_timeout`, 5 min by default)
+//! resolves by itself. Reminders come every `alert_repeat_secs` (4 h), far too rarely, so:
+//!
+//! - Firing, reminder and resolved notifications go through the outbox like every channel's, so
+//!   a firing or a resolve survives a restart and is retried while Alertmanager is down.
+//! - In addition, the channel's own task re-sends every `resend_secs` (60 s by default, as
+//!   Prometheus) every alert that fires now and whose firing was told, read from the alert
+//!   store, in one request, outside the outbox and the delivery log (it would be a row a minute,
+//!   and a lost re-send is replaced by the next). Running it in the channel's task, between two
+//!   deliveries, orders it with them: a re-send read before a resolve was committed is posted
+//!   before that resolve, never after, where it would make the alert active again.
+//! - Each send leases the alert for four resend intervals (Prometheus's choice: three lost
+//!   re-sends in a row do not resolve it). If warren dies, nobody re-sends, and Alertmanager
+//!   resolves its alerts within four intervals by itself rather than keep them for ever; after a
+//!   restart the task re-sends at once.
+//! - A warren silence does not stop the re-sending of an alert already told: letting it lapse
+//!   would make Alertmanager report it resolved while it fires. Silence it in Alertmanager.
+//! - The "send test notification" button posts an alert with the test labels (`rule_id = "test"`,
+//!   `severity = "info"`, `broker = "warren"`) that is never re-sent and ends by itself after
+//!   four resend intervals.
 
+mod alertmanager;
 mod channel;
 mod dispatch;
 mod log;
@@ -90,6 +129,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use alertmanager::{AlertSource, AlertmanagerSettings};
 pub use channel::{ChannelKind, ChannelView, EmailSettings, NotificationChannel, SmtpSecurity};
 pub use dispatch::{DeliveryPolicy, Dispatcher};
 pub use log::{prune, recent_deliveries, record, DeliveryRecord, LogEntry, Outcome};

@@ -8,6 +8,7 @@ use reqwest::Url;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 
+use super::alertmanager::AlertmanagerSettings;
 use super::{Notification, NotificationKind};
 use crate::alerts::{FieldError, Severity};
 use crate::config::Secret;
@@ -18,7 +19,7 @@ use crate::config::Secret;
 /// [[notifications]]
 /// id = "ops-slack"
 /// name = "Ops on Slack"
-/// type = "slack"              # webhook, slack or email
+/// type = "slack"              # webhook, slack, email or alertmanager
 /// url = "https://hooks.slack.com/services/T000/B000/XXXX"
 /// min_severity = "warning"    # optional: only warning and critical alerts
 /// ```
@@ -55,6 +56,8 @@ pub enum ChannelKind {
         url: Secret,
     },
     Email(EmailSettings),
+    /// Prometheus Alertmanager's API v2; see `alertmanager`.
+    Alertmanager(AlertmanagerSettings),
 }
 
 /// An SMTP relay and who gets the mail.
@@ -126,12 +129,13 @@ pub struct ChannelView {
 }
 
 impl NotificationChannel {
-    /// `webhook`, `slack` or `email`, as written in `type`.
+    /// `webhook`, `slack`, `email` or `alertmanager`, as written in `type`.
     pub fn type_name(&self) -> &'static str {
         match self.kind {
             ChannelKind::Webhook { .. } => "webhook",
             ChannelKind::Slack { .. } => "slack",
             ChannelKind::Email(_) => "email",
+            ChannelKind::Alertmanager(_) => "alertmanager",
         }
     }
 
@@ -144,7 +148,9 @@ impl NotificationChannel {
     /// query, where tokens live, become `…`), or the recipients and relay of an email channel.
     pub fn display_target(&self) -> String {
         match &self.kind {
-            ChannelKind::Webhook { url } | ChannelKind::Slack { url } => masked_url(url.expose()),
+            ChannelKind::Webhook { url }
+            | ChannelKind::Slack { url }
+            | ChannelKind::Alertmanager(AlertmanagerSettings { url, .. }) => masked_url(url.expose()),
             ChannelKind::Email(email) => {
                 format!("{} via {}:{} ({})", email.to.join(", "), email.host, email.port(), email.security.as_str())
             }
@@ -177,6 +183,12 @@ impl NotificationChannel {
                 "from": email.from,
                 "to": email.to,
             }),
+            ChannelKind::Alertmanager(am) => json!({
+                "type": "alertmanager",
+                "url": am.url.expose(),
+                "labels": am.labels,
+                "resend_secs": am.resend_secs,
+            }),
         };
         stored["id"] = json!(self.id);
         stored["name"] = json!(self.name);
@@ -189,7 +201,9 @@ impl NotificationChannel {
     pub(super) fn scrub(&self, text: &str) -> String {
         let mut secrets: Vec<String> = Vec::new();
         match &self.kind {
-            ChannelKind::Webhook { url } | ChannelKind::Slack { url } => {
+            ChannelKind::Webhook { url }
+            | ChannelKind::Slack { url }
+            | ChannelKind::Alertmanager(AlertmanagerSettings { url, .. }) => {
                 let raw = url.expose();
                 secrets.push(raw.to_string());
                 if let Some(tail) =
@@ -261,6 +275,16 @@ impl NotificationChannel {
                     error("to", format!("{bad:?} is not an email address"));
                 }
             }
+            ChannelKind::Alertmanager(am) => {
+                let url = url_problem(am.url.expose());
+                let url_known_bad = url.is_some();
+                if let Some(problem) = url {
+                    error("url", problem);
+                }
+                for e in am.problems().into_iter().filter(|e| !(url_known_bad && e.field == "url")) {
+                    error(e.field, e.message);
+                }
+            }
         }
         errors
     }
@@ -296,7 +320,7 @@ fn masked_url(url: &str) -> String {
     format!("{}://{}{port}/{rest}", parsed.scheme(), parsed.host_str().unwrap_or_default())
 }
 
-fn secret<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Secret, D::Error> {
+pub(super) fn secret<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Secret, D::Error> {
     String::deserialize(deserializer).map(Secret::new)
 }
 
@@ -359,6 +383,31 @@ mod tests {
         let channel =
             from_toml("id = \"hook\"\nname = \"Hook\"\ntype = \"webhook\"\nurl = \"http://10.0.0.1:9000/in\"").unwrap();
         assert!(channel.validate().is_empty());
+    }
+
+    #[test]
+    fn toml_declares_an_alertmanager_with_labels_and_it_round_trips() {
+        let channel = from_toml(
+            "id = \"am\"\nname = \"AM\"\ntype = \"alertmanager\"\nurl = \"http://user:pw@am.example:9093\"\n\
+             labels = { team = \"ops\" }",
+        )
+        .unwrap();
+        assert!(channel.validate().is_empty(), "{:?}", channel.validate());
+        assert_eq!(channel.type_name(), "alertmanager");
+        assert_eq!(channel.display_target(), "http://am.example:9093/…");
+        assert!(!format!("{channel:?}").contains("pw@"));
+        let ChannelKind::Alertmanager(am) = &channel.kind else { panic!("{channel:?}") };
+        assert_eq!((am.labels.get("team").map(String::as_str), am.resend_secs), (Some("ops"), 60));
+        let back: NotificationChannel = serde_json::from_value(channel.to_storage_json()).unwrap();
+        assert_eq!(back, channel);
+
+        let bad = from_toml("id = \"am\"\nname = \"AM\"\ntype = \"alertmanager\"\nurl = \"am:9093\"").unwrap();
+        assert_eq!(fields(&bad), ["url"]);
+        let bad =
+            from_toml("id = \"am\"\nname = \"AM\"\ntype = \"alertmanager\"\nurl = \"ftp://am/api/v2/alerts\"").unwrap();
+        assert_eq!(fields(&bad), ["url"], "one error for the URL");
+        let typo = from_toml("id = \"am\"\nname = \"AM\"\ntype = \"alertmanager\"\nurl = \"http://am\"\nlabel = {}");
+        assert!(typo.unwrap_err().contains("label"));
     }
 
     #[test]

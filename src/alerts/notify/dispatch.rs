@@ -16,10 +16,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::alertmanager::{self, AlertSource};
 use super::outbox::{self, PendingDelivery};
-use super::send::{send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};
-use super::{record, LogEntry, Notification, NotificationChannel, NotificationKind, Outcome};
+use super::send::{resend_alertmanager, send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};
+use super::{record, ChannelKind, LogEntry, Notification, NotificationChannel, NotificationKind, Outcome};
 use crate::history::Db;
+
 /// How hard the dispatcher tries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeliveryPolicy {
@@ -100,6 +102,8 @@ struct Delivery {
     http: reqwest::Client,
     db: Db,
     policy: DeliveryPolicy,
+    /// What an Alertmanager channel re-sends.
+    alerts: Arc<AlertSource>,
 }
 
 /// What the log says of an attempt cut short: the receiver may have it, and it is made again.
@@ -110,7 +114,13 @@ impl Dispatcher {
     /// A dispatcher with no channel yet; [`Dispatcher::set_channels`] starts them. `http` is
     /// the process's shared client, `db` where the outbox and the delivery log are.
     pub fn new(http: reqwest::Client, db: Db, policy: DeliveryPolicy) -> Dispatcher {
-        let delivery = Delivery { http, db, policy };
+        Dispatcher::with_alerts(http, db, policy, AlertSource::default())
+    }
+
+    /// As [`Dispatcher::new`], with the rules of the config file and warren's public address,
+    /// which an Alertmanager channel needs to re-send the alerts that still fire.
+    pub fn with_alerts(http: reqwest::Client, db: Db, policy: DeliveryPolicy, alerts: AlertSource) -> Dispatcher {
+        let delivery = Delivery { http, db, policy, alerts: Arc::new(alerts) };
         let workers = Mutex::new(Vec::new());
         Dispatcher {
             inner: Arc::new(Inner { delivery, cancel: CancellationToken::new(), tracker: TaskTracker::new(), workers }),
@@ -268,7 +278,20 @@ async fn run_channel(
             tracing::error!(channel = %channel.id, error = %e, "the channel's previous task failed");
         }
     }
+    // Re-sending runs in this task, between deliveries, never beside one: a re-send read
+    // before a resolve was committed is then posted before that resolve, not after it (which
+    // would make Alertmanager take the alert as firing again until its `endsAt`).
+    let resend_every = match &channel.kind {
+        ChannelKind::Alertmanager(am) => Some(am.resend_interval()),
+        _ => None,
+    };
+    let mut next_resend = tokio::time::Instant::now();
+    let mut resend_failing = false;
     loop {
+        if let Some(every) = resend_every.filter(|_| tokio::time::Instant::now() >= next_resend) {
+            delivery.resend(&channel, &stop, &mut resend_failing).await;
+            next_resend = tokio::time::Instant::now() + every;
+        }
         let next = tokio::select! {
             biased;
             _ = stop.cancelled() => return,
@@ -290,6 +313,11 @@ async fn run_channel(
                 Some(DATABASE_RETRY)
             }
         };
+        let until_resend = resend_every.map(|_| next_resend.saturating_duration_since(tokio::time::Instant::now()));
+        let wait = match (wait, until_resend) {
+            (Some(wait), Some(resend)) => Some(wait.min(resend)),
+            (wait, resend) => wait.or(resend),
+        };
         let sleep = async {
             match wait {
                 Some(wait) => tokio::time::sleep(wait).await,
@@ -306,6 +334,47 @@ async fn run_channel(
 }
 
 impl Delivery {
+    /// Re-sends to an Alertmanager every alert that still fires and was told, so that it stays
+    /// active there (see the module docs of `notify`). Not in the outbox nor the delivery log:
+    /// it comes again within a resend interval anyway, and would be a row per minute. A failure
+    /// is logged when it starts and when it ends, not at every try.
+    async fn resend(&self, channel: &NotificationChannel, stop: &CancellationToken, failing: &mut bool) {
+        let ChannelKind::Alertmanager(am) = &channel.kind else { return };
+        let alerts = match alertmanager::still_firing(&self.db, &self.alerts, channel).await {
+            Ok(alerts) if alerts.is_empty() => return,
+            Ok(alerts) => alerts,
+            Err(e) => {
+                tracing::error!(channel = %channel.id, error = %e, "cannot read the firing alerts to re-send");
+                return;
+            }
+        };
+        let result = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            result = resend_alertmanager(&self.http, channel, am, &alerts, self.policy.attempt_timeout) => result,
+        };
+        match result {
+            Ok(_) if *failing => {
+                tracing::info!(channel = %channel.id, alerts = alerts.len(), "firing alerts re-sent to Alertmanager again");
+                *failing = false;
+            }
+            Ok(_) => tracing::debug!(channel = %channel.id, alerts = alerts.len(), "firing alerts re-sent"),
+            Err(error) if !*failing => {
+                tracing::warn!(
+                    channel = %channel.id,
+                    target = %channel.display_target(),
+                    alerts = alerts.len(),
+                    error = %error,
+                    "cannot re-send the firing alerts to Alertmanager; they end there at their endsAt unless a later re-send gets through"
+                );
+                *failing = true;
+            }
+            Err(error) => {
+                tracing::debug!(channel = %channel.id, error = %error, "re-send to Alertmanager failed again")
+            }
+        }
+    }
+
     /// One attempt at `pending`, logged, its outcome written to the outbox in the same
     /// transaction: delivered or given up, the row goes; failed, it comes due again after the
     /// backoff. An attempt cut short by `stop` leaves the row as it was.

@@ -99,9 +99,18 @@ pub(super) fn summary(n: &Notification) -> String {
         NotificationKind::Firing => "FIRING",
         NotificationKind::Resolved => "RESOLVED",
         NotificationKind::Reminder => "STILL FIRING",
-        NotificationKind::Test => return format!("[TEST] {}", n.description),
+        NotificationKind::Test => "TEST",
     };
-    let mut line = format!("[{label}] {} ({}): {}", n.rule_name, severity_name(n.severity), n.key);
+    format!("[{label}] {}", headline(n))
+}
+
+/// The summary without its `[FIRING]` mark, for receivers that show the state themselves
+/// (Alertmanager): `Orders backlog (critical): queue 'orders' (...): ready 37 (threshold > 10)`.
+pub(super) fn headline(n: &Notification) -> String {
+    if n.kind == NotificationKind::Test {
+        return n.description.clone();
+    }
+    let mut line = format!("{} ({}): {}", n.rule_name, severity_name(n.severity), n.key);
     if let Some(metric) = n.metric.filter(|m| *m != Metric::BrokerUnreachable) {
         line.push_str(&format!(": {} {}", metric.as_str(), format_value(n.value)));
         if let (Some(comparator), Some(threshold)) = (n.comparator, n.threshold) {
@@ -114,7 +123,7 @@ pub(super) fn summary(n: &Notification) -> String {
     line
 }
 
-fn severity_name(severity: Severity) -> &'static str {
+pub(super) fn severity_name(severity: Severity) -> &'static str {
     match severity {
         Severity::Info => "info",
         Severity::Warning => "warning",
@@ -124,7 +133,7 @@ fn severity_name(severity: Severity) -> &'static str {
 
 /// Whole numbers without decimals (counts), others with two (rates, ages); unknown is
 /// "unknown", never 0.
-fn format_value(value: Option<f64>) -> String {
+pub(super) fn format_value(value: Option<f64>) -> String {
     match value {
         None => "unknown".to_string(),
         Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),

@@ -10,6 +10,7 @@ use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use serde::Serialize;
 
+use super::alertmanager::{self, AlertmanagerSettings};
 use super::channel::{ChannelKind, EmailSettings, NotificationChannel, SmtpSecurity};
 use super::{message, Notification};
 use crate::config::Secret;
@@ -102,10 +103,28 @@ pub async fn send(
             ChannelKind::Webhook { url } => post_json(http, url, &message::webhook_body(n)).await,
             ChannelKind::Slack { url } => post_json(http, url, &message::slack_body(n)).await,
             ChannelKind::Email(settings) => send_email(settings, n, timeout).await,
+            ChannelKind::Alertmanager(am) => {
+                let body = alertmanager::body(am, std::slice::from_ref(n), chrono::Utc::now());
+                post_json(http, &am.alerts_url(), &body).await
+            }
         }
     };
     let result = tokio::time::timeout(timeout, attempt).await.unwrap_or(Err(DeliveryError::Timeout(timeout)));
     result.map_err(|e| e.scrubbed(channel))
+}
+
+/// One attempt to re-send `alerts` (still firing) to an Alertmanager in one request, so that
+/// they stay active there; see `dispatch` for when.
+pub(super) async fn resend_alertmanager(
+    http: &reqwest::Client,
+    channel: &NotificationChannel,
+    am: &AlertmanagerSettings,
+    alerts: &[Notification],
+    timeout: Duration,
+) -> Result<Delivered, DeliveryError> {
+    let body = alertmanager::body(am, alerts, chrono::Utc::now());
+    let result = tokio::time::timeout(timeout, post_json(http, &am.alerts_url(), &body)).await;
+    result.unwrap_or(Err(DeliveryError::Timeout(timeout))).map_err(|e| e.scrubbed(channel))
 }
 
 async fn post_json(http: &reqwest::Client, url: &Secret, body: &serde_json::Value) -> Result<Delivered, DeliveryError> {
