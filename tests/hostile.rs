@@ -532,6 +532,8 @@ async fn watching_nothing(vhost: &TestVhost) -> Warren {
     })
     .await;
     warren
+}
+
 /// Issue 36, case 10: query keys are percent-decoded like values, as browsers and serde's `Query`
 /// read them: `%71` is `q`. The compare page compared its raw keys, so `?%71=...` asked for no
 /// queue at all (400 "no queues to compare") instead of the one named.
