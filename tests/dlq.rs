@@ -1122,7 +1122,9 @@ async fn a_target_warrens_user_may_not_write_to_moves_nothing() {
             if tags == "administrator" {
                 assert!(error.contains("does not let warren's user") && error.contains("amq.default"), "{job}");
             } else {
-                assert!(error.contains("amq.default") && error.contains("refused"), "the broker's words: {job}");
+                // The broker's words, or, when its refusal reached another call first, the closed
+                // channel with what that most often means.
+                assert!(error.contains("amq.default") && error.contains("refuse"), "{job}");
             }
             assert_eq!(depth(&channel, "work.dlq").await, 20, "{tags}, {target}");
         }

@@ -232,10 +232,25 @@ pub struct ProgressCounts {
 pub enum MoveError {
     #[error("cannot connect to the broker over AMQP: {0}")]
     Connect(String),
-    #[error("AMQP error: {0}")]
+    #[error("AMQP error: {}", amqp_words(.0))]
     Amqp(#[from] lapin::Error),
     #[error("{0}")]
     Refused(String),
+}
+
+/// lapin's words, with what a closed channel most often means: the broker closes a channel
+/// that makes a publish or read its user may not make, and the operation that meets the closed
+/// channel reports only its state, while the broker's reason went to whichever call was in
+/// flight (measured: either is what the job sees, by a race).
+fn amqp_words(e: &lapin::Error) -> String {
+    match e {
+        lapin::Error::InvalidChannelState(_) => format!(
+            "{e}: the broker closed the channel, most often because it refused a publish or read warren's user \
+             may not make (write permission on the target's exchange, amq.default for a queue; read on the \
+             source); the broker's log names the reason"
+        ),
+        _ => e.to_string(),
+    }
 }
 
 /// What to move where, and what the source queue is.
