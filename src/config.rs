@@ -23,7 +23,8 @@ pub struct Config {
     /// SQLite database file; created if missing.
     pub database: PathBuf,
     /// Where people reach warren (behind a proxy, say): notifications link back to the alert's
-    /// page with it. `None`: notifications carry no link.
+    /// page with it, and its path is the prefix of every URL warren writes (`base_path`).
+    /// `None`: notifications carry no link.
     pub public_url: Option<reqwest::Url>,
     /// How long history is kept at all: 1-hour roll-ups (and alert history, notification
     /// deliveries) older than this are deleted.
@@ -659,6 +660,38 @@ fn parse_public_url(text: &str) -> Result<reqwest::Url, ConfigError> {
         return Err(invalid("public_url", format!("{text:?} must have no query or fragment")));
     }
     Ok(url)
+}
+
+impl Config {
+    /// The path warren is served under, from `public_url`: `/warren` for
+    /// `https://ops.example.com/warren/`, empty when it has no path (or there is none). Every URL
+    /// warren writes (links, assets, redirects, the cookie's path) starts with it, because a
+    /// proxy that strips it on the way in cannot add it back into pages.
+    pub fn base_path(&self) -> String {
+        let path = self.public_url.as_ref().map_or("", |url| url.path());
+        path.trim_end_matches('/').to_string()
+    }
+}
+
+#[cfg(test)]
+mod base_path_tests {
+    use super::Config;
+
+    fn base_path(public_url: &str) -> String {
+        Config::from_toml(&format!("public_url = {public_url:?}")).unwrap().base_path()
+    }
+
+    #[test]
+    fn the_base_path_is_public_urls_path_without_its_trailing_slash() {
+        assert_eq!(base_path("https://ops.example.com/warren/"), "/warren");
+        assert_eq!(base_path("https://ops.example.com/warren"), "/warren");
+        assert_eq!(base_path("https://ops.example.com/tools/warren/"), "/tools/warren");
+        assert_eq!(base_path("https://ops.example.com/"), "");
+        assert_eq!(base_path("http://warren.example:8080"), "");
+        // As the browser sends it: the URL parser percent-encodes what a path cannot hold.
+        assert_eq!(base_path("https://ops.example.com/my tools/"), "/my%20tools");
+        assert_eq!(Config::from_toml("").unwrap().base_path(), "");
+    }
 }
 
 fn build_auth(file: FileAuth) -> Result<AuthConfig, ConfigError> {

@@ -34,6 +34,9 @@ pub struct AppState {
     pub notices: Notices,
     /// The threads and time filters' regular expressions match in, and their stop at shutdown.
     pub matchers: crate::dlq::budget::Matchers,
+    /// The path of `public_url` (`Config::base_path`), kept once: every link of every page
+    /// starts with it.
+    pub base_path: Arc<str>,
 }
 
 /// One-time notices for post/redirect/get: a form's handler keeps what it did here and
@@ -251,6 +254,13 @@ impl AppState {
         self.config.brokers.iter().find(|b| b.name == name)
     }
 
+    /// `path`, one of warren's own (`/jobs/7`, as routes and handlers know them), as the browser
+    /// asks for it: under the base path. For redirects and the links in JSON answers; templates
+    /// write `{{ me.base }}` (or a fragment's `base`) before each URL themselves.
+    pub fn href(&self, path: &str) -> String {
+        format!("{}{path}", self.base_path)
+    }
+
     pub fn new(config: Config, db: Db, broker_ids: HashMap<String, i64>) -> Self {
         let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
         let http = reqwest::Client::builder()
@@ -266,6 +276,7 @@ impl AppState {
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone()));
         let storage = Arc::new(crate::history::storage::Storage::new(&config.database));
         AppState {
+            base_path: config.base_path().into(),
             gate,
             storage: storage.clone(),
             config: Arc::new(config),

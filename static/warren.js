@@ -493,7 +493,8 @@ var warrenCharts = [];
       evt.preventDefault();
       var list = ticked();
       if (list.length === 0 || list.length > MAX) { show(); return; }
-      window.location.href = "/compare?" + list.map(function (v) { return "q=" + encodeURIComponent(v); }).join("&");
+      // The form's own action, which carries the base path warren is served under.
+      window.location.href = form.action + "?" + list.map(function (v) { return "q=" + encodeURIComponent(v); }).join("&");
     });
     var clear = form.querySelector(".clear");
     if (clear) { clear.addEventListener("click", function () { save([]); show(); }); }

@@ -140,16 +140,18 @@ pub fn csrf_ok(expected: &str, given: Option<&str>) -> bool {
 }
 
 /// The `Set-Cookie` value that starts a session. `secure` when warren is reached over TLS (also
-/// through a TLS-terminating proxy): the browser then sends the cookie over TLS only.
-pub fn session_cookie(value: &str, max_age: Duration, secure: bool) -> String {
+/// through a TLS-terminating proxy): the browser then sends the cookie over TLS only. `path` is
+/// where warren is served (`/`, or `/warren/` behind a proxy).
+pub fn session_cookie(value: &str, max_age: Duration, secure: bool, path: &str) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    format!("{SESSION_COOKIE}={value}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict{secure}", max_age.as_secs())
+    format!("{SESSION_COOKIE}={value}; Path={path}; Max-Age={}; HttpOnly; SameSite=Strict{secure}", max_age.as_secs())
 }
 
-/// The `Set-Cookie` value that makes the browser forget the session (logout).
-pub fn clear_session_cookie(secure: bool) -> String {
+/// The `Set-Cookie` value that makes the browser forget the session (logout): the same `path`
+/// as it was set with, or the browser keeps it.
+pub fn clear_session_cookie(secure: bool, path: &str) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    format!("{SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{secure}")
+    format!("{SESSION_COOKIE}=; Path={path}; Max-Age=0; HttpOnly; SameSite=Strict{secure}")
 }
 
 /// The session cookie's value in a request's `Cookie` headers: the first well-formed one (a
@@ -308,12 +310,14 @@ mod tests {
     #[test]
     fn cookie_headers() {
         assert_eq!(
-            session_cookie("abc", TTL, false),
+            session_cookie("abc", TTL, false, "/"),
             "warren_session=abc; Path=/; Max-Age=43200; HttpOnly; SameSite=Strict"
         );
-        assert!(session_cookie("abc", TTL, true).ends_with("; Secure"));
-        assert_eq!(clear_session_cookie(false), "warren_session=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict");
-        assert!(clear_session_cookie(true).ends_with("; Secure"));
+        assert!(session_cookie("abc", TTL, true, "/").ends_with("; Secure"));
+        assert!(session_cookie("abc", TTL, false, "/warren").contains("; Path=/warren;"));
+        assert_eq!(clear_session_cookie(false, "/"), "warren_session=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict");
+        assert!(clear_session_cookie(true, "/").ends_with("; Secure"));
+        assert!(clear_session_cookie(false, "/warren").contains("; Path=/warren;"));
     }
 
     #[test]

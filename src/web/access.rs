@@ -65,6 +65,8 @@ pub struct Access {
     pub storage_problem: Option<String>,
     /// The clusters' problems every page's banner shows (`Live::cluster_problems`).
     pub cluster_problems: Vec<String>,
+    /// The prefix of every link the page writes (`AppState::base_path`).
+    pub base_path: std::sync::Arc<str>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Access {
@@ -96,6 +98,9 @@ pub struct Me {
     pub storage_problem: Option<String>,
     /// A node down, a partition or an alarm, per cluster: the layout's banner.
     pub cluster_problems: Vec<String>,
+    /// What every URL the page writes starts with: the path of `public_url`, often empty
+    /// (`AppState::base_path`).
+    pub base: std::sync::Arc<str>,
 }
 
 impl Me {
@@ -111,7 +116,13 @@ impl Me {
             admin: p.role.allows(Role::Admin),
             storage_problem: access.storage_problem.clone(),
             cluster_problems: access.cluster_problems.clone(),
+            base: access.base_path.clone(),
         }
+    }
+
+    /// Nobody in particular: the login form, the error pages of public routes and refusals.
+    pub fn public(state: &AppState) -> Me {
+        Me { base: state.base_path.clone(), ..Me::default() }
     }
 }
 
@@ -176,7 +187,7 @@ pub async fn gate(State(state): State<AppState>, request: Request, next: Next) -
     match admit(&state, request).await {
         Ok(request) => next.run(request).await,
         Err(Refusal::Unauthenticated(_)) if cross_site && !json && method == Method::GET => reload_same_site(),
-        Err(refusal) => refuse(refusal, json, htmx, &method, &target),
+        Err(refusal) => refuse(&state, refusal, json, htmx, &method, &target),
     }
 }
 
@@ -193,7 +204,8 @@ async fn admit(state: &AppState, mut request: Request) -> Result<Request, Refusa
     };
     let storage_problem = state.storage.problem().map(|p| format!("{} (seen during {})", p.message, p.during));
     let cluster_problems = state.live.cluster_problems();
-    let access = Access { principal, csrf, storage_problem, cluster_problems };
+    let base_path = state.base_path.clone();
+    let access = Access { principal, csrf, storage_problem, cluster_problems, base_path };
     let me = || Box::new(Me::of(&access));
     let Access { principal, csrf, .. } = &access;
     if changes_state && principal.via != How::Token {
@@ -261,7 +273,7 @@ async fn identify(
         return Ok((Principal::anonymous(), None));
     }
     Err(Refusal::Forbidden {
-        me: Box::default(),
+        me: Box::new(Me::public(state)),
         code: "loopback_only",
         message: "warren runs without authentication, so it serves only requests made directly on this \
                   machine (no proxy headers, a loopback Host). Create a user with `warren user add NAME --role admin` \
@@ -296,12 +308,14 @@ fn form_field(body: &[u8], name: &str) -> Option<String> {
     form_urlencoded::parse(body).find(|(key, _)| key == name).map(|(_, value)| value.into_owned())
 }
 
-fn refuse(refusal: Refusal, json: bool, htmx: bool, method: &Method, target: &str) -> Response {
-    let mut me = Me::default();
+/// `target` is warren's own path (without the base path), as `next` of the login form keeps it.
+fn refuse(state: &AppState, refusal: Refusal, json: bool, htmx: bool, method: &Method, target: &str) -> Response {
+    let mut me = Me::public(state);
     let (status, code, message) = match refusal {
         Refusal::Unauthenticated(why) => {
             if !json && method == Method::GET {
-                let login = format!("/login?next={}", percent_encoding::utf8_percent_encode(target, NEXT_SET));
+                let next = percent_encoding::utf8_percent_encode(target, NEXT_SET);
+                let login = state.href(&format!("/login?next={next}"));
                 if htmx {
                     // htmx would swap a redirect's login page into a fragment; this reloads the page.
                     return ([("hx-redirect", login)], StatusCode::OK).into_response();
@@ -380,7 +394,7 @@ async fn login_page(
 ) -> Result<Response, super::PageError> {
     let login_off = !state.gate.auth_configured(&state.db).await.map_err(auth_error)?;
     let page = LoginPage {
-        me: Me::default(),
+        me: Me::public(&state),
         next: safe_next(query.next.as_deref()),
         name: String::new(),
         error: None,
@@ -430,7 +444,7 @@ async fn login(
     let next = safe_next(form.next.as_deref());
     let page = |status: StatusCode, error: String| -> Result<Response, super::PageError> {
         let page = LoginPage {
-            me: Me::default(),
+            me: Me::public(&state),
             next: next.clone(),
             name: auth::shorten(&form.name),
             error: Some(error),
@@ -460,16 +474,27 @@ async fn login(
     let ttl = state.gate.config.session_ttl;
     let session =
         auth::create_session(&state.db, &user, ttl, chrono::Utc::now().timestamp()).await.map_err(auth_error)?;
-    let cookie = auth::session_cookie(&session.cookie, ttl, over_tls(&state, &headers));
-    Ok(([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response())
+    let cookie = auth::session_cookie(&session.cookie, ttl, over_tls(&state, &headers), cookie_path(&state));
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to(&state.href(&next))).into_response())
 }
 
 async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, super::PageError> {
     if let Some(cookie) = auth::session_cookie_from(&headers) {
         auth::end_session(&state.db, cookie).await.map_err(auth_error)?;
     }
-    let cookie = auth::clear_session_cookie(over_tls(&state, &headers));
-    Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response())
+    let cookie = auth::clear_session_cookie(over_tls(&state, &headers), cookie_path(&state));
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to(&state.href("/login"))).into_response())
+}
+
+/// The session cookie goes only to warren's own paths: behind a proxy at `/warren/`, not to the
+/// other applications on the same host. `/warren` rather than `/warren/`, which would leave out
+/// the address without the slash (RFC 6265 path-match).
+fn cookie_path(state: &AppState) -> &str {
+    if state.base_path.is_empty() {
+        "/"
+    } else {
+        &state.base_path
+    }
 }
 
 // ----- Accounts and tokens (JSON API, admin) -----

@@ -141,8 +141,8 @@ async fn respond(
             StatusCode::ACCEPTED,
             Json(json!({
                 "job": job.status(),
-                "status_url": format!("/api/v1/jobs/{}", job.id),
-                "page_url": format!("/jobs/{}", job.id),
+                "status_url": state.href(&format!("/api/v1/jobs/{}", job.id)),
+                "page_url": state.href(&format!("/jobs/{}", job.id)),
             })),
         )
             .into_response()),

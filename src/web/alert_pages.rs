@@ -133,6 +133,8 @@ struct AlertsPage {
 #[derive(Template)]
 #[template(path = "alerts_preview.html")]
 struct PreviewFragment {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     rows: Vec<(String, Option<String>, String, bool)>,
     problem: Option<String>,
 }
@@ -241,6 +243,7 @@ fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
     let rule = form.rule().and_then(|r| check_rule(state, &r).map(|_| r));
     match rule {
         Ok(rule) => PreviewFragment {
+            base: state.base_path.clone(),
             rows: preview(state, &rule)
                 .into_iter()
                 .take(200)
@@ -256,7 +259,7 @@ fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
                 .collect(),
             problem: None,
         },
-        Err(e) => PreviewFragment { rows: Vec::new(), problem: Some(e.to_string()) },
+        Err(e) => PreviewFragment { base: state.base_path.clone(), rows: Vec::new(), problem: Some(e.to_string()) },
     }
 }
 
@@ -435,7 +438,7 @@ async fn page(
 
 /// Post/redirect/get: back to the alerts page, which says once what the form did.
 fn done(state: &AppState, ok: bool, text: String) -> Response {
-    Redirect::to(&format!("/alerts?notice={}", state.notices.put(ok, text))).into_response()
+    Redirect::to(&state.href(&format!("/alerts?notice={}", state.notices.put(ok, text)))).into_response()
 }
 
 async fn preview_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {

@@ -127,7 +127,7 @@ async fn audit_api(
 ) -> Result<Response, ApiError> {
     let page = query.validate()?;
     let listing = read(&state, &page, access.principal.role, &access.principal.actor()).await?;
-    let (newest, newer, older) = neighbours("/api/v1/audit", &page, &listing);
+    let (newest, newer, older) = neighbours(&state.href("/api/v1/audit"), &page, &listing);
     let links: Vec<String> = [(older, "next"), (newer, "prev"), (newest, "first")]
         .into_iter()
         .filter_map(|(url, rel)| url.map(|url| format!("<{url}>; rel=\"{rel}\"")))
@@ -217,6 +217,8 @@ struct AuditPage {
 #[derive(askama::Template)]
 #[template(path = "audit_entries.html")]
 struct AuditEntries {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     freshness: super::freshness::Freshness,
     /// Where htmx asks for this page again; `None` for a page that stays still.
     live_href: Option<String>,
@@ -330,6 +332,7 @@ async fn audit_page(
     let (newest_href, newer_href, older_href) = neighbours("/audit", &page, &listing);
     let newest = page.before.is_none() && page.after.is_none();
     let entries = AuditEntries {
+        base: state.base_path.clone(),
         freshness: if newest {
             Freshness::rendered(REFRESH_SECS)
         } else {

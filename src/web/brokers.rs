@@ -80,6 +80,8 @@ struct CallRow {
 #[derive(Template)]
 #[template(path = "broker_load.html")]
 struct LoadFragment {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     freshness: Freshness,
     href: String,
     management: Vec<ManagementRow>,
@@ -127,6 +129,7 @@ async fn page(
     let l = &live.load;
     let p = &l.prometheus;
     let fragment = LoadFragment {
+        base: state.base_path.clone(),
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
         href: format!("/brokers/{}", encode_segment(&live.name)),
         management: live

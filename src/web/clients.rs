@@ -151,6 +151,8 @@ impl ChannelRow {
 #[derive(Template)]
 #[template(path = "clients_tables.html")]
 struct ClientsFragment {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     freshness: Freshness,
     self_href: String,
     age: ListingAge,
@@ -187,7 +189,7 @@ fn clients_href(broker: &str) -> String {
 async fn first_broker(State(state): State<AppState>) -> Result<Response, PageError> {
     let first =
         state.live.snapshot().into_iter().next().ok_or_else(|| WebError::NotFound("no broker configured".into()))?;
-    Ok(Redirect::to(&clients_href(&first.name)).into_response())
+    Ok(Redirect::to(&state.href(&clients_href(&first.name))).into_response())
 }
 
 async fn page(
@@ -212,6 +214,7 @@ async fn page(
         None => href.clone(),
     };
     let fragment = ClientsFragment {
+        base: state.base_path.clone(),
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
         self_href,
         age: ListingAge::of(&live.name, clients, now),

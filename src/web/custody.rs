@@ -380,7 +380,7 @@ async fn replay(
         Json(json!({
             "audit_id": audit_id,
             "job": state.jobs.get(audit_id).map(|job| job.status()),
-            "follow": format!("/api/v1/audit/{audit_id}/messages"),
+            "follow": state.href(&format!("/api/v1/audit/{audit_id}/messages")),
         })),
     )
         .into_response())

@@ -611,7 +611,7 @@ async fn take_form(
     let view = find_queue(&state, &broker, &vhost, &queue).await?;
     match take(&state, &view, &request).await {
         // Post/redirect/get: a reload of the page never reads the queue again.
-        Ok(_) => Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response()),
+        Ok(_) => Ok(Redirect::to(&state.href(&dlq_href(&broker, &vhost, &queue))).into_response()),
         Err(BrowseError::NeedsConfirmation(message)) => {
             let body = render_page(&state, me, &view, &message::Filter::default(), None, Some(message)).await?;
             Ok((StatusCode::CONFLICT, html(body)).into_response())
@@ -629,7 +629,7 @@ async fn custody_start_form(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
 ) -> Result<Response, PageError> {
     super::custody::start_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
-    Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response())
+    Ok(Redirect::to(&state.href(&dlq_href(&broker, &vhost, &queue))).into_response())
 }
 
 async fn custody_release_form(
@@ -638,7 +638,7 @@ async fn custody_release_form(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
 ) -> Result<Response, PageError> {
     let audit_id = super::custody::release_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
-    Ok(Redirect::to(&format!("/jobs/{audit_id}")).into_response())
+    Ok(Redirect::to(&state.href(&format!("/jobs/{audit_id}"))).into_response())
 }
 
 /// The custody replay form: `scope` (`all` or `matching`, with the `filter_*` fields) and
@@ -685,7 +685,7 @@ async fn custody_replay_form(
         super::custody::start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false)
             .await?;
     // Post/redirect/get: the job's page follows it, and says what became of each record.
-    Ok(Redirect::to(&format!("/jobs/{audit_id}")).into_response())
+    Ok(Redirect::to(&state.href(&format!("/jobs/{audit_id}"))).into_response())
 }
 
 #[derive(Template)]
@@ -828,7 +828,7 @@ async fn custody_edit_form(
     let actor = access.principal.actor();
     let (audit_id, outcome) = super::custody::edit_record(&state, (&broker, &vhost, &queue), id, edit, &actor).await?;
     match outcome {
-        Ok(_) => Ok(Redirect::to("/audit").into_response()),
+        Ok(_) => Ok(Redirect::to(&state.href("/audit")).into_response()),
         Err(why) => Err(WebError::Conflict(format!("{why} (audit entry {audit_id})")).into()),
     }
 }
@@ -840,7 +840,7 @@ async fn custody_delete_form(
     Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
 ) -> Result<Response, PageError> {
     super::custody::delete_record(&state, (&broker, &vhost, &queue), id, &access.principal.actor()).await?;
-    Ok(Redirect::to(&dlq_href(&broker, &vhost, &queue)).into_response())
+    Ok(Redirect::to(&state.href(&dlq_href(&broker, &vhost, &queue))).into_response())
 }
 
 async fn custody_record(
@@ -1367,7 +1367,7 @@ async fn requeue_form(
     };
     match super::actions::start_move(&state, &view, request, &access.principal.actor()).await? {
         // The job page shows the progress, a cancel button, and the final report.
-        Ok(job) => Ok(Redirect::to(&format!("/jobs/{}", job.id)).into_response()),
+        Ok(job) => Ok(Redirect::to(&state.href(&format!("/jobs/{}", job.id))).into_response()),
         Err(e) => {
             page.outcome = Some("refused".to_string());
             page.error = Some(e.to_string());

@@ -210,5 +210,5 @@ async fn cancel_form(State(state): State<AppState>, Path(id): Path<i64>) -> Resu
     if let Some(job) = state.jobs.get(id) {
         job.cancel();
     }
-    Ok(Redirect::to(&format!("/jobs/{id}")).into_response())
+    Ok(Redirect::to(&state.href(&format!("/jobs/{id}"))).into_response())
 }

@@ -38,7 +38,24 @@ use serde_json::json;
 pub use self::access::{Access, Me};
 use crate::state::AppState;
 
+/// Every route, under the base path of `public_url` too. A proxy at `/warren/` forwards
+/// `/warren/queues` as it is (nginx `proxy_pass http://warren;`) or without the prefix
+/// (`proxy_pass http://warren/;`): both are served, so either configuration works and the
+/// health checks still answer probes that go straight to warren. Routes, the gate and handlers
+/// only ever see warren's own paths (`/queues`): the prefix is taken off here and put on every
+/// URL warren writes (`AppState::href`, `Me::base`).
 pub fn router(state: AppState) -> Router {
+    let base = state.base_path.clone();
+    let app = routes(state);
+    if base.is_empty() {
+        return app;
+    }
+    // A path segment of `public_url` may start with `:` or `*`, which axum 0.7 read as captures;
+    // braces, which 0.8 reads so, come percent-encoded out of the URL parser.
+    Router::new().without_v07_checks().nest_service(&base, app.clone()).fallback_service(app)
+}
+
+fn routes(state: AppState) -> Router {
     Router::new()
         .merge(access::router())
         .merge(pages::router())
@@ -59,11 +76,16 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         // The obvious guess for a list of dead-letter queues.
-        .route("/dlq", get(|| async { axum::response::Redirect::to("/queues?dlq=true") }))
+        .route(
+            "/dlq",
+            get(|state: axum::extract::State<AppState>| async move {
+                axum::response::Redirect::to(&state.href("/queues?dlq=true"))
+            }),
+        )
         .route("/favicon.ico", get(assets::favicon))
         .fallback(not_found)
         // Inside the gate, which has identified the user by then.
-        .layer(axum::middleware::from_fn(error_pages))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), error_pages))
         .layer(axum::middleware::from_fn_with_state(state.clone(), access::gate))
         .layer(axum::middleware::from_fn(api_errors))
         .layer(axum::middleware::map_response(security_headers))
@@ -235,13 +257,20 @@ pub(crate) fn error_page(status: StatusCode, message: String, me: Me) -> Respons
 }
 
 /// Renders a handler's error page with the user it answers (their name, role and log-out
-/// button stay in the header).
-async fn error_pages(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let me = request.extensions().get::<Access>().map(Me::of);
+/// button stay in the header), and with the base path on its links on public routes too.
+async fn error_pages(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let me = match request.extensions().get::<Access>() {
+        Some(access) => Me::of(access),
+        None => Me::public(&state),
+    };
     let response = next.run(request).await;
-    match (me, response.extensions().get::<ErrorToRender>()) {
-        (Some(me), Some(ErrorToRender(message))) => error_page(response.status(), message.clone(), me),
-        _ => response,
+    match response.extensions().get::<ErrorToRender>() {
+        Some(ErrorToRender(message)) => error_page(response.status(), message.clone(), me),
+        None => response,
     }
 }
 
@@ -289,10 +318,15 @@ async fn api_errors(request: axum::extract::Request, next: axum::middleware::Nex
     answer
 }
 
-/// No route: a JSON error for the API, a page with the navigation for everyone else.
-async fn not_found(uri: axum::http::Uri, headers: HeaderMap) -> Response {
-    let path = uri.path();
-    if path.starts_with("/api/")
+/// No route: a JSON error for the API, a page with the navigation for everyone else. Said with
+/// the path as it was asked for, base path included.
+async fn not_found(
+    uri: axum::http::Uri,
+    axum::extract::OriginalUri(asked): axum::extract::OriginalUri,
+    headers: HeaderMap,
+) -> Response {
+    let path = asked.path();
+    if uri.path().starts_with("/api/")
         || !headers.get(header::ACCEPT).is_some_and(|a| a.to_str().unwrap_or("").contains("html"))
     {
         let message = format!("no such resource: {path}");

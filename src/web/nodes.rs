@@ -39,7 +39,7 @@ pub fn nodes_href(broker: &str) -> String {
 async fn first_broker(State(state): State<AppState>) -> Result<Redirect, PageError> {
     let first =
         state.live.snapshot().into_iter().next().ok_or_else(|| WebError::NotFound("no broker is configured".into()))?;
-    Ok(Redirect::to(&nodes_href(&first.name)))
+    Ok(Redirect::to(&state.href(&nodes_href(&first.name))))
 }
 
 // ----- JSON -----
@@ -233,6 +233,8 @@ fn card(broker: &str, node: &Node, nodes: &NodesLive, history_query: &str) -> No
 #[derive(Template)]
 #[template(path = "nodes_live.html")]
 struct NodesFragment {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     freshness: Freshness,
     self_href: String,
     broker_down: bool,
@@ -273,6 +275,7 @@ async fn page(
     let cards: Vec<NodeCard> =
         live.nodes.nodes.iter().map(|n| card(&live.name, n, &live.nodes, &history_query)).collect();
     let fragment = NodesFragment {
+        base: state.base_path.clone(),
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
         self_href: match &raw_query {
             Some(q) => format!("{href}?{q}"),

@@ -111,6 +111,8 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
 #[derive(Template)]
 #[template(path = "overview_brokers.html")]
 struct OverviewBrokers {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     freshness: Freshness,
     alerts: Vec<super::alert_pages::AlertRow>,
     brokers: Vec<BrokerRow>,
@@ -140,6 +142,7 @@ async fn overview(
         live.iter().flat_map(|b| b.queues.iter()).filter(|q| q.dead_letters.is_dlq).collect();
     dlqs.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
     let fragment = OverviewBrokers {
+        base: state.base_path.clone(),
         freshness: Freshness::polled(&live.iter().collect::<Vec<_>>(), REFRESH_SECS),
         alerts: super::alert_pages::alert_rows(&state, None).await?,
         brokers: live.iter().map(broker_row).collect(),
@@ -297,6 +300,8 @@ struct SortLink {
 #[derive(Template)]
 #[template(path = "queues_table.html")]
 struct QueuesTable {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     freshness: Freshness,
     self_href: String,
     columns: Vec<SortLink>,
@@ -412,6 +417,7 @@ async fn queues(
     let shown: Vec<&BrokerLive> =
         live.iter().filter(|b| listing.broker.as_ref().is_none_or(|name| *name == b.name)).collect();
     let table = QueuesTable {
+        base: state.base_path.clone(),
         freshness: Freshness::polled(&shown, REFRESH_SECS),
         self_href: listing_href(&listing, listing.sort, listing.descending, listing.page),
         columns,
@@ -450,6 +456,8 @@ async fn queues(
 #[derive(Template)]
 #[template(path = "queue_stats.html")]
 struct QueueStats {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     freshness: Freshness,
     alerts: Vec<super::alert_pages::AlertRow>,
     self_href: String,
@@ -667,6 +675,7 @@ async fn queue(
     let live = super::api::broker_live(&state, &broker)?;
     let href = queue_href(&broker, &vhost, &name);
     let stats = QueueStats {
+        base: state.base_path.clone(),
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
         alerts: super::alert_pages::alert_rows(&state, Some(&crate::alerts::AlertKey::of(&view))).await?,
         self_href: match &raw_query {
@@ -811,7 +820,7 @@ async fn compare(
         .collect();
     let sources: Vec<serde_json::Value> = queues
         .iter()
-        .map(|q| serde_json::json!({"label": q.label, "src": format!("/api/v1{}/history", q.href)}))
+        .map(|q| serde_json::json!({"label": q.label, "src": state.href(&format!("/api/v1{}/history", q.href))}))
         .collect();
     let window =
         ChartWindow::new(&state, &views[0].broker, &range, "/compare", keep, format!("{} queues; ", queues.len()))?;

@@ -47,7 +47,9 @@ const DROPS_UNCOUNTED_3X: &str = "RabbitMQ 3.x (measured on 3.10.8) does not cou
 /// The nav's link: the first broker's exchanges (the page links the others).
 async fn first_broker(State(state): State<AppState>) -> Response {
     match state.config.brokers.first() {
-        Some(b) => Redirect::to(&format!("/brokers/{}/exchanges", encode_segment(&b.name))).into_response(),
+        Some(b) => {
+            Redirect::to(&state.href(&format!("/brokers/{}/exchanges", encode_segment(&b.name)))).into_response()
+        }
         None => PageError(WebError::NotFound("no broker is configured".to_string())).into_response(),
     }
 }
@@ -159,6 +161,8 @@ struct VhostSection {
 #[derive(Template)]
 #[template(path = "exchanges_table.html")]
 struct ExchangesFragment {
+    /// The base path, before every URL (`AppState::base_path`).
+    base: std::sync::Arc<str>,
     freshness: Freshness,
     self_href: String,
     read_at: String,
@@ -241,6 +245,7 @@ async fn page(
         }
     }
     let fragment = ExchangesFragment {
+        base: state.base_path.clone(),
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
         self_href: format!("/brokers/{}/exchanges", encode_segment(&live.name)),
         read_at: match t.exchanges_read_at {

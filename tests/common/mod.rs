@@ -7,6 +7,7 @@ pub mod broker;
 pub mod browser;
 pub mod cluster;
 pub mod dead_letters;
+pub mod nginx;
 pub mod tls;
 
 use std::future::Future;
