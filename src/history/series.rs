@@ -283,7 +283,9 @@ async fn add_broker_raw(
         "unroutable_rate_m",
         "poll_ms",
     ];
-    let aggregates: Vec<String> = columns.iter().map(|c| format!("total({c}), count({c})")).collect();
+    // `count` is an integer, which sqlx does not read as f64 (a 500 on every range that reaches
+    // raw polls through this path, 24 h and 7 d on a database not rolled up yet).
+    let aggregates: Vec<String> = columns.iter().map(|c| format!("total({c}), cast(count({c}) as real)")).collect();
     let sql = format!(
         "select (ts - ?4) / ?5 as p, {} from broker_samples where broker_id = ?1 and ts >= ?2 and ts < ?3 group by p",
         aggregates.join(", ")
