@@ -494,13 +494,15 @@ async fn every_api_error_is_json_of_one_shape() {
             "invalid",
         ),
         ("a method the route does not take", http.put(warren.url("/api/v1/queues")), 405, "method_not_allowed"),
+        ("no such resource", http.get(warren.url("/api/v1/nothing-here")), 404, "not_found"),
+        // Last: warren answers before reading the whole body and closes the connection, which
+        // this client would otherwise reuse for the next request (an IncompleteMessage error).
         (
             "a body over the limit",
             http.post(&requeue).header("content-type", "application/json").body(vec![b' '; 3 * 1024 * 1024]),
             413,
             "too_large",
         ),
-        ("no such resource", http.get(warren.url("/api/v1/nothing-here")), 404, "not_found"),
     ];
     for (what, request, status, code) in cases {
         let response = request.send().await.unwrap();
