@@ -121,8 +121,12 @@ pub struct QueueView {
     /// and again (issue 17, case 1: wait queues showed ages far past their TTL).
     pub age_since_first_publish: bool,
     /// Dead letters of this queue in warren's custody (taken off the broker, not yet
-    /// replayed), `None` when it has none (`dlq::custody`). `total` is what the broker holds.
+    /// replayed), `None` when it has none (`dlq::custody`). `total` counts them with what the
+    /// broker holds (`apply_custody`); `ready` and `unacked` are the broker's.
     pub custody_held: Option<u64>,
+    /// The oldest-message age is that of the oldest dead letter in warren's custody: when it
+    /// was taken off the broker, so a lower bound (it died before).
+    pub age_from_custody: bool,
     /// Whether the intake of this queue's custody stopped (`dlq::custody::IntakeState`);
     /// `None` when no intake runs for it.
     pub custody_intake_stopped: Option<bool>,
@@ -156,6 +160,16 @@ pub struct QueueView {
     /// took everything there is and holds it, as one holding scheduled (ETA, delayed) messages
     /// does by design (issue 17, case 6). Not a fault until `scheduled_hold_limit`.
     pub holding_secs: Option<f64>,
+    /// Deliveries that come back unacked for this long: consumers take messages and hand them
+    /// back (a nack or reject with requeue, or a crash) with nothing acked, so the same messages
+    /// go round, as poison messages at the head of a queue do (issue 31, case 1). Once that has
+    /// lasted `HUNG_AFTER_POLLS` polls and `HUNG_AFTER_SECS`. Not hung: the consumers work.
+    pub redelivery_loop_secs: Option<f64>,
+    /// warren itself read the queue within the rate window (a snapshot, or a move that handed
+    /// messages back): its reads are deliveries and, read again, redeliveries the broker counts
+    /// like the application's, so the delivery and redelivery rates say nothing of the
+    /// application's then (issue 31, case 9). Alerts on them see no value while this holds.
+    pub own_reads: bool,
     #[serde(flatten)]
     pub dead_letters: crate::broker::topology::DeadLetterInfo,
     /// Shared with other queues' views and the next poll's (see `RawQueue::arguments`).
@@ -210,6 +224,7 @@ impl QueueView {
             oldest_age_lower_bound: false,
             fifo_broken_since: None,
             custody_held: None,
+            age_from_custody: false,
             custody_intake_stopped: None,
             age_since_first_publish: false,
             redelivery_share: None,
@@ -220,6 +235,8 @@ impl QueueView {
             no_consumers: false,
             hung_consumer_secs: None,
             holding_secs: None,
+            redelivery_loop_secs: None,
+            own_reads: false,
             dead_letters: Default::default(),
             arguments: Default::default(),
             policy: None,
@@ -231,6 +248,31 @@ impl QueueView {
             counters: QueueCounters::default(),
             head_ts: None,
             estimate: None,
+        }
+    }
+
+    /// What the broker holds: the total without the dead letters in warren's custody.
+    pub fn broker_total(&self) -> Option<u64> {
+        self.total.map(|t| t - self.custody_held.unwrap_or(0).min(t))
+    }
+
+    /// Counts the dead letters warren took into custody as the queue's (issue 31, case 5: a DLQ
+    /// whose 35 dead letters were held read "0 messages, oldest 0 s, exact"): the total is the
+    /// broker's plus `held` (unknown stays unknown), and the oldest-message age is at least that
+    /// of the oldest held record, taken at `oldest_taken_at`.
+    pub fn apply_custody(&mut self, held: u64, oldest_taken_at: Option<i64>, now: DateTime<Utc>) {
+        self.custody_held = Some(held);
+        if held == 0 {
+            return;
+        }
+        self.total = self.total.and_then(|t| t.checked_add(held));
+        let Some(taken) = oldest_taken_at else { return };
+        let age = (now.timestamp() - taken).max(0) as f64;
+        if self.oldest_age_secs.is_none_or(|a| a <= age) {
+            self.oldest_age_secs = Some(age);
+            self.oldest_age_source = AgeSource::Estimated;
+            self.oldest_age_lower_bound = true;
+            self.age_from_custody = true;
         }
     }
 
@@ -427,6 +469,34 @@ pub fn apply_health(
         Some((secs, _)) => (None, Some(secs)),
         None => (None, None),
     };
+}
+
+/// The redelivered share of deliveries from which a queue whose deliveries see no ack is in a
+/// loop: with poison messages at the head every delivery is one of them coming back.
+pub const LOOP_SHARE: f64 = 0.9;
+
+/// Whether the queue's deliveries come back now: deliveries, almost all of them redeliveries,
+/// and no ack (under 1 % of them). `None` when the rates are unknown, or are warren's own reads.
+pub fn looping(view: &QueueView) -> Option<bool> {
+    if view.own_reads {
+        return None;
+    }
+    let (deliver, ack, share) = (view.deliver_rate?, view.ack_rate?, view.redelivery_share);
+    Some(deliver > 0.0 && ack <= deliver * 0.01 && share.is_some_and(|s| s >= LOOP_SHARE))
+}
+
+/// Fills the loop signal after `apply_health`: `loop_for` is how long, and over how many polls,
+/// `looping` has held. A queue whose deliveries go round is not hung, whatever its unacked
+/// messages say: the consumers take deliveries all the time (issue 31, case 1: a consumer
+/// nacking poison messages with requeue was called hung).
+pub fn apply_loop(view: &mut QueueView, loop_for: Option<(f64, u32)>) {
+    if looping(view) == Some(true) {
+        (view.hung_consumer_secs, view.holding_secs) = (None, None);
+        view.redelivery_loop_secs =
+            loop_for.filter(|(secs, polls)| *polls >= HUNG_AFTER_POLLS && *secs >= HUNG_AFTER_SECS).map(|(s, _)| s);
+    } else {
+        view.redelivery_loop_secs = None;
+    }
 }
 
 /// The inflow of a queue that dead-letter routing feeds: depth change plus acks, never less
@@ -763,6 +833,27 @@ mod tests {
     }
 
     #[test]
+    fn dead_letters_in_custody_count_and_age_the_queue() {
+        let raw: RawQueue = serde_json::from_str(
+            r#"{"name":"dlq","vhost":"/","messages":0,"messages_ready":0,"messages_unacknowledged":0}"#,
+        )
+        .unwrap();
+        let now = Utc::now();
+        let mut view = queue_view("b", raw, true, None, now);
+        assert_eq!((view.oldest_age_secs, view.oldest_age_source), (Some(0.0), AgeSource::Exact));
+        view.apply_custody(35, Some(now.timestamp() - 600), now);
+        assert_eq!((view.total, view.ready, view.custody_held), (Some(35), Some(0), Some(35)));
+        assert_eq!(view.oldest_age_secs, Some(600.0));
+        assert_eq!(view.oldest_age_source, AgeSource::Estimated);
+        assert!(view.oldest_age_lower_bound && view.age_from_custody);
+        // Nothing held: the broker's numbers as they are.
+        let raw: RawQueue = serde_json::from_str(r#"{"name":"dlq","vhost":"/","messages":3}"#).unwrap();
+        let mut view = queue_view("b", raw, true, None, now);
+        view.apply_custody(0, None, now);
+        assert_eq!((view.total, view.custody_held, view.age_from_custody), (Some(3), Some(0), false));
+    }
+
+    #[test]
     fn health_signals() {
         let raw: RawQueue = serde_json::from_str(
             r#"{"name":"q","vhost":"/","messages":100,"messages_ready":90,"messages_unacknowledged":10,"consumers":0}"#,
@@ -787,6 +878,43 @@ mod tests {
         assert_eq!(view.hung_consumer_secs, None, "two polls are not enough to call it hung");
         apply_health(&mut view, None, None, 3600.0);
         assert_eq!(view.backlog_growth_rate, None, "unknown until two depth readings span the window");
+    }
+
+    /// Issue 31, case 1: a consumer nacking poison messages with requeue, prefetch 10: 90
+    /// deliveries a second, all redelivered, nothing acked, ready growing.
+    #[test]
+    fn deliveries_that_come_back_unacked_are_a_loop_not_a_hung_consumer() {
+        let raw: RawQueue = serde_json::from_str(
+            r#"{"name":"q","vhost":"/","messages":360,"messages_ready":350,"messages_unacknowledged":10,"consumers":1}"#,
+        )
+        .unwrap();
+        let mut view = queue_view("b", raw, true, None, Utc::now());
+        (view.deliver_rate, view.redeliver_rate, view.ack_rate, view.publish_rate) =
+            (Some(90.0), Some(90.0), Some(0.0), Some(4.0));
+        apply_health(&mut view, Some((60.0, 12)), Some(4.0), 3600.0);
+        assert_eq!(view.hung_consumer_secs, Some(60.0), "what apply_health alone says");
+        apply_loop(&mut view, Some((60.0, 12)));
+        assert_eq!((view.hung_consumer_secs, view.holding_secs, view.redelivery_loop_secs), (None, None, Some(60.0)));
+        // Too short to say: no loop yet, and no hung consumer either.
+        apply_health(&mut view, Some((60.0, 12)), Some(4.0), 3600.0);
+        apply_loop(&mut view, Some((10.0, 2)));
+        assert_eq!((view.hung_consumer_secs, view.redelivery_loop_secs), (None, None));
+        // Acks again: no loop; the hung signal is apply_health's own.
+        view.ack_rate = Some(5.0);
+        apply_health(&mut view, Some((60.0, 12)), Some(4.0), 3600.0);
+        apply_loop(&mut view, Some((60.0, 12)));
+        assert_eq!(view.redelivery_loop_secs, None);
+        // warren's own reads (a snapshot) are no application's loop.
+        view.ack_rate = Some(0.0);
+        view.own_reads = true;
+        apply_health(&mut view, Some((60.0, 12)), Some(4.0), 3600.0);
+        apply_loop(&mut view, Some((60.0, 12)));
+        assert_eq!(looping(&view), None);
+        assert_eq!(view.redelivery_loop_secs, None);
+        // Unknown rates say nothing.
+        view.own_reads = false;
+        view.ack_rate = None;
+        assert_eq!(looping(&view), None);
     }
 
     /// Issue 17, case 6: a consumer holding ETA tasks was "hung" for up to 110 s.

@@ -66,7 +66,7 @@ async fn custody_takes_every_dead_letter_and_replays_each_once() {
         // Intake empties the broker's DLQ into custody; the queue's numbers count both.
         let view = wait_for("every dead letter in custody", Duration::from_secs(60), || async {
             let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
-            if q["custody_held"] == N && q["total"] == 0 {
+            if q["custody_held"] == N && q["ready"] == 0 && q["total"] == N {
                 Ok(q)
             } else {
                 Err(q.to_string())
@@ -75,6 +75,12 @@ async fn custody_takes_every_dead_letter_and_replays_each_once() {
         .await;
         assert_eq!(view["is_dlq"], true, "{view}");
         assert_eq!(depth(&channel, "work.dlq").await, 0, "taken off the broker");
+        // Issue 31, case 5: the age is the oldest held record's, never "0 s exact".
+        assert_eq!(
+            (&view["oldest_age_source"], &view["oldest_age_lower_bound"], &view["age_from_custody"]),
+            (&json!("estimated"), &json!(true), &json!(true)),
+            "{view}"
+        );
 
         // Every record, not a sample: grouped and filtered over all of them.
         let list = listing(&warren, &vhost.name, "?limit=1000").await;
@@ -943,7 +949,7 @@ async fn an_admin_takes_a_queue_into_custody_and_releases_it() {
     assert_eq!(status, 200, "{body}");
     wait_for("every dead letter in custody", Duration::from_secs(60), || async {
         let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
-        if q["custody_held"] == N && q["total"] == 0 {
+        if q["custody_held"] == N && q["ready"] == 0 && q["total"] == N {
             Ok(())
         } else {
             Err(q.to_string())
@@ -1540,6 +1546,92 @@ async fn a_release_into_a_dlq_that_drops_its_oldest_keeps_every_record() {
     assert!(job["report"]["failed"][0]["reason"].as_str().unwrap_or_default().contains("drops its oldest"), "{job}");
     assert_eq!(depth(&channel, "work.dlq").await, 0, "nothing sent back");
     assert_eq!(held_ids(&warren, &vhost.name).await, all, "every record still held");
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 31, case 8: "Take into custody" moved 582 messages out of the broker in one click, with
+/// no confirmation and no audit entry, and the DLQ page then still offered the old snapshot's
+/// "Requeue all" and "Purge". Start and release now ask first, saying what will happen; both
+/// are audited with who and how many; while custody is on, no snapshot action is offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custody_start_and_release_ask_first_and_are_audited() {
+    const N: usize = 12;
+    let vhost = TestVhost::create("custodyask").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(N)).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("work.dlq listed with its messages", Duration::from_secs(30), || async {
+        match warren.queue(&vhost.name, "work.dlq").await {
+            Some(q) if q["total"] == N => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    warren.snapshot(&vhost.name, "work.dlq", 50).await;
+    let dlq = format!("/dlq/local/{}/work.dlq", encode(&vhost.name));
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let post = |path: String, fields: Vec<(&'static str, &'static str)>| {
+        let request = http.post(warren.url(&path)).form(&fields);
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+
+    // The button asks first, and nothing leaves the broker.
+    let (status, page) = post(format!("{dlq}/custody/start"), vec![]).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("<strong>{N}</strong> messages leave the broker")), "{page}");
+    assert!(page.contains("Intake continues"), "{page}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(depth(&channel, "work.dlq").await as usize, N, "asking took nothing");
+    assert_eq!(listing(&warren, &vhost.name, "").await["in_custody"], false);
+
+    let (status, _) = post(format!("{dlq}/custody/start"), vec![("confirmed", "true")]).await;
+    assert_eq!(status, 303);
+    wait_for("every dead letter in custody", Duration::from_secs(60), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["custody_held"] == N && q["ready"] == 0 {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    let (_, audit) = warren.get_json("/api/v1/audit").await;
+    let start = audit.as_array().unwrap().iter().find(|e| e["action"] == "custody start").cloned();
+    let start = start.unwrap_or_else(|| panic!("the start is audited: {audit}"));
+    assert_eq!(start["outcome"], "done", "{start}");
+    assert!(start["detail"].as_str().unwrap_or_default().contains(&format!("{N} messages in the broker")), "{start}");
+
+    // The old snapshot offers nothing while custody is on.
+    let (_, page) = warren.get_text(&dlq).await;
+    assert!(page.contains("class=\"custody-release\""), "{page}");
+    for stale in ["snapshot-bar", "value=\"purge\"", "Requeue all…", "Take snapshot"] {
+        assert!(!page.contains(stale), "{stale} offered while custody is on: {page}");
+    }
+
+    // Release asks first too, saying how many go back and that intake stops.
+    let (status, page) = post(format!("{dlq}/custody/release"), vec![]).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("<strong>{N}</strong> records warren holds are replayed")), "{page}");
+    assert!(page.contains("Intake stops"), "{page}");
+    assert_eq!(listing(&warren, &vhost.name, "").await["in_custody"], true, "asking released nothing");
+    let (status, _) = post(format!("{dlq}/custody/release"), vec![("confirmed", "true")]).await;
+    assert_eq!(status, 303);
+    wait_for("every record back in the queue", Duration::from_secs(30), || async {
+        let left = depth(&channel, "work.dlq").await as usize;
+        if left == N {
+            Ok(())
+        } else {
+            Err(format!("{left} in the queue"))
+        }
+    })
+    .await;
+    let ids: HashSet<String> = drain_ids(&channel, "work.dlq").await.into_iter().collect();
+    assert_eq!(ids, (1..=N).map(|i| format!("m{i}")).collect::<HashSet<_>>(), "each message back once");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

@@ -130,7 +130,7 @@ async fn custody_takes_dead_letters_in_over_amqps() {
     let warren = Warren::start(&toml).await;
     wait_for("every dead letter in custody", Duration::from_secs(60), || async {
         let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
-        if q["custody_held"] == 4 && q["total"] == 0 {
+        if q["custody_held"] == 4 && q["ready"] == 0 && q["total"] == 4 {
             Ok(())
         } else {
             Err(q.to_string())

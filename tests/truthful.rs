@@ -12,7 +12,7 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, ExchangeKind};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 fn encode(s: &str) -> String {
     warren::broker::management::encode_segment(s)
@@ -530,4 +530,202 @@ async fn a_dlqs_inflow_is_derived_and_a_rejecting_queues_backlog_does_not_grow()
     assert_eq!(status, 200);
     assert!(page.contains("≥ "), "the derived inflow on the queues page: {page}");
     warren.stop().await;
+}
+
+/// Issue 31, cases 1 and 2: a consumer that nacks with requeue every message it cannot process,
+/// with poison messages filling its prefetch: nothing is acked again, ready grows, the consumer
+/// takes deliveries all the time. That is a redelivery loop, not a hung consumer; the built-in
+/// rule fires on it, a rule of one's own on `redelivery_loop_secs` and the other signals the
+/// page shows is accepted, `/metrics` has them, and the FIFO age estimate says it is a lower
+/// bound (the poison messages are older than their place says).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_loop_is_a_loop_not_a_hung_consumer() {
+    const PREFETCH: u16 = 5;
+    let vhost = TestVhost::create("poison").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "orders", false).await;
+    // Good messages first, acked, so that warren has the queue's history; then the poison.
+    let warren = Warren::start(&format!(
+        "[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\npoll_interval_secs = 2\n",
+        vhost.name
+    ))
+    .await;
+    // The signals the pages show are alert metrics (the rule editor refused them: 422).
+    for metric in ["hung_consumer_secs", "holding_secs", "redelivery_share", "inflow_rate", "time_to_drain_secs"] {
+        let (status, body) = warren
+            .post_json(
+                "/api/v1/alerts/rules",
+                json!({"id": metric, "name": metric, "metric": metric, "comparator": ">",
+                                   "threshold": 1e9, "for_secs": 0, "severity": "info"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{metric}: {body}");
+    }
+    let (_, rules) = warren.get_json("/api/v1/alerts/rules").await;
+    assert!(
+        rules.as_array().unwrap().iter().any(|r| r["id"] == "builtin-redelivery-loop"),
+        "a built-in rule watches for loops: {rules}"
+    );
+    let (status, body) = warren
+        .post_json(
+            "/api/v1/alerts/rules",
+            json!({"id": "loop", "name": "loop", "metric": "redelivery_loop_secs", "comparator": ">",
+                               "threshold": 0, "for_secs": 0, "severity": "warning"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+
+    let poison = |p: bool| {
+        let mut headers = FieldTable::default();
+        headers.insert("poison".into(), lapin::types::AMQPValue::Boolean(p));
+        BasicProperties::default().with_headers(headers)
+    };
+    publish(&channel, "orders", 20, poison(false)).await;
+    publish(&channel, "orders", PREFETCH as usize, poison(true)).await;
+    let consumer_channel = connection.create_channel().await.unwrap();
+    consumer_channel.basic_qos(PREFETCH, BasicQosOptions::default()).await.unwrap();
+    let mut deliveries = consumer_channel
+        .basic_consume("orders", "worker", BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let worker = tokio::spawn(async move {
+        use futures_util::StreamExt;
+        while let Some(Ok(delivery)) = deliveries.next().await {
+            let is_poison = delivery
+                .properties
+                .headers()
+                .as_ref()
+                .and_then(|h| h.inner().get("poison").cloned())
+                .is_some_and(|v| v == lapin::types::AMQPValue::Boolean(true));
+            // A handler that takes a moment, then fails.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if is_poison {
+                let requeue = lapin::options::BasicNackOptions { requeue: true, multiple: false };
+                delivery.nack(requeue).await.unwrap();
+            } else {
+                delivery.ack(lapin::options::BasicAckOptions::default()).await.unwrap();
+            }
+        }
+    });
+    // New work keeps coming and waits behind the poison.
+    let feeder_channel = vhost.channel(&connection).await;
+    let feeder = tokio::spawn(async move {
+        loop {
+            publish(&feeder_channel, "orders", 1, BasicProperties::default()).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+
+    let q = wait_for("the queue flagged as a redelivery loop", Duration::from_secs(90), || async {
+        let q = warren.queue(&vhost.name, "orders").await.ok_or("not listed")?;
+        if q["redelivery_loop_secs"].as_f64().is_some() {
+            Ok(q)
+        } else {
+            Err(format!(
+                "loop {} hung {} deliver {} redeliver {} ack {}",
+                q["redelivery_loop_secs"],
+                q["hung_consumer_secs"],
+                q["deliver_rate"],
+                q["redeliver_rate"],
+                q["ack_rate"]
+            ))
+        }
+    })
+    .await;
+    assert_eq!(q["hung_consumer_secs"], Value::Null, "a loop is not a hung consumer: {q}");
+    assert!(q["redelivery_share"].as_f64().unwrap() >= 0.9, "{q}");
+    assert_eq!(q["own_reads"], false, "{q}");
+    // The messages present are not the last ones published: an estimate says it is a lower bound.
+    // (No timestamps: the broker gives no age, warren estimates it.)
+    assert_eq!((&q["oldest_age_source"], &q["oldest_age_lower_bound"]), (&json!("estimated"), &json!(true)), "{q}");
+    let (_, page) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
+    assert!(page.contains(">redelivery loop "), "the list says loop: {page}");
+    assert!(!page.contains(">hung consumer"), "and not hung: {page}");
+    let (_, metrics) = warren.get_text("/metrics").await;
+    let line = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name) && l.contains("queue=\"orders\""))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{name} of orders in /metrics"))
+    };
+    let loop_secs: f64 = line("warren_queue_redelivery_loop_seconds{").rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(loop_secs >= 30.0, "{loop_secs}");
+    assert!(line("warren_queue_hung_consumer_seconds{").ends_with(" 0"));
+    line("warren_queue_redelivery_share{");
+    line("warren_queue_holding_seconds{");
+    wait_for("the loop alert firing, and the built-in one pending", Duration::from_secs(30), || async {
+        let (_, alerts) = warren.get_json("/api/v1/alerts").await;
+        let alerts = alerts.as_array().cloned().unwrap_or_default();
+        let of = |rule: &str| alerts.iter().find(|a| a["rule_id"] == rule && a["key"]["queue"] == "orders").cloned();
+        match (of("loop"), of("hung_consumer_secs")) {
+            (Some(a), None) if a["phase"] == "firing" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (_, rules) = warren.get_json("/api/v1/alerts/rules").await;
+    assert!(
+        rules.as_array().unwrap().iter().all(|r| r["id"] != "builtin-redelivery-loop"),
+        "a rule of one's own on the metric replaces the built-in one: {rules}"
+    );
+    feeder.abort();
+    worker.abort();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 31, case 9: warren's own snapshots are deliveries, and read again redeliveries, that
+/// the broker counts like the application's (a DLQ at 32/s during snapshots): a rule on the
+/// redelivery rate went pending because of warren itself. The poll marks them, the rules see
+/// no value then, and `/metrics` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warrens_own_reads_are_not_the_applications_redeliveries() {
+    let vhost = TestVhost::create("ownreads").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "parked", false).await;
+    publish(&channel, "parked", 50, BasicProperties::default()).await;
+    let warren = Warren::for_vhost(&vhost.name, 2).await;
+    for (id, metric) in
+        [("redeliveries", "redeliver_rate"), ("share", "redelivery_share"), ("loop", "redelivery_loop_secs")]
+    {
+        let (status, body) = warren
+            .post_json(
+                "/api/v1/alerts/rules",
+                json!({"id": id, "name": id, "metric": metric, "comparator": ">", "threshold": 0, "for_secs": 0,
+                       "severity": "warning"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    wait_for("the queue listed", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "parked").await.ok_or("not listed".to_string()).map(|_| ())
+    })
+    .await;
+    let mut redelivered_seen = false;
+    let mut own_reads_seen = false;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(40) {
+        warren.snapshot(&vhost.name, "parked", 50).await;
+        let q = warren.queue(&vhost.name, "parked").await.unwrap();
+        redelivered_seen |= q["redeliver_rate"].as_f64().is_some_and(|r| r > 0.0);
+        own_reads_seen |= q["own_reads"] == true;
+        let (_, alerts) = warren.get_json("/api/v1/alerts").await;
+        let ours: Vec<&Value> = alerts.as_array().unwrap().iter().filter(|a| a["key"]["queue"] == "parked").collect();
+        assert!(ours.is_empty(), "warren's own reads raised alerts: {ours:?} ({q})");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    assert!(redelivered_seen, "the broker counted the snapshots' reads as redeliveries (else this tests nothing)");
+    assert!(own_reads_seen, "the queue's view says warren read it");
+    let (_, metrics) = warren.get_text("/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("warren_queue_own_reads{") && l.contains("queue=\"parked\"") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
 }

@@ -156,6 +156,24 @@ pub enum Metric {
     RedeliverRate,
     /// publish − ack, messages per second; positive means the backlog grows.
     BacklogGrowth,
+    /// How long a consumer has held unacked messages with no ack while others wait
+    /// (`QueueView::hung_consumer_secs`); 0 while none is hung, unknown without counters.
+    HungConsumerSecs,
+    /// How long a consumer has held unacked messages with none ready, as one holding scheduled
+    /// messages does (`QueueView::holding_secs`); 0 while none does.
+    HoldingSecs,
+    /// The share of deliveries that were redeliveries, 0..1; unknown while warren's own reads
+    /// are in the rates.
+    RedeliveryShare,
+    /// Messages arriving per second: the publish counter, or for a queue dead-letter routing
+    /// feeds, depth change plus acks (a lower bound).
+    InflowRate,
+    /// Seconds the backlog takes to drain at current rates; unknown while it does not drain
+    /// (watch `backlog_growth` for that).
+    TimeToDrainSecs,
+    /// How long deliveries have come back with nothing acked (poison messages going round,
+    /// `QueueView::redelivery_loop_secs`); 0 while the queue is not in a loop.
+    RedeliveryLoopSecs,
     /// Messages in a dead-letter queue.
     DlqDepth,
     /// Dead letters arriving per second (see `InflowTracker` for how it is measured).
@@ -191,6 +209,39 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// Every metric, in the order the rule form offers them.
+    pub const ALL: &[Metric] = &[
+        Metric::Ready,
+        Metric::Unacked,
+        Metric::Total,
+        Metric::Consumers,
+        Metric::OldestAgeSecs,
+        Metric::PublishRate,
+        Metric::AckRate,
+        Metric::DeliverRate,
+        Metric::RedeliverRate,
+        Metric::BacklogGrowth,
+        Metric::HungConsumerSecs,
+        Metric::HoldingSecs,
+        Metric::RedeliveryShare,
+        Metric::RedeliveryLoopSecs,
+        Metric::InflowRate,
+        Metric::TimeToDrainSecs,
+        Metric::DlqDepth,
+        Metric::DlqInflow,
+        Metric::BrokerUnreachable,
+        Metric::CustodyIntakeStopped,
+        Metric::BlockedConnections,
+        Metric::ConnectionChurn,
+        Metric::UnroutableRate,
+        Metric::NodeDown,
+        Metric::MemoryAlarm,
+        Metric::DiskAlarm,
+        Metric::DiskFreePredictedSecs,
+        Metric::FdUsedRatio,
+        Metric::Partitions,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Metric::Ready => "ready",
@@ -203,6 +254,12 @@ impl Metric {
             Metric::DeliverRate => "deliver_rate",
             Metric::RedeliverRate => "redeliver_rate",
             Metric::BacklogGrowth => "backlog_growth",
+            Metric::HungConsumerSecs => "hung_consumer_secs",
+            Metric::HoldingSecs => "holding_secs",
+            Metric::RedeliveryShare => "redelivery_share",
+            Metric::InflowRate => "inflow_rate",
+            Metric::TimeToDrainSecs => "time_to_drain_secs",
+            Metric::RedeliveryLoopSecs => "redelivery_loop_secs",
             Metric::DlqDepth => "dlq_depth",
             Metric::DlqInflow => "dlq_inflow",
             Metric::BrokerUnreachable => "broker_unreachable",

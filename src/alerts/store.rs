@@ -26,6 +26,20 @@ pub const BUILTIN_UNREACHABLE: &str = "builtin-broker-unreachable";
 /// The built-in rule on custody intake; any `custody_intake_stopped` rule replaces it.
 pub const BUILTIN_INTAKE_STOPPED: &str = "builtin-custody-intake-stopped";
 
+/// The built-in rule on redelivery loops; any `redelivery_loop_secs` rule replaces it.
+pub const BUILTIN_REDELIVERY_LOOP: &str = "builtin-redelivery-loop";
+
+/// A queue whose deliveries all come back unacked processes nothing while its consumers look
+/// busy, and its backlog grows behind the poison messages at its head (issue 31, case 1). The
+/// loop is flagged after 30 s; two minutes more of it, and someone should look.
+fn builtin_redelivery_loop() -> Rule {
+    serde_json::from_value(serde_json::json!({
+        "id": BUILTIN_REDELIVERY_LOOP, "name": "Redelivery loop: deliveries come back, nothing is acked",
+        "metric": "redelivery_loop_secs", "comparator": ">", "threshold": 0, "for_secs": 120, "severity": "warning",
+    }))
+    .expect("the built-in rule is valid")
+}
+
 /// The built-in rule on blocked connections; any `blocked_connections` rule replaces it.
 pub const BUILTIN_BLOCKED_CONNECTIONS: &str = "builtin-blocked-connections";
 
@@ -126,6 +140,9 @@ pub async fn all_rules(config_rules: &[Rule], db: &Db) -> Result<Vec<StoredRule>
     }
     if !all.iter().any(|r| r.rule.metric == super::Metric::CustodyIntakeStopped) {
         all.push(StoredRule { rule: builtin_intake_stopped(), source: Source::Builtin });
+    }
+    if !all.iter().any(|r| r.rule.metric == super::Metric::RedeliveryLoopSecs) {
+        all.push(StoredRule { rule: builtin_redelivery_loop(), source: Source::Builtin });
     }
     if !all.iter().any(|r| r.rule.metric == super::Metric::BlockedConnections) {
         all.push(StoredRule { rule: builtin_blocked_connections(), source: Source::Builtin });
@@ -407,26 +424,38 @@ mod tests {
         let ids = |rules: &[StoredRule]| {
             rules.iter().filter(|r| !r.rule.metric.is_node()).map(|r| r.rule.id.clone()).collect::<Vec<_>>()
         };
-        assert_eq!(ids(&rules), vec![BUILTIN_UNREACHABLE, BUILTIN_INTAKE_STOPPED, BUILTIN_BLOCKED_CONNECTIONS]);
+        assert_eq!(
+            ids(&rules),
+            vec![BUILTIN_UNREACHABLE, BUILTIN_INTAKE_STOPPED, BUILTIN_REDELIVERY_LOOP, BUILTIN_BLOCKED_CONNECTIONS]
+        );
         assert!(rules.iter().all(|r| r.source == Source::Builtin && r.rule.validate().is_empty()));
         let own: Rule = serde_json::from_value(serde_json::json!({"id": "down", "name": "Down",
             "metric": "broker_unreachable", "for_secs": 10, "severity": "warning"}))
         .unwrap();
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        assert_eq!(ids(&rules), vec!["down", BUILTIN_INTAKE_STOPPED, BUILTIN_BLOCKED_CONNECTIONS]);
+        assert_eq!(
+            ids(&rules),
+            vec!["down", BUILTIN_INTAKE_STOPPED, BUILTIN_REDELIVERY_LOOP, BUILTIN_BLOCKED_CONNECTIONS]
+        );
         let own: Rule = serde_json::from_value(serde_json::json!({"id": "intake", "name": "Intake",
             "metric": "custody_intake_stopped", "comparator": ">", "threshold": 0, "severity": "critical"}))
         .unwrap();
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        assert_eq!(ids(&rules), vec!["down", "intake", BUILTIN_BLOCKED_CONNECTIONS]);
+        assert_eq!(ids(&rules), vec!["down", "intake", BUILTIN_REDELIVERY_LOOP, BUILTIN_BLOCKED_CONNECTIONS]);
         let own: Rule = serde_json::from_value(serde_json::json!({"id": "blocked", "name": "Blocked",
             "metric": "blocked_connections", "comparator": ">", "threshold": 5, "severity": "info"}))
         .unwrap();
         save_rule(&db, &own).await.unwrap();
         let rules = all_rules(&[], &db).await.unwrap();
-        assert_eq!(ids(&rules), vec!["blocked", "down", "intake"], "stored rules come by id");
+        assert_eq!(ids(&rules), vec!["blocked", "down", "intake", BUILTIN_REDELIVERY_LOOP], "stored rules come by id");
+        let own: Rule = serde_json::from_value(serde_json::json!({"id": "loop", "name": "Loop",
+            "metric": "redelivery_loop_secs", "comparator": ">", "threshold": 60, "severity": "critical"}))
+        .unwrap();
+        save_rule(&db, &own).await.unwrap();
+        let rules = all_rules(&[], &db).await.unwrap();
+        assert_eq!(ids(&rules), vec!["blocked", "down", "intake", "loop"]);
     }
 
     #[tokio::test]

@@ -25,8 +25,18 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
         Metric::OldestAgeSecs => view.oldest_age_secs,
         Metric::PublishRate => view.publish_rate,
         Metric::AckRate => view.ack_rate,
+        // warren's own reads (a snapshot, a move) are deliveries and redeliveries the broker
+        // counts like the application's: no value then, rather than warren's (issue 31, case 9).
+        Metric::DeliverRate | Metric::RedeliverRate | Metric::RedeliveryShare if view.own_reads => None,
         Metric::DeliverRate => view.deliver_rate,
         Metric::RedeliverRate => view.redeliver_rate,
+        Metric::RedeliveryShare => view.redelivery_share,
+        // 0 while the counters say no consumer is hung or holding (acks known, unacked known).
+        Metric::HungConsumerSecs => view.hung_consumer_secs.or(held_known(view)),
+        Metric::HoldingSecs => view.holding_secs.or(held_known(view)),
+        Metric::RedeliveryLoopSecs => crate::metrics::looping(view).map(|_| view.redelivery_loop_secs.unwrap_or(0.0)),
+        Metric::InflowRate => view.inflow_rate,
+        Metric::TimeToDrainSecs => view.time_to_drain_secs,
         // From the change of depth (`apply_health`): publish − ack missed rejects, expiries and
         // dead letters that arrive (issue 17, case 5).
         Metric::BacklogGrowth => view.backlog_growth_rate,
@@ -47,6 +57,11 @@ pub fn value(metric: Metric, view: &QueueView) -> Option<f64> {
     }
 }
 
+/// 0 where a hold would be seen: the unacked count and the ack rate are known.
+fn held_known(view: &QueueView) -> Option<f64> {
+    view.unacked.and(view.ack_rate).map(|_| 0.0)
+}
+
 /// The values of a whole broker that broker-level rules compare: unknown when the broker did
 /// not give them (connections not listed yet, or listed without their states).
 pub fn broker_values(live: &crate::state::BrokerLive) -> super::BrokerValues {
@@ -59,7 +74,8 @@ pub fn broker_values(live: &crate::state::BrokerLive) -> super::BrokerValues {
 
 /// A DLQ's dead letters: in the broker plus in warren's custody.
 pub fn dead_letters_held(view: &QueueView) -> Option<u64> {
-    view.total.map(|t| t + view.custody_held.unwrap_or(0))
+    // The poller counts custody in the total (`QueueView::apply_custody`).
+    view.total
 }
 
 /// Measures how fast dead letters arrive in each DLQ.

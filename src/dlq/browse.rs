@@ -92,6 +92,9 @@ struct Kept {
     /// The key of the tokens the snapshots show (`IdentityKey`): the stored one once `load` ran,
     /// a key of this process's until then.
     key: Option<IdentityKey>,
+    /// When warren last read each queue itself (a snapshot, a move): the broker counts those
+    /// reads as deliveries and redeliveries like the application's (`QueueView::own_reads`).
+    reads: HashMap<QueueId, DateTime<Utc>>,
 }
 
 impl Snapshots {
@@ -114,6 +117,24 @@ impl Snapshots {
             .iter()
             .filter(|((b, _, _), _)| b == broker)
             .map(|((_, vhost, queue), seen)| ((vhost.clone(), queue.clone()), seen.clone()))
+            .collect()
+    }
+
+    /// Records that warren reads the queue now: called when a read starts and when it ends.
+    pub fn mark_read(&self, broker: &str, vhost: &str, queue: &str) {
+        let id = (broker.to_string(), vhost.to_string(), queue.to_string());
+        self.lock().reads.insert(id, Utc::now());
+    }
+
+    /// The queues of `broker` warren read since `since`, by (vhost, queue). Older marks are
+    /// forgotten: a poll asks with its rate window, and no later poll asks further back.
+    pub fn read_since(&self, broker: &str, since: DateTime<Utc>) -> std::collections::HashSet<(String, String)> {
+        let mut kept = self.lock();
+        kept.reads.retain(|_, at| *at >= since - chrono::Duration::minutes(10));
+        kept.reads
+            .iter()
+            .filter(|((b, _, _), at)| b == broker && **at >= since)
+            .map(|((_, vhost, queue), _)| (vhost.clone(), queue.clone()))
             .collect()
     }
 
@@ -166,7 +187,10 @@ pub async fn take(
         )));
     }
     let count = count.clamp(1, MAX_COUNT);
-    let peeked = mover::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT, limit).await?;
+    snapshots.mark_read(&view.broker, &view.vhost, &view.name);
+    let peeked = mover::peek(broker, &view.vhost, &view.name, count, PAYLOAD_LIMIT, limit).await;
+    snapshots.mark_read(&view.broker, &view.vhost, &view.name);
+    let peeked = peeked?;
     let held_in = |i: usize| peeked.held.contains(&i).then(|| peeked.holding_queue.clone()).flatten();
     let key = snapshots.key();
     let messages: Vec<SnapshotMessage> = (peeked.messages.into_iter().zip(peeked.identities).enumerate())

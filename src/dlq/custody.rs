@@ -660,12 +660,14 @@ pub struct Counts {
     pub claimed: u64,
     pub replayed: u64,
     pub bytes: u64,
+    /// When the oldest record still held (or claimed by a replay) was taken, unix seconds.
+    pub oldest_taken_at: Option<i64>,
 }
 
 /// Every queue's custody counts of a broker, by (vhost, queue): for the poller.
 pub async fn counts_by_queue(db: &Db, broker: &str) -> Result<HashMap<(String, String), Counts>, sqlx::Error> {
     let rows = sqlx::query(
-        "select vhost, queue, state, count(*), coalesce(sum(size), 0)
+        "select vhost, queue, state, count(*), coalesce(sum(size), 0), min(received_at)
          from custody_messages where broker = ? group by vhost, queue, state",
     )
     .bind(broker)
@@ -682,6 +684,11 @@ pub async fn counts_by_queue(db: &Db, broker: &str) -> Result<HashMap<(String, S
         }
         if row.get::<String, _>(2) != "replayed" {
             c.bytes += bytes;
+            let taken: Option<i64> = row.get(5);
+            c.oldest_taken_at = match (c.oldest_taken_at, taken) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
     }
     Ok(out)

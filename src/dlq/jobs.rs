@@ -352,6 +352,19 @@ impl Jobs {
             .map(|j| j.id)
     }
 
+    /// The queues of `broker` a move is reading now, by (vhost, queue).
+    pub fn moving_from(&self, broker: &str) -> std::collections::HashSet<(String, String)> {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.values()
+            .filter(|j| {
+                j.method == Method::InProcess
+                    && j.broker == broker
+                    && j.state.lock().unwrap_or_else(|p| p.into_inner()).finished.is_none()
+            })
+            .map(|j| (j.vhost.clone(), j.queue.clone()))
+            .collect()
+    }
+
     pub fn get(&self, id: i64) -> Option<Arc<Job>> {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
     }
@@ -524,6 +537,12 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
     // The checkpoints stop between two writes, never inside one: fates taken from the journal
     // and dropped with an unfinished write would be missing from the audit log.
     let moving = CancellationToken::new();
+    // A move reads the queue, and hands back what it keeps: reads the broker counts like the
+    // application's (`QueueView::own_reads`), marked at the start and at the end.
+    let reads_queue = matches!(work, Work::Move(_));
+    if reads_queue {
+        state.snapshots.mark_read(&job.broker, &job.vhost, &job.queue);
+    }
     let run_work = async {
         let result = match &work {
             Work::Move(plan) => mover::move_messages(&broker, &job.vhost, &job.queue, plan, &job.progress, &job.cancel)
@@ -550,6 +569,9 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
     // "moved 0" after 8,200 and 18,000 had moved).
     let checkpoints = tokio::spawn(checkpoint_loop(state.clone(), job.clone(), moving.clone()));
     let result = run_work.await;
+    if reads_queue {
+        state.snapshots.mark_read(&job.broker, &job.vhost, &job.queue);
+    }
     if let Err(e) = checkpoints.await {
         tracing::error!(job = job.id, error = %e, "a move's checkpoint task failed");
     }

@@ -55,13 +55,16 @@ pub async fn estimate_ages(
     Ok(())
 }
 
-/// Marks the ages that a move by warren made wrong, and forgets the marks once they hold again
-/// (issue 17, case 6: after a requeue of old dead letters into a quorum queue, the estimate
-/// stayed 246 s too low for 32 polls, labelled a plain estimate). The requeued copies are
-/// counted as publishes of the moment they were moved, so when they reach the head the
-/// estimate gives that moment, not their age: a lower bound. `requeued` holds, by queue name,
-/// each (vhost, end of the move) that put messages into it; `counters_fresh` says this poll's
-/// publish counters were read now.
+/// Marks the ages that a move by warren, or messages handed back by consumers, made wrong, and
+/// forgets the marks once they hold again (issue 17, case 6: after a requeue of old dead
+/// letters into a quorum queue, the estimate stayed 246 s too low for 32 polls, labelled a
+/// plain estimate). The requeued copies are counted as publishes of the moment they were
+/// moved, so when they reach the head the estimate gives that moment, not their age: a lower
+/// bound. Messages a consumer hands back (nack or reject with requeue) stay at the head while
+/// later ones are acked, so the messages present are no longer the last ones published (issue
+/// 31, case 1: a poison loop's estimate was 46.5 s too young on average, unflagged);
+/// `track::derive` marks those. `requeued` holds, by queue name, each (vhost, end of the move)
+/// that put messages into it; `counters_fresh` says this poll's publish counters were read now.
 pub fn apply_fifo_breaks(
     queues: &mut HashMap<QueueKey, Tracked>,
     views: &mut [QueueView],
@@ -69,19 +72,24 @@ pub fn apply_fifo_breaks(
     counters_fresh: bool,
     now: DateTime<Utc>,
 ) {
-    if requeued.is_empty() {
-        return;
-    }
     for view in views.iter_mut() {
-        let Some(moves) = requeued.get(&*view.name) else { continue };
-        let Some(at) = moves.iter().filter(|(vhost, _)| **vhost == *view.vhost).map(|(_, at)| *at).max() else {
+        // A break the poll found (`track::derive`: redeliveries) or a move that put messages in.
+        let moved_at = requeued
+            .get(&*view.name)
+            .and_then(|moves| moves.iter().filter(|(vhost, _)| **vhost == *view.vhost).map(|(_, at)| *at).max());
+        if moved_at.is_none() && view.fifo_broken_since.is_none() {
+            continue;
+        }
+        let Some(tracked) = queues.get_mut(&(view.vhost.clone(), view.name.clone())) else { continue };
+        if let Some(at) = moved_at {
+            if tracked.fifo_break.as_ref().is_none_or(|b| b.at < at) {
+                tracked.fifo_break = Some(Box::new(FifoBreak { at, from: None }));
+            }
+        }
+        let Some(fifo_break) = tracked.fifo_break.as_mut() else {
+            view.fifo_broken_since = None;
             continue;
         };
-        let Some(tracked) = queues.get_mut(&(view.vhost.clone(), view.name.clone())) else { continue };
-        if tracked.fifo_break.as_ref().is_none_or(|b| b.at < at) {
-            tracked.fifo_break = Some(Box::new(FifoBreak { at, from: None }));
-        }
-        let Some(fifo_break) = tracked.fifo_break.as_mut() else { continue };
         // The broker counts a publish up to a stats step late: read the counter after that.
         let counted = (now - fifo_break.at).num_milliseconds() as f64 / 1000.0 > STATS_STEP_SECS + 1.0;
         if fifo_break.from.is_none() && counters_fresh && counted {
@@ -89,6 +97,7 @@ pub fn apply_fifo_breaks(
         }
         if moved_messages_drained(fifo_break.from, view.publish_count, view.total) {
             tracked.fifo_break = None;
+            view.fifo_broken_since = None;
             continue;
         }
         view.fifo_broken_since = Some(fifo_break.at);

@@ -599,7 +599,9 @@ impl Poller {
             bytes += self.refresh_topology_if_stale(&vhost, fetched, &mut calls.other).await;
         }
 
+        let own_reads = self.own_reads(now);
         let ctx = PollContext {
+            own_reads,
             broker: self.broker.name.as_str().into(),
             stats_enabled: stats_enabled || counters == Some(CounterSource::Plugin),
             now,
@@ -625,7 +627,7 @@ impl Poller {
             Ok(custody) if !custody.is_empty() => {
                 for view in views.iter_mut() {
                     if let Some(c) = custody.get(&(view.vhost.to_string(), view.name.to_string())) {
-                        view.custody_held = Some(c.held + c.claimed);
+                        view.apply_custody(c.held + c.claimed, c.oldest_taken_at, now);
                     }
                 }
             }
@@ -1530,6 +1532,18 @@ impl Poller {
     }
 
     /// Rates span at least one poll interval and at least two stats steps (10 s).
+    /// The queues warren itself read recently enough for the reads to be in this poll's rates:
+    /// within the rate window and the broker's stats step before it (`QueueView::own_reads`).
+    fn own_reads(&self, now: DateTime<Utc>) -> HashSet<(String, String)> {
+        let window = self.rate_window_secs() + 2.0 * crate::metrics::STATS_STEP_SECS;
+        let since = now - chrono::Duration::milliseconds((window * 1000.0) as i64);
+        let mut reads = self.snapshots.as_ref().map(|s| s.read_since(&self.broker.name, since)).unwrap_or_default();
+        if let Some(jobs) = &self.jobs {
+            reads.extend(jobs.moving_from(&self.broker.name));
+        }
+        reads
+    }
+
     fn rate_window_secs(&self) -> f64 {
         self.broker.poll_interval.as_secs_f64().max(2.0 * metrics::STATS_STEP_SECS)
     }

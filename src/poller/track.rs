@@ -47,6 +47,8 @@ pub struct Tracked {
     pub settle_until: Option<Instant>,
     /// Since when (and over how many polls) unacked messages were held with no ack.
     pub no_ack_since: Option<(Instant, u32)>,
+    /// Since when (and over how many polls) deliveries came back with no ack (`metrics::looping`).
+    pub loop_since: Option<(Instant, u32)>,
     /// Unix time from which this queue's stored history belongs to its current incarnation
     /// (0: all of it, as far as warren knows).
     pub incarnation_since: i64,
@@ -158,6 +160,7 @@ impl Tracked {
             counters_from: None,
             settle_until: None,
             no_ack_since: None,
+            loop_since: None,
             recent_rows: Default::default(),
             incarnation_since: 0,
             estimate: None,
@@ -181,6 +184,7 @@ impl Tracked {
             counters_from: None,
             settle_until: None,
             no_ack_since: None,
+            loop_since: None,
             recent_rows: Default::default(),
             incarnation_since: ts,
             estimate: None,
@@ -223,6 +227,7 @@ impl Tracked {
         self.recent_rows.clear();
         self.estimate = None;
         self.no_ack_since = None;
+        self.loop_since = None;
         self.rates = QueueRates::default();
     }
 }
@@ -251,6 +256,9 @@ pub struct PollContext {
     /// listing's (depth came from the cheap source): counters are then neither a new reading
     /// nor evidence about consumers, and each queue keeps the rates of the last fresh reading.
     pub counters: Option<CounterSource>,
+    /// The queues warren itself read within the rate window, by (vhost, queue)
+    /// (`QueueView::own_reads`); almost always empty.
+    pub own_reads: std::collections::HashSet<(String, String)>,
 }
 
 impl PollContext {
@@ -377,6 +385,17 @@ pub fn derive(
         } else if !holding {
             tracked.no_ack_since = None;
         }
+        // Redeliveries: messages handed back stay at the head while later ones are acked, so the
+        // FIFO age estimate no longer holds until the queue has turned over
+        // (`estimate::apply_fifo_breaks`). warren's own reads hand back in place and break nothing.
+        let own_reads =
+            !ctx.own_reads.is_empty() && ctx.own_reads.contains(&(view.vhost.to_string(), view.name.to_string()));
+        let redelivered = matches!((previous_reading.and_then(|c| c.redeliver), current.redeliver),
+                                   (Some(before), Some(now)) if now > before);
+        if counters_fresh && redelivered && !own_reads {
+            tracked.fifo_break = Some(Box::new(FifoBreak { at: ctx.now, from: None }));
+        }
+        view.fifo_broken_since = tracked.fifo_break.as_ref().map(|b| b.at);
         let no_ack_for =
             tracked.no_ack_since.map(|(since, polls)| (ctx.fetched.duration_since(since).as_secs_f64(), polls));
         // The backlog's growth from depth readings a rate window apart (each poll reads depth).
@@ -387,7 +406,20 @@ pub fn derive(
         if let Some(total) = view.total {
             tracked.depth.push(ctx.fetched, total, ctx.keep_readings_secs);
         }
+        view.own_reads = own_reads;
         metrics::apply_health(&mut view, no_ack_for, depth_growth, ctx.hold_limit_secs);
+        if counters_fresh {
+            tracked.loop_since = match (metrics::looping(&view), tracked.loop_since) {
+                (Some(true), Some((since, polls))) => Some((since, polls + 1)),
+                (Some(true), None) => Some((ctx.fetched, 1)),
+                (Some(false), _) => None,
+                // warren's own reads, or rates unknown: neither evidence of a loop nor of its end.
+                (None, kept) => kept,
+            };
+        }
+        let loop_for =
+            tracked.loop_since.map(|(since, polls)| (ctx.fetched.duration_since(since).as_secs_f64(), polls));
+        metrics::apply_loop(&mut view, loop_for);
 
         if counters_fresh {
             tracked.counters.push(ctx.fetched, current, ctx.keep_readings_secs);
@@ -416,6 +448,7 @@ pub fn derive(
                 tracked.counters.clear();
                 tracked.last_known = None;
                 tracked.no_ack_since = None;
+                tracked.loop_since = None;
                 tracked.estimate = None;
                 tracked.rates = QueueRates::default();
                 gone.push(key.clone());

@@ -122,6 +122,8 @@ struct AlertsPage {
     silences: Vec<(i64, String, String, String, String)>,
     history: Vec<HistoryRow>,
     form: RuleForm,
+    /// Every metric's name, for the form's choice.
+    metrics: Vec<&'static str>,
     channels: Vec<crate::alerts::notify::ChannelView>,
     deliveries: Vec<(String, String, String, String, String, String)>,
     notice: Option<crate::state::Notice>,
@@ -300,6 +302,7 @@ async fn render_with(
     let page = AlertsPage {
         firing: firing(state, me.clone()).await?,
         me,
+        metrics: crate::alerts::Metric::ALL.iter().map(|m| m.as_str()).collect(),
         rules: rules
             .iter()
             .map(|r| RuleRow {

@@ -84,7 +84,7 @@ async fn listing(
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
     Ok(Json(json!({
         "in_custody": in_custody,
-        "in_broker": view.total,
+        "in_broker": view.broker_total(),
         "custody": listing,
     }))
     .into_response())
@@ -412,17 +412,89 @@ pub async fn start_replay(
 }
 
 /// Takes a queue into custody (admin): intake starts within seconds, whatever the rules say.
+/// Recorded in the audit log with who, when and how many messages the broker held then, which
+/// intake is about to take off it (issue 31, case 8: custody took 582 messages with no audit
+/// entry). Returns the audit entry's id.
 pub async fn start_custody(
     state: &AppState,
     broker: &str,
     vhost: &str,
     queue: &str,
     actor: &str,
-) -> Result<(), WebError> {
-    find_queue(state, broker, vhost, queue).await?;
-    custody::set_switch(&state.db, broker, vhost, queue, custody::Switch::On, actor)
+) -> Result<i64, WebError> {
+    let view = find_queue(state, broker, vhost, queue).await?;
+    let in_broker = view.broker_total();
+    let entry = audit::Entry {
+        actor,
+        broker,
+        vhost,
+        queue,
+        action: "custody start",
+        request: json!({"messages_in_broker": in_broker}).to_string(),
+    };
+    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    let audit_id = audit::start(&state.db, entry)
         .await
-        .map_err(|e| WebError::Storage(state.storage.failed("recording custody", &e)))
+        .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
+    let switched = custody::set_switch(&state.db, broker, vhost, queue, custody::Switch::On, actor).await;
+    let (outcome, detail) = match &switched {
+        Ok(()) => (
+            "done",
+            format!(
+                "intake started with {} messages in the broker; it takes each dead letter that arrives until custody \
+                 is released",
+                in_broker.map_or_else(|| "an unknown number of".to_string(), |n| n.to_string())
+            ),
+        ),
+        Err(e) => ("failed", format!("custody could not be recorded: {e}")),
+    };
+    if let Err(e) = crate::dlq::audit::finish(&state.db, audit_id, outcome, 0, 0, Some(&detail), &[]).await {
+        tracing::error!(audit_id, error = %e, "recording the start of custody");
+    }
+    tracing::info!(audit_id, broker, vhost, queue, actor, "custody started");
+    switched.map_err(|e| WebError::Storage(state.storage.failed("recording custody", &e)))?;
+    Ok(audit_id)
+}
+
+/// What the confirmation of a custody start or release says before anything happens (issue 31,
+/// case 8: "Take into custody" moved 582 messages out of the broker in one click).
+#[derive(askama::Template)]
+#[template(path = "custody_confirm.html")]
+pub struct ConfirmPage {
+    pub me: super::Me,
+    pub name: String,
+    pub back_href: String,
+    /// `start` or `release`.
+    pub action: &'static str,
+    /// Messages the broker holds now (as of the last poll), unknown without a listing.
+    pub in_broker: Option<u64>,
+    pub consumers: Option<u64>,
+    /// Records warren holds (held and claimed).
+    pub held: u64,
+}
+
+impl ConfirmPage {
+    pub async fn new(
+        state: &AppState,
+        me: super::Me,
+        (broker, vhost, queue): (&str, &str, &str),
+        action: &'static str,
+    ) -> Result<ConfirmPage, WebError> {
+        let view = find_queue(state, broker, vhost, queue).await?;
+        let counts = custody::counts_by_queue(&state.db, broker)
+            .await
+            .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+        let held = counts.get(&(vhost.to_string(), queue.to_string())).map_or(0, |c| c.held + c.claimed);
+        Ok(ConfirmPage {
+            me,
+            name: queue.to_string(),
+            back_href: super::dlq_pages::dlq_href(broker, vhost, queue),
+            action,
+            in_broker: view.broker_total(),
+            consumers: view.consumers,
+            held,
+        })
+    }
 }
 
 /// Hands a queue's custody back (admin): intake stops (it hands back what it holds), the admin's
@@ -455,8 +527,8 @@ async fn start_json(
     access: super::Access,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
 ) -> Result<Response, ApiError> {
-    start_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
-    Ok(Json(json!({"in_custody": true})).into_response())
+    let audit_id = start_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
+    Ok(Json(json!({"in_custody": true, "audit_id": audit_id})).into_response())
 }
 
 async fn release_json(

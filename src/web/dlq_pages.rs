@@ -45,7 +45,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
 }
 
-fn dlq_href(broker: &str, vhost: &str, queue: &str) -> String {
+pub(super) fn dlq_href(broker: &str, vhost: &str, queue: &str) -> String {
     format!("/dlq/{}/{}/{}", encode_segment(broker), encode_segment(vhost), encode_segment(queue))
 }
 
@@ -131,6 +131,8 @@ fn readable_snapshot(
 #[template(path = "dlq.html")]
 struct DlqPage {
     me: super::Me,
+    /// Custody is on: no snapshot of the broker's queue, and none of its actions, are offered.
+    custody_active: bool,
     name: String,
     vhost: String,
     broker: String,
@@ -267,7 +269,7 @@ async fn custody_view(
         active,
         held: listing.counts.held + listing.counts.claimed,
         replayed: listing.counts.replayed,
-        in_broker: format::count(view.total),
+        in_broker: format::count(view.broker_total()),
         intake,
         intake_stopped,
         by_reason: groups(base, "reason", listing.by_reason),
@@ -530,10 +532,14 @@ async fn render_page(
     let base = dlq_href(&view.broker, &view.vhost, &view.name);
     let queue = (view.broker.as_ref(), view.vhost.as_ref(), view.name.as_ref());
     let role = super::restricted::role_of(&me);
-    let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
     // One budget for the page: custody's search and the snapshot's filter together.
     let budget = state.matchers.request();
     let custody = custody_view(state, &me, view, &base, filters, &budget).await?;
+    // While custody is on, the broker's queue holds only what intake has not taken yet: a
+    // snapshot of it is stale, and its requeue and purge would act behind intake's back (issue
+    // 31, case 8). The queue's messages are custody's records then.
+    let custody_active = custody.as_ref().is_some_and(|c| c.active);
+    let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name).filter(|_| !custody_active);
     // Below the payload role, the snapshot is read without what the role may not read, and
     // filtered only by what it may (a count of matches would answer a question about content).
     let content_hidden = (!super::restricted::may_read(state, role, queue)).then(|| payload_role_name(state, queue));
@@ -546,6 +552,7 @@ async fn render_page(
     };
     let page = DlqPage {
         custody,
+        custody_active,
         filter: filters.clone(),
         filter_fields: filters.form_fields(),
         me,
@@ -580,7 +587,7 @@ async fn render_page(
         needs_confirmation,
         snapshot_freshness: snapshot.as_deref().map(|s| super::freshness::Freshness::snapshot(s.taken_at)),
         snapshot: snapshot.map(|s| SnapshotView {
-            queue_total: format::count(view.total),
+            queue_total: format::count(view.broker_total()),
             content_hidden,
             ..snapshot_view(readable.as_deref().unwrap_or(&s), &base, snapshot_filters, &shown)
         }),
@@ -623,11 +630,19 @@ async fn take_form(
     }
 }
 
+/// Asks first, with what will happen (`custody::ConfirmPage`); the confirmation posts
+/// `confirmed=true` back.
 async fn custody_start_form(
     State(state): State<AppState>,
     access: super::Access,
+    me: super::Me,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
+    body: String,
 ) -> Result<Response, PageError> {
+    if !confirmed(&body) {
+        let page = super::custody::ConfirmPage::new(&state, me, (&broker, &vhost, &queue), "start").await?;
+        return Ok(html(page.render()?));
+    }
     super::custody::start_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
     Ok(Redirect::to(&state.href(&dlq_href(&broker, &vhost, &queue))).into_response())
 }
@@ -635,10 +650,21 @@ async fn custody_start_form(
 async fn custody_release_form(
     State(state): State<AppState>,
     access: super::Access,
+    me: super::Me,
     Path((broker, vhost, queue)): Path<(String, String, String)>,
+    body: String,
 ) -> Result<Response, PageError> {
+    if !confirmed(&body) {
+        let page = super::custody::ConfirmPage::new(&state, me, (&broker, &vhost, &queue), "release").await?;
+        return Ok(html(page.render()?));
+    }
     let audit_id = super::custody::release_custody(&state, &broker, &vhost, &queue, &access.principal.actor()).await?;
     Ok(Redirect::to(&state.href(&format!("/jobs/{audit_id}"))).into_response())
+}
+
+/// Whether a form carries `confirmed=true` (the confirmation page's button).
+fn confirmed(body: &str) -> bool {
+    super::query::form_pairs(body).any(|(k, v)| k == "confirmed" && v == "true")
 }
 
 /// The custody replay form: `scope` (`all` or `matching`, with the `filter_*` fields) and

@@ -66,9 +66,13 @@ pub fn age_title(view: &QueueView) -> &'static str {
              includes every earlier try, not only the wait here (each wait is at most its TTL)"
         }
         AgeSource::Exact => "exact: from the broker's head message timestamp (or the queue is empty)",
+        AgeSource::Estimated if view.age_from_custody => {
+            "at least: the oldest dead letter in warren's custody, counted from when warren took it off the broker"
+        }
         AgeSource::Estimated if view.fifo_broken_since.is_some() => {
-            "estimated lower bound: warren requeued older messages into this queue, which breaks the FIFO order the \
-             estimate assumes; it holds again once they drain"
+            "estimated lower bound: older messages came back into this queue (handed back by its consumers with a \
+             requeue, or requeued by warren), which breaks the FIFO order the estimate assumes; it holds again once \
+             they drain"
         }
         AgeSource::Estimated if view.oldest_age_lower_bound => {
             "estimated lower bound: the oldest message is older than warren's history of this queue"

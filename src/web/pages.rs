@@ -233,6 +233,22 @@ fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
             "unacked messages held with no ack for several polls",
         ));
     }
+    if let Some(secs) = q.redelivery_loop_secs {
+        out.push((
+            "bad",
+            format!("redelivery loop {}", format::duration(secs)),
+            "consumers take deliveries and hand them back (nack or reject with requeue) with nothing acked: the \
+             messages at the head fail every time and the rest wait behind them",
+        ));
+    }
+    if q.own_reads {
+        out.push((
+            "info",
+            "read by warren".to_string(),
+            "warren read this queue within the rate window (a snapshot or a move): the broker counts those reads as \
+             deliveries and redeliveries, so the rates include them",
+        ));
+    }
     out
 }
 
@@ -637,7 +653,25 @@ fn health(q: &QueueView) -> Vec<(&'static str, String)> {
         ),
         (
             "Redelivery share",
-            q.redelivery_share.map(|s| format!("{:.1}%", s * 100.0)).unwrap_or_else(|| format::UNKNOWN.to_string()),
+            match (q.redelivery_share, q.own_reads) {
+                (Some(s), false) => format!("{:.1}%", s * 100.0),
+                (Some(s), true) => format!("{:.1}% (with warren's own reads)", s * 100.0),
+                (None, _) => format::UNKNOWN.to_string(),
+            },
+        ),
+        (
+            "Redelivery loop",
+            match (q.redelivery_loop_secs, crate::metrics::looping(q)) {
+                (Some(secs), _) => format!(
+                    "for {}: {} deliveries come back, none acked (poison messages at the head)",
+                    format::duration(secs),
+                    format::rate(q.redeliver_rate)
+                ),
+                (None, Some(true)) => "deliveries come back with none acked (not long enough to call it a loop)".into(),
+                (None, Some(false)) => "no".to_string(),
+                (None, None) if q.own_reads => "unknown: warren's own reads are in the rates".to_string(),
+                (None, None) => format::UNKNOWN.to_string(),
+            },
         ),
         (
             "Consumers",

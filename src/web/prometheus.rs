@@ -15,6 +15,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
+use crate::alerts::Metric;
 use crate::metrics::QueueView;
 use crate::state::{AppState, BrokerLive};
 
@@ -67,6 +68,38 @@ const QUEUE_FAMILIES: &[(&str, &str, QueueValue)] = &[
         |q| q.inflow_rate,
     ),
     ("warren_queue_backlog_growth_rate", "Change of the queue's total depth per second.", |q| q.backlog_growth_rate),
+    // The health signals the queue pages show, with the values alert rules compare
+    // (`alerts::value`), so that a page, a rule and a Prometheus query agree (issue 31, case 2).
+    (
+        "warren_queue_time_to_drain_seconds",
+        "Seconds the backlog takes to drain at current rates; absent while it does not drain.",
+        |q| crate::alerts::value(Metric::TimeToDrainSecs, q),
+    ),
+    (
+        "warren_queue_redelivery_share",
+        "Share of deliveries that were redeliveries, 0..1; absent while warren's own reads are in the rates.",
+        |q| crate::alerts::value(Metric::RedeliveryShare, q),
+    ),
+    (
+        "warren_queue_hung_consumer_seconds",
+        "How long unacked messages have been held with no ack while others wait (a hung consumer); 0 when none is.",
+        |q| crate::alerts::value(Metric::HungConsumerSecs, q),
+    ),
+    (
+        "warren_queue_holding_seconds",
+        "How long unacked messages have been held with no ack and none ready (as scheduled messages are); 0 when none are.",
+        |q| crate::alerts::value(Metric::HoldingSecs, q),
+    ),
+    (
+        "warren_queue_redelivery_loop_seconds",
+        "How long deliveries have come back with nothing acked (poison messages going round); 0 when they do not.",
+        |q| crate::alerts::value(Metric::RedeliveryLoopSecs, q),
+    ),
+    (
+        "warren_queue_own_reads",
+        "1 while warren's own reads of the queue (a snapshot, a move) are in its delivery and redelivery counts and rates.",
+        |q| Some(if q.own_reads { 1.0 } else { 0.0 }),
+    ),
     (
         "warren_queue_custody_messages",
         "Dead letters of the queue in warren's custody (taken off the broker, not yet replayed); absent without custody.",
