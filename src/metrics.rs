@@ -70,6 +70,13 @@ pub enum Estimate {
     /// The publish counter cannot account for the messages present (for example messages that
     /// arrived by dead-lettering, which no publish counter counts).
     Impossible,
+    /// For a queue no publish counter counts (a DLQ fed by dead-lettering): its depth history
+    /// shows nothing left it since it was last empty, so the oldest message is the first that
+    /// arrived after that, at about this unix time (seconds).
+    ArrivedAt(f64),
+    /// As `ArrivedAt`, but the queue was never seen empty: the oldest message arrived before
+    /// warren's history of it, which starts at this unix time.
+    ArrivedBefore(i64),
 }
 
 /// Cumulative per-queue counters at one poll; `None` when the broker serves no stats.
@@ -127,6 +134,10 @@ pub struct QueueView {
     /// The oldest-message age is that of the oldest dead letter in warren's custody: when it
     /// was taken off the broker, so a lower bound (it died before).
     pub age_from_custody: bool,
+    /// The oldest-message age is estimated from the queue's depth history (`Estimate::ArrivedAt`):
+    /// for a queue no publish counter counts, such as a DLQ, how long since the first message
+    /// arrived after it was last empty, while nothing has left it.
+    pub age_from_depth: bool,
     /// Whether the intake of this queue's custody stopped (`dlq::custody::IntakeState`);
     /// `None` when no intake runs for it.
     pub custody_intake_stopped: Option<bool>,
@@ -225,6 +236,7 @@ impl QueueView {
             fifo_broken_since: None,
             custody_held: None,
             age_from_custody: false,
+            age_from_depth: false,
             custody_intake_stopped: None,
             age_since_first_publish: false,
             redelivery_share: None,
@@ -291,6 +303,17 @@ impl QueueView {
                 self.oldest_age_secs = Some((now - t as f64).max(0.0));
                 self.oldest_age_source = AgeSource::Estimated;
                 self.oldest_age_lower_bound = true;
+            }
+            Estimate::ArrivedAt(t) => {
+                self.oldest_age_secs = Some((now - t).max(0.0));
+                self.oldest_age_source = AgeSource::Estimated;
+                self.age_from_depth = true;
+            }
+            Estimate::ArrivedBefore(t) => {
+                self.oldest_age_secs = Some((now - t as f64).max(0.0));
+                self.oldest_age_source = AgeSource::Estimated;
+                self.oldest_age_lower_bound = true;
+                self.age_from_depth = true;
             }
             Estimate::Impossible => {}
         }

@@ -729,3 +729,64 @@ async fn warrens_own_reads_are_not_the_applications_redeliveries() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 31, case 6: a filling DLQ's oldest-message age stayed unknown until someone browsed it
+/// (46 of 47 polls on 3.10.8): no publish counter counts a dead letter. Its depth history says
+/// when the first arrived after it was last empty, while nothing has left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filling_dlqs_age_is_estimated_from_its_depth_history() {
+    use common::dead_letters::{dead_letter, numbered};
+    let vhost = TestVhost::create("dlqage").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, Vec::new()).await;
+    let warren = Warren::for_vhost(&vhost.name, 2).await;
+    wait_for("the empty DLQ listed", Duration::from_secs(30), || async {
+        match warren.queue(&vhost.name, "work.dlq").await {
+            Some(q) if q["total"] == 0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Let a poll or two store it empty, then dead letters arrive, one every second.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let first = Instant::now();
+    for _ in 0..25 {
+        dead_letter(&vhost, &channel, "work.dlq", false, numbered(1)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let q = wait_for("the DLQ's age estimated", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["age_from_depth"] == true && q["total"] == 25 {
+            Ok(q)
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    let truth = first.elapsed().as_secs_f64();
+    let age = q["oldest_age_secs"].as_f64().unwrap();
+    assert_eq!((&q["oldest_age_source"], &q["oldest_age_lower_bound"]), (&json!("estimated"), &json!(false)), "{q}");
+    // Within a poll interval and a stats step of the truth, either way.
+    assert!((age - truth).abs() <= 2.0 + 5.0 + 1.0, "estimated {age} s, truly {truth} s: {q}");
+    // Something takes a message: the oldest may have gone, so the estimate does not stand.
+    channel
+        .basic_get("work.dlq", BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .unwrap()
+        .ack(Default::default())
+        .await
+        .unwrap();
+    wait_for("the estimate withdrawn after a removal", Duration::from_secs(30), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        if q["total"] == 24 && q["age_from_depth"] == false {
+            Ok(())
+        } else {
+            Err(q.to_string())
+        }
+    })
+    .await;
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -42,9 +42,19 @@ pub async fn estimate_ages(
         let estimate = match tracked.estimate {
             Some((cached_target, estimate)) if cached_target == target => estimate,
             _ => {
-                let (estimate, settled) =
+                let (mut estimate, settled) =
                     estimate_one(db, id, tracked, target, total as i64, published as i64 + slack, poll_interval_secs)
                         .await?;
+                // No publish counter accounts for the messages (dead letters arrive without one):
+                // the depth history may still tell when the oldest arrived (issue 31, case 6: a
+                // filling DLQ's age was unknown in 46 of 47 polls until someone browsed it).
+                if estimate == Estimate::Impossible && view.ack_rate.is_none_or(|r| r == 0.0) {
+                    if let Some(by_depth) =
+                        estimate_from_depth(db, id, tracked.incarnation_since, total, poll_interval_secs).await?
+                    {
+                        estimate = by_depth;
+                    }
+                }
                 // Without any stored sample yet the answer changes at the next poll.
                 tracked.estimate = settled.then_some((target, estimate));
                 estimate
@@ -150,6 +160,71 @@ fn fifo_target(total: u64, published: u64, slack: i64) -> i64 {
     }
 }
 
+/// Rows of a queue's depth history read at most for one estimate: a queue with more rows since it
+/// was last empty (days of changes) stays unknown rather than cost a poll that long a read.
+const DEPTH_ROWS: i64 = 20_000;
+
+/// When the oldest message of a queue arrived, from its depth history alone, for a queue no
+/// publish counter counts (a DLQ fed by dead-lettering). Only while nothing has left it: if the
+/// depth never went down and nothing was acked since it was last empty, every message present
+/// arrived after that, and the oldest is the first (a FIFO queue's head). Removals would take
+/// the oldest first and make this an overstatement, so any sign of one leaves the age unknown.
+async fn estimate_from_depth(
+    db: &Db,
+    queue_id: i64,
+    since: i64,
+    total: u64,
+    poll_interval_secs: f64,
+) -> Result<Option<Estimate>, sqlx::Error> {
+    let (empty_at,): (Option<i64>,) = sqlx::query_as(
+        "select max(ts) from queue_samples where queue_id = ? and ts >= ? and ready = 0 and unacked = 0",
+    )
+    .bind(queue_id)
+    .bind(since)
+    .fetch_one(db)
+    .await?;
+    let rows: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = sqlx::query_as(
+        "select ts, ready, unacked, ack_rate_m from queue_samples where queue_id = ? and ts > ? order by ts limit ?",
+    )
+    .bind(queue_id)
+    .bind(empty_at.unwrap_or(since - 1))
+    .bind(DEPTH_ROWS + 1)
+    .fetch_all(db)
+    .await?;
+    Ok(arrival_from_depth(empty_at, &rows, total, poll_interval_secs))
+}
+
+/// `estimate_from_depth` on the rows read: (ts, ready, unacked, ack rate × 1000) after the last
+/// time the queue was seen empty (`empty_at`), or since its history began.
+fn arrival_from_depth(
+    empty_at: Option<i64>,
+    rows: &[(i64, Option<i64>, Option<i64>, Option<i64>)],
+    total: u64,
+    poll_interval_secs: f64,
+) -> Option<Estimate> {
+    if rows.is_empty() || rows.len() as i64 > DEPTH_ROWS {
+        return None;
+    }
+    let mut previous = 0;
+    for (_, ready, unacked, ack_m) in rows {
+        let depth = (*ready)? + (*unacked)?;
+        if depth < previous || ack_m.is_some_and(|a| a > 0) {
+            return None; // something left the queue
+        }
+        previous = depth;
+    }
+    if (total as i64) < previous {
+        return None;
+    }
+    let first = rows[0].0;
+    Some(match empty_at {
+        // It arrived after the poll before the first row that counted it, and the broker's
+        // depth lags up to a stats step: the middle of that span, as the FIFO estimate takes.
+        Some(_) => Estimate::ArrivedAt(first as f64 - (poll_interval_secs + STATS_STEP_SECS) / 2.0),
+        None => Estimate::ArrivedBefore(first),
+    })
+}
+
 async fn estimate_one(
     db: &Db,
     queue_id: i64,
@@ -195,6 +270,25 @@ async fn estimate_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dlq_that_only_fills_is_aged_from_its_depth_history() {
+        let row = |ts: i64, depth: i64, ack: i64| (ts, Some(depth), Some(0), Some(ack));
+        // Empty at 100, then dead letters arriving: the first came by 110.
+        let filling = [row(110, 3, 0), row(120, 9, 0), row(130, 14, 0)];
+        assert_eq!(arrival_from_depth(Some(100), &filling, 15, 5.0), Some(Estimate::ArrivedAt(105.0)));
+        // Never seen empty: older than the history.
+        assert_eq!(arrival_from_depth(None, &filling, 15, 5.0), Some(Estimate::ArrivedBefore(110)));
+        // Something left it: the oldest may have gone, unknown rather than overstated.
+        let drained = [row(110, 3, 0), row(120, 2, 0), row(130, 5, 0)];
+        assert_eq!(arrival_from_depth(Some(100), &drained, 5, 5.0), None);
+        let acked = [row(110, 3, 0), row(120, 9, 1500)];
+        assert_eq!(arrival_from_depth(Some(100), &acked, 9, 5.0), None);
+        assert_eq!(arrival_from_depth(Some(100), &filling, 10, 5.0), None, "fewer now than last stored");
+        // Depth unknown in a row (no listing): cannot tell.
+        assert_eq!(arrival_from_depth(Some(100), &[(110, Some(3), None, None)], 3, 5.0), None);
+        assert_eq!(arrival_from_depth(Some(100), &[], 3, 5.0), None);
+    }
 
     #[test]
     fn a_counter_trailing_the_depth_by_its_lag_keeps_the_estimate() {

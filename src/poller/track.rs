@@ -566,8 +566,8 @@ pub fn queue_meta(view: &QueueView) -> QueueMeta {
 
 pub fn stored_sample(view: &QueueView) -> StoredSample {
     let (est_oldest_ts, est_bound) = match view.estimate {
-        Some(Estimate::PublishedAt(t)) => (Some(t.round() as i64), None),
-        Some(Estimate::OlderThan(t)) => (Some(t), Some(1)),
+        Some(Estimate::PublishedAt(t) | Estimate::ArrivedAt(t)) => (Some(t.round() as i64), None),
+        Some(Estimate::OlderThan(t) | Estimate::ArrivedBefore(t)) => (Some(t), Some(1)),
         _ => (None, None),
     };
     StoredSample {

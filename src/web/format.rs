@@ -69,6 +69,14 @@ pub fn age_title(view: &QueueView) -> &'static str {
         AgeSource::Estimated if view.age_from_custody => {
             "at least: the oldest dead letter in warren's custody, counted from when warren took it off the broker"
         }
+        AgeSource::Estimated if view.age_from_depth && view.oldest_age_lower_bound => {
+            "estimated lower bound from the queue's depth history: nothing has left it while warren watched, and it \
+             was never seen empty, so its oldest message arrived before warren's history of it"
+        }
+        AgeSource::Estimated if view.age_from_depth => {
+            "estimated from the queue's depth history: nothing has left it since it was last empty, so its oldest \
+             message is the first that arrived after that (dead letters arrive without a publish counter)"
+        }
         AgeSource::Estimated if view.fifo_broken_since.is_some() => {
             "estimated lower bound: older messages came back into this queue (handed back by its consumers with a \
              requeue, or requeued by warren), which breaks the FIFO order the estimate assumes; it holds again once \
