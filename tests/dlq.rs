@@ -1033,6 +1033,23 @@ async fn a_snapshot_survives_a_move_and_a_restart_marked_outdated() {
     let arrived: std::collections::BTreeSet<String> = drain_ids(&channel, "work").await.into_iter().collect();
     let others: std::collections::BTreeSet<String> = (1..=50).filter(|i| *i != 3).map(|i| format!("m{i}")).collect();
     assert_eq!(arrived, others);
+    // Issue 31, case 6: the mark names every move since, not only the first; the oldest dead
+    // letter read in the snapshot is not shown as the queue's once the queue is empty; and a
+    // message page of the outdated snapshot says so.
+    let page = wait_for("the emptied queue's page", Duration::from_secs(30), || async {
+        let (_, page) = warren.get_text(&base).await;
+        if page.contains("the queue is empty") {
+            Ok(page)
+        } else {
+            Err("the oldest dead letter still shown".to_string())
+        }
+    })
+    .await;
+    assert!(page.contains("the requeue of 1 messages at "), "{page}");
+    assert!(page.contains("; then the requeue of 49 messages at "), "{page}");
+    assert!(!page.contains("as read in the snapshot)"), "{page}");
+    let (_, message) = warren.get_text(&format!("{base}/messages/4")).await;
+    assert!(message.contains("From an outdated snapshot, taken before the requeue of 1 messages"), "{message}");
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

@@ -138,18 +138,16 @@ impl Snapshots {
             .collect()
     }
 
-    /// Marks the queue's snapshot outdated by `what` (a move or purge that just ran), unless it
-    /// is already: the first change after it was taken is the one that makes it outdated.
-    /// Returns whether it changed.
-    fn outdate(&self, broker: &str, vhost: &str, queue: &str, what: &str) -> bool {
+    /// Marks the queue's snapshot outdated by `what` (a move or purge that just ran). Every change
+    /// since it was taken is named, the last ones first kept (issue 31, case 6: the mark named the
+    /// first, failed move of 0 messages, not the two that emptied the queue). Returns the text.
+    fn outdate(&self, broker: &str, vhost: &str, queue: &str, what: &str) -> Option<String> {
         let id = (broker.to_string(), vhost.to_string(), queue.to_string());
         let mut kept = self.lock();
-        let Some(snapshot) = kept.snapshots.get_mut(&id) else { return false };
-        if snapshot.outdated.is_some() {
-            return false;
-        }
-        *snapshot = Arc::new(Snapshot { outdated: Some(what.to_string()), ..snapshot.as_ref().clone() });
-        true
+        let snapshot = kept.snapshots.get_mut(&id)?;
+        let text = outdated_by(snapshot.outdated.as_deref(), what);
+        *snapshot = Arc::new(Snapshot { outdated: Some(text.clone()), ..snapshot.as_ref().clone() });
+        Some(text)
     }
 
     fn put(&self, broker: &str, vhost: &str, queue: &str, snapshot: Arc<Snapshot>) {
@@ -263,20 +261,35 @@ async fn save(db: &Db, broker: &str, vhost: &str, queue: &str, snapshot: &Snapsh
 /// that read or removed messages: it stays visible, but its positions and contents may have
 /// changed.
 pub async fn outdate(db: &Db, snapshots: &Snapshots, (broker, vhost, queue): (&str, &str, &str), what: &str) {
-    if !snapshots.outdate(broker, vhost, queue, what) {
-        return;
-    }
-    let stored = sqlx::query(
-        "update dlq_snapshots set outdated = ? where broker = ? and vhost = ? and queue = ? and outdated is null",
-    )
-    .bind(what)
-    .bind(broker)
-    .bind(vhost)
-    .bind(queue)
-    .execute(db)
-    .await;
+    let Some(text) = snapshots.outdate(broker, vhost, queue, what) else { return };
+    let stored = sqlx::query("update dlq_snapshots set outdated = ? where broker = ? and vhost = ? and queue = ?")
+        .bind(text)
+        .bind(broker)
+        .bind(vhost)
+        .bind(queue)
+        .execute(db)
+        .await;
     if let Err(e) = stored {
         tracing::warn!(%queue, error = %e, "marking the stored snapshot outdated failed: a restart shows it current");
+    }
+}
+
+/// The changes a snapshot was taken before: `before` and then `what`, the last few named.
+fn outdated_by(before: Option<&str>, what: &str) -> String {
+    const NAMED: usize = 3;
+    let Some(before) = before else { return what.to_string() };
+    // "A; then B; then C (and 2 earlier)": the earliest dropped past `NAMED`.
+    let (list, earlier) = match before.rsplit_once(" (and ") {
+        Some((list, n)) => (list, n.trim_end_matches(" earlier)").parse::<usize>().unwrap_or(0)),
+        None => (before, 0),
+    };
+    let mut named: Vec<&str> = list.split("; then ").collect();
+    named.push(what);
+    let dropped = named.len().saturating_sub(NAMED);
+    let text = named[dropped..].join("; then ");
+    match earlier + dropped {
+        0 => text,
+        n => format!("{text} (and {n} earlier)"),
     }
 }
 
@@ -343,4 +356,25 @@ pub async fn load(db: &Db, snapshots: &Snapshots) -> Result<usize, sqlx::Error> 
         loaded += 1;
     }
     Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outdated_by;
+
+    #[test]
+    fn every_change_since_the_snapshot_is_named_the_last_ones_kept() {
+        let one = outdated_by(None, "the requeue of 0 messages at 10:00");
+        let two = outdated_by(Some(&one), "the requeue of 40 messages at 10:01");
+        assert_eq!(two, "the requeue of 0 messages at 10:00; then the requeue of 40 messages at 10:01");
+        let three = outdated_by(Some(&two), "the purge of 2 messages at 10:02");
+        let four = outdated_by(Some(&three), "the requeue of 1 messages at 10:03");
+        assert_eq!(
+            four,
+            "the requeue of 40 messages at 10:01; then the purge of 2 messages at 10:02; then the requeue of 1 \
+             messages at 10:03 (and 1 earlier)"
+        );
+        let five = outdated_by(Some(&four), "x");
+        assert!(five.ends_with("; then x (and 2 earlier)"), "{five}");
+    }
 }

@@ -510,9 +510,20 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter, shown: &[
 }
 
 /// How long ago the head message of a snapshot died (its newest death).
-fn oldest_death(snapshot: Option<&Snapshot>) -> String {
+/// The oldest dead letter as the snapshot read it: its head message's death time, while that can
+/// still be the queue's head. An empty queue has none, whatever the snapshot read; after a move
+/// or purge the head read may have left (issue 31, case 6: "died 14 m ago" beside 0 messages).
+fn oldest_death(snapshot: Option<&Snapshot>, in_broker: Option<u64>) -> String {
+    if in_broker == Some(0) {
+        return "— (the queue is empty)".to_string();
+    }
     let Some(snapshot) = snapshot else { return format!("{} (no snapshot yet)", format::UNKNOWN) };
     match snapshot.seen.head_died_at.and_then(|t| chrono::DateTime::from_timestamp(t, 0)) {
+        Some(at) if snapshot.outdated.is_some() => format!(
+            "{} (the snapshot's head died at {}, but the snapshot is outdated: it may have left the queue)",
+            format::UNKNOWN,
+            format::time(Some(at))
+        ),
         Some(at) => {
             let ago = (chrono::Utc::now() - at).num_seconds().max(0) as f64;
             format!("died {} ago (at {}, as read in the snapshot)", format::duration(ago), format::time(Some(at)))
@@ -563,7 +574,7 @@ async fn render_page(
         total: format::count(view.total),
         age: format::age(view),
         age_title: format::age_title(view),
-        oldest_death: oldest_death(snapshot.as_deref()),
+        oldest_death: oldest_death(snapshot.as_deref(), view.broker_total()),
         oldest_death_title: match snapshot.as_deref() {
             Some(s) => format!(
                 "the time of the newest death (x-death) of the head message read in the snapshot of {}: when it \
@@ -736,6 +747,9 @@ struct MessagePage {
     payload_kind: &'static str,
     payload: String,
     truncated: Option<String>,
+    /// A snapshot's message, of a snapshot outdated by what ran since (`Snapshot::outdated`):
+    /// the message may have left the queue.
+    outdated: Option<String>,
 }
 
 fn snapshot_message(
@@ -783,7 +797,9 @@ async fn message_page(
     let base = dlq_href(&broker, &vhost, &queue);
     let download_href = format!("{base}/messages/{position}/payload");
     let hidden = hidden_here(&state, &me, (&broker, &vhost, &queue), &mut m);
-    let page = message_view(me, &queue, &base, &m, format!("Message {position}"), download_href, hidden);
+    let mut page = message_view(me, &queue, &base, &m, format!("Message {position}"), download_href, hidden);
+    // Issue 31, case 6: the message pages of an outdated snapshot did not say so.
+    page.outdated = state.snapshots.get(&broker, &vhost, &queue).and_then(|s| s.outdated.clone());
     Ok(html(page.render()?))
 }
 
@@ -1002,6 +1018,7 @@ fn message_view(
         payload_kind,
         payload,
         truncated,
+        outdated: None,
     };
     if page.hidden.is_some() {
         // A framework's readable arguments are the payload too.
