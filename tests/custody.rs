@@ -1606,6 +1606,12 @@ async fn custody_start_and_release_ask_first_and_are_audited() {
     assert_eq!(start["outcome"], "done", "{start}");
     assert!(start["detail"].as_str().unwrap_or_default().contains(&format!("{N} messages in the broker")), "{start}");
 
+    // Read by warren's snapshot before, not by an application: no record says "redelivered".
+    let list = listing(&warren, &vhost.name, "").await;
+    let records = list["custody"]["records"].as_array().unwrap();
+    assert_eq!(records.len(), N, "{list}");
+    assert!(records.iter().all(|r| r["redelivered"] == false), "{list}");
+
     // The old snapshot offers nothing while custody is on.
     let (_, page) = warren.get_text(&dlq).await;
     assert!(page.contains("class=\"custody-release\""), "{page}");

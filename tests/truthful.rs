@@ -642,6 +642,10 @@ async fn a_poison_loop_is_a_loop_not_a_hung_consumer() {
     let (_, page) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
     assert!(page.contains(">redelivery loop "), "the list says loop: {page}");
     assert!(!page.contains(">hung consumer"), "and not hung: {page}");
+    // The queue's page offers to read its head, where the messages going round are.
+    let (_, page) = warren.get_text(&format!("/queues/local/{}/orders", encode(&vhost.name))).await;
+    assert!(page.contains("class=\"browse\""), "{page}");
+    assert!(page.contains("redelivery loop"), "{page}");
     let (_, metrics) = warren.get_text("/metrics").await;
     let line = |name: &str| {
         metrics

@@ -252,11 +252,13 @@ fn signals(q: &QueueView) -> Vec<(&'static str, String, &'static str)> {
     out
 }
 
-/// The dead-letter browser is offered for DLQs and error queues, and for queues whose role is
+/// The dead-letter browser is offered for DLQs and error queues, for queues whose role is
 /// unknown (no consumers, no dead-letter routing): reading their messages is the only way to
-/// tell an application's error queue (issue 17, must-have 3).
+/// tell an application's error queue (issue 17, must-have 3), and for a queue in a loop.
 fn browsable(q: &QueueView) -> bool {
-    q.dead_letters.is_dlq || q.dead_letters.role == QueueRole::Unknown
+    // A queue in a redelivery loop too: the messages at its head are the ones going round, and
+    // a snapshot shows which (issue 31, must-have 1).
+    q.dead_letters.is_dlq || q.dead_letters.role == QueueRole::Unknown || q.redelivery_loop_secs.is_some()
 }
 
 fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow {
