@@ -643,6 +643,19 @@ pub struct BrokerCounters {
 }
 
 impl BrokerCounters {
+    /// 0 for every counter this reading has: the counters of a vhost before it existed.
+    pub fn zeroed(&self) -> Self {
+        let zero = |c: Option<u64>| c.map(|_| 0);
+        BrokerCounters {
+            publish: zero(self.publish),
+            confirm: zero(self.confirm),
+            ack: zero(self.ack),
+            deliver: zero(self.deliver),
+            redeliver: zero(self.redeliver),
+            unroutable: zero(self.unroutable),
+        }
+    }
+
     pub fn from_overview(stats: Option<&OverviewStats>, stats_enabled: bool) -> Self {
         if !stats_enabled {
             return BrokerCounters::default();

@@ -424,3 +424,63 @@ async fn wait_for_broker_rate(http: &reqwest::Client, url: &str, rate: u64) {
     })
     .await;
 }
+
+/// Issue 34, case 8: the overview's rates were null at 8 of 23 polls while the broker was up,
+/// each time the set of watched vhosts changed (test vhosts come and go on a shared broker, as
+/// they do in real clusters): a new vhost had no rate for its first window, and the sum of the
+/// watched vhosts' rates was then unknown. A vhost new since the last listing counted from 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vhost_that_appears_leaves_the_brokers_rates_known() {
+    if !common::broker().facts().await.stats {
+        return; // without the metrics collector (4.x) no vhost has rates at all
+    }
+    let tag = format!("warren-test-vhostgap{}", rand::random::<u32>());
+    let first = TestVhost::create_named(format!("{tag}-a")).await;
+    let connection = first.connect().await;
+    let channel = first.channel(&connection).await;
+    declare(&channel, "steady", false).await;
+    let publisher = tokio::spawn(async move {
+        loop {
+            publish(&channel, "steady", 1, lapin::BasicProperties::default()).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let warren = Warren::start(&format!(
+        "[[brokers]]\nname = \"local\"\nvhosts_include = [\"{tag}-*\"]\npoll_interval_secs = 1\n"
+    ))
+    .await;
+    let rates = || async {
+        let (_, brokers) = warren.get_json("/api/v1/brokers").await;
+        let polled = brokers[0]["status"]["last_success"].as_str().unwrap_or_default().to_string();
+        (brokers[0]["rates"]["publish_rate"].as_f64(), polled)
+    };
+    wait_for("the broker's publish rate", Duration::from_secs(40), || async {
+        match rates().await {
+            (Some(r), _) if r > 0.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // New vhosts appear (and one goes) while warren polls: every poll still has a rate.
+    let mut extra = Vec::new();
+    let mut polls = std::collections::BTreeMap::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(20) {
+        if extra.len() < 3 && started.elapsed() > Duration::from_secs(4 * extra.len() as u64 + 2) {
+            extra.push(TestVhost::create_named(format!("{tag}-b{}", extra.len())).await);
+        }
+        if extra.len() == 3 && started.elapsed() > Duration::from_secs(16) {
+            extra.remove(0); // dropped: deleted
+        }
+        let (rate, polled) = rates().await;
+        if !polled.is_empty() {
+            polls.insert(polled, rate);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let unknown: Vec<&String> = polls.iter().filter(|(_, r)| r.is_none()).map(|(p, _)| p).collect();
+    assert!(polls.len() >= 10, "{polls:?}");
+    assert!(unknown.is_empty(), "polls with no broker rate while vhosts came and went: {unknown:?} of {polls:?}");
+    publisher.abort();
+    warren.stop().await;
+}

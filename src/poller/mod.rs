@@ -78,6 +78,8 @@ pub struct Poller {
     broker_id: i64,
     queues: HashMap<QueueKey, Tracked>,
     vhost_counters: HashMap<String, CounterWindow<BrokerCounters>>,
+    /// When the vhosts were last listed (`vhost_rates`): a vhost absent then is new since.
+    vhosts_listed_at: Option<Instant>,
     /// Shared with the pages (`TopologyLive`), which read routing from it.
     topology: HashMap<String, (Instant, Arc<VhostTopology>)>,
     /// The exchange listing and its publish rates (the exchanges page).
@@ -287,6 +289,7 @@ impl Poller {
             broker_id,
             queues,
             vhost_counters: HashMap::new(),
+            vhosts_listed_at: None,
             topology: HashMap::new(),
             exchanges: exchanges::ExchangeReader::default(),
             polls: 0,
@@ -1531,7 +1534,6 @@ impl Poller {
         Ok((VhostTopology { bindings: bindings.0, exchanges }, a + b))
     }
 
-    /// Rates span at least one poll interval and at least two stats steps (10 s).
     /// The queues warren itself read recently enough for the reads to be in this poll's rates:
     /// within the rate window and the broker's stats step before it (`QueueView::own_reads`).
     fn own_reads(&self, now: DateTime<Utc>) -> HashSet<(String, String)> {
@@ -1544,6 +1546,7 @@ impl Poller {
         reads
     }
 
+    /// Rates span at least one poll interval and at least two stats steps (10 s).
     fn rate_window_secs(&self) -> f64 {
         self.broker.poll_interval.as_secs_f64().max(2.0 * metrics::STATS_STEP_SECS)
     }
@@ -1556,17 +1559,29 @@ impl Poller {
     }
 
     /// Per-vhost rates: confirms and unroutable returns exist per vhost, not per queue.
+    ///
+    /// A vhost absent from the last listing is new since: its counters began at 0 after that
+    /// listing, so all they count fell between the two, and its rate over that span is known
+    /// at its first reading. Leaving it unknown made the broker's total unknown at every poll
+    /// after a vhost appeared (issue 34, case 8: the overview's rates were null at 8 of 23 polls
+    /// on a broker where test vhosts come and go).
     fn vhost_rates(&mut self, vhosts: &[VhostEntry], stats_enabled: bool, fetched: Instant) -> Vec<VhostLive> {
         let (window, keep) = (self.rate_window_secs(), self.keep_readings_secs());
+        let last_listing = self.vhosts_listed_at.replace(fetched);
         let mut out = Vec::with_capacity(vhosts.len());
         for vhost in vhosts {
             let current = BrokerCounters::from_overview(vhost.message_stats.as_ref(), stats_enabled);
+            let new = !self.vhost_counters.contains_key(&vhost.name);
             let counters = self.vhost_counters.entry(vhost.name.clone()).or_default();
-            out.push(VhostLive {
-                name: vhost.name.clone(),
-                rates: rates_from(counters, current, fetched, window, keep),
-                counters: current,
-            });
+            if let (Some(last), true) = (last_listing, new) {
+                // Its counters were 0 at every instant up to the last listing: a run of zeros
+                // reaching back far enough to be the baseline of this reading and the next.
+                let before = fetched.checked_sub(Duration::from_secs_f64(2.0 * window)).map_or(last, |t| t.min(last));
+                counters.push(before, current.zeroed(), keep);
+                counters.push(last, current.zeroed(), keep);
+            }
+            let rates = rates_from(counters, current, fetched, window, keep);
+            out.push(VhostLive { name: vhost.name.clone(), rates, counters: current });
         }
         self.vhost_counters.retain(|name, _| vhosts.iter().any(|v| &v.name == name));
         out
