@@ -21,9 +21,11 @@ COPY migrations migrations
 COPY templates templates
 COPY static static
 COPY benches benches
-# The commit /metrics names (`docker build --build-arg WARREN_COMMIT=$(git rev-parse --short=12 HEAD)`).
+# The commit `warren version` and /metrics name, and its date (`docker build --build-arg
+# WARREN_COMMIT=$(git rev-parse --short=12 HEAD) --build-arg WARREN_COMMIT_DATE=$(git log -1 --format=%cs)`).
 ARG WARREN_COMMIT=unknown
-RUN WARREN_COMMIT=$WARREN_COMMIT cargo build --release --locked --bin warren && cp target/release/warren /warren
+ARG WARREN_COMMIT_DATE=unknown
+RUN WARREN_COMMIT=$WARREN_COMMIT WARREN_COMMIT_DATE=$WARREN_COMMIT_DATE cargo build --release --locked --bin warren && cp target/release/warren /warren
 
 FROM docker.io/library/debian:bookworm-slim AS prebuilt
 COPY target/image/warren /warren

@@ -1,6 +1,19 @@
 //! warren: a web dashboard for RabbitMQ. `main.rs` parses the command line; everything else is
 //! here so that tests and benchmarks can start the same server.
 
+/// The commit warren was built from (`WARREN_COMMIT` at build time), or "unknown".
+pub const COMMIT: &str = env!("WARREN_BUILD_COMMIT");
+
+/// `--version` and `warren version`: the version, the commit and its date (issue 34, case 9).
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WARREN_BUILD_COMMIT"),
+    ", committed ",
+    env!("WARREN_BUILD_COMMIT_DATE"),
+    ")"
+);
+
 pub mod alerts;
 pub mod audit;
 pub mod auth;

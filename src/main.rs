@@ -13,7 +13,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use warren::config::{Config, Overrides};
 
 #[derive(Parser)]
-#[command(name = "warren", version, about = "A web dashboard for RabbitMQ")]
+#[command(name = "warren", version = warren::VERSION_LINE, about = "A web dashboard for RabbitMQ")]
 struct Cli {
     /// Configuration file (TOML); also WARREN_CONFIG.
     #[arg(long, global = true)]
@@ -83,6 +83,8 @@ struct BrokerArgs {
 enum Command {
     /// Run the dashboard (the default).
     Serve(ServeArgs),
+    /// Print the version, the commit warren was built from and its date (as `--version`).
+    Version,
     /// Check the configuration and print it as TOML (without secrets).
     CheckConfig(ServeArgs),
     /// Exit 0 if the running warren answers /healthz (for container health checks).
@@ -201,9 +203,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
     let command = cli.command.unwrap_or(Command::Serve(ServeArgs::default()));
+    if matches!(command, Command::Version) {
+        // Needs no configuration: it must answer where none can be read.
+        println!("warren {}", warren::VERSION_LINE);
+        return ExitCode::SUCCESS;
+    }
     // What each command takes of the flags; the rest come from the file and the environment.
     let flags = match &command {
         Command::Serve(args) | Command::CheckConfig(args) => args.clone().over(cli.serve),
+        Command::Version => ServeArgs::default().over(cli.serve),
         Command::Healthcheck { listen } => ServeArgs { listen: listen.clone(), ..ServeArgs::default() }.over(cli.serve),
         Command::Demo { broker, .. } => ServeArgs { broker: broker.clone(), ..ServeArgs::default() }.over(cli.serve),
         Command::User { database, .. } | Command::Token { database, .. } | Command::Backup { database, .. } => {
@@ -248,6 +256,7 @@ fn main() -> ExitCode {
             Command::User { command, .. } => user(config, command).await,
             Command::Token { command, .. } => token(config, command).await,
             Command::Backup { path, .. } => backup(config, path).await,
+            Command::Version => Ok(()), // answered before the configuration is read
         }
     });
     match result {

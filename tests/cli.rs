@@ -307,3 +307,20 @@ fn check_config_says_where_each_value_came_from_and_prints_no_secret() {
         assert!(printed.contains(&line), "no {line:?} in:\n{printed}");
     }
 }
+
+/// Issue 34, case 9: `--version` printed "warren 0.1.0" with no commit, and `warren version` was
+/// an error. Both name the commit and its date; under CI (which exports WARREN_COMMIT for the
+/// build) the commit is the one built, never "unknown".
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let (ok, version) = warren(&["version"]);
+    assert!(ok, "{version}");
+    let (ok, flag) = warren(&["--version"]);
+    assert!(ok, "{flag}");
+    assert_eq!(version.trim(), flag.trim());
+    assert!(version.starts_with(&format!("warren {} (commit ", env!("CARGO_PKG_VERSION"))), "{version}");
+    assert!(version.contains(", committed "), "{version}");
+    if let Ok(commit) = std::env::var("WARREN_COMMIT") {
+        assert!(version.contains(&format!("(commit {commit}, ")), "{version} was not built from {commit}");
+    }
+}

@@ -45,10 +45,12 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Environment {
 /// Variables warren reads outside the configuration (`clap`), and those that add named entries.
 const OTHER_VARIABLES: &[&str] = &["WARREN_CONFIG", "WARREN_LOG_FORMAT", "WARREN_BROKERS", "WARREN_NOTIFICATIONS"];
 /// The test suite's, the benchmarks' and the scripts' own variables share the prefix; they are
-/// inherited by every warren the tests start, so they must not stop it.
-const RESERVED_PREFIXES: &[&str] = &["WARREN_TEST_", "WARREN_BENCH_", "WARREN_FUZZ_", "WARREN_IMAGE_"];
-/// `WARREN_COMMIT` is read at build time (build.rs); CI exports it for the whole run.
-const RESERVED_VARIABLES: &[&str] = &["WARREN_BIN", "WARREN_TLS_DIR", "WARREN_COMMIT"];
+/// inherited by every warren the tests start, so they must not stop it. `WARREN_BUILD_*` are
+/// build.rs's, which cargo also sets for the programs it runs.
+const RESERVED_PREFIXES: &[&str] = &["WARREN_TEST_", "WARREN_BENCH_", "WARREN_FUZZ_", "WARREN_IMAGE_", "WARREN_BUILD_"];
+/// `WARREN_COMMIT` and `WARREN_COMMIT_DATE` are read at build time (build.rs); CI exports them for
+/// the whole run.
+const RESERVED_VARIABLES: &[&str] = &["WARREN_BIN", "WARREN_TLS_DIR", "WARREN_COMMIT", "WARREN_COMMIT_DATE"];
 
 /// Where one effective value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
