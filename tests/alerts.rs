@@ -446,3 +446,33 @@ async fn notifications_link_back_and_say_why_a_broker_does_not_answer() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 34, cases 6 and 7: no page said where one was; "Dead letters" led to a page titled
+/// "Queues"; without users, the page where the first one is added was linked from nowhere; nine
+/// built-in rule rows repeated one sentence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_say_where_one_is_and_built_in_rules_are_explained_once() {
+    let vhost = TestVhost::create("navigation").await;
+    let warren = Warren::for_vhost(&vhost.name, 2).await;
+    for (path, current) in [
+        ("/", "Overview"),
+        ("/queues", "Queues"),
+        ("/queues?dlq=true", "Dead letters"),
+        ("/nodes", "Nodes"),
+        ("/alerts", "Alerts"),
+        ("/audit", "Audit log"),
+        ("/access", "Users"),
+    ] {
+        let (status, page) = warren.get_text(path).await;
+        assert_eq!(status, 200, "{path}");
+        assert!(page.contains(&format!("aria-current=\"page\">{current}</a>")), "{path} marks {current}: {page}");
+        assert_eq!(page.matches("aria-current").count(), 1, "{path}: one current entry");
+        assert!(page.contains("/access\""), "{path}: the users page is linked without users: {page}");
+    }
+    let (_, page) = warren.get_text("/queues?dlq=true").await;
+    assert!(page.contains("<h1>Dead-letter queues</h1>"), "{page}");
+    let (_, page) = warren.get_text("/alerts").await;
+    assert!(!page.contains("is built in; write a rule"), "{page}");
+    assert_eq!(page.matches("Rules marked \"built in\" exist while").count(), 1, "{page}");
+    warren.stop().await;
+}

@@ -101,6 +101,8 @@ pub struct Me {
     /// What every URL the page writes starts with: the path of `public_url`, often empty
     /// (`AppState::base_path`).
     pub base: std::sync::Arc<str>,
+    /// The navigation's entry of this page (`section`), marked as the current page.
+    pub section: &'static str,
 }
 
 impl Me {
@@ -117,6 +119,7 @@ impl Me {
             storage_problem: access.storage_problem.clone(),
             cluster_problems: access.cluster_problems.clone(),
             base: access.base_path.clone(),
+            section: "",
         }
     }
 
@@ -131,7 +134,33 @@ impl<S: Send + Sync> FromRequestParts<S> for Me {
 
     /// Public pages (the error page of a public route) get an empty `Me`.
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts.extensions.get::<Access>().map(Me::of).unwrap_or_default())
+        let mut me = parts.extensions.get::<Access>().map(Me::of).unwrap_or_default();
+        // The whole path: nested routers see only the part after their own prefix.
+        let uri = parts.extensions.get::<axum::extract::OriginalUri>().map_or(&parts.uri, |o| &o.0);
+        let path = uri.path().strip_prefix(&*me.base).unwrap_or(uri.path());
+        me.section = section(if path.is_empty() { "/" } else { path }, uri.query().unwrap_or(""));
+        Ok(me)
+    }
+}
+
+/// The navigation entry a page belongs to (issue 34, case 7: no page said where one was, and
+/// "Dead letters" led to a page titled "Queues"). The path is the router's, after `public_url`'s.
+pub fn section(path: &str, query: &str) -> &'static str {
+    let dlq_list = query.split('&').any(|p| p == "dlq=true");
+    match path.split('/').nth(1).unwrap_or("") {
+        "" => "overview",
+        "queues" if path == "/queues" && dlq_list => "dead-letters",
+        "dlq" => "dead-letters",
+        "queues" | "compare" => "queues",
+        "nodes" => "nodes",
+        "clients" => "clients",
+        "exchanges" => "exchanges",
+        "alerts" => "alerts",
+        "audit" | "jobs" => "audit",
+        "access" => "access",
+        "brokers" if path.ends_with("/nodes") => "nodes",
+        "brokers" => "overview",
+        _ => "",
     }
 }
 

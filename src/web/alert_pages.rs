@@ -65,7 +65,7 @@ pub async fn alert_rows(state: &AppState, only: Option<&AlertKey>) -> Result<Vec
                     _ => None,
                 },
                 since: format::time(Some(a.state.fired_at.unwrap_or(a.state.active_since))),
-                value: a.state.last_value.map(|v| format!("{v:.2}")).unwrap_or_else(|| format::UNKNOWN.to_string()),
+                value: format::value(a.state.last_value),
                 silenced: a.silenced,
                 key_json: serde_json::to_string(key).unwrap_or_default(),
             }
@@ -255,7 +255,7 @@ fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
                         _ if r.key.node.is_some() => Some(super::nodes::nodes_href(&r.key.broker)),
                         _ => None,
                     };
-                    let value = r.value.map(|v| format!("{v:.2}")).unwrap_or_else(|| format::UNKNOWN.to_string());
+                    let value = format::value(r.value);
                     (r.key.to_string(), href, value, r.holds)
                 })
                 .collect(),
@@ -318,7 +318,13 @@ async fn render_with(
                     if r.rule.scope.dlq_only { ", DLQs only" } else { "" }
                 ),
                 severity: format!("{:?}", r.rule.severity).to_lowercase(),
-                read_only: super::alerts::read_only(r.source),
+                // Short in each row; the page says once what it means (issue 34, case 6: nine rows
+                // repeated the whole sentence).
+                read_only: match r.source {
+                    crate::alerts::store::Source::Builtin => Some("built in"),
+                    crate::alerts::store::Source::Config => Some("in the config file"),
+                    crate::alerts::store::Source::Api => None,
+                },
                 silenced: silenced(&r.rule.id),
             })
             .collect(),
@@ -341,7 +347,7 @@ async fn render_with(
                 what: serde_json::from_value::<AlertKey>(h.key.clone()).map(|k| k.to_string()).unwrap_or_default(),
                 rule_id: h.rule_id,
                 change: format!("{} → {}{}", h.from, h.to, if h.silenced { " (silenced)" } else { "" }),
-                value: h.value.map(|v| format!("{v:.2}")).unwrap_or_default(),
+                value: h.value.map(|v| format::value(Some(v))).unwrap_or_default(),
                 note: h.note.unwrap_or_default(),
             })
             .collect(),

@@ -25,6 +25,26 @@ fn group_thousands(n: u64) -> String {
     out
 }
 
+/// A value a rule compares, as the cards beside it show numbers: counts grouped ("1,047", not
+/// "1047.00"; issue 34, case 6), fractions with at most two decimals ("2.5", "0.93").
+pub fn value(v: Option<f64>) -> String {
+    match v {
+        None => UNKNOWN.to_string(),
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => {
+            let grouped = group_thousands(v.abs() as u64);
+            if v < 0.0 {
+                format!("-{grouped}")
+            } else {
+                grouped
+            }
+        }
+        Some(v) => {
+            let text = format!("{v:.2}");
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+    }
+}
+
 pub fn rate(v: Option<f64>) -> String {
     match v {
         None => UNKNOWN.to_string(),
@@ -37,11 +57,16 @@ pub fn rate(v: Option<f64>) -> String {
 
 pub fn duration(secs: f64) -> String {
     let s = secs.max(0.0).round() as u64;
+    // The smaller unit only when it is not 0: "1m", not "1m 0s" (issue 34, case 6).
+    let two = |big: u64, big_unit: &str, small: u64, small_unit: &str| match small {
+        0 => format!("{big}{big_unit}"),
+        _ => format!("{big}{big_unit} {small}{small_unit}"),
+    };
     match s {
         0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m {}s", s / 60, s % 60),
-        3600..=86_399 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
+        60..=3599 => two(s / 60, "m", s % 60, "s"),
+        3600..=86_399 => two(s / 3600, "h", (s % 3600) / 60, "m"),
+        _ => two(s / 86_400, "d", (s % 86_400) / 3600, "h"),
     }
 }
 
@@ -223,9 +248,20 @@ mod tests {
     }
 
     #[test]
+    fn rule_values_read_like_the_cards() {
+        assert_eq!(value(Some(1047.0)), "1,047");
+        assert_eq!(value(Some(-3.0)), "-3");
+        assert_eq!(value(Some(2.5)), "2.5");
+        assert_eq!(value(Some(0.934)), "0.93");
+        assert_eq!(value(None), UNKNOWN);
+    }
+
+    #[test]
     fn durations_read_naturally() {
         assert_eq!(duration(42.0), "42s");
         assert_eq!(duration(3725.0), "1h 2m");
+        assert_eq!((duration(60.0), duration(3600.0), duration(86_400.0)), ("1m".into(), "1h".into(), "1d".into()));
+        assert_eq!(duration(61.0), "1m 1s");
         assert_eq!(duration(90_000.0), "1d 1h");
     }
 
@@ -242,7 +278,7 @@ mod tests {
         let s = sparkline(&series, 60);
         assert_eq!(s.lines.len(), 1);
         assert!(s.lines[0].starts_with("0.0,") && s.lines[0].contains(" 100.0,"), "{:?}", s.lines);
-        assert_eq!(s.title, "Depth over the last 2m 0s only: warren's history of this queue starts there");
+        assert_eq!(s.title, "Depth over the last 2m only: warren's history of this queue starts there");
         // One value: a level line across, not a dot.
         let s = sparkline(&[None, None, Some(7)], 60);
         assert_eq!(s.lines, vec!["0,1.0 100.0,1.0".to_string()]);

@@ -281,6 +281,8 @@ fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow {
         // publish for a dead letter, and its publish rate is a bare 0 while it fills.
         publish_rate: match q.inflow_source {
             InflowSource::PublishCounter => format::rate(q.publish_rate),
+            // A lower bound of 0 says only that none were seen arriving (issue 34, case 6).
+            InflowSource::DerivedLowerBound if q.inflow_rate == Some(0.0) => "none seen".to_string(),
             InflowSource::DerivedLowerBound => format!("≥ {}", format::rate(q.inflow_rate)),
             InflowSource::Unknown => format::UNKNOWN.to_string(),
         },
