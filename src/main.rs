@@ -161,6 +161,13 @@ enum UserCommand {
     Passwd { name: String },
     /// Remove a user and end their sessions.
     Remove { name: String },
+    /// Change a user's role (the last enabled admin keeps it); it applies at their next request.
+    Role {
+        name: String,
+        /// viewer, operator or admin.
+        #[arg(long)]
+        role: String,
+    },
     /// List users and their roles.
     List,
 }
@@ -285,22 +292,38 @@ fn read_password(name: &str) -> anyhow::Result<String> {
 async fn user(config: Config, command: UserCommand) -> anyhow::Result<()> {
     use warren::auth;
     let db = warren::history::open(&config.database).await?;
+    // Account changes on the command line are audited like the Users page's, by the local
+    // account that made them (issue 34, case 5: the first admin made here left no entry).
+    let actor = format!("command line ({})", std::env::var("USER").unwrap_or_else(|_| "unknown user".into()));
+    let audit = |action: &'static str, request: serde_json::Value| {
+        let (db, actor) = (db.clone(), actor.clone());
+        async move { warren::audit::account(&db, &actor, action, &request).await }
+    };
     match command {
         UserCommand::Add { name, role } => {
             let role: auth::Role = role.parse()?;
             let password = read_password(&name)?;
             auth::add_user(&db, &name, role, &password).await?;
+            audit("user add", serde_json::json!({"name": name, "role": role})).await?;
             println!("user {name} ({role}) created in {}", config.database.display());
             println!("warren now requires logins; it may also listen on addresses other than loopback");
         }
         UserCommand::Passwd { name } => {
             let password = read_password(&name)?;
             let ended = auth::set_password(&db, &name, &password).await?;
+            audit("user password", serde_json::json!({"name": name})).await?;
             println!("password of {name} changed; {ended} session(s) ended");
         }
         UserCommand::Remove { name } => {
             auth::remove_user(&db, &name).await?;
+            audit("user remove", serde_json::json!({"name": name})).await?;
             println!("user {name} removed");
+        }
+        UserCommand::Role { name, role } => {
+            let role: auth::Role = role.parse()?;
+            auth::set_role(&db, &name, role).await?;
+            audit("user role", serde_json::json!({"name": name, "role": role})).await?;
+            println!("{name} is now {role}");
         }
         UserCommand::List => {
             for u in auth::list_users(&db).await? {

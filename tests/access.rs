@@ -402,9 +402,33 @@ async fn viewers_are_refused_every_action_and_the_queue_keeps_its_messages() {
         .send()
         .await
         .unwrap();
-    assert_eq!(added.status().as_u16(), 200);
-    assert!(added.text().await.unwrap().contains("User newbie (viewer) created"));
+    // Post, then redirect: a reload shows the page, not the form again (issue 34, case 5).
+    let landed = |response: reqwest::Response| {
+        assert_eq!(response.status().as_u16(), 303, "{response:?}");
+        let location = response.headers()["location"].to_str().unwrap().to_string();
+        let page = client().get(warren.url(&location)).header("cookie", &admin.cookie).send();
+        async move { page.await.unwrap().text().await.unwrap() }
+    };
+    assert!(landed(added).await.contains("User newbie (viewer) created"));
     assert_eq!(login(&warren, "newbie").await.csrf.len(), 43);
+    // Issue 34, case 5: a role can be changed on the page (and the API), audited; removing asks
+    // for its box to be ticked.
+    let form = |path: String, fields: Vec<(&'static str, &'static str)>| {
+        let mut fields: Vec<(&str, String)> = fields.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        fields.push(("csrf_token", admin.csrf.clone()));
+        client().post(warren.url(&path)).header("cookie", &admin.cookie).form(&fields).send()
+    };
+    let changed = form("/access/users/newbie/role".into(), vec![("role", "operator")]).await.unwrap();
+    assert!(landed(changed).await.contains("newbie is now operator"));
+    let (_, users) = get(&warren, "/api/v1/users", &admin).await;
+    assert!(users.to_string().contains(r#""name":"newbie","role":"operator""#), "{users}");
+    let kept = form("/access/users/newbie/delete".into(), vec![]).await.unwrap();
+    assert!(landed(kept).await.contains("User newbie was not removed: tick the box"));
+    assert_eq!(login(&warren, "newbie").await.csrf.len(), 43, "still there");
+    let removed = form("/access/users/newbie/delete".into(), vec![("confirmed", "true")]).await.unwrap();
+    assert!(landed(removed).await.contains("User newbie removed."));
+    let (_, audit) = get(&warren, "/api/v1/audit", &admin).await;
+    assert!(audit.to_string().contains(r#""action":"user role""#), "{audit}");
     let (_, tokens) = get(&warren, "/api/v1/tokens", &admin).await;
     assert!(!tokens.to_string().contains(operator_token["token"].as_str().unwrap()), "tokens are never listed");
 

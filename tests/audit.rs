@@ -467,7 +467,9 @@ async fn account_changes_read_as_sentences_and_never_hold_a_password_or_token() 
         .find(|t| t.len() == 47)
         .expect("the new token on the page");
     assert_eq!(send(&warren, &ada, &format!("/api/v1/tokens/{token_id}/revoke"), Ok(json!({}))).await.0, 200);
-    assert_eq!(send(&warren, &ada, "/access/users/carol/delete", Err(&[])).await.0, 200);
+    let (status, _) = send(&warren, &ada, "/access/users/carol/role", Err(&[("role", "operator")])).await;
+    assert_eq!(status, 303);
+    assert_eq!(send(&warren, &ada, "/access/users/carol/delete", Err(&[("confirmed", "true")])).await.0, 303);
 
     let entries = changes(&warren, "account", &ada).await;
     assert!(entries.iter().all(|(actor, _, outcome, _)| actor == "admiral-ada" && outcome == "done"), "{entries:?}");
@@ -478,6 +480,7 @@ async fn account_changes_read_as_sentences_and_never_hold_a_password_or_token() 
         format!("token &#39;ci&#39; (operator) created, id {token_id}"),
         "token &#39;deploy&#39; (viewer) created".to_string(),
         format!("token {token_id} revoked"),
+        "user &#39;carol&#39; made operator".to_string(),
         "user &#39;carol&#39; removed".to_string(),
     ];
     for sentence in &sentences {

@@ -324,3 +324,41 @@ fn the_version_names_the_commit_it_was_built_from() {
         assert!(version.contains(&format!("(commit {commit}, ")), "{version} was not built from {commit}");
     }
 }
+
+/// Issue 34, case 5: the first admin made on the command line was not audited, and no command
+/// changed a role, so the last admin could not hand over.
+#[test]
+fn account_commands_change_roles_and_are_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let db = db.to_str().unwrap();
+    let add = |name: &str, role: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .args(["user", "add", name, "--role", role, "--database", db])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"correct horse battery staple\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    add("root", "admin");
+    let (ok, said) = warren(&["user", "role", "root", "--role", "viewer", "--database", db]);
+    assert!(!ok && said.contains("last enabled admin"), "{said}");
+    add("ops", "operator");
+    let (ok, said) = warren(&["user", "role", "ops", "--role", "admin", "--database", db]);
+    assert!(ok && said.contains("ops is now admin"), "{said}");
+    let (ok, said) = warren(&["user", "role", "root", "--role", "viewer", "--database", db]);
+    assert!(ok, "{said}");
+    let (_, list) = warren(&["user", "list", "--database", db]);
+    assert!(list.contains("root\tviewer") && list.contains("ops\tadmin"), "{list}");
+    let audited = Command::new("python3")
+        .args(["-c", "import sqlite3,sys; print('\\n'.join(a for (a,) in sqlite3.connect(sys.argv[1]).execute(\"select action from audit_log where actor like 'command line%' order by id\")))", db])
+        .output()
+        .unwrap();
+    let audited = String::from_utf8_lossy(&audited.stdout);
+    assert_eq!(audited.lines().collect::<Vec<_>>(), ["user add", "user add", "user role", "user role"], "{audited}");
+}

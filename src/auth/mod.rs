@@ -42,7 +42,7 @@ pub use sessions::{
 pub use throttle::{LoginThrottle, FIRST_DELAY, FREE_FAILURES, MAX_DELAY, WINDOW};
 pub use tokens::{bearer_token, create_token, list_tokens, revoke_token, token, NewToken, TokenInfo, TOKEN_PREFIX};
 pub use users::{
-    add_user, count_users, get_user, list_users, record_login, remove_user, set_disabled, set_password,
+    add_user, count_users, get_user, list_users, record_login, remove_user, set_disabled, set_password, set_role,
     verify_password, LoginOutcome, User, MAX_PASSWORD_LEN, MIN_PASSWORD_LEN,
 };
 
@@ -148,7 +148,7 @@ pub enum AuthError {
     UserExists(String),
     #[error("no user named {0:?}")]
     NoSuchUser(String),
-    #[error("{0:?} is the last enabled admin; make another user admin first")]
+    #[error("{0:?} is the last enabled admin; make another user admin first (its role can be changed on the Users page, or with `warren user role`)")]
     LastAdmin(String),
     #[error("unknown role {0:?}: use viewer, operator or admin")]
     UnknownRole(String),

@@ -157,6 +157,17 @@ pub async fn remove_user(db: &Db, name: &str) -> Result<(), AuthError> {
     Ok(())
 }
 
+/// Changes a user's role, read at their next request (issue 34, case 5: there was no way to, so
+/// the last admin could never hand over). The last enabled admin keeps the role.
+pub async fn set_role(db: &Db, name: &str, role: Role) -> Result<(), AuthError> {
+    let sql = format!("update users set role = ? where name = ? and (? = 'admin' or {NOT_LAST_ADMIN})");
+    let updated = sqlx::query(&sql).bind(role.as_str()).bind(name).bind(role.as_str()).bind(name).execute(db).await?;
+    if updated.rows_affected() == 0 {
+        return Err(not_changed(db, name).await?);
+    }
+    Ok(())
+}
+
 /// Disables (ending their sessions) or re-enables a user; the last enabled admin cannot be disabled.
 pub async fn set_disabled(db: &Db, name: &str, disabled: bool) -> Result<(), AuthError> {
     let mut tx = db.begin().await?;
@@ -372,6 +383,14 @@ mod tests {
         assert!(matches!(remove_user(&db, "root").await, Err(AuthError::LastAdmin(_))));
         assert!(matches!(set_disabled(&db, "root", true).await, Err(AuthError::LastAdmin(_))));
         assert!(matches!(remove_user(&db, "nobody").await, Err(AuthError::NoSuchUser(_))));
+        assert!(matches!(set_role(&db, "root", Role::Viewer).await, Err(AuthError::LastAdmin(_))));
+        // Another admin first: then the old one can step down, and back.
+        set_role(&db, "ops", Role::Admin).await.unwrap();
+        set_role(&db, "root", Role::Viewer).await.unwrap();
+        assert_eq!(get_user(&db, "root").await.unwrap().unwrap().role, Role::Viewer);
+        set_role(&db, "root", Role::Admin).await.unwrap();
+        set_role(&db, "ops", Role::Operator).await.unwrap();
+        assert!(matches!(set_role(&db, "nobody", Role::Admin).await, Err(AuthError::NoSuchUser(_))));
 
         remove_user(&db, "ops").await.unwrap();
         add_user(&db, "second", Role::Admin, PW).await.unwrap();

@@ -46,11 +46,13 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/users", get(list_users).post(add_user))
         .route("/api/v1/users/{name}/delete", post(remove_user))
         .route("/api/v1/users/{name}/password", post(set_password))
+        .route("/api/v1/users/{name}/role", post(set_role))
         .route("/api/v1/tokens", get(list_tokens).post(add_token))
         .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
         .route("/access", get(access_page))
         .route("/access/users", post(add_user_form))
         .route("/access/users/{name}/delete", post(remove_user_form))
+        .route("/access/users/{name}/role", post(set_role_form))
         .route("/access/tokens", post(add_token_form))
         .route("/access/tokens/{id}/revoke", post(revoke_token_form))
 }
@@ -600,6 +602,23 @@ async fn remove_user(
 }
 
 #[derive(Deserialize)]
+struct NewRole {
+    role: Role,
+}
+
+/// Changes a user's role; the last enabled admin keeps it (409).
+async fn set_role(
+    State(state): State<AppState>,
+    access: Access,
+    Path(name): Path<String>,
+    Json(body): Json<NewRole>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    auth::set_role(&state.db, &name, body.role).await.map_err(account_error)?;
+    audit_account(&state, &access, "user role", json!({"name": name, "role": body.role})).await?;
+    Ok(Json(json!({"name": name, "role": body.role})))
+}
+
+#[derive(Deserialize)]
 struct NewPassword {
     password: String,
 }
@@ -712,8 +731,25 @@ async fn render_access(
     Ok((status, [(header::CACHE_CONTROL, "no-store")], Html(askama::Template::render(&page)?)).into_response())
 }
 
-async fn access_page(State(state): State<AppState>, me: Me) -> Result<Response, super::PageError> {
-    render_access(&state, me, None, None).await
+#[derive(Deserialize)]
+struct NoticeQuery {
+    notice: Option<String>,
+}
+
+async fn access_page(
+    State(state): State<AppState>,
+    me: Me,
+    Query(q): Query<NoticeQuery>,
+) -> Result<Response, super::PageError> {
+    let notice = q.notice.and_then(|key| state.notices.take(&key)).map(|n| (n.ok, n.text));
+    render_access(&state, me, notice, None).await
+}
+
+/// After a user form: back to the page with what it did, so that a reload shows the page rather
+/// than posting the form again (issue 34, case 5).
+fn back_to_access(state: &AppState, (ok, text): (bool, String)) -> Response {
+    let key = state.notices.put(ok, text);
+    axum::response::Redirect::to(&state.href(&format!("/access?notice={key}"))).into_response()
 }
 
 #[derive(Deserialize)]
@@ -754,17 +790,49 @@ async fn add_user_form(
     .await;
     let request = json!({"name": form.name, "role": form.role});
     let notice = form_outcome(&state, &access, done, "user add", request).await?;
-    render_access(&state, Me::of(&access), Some(notice), None).await
+    Ok(back_to_access(&state, notice))
+}
+
+#[derive(Deserialize)]
+struct RemoveForm {
+    /// The box that confirms the removal, which the form requires.
+    #[serde(default)]
+    confirmed: Option<String>,
 }
 
 async fn remove_user_form(
     State(state): State<AppState>,
     access: Access,
     Path(name): Path<String>,
+    Form(form): Form<RemoveForm>,
 ) -> Result<Response, super::PageError> {
+    if form.confirmed.as_deref() != Some("true") {
+        return Ok(back_to_access(&state, (false, format!("User {name} was not removed: tick the box to confirm."))));
+    }
     let done = auth::remove_user(&state.db, &name).await.map(|()| format!("User {name} removed."));
     let notice = form_outcome(&state, &access, done, "user remove", json!({"name": name})).await?;
-    render_access(&state, Me::of(&access), Some(notice), None).await
+    Ok(back_to_access(&state, notice))
+}
+
+#[derive(Deserialize)]
+struct RoleForm {
+    role: String,
+}
+
+async fn set_role_form(
+    State(state): State<AppState>,
+    access: Access,
+    Path(name): Path<String>,
+    Form(form): Form<RoleForm>,
+) -> Result<Response, super::PageError> {
+    let done = async {
+        let role: Role = form.role.parse()?;
+        auth::set_role(&state.db, &name, role).await?;
+        Ok(format!("{name} is now {role}."))
+    }
+    .await;
+    let notice = form_outcome(&state, &access, done, "user role", json!({"name": name, "role": form.role})).await?;
+    Ok(back_to_access(&state, notice))
 }
 
 #[derive(Deserialize)]

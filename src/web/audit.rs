@@ -282,6 +282,7 @@ fn account_change(action: &str, request: &serde_json::Value) -> Option<String> {
         "user add" => format!("user '{}'{role} added", name?),
         "user remove" => format!("user '{}' removed", name?),
         "user password" => format!("password of user '{}' changed", name?),
+        "user role" => format!("user '{}' made {}", name?, field("role")?),
         "token add" => match (name, id) {
             (Some(name), Some(id)) => format!("token '{name}'{role} created, id {id}"),
             (Some(name), None) => format!("token '{name}'{role} created"),
