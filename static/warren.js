@@ -1,6 +1,50 @@
 // One clock for every time on a page and on its charts: UTC (the default, and what the server
 // writes: "2026-12-03 09:30:00 UTC") or the browser's local time, as the user chose; the choice
 // is kept in the browser (localStorage) and every converted time says its zone.
+// The colour theme (issue 34, case 4): "auto" follows the system's preference (warren.css's
+// prefers-color-scheme rule), "light" and "dark" are chosen in the top bar and kept in the
+// browser, as the clock is.
+var warrenTheme = (function () {
+  "use strict";
+  var KEY = "warren.theme";
+  function chosen() {
+    try { var t = window.localStorage.getItem(KEY); return t === "light" || t === "dark" ? t : "auto"; } catch (e) { return "auto"; }
+  }
+  function apply(theme) {
+    if (theme === "auto") { document.documentElement.removeAttribute("data-theme"); }
+    else { document.documentElement.setAttribute("data-theme", theme); }
+  }
+  apply(chosen());
+  function control() {
+    var header = document.querySelector("header.top");
+    if (!header || header.querySelector(".theme")) { return; }
+    var label = document.createElement("label");
+    label.className = "clock theme";
+    label.appendChild(document.createTextNode("Theme "));
+    var select = document.createElement("select");
+    select.setAttribute("aria-label", "Colour theme");
+    [["auto", "Auto"], ["light", "Light"], ["dark", "Dark"]].forEach(function (o) {
+      var option = document.createElement("option");
+      option.value = o[0];
+      option.textContent = o[1];
+      select.appendChild(option);
+    });
+    select.value = chosen();
+    select.addEventListener("change", function () {
+      try { window.localStorage.setItem(KEY, select.value); } catch (e) { /* this page only */ }
+      apply(select.value);
+      // Charts draw their axes in the palette's colours: redraw them in the new one.
+      if (window.warrenCharts) { window.warrenCharts.forEach(function (c) { c.redraw(false, true); }); }
+    });
+    label.appendChild(select);
+    (header.querySelector(".menu") || header).appendChild(label);
+  }
+  document.addEventListener("DOMContentLoaded", control);
+  // A palette colour by its CSS variable, for what is drawn outside CSS (chart axes and grid).
+  function color(name) { return getComputedStyle(document.documentElement).getPropertyValue(name).trim(); }
+  return { chosen: chosen, apply: apply, color: color };
+})();
+
 var warrenClock = (function () {
   "use strict";
   var KEY = "warren.clock";
@@ -312,8 +356,12 @@ var warrenCharts = [];
         scales: { x: { time: true } },
         cursor: { drag: { x: true, y: false, setScale: false } },
         axes: [
-          { label: "time (" + warrenClock.zone(new Date()) + ")", values: tickFormat, labelSize: 20, space: 70 },
-          { label: unit, size: unit === "bytes" ? 76 : 60, values: function (u, splits) { return splits.map(function (v) { return compact(v, unit); }); } },
+          { label: "time (" + warrenClock.zone(new Date()) + ")", values: tickFormat, labelSize: 20, space: 70,
+            stroke: function () { return warrenTheme.color("--fg"); }, grid: { stroke: function () { return warrenTheme.color("--line"); } },
+            ticks: { stroke: function () { return warrenTheme.color("--line"); } } },
+          { label: unit, size: unit === "bytes" ? 76 : 60, values: function (u, splits) { return splits.map(function (v) { return compact(v, unit); }); },
+            stroke: function () { return warrenTheme.color("--fg"); }, grid: { stroke: function () { return warrenTheme.color("--line"); } },
+            ticks: { stroke: function () { return warrenTheme.color("--line"); } } },
         ],
         series: [{ label: "time", value: function (u, v) { return v == null ? "--" : warrenClock.format(v); } }]
           .concat(labels.map(function (label, i) {

@@ -209,15 +209,46 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
         ("job", format!("/jobs/{job_id}")),
         ("not-found", "/no-such-page".to_string()),
     ];
+    // Issue 34, must-have 3: axe-core on every page, in the light theme and the dark one, finds
+    // no serious or critical violation (152 of `color-contrast` before, from one amber).
+    let mut accessibility = Vec::new();
     for width in widths {
         common::browser::emulate_phone(&client, width).await;
         for (name, path) in &pages {
             client.goto(&warren.url(path)).await.unwrap();
             problems.extend(check_layout(&client, width, name, path, &shots).await);
+            if width.is_none() {
+                for v in common::browser::axe_violations(&client).await {
+                    accessibility.push(format!("{name} ({path}), light: {v}"));
+                }
+            }
         }
     }
+    client.execute("localStorage.setItem('warren.theme', 'dark'); return true;", vec![]).await.unwrap();
+    for (name, path) in &pages {
+        client.goto(&warren.url(path)).await.unwrap();
+        let theme = client.execute("return document.documentElement.dataset.theme || '';", vec![]).await.unwrap();
+        assert_eq!(theme, "dark", "{path}: the chosen theme applies");
+        for v in common::browser::axe_violations(&client).await {
+            accessibility.push(format!("{name} ({path}), dark: {v}"));
+        }
+    }
+    std::fs::write(shots.join("1400-dark-dlq.png"), {
+        client.goto(&warren.url(&format!("/dlq/local/{encoded_vhost}/work.dlq"))).await.unwrap();
+        common::browser::full_page_screenshot(&client).await
+    })
+    .unwrap();
+    client.execute("localStorage.removeItem('warren.theme'); return true;", vec![]).await.unwrap();
+    // axe-core sees what it should: the old amber on white is a contrast violation.
+    client.goto(&warren.url("/")).await.unwrap();
+    let bad = "const p = document.createElement('p'); p.textContent = 'pending'; \
+               p.style.color = '#b76e00'; p.style.background = '#fff'; document.querySelector('main').appendChild(p); return true;";
+    client.execute(bad, vec![]).await.unwrap();
+    let found = common::browser::axe_violations(&client).await;
+    assert!(found.iter().any(|v| v.starts_with("color-contrast (serious)")), "axe-core runs: {found:?}");
 
     assert!(problems.is_empty(), "layout problems (screenshots in {}):\n{}", shots.display(), problems.join("\n"));
+    assert!(accessibility.is_empty(), "axe-core found:\n{}", accessibility.join("\n"));
 
     // On the phone the links hide behind a menu that opens without JavaScript and still leads
     // everywhere; on the desktop they show as before.

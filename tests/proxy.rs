@@ -111,6 +111,10 @@ fn urls_in(html: &str) -> Vec<Written> {
             }
             continue;
         }
+        // A link within the page ("#main", the skip link) names no path at all.
+        if value.starts_with('#') {
+            continue;
+        }
         let get = attribute != "hx-post" && attribute != "action";
         out.push(Written { attribute, url: value, get });
     }

@@ -142,3 +142,28 @@ pub async fn full_page_screenshot(client: &Client) -> Vec<u8> {
     let data = shot["data"].as_str().expect("Page.captureScreenshot returns data");
     base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data).expect("base64 PNG")
 }
+
+/// axe-core's source: `WARREN_TEST_AXE`, else where `.ci/run` installs it from the npm registry
+/// (`npm install --prefix ~/.cache/warren-axe axe-core@4`). Missing, the test fails.
+fn axe_source() -> String {
+    let path = std::env::var("WARREN_TEST_AXE").unwrap_or_else(|_| {
+        format!("{}/.cache/warren-axe/node_modules/axe-core/axe.min.js", std::env::var("HOME").unwrap_or_default())
+    });
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("axe-core is not at {path} ({e}): npm install --prefix ~/.cache/warren-axe axe-core@4, or set WARREN_TEST_AXE")
+    })
+}
+
+/// The serious and critical accessibility violations axe-core finds on the current page (WCAG
+/// 2.1 A and AA rules), one line each: rule, impact, how many elements, and the first of them.
+pub async fn axe_violations(client: &Client) -> Vec<String> {
+    let source = axe_source();
+    client.execute(&format!("{source}\nreturn true;"), vec![]).await.expect("axe-core loads");
+    let script = "const done = arguments[arguments.length - 1];\
+        axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})\
+          .then(r => done(r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')\
+             .map(v => `${v.id} (${v.impact}) on ${v.nodes.length}: ${v.nodes[0].target.join(' ')} ${v.nodes[0].failureSummary.replace(/\\s+/g, ' ').slice(0, 240)}`)))\
+          .catch(e => done(['axe failed: ' + e]));";
+    let found = client.execute_async(script, vec![]).await.expect("axe-core runs");
+    found.as_array().map(|a| a.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
+}
