@@ -701,3 +701,31 @@ var warrenCharts = [];
     all.indeterminate = ticked > 0 && ticked < list.length;
   });
 })();
+
+// The skip link moves the focus itself: following a fragment only scrolls in some browsers, and
+// the next Tab then starts from the top again.
+(function () {
+  "use strict";
+  document.addEventListener("click", function (evt) {
+    var link = evt.target && evt.target.closest ? evt.target.closest("a.skip-link") : null;
+    if (!link) { return; }
+    var target = document.getElementById(link.getAttribute("href").slice(1));
+    if (!target) { return; }
+    evt.preventDefault();
+    target.focus();
+  });
+})();
+
+// Enter on a checkbox ticks it (issue 34, case 3): a browser submits the form instead, and on
+// the dead-letter browser that was "Requeue selected…" with nothing selected.
+(function () {
+  "use strict";
+  document.addEventListener("keydown", function (evt) {
+    var target = evt.target;
+    if (evt.key !== "Enter" || !target || target.type !== "checkbox" || target.tagName !== "INPUT") { return; }
+    evt.preventDefault();
+    if (target.disabled) { return; }
+    target.checked = !target.checked;
+    target.dispatchEvent(new Event("change", { bubbles: true }));
+  });
+})();

@@ -415,3 +415,107 @@ async fn a_long_client_product_wraps_inside_its_cell() {
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 34, must-have 3: the journey "open a DLQ, select two messages, requeue" with the
+/// keyboard alone. Enter on a message checkbox submitted "Requeue selected…" with nothing
+/// selected (an Error 400 page); there was no skip link; the confirmation did not focus its
+/// button. Counted in key presses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_of_two_messages_with_the_keyboard_alone() {
+    use fantoccini::key::Key;
+    let vhost = TestVhost::create("keyboard").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(5)).await;
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("work.dlq listed by warren", Duration::from_secs(30), || async {
+        warren.queue(&vhost.name, "work.dlq").await.map(|_| ()).ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let (_driver, client) = common::browser::start().await;
+    let page = format!("/dlq/local/{}/work.dlq", warren::broker::management::encode_segment(&vhost.name));
+    client.goto(&warren.url(&page)).await.unwrap();
+    let mut presses = 0;
+    let press = |key: Key| {
+        let client = client.clone();
+        async move {
+            let text: String = char::from(key).into();
+            client.active_element().await.unwrap().send_keys(&text).await.unwrap();
+        }
+    };
+    let focused = || async {
+        client
+            .execute("const e = document.activeElement; return [e.tagName, e.name || '', e.className || '', e.value || '', e.textContent.trim().slice(0, 40)];", vec![])
+            .await
+            .unwrap()
+    };
+    // The skip link first, and into the content.
+    client.execute("document.body.focus(); return true;", vec![]).await.unwrap();
+    client.find(Locator::Css("body")).await.unwrap().send_keys(&char::from(Key::Tab).to_string()).await.unwrap();
+    presses += 1;
+    assert_eq!(focused().await[2], "skip-link", "the first Tab reaches the skip link");
+    press(Key::Enter).await;
+    presses += 1;
+    // Tab to the first message's box, then tick it and the next one with Enter.
+    let mut ticked = 0;
+    while ticked < 2 {
+        press(Key::Tab).await;
+        presses += 1;
+        assert!(presses < 40, "no message box within 40 presses: {:?}", focused().await);
+        let f = focused().await;
+        if f[0] == "INPUT" && f[1] == "message" {
+            press(Key::Enter).await;
+            presses += 1;
+            ticked += 1;
+        }
+    }
+    assert_eq!(client.current_url().await.unwrap().path(), page, "Enter on a box submitted nothing");
+    let chosen = client
+        .execute("return Array.from(document.querySelectorAll('input[name=message]:checked')).length;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(chosen, 2, "Enter ticked two boxes");
+    // Back to "Requeue selected…", which comes before the table.
+    loop {
+        client
+            .active_element()
+            .await
+            .unwrap()
+            .send_keys(&format!("{}{}", char::from(Key::Shift), char::from(Key::Tab)))
+            .await
+            .unwrap();
+        presses += 1;
+        assert!(presses < 80, "no requeue button: {:?}", focused().await);
+        let f = focused().await;
+        if f[0] == "BUTTON" && f[3] == "selected" {
+            break;
+        }
+    }
+    press(Key::Enter).await;
+    presses += 1;
+    // The confirmation focuses its action: Enter runs it.
+    wait_for("the confirmation", Duration::from_secs(20), || async {
+        let f = focused().await;
+        if f[0] == "BUTTON" && f[4] == "Requeue" {
+            Ok(())
+        } else {
+            Err(format!("{f:?}"))
+        }
+    })
+    .await;
+    press(Key::Enter).await;
+    presses += 1;
+    wait_for("two messages back in work", Duration::from_secs(30), || async {
+        match common::dead_letters::depth(&channel, "work").await {
+            2 => Ok(()),
+            n => Err(format!("{n} in work")),
+        }
+    })
+    .await;
+    eprintln!("the requeue of two messages took {presses} key presses");
+    assert!(presses <= 30, "{presses} key presses (69 before)");
+    client.close().await.unwrap();
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
