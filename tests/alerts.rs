@@ -473,6 +473,28 @@ async fn pages_say_where_one_is_and_built_in_rules_are_explained_once() {
     assert!(page.contains("<h1>Dead-letter queues</h1>"), "{page}");
     let (_, page) = warren.get_text("/alerts").await;
     assert!(!page.contains("is built in; write a rule"), "{page}");
+    // The blank form previews without errors, and a rule without an id takes one from its name.
+    assert!(page.contains("Preview: type a threshold to see what would match now"), "{page}");
+    assert!(!page.contains("field-error") && !page.contains("must be 1 to"), "{page}");
+    let created = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(warren.url("/alerts/rules"))
+        .form(&[
+            ("id", ""),
+            ("name", "Orders backlog > 1,000"),
+            ("metric", "ready"),
+            ("comparator", ">"),
+            ("threshold", "1000"),
+            ("severity", "warning"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 303, "{:?}", created.text().await);
+    let (status, rule) = warren.get_json("/api/v1/alerts/rules/orders-backlog-1-000").await;
+    assert_eq!((status, rule["name"].as_str()), (200, Some("Orders backlog > 1,000")), "{rule}");
     assert_eq!(page.matches("Rules marked \"built in\" exist while").count(), 1, "{page}");
     warren.stop().await;
 }

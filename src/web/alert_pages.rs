@@ -209,8 +209,13 @@ impl RuleForm {
         scope.insert("vhost".into(), text(&self.vhost).unwrap_or_else(|| "*".into()));
         scope.insert("queue".into(), text(&self.queue).unwrap_or_else(|| "*".into()));
         scope.insert("dlq_only".into(), Value::Bool(self.dlq_only.is_some()));
+        // A blank id is made from the name (issue 34, case 6: the form asked for a free-text id).
+        let id = match self.id.trim() {
+            "" => id_from(&self.name),
+            id => id.to_string(),
+        };
         let mut rule = json!({
-            "id": self.id.trim(), "name": self.name.trim(), "scope": scope,
+            "id": id, "name": self.name.trim(), "scope": scope,
             "metric": self.metric, "severity": self.severity,
             "for_secs": for_secs.unwrap_or(0.0) as i64, "keep_firing_for_secs": keep.unwrap_or(0.0) as i64,
         });
@@ -225,6 +230,20 @@ impl RuleForm {
         }
         serde_json::from_value(rule).map_err(|e| WebError::Invalid(vec![("rule".into(), e.to_string())]))
     }
+}
+
+/// A rule id from its name: letters and digits kept (lower case), every other run of characters
+/// one '-', at most 64 characters.
+fn id_from(name: &str) -> String {
+    let mut id = String::new();
+    for c in name.trim().chars() {
+        if c.is_ascii_alphanumeric() {
+            id.push(c.to_ascii_lowercase());
+        } else if !id.is_empty() && !id.ends_with('-') {
+            id.push('-');
+        }
+    }
+    id.trim_end_matches('-').chars().take(64).collect::<String>().trim_end_matches('-').to_string()
 }
 
 pub fn condition(rule: &Rule) -> String {
@@ -242,6 +261,18 @@ pub fn condition(rule: &Rule) -> String {
 }
 
 fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
+    // The preview needs the condition and the scope, not the id or the name: a blank form
+    // previews instead of listing errors before anything was typed (issue 34, case 6).
+    if form.threshold.trim().is_empty() && form.metric != "broker_unreachable" {
+        let problem = Some("type a threshold to see what would match now".to_string());
+        return PreviewFragment { base: state.base_path.clone(), rows: Vec::new(), problem };
+    }
+    let mut form = form.clone();
+    for field in [&mut form.id, &mut form.name] {
+        if field.trim().is_empty() {
+            *field = "preview".to_string();
+        }
+    }
     let rule = form.rule().and_then(|r| check_rule(state, &r).map(|_| r));
     match rule {
         Ok(rule) => PreviewFragment {
@@ -574,6 +605,16 @@ async fn test_form(
         }
         Err(e) => done(&state, false, format!("Test notification to {id} failed: {e}")),
     })
+}
+
+#[cfg(test)]
+mod id_tests {
+    #[test]
+    fn a_blank_id_is_made_from_the_name() {
+        assert_eq!(super::id_from("Orders backlog > 1,000!"), "orders-backlog-1-000");
+        assert_eq!(super::id_from("  ***  "), "");
+        assert_eq!(super::id_from(&"x".repeat(100)).len(), 64);
+    }
 }
 
 #[cfg(test)]
