@@ -182,7 +182,8 @@ async fn a_requeue_into_a_queue_makes_its_age_estimate_a_lower_bound_until_the_m
     assert!(!plain_estimate(&q), "never a plain estimate while the requeued messages are there: {q}");
     if q["oldest_age_source"] == "estimated" {
         let (_, page) = warren.get_text(&format!("/queues/local/{}/work", encode(&vhost.name))).await;
-        assert!(page.contains("warren requeued older messages into this queue"), "the age says why");
+        assert!(page.contains("older messages came back into this queue"), "the age says why");
+        assert!(page.contains("requeued by warren"), "the age says why");
     }
 
     // Fresh messages behind the requeued ones do not end it: the head is still a requeued one.
@@ -540,6 +541,9 @@ async fn a_dlqs_inflow_is_derived_and_a_rejecting_queues_backlog_does_not_grow()
 /// bound (the poison messages are older than their place says).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_loop_is_a_loop_not_a_hung_consumer() {
+    if !common::broker().facts().await.stats {
+        return; // without the metrics collector (4.x) no rates exist: no loop can be seen, and none is claimed
+    }
     const PREFETCH: u16 = 5;
     let vhost = TestVhost::create("poison").await;
     let connection = vhost.connect().await;
@@ -686,6 +690,9 @@ async fn a_poison_loop_is_a_loop_not_a_hung_consumer() {
 /// no value then, and `/metrics` says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warrens_own_reads_are_not_the_applications_redeliveries() {
+    if !common::broker().facts().await.stats {
+        return; // without the metrics collector (4.x) there are no delivery rates to mislead
+    }
     let vhost = TestVhost::create("ownreads").await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
@@ -739,6 +746,9 @@ async fn warrens_own_reads_are_not_the_applications_redeliveries() {
 /// when the first arrived after it was last empty, while nothing has left it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filling_dlqs_age_is_estimated_from_its_depth_history() {
+    if !common::broker().facts().await.stats {
+        return; // without the metrics collector (4.x) the estimates have no counters to start from
+    }
     use common::dead_letters::{dead_letter, numbered};
     let vhost = TestVhost::create("dlqage").await;
     let connection = vhost.connect().await;
