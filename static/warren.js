@@ -19,7 +19,7 @@ var warrenTheme = (function () {
     var header = document.querySelector("header.top");
     if (!header || header.querySelector(".theme")) { return; }
     var label = document.createElement("label");
-    label.className = "clock theme";
+    label.className = "theme";
     label.appendChild(document.createTextNode("Theme "));
     var select = document.createElement("select");
     select.setAttribute("aria-label", "Colour theme");
@@ -39,7 +39,8 @@ var warrenTheme = (function () {
     label.appendChild(select);
     (header.querySelector(".menu") || header).appendChild(label);
   }
-  document.addEventListener("DOMContentLoaded", control);
+  // After the clock's control, which this file sets up later: the theme comes last in the bar.
+  document.addEventListener("DOMContentLoaded", function () { setTimeout(control, 0); });
   // A palette colour by its CSS variable, for what is drawn outside CSS (chart axes and grid).
   function color(name) { return getComputedStyle(document.documentElement).getPropertyValue(name).trim(); }
   return { chosen: chosen, apply: apply, color: color };
