@@ -294,6 +294,18 @@ pub struct QueueConfig<'a> {
 /// `DeadLetterInfo::plain` (no DLX, not a DLQ). Without a topology (bindings not fetched yet, or the fetch failed) the configured
 /// targets are still reported, with unknown routing.
 pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> HashMap<String, DeadLetterInfo> {
+    analyse_with(queues, topology, &|_| None)
+}
+
+/// `analyse`, with what warren observed and stored beside one listing's consumers: `worked_at`
+/// gives, for a queue warren has seen with consumers while it was not a dead-letter queue, when
+/// that was (in words). Such a queue keeps its work role when its consumers die or before they
+/// connect (issue 31, must-have 4).
+pub fn analyse_with(
+    queues: &[QueueConfig<'_>],
+    topology: Option<&VhostTopology>,
+    worked_at: &dyn Fn(&str) -> Option<String>,
+) -> HashMap<String, DeadLetterInfo> {
     let routes = topology.map(Routes::new);
     let mut info: HashMap<String, DeadLetterInfo> = HashMap::new();
     // Many queues share one dead-letter exchange and key: route each pair once.
@@ -327,6 +339,11 @@ pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> 
             targets: info.get(q.name).and_then(|i| i.dead_letter_target.as_ref()).and_then(|t| t.queues.as_deref()),
             ttl_ms: message_ttl_ms(q.arguments, q.effective_policy),
             consumers: q.consumers,
+            worked_at: worked_at(q.name),
+            limited: !matches!(
+                crate::broker::policies::overflow_of(q.arguments, q.effective_policy),
+                crate::broker::policies::Overflow::Unlimited
+            ),
         })
         .collect();
     let classified: Vec<(String, roles::Classified)> =
