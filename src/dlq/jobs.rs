@@ -144,6 +144,10 @@ pub struct MoveRequest {
     /// The user accepts that a target which drops its oldest messages when full may drop some.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_drop_head: bool,
+    /// The user accepts sending copies where they would stay for good (`target::stranding`: a
+    /// wait queue whose expiry no longer applies to them). Without it the API refuses (409).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_stranding: bool,
 }
 
 impl MoveRequest {

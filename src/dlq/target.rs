@@ -124,6 +124,61 @@ impl Targets {
     }
 }
 
+/// Why copies sent to a queue would stay there for good, as the last poll saw the queue, and
+/// where to send them instead. One rule for the confirmation page, which states it, and the
+/// API, which refuses (409) unless the request accepts it (`accept_stranding`): issue 31,
+/// case 4, where an API requeue sent a message into a wait queue it never left.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stranding {
+    pub queue: String,
+    /// The reason, in words that say what it rests on.
+    pub reason: String,
+    /// Where the queue's dead letters go, when that is one queue: the work queue a wait queue
+    /// feeds, the suggested target.
+    pub instead: Option<String>,
+}
+
+/// Whether copies sent to `target` would be stranded there: it is a wait (retry) queue that
+/// has no message TTL of its own, so its messages leave only when their per-message
+/// expiration runs out, and a dead letter has lost its expiration (the broker strips it when it
+/// dead-letters: DOMAIN.md §8); or nothing consumes it and it dead-letters elsewhere, with no
+/// TTL and no role saying it processes messages (the same pattern, seen from its consumers).
+/// A work queue whose consumers are down is not stranding: its messages wait for them.
+pub fn stranding(target: &crate::metrics::QueueView) -> Option<Stranding> {
+    use crate::broker::topology::{message_ttl_ms, QueueRole};
+    let info = &target.dead_letters;
+    if message_ttl_ms(&target.arguments, &target.effective_policy).is_some() {
+        // A queue TTL applies to every copy: they leave on their own.
+        return None;
+    }
+    let onward: Vec<String> = info
+        .dead_letter_target
+        .as_ref()
+        .and_then(|t| t.queues.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|q| **q != *target.name)
+        .collect();
+    let instead = (onward.len() == 1).then(|| onward[0].clone());
+    let reason = if info.role == QueueRole::Wait {
+        format!(
+            "{:?} is a wait (retry) queue ({}); its messages leave only when their per-message expiration runs out, \
+             and a dead letter has lost its expiration, so a copy sent there stays there for ever",
+            target.name, info.role_reason
+        )
+    } else if target.consumers == Some(0) && !onward.is_empty() && info.role != QueueRole::Work {
+        format!(
+            "{:?} has no consumer and dead-letters into {}: it looks like a delayed-retry wait queue, and a copy \
+             sent there without its per-message expiration stays there for ever",
+            target.name,
+            onward.join(", ")
+        )
+    } else {
+        return None;
+    };
+    Some(Stranding { queue: target.name.to_string(), reason, instead })
+}
+
 /// Why a copy published from what warren read would differ from the original, if it would:
 /// the AMQP parser (vendor/amq-protocol-types) keeps headers nested past its limit as raw
 /// bytes, and reads short strings that are not UTF-8 with U+FFFD in place of their bytes. A
