@@ -122,6 +122,12 @@ pub struct DeadLetterInfo {
     pub role: QueueRole,
     /// Why warren gives it that role, in words an operator can check against the topology.
     pub role_reason: Cow<'static, str>,
+    /// The `work` role rests only on the queue having a dead-letter exchange: no consumers now
+    /// or seen before, and no wait queue feeding it, say that it processes messages. Such a
+    /// queue may be the wait queue of a retry topology whose work queue nobody consumes
+    /// (`dlq::target::stranding`).
+    #[serde(skip)]
+    pub work_unconfirmed: bool,
     /// `None`: the queue has no dead-letter exchange, so rejected, expired and overflowing
     /// messages are destroyed.
     /// Boxed: most queues have none, and every view carries the field (120 bytes inline).
@@ -371,6 +377,7 @@ pub fn analyse_with(
         i.is_dlq = c.role == QueueRole::Dlq;
         i.role = c.role;
         i.role_reason = c.reason;
+        i.work_unconfirmed = c.work_unconfirmed;
         i.dead_letter_sources = c.dlq_sources;
     }
     info

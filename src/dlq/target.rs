@@ -131,20 +131,22 @@ impl Targets {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stranding {
     pub queue: String,
-    /// The reason, in words that say what it rests on.
-    pub reason: String,
+    /// The reason, in words that say what it rests on, to follow the queue's name.
+    pub says: String,
     /// Where the queue's dead letters go, when that is one queue: the work queue a wait queue
     /// feeds, the suggested target.
     pub instead: Option<String>,
 }
 
-/// Whether copies sent to `target` would be stranded there: it is a wait (retry) queue that
-/// has no message TTL of its own, so its messages leave only when their per-message
-/// expiration runs out, and a dead letter has lost its expiration (the broker strips it when it
-/// dead-letters: DOMAIN.md §8); or nothing consumes it and it dead-letters elsewhere, with no
-/// TTL and no role saying it processes messages (the same pattern, seen from its consumers).
-/// A work queue whose consumers are down is not stranding: its messages wait for them.
-pub fn stranding(target: &crate::metrics::QueueView) -> Option<Stranding> {
+/// Whether copies moved from queue `source` to `target` would be stranded there: it is a wait
+/// (retry) queue that has no message TTL of its own, so its messages leave only when their
+/// per-message expiration runs out, and a dead letter has lost its expiration (the broker
+/// strips it when it dead-letters: DOMAIN.md §8); or nothing consumes it and it dead-letters
+/// elsewhere than back into `source`, with no TTL and no role saying it processes messages (the
+/// same pattern, seen from its consumers). A work queue whose consumers are down is not
+/// stranding (its messages wait for them), nor is the usual requeue from a DLQ into the queue
+/// that dead-letters into it.
+pub fn stranding(source: &str, target: &crate::metrics::QueueView) -> Option<Stranding> {
     use crate::broker::topology::{message_ttl_ms, QueueRole};
     let info = &target.dead_letters;
     if message_ttl_ms(&target.arguments, &target.effective_policy).is_some() {
@@ -160,23 +162,23 @@ pub fn stranding(target: &crate::metrics::QueueView) -> Option<Stranding> {
         .filter(|q| **q != *target.name)
         .collect();
     let instead = (onward.len() == 1).then(|| onward[0].clone());
-    let reason = if info.role == QueueRole::Wait {
+    let confirmed_work = info.role == QueueRole::Work && !info.work_unconfirmed;
+    let says = if info.role == QueueRole::Wait {
         format!(
-            "{:?} is a wait (retry) queue ({}); its messages leave only when their per-message expiration runs out, \
-             and a dead letter has lost its expiration, so a copy sent there stays there for ever",
-            target.name, info.role_reason
+            "is a wait (retry) queue ({}); its messages leave only when their per-message expiration runs out, and \
+             a dead letter has lost its expiration, so a copy sent there stays there for ever",
+            info.role_reason
         )
-    } else if target.consumers == Some(0) && !onward.is_empty() && info.role != QueueRole::Work {
+    } else if target.consumers == Some(0) && onward.iter().any(|q| q != source) && !confirmed_work {
         format!(
-            "{:?} has no consumer and dead-letters into {}: it looks like a delayed-retry wait queue, and a copy \
-             sent there without its per-message expiration stays there for ever",
-            target.name,
+            "has no consumer and dead-letters into {}: it looks like a delayed-retry wait queue, and a copy sent \
+             there without its per-message expiration stays there for ever",
             onward.join(", ")
         )
     } else {
         return None;
     };
-    Some(Stranding { queue: target.name.to_string(), reason, instead })
+    Some(Stranding { queue: target.name.to_string(), says, instead })
 }
 
 /// Why a copy published from what warren read would differ from the original, if it would:

@@ -150,8 +150,8 @@ async fn respond(
                 None => String::new(),
             };
             let message = format!(
-                "{}{instead}, or confirm the risk with \"accept_stranding\": true; nothing was moved",
-                s.reason
+                "queue {:?} {}{instead}, or confirm the risk with \"accept_stranding\": true; nothing was moved",
+                s.queue, s.says
             );
             return Ok((
                 StatusCode::CONFLICT,

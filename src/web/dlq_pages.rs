@@ -1218,7 +1218,11 @@ pub(super) fn strandings(
     view: &crate::metrics::QueueView,
     names: &[String],
 ) -> Vec<crate::dlq::target::Stranding> {
-    names.iter().filter_map(|n| last_polled(state, view, n)).filter_map(|q| crate::dlq::target::stranding(&q)).collect()
+    names
+        .iter()
+        .filter_map(|n| last_polled(state, view, n))
+        .filter_map(|q| crate::dlq::target::stranding(&view.name, &q))
+        .collect()
 }
 
 /// The notes about each queue the selected messages would go to: a named queue, or the queues
@@ -1255,10 +1259,10 @@ async fn target_notes(
                 drop_head: true,
             });
         }
-        if let Some(stranding) = crate::dlq::target::stranding(&q) {
+        if let Some(stranding) = crate::dlq::target::stranding(&view.name, &q) {
             notes.push(TargetNote {
                 queue: name.clone(),
-                says: stranding.reason,
+                says: stranding.says,
                 instead: stranding.instead,
                 drop_head: false,
             });

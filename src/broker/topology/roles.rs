@@ -53,6 +53,8 @@ pub struct Classified {
     pub role: QueueRole,
     pub reason: Cow<'static, str>,
     pub dlq_sources: Vec<String>,
+    /// `Work` only because it dead-letters somewhere (`DeadLetterInfo::work_unconfirmed`).
+    pub work_unconfirmed: bool,
 }
 
 /// The role of a queue that no dead-letter routing touches.
@@ -316,7 +318,11 @@ pub fn classify<'a>(nodes: &[Node<'a>]) -> HashMap<&'a str, Classified> {
         } else {
             role_of(q, into_of(q), out_of(q), &waits, live(q).then(|| live_words(q)), self_loops.contains(q), &edge)
         };
-        classified.insert(q, Classified { role, reason, dlq_sources });
+        let work_unconfirmed = role == QueueRole::Work
+            && !live(q)
+            && !self_loops.contains(q)
+            && !into_of(q).iter().any(|f| waits.contains_key(f));
+        classified.insert(q, Classified { role, reason, dlq_sources, work_unconfirmed });
     }
     classified
 }
