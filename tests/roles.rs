@@ -577,6 +577,16 @@ async fn an_api_requeue_into_a_wait_queue_is_refused_unless_the_risk_is_accepted
         }
     })
     .await;
+    // Without a snapshot nothing says beforehand where the messages would go: the move starts,
+    // and refuses the wait queue as it meets it; every message stays.
+    let path = format!("/api/v1/queues/local/{}/work/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all", "target": "original_queue"})).await;
+    assert_ne!(job["state"], "done", "{job}");
+    assert_eq!(job["report"]["moved"], json!([]), "{job}");
+    assert!(job.to_string().contains("accept_stranding"), "the refusal says how to accept the risk: {job}");
+    assert_eq!(depth(&channel, "work").await, 3, "nothing moved");
+    assert_eq!(depth(&channel, "work.wait").await, 0, "nothing moved");
+
     let snapshot = warren.snapshot(&vhost.name, "work", 10).await;
     let originals: Vec<&Value> =
         snapshot["messages"].as_array().unwrap().iter().map(|m| &m["original_queue"]).collect();
@@ -596,7 +606,6 @@ async fn an_api_requeue_into_a_wait_queue_is_refused_unless_the_risk_is_accepted
     assert!(page.contains("stays there for ever"), "the page warns: {page}");
 
     // The API refuses the same, with the same reason and the suggested target.
-    let path = format!("/api/v1/queues/local/{}/work/requeue", encode(&vhost.name));
     let (status, refused) = warren.post_json(&path, json!({"selection": "all", "target": "original_queue"})).await;
     assert_eq!(status, 409, "{refused}");
     assert_eq!(refused["error"]["code"], "would_strand", "{refused}");

@@ -11,6 +11,8 @@
 //!   confirms every copy and then drops the oldest messages to make room (DOMAIN.md §8), so a
 //!   confirm no longer means the copy is kept. Only a user who confirmed that risk
 //!   (`accept_drop_head`) may send there;
+//! - copies would stay there for good (`stranding`: a wait queue whose expiry no longer applies
+//!   to a dead letter), as the last poll saw it, and the user did not accept that;
 //! - it cannot be checked (the management API does not answer): nothing is sent on a guess;
 //! - the broker does not let warren's user write to the exchange the copies go through (for a
 //!   queue, the default exchange, which the broker checks as `amq.default`: measured on 3.10.8).
@@ -37,6 +39,8 @@ pub struct Targets {
     management: ManagementClient,
     vhost: String,
     accept_drop_head: bool,
+    /// Queues refused because copies would stay there for good (`stranding`), with why.
+    stranding: HashMap<String, String>,
     checked: HashMap<String, Result<(), String>>,
     /// What warren's user may write in the vhost, asked once.
     write: Option<Write>,
@@ -61,7 +65,20 @@ struct Permission {
 
 impl Targets {
     pub fn new(management: ManagementClient, vhost: &str, accept_drop_head: bool) -> Targets {
-        Targets { management, vhost: vhost.to_string(), accept_drop_head, checked: HashMap::new(), write: None }
+        Targets {
+            management,
+            vhost: vhost.to_string(),
+            accept_drop_head,
+            stranding: HashMap::new(),
+            checked: HashMap::new(),
+            write: None,
+        }
+    }
+
+    /// Refuses the queues of `stranding` (queue name to why copies would stay there for good).
+    pub fn refusing(mut self, stranding: HashMap<String, String>) -> Targets {
+        self.stranding = stranding;
+        self
     }
 
     /// Whether warren's user may publish to `exchange` ("" is the default exchange); `Err` says
@@ -102,6 +119,12 @@ impl Targets {
     pub async fn check(&mut self, name: &str) -> Result<(), String> {
         if let Some(known) = self.checked.get(name) {
             return known.clone();
+        }
+        if let Some(says) = self.stranding.get(name) {
+            return Err(format!(
+                "queue {name:?} {says}; confirm the risk (accept_stranding) or pick another target; nothing was sent \
+                 there"
+            ));
         }
         let checked = match policies::queue_now(&self.management, &self.vhost, name).await {
             Ok(None) => Err(format!("no queue named {name:?} in this vhost; nothing was sent there")),

@@ -1161,6 +1161,9 @@ struct TargetNote {
     instead: Option<String>,
     /// Moving there needs the drop-head risk accepted (the checkbox).
     drop_head: bool,
+    /// Copies would stay there for good (`target::stranding`): confirming the page, which says
+    /// so, accepts that.
+    strands: bool,
 }
 
 /// The queues a move would put messages into, as far as is known before it reads any: a named
@@ -1243,6 +1246,7 @@ async fn target_notes(
                 queue: name,
                 instead: None,
                 drop_head: false,
+                strands: false,
             });
             continue;
         };
@@ -1257,6 +1261,7 @@ async fn target_notes(
                 ),
                 instead: None,
                 drop_head: true,
+                strands: false,
             });
         }
         if let Some(stranding) = crate::dlq::target::stranding(&view.name, &q) {
@@ -1265,6 +1270,7 @@ async fn target_notes(
                 says: stranding.says,
                 instead: stranding.instead,
                 drop_head: false,
+                strands: true,
             });
         } else if q.consumers == Some(0) {
             notes.push(TargetNote {
@@ -1272,6 +1278,7 @@ async fn target_notes(
                 says: "has no consumer now: the messages will wait there until one comes".into(),
                 instead: None,
                 drop_head: false,
+                strands: false,
             });
         }
     }
@@ -1297,8 +1304,7 @@ fn move_request(form: &RequeueForm) -> MoveRequest {
         },
         // Ticked on the confirmation page, which states the risk.
         accept_drop_head: form.accept_drop_head,
-        // Checked by the API only: the confirmation page states where copies would stay for
-        // good (`target_notes`), and its confirmation is the acceptance.
+        // Set by the confirmation when its notes said where copies would stay for good.
         accept_stranding: false,
     }
 }
@@ -1397,7 +1403,9 @@ async fn requeue_form(
         }
         return Ok(html(page.render()?));
     }
-    let request = move_request(&form);
+    let mut request = move_request(&form);
+    // The page stated it (`target_notes`), and the user confirmed.
+    request.accept_stranding = page.target_notes.iter().any(|n| n.strands);
     match super::actions::start_move(&state, &view, request, &access.principal.actor()).await? {
         // The job page shows the progress, a cancel button, and the final report.
         Ok(job) => Ok(Redirect::to(&state.href(&format!("/jobs/{}", job.id))).into_response()),
