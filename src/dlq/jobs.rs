@@ -443,7 +443,7 @@ pub async fn start(
                 .filter(|b| *b.name == *view.broker)
                 .flat_map(|b| b.queues.iter())
                 .filter(|q| *q.vhost == *view.vhost)
-                .filter_map(|q| super::target::stranding(&view.name, q))
+                .filter_map(|q| super::target::stranding(view, q))
                 .map(|s| (s.queue, s.says))
                 .collect()
         },

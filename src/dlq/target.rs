@@ -168,8 +168,10 @@ pub struct Stranding {
 /// elsewhere than back into `source`, with no TTL and no role saying it processes messages (the
 /// same pattern, seen from its consumers). A work queue whose consumers are down is not
 /// stranding (its messages wait for them), nor is the usual requeue from a DLQ into the queue
-/// that dead-letters into it.
-pub fn stranding(source: &str, target: &crate::metrics::QueueView) -> Option<Stranding> {
+/// that dead-letters into it: a queue whose dead letters go only into the DLQ being read is that
+/// DLQ's feeder, even when a reader on the DLQ (warren's own mover, or one a restart left
+/// listed for a few seconds) made the roles call it a wait queue feeding a consumed queue.
+pub fn stranding(source: &crate::metrics::QueueView, target: &crate::metrics::QueueView) -> Option<Stranding> {
     use crate::broker::topology::{message_ttl_ms, QueueRole};
     let info = &target.dead_letters;
     if message_ttl_ms(&target.arguments, &target.effective_policy).is_some() {
@@ -186,13 +188,14 @@ pub fn stranding(source: &str, target: &crate::metrics::QueueView) -> Option<Str
         .collect();
     let instead = (onward.len() == 1).then(|| onward[0].clone());
     let confirmed_work = info.role == QueueRole::Work && !info.work_unconfirmed;
-    let says = if info.role == QueueRole::Wait {
+    let feeds_source_dlq = source.dead_letters.role == QueueRole::Dlq && onward.iter().all(|q| **q == *source.name);
+    let says = if info.role == QueueRole::Wait && !feeds_source_dlq {
         format!(
             "is a wait (retry) queue ({}); its messages leave only when their per-message expiration runs out, and \
              a dead letter has lost its expiration, so a copy sent there stays there for ever",
             info.role_reason
         )
-    } else if target.consumers == Some(0) && onward.iter().any(|q| q != source) && !confirmed_work {
+    } else if target.consumers == Some(0) && onward.iter().any(|q| **q != *source.name) && !confirmed_work {
         format!(
             "has no consumer and dead-letters into {}: it looks like a delayed-retry wait queue, and a copy sent \
              there without its per-message expiration stays there for ever",

@@ -1452,7 +1452,17 @@ impl Poller {
                 };
                 let seen = seen.get(&(vhost.clone(), views[i].name.to_string()));
                 views[i].dead_letters.observe(&views[i].name, seen);
-                if consumed && views[i].dead_letters.role == topology::QueueRole::Work {
+                // Only a queue that dead-letters somewhere of its own is remembered: consumers on
+                // a queue with no DLX that dead letters reach may be a reader of a DLQ (warren's
+                // own mover, or one a killed warren left listed for a few seconds), and they made
+                // its feeder look like a wait queue and the DLQ a work queue; remembered, that
+                // misreading would stick (tests/bulk.rs's restarts mid-move).
+                let dead_letters_on = views[i]
+                    .dead_letters
+                    .dead_letter_target
+                    .as_ref()
+                    .is_some_and(|t| t.queues.as_ref().is_some_and(|q| !q.is_empty()));
+                if consumed && dead_letters_on && views[i].dead_letters.role == topology::QueueRole::Work {
                     working.push(i);
                 }
                 views[i].age_since_first_publish = views[i].dead_letters.role == topology::QueueRole::Wait

@@ -1,5 +1,5 @@
-//! Queues warren has seen processing messages: with consumers, while the topology did not make
-//! them dead-letter queues (issue 31, must-have 4). One poll's consumer count is a weak signal
+//! Queues warren has seen processing messages: with consumers, a dead-letter target of their
+//! own, and the role `work` (issue 31, must-have 4). One poll's consumer count is a weak signal
 //! in an incident: the consumers of a work queue die, or have not connected yet after a deploy,
 //! exactly when people look. What warren saw before is kept, in the database so that a restart
 //! keeps it too, and the roles read it beside the listing (`topology::analyse_with`).

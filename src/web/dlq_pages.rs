@@ -1224,7 +1224,7 @@ pub(super) fn strandings(
     names
         .iter()
         .filter_map(|n| last_polled(state, view, n))
-        .filter_map(|q| crate::dlq::target::stranding(&view.name, &q))
+        .filter_map(|q| crate::dlq::target::stranding(view, &q))
         .collect()
 }
 
@@ -1264,7 +1264,7 @@ async fn target_notes(
                 strands: false,
             });
         }
-        if let Some(stranding) = crate::dlq::target::stranding(&view.name, &q) {
+        if let Some(stranding) = crate::dlq::target::stranding(view, &q) {
             notes.push(TargetNote {
                 queue: name.clone(),
                 says: stranding.says,
