@@ -83,6 +83,7 @@ fn plan() -> Plan {
         delivery_limit: None,
         quorum: false,
         accept_drop_head: false,
+        stranding: Default::default(),
     }
 }
 

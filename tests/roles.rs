@@ -394,3 +394,244 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// The delayed-retry topology of DOMAIN.md §8: `jobs` routes to `work`, whose dead letters go
+/// through the fanout `work.dlx` to the final `work.dlq`; `work.wait` (per-message TTLs, no
+/// `x-message-ttl`) dead-letters back into `work`.
+async fn declare_retry_topology(channel: &Channel) {
+    let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    channel.exchange_declare("jobs", ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("work.dlx", ExchangeKind::Fanout, durable, FieldTable::default()).await.unwrap();
+    declare_with(channel, "work", &[("x-dead-letter-exchange", text("work.dlx"))]).await;
+    declare_with(
+        channel,
+        "work.wait",
+        &[("x-dead-letter-exchange", text("")), ("x-dead-letter-routing-key", text("work"))],
+    )
+    .await;
+    declare_with(channel, "work.dlq", &[]).await;
+    channel.queue_bind("work", "jobs", "job", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel.queue_bind("work.dlq", "work.dlx", "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+}
+
+async fn publish_jobs(channel: &Channel, ids: &[&str]) {
+    for id in ids {
+        let properties = BasicProperties::default().with_message_id((*id).into());
+        let confirm = channel
+            .basic_publish("jobs", "job", BasicPublishOptions::default(), id.as_bytes(), properties)
+            .await
+            .unwrap();
+        assert!(confirm.await.unwrap().is_ack());
+    }
+}
+
+/// The roles of the three queues as warren shows them in one answer each, with the DLQ filter
+/// of the list; a mismatch is returned in words.
+async fn retry_roles_hold(warren: &Warren, vhost: &str) -> Result<(Value, Value, Value), String> {
+    let work = warren.queue(vhost, "work").await.ok_or("work not listed")?;
+    let wait = warren.queue(vhost, "work.wait").await.ok_or("work.wait not listed")?;
+    let dlq = warren.queue(vhost, "work.dlq").await.ok_or("work.dlq not listed")?;
+    let roles = (&work["role"], &wait["role"], &dlq["role"]);
+    if roles != (&json!("work"), &json!("wait"), &json!("dlq")) || work["is_dlq"] != false {
+        return Err(format!("roles work/wait/dlq: {roles:?}; work: {work}; wait: {wait}"));
+    }
+    if work["dead_letter_sources"] != json!([]) || dlq["dead_letter_sources"] != json!(["work"]) {
+        return Err(format!("sources: work {} work.dlq {}", work["dead_letter_sources"], dlq["dead_letter_sources"]));
+    }
+    let (_, list) = warren.get_json(&format!("/api/v1/queues?vhost={}&dlq=true", encode(vhost))).await;
+    let names: Vec<&Value> =
+        list["items"].as_array().map(|a| a.iter().map(|q| &q["name"]).collect()).unwrap_or_default();
+    if names != [&json!("work.dlq")] {
+        return Err(format!("the DLQ list: {list}"));
+    }
+    Ok((work, wait, dlq))
+}
+
+/// Issue 31, case 3 / must-have 4: a work queue whose consumer died, or has not connected yet,
+/// does not become a DLQ "fed by" its wait queue, and the wait queue does not become the work
+/// queue; the reasons say what the roles rest on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_roles_hold_before_the_consumer_connects_and_after_it_dies() {
+    let vhost = TestVhost::create("roles-incident").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare_retry_topology(&channel).await;
+    publish_jobs(&channel, &["job-1", "job-2", "job-3"]).await;
+
+    // warren starts before any consumer has connected: right from the first poll that lists
+    // the queues, from the topology alone.
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let first = wait_for("the first poll listing work", Duration::from_secs(30), || async {
+        let work = warren.queue(&vhost.name, "work").await.ok_or("not listed")?;
+        if work["role"] == "unknown" && work["role_reason"].as_str().unwrap_or_default().contains("not known yet") {
+            return Err(format!("topology not read yet: {work}"));
+        }
+        Ok(work)
+    })
+    .await;
+    let (work, wait, _) = retry_roles_hold(&warren, &vhost.name).await.unwrap_or_else(|e| panic!("first poll: {e}"));
+    assert_eq!(first["role"], "work", "{first}");
+    assert_eq!(work["consumers"], 0, "no consumer yet: {work}");
+    let reason = wait["role_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("work.dlq") && reason.contains("topology alone"),
+        "the reason says what it rests on: {reason}"
+    );
+
+    // The consumer connects, retries every job twice and rejects it into work.dlq.
+    let worker_connection = vhost.connect().await;
+    let worker = tokio::spawn(failing_consumer(
+        worker_connection.create_channel().await.unwrap(),
+        vhost.channel(&worker_connection).await,
+    ));
+    wait_for("all three jobs in work.dlq, with work consumed", Duration::from_secs(60), || async {
+        let (work, _, dlq) = retry_roles_hold(&warren, &vhost.name).await?;
+        if dlq["total"] == 3 && work["consumers"] == 1 {
+            Ok(())
+        } else {
+            Err(format!("work.dlq total {}; work consumers {}", dlq["total"], work["consumers"]))
+        }
+    })
+    .await;
+
+    // The consumer dies with jobs waiting in work and a retry waiting in work.wait.
+    worker.abort();
+    worker_connection.close(0, "killed").await.ok();
+    publish_jobs(&channel, &["job-4", "job-5"]).await;
+    let retry = BasicProperties::default().with_message_id("job-6".into()).with_expiration("600000".into());
+    let confirm =
+        channel.basic_publish("", "work.wait", BasicPublishOptions::default(), b"job-6", retry).await.unwrap();
+    assert!(confirm.await.unwrap().is_ack());
+    wait_for("warren seeing work without consumers", Duration::from_secs(30), || async {
+        let work = warren.queue(&vhost.name, "work").await.ok_or("not listed")?;
+        if work["consumers"] == 0 && work["total"] == 2 {
+            Ok(())
+        } else {
+            Err(work.to_string())
+        }
+    })
+    .await;
+    // Longer than the 25 s the issue saw the roles flip in, at one poll a second.
+    let until = std::time::Instant::now() + Duration::from_secs(27);
+    while std::time::Instant::now() < until {
+        retry_roles_hold(&warren, &vhost.name).await.unwrap_or_else(|e| panic!("consumer dead: {e}"));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+    }
+    let (work, wait, _) = retry_roles_hold(&warren, &vhost.name).await.unwrap();
+    let reason = wait["role_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("had consumers when warren last saw them"), "what the role rests on now: {reason}");
+    assert!(!work["role_reason"].as_str().unwrap_or_default().is_empty(), "{work}");
+    // The pages: no "fed by" on the work queue, one DLQ badge, the overview's DLQ table.
+    let (_, page) = warren.get_text(&format!("/queues/local/{}/work", encode(&vhost.name))).await;
+    assert!(page.contains("<strong>work queue</strong>") && !page.contains("class=\"fed-by\""), "work page");
+    let (_, html) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
+    assert_eq!(html.matches(">DLQ<").count(), 1, "one DLQ badge in the list");
+    let (_, overview) = warren.get_text("/").await;
+    let rows = overview_dlq_rows(&overview);
+    assert!(rows.contains(">work.dlq</a>") && !rows.contains(">work</a>"), "{rows}");
+
+    // A restart while the consumer is still down keeps the roles: what warren saw is stored.
+    let warren = warren.restart().await;
+    wait_for("the roles after a restart", Duration::from_secs(30), || async {
+        let (_, wait, _) = retry_roles_hold(&warren, &vhost.name).await?;
+        let reason = wait["role_reason"].as_str().unwrap_or_default();
+        if reason.contains("had consumers when warren last saw them") {
+            Ok(())
+        } else {
+            Err(reason.to_string())
+        }
+    })
+    .await;
+
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// Issue 31, case 4 / must-have 5: the API applies the confirmation page's rule. A requeue whose
+/// target is the wait queue (which a dead letter, stripped of its expiration, never leaves)
+/// answers 409 with the reason and the suggested target, and goes through only when the request
+/// accepts that risk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_requeue_into_a_wait_queue_is_refused_unless_the_risk_is_accepted() {
+    let vhost = TestVhost::create("roles-strand").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare_retry_topology(&channel).await;
+    // Retries expire out of work.wait back into work, whose consumer is down: each message in
+    // work died last in work.wait, so its "original queue" is the wait queue.
+    for id in ["w-1", "w-2", "w-3"] {
+        let retry = BasicProperties::default().with_message_id(id.into()).with_expiration("50".into());
+        let confirm =
+            channel.basic_publish("", "work.wait", BasicPublishOptions::default(), b"job", retry).await.unwrap();
+        assert!(confirm.await.unwrap().is_ack());
+    }
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    wait_for("the retries back in work, and the topology read", Duration::from_secs(30), || async {
+        let work = warren.queue(&vhost.name, "work").await.ok_or("work not listed")?;
+        let wait = warren.queue(&vhost.name, "work.wait").await.ok_or("work.wait not listed")?;
+        let routed = wait["dead_letter_target"]["queues"] == json!(["work"]);
+        if work["total"] == 3 && wait["total"] == 0 && routed {
+            Ok(())
+        } else {
+            Err(format!("work total {}, work.wait total {}", work["total"], wait["total"]))
+        }
+    })
+    .await;
+    // Without a snapshot nothing says beforehand where the messages would go: the move starts,
+    // and refuses the wait queue as it meets it; every message stays.
+    let path = format!("/api/v1/queues/local/{}/work/requeue", encode(&vhost.name));
+    let job = warren.run_move(&path, json!({"selection": "all", "target": "original_queue"})).await;
+    assert_ne!(job["state"], "done", "{job}");
+    assert_eq!(job["report"]["moved"], json!([]), "{job}");
+    assert!(job.to_string().contains("accept_stranding"), "the refusal says how to accept the risk: {job}");
+    assert_eq!(depth(&channel, "work").await, 3, "nothing moved");
+    assert_eq!(depth(&channel, "work.wait").await, 0, "nothing moved");
+
+    let snapshot = warren.snapshot(&vhost.name, "work", 10).await;
+    let originals: Vec<&Value> =
+        snapshot["messages"].as_array().unwrap().iter().map(|m| &m["original_queue"]).collect();
+    assert_eq!(originals, [&json!("work.wait"); 3], "{snapshot}");
+
+    // The confirmation page warns, and names where to send them instead.
+    let form = "scope=all&target=original-queue";
+    let response = warren
+        .http
+        .post(warren.url(&format!("/dlq/local/{}/work/requeue", encode(&vhost.name))))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    let page = response.text().await.unwrap();
+    assert!(page.contains("stays there for ever"), "the page warns: {page}");
+
+    // The API refuses the same, with the same reason and the suggested target.
+    let (status, refused) = warren.post_json(&path, json!({"selection": "all", "target": "original_queue"})).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "would_strand", "{refused}");
+    assert_eq!(refused["error"]["suggested_target"], "work", "{refused}");
+    assert_eq!(refused["error"]["queue"], "work.wait", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("stays there for ever") && message.contains("accept_stranding"), "{message}");
+    assert_eq!(depth(&channel, "work").await, 3, "nothing moved");
+    // A named target is checked the same way: from the DLQ into the wait queue.
+    let dlq_path = format!("/api/v1/queues/local/{}/work.dlq/requeue", encode(&vhost.name));
+    let (status, refused) =
+        warren.post_json(&dlq_path, json!({"selection": "all", "target": {"queue": "work.wait"}})).await;
+    assert_eq!((status, &refused["error"]["suggested_target"]), (409, &json!("work")), "{refused}");
+
+    // Accepting the risk moves them, every id once, into the wait queue, where they stay.
+    let job =
+        warren.run_move(&path, json!({"selection": "all", "target": "original_queue", "accept_stranding": true})).await;
+    assert_eq!(job["state"], "done", "{job}");
+    let mut moved = common::dead_letters::message_ids(&job["report"]["moved"]);
+    moved.sort();
+    assert_eq!(moved, ["w-1", "w-2", "w-3"], "{job}");
+    assert_eq!(depth(&channel, "work").await, 0);
+    let mut arrived = drain_ids(&channel, "work.wait").await;
+    arrived.sort();
+    assert_eq!(arrived, moved, "each moved message is in the wait queue, once");
+
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -122,6 +122,12 @@ pub struct DeadLetterInfo {
     pub role: QueueRole,
     /// Why warren gives it that role, in words an operator can check against the topology.
     pub role_reason: Cow<'static, str>,
+    /// The `work` role rests only on the queue having a dead-letter exchange: no consumers now
+    /// or seen before, and no wait queue feeding it, say that it processes messages. Such a
+    /// queue may be the wait queue of a retry topology whose work queue nobody consumes
+    /// (`dlq::target::stranding`).
+    #[serde(skip)]
+    pub work_unconfirmed: bool,
     /// `None`: the queue has no dead-letter exchange, so rejected, expired and overflowing
     /// messages are destroyed.
     /// Boxed: most queues have none, and every view carries the field (120 bytes inline).
@@ -294,6 +300,18 @@ pub struct QueueConfig<'a> {
 /// `DeadLetterInfo::plain` (no DLX, not a DLQ). Without a topology (bindings not fetched yet, or the fetch failed) the configured
 /// targets are still reported, with unknown routing.
 pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> HashMap<String, DeadLetterInfo> {
+    analyse_with(queues, topology, &|_| None)
+}
+
+/// `analyse`, with what warren observed and stored beside one listing's consumers: `worked_at`
+/// gives, for a queue warren has seen with consumers while it was not a dead-letter queue, when
+/// that was (in words). Such a queue keeps its work role when its consumers die or before they
+/// connect (issue 31, must-have 4).
+pub fn analyse_with(
+    queues: &[QueueConfig<'_>],
+    topology: Option<&VhostTopology>,
+    worked_at: &dyn Fn(&str) -> Option<String>,
+) -> HashMap<String, DeadLetterInfo> {
     let routes = topology.map(Routes::new);
     let mut info: HashMap<String, DeadLetterInfo> = HashMap::new();
     // Many queues share one dead-letter exchange and key: route each pair once.
@@ -327,6 +345,11 @@ pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> 
             targets: info.get(q.name).and_then(|i| i.dead_letter_target.as_ref()).and_then(|t| t.queues.as_deref()),
             ttl_ms: message_ttl_ms(q.arguments, q.effective_policy),
             consumers: q.consumers,
+            worked_at: worked_at(q.name),
+            limited: !matches!(
+                crate::broker::policies::overflow_of(q.arguments, q.effective_policy),
+                crate::broker::policies::Overflow::Unlimited
+            ),
         })
         .collect();
     let classified: Vec<(String, roles::Classified)> =
@@ -354,6 +377,7 @@ pub fn analyse(queues: &[QueueConfig<'_>], topology: Option<&VhostTopology>) -> 
         i.is_dlq = c.role == QueueRole::Dlq;
         i.role = c.role;
         i.role_reason = c.reason;
+        i.work_unconfirmed = c.work_unconfirmed;
         i.dead_letter_sources = c.dlq_sources;
     }
     info

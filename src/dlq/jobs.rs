@@ -7,7 +7,7 @@
 //! publishes without `mandatory` and the broker confirms what no queue took, so a target
 //! deleted mid-move made it ack originals whose copies went nowhere (issue 16, case 3).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -144,6 +144,10 @@ pub struct MoveRequest {
     /// The user accepts that a target which drops its oldest messages when full may drop some.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_drop_head: bool,
+    /// The user accepts sending copies where they would stay for good (`target::stranding`: a
+    /// wait queue whose expiry no longer applies to them). Without it the API refuses (409).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_stranding: bool,
 }
 
 impl MoveRequest {
@@ -441,6 +445,21 @@ pub async fn start(
         delivery_limit,
         quorum: &*view.kind == "quorum",
         accept_drop_head: request.accept_drop_head,
+        // The queues where copies would stay for good, as the last poll saw them: also those
+        // the messages name as they are read (`original_queue` without a snapshot), which no
+        // check before the move could know (issue 31, must-have 5).
+        stranding: if request.accept_stranding {
+            HashMap::new()
+        } else {
+            let live = state.live.snapshot();
+            live.iter()
+                .filter(|b| *b.name == *view.broker)
+                .flat_map(|b| b.queues.iter())
+                .filter(|q| *q.vhost == *view.vhost)
+                .filter_map(|q| super::target::stranding(view, q))
+                .map(|s| (s.queue, s.says))
+                .collect()
+        },
     };
     plan.check()?;
     let _starting = state.jobs.starting.lock().await;

@@ -7,6 +7,7 @@
 //! crash at any point leaves each message in the source, in the target, or (between the
 //! confirm and the ack) in both: at-least-once, never lost.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -265,6 +266,10 @@ pub struct Plan {
     /// The user accepted that a target which drops its oldest messages when full may drop
     /// some (`policies::Overflow::DropHead`); without it such a target is refused.
     pub accept_drop_head: bool,
+    /// Queues where copies would stay for good, with why (`target::stranding`, from the last
+    /// poll), which the user did not accept: refused like any target that fails its check.
+    /// Empty when the request accepted that risk.
+    pub stranding: HashMap<String, String>,
 }
 
 impl Plan {
@@ -731,7 +736,7 @@ impl<'a> Mover<'a> {
             report: MoveReport::default(),
             stop: None,
             vhost,
-            targets: Targets::new(management, vhost, plan.accept_drop_head),
+            targets: Targets::new(management, vhost, plan.accept_drop_head).refusing(plan.stranding.clone()),
             holding: None,
             wanted: match &plan.selection {
                 Selection::Messages(wanted) => wanted.clone(),

@@ -11,6 +11,8 @@
 //!   confirms every copy and then drops the oldest messages to make room (DOMAIN.md §8), so a
 //!   confirm no longer means the copy is kept. Only a user who confirmed that risk
 //!   (`accept_drop_head`) may send there;
+//! - copies would stay there for good (`stranding`: a wait queue whose expiry no longer applies
+//!   to a dead letter), as the last poll saw it, and the user did not accept that;
 //! - it cannot be checked (the management API does not answer): nothing is sent on a guess;
 //! - the broker does not let warren's user write to the exchange the copies go through (for a
 //!   queue, the default exchange, which the broker checks as `amq.default`: measured on 3.10.8).
@@ -37,6 +39,8 @@ pub struct Targets {
     management: ManagementClient,
     vhost: String,
     accept_drop_head: bool,
+    /// Queues refused because copies would stay there for good (`stranding`), with why.
+    stranding: HashMap<String, String>,
     checked: HashMap<String, Result<(), String>>,
     /// What warren's user may write in the vhost, asked once.
     write: Option<Write>,
@@ -61,7 +65,20 @@ struct Permission {
 
 impl Targets {
     pub fn new(management: ManagementClient, vhost: &str, accept_drop_head: bool) -> Targets {
-        Targets { management, vhost: vhost.to_string(), accept_drop_head, checked: HashMap::new(), write: None }
+        Targets {
+            management,
+            vhost: vhost.to_string(),
+            accept_drop_head,
+            stranding: HashMap::new(),
+            checked: HashMap::new(),
+            write: None,
+        }
+    }
+
+    /// Refuses the queues of `stranding` (queue name to why copies would stay there for good).
+    pub fn refusing(mut self, stranding: HashMap<String, String>) -> Targets {
+        self.stranding = stranding;
+        self
     }
 
     /// Whether warren's user may publish to `exchange` ("" is the default exchange); `Err` says
@@ -103,6 +120,12 @@ impl Targets {
         if let Some(known) = self.checked.get(name) {
             return known.clone();
         }
+        if let Some(says) = self.stranding.get(name) {
+            return Err(format!(
+                "queue {name:?} {says}; confirm the risk (accept_stranding) or pick another target; nothing was sent \
+                 there"
+            ));
+        }
         let checked = match policies::queue_now(&self.management, &self.vhost, name).await {
             Ok(None) => Err(format!("no queue named {name:?} in this vhost; nothing was sent there")),
             Err(e) => Err(format!("could not check the target {name:?} (management API: {e}); nothing was sent there")),
@@ -122,6 +145,66 @@ impl Targets {
     pub fn management(&self) -> &ManagementClient {
         &self.management
     }
+}
+
+/// Why copies sent to a queue would stay there for good, as the last poll saw the queue, and
+/// where to send them instead. One rule for the confirmation page, which states it, and the
+/// API, which refuses (409) unless the request accepts it (`accept_stranding`): issue 31,
+/// case 4, where an API requeue sent a message into a wait queue it never left.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stranding {
+    pub queue: String,
+    /// The reason, in words that say what it rests on, to follow the queue's name.
+    pub says: String,
+    /// Where the queue's dead letters go, when that is one queue: the work queue a wait queue
+    /// feeds, the suggested target.
+    pub instead: Option<String>,
+}
+
+/// Whether copies moved from queue `source` to `target` would be stranded there: it is a wait
+/// (retry) queue that has no message TTL of its own, so its messages leave only when their
+/// per-message expiration runs out, and a dead letter has lost its expiration (the broker
+/// strips it when it dead-letters: DOMAIN.md §8); or nothing consumes it and it dead-letters
+/// elsewhere than back into `source`, with no TTL and no role saying it processes messages (the
+/// same pattern, seen from its consumers). A work queue whose consumers are down is not
+/// stranding (its messages wait for them), nor is the usual requeue from a DLQ into the queue
+/// that dead-letters into it: a queue whose dead letters go only into the DLQ being read is that
+/// DLQ's feeder, even when a reader on the DLQ (warren's own mover, or one a restart left
+/// listed for a few seconds) made the roles call it a wait queue feeding a consumed queue.
+pub fn stranding(source: &crate::metrics::QueueView, target: &crate::metrics::QueueView) -> Option<Stranding> {
+    use crate::broker::topology::{message_ttl_ms, QueueRole};
+    let info = &target.dead_letters;
+    if message_ttl_ms(&target.arguments, &target.effective_policy).is_some() {
+        // A queue TTL applies to every copy: they leave on their own.
+        return None;
+    }
+    let onward: Vec<String> = info
+        .dead_letter_target
+        .as_ref()
+        .and_then(|t| t.queues.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|q| **q != *target.name)
+        .collect();
+    let instead = (onward.len() == 1).then(|| onward[0].clone());
+    let confirmed_work = info.role == QueueRole::Work && !info.work_unconfirmed;
+    let feeds_source_dlq = source.dead_letters.role == QueueRole::Dlq && onward.iter().all(|q| **q == *source.name);
+    let says = if info.role == QueueRole::Wait && !feeds_source_dlq {
+        format!(
+            "is a wait (retry) queue ({}); its messages leave only when their per-message expiration runs out, and \
+             a dead letter has lost its expiration, so a copy sent there stays there for ever",
+            info.role_reason
+        )
+    } else if target.consumers == Some(0) && onward.iter().any(|q| **q != *source.name) && !confirmed_work {
+        format!(
+            "has no consumer and dead-letters into {}: it looks like a delayed-retry wait queue, and a copy sent \
+             there without its per-message expiration stays there for ever",
+            onward.join(", ")
+        )
+    } else {
+        return None;
+    };
+    Some(Stranding { queue: target.name.to_string(), says, instead })
 }
 
 /// Why a copy published from what warren read would differ from the original, if it would:

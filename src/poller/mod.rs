@@ -19,6 +19,7 @@ mod nodes;
 pub mod restore;
 mod shared;
 mod track;
+mod worked;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -135,6 +136,8 @@ pub struct Poller {
     /// The cluster's nodes as last read (`nodes`), and whether the disk readings were seeded
     /// from the history yet.
     nodes: crate::broker::nodes::NodesLive,
+    /// Queues seen with consumers while they were work queues: the roles keep them (`worked`).
+    worked: worked::Worked,
     nodes_seeded: bool,
     /// The watched queues as stored, until `show_last_known` shows them (warren's start calls
     /// it; until then they are held here).
@@ -263,6 +266,7 @@ impl Poller {
             queues.insert(key, tracked);
         })
         .await?;
+        let worked = worked::Worked::load(&db, broker_id).await?;
         let client = ManagementClient::new(&broker);
         let management = client.endpoints();
         live.update(&broker.name, |b| b.status.management = management);
@@ -317,6 +321,7 @@ impl Poller {
             nodes: Default::default(),
             nodes_seeded: false,
             last_known,
+            worked,
         })
     }
 
@@ -325,7 +330,8 @@ impl Poller {
     /// consumers out as the polls do.
     pub async fn show_last_known(mut self) -> Result<Self, sqlx::Error> {
         let known = std::mem::take(&mut self.last_known);
-        restore::seed(&self.db, &self.live, &self.broker.name, self.broker_id, known, &self.custody).await?;
+        restore::seed(&self.db, &self.live, &self.broker.name, self.broker_id, known, &self.custody, &self.worked)
+            .await?;
         Ok(self)
     }
 
@@ -1440,14 +1446,30 @@ impl Poller {
             }
             let topology = self.topology.get(vhost).map(|(_, t)| &**t);
             let configs = queue_configs(views, indexes, &self.custody, &self.broker.name, vhost);
-            let mut info = topology::analyse(&configs, topology);
-            for &i in indexes {
+            let worked = &self.worked;
+            let mut info = topology::analyse_with(&configs, topology, &|q: &str| worked.words(vhost, q));
+            let consumed: Vec<bool> = configs.iter().map(|c| c.consumers.unwrap_or(0) > 0).collect();
+            let mut working = Vec::new();
+            for (&i, consumed) in indexes.iter().zip(consumed) {
                 views[i].dead_letters = match info.remove(&*views[i].name) {
                     Some(facts) => facts,
                     None => topology::DeadLetterInfo::plain(views[i].consumers),
                 };
                 let seen = seen.get(&(vhost.clone(), views[i].name.to_string()));
                 views[i].dead_letters.observe(&views[i].name, seen);
+                // Only a queue that dead-letters somewhere of its own is remembered: consumers on
+                // a queue with no DLX that dead letters reach may be a reader of a DLQ (warren's
+                // own mover, or one a killed warren left listed for a few seconds), and they made
+                // its feeder look like a wait queue and the DLQ a work queue; remembered, that
+                // misreading would stick (tests/bulk.rs's restarts mid-move).
+                let dead_letters_on = views[i]
+                    .dead_letters
+                    .dead_letter_target
+                    .as_ref()
+                    .is_some_and(|t| t.queues.as_ref().is_some_and(|q| !q.is_empty()));
+                if consumed && dead_letters_on && views[i].dead_letters.role == topology::QueueRole::Work {
+                    working.push(i);
+                }
                 views[i].age_since_first_publish = views[i].dead_letters.role == topology::QueueRole::Wait
                     && views[i].oldest_age_source == metrics::AgeSource::Exact
                     && views[i].total.is_some_and(|t| t > 0);
@@ -1464,6 +1486,10 @@ impl Poller {
             // Queues that dead-letter routing feeds: the broker counts no publish for a dead
             // letter, so their publish rate is not their inflow (a DLQ's was a bare 0 while it
             // filled: issue 17, case 5).
+            let now = chrono::Utc::now().timestamp();
+            for i in working {
+                self.worked.record(&self.db, self.broker_id, vhost, &views[i].name, now).await;
+            }
             let fed: HashSet<String> = indexes
                 .iter()
                 .filter_map(|&i| views[i].dead_letters.dead_letter_target.as_ref()?.queues.clone())

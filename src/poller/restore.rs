@@ -89,6 +89,7 @@ pub async fn seed(
     broker_id: i64,
     known: Vec<KnownQueue>,
     custody: &[crate::config::CustodyRule],
+    worked: &super::worked::Worked,
 ) -> Result<(), sqlx::Error> {
     let Some(last_poll) = history::last_known::last_poll_at(db, broker_id).await? else { return Ok(()) };
     let as_of = DateTime::from_timestamp(last_poll, 0).unwrap_or_default();
@@ -104,7 +105,7 @@ pub async fn seed(
     }
     for (vhost, indexes) in &by_vhost {
         let configs = super::queue_configs(&views, indexes, custody, broker, vhost);
-        let mut info = topology::analyse(&configs, topologies.get(&**vhost));
+        let mut info = topology::analyse_with(&configs, topologies.get(&**vhost), &|q: &str| worked.words(vhost, q));
         for &i in indexes {
             let facts = info.remove(&*views[i].name);
             views[i].dead_letters = facts.unwrap_or_else(|| topology::DeadLetterInfo::plain(views[i].consumers));

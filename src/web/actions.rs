@@ -54,7 +54,12 @@ async fn delete(
     Path((broker, vhost, queue)): Path<(String, String, String)>,
     Json(request): Json<DeleteRequest>,
 ) -> Result<Response, ApiError> {
-    let request = MoveRequest { selection: request.selection, target: Target::Discard, accept_drop_head: false };
+    let request = MoveRequest {
+        selection: request.selection,
+        target: Target::Discard,
+        accept_drop_head: false,
+        accept_stranding: false,
+    };
     respond(&state, &access, &broker, &vhost, &queue, request).await
 }
 
@@ -135,6 +140,30 @@ async fn respond(
     let view = find_queue(state, broker, vhost, queue).await?;
     if let Choice::Matching(filter) = &request.selection {
         super::restricted::check_filter(state, access.principal.role, (broker, vhost, queue), filter)?;
+    }
+    if !request.accept_stranding {
+        // The rule the confirmation page states (issue 31, must-have 5).
+        let targets = super::dlq_pages::target_queue_names(state, &view, &request.target, &request.selection).await?;
+        if let Some(s) = super::dlq_pages::strandings(state, &view, &targets).into_iter().next() {
+            let instead = match &s.instead {
+                Some(q) => format!("; send them to {q:?} instead (target {{\"queue\": {q:?}}})"),
+                None => String::new(),
+            };
+            let message = format!(
+                "queue {:?} {}{instead}, or confirm the risk with \"accept_stranding\": true; nothing was moved",
+                s.queue, s.says
+            );
+            return Ok((
+                StatusCode::CONFLICT,
+                Json(json!({"error": {
+                    "code": "would_strand",
+                    "message": message,
+                    "queue": s.queue,
+                    "suggested_target": s.instead,
+                }})),
+            )
+                .into_response());
+        }
     }
     match start_move(state, &view, request, &access.principal.actor()).await? {
         Ok(job) => Ok((

@@ -1204,31 +1204,37 @@ struct TargetNote {
     instead: Option<String>,
     /// Moving there needs the drop-head risk accepted (the checkbox).
     drop_head: bool,
+    /// Copies would stay there for good (`target::stranding`): confirming the page, which says
+    /// so, accepts that.
+    strands: bool,
 }
 
-/// The notes about each queue the selected messages would go to: a named queue, or the queues
-/// the snapshot shows them to have died in. From the last poll: the move checks again, as it
-/// goes, with the broker's answer of that moment.
-async fn target_notes(
+/// The queues a move would put messages into, as far as is known before it reads any: a named
+/// queue, or the queues the snapshot shows the chosen messages to have died in last (for the
+/// original queue; without a snapshot none are known yet). The confirmation page and the API
+/// both check these (`target::stranding`).
+pub(super) async fn target_queue_names(
     state: &AppState,
     view: &crate::metrics::QueueView,
-    form: &RequeueForm,
-) -> Result<Vec<TargetNote>, WebError> {
-    let targets: Vec<String> = match form.target {
-        FormTarget::Queue => vec![form.target_queue.clone()],
-        FormTarget::OriginalExchange => return Ok(Vec::new()),
-        FormTarget::OriginalQueue => {
+    target: &Target,
+    choice: &Choice,
+) -> Result<Vec<String>, WebError> {
+    match target {
+        Target::Queue(name) => Ok(vec![name.clone()]),
+        Target::OriginalExchange | Target::Discard => Ok(Vec::new()),
+        Target::OriginalQueue => {
             let Some(snapshot) = state.snapshots.get(&view.broker, &view.vhost, &view.name) else {
                 return Ok(Vec::new());
             };
-            let matched = match form.scope {
-                Scope::Matching => snapshot_matches(&snapshot, &form.filter, &state.matchers.request()).await?,
+            let matched = match choice {
+                Choice::Matching(filter) => snapshot_matches(&snapshot, filter, &state.matchers.request()).await?,
                 _ => Vec::new(),
             };
-            let chosen = |(i, m): &(usize, &message::SnapshotMessage)| match form.scope {
-                Scope::Selected => form.messages.contains(&m.fingerprint) || form.positions.contains(&m.position),
-                Scope::Matching => matched[*i],
-                _ => true,
+            let chosen = |(i, m): &(usize, &message::SnapshotMessage)| match choice {
+                Choice::Positions(positions) => positions.contains(&m.position),
+                Choice::Messages(fingerprints) => fingerprints.contains(&m.fingerprint),
+                Choice::Matching(_) => matched[*i],
+                Choice::All => true,
             };
             let mut names: Vec<String> = snapshot
                 .messages
@@ -1239,22 +1245,51 @@ async fn target_notes(
                 .collect();
             names.sort();
             names.dedup();
-            names
+            Ok(names)
         }
-    };
+    }
+}
+
+/// The queues of the vhost of `view` as the last poll saw them, by name.
+fn last_polled(state: &AppState, view: &crate::metrics::QueueView, name: &str) -> Option<crate::metrics::QueueView> {
     let live = state.live.snapshot();
-    let queues = live.iter().find(|b| *b.name == *view.broker).map(|b| b.queues.clone());
-    let find = |name: &str| {
-        queues.as_ref().and_then(|q| q.iter().find(|q| *q.vhost == *view.vhost && *q.name == *name).cloned())
-    };
+    let broker = live.iter().find(|b| *b.name == *view.broker)?;
+    broker.queues.iter().find(|q| *q.vhost == *view.vhost && *q.name == *name).cloned()
+}
+
+/// The moves into `names` that would strand their messages (`target::stranding`), as the last
+/// poll saw those queues.
+pub(super) fn strandings(
+    state: &AppState,
+    view: &crate::metrics::QueueView,
+    names: &[String],
+) -> Vec<crate::dlq::target::Stranding> {
+    names
+        .iter()
+        .filter_map(|n| last_polled(state, view, n))
+        .filter_map(|q| crate::dlq::target::stranding(view, &q))
+        .collect()
+}
+
+/// The notes about each queue the selected messages would go to: a named queue, or the queues
+/// the snapshot shows them to have died in. From the last poll: the move checks again, as it
+/// goes, with the broker's answer of that moment.
+async fn target_notes(
+    state: &AppState,
+    view: &crate::metrics::QueueView,
+    form: &RequeueForm,
+) -> Result<Vec<TargetNote>, WebError> {
+    let request = move_request(form);
+    let targets = target_queue_names(state, view, &request.target, &request.selection).await?;
     let mut notes = Vec::new();
     for name in targets {
-        let Some(q) = find(&name) else {
+        let Some(q) = last_polled(state, view, &name) else {
             notes.push(TargetNote {
                 says: "does not exist (as of the last poll): messages that would go there fail and stay here".into(),
                 queue: name,
                 instead: None,
                 drop_head: false,
+                strands: false,
             });
             continue;
         };
@@ -1269,20 +1304,16 @@ async fn target_notes(
                 ),
                 instead: None,
                 drop_head: true,
+                strands: false,
             });
         }
-        let dead_letters_to =
-            q.dead_letters.dead_letter_target.as_ref().and_then(|t| t.queues.clone()).unwrap_or_default();
-        if q.consumers == Some(0) && !dead_letters_to.is_empty() {
+        if let Some(stranding) = crate::dlq::target::stranding(view, &q) {
             notes.push(TargetNote {
                 queue: name.clone(),
-                says: format!(
-                    "has no consumer and dead-letters into {}: it looks like a delayed-retry wait queue, and a copy \
-                     sent there without its per-message expiration stays there for ever",
-                    dead_letters_to.join(", ")
-                ),
-                instead: (dead_letters_to.len() == 1).then(|| dead_letters_to[0].clone()),
+                says: stranding.says,
+                instead: stranding.instead,
                 drop_head: false,
+                strands: true,
             });
         } else if q.consumers == Some(0) {
             notes.push(TargetNote {
@@ -1290,10 +1321,35 @@ async fn target_notes(
                 says: "has no consumer now: the messages will wait there until one comes".into(),
                 instead: None,
                 drop_head: false,
+                strands: false,
             });
         }
     }
     Ok(notes)
+}
+
+/// The move the form asks for (the confirmation page posts it back with `confirm=true`).
+fn move_request(form: &RequeueForm) -> MoveRequest {
+    MoveRequest {
+        selection: match form.scope {
+            Scope::All => Choice::All,
+            Scope::Matching => Choice::Matching(Box::new(form.filter.clone())),
+            // The page's checkboxes name messages by identity; a hand-written form may still
+            // give positions, which mean the current snapshot's.
+            _ if !form.messages.is_empty() => Choice::Messages(form.messages.clone()),
+            _ => Choice::Positions(form.positions.clone()),
+        },
+        target: match (form.scope, form.target) {
+            (Scope::DeleteSelected, _) => Target::Discard,
+            (_, FormTarget::OriginalQueue) => Target::OriginalQueue,
+            (_, FormTarget::OriginalExchange) => Target::OriginalExchange,
+            (_, FormTarget::Queue) => Target::Queue(form.target_queue.clone()),
+        },
+        // Ticked on the confirmation page, which states the risk.
+        accept_drop_head: form.accept_drop_head,
+        // Set by the confirmation when its notes said where copies would stay for good.
+        accept_stranding: false,
+    }
 }
 
 /// The selected messages as the confirmation names them: by their place in the snapshot and
@@ -1390,24 +1446,9 @@ async fn requeue_form(
         }
         return Ok(html(page.render()?));
     }
-    let request = MoveRequest {
-        selection: match form.scope {
-            Scope::All => Choice::All,
-            Scope::Matching => Choice::Matching(Box::new(form.filter)),
-            // The page's checkboxes name messages by identity; a hand-written form may still
-            // give positions, which mean the current snapshot's.
-            _ if !form.messages.is_empty() => Choice::Messages(form.messages),
-            _ => Choice::Positions(form.positions),
-        },
-        target: match (form.scope, form.target) {
-            (Scope::DeleteSelected, _) => Target::Discard,
-            (_, FormTarget::OriginalQueue) => Target::OriginalQueue,
-            (_, FormTarget::OriginalExchange) => Target::OriginalExchange,
-            (_, FormTarget::Queue) => Target::Queue(form.target_queue),
-        },
-        // Ticked on the confirmation page, which states the risk.
-        accept_drop_head: form.accept_drop_head,
-    };
+    let mut request = move_request(&form);
+    // The page stated it (`target_notes`), and the user confirmed.
+    request.accept_stranding = page.target_notes.iter().any(|n| n.strands);
     match super::actions::start_move(&state, &view, request, &access.principal.actor()).await? {
         // The job page shows the progress, a cancel button, and the final report.
         Ok(job) => Ok(Redirect::to(&state.href(&format!("/jobs/{}", job.id))).into_response()),

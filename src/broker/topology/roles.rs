@@ -53,6 +53,8 @@ pub struct Classified {
     pub role: QueueRole,
     pub reason: Cow<'static, str>,
     pub dlq_sources: Vec<String>,
+    /// `Work` only because it dead-letters somewhere (`DeadLetterInfo::work_unconfirmed`).
+    pub work_unconfirmed: bool,
 }
 
 /// The role of a queue that no dead-letter routing touches.
@@ -169,6 +171,14 @@ pub struct Node<'a> {
     pub targets: Option<&'a [String]>,
     pub ttl_ms: Option<u64>,
     pub consumers: Option<u64>,
+    /// When warren last saw it with consumers while it was not a dead-letter queue, in words
+    /// (`None`: never, as far as warren's stored observations go). A work queue whose consumers
+    /// died, or have not connected yet, is still the queue that processes messages: one poll's
+    /// consumer count must not turn it into a DLQ (issue 31, case 3).
+    pub worked_at: Option<String>,
+    /// It has a length limit: a full queue dead-letters its oldest messages (drop-head), as a
+    /// DLQ that overflows into a parking queue does.
+    pub limited: bool,
 }
 
 /// Queue names for a reason, the first few only: a fanout DLX can name thousands.
@@ -185,7 +195,16 @@ fn names(queues: &[&str]) -> String {
 /// exist) are classified too, as queues with no consumers.
 pub fn classify<'a>(nodes: &[Node<'a>]) -> HashMap<&'a str, Classified> {
     let by_name: HashMap<&str, &Node> = nodes.iter().map(|n| (n.name, n)).collect();
-    let live = |q: &str| by_name.get(q).and_then(|n| n.consumers).unwrap_or(0) > 0;
+    let consumed_now = |q: &str| by_name.get(q).and_then(|n| n.consumers).unwrap_or(0) > 0;
+    let worked_at = |q: &str| by_name.get(q).and_then(|n| n.worked_at.as_deref());
+    // Consumers now, or seen by warren before: what tells a queue that processes messages.
+    let live = |q: &str| consumed_now(q) || worked_at(q).is_some();
+    // What `live` rests on, for the reasons.
+    let live_words = |q: &str| match worked_at(q) {
+        _ if consumed_now(q) => "has consumers".to_string(),
+        Some(at) => format!("had consumers when warren last saw them ({at}), none now"),
+        None => "has no consumers".to_string(),
+    };
     let ttl = |q: &str| by_name.get(q).and_then(|n| n.ttl_ms);
     // A queue that dead-letters into itself puts rejects back at its own tail: that edge says
     // nothing about other queues, so it is kept apart.
@@ -209,6 +228,21 @@ pub fn classify<'a>(nodes: &[Node<'a>]) -> HashMap<&'a str, Classified> {
     // edges as there are queues, and anyone who may declare a queue shapes this graph.
     let edges: HashSet<(&str, &str)> = out.iter().flat_map(|(f, ts)| ts.iter().map(move |t| (*f, *t))).collect();
     let edge = |from: &str, to: &str| edges.contains(&(from, to));
+    // A queue the dead letters of `w` reach that is itself no dead end: it has no TTL (so it
+    // does not pass messages on by expiring them, as a DLQ with a retention does), is fed only
+    // by queues nothing dead-letters into (the application's entry queues, such as wait queues
+    // it republishes failures to), has no length limit (so it does not pass on its oldest when
+    // full either), and its own dead letters go onward into terminal queues (no DLX of their
+    // own): so it dead-letters only what a consumer rejects. That is the work queue of a
+    // delayed-retry topology, whose rejects end in the final DLQ, whatever its consumers do now
+    // (issue 31, case 3).
+    let onward_to_terminal = |t: &str, w: &str| -> Option<Vec<&str>> {
+        let onward = out.get(t)?;
+        let terminal = onward.iter().all(|d| *d != w && out.get(d).is_none_or(|o| o.is_empty()));
+        let entry_fed = into.get(t).into_iter().flatten().all(|f| into.get(f).is_none_or(|i| i.is_empty()));
+        let limited = by_name.get(t).is_some_and(|n| n.limited);
+        (ttl(t).is_none() && !limited && !edge(t, w) && terminal && entry_fed).then(|| onward.clone())
+    };
 
     // Wait queues first: whether a dead-letter target is a DLQ depends on whether its feeders
     // are wait queues, and a wait queue is recognised without knowing the target's role.
@@ -225,24 +259,47 @@ pub fn classify<'a>(nodes: &[Node<'a>]) -> HashMap<&'a str, Classified> {
         // parking queue has one too. Its messages must go back where they came from, or (for a
         // queue the application publishes into) on to a queue that processes them.
         let passes_on = !returning.is_empty() || (into_of(w).is_empty() && !consumed.is_empty());
+        let onward: Option<(&str, Vec<&str>)> = if into_of(w).is_empty() {
+            targets.iter().copied().find_map(|t| onward_to_terminal(t, w).map(|o| (t, o)))
+        } else {
+            None
+        };
         let reason = if let Some(ms) = ttl(w).filter(|_| passes_on) {
             let back = if returning.is_empty() { &consumed } else { &returning };
-            let how = if returning.is_empty() { "which has consumers" } else { "which dead-letters back into it" };
+            let how = if returning.is_empty() {
+                format!("which {}", live_words(back[0]))
+            } else {
+                "which dead-letters back into it".to_string()
+            };
             format!(
                 "holds messages for {ms} ms (message TTL), then dead-letters them into {} ({how}): a wait (retry) queue",
                 names(back)
             )
         } else if let Some(t) = returning.iter().copied().find(|t| live(t) && ttl(w).is_none()) {
             format!(
-                "dead-letters into {t}, which dead-letters back into it; {t} has consumers and this queue none: \
-                 the wait queue of a retry loop (per-message TTLs)"
+                "dead-letters into {t}, which dead-letters back into it; {t} {} and this queue none: the wait queue \
+                 of a retry loop (per-message TTLs)",
+                live_words(t)
             )
         } else if into_of(w).is_empty() && !consumed.is_empty() && ttl(w).is_none() {
             format!(
-                "has no consumers, receives no dead letters and dead-letters into {}, which has consumers: a wait \
-                 queue its messages leave by expiring back into {} (per-message TTLs)",
+                "has no consumers, receives no dead letters and dead-letters into {}, which {}: a wait queue its \
+                 messages leave by expiring back into {} (per-message TTLs)",
                 names(&consumed),
+                live_words(consumed[0]),
                 names(&consumed)
+            )
+        } else if let Some((t, onward)) = onward {
+            let ttl = match ttl(w) {
+                Some(ms) => format!("holds messages for {ms} ms (message TTL)"),
+                None => "holds messages until their per-message TTLs expire".to_string(),
+            };
+            format!(
+                "receives no dead letters, {ttl} and dead-letters them into {t}, whose own dead letters go on to {}, \
+                 a terminal dead-letter queue: {t} is the work queue and this its wait (retry) queue, from the \
+                 topology alone ({t} {} now)",
+                names(&onward),
+                live_words(t)
             )
         } else {
             continue;
@@ -259,9 +316,13 @@ pub fn classify<'a>(nodes: &[Node<'a>]) -> HashMap<&'a str, Classified> {
         let (role, reason, dlq_sources) = if let Some(reason) = waits.get(q) {
             (QueueRole::Wait, Cow::Owned(reason.clone()), Vec::new())
         } else {
-            role_of(q, into_of(q), out_of(q), &waits, live(q), self_loops.contains(q), &edge)
+            role_of(q, into_of(q), out_of(q), &waits, live(q).then(|| live_words(q)), self_loops.contains(q), &edge)
         };
-        classified.insert(q, Classified { role, reason, dlq_sources });
+        let work_unconfirmed = role == QueueRole::Work
+            && !live(q)
+            && !self_loops.contains(q)
+            && !into_of(q).iter().any(|f| waits.contains_key(f));
+        classified.insert(q, Classified { role, reason, dlq_sources, work_unconfirmed });
     }
     classified
 }
@@ -272,7 +333,8 @@ fn role_of(
     feeders: &[&str],
     targets: &[&str],
     waits: &HashMap<&str, String>,
-    live: bool,
+    // What says the queue processes messages: consumers now, or seen before.
+    live: Option<String>,
     self_loop: bool,
     edge: &dyn Fn(&str, &str) -> bool,
 ) -> (QueueRole, Cow<'static, str>, Vec<String>) {
@@ -300,7 +362,7 @@ fn role_of(
     wait_feeders.sort_unstable();
     wait_feeders.dedup();
     let loops: Vec<&str> = feeders.iter().copied().filter(|f| !waits.contains_key(f)).collect();
-    if !loops.is_empty() && !live {
+    if !loops.is_empty() && live.is_none() {
         // Two queues dead-lettering into each other with nothing to tell which one waits.
         let reason = format!(
             "dead-letters into {}, which dead-letters back into it: a retry loop, but no TTL or consumers say \
@@ -317,8 +379,8 @@ fn role_of(
         );
         return (QueueRole::Work, reason.into(), Vec::new());
     }
-    if live {
-        return (QueueRole::Work, Cow::Borrowed("has consumers"), Vec::new());
+    if let Some(words) = live {
+        return (QueueRole::Work, Cow::Owned(words), Vec::new());
     }
     if !targets.is_empty() {
         let reason = format!("dead-letters into {}: a work queue (no consumers now)", names(targets));
@@ -417,6 +479,64 @@ mod tests {
         assert_eq!(role(&info, "work.wait"), (QueueRole::Unknown, false));
         assert_eq!(role(&info, "work"), (QueueRole::Unknown, false));
         assert!(info["work"].role_reason.contains("retry loop"), "{}", info["work"].role_reason);
+    }
+
+    #[test]
+    fn a_work_queue_whose_consumers_died_stays_the_work_queue() {
+        // Issue 31, case 3: the delayed-retry topology of DOMAIN.md §8 with work's consumer
+        // killed (or not connected yet): work.wait still dead-letters into work, whose own dead
+        // letters end in work.dlq, which has no DLX. Neither reads as what it is not.
+        let info = roles(&[
+            q("work", to("work.dlq"), 0),
+            q("work.wait", to("work"), 0),
+            q("work.dlq", json!({}), 0),
+            q("other.wait", with_ttl(to("work"), 5000), 0),
+        ]);
+        assert_eq!(role(&info, "work"), (QueueRole::Work, false), "{}", info["work"].role_reason);
+        assert!(info["work"].dead_letter_sources.is_empty());
+        assert_eq!(role(&info, "work.wait"), (QueueRole::Wait, false), "{}", info["work.wait"].role_reason);
+        let reason = &info["work.wait"].role_reason;
+        assert!(reason.contains("terminal dead-letter queue") && reason.contains("topology alone"), "{reason}");
+        assert!(reason.contains("work has no consumers now"), "what it rests on: {reason}");
+        assert_eq!(role(&info, "other.wait"), (QueueRole::Wait, false), "{}", info["other.wait"].role_reason);
+        assert_eq!(role(&info, "work.dlq"), (QueueRole::Dlq, true));
+        assert_eq!(info["work.dlq"].dead_letter_sources, ["work"]);
+        // A DLQ that passes its oldest on to a parking queue when full, or expires them there,
+        // is no work queue: its feeder stays a work queue without consumers.
+        for dlq in [
+            json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "parking", "x-max-length": 10}),
+            with_ttl(to("parking"), 60_000),
+        ] {
+            let info = roles(&[q("orders", to("orders.dlq"), 0), q("orders.dlq", dlq, 0), q("parking", json!({}), 0)]);
+            assert_eq!(role(&info, "orders.dlq"), (QueueRole::Dlq, true), "{}", info["orders.dlq"].role_reason);
+            assert_eq!(role(&info, "orders"), (QueueRole::Work, false));
+        }
+    }
+
+    #[test]
+    fn what_warren_saw_before_outweighs_one_polls_consumer_count() {
+        let queues = [q("work", to("work.wait"), 0), q("work.wait", to("work"), 0)];
+        let empty = Map::new();
+        let qc: Vec<QueueConfig<'_>> = queues
+            .iter()
+            .map(|q| QueueConfig {
+                name: q.name,
+                arguments: &q.arguments,
+                effective_policy: &empty,
+                consumers: q.consumers,
+            })
+            .collect();
+        // A retry loop with no TTL and no consumer now: unknown, until warren remembers work's consumers.
+        let info = super::super::analyse(&qc, Some(&VhostTopology::default()));
+        assert_eq!(info["work"].role, QueueRole::Unknown);
+        let seen = |q: &str| (q == "work").then(|| "2026-12-04 19:00 UTC".to_string());
+        let info = super::super::analyse_with(&qc, Some(&VhostTopology::default()), &seen);
+        assert_eq!((info["work"].role, info["work.wait"].role), (QueueRole::Work, QueueRole::Wait));
+        let reason = &info["work.wait"].role_reason;
+        assert!(
+            reason.contains("had consumers when warren last saw them (2026-12-04 19:00 UTC), none now"),
+            "{reason}"
+        );
     }
 
     #[test]
