@@ -136,7 +136,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Me {
 }
 
 fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/login" | "/favicon.ico") || path.starts_with("/static/")
+    matches!(path, "/healthz" | "/readyz" | "/login" | "/favicon.ico" | "/api/v1/openapi.json")
+        || path.starts_with("/static/")
 }
 
 /// Whether the requester is a script or API client (JSON answers) rather than a browser page.
