@@ -238,7 +238,7 @@ fn operation(op: &Operation) -> utoipa::openapi::path::Operation {
                 .name(name)
                 .parameter_in(ParameterIn::Path)
                 .required(Required::True)
-                .schema(Some(String::schema())),
+                .schema(Some(if integer_id(op.path, name) { i64::schema() } else { String::schema() })),
         );
     }
     // Typed schemas of the answers are still to come (each handler's type deriving ToSchema);
@@ -290,6 +290,12 @@ fn method_name(method: &HttpMethod) -> &'static str {
         HttpMethod::Post => "post",
         _ => "get",
     }
+}
+
+/// Jobs, audit entries, custody records, silences and tokens are numbered; rules and
+/// notification channels are named in the configuration.
+fn integer_id(path: &str, name: &str) -> bool {
+    name == "id" && !path.starts_with("/api/v1/alerts/rules/") && !path.starts_with("/api/v1/notifications/channels/")
 }
 
 /// The `{name}` segments of a route.
