@@ -146,6 +146,19 @@ async fn the_description_is_openapi_3_1_and_names_every_api_route() {
         }
     }
 
+    // The lists' query parameters, from the types the handlers parse.
+    let names = |path: &str| -> Vec<String> {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .map(|ps| {
+                ps.iter().filter(|p| p["in"] == "query").map(|p| p["name"].as_str().unwrap().to_string()).collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(names("/api/v1/queues").contains(&"per_page".to_string()), "{:?}", names("/api/v1/queues"));
+    assert!(names("/api/v1/audit").contains(&"before".to_string()), "{:?}", names("/api/v1/audit"));
+    assert_eq!(names("/api/v1/queues/{broker}/{vhost}/{queue}/history"), ["from", "to", "range"]);
+
     // A sample of real answers: statuses the description lists, errors in its shape.
     wait_for("orders listed by warren", Duration::from_secs(30), || async {
         warren.queue(&vhost.name, "orders").await.map(|_| ()).ok_or_else(|| "not yet".to_string())

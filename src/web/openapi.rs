@@ -232,6 +232,9 @@ fn operation(op: &Operation) -> utoipa::openapi::path::Operation {
         op.path.trim_start_matches("/api/v1").replace(['/', '{', '}', '.'], "_")
     );
     let mut builder = OperationBuilder::new().operation_id(Some(id)).summary(Some(op.summary)).tag(op.tag);
+    for parameter in query_parameters(op) {
+        builder = builder.parameter(parameter);
+    }
     for name in path_parameters(op.path) {
         builder = builder.parameter(
             ParameterBuilder::new()
@@ -289,6 +292,24 @@ fn method_name(method: &HttpMethod) -> &'static str {
     match method {
         HttpMethod::Post => "post",
         _ => "get",
+    }
+}
+
+/// The query parameters of the lists and histories, from the types their handlers parse.
+fn query_parameters(op: &Operation) -> Vec<utoipa::openapi::path::Parameter> {
+    use utoipa::IntoParams;
+    let query = || Some(ParameterIn::Query);
+    if op.method != HttpMethod::Get {
+        return Vec::new();
+    }
+    match op.path {
+        "/api/v1/queues" => super::query::QueueQuery::into_params(query),
+        "/api/v1/brokers/{broker}/history"
+        | "/api/v1/brokers/{broker}/nodes/{node}/history"
+        | "/api/v1/queues/{broker}/{vhost}/{queue}/history" => super::query::RangeQuery::into_params(query),
+        "/api/v1/audit" => super::audit::AuditQuery::into_params(query),
+        "/api/v1/alerts/history" | "/api/v1/notifications/deliveries" => super::alerts::Limit::into_params(query),
+        _ => Vec::new(),
     }
 }
 
