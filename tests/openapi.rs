@@ -225,7 +225,9 @@ async fn schemathesis_finds_every_get_conforming() {
     std::fs::write(&config, parameters).unwrap();
     let base = warren.url("");
     let started = std::time::Instant::now();
+    // Run in the test's directory: schemathesis keeps a `.schemathesis/` database where it runs.
     let run = tokio::process::Command::new("schemathesis")
+        .current_dir(warren.dir.path())
         .arg("--config-file")
         .arg(&config)
         .args(["run", &format!("{base}/api/v1/openapi.json"), "--url", &base])
