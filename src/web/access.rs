@@ -167,7 +167,8 @@ pub fn section(path: &str, query: &str) -> &'static str {
 }
 
 fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/login" | "/favicon.ico") || path.starts_with("/static/")
+    matches!(path, "/healthz" | "/readyz" | "/login" | "/favicon.ico" | "/api/v1/openapi.json")
+        || path.starts_with("/static/")
 }
 
 /// Whether the requester is a script or API client (JSON answers) rather than a browser page.

@@ -403,8 +403,9 @@ async fn current(State(state): State<AppState>) -> Result<Json<Vec<AlertView>>, 
     Ok(Json(current_alerts(&state).await?))
 }
 
-#[derive(Debug, Deserialize)]
-struct Limit {
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(super) struct Limit {
+    /// The newest this many (default 200, 1 to 5000).
     limit: Option<i64>,
 }
 

@@ -30,8 +30,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// `?kind=&before=&after=&per_page=`, as text so that a bad value gets a 400 that says why.
-#[derive(Debug, Default, Deserialize)]
-struct AuditQuery {
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+pub(super) struct AuditQuery {
     /// `action`, `login`, `account`, `alerts`, or `all` (the default).
     kind: Option<String>,
     /// Entries older than this id (the `older` cursor of a page).

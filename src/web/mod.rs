@@ -15,6 +15,7 @@ mod format;
 mod freshness;
 mod jobs;
 mod nodes;
+mod openapi;
 mod pages;
 mod prometheus;
 pub mod query;
@@ -73,6 +74,7 @@ fn routes(state: AppState) -> Router {
         .merge(clients::router())
         .merge(topology::router())
         .merge(nodes::router())
+        .merge(openapi::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         // The obvious guess for a list of dead-letter queues.
@@ -214,12 +216,16 @@ impl<E: Into<WebError>> From<E> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         self.0.log();
-        let mut body = json!({"error": {"code": self.0.code(), "message": self.0.to_string()}});
-        if let WebError::Invalid(fields) = &self.0 {
-            body["error"]["fields"] =
-                fields.iter().map(|(field, message)| json!({"field": field, "message": message})).collect();
-        }
-        (self.0.status(), Json(body)).into_response()
+        let fields = match &self.0 {
+            WebError::Invalid(fields) => Some(
+                fields
+                    .iter()
+                    .map(|(field, message)| openapi::FieldError { field: field.clone(), message: message.clone() })
+                    .collect(),
+            ),
+            _ => None,
+        };
+        (self.0.status(), Json(openapi::ErrorBody::new(self.0.code(), self.0.to_string(), fields))).into_response()
     }
 }
 
@@ -309,7 +315,7 @@ async fn api_errors(request: axum::extract::Request, next: axum::middleware::Nex
         500..=599 => "internal",
         _ => "error",
     };
-    let mut answer = (status, Json(json!({"error": {"code": code, "message": message}}))).into_response();
+    let mut answer = (status, Json(openapi::ErrorBody::new(code, message, None))).into_response();
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             answer.headers_mut().insert(name.clone(), value.clone());
@@ -330,8 +336,7 @@ async fn not_found(
         || !headers.get(header::ACCEPT).is_some_and(|a| a.to_str().unwrap_or("").contains("html"))
     {
         let message = format!("no such resource: {path}");
-        return (StatusCode::NOT_FOUND, Json(json!({"error": {"code": "not_found", "message": message}})))
-            .into_response();
+        return (StatusCode::NOT_FOUND, Json(openapi::ErrorBody::new("not_found", message, None))).into_response();
     }
     PageError(WebError::NotFound(format!(
         "There is no page at {path}. The navigation above leads to every page; dead-letter queues are under Dead letters."

@@ -30,7 +30,7 @@ pub const SORT_KEYS: &[&str] = &[
     "oldest_age",
 ];
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
 pub struct QueueQuery {
     pub broker: Option<String>,
     pub vhost: Option<String>,
@@ -183,7 +183,7 @@ fn compare(sort: &str, a: &QueueView, b: &QueueView) -> Keyed {
 }
 
 /// `from` / `to` / `range` of a history request.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
 pub struct RangeQuery {
     pub from: Option<String>,
     pub to: Option<String>,
