@@ -217,6 +217,16 @@ pub fn error(headers: Option<&Map<String, Value>>) -> Option<AppError> {
             from: "NServiceBus.ExceptionInfo.* (NServiceBus)",
         });
     }
+    // Rascal (Node.js) nests its error two levels down: `rascal.error.message`.
+    if let Some(Value::Object(e)) = h.get("rascal").and_then(Value::as_object).and_then(|r| r.get("error")) {
+        if e.contains_key("message") {
+            return Some(AppError {
+                message: short(text(e.get("message"))),
+                kind: ["name", "type", "code"].iter().find_map(|k| text(e.get(*k))),
+                from: "rascal.error (Rascal)",
+            });
+        }
+    }
     let named = |k: &str| {
         let k = k.to_ascii_lowercase();
         !k.starts_with("x-death") && (k.contains("error") || k.contains("exception"))
@@ -238,6 +248,35 @@ pub fn error(headers: Option<&Map<String, Value>>) -> Option<AppError> {
         }
     }
     None
+}
+
+/// The error a framework keeps in a JSON body: dramatiq's `options.traceback` (a Python
+/// traceback, whose last line is `Type: message`). Bodies over [`MAX_BODY`] are not parsed.
+pub fn body_error(body: &[u8]) -> Option<AppError> {
+    let start = body.iter().position(|b| !b.is_ascii_whitespace())?;
+    if body.len() > MAX_BODY || body[start] != b'{' {
+        return None;
+    }
+    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else { return None };
+    let trace = o.get("options").and_then(Value::as_object).and_then(|opts| opts.get("traceback")?.as_str())?;
+    let (kind, message) = python_root_cause(trace)?;
+    Some(AppError { message, kind: Some(kind), from: "options.traceback in the body (dramatiq)" })
+}
+
+/// The exception of a Python traceback: its last non-blank line, `Type: message` (a chained
+/// traceback ends with the exception that was raised last, the one that escaped).
+fn python_root_cause(trace: &str) -> Option<(String, Option<String>)> {
+    let tail: String = trace.chars().rev().take(MAX_ERROR * 8).collect::<Vec<_>>().into_iter().rev().collect();
+    let last = tail.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    let (kind, message) = match last.split_once(':') {
+        Some((kind, message)) => (kind.trim(), Some(message.trim())),
+        None => (last, None),
+    };
+    if kind.is_empty() || kind.contains(char::is_whitespace) {
+        return None;
+    }
+    let message = message.filter(|m| !m.is_empty()).map(|m| cut_to(m.to_string(), MAX_ERROR));
+    Some((cut_to(kind.to_string(), MAX_ERROR), message))
 }
 
 /// Lines of a stack trace looked at, at most: a hostile header costs bounded time.
@@ -500,6 +539,27 @@ mod tests {
         let many = "Caused by: a.B: x\n".repeat(100_000);
         assert!(java_root_cause(&many).is_some());
         assert_eq!(java_root_cause("Caused by:\nCaused by:"), None);
+    }
+
+    #[test]
+    fn rascal_and_dramatiq_errors_are_read() {
+        let rascal = headers(
+            json!({"rascal": {"error": {"message": "order 7 failed", "code": "E_ORDER"}, "originalQueue": "q"}}),
+        );
+        let e = error(Some(&rascal)).unwrap();
+        assert_eq!((e.kind.as_deref(), e.message.as_deref()), (Some("E_ORDER"), Some("order 7 failed")));
+        assert_eq!(error(Some(&headers(json!({"rascal": {"error": "x"}})))), None);
+
+        let body = json!({"message_id": "m1", "actor_name": "charge", "args": [], "kwargs": {}, "options": {
+            "traceback": "Traceback (most recent call last):\n  File \"a.py\", line 3, in charge\nValueError: order 123 failed\n"
+        }});
+        let e = body_error(body.to_string().as_bytes()).unwrap();
+        assert_eq!((e.kind.as_deref(), e.message.as_deref()), (Some("ValueError"), Some("order 123 failed")));
+        assert_eq!(body_error(b"{\"options\": {\"traceback\": 5}}"), None);
+        assert_eq!(body_error(b"not json"), None);
+        assert_eq!(body_error(&[b'{'; 10_000]), None);
+        assert_eq!(python_root_cause("  \n\n"), None);
+        assert!(python_root_cause(&"x\n".repeat(1_000_000)).is_some());
     }
 
     #[test]
