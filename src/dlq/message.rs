@@ -100,7 +100,7 @@ pub fn summarize(position: usize, identity: String, message: PeekedMessage) -> S
     let reason = header("x-last-death-reason")
         .or_else(|| deaths.first().and_then(|d| text(d.get("reason"))))
         .or_else(|| header("x-first-death-reason"));
-    let error = framework::error(h).or_else(|| framework::body_error(&payload_bytes(&message)));
+    let error = framework::error(h);
     // Only a message the broker never dead-lettered is read for the application's origin: the
     // broker's record of a death wins over headers anyone can set.
     let app_origin = if original_queue.is_none() && reason.is_none() { framework::origin(h) } else { None };
