@@ -189,13 +189,16 @@ pub fn error(headers: Option<&Map<String, Value>>) -> Option<AppError> {
     let h = headers?;
     let short = |v: Option<String>| v.map(|s| cut_to(s.trim().to_string(), MAX_ERROR)).filter(|s| !s.is_empty());
     if h.contains_key("x-exception-message") || h.contains_key("x-exception-stacktrace") {
-        let kind = text(h.get("x-exception-stacktrace")).and_then(|trace| {
-            let first = trace.lines().next().unwrap_or_default();
-            let kind = first.split(':').next().unwrap_or_default().trim();
-            (!kind.is_empty() && !kind.contains(' ')).then(|| kind.to_string())
-        });
+        // Spring wraps the listener's exception (`ListenerExecutionFailedException: Listener
+        // method ... threw exception`) and nests the real one in `Caused by:` lines: the last of
+        // them is the root cause, and its type and message are the error (issue 31, case 7).
+        let trace = text(h.get("x-exception-stacktrace"));
+        let (kind, root_message) = match trace.as_deref().and_then(java_root_cause) {
+            Some((kind, message)) => (Some(kind), message),
+            None => (None, None),
+        };
         return Some(AppError {
-            message: short(text(h.get("x-exception-message"))),
+            message: short(root_message.or_else(|| text(h.get("x-exception-message")))),
             kind,
             from: "x-exception-message and x-exception-stacktrace (Spring AMQP)",
         });
@@ -213,6 +216,16 @@ pub fn error(headers: Option<&Map<String, Value>>) -> Option<AppError> {
             kind: text(h.get("NServiceBus.ExceptionInfo.ExceptionType")),
             from: "NServiceBus.ExceptionInfo.* (NServiceBus)",
         });
+    }
+    // Rascal (Node.js) nests its error two levels down: `rascal.error.message`.
+    if let Some(Value::Object(e)) = h.get("rascal").and_then(Value::as_object).and_then(|r| r.get("error")) {
+        if e.contains_key("message") {
+            return Some(AppError {
+                message: short(text(e.get("message"))),
+                kind: ["name", "type", "code"].iter().find_map(|k| text(e.get(*k))),
+                from: "rascal.error (Rascal)",
+            });
+        }
     }
     let named = |k: &str| {
         let k = k.to_ascii_lowercase();
@@ -235,6 +248,116 @@ pub fn error(headers: Option<&Map<String, Value>>) -> Option<AppError> {
         }
     }
     None
+}
+
+/// The error a framework keeps in a JSON body: dramatiq's `options.traceback` (a Python
+/// traceback, whose last line is `Type: message`). Bodies over [`MAX_BODY`] are not parsed.
+pub fn body_error(body: &[u8]) -> Option<AppError> {
+    let start = body.iter().position(|b| !b.is_ascii_whitespace())?;
+    if body.len() > MAX_BODY || body[start] != b'{' {
+        return None;
+    }
+    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else { return None };
+    let trace = o.get("options").and_then(Value::as_object).and_then(|opts| opts.get("traceback")?.as_str())?;
+    let (kind, message) = python_root_cause(trace)?;
+    Some(AppError { message, kind: Some(kind), from: "options.traceback in the body (dramatiq)" })
+}
+
+/// The exception of a Python traceback: its last non-blank line, `Type: message` (a chained
+/// traceback ends with the exception that was raised last, the one that escaped).
+fn python_root_cause(trace: &str) -> Option<(String, Option<String>)> {
+    let tail: String = trace.chars().rev().take(MAX_ERROR * 8).collect::<Vec<_>>().into_iter().rev().collect();
+    let last = tail.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    let (kind, message) = match last.split_once(':') {
+        Some((kind, message)) => (kind.trim(), Some(message.trim())),
+        None => (last, None),
+    };
+    if kind.is_empty() || kind.contains(char::is_whitespace) {
+        return None;
+    }
+    let message = message.filter(|m| !m.is_empty()).map(|m| cut_to(m.to_string(), MAX_ERROR));
+    Some((cut_to(kind.to_string(), MAX_ERROR), message))
+}
+
+/// Lines of a stack trace looked at, at most: a hostile header costs bounded time.
+const MAX_TRACE_LINES: usize = 2_000;
+
+/// The root cause of a Java stack trace: the type and message of its last `Caused by:` line, or
+/// of its first line when nothing is nested.
+fn java_root_cause(trace: &str) -> Option<(String, Option<String>)> {
+    let mut lines = trace.lines().take(MAX_TRACE_LINES);
+    let mut root = lines.next()?.trim();
+    for line in lines {
+        if let Some(cause) = line.trim().strip_prefix("Caused by:") {
+            root = cause.trim();
+        }
+    }
+    let (kind, message) = match root.split_once(':') {
+        Some((kind, message)) => (kind.trim(), Some(message.trim())),
+        None => (root, None),
+    };
+    if kind.is_empty() || kind.contains(char::is_whitespace) {
+        return None;
+    }
+    let message = message.filter(|m| !m.is_empty()).map(|m| cut_to(m.to_string(), MAX_ERROR));
+    Some((cut_to(kind.to_string(), MAX_ERROR), message))
+}
+
+/// Placeholders a fingerprint puts for what varies between messages of one cause.
+const NUMBER: &str = "<n>";
+const QUOTED: &str = "<q>";
+const ID: &str = "<id>";
+
+/// An error text with what varies per message replaced (numbers, UUIDs, hex strings, ids with
+/// digits, quoted values), so that `order 123 failed` and `order 456 failed` group together.
+/// One pass over the characters, no regular expression: linear in the (capped) length.
+pub fn fingerprint(text: &str) -> String {
+    let text: String = text.chars().take(MAX_ERROR * 4).collect();
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\'' || c == '"' {
+            // A quoted value up to its closing quote; an unclosed quote is kept as it is.
+            let rest: String = chars.clone().collect();
+            if let Some(end) = rest.find(c) {
+                out.push_str(QUOTED);
+                for _ in 0..rest[..end].chars().count() + 1 {
+                    chars.next();
+                }
+                continue;
+            }
+            out.push(c);
+            continue;
+        }
+        if c.is_alphanumeric() || c == '-' || c == '_' {
+            let mut word = String::from(c);
+            while let Some(&n) = chars.peek() {
+                if n.is_alphanumeric() || n == '-' || n == '_' || (n == '.' && word.chars().all(|w| w.is_ascii_digit()))
+                {
+                    word.push(n);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            out.push_str(&word_fingerprint(&word));
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One word: a number, or a word holding digits (an id, a UUID, a hex string) becomes a
+/// placeholder; a plain word stays.
+fn word_fingerprint(word: &str) -> String {
+    if !word.chars().any(|c| c.is_ascii_digit()) {
+        return word.to_string();
+    }
+    if word.chars().all(|c| c.is_ascii_digit() || c == '.' || c == '-') {
+        return NUMBER.to_string();
+    }
+    ID.to_string()
 }
 
 /// A Celery message from its fields: the headers in protocol 2, the body in protocol 1.
@@ -389,6 +512,71 @@ mod tests {
         assert_eq!(error(None), None);
         let long = headers(json!({"x-exception-message": "e".repeat(5_000)}));
         assert_eq!(error(Some(&long)).unwrap().message.unwrap().chars().count(), MAX_ERROR + 1);
+    }
+
+    #[test]
+    fn spring_errors_are_their_root_cause() {
+        let trace = "org.springframework.amqp.rabbit.support.ListenerExecutionFailedException: Listener method 'handle' threw exception\n\tat org.springframework.amqp.rabbit.listener.X.y(X.java:1)\nCaused by: com.shop.OrderException: order 42 failed\n\tat com.shop.A.b(A.java:2)\nCaused by: java.lang.NullPointerException: customer of order 42 is null\n\t... 12 more";
+        let spring = headers(json!({
+            "x-exception-message": "Listener method 'handle' threw exception",
+            "x-exception-stacktrace": trace,
+        }));
+        let e = error(Some(&spring)).unwrap();
+        assert_eq!(e.kind.as_deref(), Some("java.lang.NullPointerException"));
+        assert_eq!(e.message.as_deref(), Some("customer of order 42 is null"));
+        // No message on the root cause: the wrapper's message stays.
+        let bare = headers(
+            json!({"x-exception-message": "wrapped", "x-exception-stacktrace": "a.B: x\nCaused by: java.lang.IllegalStateException"}),
+        );
+        let e = error(Some(&bare)).unwrap();
+        assert_eq!(
+            (e.kind.as_deref(), e.message.as_deref()),
+            (Some("java.lang.IllegalStateException"), Some("wrapped"))
+        );
+        // Hostile traces: no panic, bounded work.
+        assert_eq!(java_root_cause(""), None);
+        assert_eq!(java_root_cause("not a type: at all"), None);
+        let many = "Caused by: a.B: x\n".repeat(100_000);
+        assert!(java_root_cause(&many).is_some());
+        assert_eq!(java_root_cause("Caused by:\nCaused by:"), None);
+    }
+
+    #[test]
+    fn rascal_and_dramatiq_errors_are_read() {
+        let rascal = headers(
+            json!({"rascal": {"error": {"message": "order 7 failed", "code": "E_ORDER"}, "originalQueue": "q"}}),
+        );
+        let e = error(Some(&rascal)).unwrap();
+        assert_eq!((e.kind.as_deref(), e.message.as_deref()), (Some("E_ORDER"), Some("order 7 failed")));
+        assert_eq!(error(Some(&headers(json!({"rascal": {"error": "x"}})))), None);
+
+        let body = json!({"message_id": "m1", "actor_name": "charge", "args": [], "kwargs": {}, "options": {
+            "traceback": "Traceback (most recent call last):\n  File \"a.py\", line 3, in charge\nValueError: order 123 failed\n"
+        }});
+        let e = body_error(body.to_string().as_bytes()).unwrap();
+        assert_eq!((e.kind.as_deref(), e.message.as_deref()), (Some("ValueError"), Some("order 123 failed")));
+        assert_eq!(body_error(b"{\"options\": {\"traceback\": 5}}"), None);
+        assert_eq!(body_error(b"not json"), None);
+        assert_eq!(body_error(&[b'{'; 10_000]), None);
+        assert_eq!(python_root_cause("  \n\n"), None);
+        assert!(python_root_cause(&"x\n".repeat(1_000_000)).is_some());
+    }
+
+    #[test]
+    fn fingerprints_ignore_what_varies() {
+        assert_eq!(fingerprint("order 123 failed"), fingerprint("order 456 failed"));
+        assert_eq!(fingerprint("order 123 failed"), "order <n> failed");
+        assert_eq!(fingerprint("sku 'GIFT-1' unknown"), "sku <q> unknown");
+        assert_eq!(fingerprint("sku \"abc def\" unknown"), "sku <q> unknown");
+        assert_eq!(fingerprint("id 3f2a9c0e-1b2c-4d5e-8f90-a1b2c3d4e5f6 gone"), "id <id> gone");
+        assert_eq!(fingerprint("hash deadbeef01 at 0x7ffe12"), "hash <id> at <id>");
+        assert_eq!(fingerprint("took 1.5 s, -3 left"), "took <n> s, <n> left");
+        assert_eq!(fingerprint("customer is null"), "customer is null");
+        // Hostile: unclosed quotes, long inputs, multibyte text.
+        assert_eq!(fingerprint("it's 5"), "it's <n>");
+        assert!(fingerprint(&"\"".repeat(10_000)).chars().count() < 10_000);
+        assert!(fingerprint(&"ä1'".repeat(100_000)).len() < 100_000);
+        assert_eq!(fingerprint("Bestellung 7 für Müller"), "Bestellung <n> für Müller");
     }
 
     #[test]
