@@ -82,6 +82,7 @@ const OPERATIONS: &[Operation] = &[
     post_op("/api/v1/users", "access", "Add a user (admin)"),
     post_op("/api/v1/users/{name}/delete", "access", "Delete a user (admin)"),
     post_op("/api/v1/users/{name}/password", "access", "Set a user's password"),
+    post_op("/api/v1/users/{name}/role", "access", "Change a user's role (admin; the last enabled admin keeps it)"),
     get_op("/api/v1/tokens", "access", "API tokens"),
     post_op("/api/v1/tokens", "access", "Create an API token (its secret is shown once)"),
     post_op("/api/v1/tokens/{id}/revoke", "access", "Revoke an API token"),
