@@ -40,6 +40,7 @@ fuzz_target!(|body: &[u8]| {
                 delivery_limit,
                 quorum,
                 accept_drop_head: false,
+                stranding: Default::default(),
             };
             let _ = plan.check();
         }
