@@ -149,7 +149,7 @@ async fn every_relative_link_resolves_anchors_included() {
     assert!(checked >= 40, "only {checked} relative links were found");
 
     // And as served: every link and image of every page that stays inside /docs answers.
-    let attribute = regex::Regex::new(r#"\s(href|src)="(/docs[^"#]*)"#).unwrap();
+    let attribute = regex::Regex::new(r##"\s(href|src)="(/docs[^"#]*)"##).unwrap();
     for page in files("md") {
         let served = if page == "SUMMARY" { "/docs".to_string() } else { format!("/docs/{page}") };
         let (_, html) = warren.get_text(&served).await;
@@ -217,8 +217,12 @@ fn the_configuration_reference_names_every_key() {
     for (file, item) in items {
         for key in fields(file, item) {
             keys += 1;
-            // As a key of the reference's TOML (`key = ...`, `{ key = ...`) or named in code.
-            let named = regex::Regex::new(&format!(r"(?m)(^\s*#?\s*|[{{,]\s*)\b{key}\s*=|`{key}`")).unwrap();
+            // As a key of the reference's TOML (`key = ...`, `{ key = ...`), a table of it
+            // (`[auth.proxy]`, `[[brokers]]`), or named in code.
+            let named = regex::Regex::new(&format!(
+                r"(?m)(^\s*#?\s*|[{{,]\s*)\b{key}\s*=|`{key}`|^#?\s*\[\[?([a-z_]+\.)*{key}\]"
+            ))
+            .unwrap();
             if !named.is_match(&reference) {
                 missing.push(format!("{key} ({item} in {file})"));
             }
