@@ -252,7 +252,10 @@ mod tests {
 
     #[test]
     fn links_point_under_the_base_path() {
-        let out = render("# T\n\n[a](tls.md#files) [b](SUMMARY.md) ![c](overview.png) [d](https://x.example/a.md) [e](#here)\n", "/warren");
+        let out = render(
+            "# T\n\n[a](tls.md#files) [b](SUMMARY.md) ![c](overview.png) [d](https://x.example/a.md) [e](#here)\n",
+            "/warren",
+        );
         for href in [
             "href=\"/warren/docs/tls#files\"",
             "href=\"/warren/docs\"",
@@ -266,7 +269,8 @@ mod tests {
 
     #[test]
     fn headings_get_githubs_anchors() {
-        let out = render("# The `warren` pages\n\n## Custody: intake, at 100,000\n\n## Custody: intake, at 100,000\n", "");
+        let out =
+            render("# The `warren` pages\n\n## Custody: intake, at 100,000\n\n## Custody: intake, at 100,000\n", "");
         assert_eq!(out.title, "The warren pages");
         assert!(out.html.contains("id=\"the-warren-pages\""), "{}", out.html);
         assert!(out.html.contains("id=\"custody-intake-at-100000\""), "{}", out.html);
