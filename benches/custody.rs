@@ -171,6 +171,7 @@ async fn main() {
         selection: CustodySelection::All,
         target: CustodyTarget::Queue("orders".into()),
         accept_drop_head: false,
+        accept_stranding: false,
     };
     let started = Instant::now();
     let report = custody::replay(
@@ -181,6 +182,7 @@ async fn main() {
         &custody::ReplayRun {
             job: "bench",
             releasing: false,
+            stranding: &Default::default(),
             progress: &Progress::default(),
             cancel: &CancellationToken::new(),
         },

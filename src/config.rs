@@ -1,7 +1,7 @@
 //! warren's one typed configuration: defaults, then the TOML file, then environment, then flags.
 //!
-//! Every field is documented in README.md ("Configuration"), every variable and secret form in
-//! docs/configuration.md. The file and the environment are merged in `sources` before the typed
+//! Every field, variable and secret form is documented in docs/configuration.md (tests/docs.rs
+//! checks that it names every field). The file and the environment are merged in `sources` before the typed
 //! structs are read. An invalid configuration is reported as one line naming the field and the
 //! problem, and the process exits non-zero.
 

@@ -33,18 +33,6 @@ async fn listing(warren: &Warren, vhost: &str, query: &str) -> Value {
     body
 }
 
-async fn audit_done(warren: &Warren, id: i64) -> Value {
-    wait_for(&format!("custody replay {id} to end"), Duration::from_secs(60), || async {
-        let (_, audit) = warren.get_json("/api/v1/audit").await;
-        let entry = audit.as_array().into_iter().flatten().find(|e| e["id"] == id).cloned();
-        match entry {
-            Some(e) if e["outcome"] != "started" && e["outcome"] != "running" => Ok(e),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await
-}
-
 async fn replay(warren: &Warren, vhost: &str, body: Value) -> i64 {
     let path = format!("/api/v1/queues/local/{}/work.dlq/custody/replay", encode(vhost));
     let (status, started) = warren.post_json(&path, body).await;
@@ -135,7 +123,7 @@ async fn custody_takes_every_dead_letter_and_replays_each_once() {
         // Two replays of the same records at once: each record is published once.
         let first = replay(&warren, &vhost.name, json!({"selection": "all"})).await;
         let second = replay(&warren, &vhost.name, json!({"selection": "all"})).await;
-        let (a, b) = (audit_done(&warren, first).await, audit_done(&warren, second).await);
+        let (a, b) = (warren.audit_ended(first).await, warren.audit_ended(second).await);
         assert_eq!(a["moved"].as_u64().unwrap() + b["moved"].as_u64().unwrap(), N as u64, "{a} {b}");
         // Old messages in `work` now: its age estimate is marked a lower bound, as after a move.
         wait_for("work marked as holding replayed messages", Duration::from_secs(30), || async {
@@ -322,7 +310,7 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
     assert!(!chosen.is_empty());
     let filter = json!({"json_path": "order.sku", "header": "x-tenant", "header_value": "acme"});
     let id = replay(&warren, &vhost.name, json!({"selection": {"matching": filter}})).await;
-    let done = audit_done(&warren, id).await;
+    let done = warren.audit_ended(id).await;
     assert_eq!(done["moved"], chosen.len(), "{done}");
     let arrived: HashSet<String> = drain_ids(&channel, "work").await.into_iter().collect();
     assert_eq!(arrived, chosen);
@@ -415,11 +403,13 @@ async fn custody_exports_json_lines_that_import_into_another_dlqs_custody() {
     assert_eq!(imported, vec!["t3", "t6", "t9", "t12"]);
     assert!(records.iter().all(|r| r["original_queue"] == "work" && r["reason"] == "rejected"), "{other}");
 
-    // Replayed from there, they are the messages that died: bodies and typed headers.
-    let (status, started) =
-        warren.post_json(&format!("{}/replay", base("other.dlq")), json!({"selection": "all"})).await;
+    // Replayed from there, they are the messages that died: bodies and typed headers. `work`
+    // has never had a consumer here and dead-letters into work.dlq, not into other.dlq: seen from
+    // other.dlq it looks like a wait queue (`target::stranding`), so the risk is accepted.
+    let replay_all = json!({"selection": "all", "accept_stranding": true});
+    let (status, started) = warren.post_json(&format!("{}/replay", base("other.dlq")), replay_all).await;
     assert_eq!(status, 202, "{started}");
-    let done = audit_done(&warren, started["audit_id"].as_i64().unwrap()).await;
+    let done = warren.audit_ended(started["audit_id"].as_i64().unwrap()).await;
     assert_eq!(done["moved"], 4, "{done}");
     let mut arrived = Vec::new();
     while let Some(m) = channel.basic_get("work", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap() {
@@ -960,7 +950,7 @@ async fn an_admin_takes_a_queue_into_custody_and_releases_it() {
 
     let (status, released) = warren.post_json(&format!("{base}/release"), json!({})).await;
     assert_eq!(status, 202, "{released}");
-    let entry = audit_done(&warren, released["audit_id"].as_i64().unwrap()).await;
+    let entry = warren.audit_ended(released["audit_id"].as_i64().unwrap()).await;
     assert_eq!((&entry["outcome"], &entry["moved"]), (&json!("done"), &json!(N)), "{entry}");
     assert_eq!(entry["action"], "custody release");
     let back = wait_for("every record back in the queue", Duration::from_secs(30), || async {
@@ -1048,7 +1038,7 @@ async fn a_replay_from_custody_shows_its_progress_and_a_cancel_leaves_the_rest_h
         (&counts["replayed"], &counts["held"], &counts["claimed"]),
         (&json!(moved), &json!(N - moved), &json!(0))
     );
-    let entry = audit_done(&warren, id).await;
+    let entry = warren.audit_ended(id).await;
     assert_eq!((&entry["outcome"], &entry["moved"]), (&json!("cancelled"), &json!(moved)), "{entry}");
 
     // A second replay takes exactly the rest.
@@ -1161,7 +1151,7 @@ async fn replay_into_a_target_that_drops_its_oldest_is_refused_and_loses_nothing
 
     for target in ["by.count", "by.bytes"] {
         let id = replay(&warren, &vhost.name, json!({"selection": "all", "target": {"queue": target}})).await;
-        let entry = audit_done(&warren, id).await;
+        let entry = warren.audit_ended(id).await;
         assert_eq!(entry["moved"], 0, "nothing sent to {target}: {entry}");
         let job = warren.wait_job(id).await;
         let reason = job["report"]["failed"][0]["reason"].as_str().unwrap_or_default().to_string();
@@ -1172,7 +1162,7 @@ async fn replay_into_a_target_that_drops_its_oldest_is_refused_and_loses_nothing
 
     // reject-publish: the broker nacks what does not fit; those records stay held.
     let id = replay(&warren, &vhost.name, json!({"selection": "all", "target": {"queue": "rejects"}})).await;
-    let entry = audit_done(&warren, id).await;
+    let entry = warren.audit_ended(id).await;
     let job = warren.wait_job(id).await;
     let in_target: HashSet<String> = drain_ids(&channel, "rejects").await.into_iter().collect();
     let held = held_ids(&warren, &vhost.name).await;
@@ -1187,7 +1177,7 @@ async fn replay_into_a_target_that_drops_its_oldest_is_refused_and_loses_nothing
     // The risk accepted: the copies go, and the broker keeps the newest 50 (what the user chose).
     let body = json!({"selection": "all", "target": {"queue": "by.count"}, "accept_drop_head": true});
     let id = replay(&warren, &vhost.name, body).await;
-    assert_eq!(audit_done(&warren, id).await["moved"], N - 50);
+    assert_eq!(warren.audit_ended(id).await["moved"], N - 50);
     assert_eq!(depth(&channel, "by.count").await, 50);
     warren.stop().await;
     connection.close(0, "done").await.ok();
@@ -1540,7 +1530,7 @@ async fn a_release_into_a_dlq_that_drops_its_oldest_keeps_every_record() {
     let (status, released) = warren.post_json(&path, json!({})).await;
     assert_eq!(status, 202, "{released}");
     let id = released["audit_id"].as_i64().unwrap();
-    let entry = audit_done(&warren, id).await;
+    let entry = warren.audit_ended(id).await;
     assert_eq!(entry["moved"], 0, "{entry}");
     let job = warren.wait_job(id).await;
     assert!(job["report"]["failed"][0]["reason"].as_str().unwrap_or_default().contains("drops its oldest"), "{job}");

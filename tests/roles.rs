@@ -636,19 +636,6 @@ async fn an_api_requeue_into_a_wait_queue_is_refused_unless_the_risk_is_accepted
     connection.close(0, "done").await.ok();
 }
 
-/// The audit entry of a custody replay, once it has ended.
-async fn replay_ended(warren: &Warren, id: i64) -> Value {
-    wait_for(&format!("custody replay {id} to end"), Duration::from_secs(60), || async {
-        let (_, audit) = warren.get_json("/api/v1/audit").await;
-        let entry = audit.as_array().into_iter().flatten().find(|e| e["id"] == id).cloned();
-        match entry {
-            Some(e) if e["outcome"] != "started" && e["outcome"] != "running" => Ok(e),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await
-}
-
 /// Issue 29, must-have 1: custody's replays and edits put messages back under the rule moves
 /// follow (issue 31, must-have 5): a wait queue, where a dead letter without its expiration
 /// would stay for ever, is refused unless the request accepts the risk, and the records stay
@@ -689,7 +676,7 @@ async fn a_custody_replay_into_a_wait_queue_is_refused_unless_the_risk_is_accept
         .post_json(&format!("{base}/replay"), json!({"selection": "all", "target": {"queue": "work.wait"}}))
         .await;
     assert_eq!(status, 202, "{started}");
-    let entry = replay_ended(&warren, started["audit_id"].as_i64().unwrap()).await;
+    let entry = warren.audit_ended(started["audit_id"].as_i64().unwrap()).await;
     assert_eq!((&entry["moved"], &entry["failed"]), (&json!(0), &json!(3)), "{entry}");
     let (_, fates) = warren.get_json(&format!("/api/v1/audit/{}/messages", entry["id"])).await;
     assert!(fates.to_string().contains("accept_stranding"), "each refusal says how to accept the risk: {fates}");
@@ -710,7 +697,7 @@ async fn a_custody_replay_into_a_wait_queue_is_refused_unless_the_risk_is_accept
     let body = json!({"selection": "all", "target": {"queue": "work.wait"}, "accept_stranding": true});
     let (status, started) = warren.post_json(&format!("{base}/replay"), body).await;
     assert_eq!(status, 202, "{started}");
-    let entry = replay_ended(&warren, started["audit_id"].as_i64().unwrap()).await;
+    let entry = warren.audit_ended(started["audit_id"].as_i64().unwrap()).await;
     assert_eq!((&entry["outcome"], &entry["moved"]), (&json!("done"), &json!(3)), "{entry}");
     let mut arrived = drain_ids(&channel, "work.wait").await;
     arrived.sort();

@@ -1617,7 +1617,7 @@ async fn replay_claimed(
 type Replaying = (i64, Option<String>);
 
 /// Publishes a batch; returns (record, message id, why) of those that could not be published
-/// at all (their row went missing, or its properties cannot be read).
+/// at all (their row went missing, its properties cannot be read, or lapin would not send it).
 async fn send_batch(
     db: &Db,
     publisher: &mut Publisher<Replaying>,
@@ -1639,10 +1639,11 @@ async fn send_batch(
             }
         };
         let route = ("", to.as_str(), to.clone());
-        publisher
-            .send((h.id, h.message_id.clone()), route, Arc::new(body), properties)
-            .await
-            .map_err(|e| format!("the replay stopped: {e}"))?;
+        // A copy lapin refuses to send (its header past the negotiated frame size, say) fails
+        // alone; a channel that failed fails each copy after it the same way.
+        if let Err(e) = publisher.send((h.id, h.message_id.clone()), route, Arc::new(body), properties).await {
+            unsent.push((h.id, h.message_id.clone(), e.to_string()));
+        }
     }
     Ok(unsent)
 }

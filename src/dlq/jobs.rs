@@ -22,7 +22,6 @@ use super::custody::{self, ReplayRequest};
 use super::message::Filter;
 use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target, Wanted};
 use crate::audit;
-use crate::broker::topology::QueueRole;
 use crate::metrics::QueueView;
 use crate::state::AppState;
 
@@ -547,13 +546,10 @@ pub fn strandings(state: &AppState, (broker, vhost, source): (&str, &str, &str))
     let Some(view) = queues.iter().find(|q| *q.vhost == *vhost && *q.name == *source) else {
         return HashMap::new();
     };
-    let is_dlq = |name: &str| {
-        queues.iter().any(|q| *q.vhost == *vhost && *q.name == *name && q.dead_letters.role == QueueRole::Dlq)
-    };
     queues
         .iter()
         .filter(|q| *q.vhost == *vhost)
-        .filter_map(|q| super::target::stranding(view, q, &is_dlq))
+        .filter_map(|q| super::target::stranding(view, q))
         .map(|s| (s.queue, s.says))
         .collect()
 }

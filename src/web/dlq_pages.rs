@@ -1276,7 +1276,7 @@ pub(super) fn strandings(
     names
         .iter()
         .filter_map(|n| last_polled(state, view, n))
-        .filter_map(|q| crate::dlq::target::stranding(view, &q, &is_dlq(state, view)))
+        .filter_map(|q| crate::dlq::target::stranding(view, &q))
         .collect()
 }
 
@@ -1316,7 +1316,7 @@ async fn target_notes(
                 strands: false,
             });
         }
-        if let Some(stranding) = crate::dlq::target::stranding(view, &q, &is_dlq(state, view)) {
+        if let Some(stranding) = crate::dlq::target::stranding(view, &q) {
             notes.push(TargetNote {
                 queue: name.clone(),
                 says: stranding.says,

@@ -249,6 +249,20 @@ impl Warren {
         self.wait_job(id).await
     }
 
+    /// Waits until the action of audit entry `id` (a custody replay, say) has ended; returns the
+    /// entry.
+    pub async fn audit_ended(&self, id: i64) -> Value {
+        wait_for(&format!("the action of audit entry {id} to end"), Duration::from_secs(60), || async {
+            let (_, audit) = self.get_json("/api/v1/audit").await;
+            let entry = audit.as_array().into_iter().flatten().find(|e| e["id"] == id).cloned();
+            match entry {
+                Some(e) if e["outcome"] != "started" && e["outcome"] != "running" => Ok(e),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+
     /// Waits until job `id` is no longer running; returns its status.
     pub async fn wait_job(&self, id: i64) -> Value {
         wait_for(&format!("job {id} to end"), Duration::from_secs(120), || async {
