@@ -20,6 +20,8 @@ COPY src src
 COPY migrations migrations
 COPY templates templates
 COPY static static
+# The documentation served at /docs is compiled in (src/web/docs.rs).
+COPY docs docs
 COPY benches benches
 # The commit `warren version` and /metrics name, and its date (`docker build --build-arg
 # WARREN_COMMIT=$(git rev-parse --short=12 HEAD) --build-arg WARREN_COMMIT_DATE=$(git log -1 --format=%cs)`).

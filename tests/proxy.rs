@@ -115,10 +115,26 @@ fn urls_in(html: &str) -> Vec<Written> {
         if value.starts_with('#') {
             continue;
         }
+        // Links out of warren (the documentation cites other sites) are not crawled; a link to
+        // warren itself with scheme and host would still fail the prefix check.
+        if is_external(&value) {
+            continue;
+        }
+        // A heading of a documentation page is the page: crawled once.
+        let value = value.split('#').next().unwrap_or_default().to_string();
         let get = attribute != "hx-post" && attribute != "action";
         out.push(Written { attribute, url: value, get });
     }
     out
+}
+
+/// An absolute URL to another host than this machine's.
+fn is_external(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+        return false;
+    };
+    let host = rest.split(['/', ':', '?', '#']).next().unwrap_or_default();
+    !matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
 
 /// A URL to crawl: under the prefix, not seen yet, and not a fifth variant of a path already
@@ -371,6 +387,10 @@ async fn browser_crawl(style: Style) {
             if !local.starts_with(PREFIX) {
                 problems.push(format!("page {path} links to {local}, not under {PREFIX}"));
             } else if !local.starts_with("/warren/api/")
+                // The documentation's pages are static (no script, no htmx): the contents page
+                // is crawled here, the rest by the HTTP crawl and tests/docs.rs, so that they do
+                // not take the places of the pages that run scripts.
+                && !local.starts_with("/warren/docs/")
                 && !local.contains("/download")
                 && !local.contains("/export")
                 && worth_crawling(&local, &seen, &mut per_path)

@@ -9,8 +9,8 @@ use common::dead_letters::{depth, drain_ids};
 use common::{wait_for, TestVhost, Warren};
 use futures_util::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicRejectOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicRejectOptions,
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, ExchangeKind};
@@ -631,6 +631,90 @@ async fn an_api_requeue_into_a_wait_queue_is_refused_unless_the_risk_is_accepted
     let mut arrived = drain_ids(&channel, "work.wait").await;
     arrived.sort();
     assert_eq!(arrived, moved, "each moved message is in the wait queue, once");
+
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}
+
+/// The audit entry of a custody replay, once it has ended.
+async fn replay_ended(warren: &Warren, id: i64) -> Value {
+    wait_for(&format!("custody replay {id} to end"), Duration::from_secs(60), || async {
+        let (_, audit) = warren.get_json("/api/v1/audit").await;
+        let entry = audit.as_array().into_iter().flatten().find(|e| e["id"] == id).cloned();
+        match entry {
+            Some(e) if e["outcome"] != "started" && e["outcome"] != "running" => Ok(e),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+/// Issue 29, must-have 1: custody's replays and edits put messages back under the rule moves
+/// follow (issue 31, must-have 5): a wait queue, where a dead letter without its expiration
+/// would stay for ever, is refused unless the request accepts the risk, and the records stay
+/// held; accepted, each id arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custody_replay_into_a_wait_queue_is_refused_unless_the_risk_is_accepted() {
+    let vhost = TestVhost::create("roles-custody-strand").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare_retry_topology(&channel).await;
+    publish_jobs(&channel, &["c-1", "c-2", "c-3"]).await;
+    // Each job fails for good: rejected without requeue, it dead-letters into work.dlq.
+    for _ in 0..3 {
+        let got = channel.basic_get("work", BasicGetOptions::default()).await.unwrap().expect("a job");
+        got.delivery.acker.reject(BasicRejectOptions { requeue: false }).await.unwrap();
+    }
+    let toml = format!(
+        "[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\npoll_interval_secs = 1\n\n\
+         [[custody]]\nqueue = \"*.dlq\"\nedit = true\n",
+        vhost.name
+    );
+    let warren = Warren::start(&toml).await;
+    let base = format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name));
+    let held = |list: &Value| list["custody"]["counts"]["held"].clone();
+    let list = wait_for("the dead letters in custody, and the topology read", Duration::from_secs(60), || async {
+        let wait = warren.queue(&vhost.name, "work.wait").await.ok_or("work.wait not listed")?;
+        let (_, list) = warren.get_json(&base).await;
+        if held(&list) == 3 && wait["role"] == "wait" {
+            Ok(list)
+        } else {
+            Err(format!("held {}, work.wait role {}", held(&list), wait["role"]))
+        }
+    })
+    .await;
+
+    // Into the wait queue: refused, every record still held, nothing published.
+    let (status, started) = warren
+        .post_json(&format!("{base}/replay"), json!({"selection": "all", "target": {"queue": "work.wait"}}))
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let entry = replay_ended(&warren, started["audit_id"].as_i64().unwrap()).await;
+    assert_eq!((&entry["moved"], &entry["failed"]), (&json!(0), &json!(3)), "{entry}");
+    let (_, fates) = warren.get_json(&format!("/api/v1/audit/{}/messages", entry["id"])).await;
+    assert!(fates.to_string().contains("accept_stranding"), "each refusal says how to accept the risk: {fates}");
+    assert_eq!(depth(&channel, "work.wait").await, 0, "nothing was sent");
+    let (_, list_after) = warren.get_json(&base).await;
+    assert_eq!(held(&list_after), 3, "{list_after}");
+
+    // An edit into the wait queue: refused the same way.
+    let id = list["custody"]["records"][0]["id"].as_i64().unwrap();
+    let (status, refused) = warren
+        .post_json(&format!("{base}/{id}/edit"), json!({"body": "fixed", "target": {"queue": "work.wait"}}))
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused.to_string().contains("accept_stranding"), "{refused}");
+    assert_eq!(depth(&channel, "work.wait").await, 0, "nothing was sent");
+
+    // Accepted: every id once, into the wait queue.
+    let body = json!({"selection": "all", "target": {"queue": "work.wait"}, "accept_stranding": true});
+    let (status, started) = warren.post_json(&format!("{base}/replay"), body).await;
+    assert_eq!(status, 202, "{started}");
+    let entry = replay_ended(&warren, started["audit_id"].as_i64().unwrap()).await;
+    assert_eq!((&entry["outcome"], &entry["moved"]), (&json!("done"), &json!(3)), "{entry}");
+    let mut arrived = drain_ids(&channel, "work.wait").await;
+    arrived.sort();
+    assert_eq!(arrived, ["c-1", "c-2", "c-3"], "each record once");
 
     warren.stop().await;
     connection.close(0, "done").await.ok();

@@ -27,10 +27,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use futures_util::StreamExt;
-use lapin::options::{
-    BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::BasicProperties;
 use serde::{Deserialize, Serialize};
@@ -42,7 +39,8 @@ use super::budget::{Budget, Stopped};
 use super::expression::head;
 use super::message::{self, Filter, SnapshotMessage};
 use super::mover::{connect, peeked_parts, Progress};
-use super::target::{refused_by_broker, Targets};
+use super::publish::{Identify, Publisher, Settled};
+use super::target::Targets;
 use crate::broker::management::ManagementClient;
 use crate::config::{BrokerConfig, CustodyRule};
 use crate::history::storage::Storage;
@@ -1301,6 +1299,10 @@ pub struct ReplayRequest {
     /// (`target::Targets`); without it such a target is refused, as for a move.
     #[serde(default)]
     pub accept_drop_head: bool,
+    /// The user accepted sending copies where they would stay for good (`target::stranding`);
+    /// without it such a target is refused, as for a move.
+    #[serde(default)]
+    pub accept_stranding: bool,
 }
 
 /// An admin's change to one record, replayed as a new copy (issue 18, must-have 5; off unless
@@ -1319,6 +1321,9 @@ pub struct Edit {
     /// As [`ReplayRequest::accept_drop_head`].
     #[serde(default)]
     pub accept_drop_head: bool,
+    /// As [`ReplayRequest::accept_stranding`].
+    #[serde(default)]
+    pub accept_stranding: bool,
 }
 
 /// What an edit changed: each header added, changed or removed (name, before, after), and the
@@ -1339,7 +1344,7 @@ pub async fn edit_and_replay(
     (vhost, queue): (&str, &str),
     id: i64,
     edit: &Edit,
-    job: &str,
+    (job, stranding): (&str, HashMap<String, String>),
 ) -> Result<(String, EditDiff), String> {
     let row = sqlx::query(
         "select properties, body, original_queue, state from custody_messages
@@ -1398,7 +1403,7 @@ pub async fn edit_and_replay(
 
     // The same checks as every other path that puts messages back (`target`): a full target that
     // drops its oldest would confirm the copy and drop another message (issue 29, case 1).
-    let mut targets = Targets::new(ManagementClient::new(broker), vhost, edit.accept_drop_head);
+    let mut targets = Targets::new(ManagementClient::new(broker), vhost, edit.accept_drop_head).refusing(stranding);
     targets.check(&to).await?;
     let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
     if claim(db, job, &[id]).await.map_err(|e| e.to_string())?.is_empty() {
@@ -1406,19 +1411,12 @@ pub async fn edit_and_replay(
         return Err(format!("record {id} was claimed by another replay meanwhile"));
     }
     let published = async {
-        let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| e.to_string())?;
-        let options = BasicPublishOptions { mandatory: true, ..Default::default() };
-        let confirm = channel
-            .basic_publish("", &to, options, &body, with_custody_id(properties, id))
-            .await
-            .map_err(|e| e.to_string())?;
-        match confirm.await.map_err(|e| e.to_string())? {
-            lapin::publisher_confirm::Confirmation::Ack(None) => Ok(()),
-            lapin::publisher_confirm::Confirmation::Ack(Some(_)) => Err(format!("returned: {to:?} did not take it")),
-            lapin::publisher_confirm::Confirmation::Nack(_) => Err(refused_by_broker(&to)),
-            lapin::publisher_confirm::Confirmation::NotRequested => Err("publisher confirms are not enabled".into()),
-        }
+        let mut publisher =
+            Publisher::open(&connection, Identify::Header(CUSTODY_ID_HEADER)).await.map_err(|e| e.to_string())?;
+        let route = ("", to.as_str(), to.clone());
+        let settled = publisher.send_one((), route, Arc::new(body), with_custody_id(properties, id)).await;
+        publisher.close("edited copy replayed").await;
+        settled?.outcome
     }
     .await;
     let _ = connection.close(200, "edited copy replayed").await;
@@ -1597,6 +1595,8 @@ pub struct ReplayRun<'a> {
     pub job: &'a str,
     /// It hands the whole custody back to the queue (intake stopped first).
     pub releasing: bool,
+    /// Queues refused because copies would stay there for good (`target::stranding`), with why.
+    pub stranding: &'a HashMap<String, String>,
     pub progress: &'a Progress,
     pub cancel: &'a CancellationToken,
 }
@@ -1606,7 +1606,7 @@ async fn replay_claimed(
     broker: &BrokerConfig,
     (vhost, queue): (&str, &str),
     request: &ReplayRequest,
-    &ReplayRun { job, releasing, progress, cancel }: &ReplayRun<'_>,
+    &ReplayRun { job, releasing, stranding, progress, cancel }: &ReplayRun<'_>,
 ) -> Result<ReplayReport, String> {
     let id = (broker.name.clone(), vhost.to_string(), queue.to_string());
     let all_filter = Filter::default();
@@ -1652,7 +1652,8 @@ async fn replay_claimed(
     // targets (`target`): it exists, and it does not drop its oldest when full unless the user
     // accepted that (issue 29, case 1: 900 of 1,000 records replayed into `x-max-length: 100`
     // were confirmed, marked replayed and dropped by the broker).
-    let mut targets = Targets::new(ManagementClient::new(broker), vhost, request.accept_drop_head);
+    let mut targets =
+        Targets::new(ManagementClient::new(broker), vhost, request.accept_drop_head).refusing(stranding.clone());
     let mut refused: HashMap<String, String> = HashMap::new();
     for to in routes.iter().map(|(_, to)| to).collect::<HashSet<&String>>() {
         if let Err(why) = targets.check(to).await {
@@ -1669,103 +1670,78 @@ async fn replay_claimed(
     let routes: Vec<(&Record, String)> = routes.into_iter().filter(|(h, _)| claimed.contains(&h.id)).collect();
 
     progress.settled(&report.failed[..], &[]);
-    let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
-    channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| e.to_string())?;
     // One batch is published while the one before waits for its confirms and is settled: the
     // broker's confirm latency no longer stops the stream (0.41-0.54 of the shovel's rate
-    // with one batch at a time). Returns are matched by the copy's header over the whole replay:
-    // lapin may hand one to the confirmation of a message of the batch before.
-    let mut returned: HashSet<i64> = HashSet::new();
-    let mut in_flight: Option<Sent> = None;
+    // with one batch at a time). A channel that fails ends the replay: the records not settled
+    // go back to held (`replay`), and a copy the broker took meanwhile is a duplicate, never a
+    // loss.
+    let mut publisher =
+        Publisher::open(&connection, Identify::Header(CUSTODY_ID_HEADER)).await.map_err(|e| e.to_string())?;
+    let channel_failed = |e: lapin::Error| format!("the replay stopped: {e}");
     for batch in routes.chunks(REPLAY_BATCH) {
         if cancel.is_cancelled() {
             report.cancelled = true;
             break;
         }
-        let sent = publish_batch(db, &channel, batch).await?;
-        if let Some(before) = in_flight.replace(sent) {
-            settle_batch(db, before, &mut returned, &mut report, progress).await?;
-        }
-        tokio::task::yield_now().await; // as the mover does between batches
+        let unsent = send_batch(db, &mut publisher, batch).await?;
+        let settled = publisher.end_batch().await.map_err(channel_failed)?;
+        record_settled(db, settled, unsent, &mut report, progress).await?;
     }
-    if let Some(last) = in_flight.take() {
-        settle_batch(db, last, &mut returned, &mut report, progress).await?;
-    }
-    let _ = channel.close(200, "replayed").await;
+    let settled = publisher.settle_all().await.map_err(channel_failed)?;
+    record_settled(db, settled, Vec::new(), &mut report, progress).await?;
+    publisher.close("replayed").await;
     let _ = connection.close(200, "replayed").await;
     Ok(report)
 }
 
-/// A batch of copies published and not yet settled.
-struct Sent<'r> {
-    pending: Vec<(&'r Record, String, lapin::publisher_confirm::PublisherConfirm)>,
-    /// (record, message id, why) of those that could not be published at all.
-    failed: Vec<(i64, Option<String>, String)>,
-}
+/// A record's id and message id, as its copy goes through the publisher.
+type Replaying = (i64, Option<String>);
 
-/// Publishes a batch with `mandatory`; what cannot be sent is failed at once.
-async fn publish_batch<'r>(
+/// Publishes a batch; returns (record, message id, why) of those that could not be published
+/// at all (their row went missing, or its properties cannot be read).
+async fn send_batch(
     db: &Db,
-    channel: &lapin::Channel,
-    batch: &[(&'r Record, String)],
-) -> Result<Sent<'r>, String> {
+    publisher: &mut Publisher<Replaying>,
+    batch: &[(&Record, String)],
+) -> Result<Vec<(i64, Option<String>, String)>, String> {
     let ids: Vec<i64> = batch.iter().map(|(h, _)| h.id).collect();
-    let bodies = bodies(db, &ids).await.map_err(|e| e.to_string())?;
-    let mut sent = Sent { pending: Vec::with_capacity(batch.len()), failed: Vec::new() };
+    let mut bodies = bodies(db, &ids).await.map_err(|e| e.to_string())?;
+    let mut unsent = Vec::new();
     for (h, to) in batch {
-        let Some((properties, body)) = bodies.get(&h.id) else {
-            sent.failed.push((h.id, h.message_id.clone(), "its row went missing".into()));
+        let Some((properties, body)) = bodies.remove(&h.id) else {
+            unsent.push((h.id, h.message_id.clone(), "its row went missing".into()));
             continue;
         };
-        let properties = match decode_properties(properties) {
+        let properties = match decode_properties(&properties) {
             Ok(p) => with_custody_id(p, h.id),
             Err(e) => {
-                sent.failed.push((h.id, h.message_id.clone(), e));
+                unsent.push((h.id, h.message_id.clone(), e));
                 continue;
             }
         };
-        let options = BasicPublishOptions { mandatory: true, ..Default::default() };
-        match channel.basic_publish("", to, options, body, properties).await {
-            Ok(confirm) => sent.pending.push((*h, to.clone(), confirm)),
-            Err(e) => sent.failed.push((h.id, h.message_id.clone(), e.to_string())),
-        }
+        let route = ("", to.as_str(), to.clone());
+        publisher
+            .send((h.id, h.message_id.clone()), route, Arc::new(body), properties)
+            .await
+            .map_err(|e| format!("the replay stopped: {e}"))?;
     }
-    Ok(sent)
+    Ok(unsent)
 }
 
-/// Waits for a batch's confirms, then marks each record replayed (confirmed, not returned) or
-/// back to held, in one transaction, and counts them.
-async fn settle_batch(
+/// Marks each settled record replayed (confirmed, not returned) or back to held, in one
+/// transaction, and counts them.
+async fn record_settled(
     db: &Db,
-    sent: Sent<'_>,
-    returned: &mut HashSet<i64>,
+    settled: Vec<Settled<Replaying>>,
+    mut failed: Vec<(i64, Option<String>, String)>,
     report: &mut ReplayReport,
     progress: &Progress,
 ) -> Result<(), String> {
-    let mut outcomes = Vec::with_capacity(sent.pending.len());
-    for (h, to, confirm) in sent.pending {
-        let outcome = confirm.await;
-        // lapin hands a return to whichever confirmation resolves next, an ack or a nack:
-        // the copy's own header says whose it is.
-        use lapin::publisher_confirm::Confirmation::{Ack, Nack};
-        if let Ok(Ack(Some(r)) | Nack(Some(r))) = &outcome {
-            returned.extend(custody_id(&r.properties));
-        }
-        outcomes.push((h, to, outcome));
-    }
-    let mut failed = sent.failed;
     let mut replayed = Vec::new();
-    for (h, to, outcome) in outcomes {
-        let why = match outcome {
-            Ok(lapin::publisher_confirm::Confirmation::Ack(_)) if !returned.contains(&h.id) => None,
-            Ok(lapin::publisher_confirm::Confirmation::Ack(_)) => Some(format!("returned: {to:?} did not take it")),
-            Ok(lapin::publisher_confirm::Confirmation::Nack(_)) => Some(refused_by_broker(&to)),
-            Ok(other) => Some(format!("not confirmed by the broker: {other:?}")),
-            Err(e) => Some(e.to_string()),
-        };
-        match why {
-            None => replayed.push((h.id, h.message_id.clone(), to)),
-            Some(why) => failed.push((h.id, h.message_id.clone(), why)),
+    for Settled { key: (id, message_id), to, outcome, .. } in settled {
+        match outcome {
+            Ok(()) => replayed.push((id, message_id, to)),
+            Err(why) => failed.push((id, message_id, why)),
         }
     }
     let marks: Vec<(i64, String)> = replayed.iter().map(|(id, _, to)| (*id, to.clone())).collect();
@@ -1808,6 +1784,7 @@ pub(super) fn with_custody_id(properties: BasicProperties, id: i64) -> BasicProp
     properties.with_headers(headers)
 }
 
+#[cfg(test)]
 fn custody_id(properties: &BasicProperties) -> Option<i64> {
     match properties.headers().as_ref()?.inner().get(CUSTODY_ID_HEADER)? {
         AMQPValue::LongString(s) => s.to_string().parse().ok(),

@@ -13,13 +13,15 @@
 //! returned. A classic queue has no delivery limit, so the held message can be browsed and
 //! requeued from there like from any dead-letter queue: its `x-death` history comes along.
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::publisher_confirm::Confirmation;
+use std::sync::Arc;
+
+use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::{BasicProperties, Connection};
 use sha2::{Digest, Sha256};
 
 use super::message::BROKER_BOOKKEEPING_HEADERS;
+use super::publish::{Identify, Publisher};
 use crate::broker::management::{ManagementClient, RawQueue};
 use crate::broker::policies::{self, Overflow};
 
@@ -102,10 +104,10 @@ pub fn copied_headers(properties: &BasicProperties) -> FieldTable {
     headers
 }
 
-/// A source's holding queue, declared and checked, with a confirm-mode channel of its own (a
-/// return is then this channel's, never mistaken for one of a move's copies).
+/// A source's holding queue, declared and checked, with a publisher of its own (a return is
+/// then this channel's, never mistaken for one of a move's copies).
 pub struct Holding {
-    channel: Channel,
+    publisher: Publisher<()>,
     queue: String,
 }
 
@@ -121,8 +123,8 @@ impl Holding {
     ) -> Result<Holding, String> {
         let queue = queue_name(source);
         let cannot = |e: &dyn std::fmt::Display| format!("cannot use the holding queue {queue:?}: {e}");
-        let channel = connection.create_channel().await.map_err(|e| cannot(&e))?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| cannot(&e))?;
+        let publisher = Publisher::open(connection, Identify::Content).await.map_err(|e| cannot(&e))?;
+        let channel = publisher.channel();
         let mut arguments = FieldTable::default();
         arguments.insert("x-queue-type".into(), AMQPValue::LongString("classic".into()));
         let options = QueueDeclareOptions { durable: true, ..Default::default() };
@@ -132,7 +134,7 @@ impl Holding {
         if let Some(problem) = loses_messages(&declared) {
             return Err(cannot(&problem));
         }
-        Ok(Holding { channel, queue })
+        Ok(Holding { publisher, queue })
     }
 
     pub fn queue(&self) -> &str {
@@ -141,28 +143,17 @@ impl Holding {
 
     /// Copies one message into the holding queue and waits for the broker's confirm. `Ok` means
     /// the copy is safe and the original may be acked.
-    pub async fn hold(&self, data: &[u8], properties: &BasicProperties) -> Result<(), String> {
+    pub async fn hold(&mut self, data: &[u8], properties: &BasicProperties) -> Result<(), String> {
         let properties = properties.clone().with_headers(copied_headers(properties));
-        let failed =
-            |e: &dyn std::fmt::Display| format!("could not be copied to the holding queue {:?}: {e}", self.queue);
-        let options = BasicPublishOptions { mandatory: true, ..Default::default() };
-        let confirm =
-            self.channel.basic_publish("", &self.queue, options, data, properties).await.map_err(|e| failed(&e))?;
-        let confirmation = confirm.await.map_err(|e| failed(&e))?;
-        // A return lapin has not attached to the confirmation yet is handed out here.
-        let stray = self.channel.wait_for_confirms().await.map_err(|e| failed(&e))?;
-        match confirmation {
-            Confirmation::Ack(None) if stray.is_empty() => Ok(()),
-            Confirmation::Ack(_) => Err(failed(&"the broker returned it as unroutable")),
-            Confirmation::Nack(_) => Err(failed(&"the broker refused it (nack)")),
-            Confirmation::NotRequested => Err(failed(&"publisher confirms are not enabled")),
-        }
+        let route = ("", self.queue.as_str(), self.queue.clone());
+        let settled = self.publisher.send_one((), route, Arc::new(data.to_vec()), properties).await;
+        settled
+            .and_then(|s| s.outcome)
+            .map_err(|e| format!("could not be copied to the holding queue {:?}: {e}", self.queue))
     }
 
     pub async fn close(self) {
-        if let Err(e) = self.channel.close(200, "done").await {
-            tracing::warn!(error = %e, "closing the holding queue's channel");
-        }
+        self.publisher.close("done").await;
     }
 }
 

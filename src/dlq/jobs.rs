@@ -22,6 +22,7 @@ use super::custody::{self, ReplayRequest};
 use super::message::Filter;
 use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target, Wanted};
 use crate::audit;
+use crate::broker::topology::QueueRole;
 use crate::metrics::QueueView;
 use crate::state::AppState;
 
@@ -178,6 +179,8 @@ enum Work {
     Replay {
         request: ReplayRequest,
         releasing: bool,
+        /// As [`Plan::stranding`].
+        stranding: HashMap<String, String>,
     },
 }
 
@@ -451,14 +454,7 @@ pub async fn start(
         stranding: if request.accept_stranding {
             HashMap::new()
         } else {
-            let live = state.live.snapshot();
-            live.iter()
-                .filter(|b| *b.name == *view.broker)
-                .flat_map(|b| b.queues.iter())
-                .filter(|q| *q.vhost == *view.vhost)
-                .filter_map(|q| super::target::stranding(view, q))
-                .map(|s| (s.queue, s.says))
-                .collect()
+            strandings(state, (&view.broker, &view.vhost, &view.name))
         },
     };
     plan.check()?;
@@ -532,7 +528,34 @@ pub async fn start_replay(
         action,
         request: serde_json::to_string(&request).expect("a request serialises"),
     };
-    launch(state, entry, action, Method::Custody, Work::Replay { request, releasing }).await
+    // A release hands the records back to the queue they were taken from.
+    let stranding =
+        if request.accept_stranding || releasing { HashMap::new() } else { strandings(state, (broker, vhost, queue)) };
+    launch(state, entry, action, Method::Custody, Work::Replay { request, releasing, stranding }).await
+}
+
+/// The queues of a source's vhost where copies from it would stay for good
+/// (`target::stranding`), as the last poll saw them, with why: moves, requeues and custody's
+/// replays and edits refuse them unless the request accepts the risk (issue 31, must-have 5;
+/// issue 29, must-have 1). The queues the messages name as they are read (`original_queue`)
+/// are among them, which no check before the work could know.
+pub fn strandings(state: &AppState, (broker, vhost, source): (&str, &str, &str)) -> HashMap<String, String> {
+    let live = state.live.snapshot();
+    let Some(queues) = live.iter().find(|b| *b.name == *broker).map(|b| &b.queues) else {
+        return HashMap::new();
+    };
+    let Some(view) = queues.iter().find(|q| *q.vhost == *vhost && *q.name == *source) else {
+        return HashMap::new();
+    };
+    let is_dlq = |name: &str| {
+        queues.iter().any(|q| *q.vhost == *vhost && *q.name == *name && q.dead_letters.role == QueueRole::Dlq)
+    };
+    queues
+        .iter()
+        .filter(|q| *q.vhost == *vhost)
+        .filter_map(|q| super::target::stranding(view, q, &is_dlq))
+        .map(|s| (s.queue, s.says))
+        .collect()
 }
 
 /// A replay's report in a move's terms, for the job's page and the API: each record numbered
@@ -567,12 +590,13 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
             Work::Move(plan) => mover::move_messages(&broker, &job.vhost, &job.queue, plan, &job.progress, &job.cancel)
                 .await
                 .map_err(|e| e.to_string()),
-            Work::Replay { request, releasing } => {
+            Work::Replay { request, releasing, stranding } => {
                 let tag = format!("audit-{}", job.id);
                 let queue = (job.vhost.as_str(), job.queue.as_str());
                 let run = custody::ReplayRun {
                     job: &tag,
                     releasing: *releasing,
+                    stranding,
                     progress: &job.progress,
                     cancel: &job.cancel,
                 };

@@ -37,6 +37,7 @@ pub mod holding;
 pub mod jobs;
 pub mod message;
 pub mod mover;
+pub mod publish;
 pub mod target;
 pub mod transfer;
 

@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lapin::message::{BasicReturnMessage, Delivery};
+use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
-    BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicQosOptions,
+    QueueDeclareOptions,
 };
-use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
@@ -27,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::audit::Fate;
 use super::holding::{self, Holding};
+use super::publish::{Identify, Publisher, Settled};
 use super::target::{copy_would_differ, Targets};
 use crate::broker::management::ManagementClient;
 use crate::config::BrokerConfig;
@@ -538,88 +538,12 @@ fn prefetch_for(messages: u64, bytes: u64) -> u16 {
     (MOVE_MEMORY as u64 / average).clamp(1, u64::from(PREFETCH)) as u16
 }
 
-/// A copy published and not yet settled.
-struct Pending {
-    copy: Copy,
-    confirm: Confirm,
-    /// A returned message matched it (`Mover::match_returns`).
-    returned: bool,
-}
-
-/// A publish whose frames are queued for lapin's IO thread and not yet written.
-type Sending = std::pin::Pin<Box<dyn std::future::Future<Output = lapin::Result<PublisherConfirm>> + Send + Sync>>;
-
-/// A copy's confirmation: still to come, or what the broker said.
-enum Confirm {
-    /// Its frames are not written yet (`Mover::publish`).
-    Sending(Sending),
-    Waiting(PublisherConfirm),
-    /// Acked (`Ok`), or refused with the reason.
-    Came(Result<(), String>),
-}
-
-impl Pending {
-    /// Waits for the broker's confirmation; a returned message lapin attached to it goes to
-    /// `returns`.
-    async fn confirmed(&mut self, returns: &mut Vec<BasicReturnMessage>) -> Result<(), MoveError> {
-        if let Confirm::Sending(sending) = &mut self.confirm {
-            self.confirm = Confirm::Waiting(sending.await?);
-        }
-        if let Confirm::Waiting(confirm) = &mut self.confirm {
-            let confirmation = confirm.await?;
-            self.confirm = Confirm::Came(self.outcome(confirmation, returns));
-        }
-        Ok(())
-    }
-
-    /// Takes the confirmation if it has come already, without waiting. A copy whose publish was
-    /// not awaited yet holds its confirmation inside that future, so it is polled too: a return
-    /// that lapin attached there would otherwise be missed.
-    fn confirmed_yet(&mut self, returns: &mut Vec<BasicReturnMessage>) -> Result<(), MoveError> {
-        if let Confirm::Sending(sending) = &mut self.confirm {
-            if let Some(sent) = futures_util::FutureExt::now_or_never(sending) {
-                self.confirm = Confirm::Waiting(sent?);
-            }
-        }
-        if let Confirm::Waiting(confirm) = &mut self.confirm {
-            if let Some(confirmation) = futures_util::FutureExt::now_or_never(confirm) {
-                self.confirm = Confirm::Came(self.outcome(confirmation?, returns));
-            }
-        }
-        Ok(())
-    }
-
-    fn outcome(&self, confirmation: Confirmation, returns: &mut Vec<BasicReturnMessage>) -> Result<(), String> {
-        match confirmation {
-            Confirmation::Ack(r) => {
-                returns.extend(r.map(|r| *r));
-                Ok(())
-            }
-            Confirmation::Nack(r) => {
-                returns.extend(r.map(|r| *r));
-                Err(super::target::refused_by_broker(&self.copy.to))
-            }
-            Confirmation::NotRequested => Err("publisher confirms are not enabled".to_string()),
-        }
-    }
-
-    fn same_as(&self, r: &BasicReturnMessage) -> bool {
-        r.delivery.exchange.as_str() == self.copy.exchange
-            && r.delivery.routing_key.as_str() == self.copy.routing_key
-            && r.delivery.data == *self.copy.data
-    }
-}
-
-/// What warren published for one original delivery (`tag` on the source channel).
+/// What the mover keeps of one original delivery (`tag` on the source channel) while its copy
+/// is in flight: the publisher hands it back with the copy's fate.
 struct Copy {
     tag: u64,
     position: usize,
     message_id: Option<String>,
-    to: String,
-    exchange: String,
-    routing_key: String,
-    /// Shared with the publish until it is written (`Mover::publish`).
-    data: Arc<Vec<u8>>,
     /// The original's, to hold it if the copy fails (`Mover::set_aside`).
     properties: BasicProperties,
 }
@@ -674,15 +598,8 @@ struct Mover<'a> {
     plan: &'a Plan,
     progress: &'a Progress,
     source: lapin::Channel,
-    publisher: lapin::Channel,
-    /// The batch being published.
-    in_flight: Vec<Pending>,
-    /// Body bytes of `in_flight`.
-    in_flight_bytes: usize,
-    /// The batch before it, published and awaiting its confirms.
-    previous: Vec<Pending>,
-    /// Returned copies not yet matched to the copy they came from.
-    returns: Vec<BasicReturnMessage>,
+    /// Copies in flight, in two batches (`publish::Publisher`).
+    publisher: Publisher<Copy>,
     prefetch: u16,
     /// While a consumer reads: its window. Copies in flight and messages kept both hold a place
     /// in it, so the copies are settled before it fills.
@@ -717,8 +634,7 @@ impl<'a> Mover<'a> {
         prefetch: u16,
     ) -> Result<Mover<'a>, MoveError> {
         let source = connection.create_channel().await?;
-        let publisher = connection.create_channel().await?;
-        publisher.confirm_select(ConfirmSelectOptions::default()).await?;
+        let publisher = Publisher::open(connection, Identify::Content).await?;
         let mut mover = Mover {
             connection,
             queue,
@@ -726,10 +642,6 @@ impl<'a> Mover<'a> {
             progress,
             source,
             publisher,
-            in_flight: Vec::new(),
-            in_flight_bytes: 0,
-            previous: Vec::new(),
-            returns: Vec::new(),
             prefetch,
             window: None,
             kept: Vec::new(),
@@ -1051,7 +963,7 @@ impl<'a> Mover<'a> {
             let opened = Holding::open(self.connection, self.targets.management(), self.vhost, self.queue).await;
             self.holding = Some(opened);
         }
-        match self.holding.as_ref().expect("opened above") {
+        match self.holding.as_mut().expect("opened above") {
             Ok(holding) => holding.hold(data, properties).await.map(|()| holding.queue().to_string()),
             Err(e) => Err(e.clone()),
         }
@@ -1104,19 +1016,17 @@ impl<'a> Mover<'a> {
                 if let Some(reason) = copy_too_large(&replay, self.connection.configuration().frame_max()) {
                     return self.skip(position, original, reason).await;
                 }
-                let data = Arc::new(delivery.data);
-                let confirm = self.publish(&exchange, &routing_key, data.clone(), replay).await?;
-                let properties = delivery.properties;
-                let copy = Copy { tag, position, message_id, to: label, exchange, routing_key, data, properties };
-                self.in_flight_bytes += copy.data.len();
-                self.in_flight.push(Pending { copy, confirm, returned: false });
+                let copy = Copy { tag, position, message_id, properties: delivery.properties };
+                let route = (exchange.as_str(), routing_key.as_str(), label);
+                self.publisher.send(copy, route, Arc::new(delivery.data), replay).await?;
                 // Half the window per batch, so that a consumer's next batch can come while the
                 // one before is confirmed; half the memory, for the same reason.
                 let batch = self.window.map_or(CONFIRM_WINDOW, |w| CONFIRM_WINDOW.min(w / 2).max(1));
-                if self.in_flight.len() >= batch || self.in_flight_bytes >= MOVE_MEMORY / 2 {
+                let (copies, bytes) = self.publisher.batch();
+                if copies >= batch || bytes >= MOVE_MEMORY / 2 {
                     self.end_batch().await?;
                 }
-                let unacked = self.in_flight.len() + self.previous.len() + self.kept.len();
+                let unacked = self.publisher.unsettled() + self.kept.len();
                 if self.window.is_some_and(|w| unacked >= w) {
                     self.settle_all().await?;
                 }
@@ -1125,124 +1035,48 @@ impl<'a> Mover<'a> {
         Ok(())
     }
 
-    /// Publishes a copy of `delivery` with `mandatory`, without waiting for lapin to write it:
-    /// the first poll takes the copy's confirm tag and queues its frames, in the order of the
-    /// calls, and only the write is left. Waiting for each write in turn cost a hand-over to
-    /// lapin's IO thread and back per message.
-    async fn publish(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        data: Arc<Vec<u8>>,
-        properties: BasicProperties,
-    ) -> Result<Confirm, MoveError> {
-        let channel = self.publisher.clone();
-        let (exchange, routing_key) = (exchange.to_string(), routing_key.to_string());
-        let mut sending: Sending = Box::pin(async move {
-            let options = BasicPublishOptions { mandatory: true, ..Default::default() };
-            channel.basic_publish(&exchange, &routing_key, options, &data, properties).await
-        });
-        Ok(match futures_util::poll!(&mut sending) {
-            std::task::Poll::Ready(confirm) => Confirm::Waiting(confirm?),
-            std::task::Poll::Pending => Confirm::Sending(sending),
-        })
-    }
-
     /// Ends the batch being published: the batch before it is settled, and this one awaits its
     /// confirms while the next is published.
     async fn end_batch(&mut self) -> Result<(), MoveError> {
-        self.settle_previous().await?;
-        self.previous = std::mem::take(&mut self.in_flight);
-        self.in_flight_bytes = 0;
-        // A batch whose reads and confirms were all ready already never returned to the
-        // runtime: let the pages and the checkpoints run between two batches.
-        tokio::task::yield_now().await;
-        Ok(())
+        let settled = self.publisher.end_batch().await?;
+        self.settle(settled).await
     }
 
     /// Settles every copy in flight.
     async fn settle_all(&mut self) -> Result<(), MoveError> {
-        self.end_batch().await?;
-        self.settle_previous().await
+        let settled = self.publisher.settle_all().await?;
+        self.settle(settled).await
     }
 
-    /// Waits for the confirms of the previous batch, then acks each original whose copy the
-    /// broker took and did not return as unroutable.
-    ///
-    /// Returns are matched to copies here, not taken from each copy's confirmation: lapin
-    /// hands a returned message to whichever confirmation it resolves next, and a multiple ack
-    /// resolves several in arbitrary order, so a return can sit on another copy's confirmation
-    /// (measured: 50 unroutable copies in flight, 7 confirmations carried a return), also on one
-    /// of the batch being published. The broker sends a copy's return before its ack, so once
-    /// every copy of this batch is confirmed, the return of each of them is on a confirmation
-    /// that has come: one of this batch or one of the next that came already, and both are
-    /// read. A returned message is matched by exchange, routing key and body; every copy in
-    /// flight that matches counts as returned, which can at worst leave a delivered copy's
-    /// original in the source (a duplicate), never ack an original whose copy was lost.
-    async fn settle_previous(&mut self) -> Result<(), MoveError> {
-        let mut batch = std::mem::take(&mut self.previous);
-        for pending in &mut batch {
-            pending.confirmed(&mut self.returns).await?;
-        }
-        for pending in &mut self.in_flight {
-            pending.confirmed_yet(&mut self.returns)?;
-        }
-        if self.in_flight.is_empty() {
-            // Nothing else is in flight: whatever lapin kept aside is this batch's.
-            self.returns.extend(self.publisher.wait_for_confirms().await?);
-        }
-        self.match_returns(&mut batch);
-        let mut safe = Vec::with_capacity(batch.len());
-        for Pending { copy, confirm, returned } in batch {
-            let ok = match confirm {
-                Confirm::Came(ok) => ok,
-                Confirm::Sending(_) | Confirm::Waiting(_) => Err("its confirmation never came".to_string()), // awaited above
-            };
-            let original = Original { tag: copy.tag, data: &copy.data, properties: &copy.properties };
-            match (ok, returned) {
-                (Ok(()), false) => safe.push(copy),
-                (Ok(()), true) => {
-                    let reason = format!("unroutable: nothing took the copy sent to {}", copy.to);
+    /// Acks each original whose copy the broker took and did not return as unroutable; the
+    /// others are set aside as failed.
+    async fn settle(&mut self, settled: Vec<Settled<Copy>>) -> Result<(), MoveError> {
+        let mut safe = Vec::with_capacity(settled.len());
+        for Settled { key: copy, to, data, outcome } in settled {
+            match outcome {
+                Ok(()) => safe.push((copy, to)),
+                Err(reason) => {
+                    let original = Original { tag: copy.tag, data: &data, properties: &copy.properties };
                     self.fail(copy.position, original, reason).await?
                 }
-                (Err(reason), _) => self.fail(copy.position, original, reason).await?,
             }
         }
         // Only now are the copies safe: ack their originals. One multiple ack covers every
         // unacked delivery up to its tag, so it is used only when none of those is to be kept
         // (given back at the end); the messages read after the batch have higher tags. It saves
         // one frame per message (its share of the speed-up was not measured on its own).
-        let Some(last) = safe.iter().map(|c| c.tag).max() else { return Ok(()) };
+        let Some(last) = safe.iter().map(|(c, _)| c.tag).max() else { return Ok(()) };
         if self.kept.iter().all(|&kept| kept > last) {
             self.source.basic_ack(last, BasicAckOptions { multiple: true }).await?;
         } else {
-            for copy in &safe {
+            for (copy, _) in &safe {
                 self.source.basic_ack(copy.tag, BasicAckOptions::default()).await?;
             }
         }
-        for copy in safe {
-            self.moved(Moved { position: copy.position, message_id: copy.message_id, to_queue: copy.to });
+        for (copy, to) in safe {
+            self.moved(Moved { position: copy.position, message_id: copy.message_id, to_queue: to });
         }
         Ok(())
-    }
-
-    /// Flags the copies in flight that the returns collected so far came from: those of `batch`
-    /// and of the batch being published.
-    fn match_returns(&mut self, batch: &mut [Pending]) {
-        for r in std::mem::take(&mut self.returns) {
-            let mut matched = false;
-            for pending in batch.iter_mut().chain(self.in_flight.iter_mut()) {
-                if pending.same_as(&r) {
-                    pending.returned = true;
-                    matched = true;
-                }
-            }
-            if !matched {
-                // Cannot tell which copy came back: none in flight counts as moved.
-                tracing::warn!(exchange = %r.delivery.exchange, "a returned copy matched none in flight");
-                batch.iter_mut().chain(self.in_flight.iter_mut()).for_each(|p| p.returned = true);
-            }
-        }
     }
 
     async fn finish(mut self) -> Result<MoveReport, MoveError> {
@@ -1263,7 +1097,7 @@ impl<'a> Mover<'a> {
         self.report.stopped = self.stop.take();
         self.report.left = Some(ready_count(&self.source, self.queue).await?);
         self.source.close(200, "done").await?;
-        self.publisher.close(200, "done").await?;
+        self.publisher.close("done").await;
         if let Some(Ok(holding)) = self.holding.take() {
             holding.close().await;
         }
@@ -1435,7 +1269,7 @@ pub async fn peek(
                     }
                 }
             }
-            let holder = holding.as_ref().expect("opened above");
+            let holder = holding.as_mut().expect("opened above");
             match holder.hold(&delivery.data, &delivery.properties).await {
                 Ok(()) => {
                     channel.basic_ack(delivery.delivery_tag, BasicAckOptions::default()).await?;

@@ -171,7 +171,14 @@ pub struct Stranding {
 /// that dead-letters into it: a queue whose dead letters go only into the DLQ being read is that
 /// DLQ's feeder, even when a reader on the DLQ (warren's own mover, or one a restart left
 /// listed for a few seconds) made the roles call it a wait queue feeding a consumed queue.
-pub fn stranding(source: &crate::metrics::QueueView, target: &crate::metrics::QueueView) -> Option<Stranding> {
+/// Nor is a queue whose dead letters go only into dead-letter queues (`is_dlq` says which):
+/// that is a work queue and its DLQ, as when records imported into another DLQ's custody go
+/// back to the queue they died in.
+pub fn stranding(
+    source: &crate::metrics::QueueView,
+    target: &crate::metrics::QueueView,
+    is_dlq: &dyn Fn(&str) -> bool,
+) -> Option<Stranding> {
     use crate::broker::topology::{message_ttl_ms, QueueRole};
     let info = &target.dead_letters;
     if message_ttl_ms(&target.arguments, &target.effective_policy).is_some() {
@@ -195,7 +202,8 @@ pub fn stranding(source: &crate::metrics::QueueView, target: &crate::metrics::Qu
              a dead letter has lost its expiration, so a copy sent there stays there for ever",
             info.role_reason
         )
-    } else if target.consumers == Some(0) && onward.iter().any(|q| **q != *source.name) && !confirmed_work {
+    } else if target.consumers == Some(0) && onward.iter().any(|q| **q != *source.name && !is_dlq(q)) && !confirmed_work
+    {
         format!(
             "has no consumer and dead-letters into {}: it looks like a delayed-retry wait queue, and a copy sent \
              there without its per-message expiration stays there for ever",

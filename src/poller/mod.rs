@@ -1177,7 +1177,7 @@ impl Poller {
         let (depth_source, depth_reason) = match depth {
             DepthSource::Prometheus => (
                 "prometheus /metrics/detailed, every poll".to_string(),
-                "the plugin serves depth and consumers for a fraction of a listing's broker CPU (PERF.md, benches/README.md)"
+                "the plugin serves depth and consumers for a fraction of a listing's broker CPU (0.12 against 3.4 CPU-s at 10,000 queues on 3.10.8; docs: Benchmarks)"
                     .to_string(),
             ),
             DepthSource::Listing if prometheus_used => (

@@ -1,6 +1,8 @@
 //! Custody in the JSON API (issue 18): what warren holds of a DLQ, grouped and filtered over
 //! every record, and replays from it, each recorded in the audit log like a move.
 
+use std::collections::HashMap;
+
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::header;
@@ -207,7 +209,12 @@ pub async fn edit_record(
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let job = format!("audit-{audit_id}");
-    let outcome = custody::edit_and_replay(&state.db, &config, (vhost, queue), id, &edit, &job).await;
+    let stranding = if edit.accept_stranding {
+        HashMap::new()
+    } else {
+        crate::dlq::jobs::strandings(state, (broker, vhost, queue))
+    };
+    let outcome = custody::edit_and_replay(&state.db, &config, (vhost, queue), id, &edit, (&job, stranding)).await;
     if let Ok((to, _)) = &outcome {
         state.jobs.put_into(broker, vhost, std::iter::once(to.as_str()));
     }
@@ -518,6 +525,7 @@ pub async fn release_custody(
         // A queue that drops its oldest when full is not filled blindly by a release either:
         // the records stay held, and the job says why.
         accept_drop_head: false,
+        accept_stranding: false,
     };
     start_replay(state, broker, vhost, queue, request, actor, true).await
 }

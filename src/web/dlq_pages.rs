@@ -744,11 +744,12 @@ async fn custody_replay_form(
     use crate::dlq::custody::{CustodySelection, CustodyTarget, ReplayRequest};
     let (mut scope, mut target, mut target_queue, mut filter) =
         (String::new(), String::new(), String::new(), message::Filter::default());
-    let mut accept_drop_head = false;
+    let (mut accept_drop_head, mut accept_stranding) = (false, false);
     for (key, value) in super::query::form_pairs(&body) {
         match key.as_str() {
             "scope" => scope = value,
             "accept_drop_head" => accept_drop_head = value == "true",
+            "accept_stranding" => accept_stranding = value == "true",
             "target" => target = value,
             "target_queue" => target_queue = value.trim().to_string(),
             key if key.starts_with("filter_") => {
@@ -771,7 +772,7 @@ async fn custody_replay_form(
         "queue" => return Err(WebError::BadRequest("name the target queue".to_string()).into()),
         _ => CustodyTarget::OriginalQueue,
     };
-    let request = ReplayRequest { selection, target, accept_drop_head };
+    let request = ReplayRequest { selection, target, accept_drop_head, accept_stranding };
     super::custody::payloads_for(&state, &access, (&broker, &vhost, &queue))?;
     let audit_id =
         super::custody::start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false)
@@ -919,6 +920,7 @@ async fn custody_edit_form(
                 edit.target = crate::dlq::custody::CustodyTarget::Queue(value.trim().to_string())
             }
             "accept_drop_head" => edit.accept_drop_head = value == "true",
+            "accept_stranding" => edit.accept_stranding = value == "true",
             _ => {}
         }
     }
@@ -1305,6 +1307,13 @@ pub(super) async fn target_queue_names(
     }
 }
 
+/// Whether a queue of the vhost of `view` is a dead-letter queue, as the last poll saw it.
+fn is_dlq<'a>(state: &'a AppState, view: &'a crate::metrics::QueueView) -> impl Fn(&str) -> bool + 'a {
+    move |name| {
+        last_polled(state, view, name).is_some_and(|q| q.dead_letters.role == crate::broker::topology::QueueRole::Dlq)
+    }
+}
+
 /// The queues of the vhost of `view` as the last poll saw them, by name.
 fn last_polled(state: &AppState, view: &crate::metrics::QueueView, name: &str) -> Option<crate::metrics::QueueView> {
     let live = state.live.snapshot();
@@ -1322,7 +1331,7 @@ pub(super) fn strandings(
     names
         .iter()
         .filter_map(|n| last_polled(state, view, n))
-        .filter_map(|q| crate::dlq::target::stranding(view, &q))
+        .filter_map(|q| crate::dlq::target::stranding(view, &q, &is_dlq(state, view)))
         .collect()
 }
 
@@ -1362,7 +1371,7 @@ async fn target_notes(
                 strands: false,
             });
         }
-        if let Some(stranding) = crate::dlq::target::stranding(view, &q) {
+        if let Some(stranding) = crate::dlq::target::stranding(view, &q, &is_dlq(state, view)) {
             notes.push(TargetNote {
                 queue: name.clone(),
                 says: stranding.says,

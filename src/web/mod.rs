@@ -11,6 +11,7 @@ mod brokers;
 mod clients;
 pub mod custody;
 mod dlq_pages;
+mod docs;
 mod format;
 mod freshness;
 mod jobs;
@@ -75,6 +76,7 @@ fn routes(state: AppState) -> Router {
         .merge(topology::router())
         .merge(nodes::router())
         .merge(openapi::router())
+        .merge(docs::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         // The obvious guess for a list of dead-letter queues.
