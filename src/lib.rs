@@ -79,6 +79,7 @@ pub async fn run(
     let interrupted = dlq::audit::mark_interrupted(&state.db).await?;
     // Whatever the configuration says now: a record left claimed would be stranded.
     let reclaimed = dlq::custody::recover(&state.db).await?;
+    dlq::custody::fill_error_groups(&state.db).await?;
     // The browser's snapshots as they were shown before the restart (outdated ones marked so).
     let snapshots = dlq::browse::load(&state.db, &state.snapshots).await?;
     tracing::debug!(snapshots, "stored snapshots loaded");

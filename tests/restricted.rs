@@ -438,3 +438,77 @@ async fn a_snapshot_of_a_restricted_queue_answers_no_content_filter_below_the_pa
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }
+
+/// Issue 31, must-have 6: error groups are error text. Below the payload role, custody's
+/// `by_error` is empty, the page has no groups, and a filter by group is refused on the custody
+/// list, its export and a requeue, as the other error filters are; back in the broker, the
+/// snapshot's page shows no groups either. The admin reads the groups (the test can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_groups_are_for_the_payload_role() {
+    let (vhost, connection, channel, warren, people) = setup("restrictgroups").await;
+    let api = custody_api(&vhost);
+    // `pw=hunter0` .. `pw=hunter2`: one group, its value set aside as an id.
+    let group = "validation failed for user pw=<id>";
+    let encoded = percent_encoding::utf8_percent_encode(group, percent_encoding::NON_ALPHANUMERIC).to_string();
+    let (_, list) = get(&warren, &people.ada, &api).await;
+    let list: Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list["custody"]["by_error"][0]["value"], group, "{list}");
+    assert_eq!(list["custody"]["by_error"][0]["variant_count"], 3, "{list}");
+    let (_, list) = get(&warren, &people.ada, &format!("{api}?error_group={encoded}")).await;
+    assert_eq!(serde_json::from_str::<Value>(&list).unwrap()["custody"]["matching"], 3, "{list}");
+    let (_, page) = get(&warren, &people.ada, &dlq_page(&vhost)).await;
+    assert!(page.contains("validation failed for user pw=&#60;id&#62;"), "the admin's page groups: {page}");
+
+    let broker_queue = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
+    for (name, session) in [("otto", &people.otto), ("vera", &people.vera)] {
+        let (status, list) = get(&warren, session, &api).await;
+        assert_eq!(status, 200, "{list}");
+        assert!(!list.contains("validation failed"), "{name}: {list}");
+        assert_eq!(serde_json::from_str::<Value>(&list).unwrap()["custody"]["by_error"], json!([]), "{name}");
+        let (_, page) = get(&warren, session, &dlq_page(&vhost)).await;
+        assert!(!page.contains("validation failed") && !page.contains(">By error<"), "{name}: {page}");
+        let mut answers = Vec::new();
+        for value in [encoded.as_str(), "no-such-group"] {
+            let routes = [
+                get(&warren, session, &format!("{api}?error_group={value}")).await,
+                get(&warren, session, &format!("{api}/export?error_group={value}")).await,
+                post(
+                    &warren,
+                    session,
+                    &format!("{broker_queue}/requeue"),
+                    json!({"selection": {"matching": {"error_group": value}}, "target": "original_queue"}),
+                )
+                .await,
+            ];
+            for (status, body) in &routes {
+                assert_eq!(*status, 403, "{name} with {value}: {body}");
+                assert!(!body.contains("validation failed"), "{name}: {body}");
+            }
+            answers.push(routes);
+        }
+        assert_eq!(answers[0].len(), answers[1].len());
+        // The page does not apply it: a match and no match show the same records.
+        let shown = |body: &str| body.matches("/custody/").count();
+        let (_, matching) = get(&warren, session, &format!("{}?error_group={encoded}", dlq_page(&vhost))).await;
+        let (_, none) = get(&warren, session, &format!("{}?error_group=no-such-group", dlq_page(&vhost))).await;
+        assert_eq!(shown(&matching), shown(&none), "{name}");
+    }
+
+    // Back in the broker: the snapshot's groups are the admin's alone.
+    release(&warren, &people, &vhost, &channel).await;
+    let (status, taken) =
+        post(&warren, &people.ada, &snapshot_api(&vhost), json!({"confirm": "true", "count": 10})).await;
+    assert_eq!(status, 200, "{taken}");
+    let (_, page) = get(&warren, &people.ada, &dlq_page(&vhost)).await;
+    assert!(page.contains("validation failed for user pw=&#60;id&#62;</a>"), "the admin's snapshot groups: {page}");
+    for (name, session) in [("otto", &people.otto), ("vera", &people.vera)] {
+        let (_, page) = get(&warren, session, &dlq_page(&vhost)).await;
+        assert!(!page.contains("validation failed") && !page.contains(">By error<"), "{name}: {page}");
+        let (_, filtered) = get(&warren, session, &format!("{}?error_group={encoded}", dlq_page(&vhost))).await;
+        let (_, none) = get(&warren, session, &format!("{}?error_group=no-such-group", dlq_page(&vhost))).await;
+        let rows = |body: &str| body.matches("<tr data-position=").count();
+        assert_eq!((rows(&filtered), rows(&none)), (3, 3), "{name}: the group filter does not apply");
+    }
+    warren.stop().await;
+    connection.close(0, "done").await.ok();
+}

@@ -330,6 +330,25 @@ pub fn start_intakes(
     }
 }
 
+/// Gives records taken in before their error's group was kept (migration 0023) their group,
+/// so that a filter by group finds them too. Reads only the error texts; once, at start.
+pub async fn fill_error_groups(db: &Db) -> Result<u64, sqlx::Error> {
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as("select id, error from custody_messages where error_group is null and error is not null")
+            .fetch_all(db)
+            .await?;
+    let mut tx = db.begin().await?;
+    for (id, error) in &rows {
+        sqlx::query("update custody_messages set error_group = ? where id = ?")
+            .bind(super::framework::error_group(error))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(rows.len() as u64)
+}
+
 /// Resets records a crash left claimed: no replay runs at start.
 pub async fn recover(db: &Db) -> Result<u64, sqlx::Error> {
     let done = sqlx::query("update custody_messages set state = 'held', job = null where state = 'claimed'")
@@ -460,11 +479,11 @@ async fn insert(conn: &mut sqlx::SqliteConnection, id: &QueueId, now: i64, t: &T
     sqlx::query(
         "insert into custody_messages (broker, vhost, queue, received_at, exchange, routing_key, properties,
          properties_json, body, size, message_id, reason, original_queue, error, redelivered, body_nul,
-         fingerprint)
+         fingerprint, error_group)
          values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
                  ?15 and exists (select 1 from custody_messages
                                  where broker = ?1 and vhost = ?2 and queue = ?3 and fingerprint = ?17),
-                 ?16, ?17)",
+                 ?16, ?17, ?18)",
     )
     .bind(&id.0)
     .bind(&id.1)
@@ -483,6 +502,7 @@ async fn insert(conn: &mut sqlx::SqliteConnection, id: &QueueId, now: i64, t: &T
     .bind(t.redelivered)
     .bind(t.body.contains(&0))
     .bind(&t.fingerprint)
+    .bind(message::error_group(&t.summary))
     .execute(conn)
     .await?;
     Ok(())
@@ -707,7 +727,8 @@ pub struct Record {
     pub state: String,
 }
 
-/// A triage group: the records sharing a reason, an original queue or an error.
+/// A triage group: the records sharing a reason, an original queue or an error's group
+/// (`framework::error_group`: its type and its message's fingerprint).
 #[derive(Debug, Clone, Serialize)]
 pub struct Group {
     /// "—" for records without one (no error groups of those).
@@ -716,6 +737,57 @@ pub struct Group {
     /// When custody took in the first and the last of them, unix seconds.
     pub first_seen: i64,
     pub last_seen: i64,
+    /// An error group's texts as recorded, with their records, most first (`VARIANTS_SHOWN` at
+    /// most; `variant_count` says how many there are).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<Variant>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub variant_count: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// One text of an error group, as the application recorded it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Variant {
+    pub value: String,
+    pub records: usize,
+}
+
+/// Variants listed in a group, at most: a group of 100,000 order numbers names the commonest.
+pub const VARIANTS_SHOWN: usize = 20;
+
+/// Error texts, each with its records and when the first and the last were taken in (unix
+/// seconds; 0 where not known), as groups (`framework::error_group`) with their variants,
+/// largest first, then by value.
+pub fn error_groups(errors: impl IntoIterator<Item = (String, usize, i64, i64)>) -> Vec<Group> {
+    let mut by_group: HashMap<String, (Group, HashMap<String, usize>)> = HashMap::new();
+    for (error, n, first, last) in errors {
+        let value = super::framework::error_group(&error);
+        let (group, variants) = by_group.entry(value.clone()).or_insert_with(|| {
+            let group =
+                Group { value, records: 0, first_seen: first, last_seen: last, variants: Vec::new(), variant_count: 0 };
+            (group, HashMap::new())
+        });
+        group.records += n;
+        group.first_seen = group.first_seen.min(first);
+        group.last_seen = group.last_seen.max(last);
+        *variants.entry(error).or_default() += n;
+    }
+    let mut out: Vec<Group> = by_group
+        .into_values()
+        .map(|(mut group, variants)| {
+            group.variant_count = variants.len();
+            group.variants = variants.into_iter().map(|(value, records)| Variant { value, records }).collect();
+            group.variants.sort_by(|a, b| b.records.cmp(&a.records).then_with(|| a.value.cmp(&b.value)));
+            group.variants.truncate(VARIANTS_SHOWN);
+            group
+        })
+        .collect();
+    out.sort_by(|a, b| b.records.cmp(&a.records).then_with(|| a.value.cmp(&b.value)));
+    out
 }
 
 /// What custody holds of a queue, filtered, with its groups over every held record.
@@ -770,6 +842,10 @@ fn conditions(broker: &str, vhost: &str, queue: &str, states: &str, filter: &Fil
     if let Some(error) = set(&filter.error) {
         conditions.push_str(" and instr(lower(error), ?) > 0");
         values.push(error.to_ascii_lowercase());
+    }
+    if let Some(group) = set(&filter.error_group) {
+        conditions.push_str(" and error_group = ?");
+        values.push(group);
     }
     if let Some(text) = set(&filter.text) {
         // LIKE folds ASCII case as lower() does, without copying each body; it stops at a NUL
@@ -1146,6 +1222,8 @@ pub async fn list(
                 records: 0,
                 first_seen: first,
                 last_seen: last,
+                variants: Vec::new(),
+                variant_count: 0,
             });
             group.records += n as usize;
             group.first_seen = group.first_seen.min(first);
@@ -1159,8 +1237,11 @@ pub async fn list(
         out
     };
     let [reasons, queues, errors] = groups;
-    let (by_reason, by_original_queue, by_error) =
-        (ordered(reasons, true), ordered(queues, true), ordered(errors, false));
+    let (by_reason, by_original_queue) = (ordered(reasons, true), ordered(queues, true));
+    // Errors by their group, from the error texts the scan gave (old records too, whatever
+    // their stored group), each with its variants.
+    let by_error =
+        error_groups(errors.into_iter().filter_map(|(k, g)| Some((k?, g.records, g.first_seen, g.last_seen))));
 
     let records = if filter.is_empty() {
         let kept = (counts.held + counts.claimed) as usize;
@@ -1732,6 +1813,24 @@ mod tests {
         let back = decode_properties(&encode_properties(&properties).unwrap()).unwrap();
         assert_eq!(back, properties);
         assert!(decode_properties(b"\xff").is_err(), "garbage is an error, not a panic");
+    }
+
+    #[test]
+    fn errors_group_by_cause_with_their_variants() {
+        let errors =
+            (0..78).map(|n| (format!("java.lang.NullPointerException: customer of order {n} is null"), 1, n, n));
+        let other = std::iter::once(("com.shop.SkuUnknown: sku 'A-1' unknown".to_string(), 5, 100, 200));
+        let groups = error_groups(errors.chain(other));
+        assert_eq!(groups.len(), 2);
+        let npe = &groups[0];
+        assert_eq!(npe.value, "java.lang.NullPointerException: customer of order <n> is null");
+        assert_eq!((npe.records, npe.variant_count, npe.variants.len()), (78, 78, VARIANTS_SHOWN));
+        assert_eq!((npe.first_seen, npe.last_seen), (0, 77));
+        assert_eq!(groups[1].value, "com.shop.SkuUnknown: sku <q> unknown");
+        assert_eq!(
+            groups[1].variants,
+            vec![Variant { value: "com.shop.SkuUnknown: sku 'A-1' unknown".into(), records: 5 }]
+        );
     }
 
     #[test]

@@ -348,6 +348,24 @@ pub fn fingerprint(text: &str) -> String {
     out
 }
 
+/// The group of an error line (`Type: message`, as `message::error_line` writes it): the type
+/// as it is and the message's [`fingerprint`], so that `OrderException: order 123 failed` and
+/// `OrderException: order 456 failed` are one cause (issue 31, case 7: 78 groups of 1). A line
+/// of one word is a type alone, kept as it is (`S3Error` is no id); a line whose head is not a
+/// type (it holds spaces) is fingerprinted whole.
+pub fn error_group(line: &str) -> String {
+    let line = line.trim();
+    if !line.contains(char::is_whitespace) && !line.contains(':') {
+        return line.to_string();
+    }
+    match line.split_once(": ") {
+        Some((kind, message)) if !kind.is_empty() && !kind.contains(char::is_whitespace) => {
+            format!("{kind}: {}", fingerprint(message))
+        }
+        _ => fingerprint(line),
+    }
+}
+
 /// One word: a number, or a word holding digits (an id, a UUID, a hex string) becomes a
 /// placeholder; a plain word stays.
 fn word_fingerprint(word: &str) -> String {
@@ -577,6 +595,21 @@ mod tests {
         assert!(fingerprint(&"\"".repeat(10_000)).chars().count() < 10_000);
         assert!(fingerprint(&"ä1'".repeat(100_000)).len() < 100_000);
         assert_eq!(fingerprint("Bestellung 7 für Müller"), "Bestellung <n> für Müller");
+    }
+
+    #[test]
+    fn error_groups_keep_the_type_and_fingerprint_the_message() {
+        let a = error_group("java.lang.NullPointerException: customer of order 42 is null");
+        assert_eq!(a, "java.lang.NullPointerException: customer of order <n> is null");
+        assert_eq!(a, error_group("java.lang.NullPointerException: customer of order 4711 is null"));
+        assert_ne!(a, error_group("java.lang.IllegalStateException: customer of order 42 is null"), "the type parts");
+        // A type with digits in its name stays; so does a type alone.
+        assert_eq!(error_group("S3Exception: key 'a/b' missing"), "S3Exception: key <q> missing");
+        assert_eq!(error_group("E_ORDER2"), "E_ORDER2");
+        // No type: the whole line is fingerprinted.
+        assert_eq!(error_group("order 7 failed"), "order <n> failed");
+        assert_eq!(error_group("order 7 failed: no stock"), "order <n> failed: no stock");
+        assert_eq!(error_group("  "), "");
     }
 
     #[test]

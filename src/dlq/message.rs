@@ -101,6 +101,19 @@ pub fn summarize(position: usize, identity: String, message: PeekedMessage) -> S
         .or_else(|| deaths.first().and_then(|d| text(d.get("reason"))))
         .or_else(|| header("x-first-death-reason"));
     let error = framework::error(h);
+    // The body as it is already held (borrowed; decoded only where the broker gave base64), read
+    // once for a framework's envelope and, on a dramatiq message without an error header, for
+    // the traceback it keeps in its body. A copy of every body here broke custody's memory
+    // ceiling before.
+    let (app, error) = {
+        let body = payload(&message);
+        let app = framework::recognise(h, &body);
+        let error = match error {
+            None if app.as_ref().is_some_and(|a| a.framework == "dramatiq") => framework::body_error(&body),
+            error => error,
+        };
+        (app, error)
+    };
     // Only a message the broker never dead-lettered is read for the application's origin: the
     // broker's record of a death wins over headers anyone can set.
     let app_origin = if original_queue.is_none() && reason.is_none() { framework::origin(h) } else { None };
@@ -125,7 +138,6 @@ pub fn summarize(position: usize, identity: String, message: PeekedMessage) -> S
     let first_death_reason =
         header("x-first-death-reason").or_else(|| deaths.last().and_then(|d| text(d.get("reason"))));
     let first = deaths.iter().find(|d| text(d.get("queue")) == first_death_queue).or(deaths.last());
-    let app = framework::recognise(h, &payload_bytes(&message));
     let (message_id, message_id_from) = match text(message.properties.get("message_id")).filter(|s| !s.is_empty()) {
         Some(id) => (Some(id), Some("the message_id property")),
         None => match app.as_ref().and_then(|a| a.id.clone().map(|id| (id, a.id_from))) {
@@ -248,6 +260,10 @@ pub struct Filter {
     /// Part of the error the application recorded (`error_line`), case-insensitive.
     #[serde(default)]
     pub error: Option<String>,
+    /// The group of the error (`error_group`: its type and its message's fingerprint), exactly:
+    /// every message of one cause, whatever order number or id its text holds.
+    #[serde(default)]
+    pub error_group: Option<String>,
     /// A header, by its exact name: present (no `header_value`), or with part of its value,
     /// case-insensitive (a value that is not a string compares as its JSON text).
     #[serde(default)]
@@ -352,8 +368,18 @@ pub fn json_text(value: &Value) -> String {
 }
 
 /// The form fields a filter travels in (`filter_<name>`), with its query names.
-const FORM_FIELDS: [&str; 9] =
-    ["reason", "original", "text", "error", "header", "header_value", "json_path", "json_value", "regex"];
+const FORM_FIELDS: [&str; 10] = [
+    "reason",
+    "original",
+    "text",
+    "error",
+    "error_group",
+    "header",
+    "header_value",
+    "json_path",
+    "json_value",
+    "regex",
+];
 
 /// The error an application recorded on a message, as one line: `Type: message`.
 pub fn error_line(m: &SnapshotMessage) -> Option<String> {
@@ -363,6 +389,12 @@ pub fn error_line(m: &SnapshotMessage) -> Option<String> {
         (Some(one), None) | (None, Some(one)) => Some(one.clone()),
         (None, None) => None,
     }
+}
+
+/// The group of the error an application recorded: `framework::error_group` of its
+/// `error_line`, what "By error" counts and the `error_group` filter matches.
+pub fn error_group(m: &SnapshotMessage) -> Option<String> {
+    error_line(m).map(|line| framework::error_group(&line))
 }
 
 impl Filter {
@@ -376,6 +408,7 @@ impl Filter {
             "original" => &mut self.original_queue,
             "text" => &mut self.text,
             "error" => &mut self.error,
+            "error_group" => &mut self.error_group,
             "header" => &mut self.header,
             "header_value" => &mut self.header_value,
             "json_path" => &mut self.json_path,
@@ -392,6 +425,7 @@ impl Filter {
             "original" => &self.original_queue,
             "text" => &self.text,
             "error" => &self.error,
+            "error_group" => &self.error_group,
             "header" => &self.header,
             "header_value" => &self.header_value,
             "json_path" => &self.json_path,
@@ -531,7 +565,7 @@ impl Filter {
     /// Whether it searches what a role below a queue's payload role may not read: payloads,
     /// headers, or the application's error, which is read from the headers (issue 29).
     pub fn searches_content(&self) -> bool {
-        self.reads_content() || !self.value("error").trim().is_empty()
+        self.reads_content() || ["error", "error_group"].iter().any(|f| !self.value(f).trim().is_empty())
     }
 
     /// The filter without what searches payloads and headers.
@@ -540,6 +574,7 @@ impl Filter {
             reason: self.reason.clone(),
             original_queue: self.original_queue.clone(),
             error: self.error.clone(),
+            error_group: self.error_group.clone(),
             ..Filter::default()
         }
     }
@@ -568,6 +603,11 @@ impl Filter {
         if let Some(needle) = Self::field(&self.error) {
             let line = error_line(m).unwrap_or_default().to_lowercase();
             if !line.contains(&needle.to_lowercase()) {
+                return Ok(false);
+            }
+        }
+        if let Some(group) = Self::field(&self.error_group) {
+            if error_group(m).as_deref() != Some(group) {
                 return Ok(false);
             }
         }
@@ -627,6 +667,9 @@ impl Filter {
         if let Some(v) = Self::field(&self.error) {
             parts.push(format!("application error containing {v:?}"));
         }
+        if let Some(v) = Self::field(&self.error_group) {
+            parts.push(format!("application error of the group {v:?}"));
+        }
         match (self.header_name(), self.header_part()) {
             (Some(h), Some(v)) => parts.push(format!("header {h:?} containing {v:?}")),
             (Some(h), None) => parts.push(format!("header {h:?} present")),
@@ -645,6 +688,15 @@ impl Filter {
         } else {
             parts.join(", ")
         }
+    }
+}
+
+/// The payload as bytes, borrowed where it is text (decoded where the broker had to use base64).
+pub fn payload(m: &PeekedMessage) -> std::borrow::Cow<'_, [u8]> {
+    if m.payload_encoding == "base64" {
+        std::borrow::Cow::Owned(payload_bytes(m))
+    } else {
+        std::borrow::Cow::Borrowed(m.payload.as_bytes())
     }
 }
 
@@ -938,6 +990,64 @@ mod tests {
             assert!(f.set_form_field(&format!("filter_{k}"), v.to_string()), "{k}");
         }
         f
+    }
+
+    fn peeked(headers: Value, payload: &str) -> PeekedMessage {
+        let mut properties = Map::new();
+        if !headers.is_null() {
+            properties.insert("headers".to_string(), headers);
+        }
+        PeekedMessage {
+            properties,
+            payload: payload.to_string(),
+            payload_encoding: "string".to_string(),
+            payload_bytes: payload.len() as u64,
+            exchange: String::new(),
+            routing_key: String::new(),
+            redelivered: false,
+        }
+    }
+
+    /// Issue 31, case 7: a dramatiq message keeps its traceback in its body; an error header
+    /// wins over it; a body that only looks like one gives nothing.
+    #[test]
+    fn a_dramatiq_traceback_in_the_body_is_the_error() {
+        let body = serde_json::json!({"message_id": "m1", "actor_name": "charge", "args": [], "kwargs": {},
+            "options": {"retries": 3, "traceback": "Traceback (most recent call last):\n  File \"a.py\", line 3\nKeyError: 'customer 42'\n"}})
+        .to_string();
+        let s = summarize(1, String::new(), peeked(Value::Null, &body));
+        assert_eq!(error_line(&s).as_deref(), Some("KeyError: 'customer 42'"));
+        assert_eq!(error_group(&s).as_deref(), Some("KeyError: <q>"));
+        assert_eq!(s.reason.as_deref(), Some(REPUBLISHED), "dramatiq publishes its dead letters itself");
+        let s = summarize(1, String::new(), peeked(serde_json::json!({"x-error": "header wins"}), &body));
+        assert_eq!(error_line(&s).as_deref(), Some("header wins"));
+        // Not dramatiq's envelope (no actor): the body is not read for an error.
+        let plain = r#"{"options": {"traceback": "ValueError: x"}}"#;
+        assert_eq!(summarize(1, String::new(), peeked(Value::Null, plain)).error, None);
+    }
+
+    /// Issue 31, must-have 6: one group however many order numbers; the group filter takes them
+    /// all, and only them, and is a content filter.
+    #[test]
+    fn the_error_group_filter_takes_every_variant_of_one_cause() {
+        let spring = |order: u32, kind: &str| {
+            let trace = format!(
+                "org.springframework.amqp.rabbit.support.ListenerExecutionFailedException: Listener method threw\n\
+                 Caused by: {kind}: customer of order {order} is null\n\tat a.B(B.java:1)"
+            );
+            summarize(1, String::new(), peeked(serde_json::json!({"x-exception-stacktrace": trace}), "{}"))
+        };
+        let group = error_group(&spring(1, "java.lang.NullPointerException")).unwrap();
+        assert_eq!(group, "java.lang.NullPointerException: customer of order <n> is null");
+        let f = filter(&[("error_group", &group)]);
+        assert!((1..50).all(|n| f.matches(&spring(n, "java.lang.NullPointerException"))));
+        assert!(!f.matches(&spring(1, "java.lang.IllegalStateException")));
+        assert!(f.searches_content() && !f.reads_content());
+        assert_eq!(
+            f.query(),
+            "error_group=java.lang.NullPointerException%3A%20customer%20of%20order%20%3Cn%3E%20is%20null"
+        );
+        assert!(f.describe().contains("group"));
     }
 
     /// Issue 18, must-have 3: a header's value, a path into a JSON payload, a regular

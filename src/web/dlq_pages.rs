@@ -171,7 +171,7 @@ struct CustodyView {
     /// (value, records, the page filtered to it or empty, first and last taken in).
     by_reason: Vec<(String, usize, String, String)>,
     by_queue: Vec<(String, usize, String, String)>,
-    by_error: Vec<(String, usize, String, String)>,
+    by_error: Vec<ErrorGroupRow>,
     matching: usize,
     records: Vec<CustodyRow>,
     /// The least role that reads payloads here, when `me` is below it: no export, and the
@@ -274,7 +274,7 @@ async fn custody_view(
         intake_stopped,
         by_reason: groups(base, "reason", listing.by_reason),
         by_queue: groups(base, "original", listing.by_original_queue),
-        by_error: groups(base, "error", listing.by_error),
+        by_error: error_group_rows(base, listing.by_error),
         matching: listing.matching,
         content_hidden: (!allowed).then(|| payload_role_name(state, (&view.broker, &view.vhost, &view.name))),
         export_href: {
@@ -309,8 +309,9 @@ struct SnapshotView {
     /// (value, messages, the page filtered to it or empty): by reason, queue died in, error.
     by_reason: Vec<(String, usize, String)>,
     by_queue: Vec<(String, usize, String)>,
-    /// By the error the application recorded (`any_error`: some message has one).
-    by_error: Vec<(String, usize, String)>,
+    /// By the error the application recorded, grouped by cause (`any_error`: some message has
+    /// one).
+    by_error: Vec<ErrorGroupRow>,
     /// Messages in the queue as of the last poll, for the bound of the counts.
     queue_total: String,
     any_error: bool,
@@ -407,6 +408,60 @@ fn groups(base: &str, param: &str, groups: Vec<crate::dlq::custody::Group>) -> V
         .collect()
 }
 
+/// One error group as "By error" lists it: the group (type and fingerprinted message), its
+/// messages, the page filtered to it (`error_group`), when custody took in its first and last
+/// (empty for a snapshot), and the texts it gathers as recorded, with their counts.
+struct ErrorGroupRow {
+    value: String,
+    count: usize,
+    href: String,
+    seen: String,
+    variants: Vec<(String, usize)>,
+    /// Texts of the group not listed (`custody::VARIANTS_SHOWN`).
+    more_variants: usize,
+}
+
+/// A snapshot's messages by error group, and those without an error as one unknown row.
+fn snapshot_error_groups(base: &str, snapshot: &Snapshot) -> Vec<ErrorGroupRow> {
+    let lines: Vec<Option<String>> = snapshot.messages.iter().map(message::error_line).collect();
+    let none = lines.iter().filter(|l| l.is_none()).count();
+    let errors = counts(lines.into_iter().filter(Option::is_some)).into_iter().map(|(line, n)| (line, n, 0, 0));
+    let mut rows = error_group_rows(base, crate::dlq::custody::error_groups(errors));
+    if none > 0 {
+        let unknown = format::UNKNOWN.to_string();
+        let row = ErrorGroupRow {
+            value: unknown,
+            count: none,
+            href: String::new(),
+            seen: String::new(),
+            variants: Vec::new(),
+            more_variants: 0,
+        };
+        rows.push(row);
+    }
+    rows
+}
+
+fn error_group_rows(base: &str, groups: Vec<crate::dlq::custody::Group>) -> Vec<ErrorGroupRow> {
+    let at = |t: i64| format::time(chrono::DateTime::from_timestamp(t, 0));
+    groups
+        .into_iter()
+        .map(|g| {
+            let seen =
+                if g.first_seen > 0 { format!("{} … {}", at(g.first_seen), at(g.last_seen)) } else { String::new() };
+            let href = filtered(base, "error_group", vec![(g.value.clone(), g.records)]).remove(0).2;
+            ErrorGroupRow {
+                more_variants: g.variant_count.saturating_sub(g.variants.len()),
+                variants: g.variants.into_iter().map(|v| (v.value, v.records)).collect(),
+                value: g.value,
+                count: g.records,
+                href,
+                seen,
+            }
+        })
+        .collect()
+}
+
 fn filtered(base: &str, param: &str, groups: Vec<(String, usize)>) -> Vec<(String, usize, String)> {
     groups
         .into_iter()
@@ -498,7 +553,7 @@ fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter, shown: &[
         delivery_limit: snapshot.delivery_limit,
         by_reason: filtered(base, "reason", counts(snapshot.messages.iter().map(|m| m.reason.clone()))),
         by_queue: filtered(base, "original", counts(snapshot.messages.iter().map(|m| m.original_queue.clone()))),
-        by_error: filtered(base, "error", counts(snapshot.messages.iter().map(message::error_line))),
+        by_error: snapshot_error_groups(base, snapshot),
         queue_total: String::new(),
         any_error: snapshot.messages.iter().any(|m| m.error.is_some()),
         shown: rows.len(),
