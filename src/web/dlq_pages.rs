@@ -1307,13 +1307,6 @@ pub(super) async fn target_queue_names(
     }
 }
 
-/// Whether a queue of the vhost of `view` is a dead-letter queue, as the last poll saw it.
-fn is_dlq<'a>(state: &'a AppState, view: &'a crate::metrics::QueueView) -> impl Fn(&str) -> bool + 'a {
-    move |name| {
-        last_polled(state, view, name).is_some_and(|q| q.dead_letters.role == crate::broker::topology::QueueRole::Dlq)
-    }
-}
-
 /// The queues of the vhost of `view` as the last poll saw them, by name.
 fn last_polled(state: &AppState, view: &crate::metrics::QueueView, name: &str) -> Option<crate::metrics::QueueView> {
     let live = state.live.snapshot();
