@@ -340,10 +340,13 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
     let (_, html) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
     assert_eq!(html.matches(">error queue<").count(), 1, "the error queue's badge: {html}");
 
-    // Must-have 4: triage by cause. The groups link to the filter, and a filter by the error
-    // moves exactly its messages, over the whole queue.
+    // Must-have 4: triage by cause. The groups link to their filter (by error group, issue 31,
+    // must-have 6), and a filter by the error moves exactly its messages, over the whole queue.
     let (_, page) = warren.get_text(&format!("/dlq/local/{}/orders.failures", encode(&vhost.name))).await;
-    assert!(page.contains("?error=com%2Eshop%2ESkuUnknownException"), "the error group links to its filter: {page}");
+    assert!(
+        page.contains("?error_group=com%2Eshop%2ESkuUnknownException%3A%20card%20declined"),
+        "the error group links to its filter: {page}"
+    );
     let (_, page) =
         warren.get_text(&format!("/dlq/local/{}/orders.failures?error=DECLINED", encode(&vhost.name))).await;
     assert!(page.contains("1 of 4 messages match"), "{page}");
