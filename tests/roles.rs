@@ -674,14 +674,30 @@ async fn a_custody_replay_into_a_wait_queue_is_refused_unless_the_risk_is_accept
     })
     .await;
 
-    // Into the wait queue: refused, every record still held, nothing published.
-    let (status, started) = warren
+    // Into the wait queue through the API: 409, as for a move, with where to send them instead.
+    let (status, refused) = warren
         .post_json(&format!("{base}/replay"), json!({"selection": "all", "target": {"queue": "work.wait"}}))
         .await;
-    assert_eq!(status, 202, "{started}");
-    let entry = warren.audit_ended(started["audit_id"].as_i64().unwrap()).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "would_strand", "{refused}");
+    assert_eq!(refused["error"]["suggested_target"], "work", "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap_or_default().contains("accept_stranding"), "{refused}");
+
+    // Through the page's form the replay runs and refuses each record: every record still held,
+    // nothing published.
+    let form = "scope=all&target=queue&target_queue=work.wait";
+    let response = warren
+        .http
+        .post(warren.url(&format!("/dlq/local/{}/work.dlq/custody/replay", encode(&vhost.name))))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    let id: i64 = response.url().path().trim_start_matches("/jobs/").parse().expect("the job page");
+    let entry = warren.audit_ended(id).await;
     assert_eq!((&entry["moved"], &entry["failed"]), (&json!(0), &json!(3)), "{entry}");
-    let (_, fates) = warren.get_json(&format!("/api/v1/audit/{}/messages", entry["id"])).await;
+    let (_, fates) = warren.get_json(&format!("/api/v1/audit/{id}/messages")).await;
     assert!(fates.to_string().contains("accept_stranding"), "each refusal says how to accept the risk: {fates}");
     assert_eq!(depth(&channel, "work.wait").await, 0, "nothing was sent");
     let (_, list_after) = warren.get_json(&base).await;

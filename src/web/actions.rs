@@ -128,6 +128,27 @@ async fn requeue(
     respond(&state, &access, &broker, &vhost, &queue, request).await
 }
 
+/// 409 `would_strand`: copies sent to `s.queue` would stay there for good. The answer of every
+/// API path that puts messages back (moves, requeues, custody replays) unless the request
+/// accepts the risk.
+pub(super) fn would_strand(s: &crate::dlq::target::Stranding, nothing: &str) -> Response {
+    let instead = match &s.instead {
+        Some(q) => format!("; send them to {q:?} instead (target {{\"queue\": {q:?}}})"),
+        None => String::new(),
+    };
+    let message = format!(
+        "queue {:?} {}{instead}, or confirm the risk with \"accept_stranding\": true; {nothing}",
+        s.queue, s.says
+    );
+    let error = json!({"error": {
+        "code": "would_strand",
+        "message": message,
+        "queue": s.queue,
+        "suggested_target": s.instead,
+    }});
+    (StatusCode::CONFLICT, Json(error)).into_response()
+}
+
 /// 202 with the job's status and where to follow it, or 422 when the move was refused.
 async fn respond(
     state: &AppState,
@@ -145,24 +166,7 @@ async fn respond(
         // The rule the confirmation page states (issue 31, must-have 5).
         let targets = super::dlq_pages::target_queue_names(state, &view, &request.target, &request.selection).await?;
         if let Some(s) = super::dlq_pages::strandings(state, &view, &targets).into_iter().next() {
-            let instead = match &s.instead {
-                Some(q) => format!("; send them to {q:?} instead (target {{\"queue\": {q:?}}})"),
-                None => String::new(),
-            };
-            let message = format!(
-                "queue {:?} {}{instead}, or confirm the risk with \"accept_stranding\": true; nothing was moved",
-                s.queue, s.says
-            );
-            return Ok((
-                StatusCode::CONFLICT,
-                Json(json!({"error": {
-                    "code": "would_strand",
-                    "message": message,
-                    "queue": s.queue,
-                    "suggested_target": s.instead,
-                }})),
-            )
-                .into_response());
+            return Ok(would_strand(&s, "nothing was moved"));
         }
     }
     match start_move(state, &view, request, &access.principal.actor()).await? {

@@ -381,6 +381,15 @@ async fn replay(
 ) -> Result<Response, ApiError> {
     // A copy in a queue no rule covers is read there by anyone (issue 29, case 3b).
     payloads_for(&state, &access, (&broker, &vhost, &queue))?;
+    // A named target is checked as a move's is, before the job: 409 with the reason and where
+    // to send them instead. Queues the records name (`original_queue`) are checked by the job,
+    // which leaves those records held with the same reason.
+    if let (false, custody::CustodyTarget::Queue(name)) = (request.accept_stranding, &request.target) {
+        let view = find_queue(&state, &broker, &vhost, &queue).await?;
+        if let Some(s) = super::dlq_pages::strandings(&state, &view, std::slice::from_ref(name)).first() {
+            return Ok(super::actions::would_strand(s, "no record was replayed"));
+        }
+    }
     let audit_id = start_replay(&state, &broker, &vhost, &queue, request, &access.principal.actor(), false).await?;
     Ok((
         StatusCode::ACCEPTED,
