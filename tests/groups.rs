@@ -86,6 +86,19 @@ async fn order_numbers_make_one_group_by_root_cause_and_its_filter_takes_them_al
     assert_eq!(dq["error"]["kind"], "KeyError", "the body's traceback: {dq}");
     assert_eq!(dq["error"]["message"], "'customer-41'");
     assert_eq!(dq["error"]["from"], "options.traceback in the body (dramatiq)");
+    // The API groups the snapshot as the page does.
+    let group = |g: &Value| (g["group"].clone(), g["messages"].clone(), g["variant_count"].clone());
+    let groups: Vec<_> = snapshot["by_error"].as_array().expect("by_error").iter().map(group).collect();
+    assert_eq!(
+        groups,
+        [
+            (json!("java.lang.NullPointerException: customer of order <n> is null"), json!(78), json!(78)),
+            (json!("KeyError: <q>"), json!(3), json!(3)),
+        ],
+        "{}",
+        snapshot["by_error"]
+    );
+    assert_eq!(snapshot["by_error"][0]["variants"].as_array().unwrap().len(), 20, "the commonest texts");
 
     let page_path = format!("/dlq/local/{}/work.dlq", encode(&vhost.name));
     let (status, page) = warren.get_text(&page_path).await;

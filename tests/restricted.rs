@@ -390,9 +390,14 @@ async fn a_snapshot_of_a_restricted_queue_back_in_the_broker_obeys_the_rule() {
         }
         let (status, body) = get(&warren, session, &format!("{page}/messages/2/payload")).await;
         assert_eq!(status, 403, "{name}: {body}");
+        let (_, body) = get(&warren, session, &snapshot_api).await;
+        let groups = &serde_json::from_str::<Value>(&body).unwrap()["by_error"];
+        assert_eq!(groups, &json!([]), "{name}: no error groups below the payload role");
     }
     let (_, snapshot) = get(&warren, &people.ada, &snapshot_api).await;
     assert!(snapshot.contains("4111-") && snapshot.contains("pw=hunter1"), "the admin reads it: {snapshot}");
+    let groups = &serde_json::from_str::<Value>(&snapshot).unwrap()["by_error"];
+    assert!(groups.to_string().contains("pw=hunter1"), "the admin reads the groups: {groups}");
     let (status, body) = get(&warren, &people.ada, &format!("{page}/messages/2/payload")).await;
     assert_eq!((status, body.contains("4111-")), (200, true), "{body}");
     warren.stop().await;
