@@ -16,8 +16,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use warren::config::Config;
 use warren::history;
+use warren::live::Live;
 use warren::poller::Poller;
-use warren::state::Live;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -270,11 +270,11 @@ async fn run() {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let per_min = |v: &[Window]| v.iter().map(Window::per_minute).collect::<Vec<_>>();
 
-    let sum = |f: &dyn Fn(&warren::poller::BrokerLoad) -> (u64, f64, u64)| {
+    let sum = |f: &dyn Fn(&warren::live::BrokerLoad) -> (u64, f64, u64)| {
         warren_calls.iter().map(f).fold((0, 0.0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
     };
     let of = |prefix: &'static str| {
-        move |l: &warren::poller::BrokerLoad| {
+        move |l: &warren::live::BrokerLoad| {
             l.totals
                 .iter()
                 .filter(|(k, _)| k.starts_with(prefix))

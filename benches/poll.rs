@@ -96,9 +96,9 @@ use serde_json::{json, Value};
 use warren::broker::management::{QueuePage, RawQueue};
 use warren::config::Config;
 use warren::history::{self, PollWrite, QueueMeta, StoredSample};
+use warren::live::Live;
 use warren::metrics::{self, rate_to_milli, QueueCounters};
 use warren::poller::{keyframe_due, Poller, KEYFRAME_SECS};
-use warren::state::Live;
 
 const SERVE_ENV: &str = "WARREN_BENCH_SERVE";
 /// Set in the child that measures one size (one process per size, so that its memory is its own).

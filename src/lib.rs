@@ -23,6 +23,7 @@ pub mod config;
 pub mod demo;
 pub mod dlq;
 pub mod history;
+pub mod live;
 pub mod memory;
 pub mod metrics;
 pub mod poller;

@@ -64,7 +64,7 @@ fn held_known(view: &QueueView) -> Option<f64> {
 
 /// The values of a whole broker that broker-level rules compare: unknown when the broker did
 /// not give them (connections not listed yet, or listed without their states).
-pub fn broker_values(live: &crate::state::BrokerLive) -> super::BrokerValues {
+pub fn broker_values(live: &crate::live::BrokerLive) -> super::BrokerValues {
     super::BrokerValues {
         blocked_connections: live.clients.as_ref().and_then(|c| c.blocked_connections()).map(|n| n as f64),
         connection_churn: live.connection_churn_per_sec,

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::load::{self, MetricSource};
+use super::load;
 use super::{timed, Poller};
 use crate::clients::{ClientsLive, Listed};
+use crate::live::MetricSource;
 use crate::metrics::STATS_STEP_SECS;
 
 /// Connections opened plus closed per second, from the overview's cumulative counters: the

@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use super::{load, timed, BrokerLoad};
+use super::{load, timed};
 use crate::broker::exchanges::{
     bindings_out, ExchangeCounters, ExchangeView, RawExchange, TopologyLive, VhostTopologyLive, EXCHANGE_COLUMNS,
 };
 use crate::broker::management::{encode_segment, BrokerError, ManagementClient};
 use crate::broker::topology::VhostTopology;
 use crate::config::BrokerConfig;
+use crate::live::BrokerLoad;
 use crate::metrics::{counter_rate, CounterWindow};
 
 /// The share of `broker_cpu_budget` the exchange listing may cost. A tenth, as for the 4.x

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-pub use self::load::{clients_interval, BrokerLoad, CallRecord, CallTotals, MetricSource, PrometheusState};
+pub use self::load::clients_interval;
 use self::track::{CounterSource, PollContext, QueueKey, Tracked};
 use crate::broker::management::{BrokerError, ManagementClient, Overview, QueueStats, RawQueue, VhostEntry};
 use crate::broker::policies;
@@ -37,8 +37,8 @@ use crate::broker::prometheus::{PrometheusClient, Scrape};
 use crate::broker::topology::{self, QueueConfig, VhostTopology};
 use crate::config::BrokerConfig;
 use crate::history::{self, Db, KnownQueue};
+use crate::live::{BrokerLoad, BrokerTotals, CallRecord, Live, MetricSource, PrometheusState, VhostLive};
 use crate::metrics::{self, rate_to_milli, BrokerCounters, BrokerRates, CounterWindow, QueueView};
-use crate::state::{BrokerTotals, Live, VhostLive};
 
 pub use self::track::{keyframe_due, KEYFRAME_SECS};
 

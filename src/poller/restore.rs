@@ -21,8 +21,8 @@ use serde_json::Value;
 
 use crate::broker::topology;
 use crate::history::{self, Db, KnownQueue};
+use crate::live::{Live, VhostLive};
 use crate::metrics::{exact_age, rate_from_milli, QueueNames, QueueView};
-use crate::state::{Live, VhostLive};
 
 /// A stored queue as a view: its metadata and its last stored sample, whose values held at
 /// `as_of` (samples are written only when a value changes). Rates are the stored ones; the

@@ -12,8 +12,9 @@ use super::{ApiError, WebError};
 use crate::history::rollup::Windows;
 use crate::history::series::{self, Resolution, RollupPoint};
 use crate::history::{self, BrokerPoint, QueuePoint};
+use crate::live::BrokerLive;
 use crate::metrics::QueueView;
-use crate::state::{AppState, BrokerLive};
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

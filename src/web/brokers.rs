@@ -16,7 +16,7 @@ use super::format;
 use super::freshness::{Freshness, REFRESH_SECS};
 use super::{html, is_htmx, ApiError, PageError};
 use crate::broker::management::encode_segment;
-use crate::poller::BrokerLoad;
+use crate::live::BrokerLoad;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {

@@ -18,7 +18,8 @@ use super::{html, is_htmx, ApiError, PageError, WebError};
 use crate::broker::clients::{Channel, Connection};
 use crate::broker::management::encode_segment;
 use crate::clients::{ClientsLive, QueueConsumer};
-use crate::state::{AppState, BrokerLive};
+use crate::live::BrokerLive;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -185,7 +185,7 @@ pub fn sparkline(series: &[Option<i64>], step: i64) -> Sparkline {
 
 /// Why a broker's numbers are not current, in words; `None` while they are. The last known
 /// state restored from the database at start says so and why the broker has not answered.
-pub fn stale_note(b: &crate::state::BrokerLive) -> Option<String> {
+pub fn stale_note(b: &crate::live::BrokerLive) -> Option<String> {
     let at = time(Some(b.stale_since()?));
     let s = &b.status;
     Some(match (s.restored_from, s.up, &s.error) {

@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 
 use super::format;
-use crate::state::BrokerLive;
+use crate::live::BrokerLive;
 
 /// How often the live fragments ask for themselves again: the `hx-trigger="every 5s"` of
 /// their templates (a running job's page asks every second and says so itself).
@@ -141,7 +141,7 @@ mod tests {
     use super::*;
 
     fn broker(name: &str, last_success_secs_ago: Option<i64>, poll_secs: f64) -> BrokerLive {
-        let mut live = crate::state::Live::new(&[name.to_string()]).broker(name).expect("configured");
+        let mut live = crate::live::Live::new(&[name.to_string()]).broker(name).expect("configured");
         live.status.last_success = last_success_secs_ago.map(|s| Utc::now() - chrono::Duration::seconds(s));
         live.load.interval_secs = poll_secs;
         live.load.base_interval_secs = poll_secs;

@@ -20,7 +20,8 @@ use super::{html, is_htmx, ApiError, PageError, WebError};
 use crate::broker::management::encode_segment;
 use crate::broker::nodes::{Node, NodesLive, DISK_READINGS_KEEP_SECS};
 use crate::history::nodes::NodePoint;
-use crate::state::{AppState, BrokerLive};
+use crate::live::BrokerLive;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -18,8 +18,9 @@ use super::{html, is_htmx, PageError};
 use crate::broker::management::encode_segment;
 use crate::broker::topology::QueueRole;
 use crate::history;
+use crate::live::BrokerLive;
 use crate::metrics::{InflowSource, QueueView};
-use crate::state::{AppState, BrokerLive};
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

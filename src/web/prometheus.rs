@@ -16,8 +16,9 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::alerts::Metric;
+use crate::live::BrokerLive;
 use crate::metrics::QueueView;
-use crate::state::{AppState, BrokerLive};
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     // A scrape of thousands of queues is megabytes of text that compresses about tenfold.
@@ -410,7 +411,7 @@ fn render_nodes(out: &mut String, brokers: &[BrokerLive]) {
 /// warren's own cost to each broker: its calls (counters per endpoint), the cadences in force,
 /// and how old the numbers shown are.
 fn render_load(out: &mut String, brokers: &[BrokerLive]) {
-    type Total = fn(&crate::poller::CallTotals) -> f64;
+    type Total = fn(&crate::live::CallTotals) -> f64;
     let counters: &[(&str, &str, Total)] = &[
         ("warren_broker_calls_total", "HTTP calls warren made to the broker, per endpoint.", |t| t.calls as f64),
         ("warren_broker_call_errors_total", "Calls that failed, per endpoint.", |t| t.errors as f64),
@@ -434,7 +435,7 @@ fn render_load(out: &mut String, brokers: &[BrokerLive]) {
             }
         }
     }
-    type LoadValue = fn(&crate::poller::BrokerLoad, chrono::DateTime<chrono::Utc>) -> Option<f64>;
+    type LoadValue = fn(&crate::live::BrokerLoad, chrono::DateTime<chrono::Utc>) -> Option<f64>;
     let gauges: &[(&str, &str, LoadValue)] = &[
         (
             "warren_broker_poll_interval_seconds",

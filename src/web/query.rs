@@ -7,8 +7,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Deserialize;
 
 use super::WebError;
+use crate::live::BrokerLive;
 use crate::metrics::QueueView;
-use crate::state::BrokerLive;
 
 pub const DEFAULT_PER_PAGE: usize = 50;
 pub const MAX_PER_PAGE: usize = 500;

@@ -19,8 +19,9 @@ use super::{html, is_htmx, ApiError, PageError, WebError};
 use crate::broker::exchanges::ExchangeView;
 use crate::broker::management::encode_segment;
 use crate::broker::topology::routing::{routes_into, Route};
+use crate::live::BrokerLive;
 use crate::metrics::QueueView;
-use crate::state::{AppState, BrokerLive};
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()
