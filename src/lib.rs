@@ -110,7 +110,7 @@ pub async fn run(
     }
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));
     tracker.spawn(storage_loop(state.clone(), cancel.child_token()));
-    tracker.spawn(alerts::runner::run(state.clone(), cancel.child_token()));
+    tracker.spawn(alerts::runner::run(state.alerts(), cancel.child_token()));
     tracker.spawn(custody_loop(state.clone(), cancel.child_token()));
 
     let addr = listener.local_addr()?;

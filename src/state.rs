@@ -80,6 +80,28 @@ impl AppState {
         self.config.brokers.iter().find(|b| b.name == name)
     }
 
+    /// What the alert loop uses of the shared handles.
+    pub fn alerts(&self) -> crate::alerts::runner::Handles {
+        crate::alerts::runner::Handles {
+            config: self.config.clone(),
+            db: self.db.clone(),
+            live: self.live.clone(),
+            notifier: self.notifier.clone(),
+        }
+    }
+
+    /// What the dead-letter wing's jobs use of the shared handles.
+    pub fn dlq(&self) -> crate::dlq::jobs::Handles {
+        crate::dlq::jobs::Handles {
+            config: self.config.clone(),
+            db: self.db.clone(),
+            storage: self.storage.clone(),
+            live: self.live.clone(),
+            snapshots: self.snapshots.clone(),
+            jobs: self.jobs.clone(),
+        }
+    }
+
     /// `path`, one of warren's own (`/jobs/7`, as routes and handlers know them), as the browser
     /// asks for it: under the base path. For redirects and the links in JSON answers; templates
     /// write `{{ me.base }}` (or a fragment's `base`) before each URL themselves.

@@ -12,7 +12,19 @@ use tokio_util::sync::CancellationToken;
 use super::notify::{Notification, NotificationKind};
 use super::store::{self, Silence};
 use super::{AlertKey, AlertPhase, AlertState, BrokerInput, Evaluator, Rule, Transition};
-use crate::state::AppState;
+use crate::config::Config;
+use crate::history::Db;
+use crate::live::Live;
+
+/// What the alert loop uses of warren's shared handles (`AppState::alerts` hands it over): the
+/// alerts sit below the state that holds them.
+#[derive(Clone)]
+pub struct Handles {
+    pub config: std::sync::Arc<Config>,
+    pub db: Db,
+    pub live: Live,
+    pub notifier: super::notify::Dispatcher,
+}
 
 /// What to tell about one alert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +49,8 @@ pub struct Outgoing {
 }
 
 /// Runs until `cancel`: one evaluation after each poll of any broker.
-pub async fn run(state: AppState, cancel: CancellationToken) {
-    let restored = match store::states(&state.db).await {
+pub async fn run(handles: Handles, cancel: CancellationToken) {
+    let restored = match store::states(&handles.db).await {
         Ok(states) => states.into_iter().map(|s| s.state).collect(),
         Err(e) => {
             tracing::error!(error = %e, "cannot read the alert states; starting from none");
@@ -49,9 +61,9 @@ pub async fn run(state: AppState, cancel: CancellationToken) {
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = state.live.next_poll() => {}
+            _ = handles.live.next_poll() => {}
         }
-        if let Err(e) = evaluate_once(&state, &mut evaluator, Utc::now()).await {
+        if let Err(e) = evaluate_once(&handles, &mut evaluator, Utc::now()).await {
             tracing::error!(error = %e, "alert evaluation failed; will retry after the next poll");
         }
     }
@@ -92,14 +104,14 @@ impl Outgoing {
 /// outbox, for the dispatcher's current channels) are written in one transaction, so a crash
 /// either keeps all or loses the evaluation, which the next poll redoes. Returns what was queued.
 pub async fn evaluate_once(
-    state: &AppState,
+    handles: &Handles,
     evaluator: &mut Evaluator,
     now: DateTime<Utc>,
 ) -> Result<Vec<Outgoing>, sqlx::Error> {
     let rules: Vec<Rule> =
-        store::all_rules(&state.config.alerts, &state.db).await?.into_iter().map(|r| r.rule).collect();
+        store::all_rules(&handles.config.alerts, &handles.db).await?.into_iter().map(|r| r.rule).collect();
     evaluator.set_rules(rules.clone());
-    let live = state.live.snapshot();
+    let live = handles.live.snapshot();
     // A broker not polled yet is left out: "up with no queues" would read as every queue gone.
     let inputs: Vec<BrokerInput> = live
         .iter()
@@ -114,11 +126,11 @@ pub async fn evaluate_once(
         })
         .collect();
     let transitions = evaluator.evaluate(now, &inputs);
-    let silences = store::silences(&state.db, true).await?;
+    let silences = store::silences(&handles.db, true).await?;
     // What was queued, not what was delivered: a firing waiting in the outbox is not planned again.
     let told: HashMap<(String, AlertKey), Option<DateTime<Utc>>> =
-        store::states(&state.db).await?.into_iter().map(|s| ((s.state.rule_id, s.state.key), s.queued_at)).collect();
-    let repeat = state.config.alert_repeat;
+        store::states(&handles.db).await?.into_iter().map(|s| ((s.state.rule_id, s.state.key), s.queued_at)).collect();
+    let repeat = handles.config.alert_repeat;
     let plan = plan(&rules, &transitions, &evaluator.states(), &told, &silences, repeat, now);
     // Queued now (firing or reminder), or as before.
     let states: Vec<(AlertState, Option<DateTime<Utc>>)> = evaluator
@@ -131,12 +143,12 @@ pub async fn evaluate_once(
             (s, at)
         })
         .collect();
-    let mut tx = state.db.begin().await?;
+    let mut tx = handles.db.begin().await?;
     store::record(&mut tx, &plan.history, &states).await?;
     let mut queued = Vec::with_capacity(plan.outgoing.len());
     for o in &plan.outgoing {
         let mut notification = o.notification();
-        notification.dashboard_url = state.config.public_url.as_ref().map(|base| dashboard_url(base, &o.key));
+        notification.dashboard_url = handles.config.public_url.as_ref().map(|base| dashboard_url(base, &o.key));
         // "does not answer" alone sends the reader to warren to learn why: say it here.
         if o.rule.metric == super::Metric::BrokerUnreachable && o.tell != Tell::Resolved {
             let error = live.iter().find(|b| b.name == o.key.broker).and_then(|b| b.status.error.clone());
@@ -144,10 +156,10 @@ pub async fn evaluate_once(
                 notification.description = format!("{}: {error}", notification.description);
             }
         }
-        queued.push(state.notifier.enqueue(&mut tx, &notification).await?);
+        queued.push(handles.notifier.enqueue(&mut tx, &notification).await?);
     }
     tx.commit().await?;
-    state.notifier.wake();
+    handles.notifier.wake();
     for (o, channels) in plan.outgoing.iter().zip(queued) {
         tracing::info!(rule = %o.rule.id, key = %o.key, tell = ?o.tell, channels, "alert notification queued");
     }

@@ -22,8 +22,11 @@ use super::custody::{self, ReplayRequest};
 use super::message::Filter;
 use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target, Wanted};
 use crate::audit;
+use crate::config::{BrokerConfig, Config};
+use crate::history::storage::Storage;
+use crate::history::Db;
+use crate::live::Live;
 use crate::metrics::QueueView;
-use crate::state::AppState;
 
 /// (broker, vhost, queue)
 type QueueId = (String, String, String);
@@ -32,6 +35,26 @@ type QueueId = (String, String, String);
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// Jobs kept in memory; older finished jobs are still in the audit log.
 const KEEP_JOBS: usize = 200;
+
+/// What a job uses of warren's shared handles, which `AppState::dlq` hands over: the
+/// dead-letter wing sits below the state that holds it.
+#[derive(Clone)]
+pub struct Handles {
+    pub config: Arc<Config>,
+    pub db: Db,
+    /// Whether the database can be written; a job's audit row must be durable before it starts.
+    pub storage: Arc<Storage>,
+    /// The queues as the last poll saw them, for the targets where copies would stay for good.
+    pub live: Live,
+    pub snapshots: super::browse::Snapshots,
+    pub jobs: Jobs,
+}
+
+impl Handles {
+    fn broker_config(&self, name: &str) -> Option<&BrokerConfig> {
+        self.config.brokers.iter().find(|b| b.name == name)
+    }
+}
 
 /// Which messages, as the API and the forms name them. Single messages are named as a snapshot
 /// showed them, and a move takes exactly those (`Selection::Messages`).
@@ -422,15 +445,15 @@ pub enum StartError {
 /// background. Refusals (DOMAIN.md §5: reads that could make the broker drop messages) happen
 /// here, before anything is read or recorded.
 pub async fn start(
-    state: &AppState,
+    handles: &Handles,
     view: &QueueView,
     request: MoveRequest,
     actor: &str,
 ) -> Result<Arc<Job>, StartError> {
-    if state.broker_config(&view.broker).is_none() {
+    if handles.broker_config(&view.broker).is_none() {
         return Err(StartError::NoBroker(view.broker.to_string()));
     }
-    let broker = state.broker_config(&view.broker).expect("checked above");
+    let broker = handles.broker_config(&view.broker).expect("checked above");
     // The limit as the broker applies it now: the last poll's can be seconds old.
     let delivery_limit = if &*view.kind == "quorum" {
         let client = crate::broker::management::ManagementClient::new(broker);
@@ -440,7 +463,7 @@ pub async fn start(
     } else {
         None
     };
-    let snapshot = state.snapshots.get(&view.broker, &view.vhost, &view.name);
+    let snapshot = handles.snapshots.get(&view.broker, &view.vhost, &view.name);
     let plan = Plan {
         selection: request.selection.resolve(snapshot.as_deref())?,
         target: request.target.clone(),
@@ -453,12 +476,12 @@ pub async fn start(
         stranding: if request.accept_stranding {
             HashMap::new()
         } else {
-            strandings(state, (&view.broker, &view.vhost, &view.name))
+            strandings(&handles.live, (&view.broker, &view.vhost, &view.name))
         },
     };
     plan.check()?;
-    let _starting = state.jobs.starting.lock().await;
-    if let Some(running) = state.jobs.running_on(&view.broker, &view.vhost, &view.name) {
+    let _starting = handles.jobs.starting.lock().await;
+    if let Some(running) = handles.jobs.running_on(&view.broker, &view.vhost, &view.name) {
         return Err(StartError::Busy(running));
     }
     let entry = audit::Entry {
@@ -469,13 +492,13 @@ pub async fn start(
         action: request.action(),
         request: serde_json::to_string(&request).expect("request serialises"),
     };
-    launch(state, entry, request.action(), Method::InProcess, Work::Move(plan)).await
+    launch(handles, entry, request.action(), Method::InProcess, Work::Move(plan)).await
 }
 
 /// Records `entry` (whose action is `action`) in the audit log, durably, before anything is read
 /// or claimed, and runs `work` as the job that entry follows.
 async fn launch(
-    state: &AppState,
+    handles: &Handles,
     entry: audit::Entry<'_>,
     action: &'static str,
     method: Method,
@@ -483,11 +506,11 @@ async fn launch(
 ) -> Result<Arc<Job>, StartError> {
     // The row must be durable before anything moves: a file deleted under warren takes writes
     // and loses them, so it is checked first.
-    state.storage.check(&state.db).await.map_err(StartError::Storage)?;
+    handles.storage.check(&handles.db).await.map_err(StartError::Storage)?;
     let (broker, vhost, queue) = (entry.broker.to_string(), entry.vhost.to_string(), entry.queue.to_string());
-    let id = audit::start(&state.db, entry)
+    let id = audit::start(&handles.db, entry)
         .await
-        .map_err(|e| StartError::Storage(state.storage.failed("the audit log", &e)))?;
+        .map_err(|e| StartError::Storage(handles.storage.failed("the audit log", &e)))?;
     let job = Arc::new(Job {
         id,
         broker,
@@ -497,11 +520,11 @@ async fn launch(
         method,
         started_at: Utc::now(),
         progress: Progress::default(),
-        cancel: state.jobs.cancel.child_token(),
+        cancel: handles.jobs.cancel.child_token(),
         state: Mutex::new(JobState { finished: None, audit_problem: None }),
     });
-    state.jobs.insert(job.clone());
-    state.jobs.tasks.spawn(run(state.clone(), job.clone(), work));
+    handles.jobs.insert(job.clone());
+    handles.jobs.tasks.spawn(run(handles.clone(), job.clone(), work));
     Ok(job)
 }
 
@@ -509,13 +532,13 @@ async fn launch(
 /// claimed) and runs it as a job: live progress, a cancel, and a final report like a move's.
 /// The caller has checked the queue, the broker and the request.
 pub async fn start_replay(
-    state: &AppState,
+    handles: &Handles,
     (broker, vhost, queue): (&str, &str, &str),
     request: ReplayRequest,
     actor: &str,
     releasing: bool,
 ) -> Result<Arc<Job>, StartError> {
-    if state.broker_config(broker).is_none() {
+    if handles.broker_config(broker).is_none() {
         return Err(StartError::NoBroker(broker.to_string()));
     }
     let action = if releasing { "custody release" } else { "custody replay" };
@@ -528,9 +551,12 @@ pub async fn start_replay(
         request: serde_json::to_string(&request).expect("a request serialises"),
     };
     // A release hands the records back to the queue they were taken from.
-    let stranding =
-        if request.accept_stranding || releasing { HashMap::new() } else { strandings(state, (broker, vhost, queue)) };
-    launch(state, entry, action, Method::Custody, Work::Replay { request, releasing, stranding }).await
+    let stranding = if request.accept_stranding || releasing {
+        HashMap::new()
+    } else {
+        strandings(&handles.live, (broker, vhost, queue))
+    };
+    launch(handles, entry, action, Method::Custody, Work::Replay { request, releasing, stranding }).await
 }
 
 /// The queues of a source's vhost where copies from it would stay for good
@@ -538,8 +564,8 @@ pub async fn start_replay(
 /// replays and edits refuse them unless the request accepts the risk (issue 31, must-have 5;
 /// issue 29, must-have 1). The queues the messages name as they are read (`original_queue`)
 /// are among them, which no check before the work could know.
-pub fn strandings(state: &AppState, (broker, vhost, source): (&str, &str, &str)) -> HashMap<String, String> {
-    let live = state.live.snapshot();
+pub fn strandings(live: &Live, (broker, vhost, source): (&str, &str, &str)) -> HashMap<String, String> {
+    let live = live.snapshot();
     let Some(queues) = live.iter().find(|b| *b.name == *broker).map(|b| &b.queues) else {
         return HashMap::new();
     };
@@ -570,8 +596,8 @@ fn replay_report(report: custody::ReplayReport) -> MoveReport {
     MoveReport { moved, failed, cancelled: report.cancelled, note, ..Default::default() }
 }
 
-async fn run(state: AppState, job: Arc<Job>, work: Work) {
-    let broker = state.broker_config(&job.broker).expect("checked at start").clone();
+async fn run(handles: Handles, job: Arc<Job>, work: Work) {
+    let broker = handles.broker_config(&job.broker).expect("checked at start").clone();
     // The checkpoints stop between two writes, never inside one: fates taken from the journal
     // and dropped with an unfinished write would be missing from the audit log.
     let moving = CancellationToken::new();
@@ -579,7 +605,7 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
     // application's (`QueueView::own_reads`), marked at the start and at the end.
     let reads_queue = matches!(work, Work::Move(_));
     if reads_queue {
-        state.snapshots.mark_read(&job.broker, &job.vhost, &job.queue);
+        handles.snapshots.mark_read(&job.broker, &job.vhost, &job.queue);
     }
     let run_work = async {
         let result = match &work {
@@ -596,7 +622,7 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
                     progress: &job.progress,
                     cancel: &job.cancel,
                 };
-                custody::replay(&state.db, &broker, queue, request, &run).await.map(replay_report)
+                custody::replay(&handles.db, &broker, queue, request, &run).await.map(replay_report)
             }
         };
         moving.cancel();
@@ -606,20 +632,20 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
     // are ready at once never yields, and a joined checkpoint was not polled for seconds (issue
     // 29, case 8: after a SIGKILL the audit missed up to 15,774 moved ids, and two entries said
     // "moved 0" after 8,200 and 18,000 had moved).
-    let checkpoints = tokio::spawn(checkpoint_loop(state.clone(), job.clone(), moving.clone()));
+    let checkpoints = tokio::spawn(checkpoint_loop(handles.clone(), job.clone(), moving.clone()));
     let result = run_work.await;
     if reads_queue {
-        state.snapshots.mark_read(&job.broker, &job.vhost, &job.queue);
+        handles.snapshots.mark_read(&job.broker, &job.vhost, &job.queue);
     }
     if let Err(e) = checkpoints.await {
         tracing::error!(job = job.id, error = %e, "a move's checkpoint task failed");
     }
     let counts = job.progress.counts();
     match (&work, &result) {
-        (Work::Move(plan), Ok(report)) => state.jobs.record_requeued(&job.broker, &job.vhost, report, &plan.target),
+        (Work::Move(plan), Ok(report)) => handles.jobs.record_requeued(&job.broker, &job.vhost, report, &plan.target),
         (Work::Replay { .. }, Ok(report)) => {
             let targets = report.moved.iter().map(|m| m.to_queue.as_str());
-            state.jobs.put_into(&job.broker, &job.vhost, targets);
+            handles.jobs.put_into(&job.broker, &job.vhost, targets);
         }
         _ => {}
     }
@@ -633,7 +659,7 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
             counts.moved,
             Utc::now().format("%Y-%m-%d %H:%M:%S UTC")
         );
-        super::browse::outdate(&state.db, &state.snapshots, (&job.broker, &job.vhost, &job.queue), &what).await;
+        super::browse::outdate(&handles.db, &handles.snapshots, (&job.broker, &job.vhost, &job.queue), &what).await;
     }
 
     let outcome = match &result {
@@ -647,7 +673,7 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
         Ok(report) => describe(report),
         Err(e) => Some(e.clone()),
     };
-    record_end(&state, &job, outcome, counts, detail.as_deref()).await;
+    record_end(&handles, &job, outcome, counts, detail.as_deref()).await;
     job.state.lock().unwrap_or_else(|p| p.into_inner()).finished = Some(Finished { at: Utc::now(), outcome, result });
 }
 
@@ -655,27 +681,27 @@ async fn run(state: AppState, job: Arc<Job>, work: Work) {
 /// before the job reports finished: a failed write is retried, and shown on the job, until it
 /// goes through or warren stops (the next start then marks the entry interrupted, with what
 /// its checkpoints recorded).
-async fn record_end(state: &AppState, job: &Job, outcome: &str, counts: ProgressCounts, detail: Option<&str>) {
+async fn record_end(handles: &Handles, job: &Job, outcome: &str, counts: ProgressCounts, detail: Option<&str>) {
     let fates = job.progress.take_journal();
     let mut wait = Duration::from_millis(500);
     loop {
         let written =
-            moves::finish(&state.db, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
+            moves::finish(&handles.db, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
                 .await;
         let e = match written {
             Ok(()) => {
-                state.storage.succeeded();
+                handles.storage.succeeded();
                 job.state.lock().unwrap_or_else(|p| p.into_inner()).audit_problem = None;
                 return;
             }
             Err(e) => e,
         };
-        let why = state.storage.failed("the audit log", &e);
+        let why = handles.storage.failed("the audit log", &e);
         job.state.lock().unwrap_or_else(|p| p.into_inner()).audit_problem = Some(format!(
             "the move ended ({outcome}), but its audit record could not be written, so the job is not reported \
              finished yet; retrying: {why}"
         ));
-        if state.jobs.cancel.is_cancelled() && wait > Duration::from_secs(4) {
+        if handles.jobs.cancel.is_cancelled() && wait > Duration::from_secs(4) {
             tracing::error!(job = job.id, error = %why, "warren stops before the end of a move could be recorded");
             return;
         }
@@ -690,7 +716,7 @@ const MAX_RECORD_WAIT: Duration = Duration::from_secs(30);
 /// Writes the fates of the messages settled since the last checkpoint (and the counts that
 /// follow from them) to the job's audit entry every second, so that a crash leaves them behind. A
 /// failed write keeps the fates for the next.
-async fn checkpoint_loop(state: AppState, job: Arc<Job>, stop: CancellationToken) {
+async fn checkpoint_loop(handles: Handles, job: Arc<Job>, stop: CancellationToken) {
     let mut started = false;
     loop {
         tokio::select! {
@@ -702,11 +728,11 @@ async fn checkpoint_loop(state: AppState, job: Arc<Job>, stop: CancellationToken
         if started && fates.is_empty() {
             continue;
         }
-        match moves::checkpoint(&state.db, job.id, &fates).await {
+        match moves::checkpoint(&handles.db, job.id, &fates).await {
             Ok(()) => started = true,
             Err(e) => {
                 job.progress.put_back(fates);
-                let why = state.storage.failed("a move's checkpoint", &e);
+                let why = handles.storage.failed("a move's checkpoint", &e);
                 tracing::warn!(error = %why, job = job.id, "checkpointing a move's progress failed");
             }
         }

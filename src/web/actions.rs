@@ -32,7 +32,7 @@ pub async fn start_move(
     request: MoveRequest,
     actor: &str,
 ) -> Result<Result<Arc<Job>, MoveError>, WebError> {
-    match jobs::start(state, view, request, actor).await {
+    match jobs::start(&state.dlq(), view, request, actor).await {
         Ok(job) => Ok(Ok(job)),
         Err(StartError::Refused(e)) => Ok(Err(e)),
         Err(StartError::NoBroker(name)) => Err(WebError::NotFound(format!("no broker named {name:?}"))),

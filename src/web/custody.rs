@@ -212,7 +212,7 @@ pub async fn edit_record(
     let stranding = if edit.accept_stranding {
         HashMap::new()
     } else {
-        crate::dlq::jobs::strandings(state, (broker, vhost, queue))
+        crate::dlq::jobs::strandings(&state.live, (broker, vhost, queue))
     };
     let outcome = custody::edit_and_replay(&state.db, &config, (vhost, queue), id, &edit, (&job, stranding)).await;
     if let Ok((to, _)) = &outcome {
@@ -418,12 +418,13 @@ pub async fn start_replay(
         filter.check().map_err(WebError::BadRequest)?;
     }
     use crate::dlq::jobs::{self, StartError};
-    let job =
-        jobs::start_replay(state, (broker, vhost, queue), request, actor, releasing).await.map_err(|e| match e {
+    let job = jobs::start_replay(&state.dlq(), (broker, vhost, queue), request, actor, releasing).await.map_err(
+        |e| match e {
             StartError::NoBroker(name) => WebError::NotFound(format!("no broker named {name:?}")),
             StartError::Storage(why) => WebError::Storage(why),
             other => WebError::Conflict(other.to_string()),
-        })?;
+        },
+    )?;
     Ok(job.id)
 }
 
