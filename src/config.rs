@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod sources;
+pub mod tls;
 pub use sources::{Environment, Source, Sources};
 
 /// The whole configuration, loaded once at start and passed in explicitly.
@@ -123,14 +124,33 @@ pub struct AuthConfig {
     /// TLS, as a TLS-terminating proxy says in `X-Forwarded-Proto`).
     pub secure_cookie: Option<bool>,
     /// A trusted reverse proxy's user header (`[auth.proxy]`), as an alternative to local logins.
-    pub proxy: Option<crate::auth::ProxyAuth>,
+    pub proxy: Option<ProxyConfig>,
 }
+
+/// `[auth.proxy]` as the file gives it. The auth wing reads it into its own `ProxyAuth`
+/// (header names, networks and the role checked) where warren starts: `warren::Wings`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// e.g. `X-Forwarded-User` (oauth2-proxy), `Remote-User`.
+    pub header: String,
+    pub role_header: Option<String>,
+    /// `viewer` when absent.
+    pub default_role: Option<String>,
+    /// The proxy's addresses or networks (`10.0.0.5`, `10.0.0.0/24`).
+    pub trusted: Vec<String>,
+}
+
+/// A session's absolute lifetime.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// A session ends after this long without a request.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(2 * 3600);
 
 impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
-            session_ttl: crate::auth::DEFAULT_SESSION_TTL,
-            session_idle: crate::auth::DEFAULT_SESSION_IDLE,
+            session_ttl: DEFAULT_SESSION_TTL,
+            session_idle: DEFAULT_SESSION_IDLE,
             secure_cookie: None,
             proxy: None,
         }
@@ -187,7 +207,7 @@ pub struct BrokerConfig {
     pub scheduled_hold_limit: Duration,
     /// TLS of each endpoint (`[brokers.tls]`): the CA file added to the public web CAs, the
     /// client certificate and the name checked; read and checked when the configuration loads.
-    pub tls: crate::tls::BrokerTls,
+    pub tls: crate::config::tls::BrokerTls,
 }
 
 impl BrokerConfig {
@@ -226,7 +246,8 @@ pub struct ConfigError {
     pub problem: String,
 }
 
-fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+/// The error for `field`: for the wings too, which check their parts of the configuration.
+pub fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError { field: field.into(), problem: problem.into() }
 }
 
@@ -273,18 +294,7 @@ struct FileAuth {
     session_ttl_secs: Option<u64>,
     session_idle_secs: Option<u64>,
     secure_cookie: Option<bool>,
-    proxy: Option<FileProxy>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileProxy {
-    /// e.g. `X-Forwarded-User` (oauth2-proxy), `Remote-User`.
-    header: String,
-    role_header: Option<String>,
-    default_role: Option<String>,
-    /// The proxy's addresses or networks (`10.0.0.5`, `10.0.0.0/24`).
-    trusted: Vec<String>,
+    proxy: Option<ProxyConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -308,7 +318,7 @@ struct FileBroker {
     source_recheck_secs: Option<u64>,
     prometheus_head_timestamps: Option<bool>,
     scheduled_hold_limit_secs: Option<u64>,
-    tls: Option<crate::tls::TlsFile>,
+    tls: Option<crate::config::tls::TlsFile>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -550,8 +560,8 @@ impl Config {
             if let Some(role_header) = &proxy.role_header {
                 p.insert("role_header".into(), json!(role_header));
             }
-            p.insert("default_role".into(), json!(proxy.default_role.as_str()));
-            p.insert("trusted".into(), json!(proxy.trusted.iter().map(|c| c.to_string()).collect::<Vec<_>>()));
+            p.insert("default_role".into(), json!(proxy.default_role.as_deref().unwrap_or("viewer")));
+            p.insert("trusted".into(), json!(proxy.trusted));
             auth.insert("proxy".into(), Value::Object(p));
         }
         root.insert("auth".into(), Value::Object(auth));
@@ -579,7 +589,7 @@ impl Config {
                     "prometheus_head_timestamps": b.prometheus_head_timestamps,
                     "scheduled_hold_limit_secs": b.scheduled_hold_limit.as_secs(),
                 });
-                if b.tls.file != crate::tls::TlsFile::default() {
+                if b.tls.file != crate::config::tls::TlsFile::default() {
                     broker["tls"] = serde_json::to_value(&b.tls.file).unwrap_or(Value::Null);
                 }
                 broker
@@ -702,30 +712,16 @@ fn build_auth(file: FileAuth) -> Result<AuthConfig, ConfigError> {
             Some(_) => Err(invalid(format!("auth.{field}"), "must be from 60 seconds to 30 days")),
         }
     };
-    let session_ttl = secs("session_ttl_secs", file.session_ttl_secs, crate::auth::DEFAULT_SESSION_TTL)?;
-    let session_idle = secs("session_idle_secs", file.session_idle_secs, crate::auth::DEFAULT_SESSION_IDLE)?;
-    let proxy = match file.proxy {
-        None => None,
-        Some(p) => {
-            let mut trusted = Vec::with_capacity(p.trusted.len());
-            for (i, text) in p.trusted.iter().enumerate() {
-                let cidr = text
-                    .parse()
-                    .map_err(|e: crate::auth::AuthError| invalid(format!("auth.proxy.trusted[{i}]"), e.to_string()))?;
-                trusted.push(cidr);
-            }
-            let default_role = match &p.default_role {
-                None => crate::auth::Role::Viewer,
-                Some(text) => text
-                    .parse()
-                    .map_err(|e: crate::auth::AuthError| invalid("auth.proxy.default_role", e.to_string()))?,
-            };
-            let proxy = crate::auth::ProxyAuth { header: p.header, role_header: p.role_header, default_role, trusted };
-            proxy.validate().map_err(|e| invalid("auth.proxy", e.to_string()))?;
-            Some(proxy)
-        }
-    };
-    Ok(AuthConfig { session_ttl, session_idle, secure_cookie: file.secure_cookie, proxy })
+    let session_ttl = secs("session_ttl_secs", file.session_ttl_secs, DEFAULT_SESSION_TTL)?;
+    let session_idle = secs("session_idle_secs", file.session_idle_secs, DEFAULT_SESSION_IDLE)?;
+    Ok(AuthConfig { session_ttl, session_idle, secure_cookie: file.secure_cookie, proxy: file.proxy })
+}
+
+/// The default Prometheus endpoint of a broker: the management host, plain HTTP, port 15692.
+pub fn default_prometheus_url(management: &reqwest::Url) -> reqwest::Url {
+    let host = management.host_str().unwrap_or("127.0.0.1");
+    let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_string() };
+    reqwest::Url::parse(&format!("http://{host}:15692/")).expect("a host and a port make a URL")
 }
 
 fn overrides_touch_broker(o: &Overrides) -> bool {
@@ -823,7 +819,7 @@ fn build_broker(index: usize, file: FileBroker, cli: Option<&Overrides>) -> Resu
             }
             Some(url)
         }
-        None => Some(crate::broker::prometheus::default_url(&management_url)),
+        None => Some(default_prometheus_url(&management_url)),
     };
     let broker_cpu_budget = file.broker_cpu_budget.unwrap_or(DEFAULT_BROKER_CPU_BUDGET);
     if !(broker_cpu_budget > 0.0 && broker_cpu_budget <= 1.0) {
@@ -839,7 +835,7 @@ fn build_broker(index: usize, file: FileBroker, cli: Option<&Overrides>) -> Resu
     }
     let source_recheck_secs = file.source_recheck_secs.unwrap_or(DEFAULT_SOURCE_RECHECK_SECS).max(1);
     let tls_file = file.tls.unwrap_or_default();
-    let tls = crate::tls::BrokerTls::build(tls_file).map_err(|e| invalid(field(&e.key), e.problem))?;
+    let tls = crate::config::tls::BrokerTls::build(tls_file).map_err(|e| invalid(field(&e.key), e.problem))?;
 
     Ok(BrokerConfig {
         name,
@@ -1061,23 +1057,12 @@ mod tests {
     fn auth_section_is_validated() {
         let config = Config::from_toml("").unwrap();
         assert!(config.auth.proxy.is_none());
-        assert_eq!(config.auth.session_ttl, crate::auth::DEFAULT_SESSION_TTL);
-        let config = Config::from_toml(
-            "[auth]\nsession_idle_secs = 600\n[auth.proxy]\nheader = \"X-Forwarded-User\"\ndefault_role = \"operator\"\ntrusted = [\"10.0.0.0/8\", \"::1\"]\n",
-        )
-        .unwrap();
-        let proxy = config.auth.proxy.unwrap();
-        assert_eq!(proxy.default_role, crate::auth::Role::Operator);
-        assert!(proxy.is_trusted("10.9.8.7".parse().unwrap()) && !proxy.is_trusted("11.0.0.1".parse().unwrap()));
+        assert_eq!(config.auth.session_ttl, DEFAULT_SESSION_TTL);
+        let config = Config::from_toml("[auth]\nsession_idle_secs = 600\n").unwrap();
         assert_eq!(config.auth.session_idle, Duration::from_secs(600));
+        // `[auth.proxy]` is read and checked by the auth wing (`auth::ProxyAuth::from_config`).
         for (toml, field) in [
-            ("[auth.proxy]\nheader = \"X-User\"\ntrusted = []\n", "auth.proxy"),
-            ("[auth.proxy]\nheader = \"X-User\"\ntrusted = [\"10.0.0.0/33\"]\n", "auth.proxy.trusted[0]"),
-            ("[auth.proxy]\nheader = \"bad header\"\ntrusted = [\"10.0.0.1\"]\n", "auth.proxy"),
-            (
-                "[auth.proxy]\nheader = \"X-User\"\ndefault_role = \"root\"\ntrusted = [\"10.0.0.1\"]\n",
-                "auth.proxy.default_role",
-            ),
+            ("[auth.proxy]\nheader = \"X-User\"\n", "trusted"),
             ("[auth]\nsession_ttl_secs = 5\n", "auth.session_ttl_secs"),
             ("[auth]\npassword = \"x\"\n", "password"),
         ] {

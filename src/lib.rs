@@ -28,7 +28,6 @@ pub mod memory;
 pub mod metrics;
 pub mod poller;
 pub mod state;
-pub mod tls;
 pub mod web;
 
 use std::collections::HashMap;
@@ -54,8 +53,25 @@ const ROLLUP_EVERY: Duration = Duration::from_secs(60);
 /// How often the retention cleanup runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
 
+/// Each wing's part of the configuration in the wing's own types, read and checked before
+/// anything starts: the configuration is plain data that imports nothing of the wings, so an
+/// invalid part is found here, by the start and by every command (`main` reads it after the
+/// configuration), and named by its field as any invalid configuration is.
+pub struct Wings {
+    /// `[auth.proxy]`.
+    pub proxy: Option<auth::ProxyAuth>,
+}
+
+impl Wings {
+    pub fn read(config: &Config) -> Result<Wings, config::ConfigError> {
+        let proxy = config.auth.proxy.as_ref().map(auth::ProxyAuth::from_config).transpose()?;
+        Ok(Wings { proxy })
+    }
+}
+
 /// Opens the database and builds the shared state (tests call this too).
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
+    let wings = Wings::read(&config)?;
     let db = history::open(&config.database)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database.display()))?;
@@ -63,7 +79,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     for broker in &config.brokers {
         ids.insert(broker.name.clone(), history::broker_id(&db, &broker.name).await?);
     }
-    Ok(AppState::new(config, db, ids))
+    Ok(AppState::new(config, wings, db, ids))
 }
 
 /// Runs warren on `listener` until `shutdown` completes: one poller per broker, the history

@@ -109,7 +109,7 @@ impl AppState {
         format!("{}{path}", self.base_path)
     }
 
-    pub fn new(config: Config, db: Db, broker_ids: HashMap<String, i64>) -> Self {
+    pub fn new(config: Config, wings: crate::Wings, db: Db, broker_ids: HashMap<String, i64>) -> Self {
         let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
         let http = reqwest::Client::builder()
             .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
@@ -121,7 +121,7 @@ impl AppState {
         };
         let notifier = crate::alerts::notify::Dispatcher::with_alerts(http, db.clone(), Default::default(), alerts);
         notifier.set_channels(config.notifications.clone());
-        let gate = Arc::new(crate::auth::Gate::new(config.auth.clone()));
+        let gate = Arc::new(crate::auth::Gate::new(config.auth.clone(), wings.proxy));
         let storage = Arc::new(crate::history::storage::Storage::new(&config.database));
         AppState {
             base_path: config.base_path().into(),

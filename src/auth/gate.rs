@@ -9,13 +9,15 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use super::{count_users, AuthError, LoginThrottle, Principal};
+use super::{count_users, AuthError, LoginThrottle, Principal, ProxyAuth};
 use crate::config::AuthConfig;
 use crate::history::Db;
 
 /// Shared by every request (in `AppState`).
 pub struct Gate {
     pub config: AuthConfig,
+    /// `[auth.proxy]`, as the auth wing read it.
+    pub proxy: Option<ProxyAuth>,
     pub throttle: Mutex<LoginThrottle>,
     /// Signs the CSRF tokens of proxy and anonymous principals; new at every start, so a page
     /// opened before a restart must be reloaded before its forms work again.
@@ -26,17 +28,23 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn new(config: AuthConfig) -> Gate {
+    pub fn new(config: AuthConfig, proxy: Option<ProxyAuth>) -> Gate {
         let mut csrf_key = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut csrf_key);
-        Gate { config, throttle: Mutex::new(LoginThrottle::new()), csrf_key, accounts_exist: AtomicBool::new(false) }
+        Gate {
+            config,
+            proxy,
+            throttle: Mutex::new(LoginThrottle::new()),
+            csrf_key,
+            accounts_exist: AtomicBool::new(false),
+        }
     }
 
     /// Whether anyone must prove who they are: local users exist or a trusted proxy is set up.
     /// Without either, warren serves loopback requests anonymously (see `anonymous_allowed`).
     /// Users added while warren runs (API or `warren user add`) take effect at the next request.
     pub async fn auth_configured(&self, db: &Db) -> Result<bool, AuthError> {
-        if self.config.proxy.is_some() || self.accounts_exist.load(Ordering::Relaxed) {
+        if self.proxy.is_some() || self.accounts_exist.load(Ordering::Relaxed) {
             return Ok(true);
         }
         let exist = count_users(db).await? > 0;
@@ -96,18 +104,18 @@ mod tests {
 
     #[test]
     fn csrf_tokens_differ_by_principal_and_process() {
-        let gate = Gate::new(AuthConfig::default());
+        let gate = Gate::new(AuthConfig::default(), None);
         let alice = Principal { name: "alice".into(), role: Role::Admin, via: How::Proxy };
         let bob = Principal { name: "bob".into(), role: Role::Admin, via: How::Proxy };
         assert_eq!(gate.csrf_token_for(&alice), gate.csrf_token_for(&alice));
         assert_ne!(gate.csrf_token_for(&alice), gate.csrf_token_for(&bob));
-        assert_ne!(gate.csrf_token_for(&alice), Gate::new(AuthConfig::default()).csrf_token_for(&alice));
+        assert_ne!(gate.csrf_token_for(&alice), Gate::new(AuthConfig::default(), None).csrf_token_for(&alice));
     }
 
     #[tokio::test]
     async fn logins_are_required_once_a_user_exists() {
         let (_dir, db) = test_db().await;
-        let gate = Gate::new(AuthConfig::default());
+        let gate = Gate::new(AuthConfig::default(), None);
         assert!(!gate.auth_configured(&db).await.unwrap());
         add_user(&db, "alice", Role::Admin, "correct horse battery").await.unwrap();
         assert!(gate.auth_configured(&db).await.unwrap());

@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, HeaderName};
 use serde::Deserialize;
 
 use super::{check_name, shorten, AuthError, How, Principal, Role};
+use crate::config::{invalid, ConfigError, ProxyConfig};
 
 /// A network in CIDR notation (`10.0.0.0/8`, `::1/128`); a bare address is a network of one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -117,6 +118,24 @@ pub struct ProxyAuth {
 }
 
 impl ProxyAuth {
+    /// The auth wing's reading of `[auth.proxy]`: each network, the role and the header names
+    /// checked, errors naming the field.
+    pub fn from_config(p: &ProxyConfig) -> Result<ProxyAuth, ConfigError> {
+        let mut trusted = Vec::with_capacity(p.trusted.len());
+        for (i, text) in p.trusted.iter().enumerate() {
+            let cidr =
+                text.parse().map_err(|e: AuthError| invalid(format!("auth.proxy.trusted[{i}]"), e.to_string()))?;
+            trusted.push(cidr);
+        }
+        let default_role = match &p.default_role {
+            None => Role::Viewer,
+            Some(text) => text.parse().map_err(|e: AuthError| invalid("auth.proxy.default_role", e.to_string()))?,
+        };
+        let proxy = ProxyAuth { header: p.header.clone(), role_header: p.role_header.clone(), default_role, trusted };
+        proxy.validate().map_err(|e| invalid("auth.proxy", e.to_string()))?;
+        Ok(proxy)
+    }
+
     /// Checks what the configuration can get wrong: header names, and at least one trusted network.
     pub fn validate(&self) -> Result<(), AuthError> {
         for name in std::iter::once(&self.header).chain(&self.role_header) {
@@ -177,6 +196,35 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
+    }
+
+    /// `[auth.proxy]` of a configuration file, as warren reads it where it starts.
+    fn read(toml: &str) -> Result<ProxyAuth, ConfigError> {
+        let config = crate::config::Config::from_toml(toml)?;
+        ProxyAuth::from_config(config.auth.proxy.as_ref().expect("the test gives [auth.proxy]"))
+    }
+
+    #[test]
+    fn the_proxy_section_is_read_and_checked() {
+        let proxy = read(
+            "[auth.proxy]\nheader = \"X-Forwarded-User\"\ndefault_role = \"operator\"\ntrusted = [\"10.0.0.0/8\", \"::1\"]\n",
+        )
+        .unwrap();
+        assert_eq!(proxy.default_role, Role::Operator);
+        assert!(proxy.is_trusted(ip("10.9.8.7")) && !proxy.is_trusted(ip("11.0.0.1")));
+        assert_eq!(read("[auth.proxy]\nheader = \"X\"\ntrusted = [\"::1\"]\n").unwrap().default_role, Role::Viewer);
+        for (toml, field) in [
+            ("[auth.proxy]\nheader = \"X-User\"\ntrusted = []\n", "auth.proxy"),
+            ("[auth.proxy]\nheader = \"X-User\"\ntrusted = [\"10.0.0.0/33\"]\n", "auth.proxy.trusted[0]"),
+            ("[auth.proxy]\nheader = \"bad header\"\ntrusted = [\"10.0.0.1\"]\n", "auth.proxy"),
+            (
+                "[auth.proxy]\nheader = \"X-User\"\ndefault_role = \"root\"\ntrusted = [\"10.0.0.1\"]\n",
+                "auth.proxy.default_role",
+            ),
+        ] {
+            let err = read(toml).unwrap_err().to_string();
+            assert!(err.starts_with("invalid configuration: ") && err.contains(field), "{toml}: {err}");
+        }
     }
 
     #[test]

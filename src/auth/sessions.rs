@@ -22,10 +22,7 @@ pub const SESSION_COOKIE: &str = "warren_session";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Where a plain HTML form sends it.
 pub const CSRF_FIELD: &str = "csrf_token";
-/// A session's absolute lifetime.
-pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-/// A session ends after this long without a request.
-pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(2 * 3600);
+pub use crate::config::{DEFAULT_SESSION_IDLE, DEFAULT_SESSION_TTL};
 /// `last_seen_at` is written at most this often.
 const LAST_SEEN_EVERY_SECS: i64 = 60;
 

@@ -83,7 +83,7 @@ pub struct ManagementClient {
     password: crate::config::Secret,
     timeout: Duration,
     /// The endpoint's TLS, to explain a failed handshake.
-    tls: crate::tls::EndpointTls,
+    tls: crate::config::tls::EndpointTls,
 }
 
 /// Which management URL answers, and what went wrong with each one last: the broker page and

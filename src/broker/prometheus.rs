@@ -368,7 +368,7 @@ pub struct PrometheusClient {
     pub base: reqwest::Url,
     timeout: Duration,
     /// The endpoint's TLS, to explain a failed handshake.
-    tls: crate::tls::EndpointTls,
+    tls: crate::config::tls::EndpointTls,
 }
 
 /// The endpoint as pages, logs and errors show it: credentials in the URL (a proxy in front of
@@ -453,13 +453,6 @@ impl PrometheusClient {
         scrape.has_consumers = families.consumers || families.head_timestamps;
         Ok((scrape, body.len()))
     }
-}
-
-/// The default Prometheus endpoint of a broker: the management host, plain HTTP, port 15692.
-pub fn default_url(management: &reqwest::Url) -> reqwest::Url {
-    let host = management.host_str().unwrap_or("127.0.0.1");
-    let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_string() };
-    reqwest::Url::parse(&format!("http://{host}:15692/")).expect("a host and a port make a URL")
 }
 
 #[cfg(test)]
@@ -622,7 +615,7 @@ mod tests {
 
     #[test]
     fn default_url_uses_the_management_host() {
-        let url = default_url(&"https://rabbit.example:15671/mgmt/".parse().unwrap());
+        let url = crate::config::default_prometheus_url(&"https://rabbit.example:15671/mgmt/".parse().unwrap());
         assert_eq!(url.as_str(), "http://rabbit.example:15692/");
     }
 }

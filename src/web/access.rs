@@ -287,7 +287,7 @@ async fn identify(
             None => Err(Refusal::Unauthenticated("the API token is unknown or revoked")),
         };
     }
-    if let Some(proxy) = &state.gate.config.proxy {
+    if let Some(proxy) = &state.gate.proxy {
         if let Some(principal) = proxy.principal(peer, headers) {
             return Ok((principal, None));
         }
@@ -719,7 +719,7 @@ async fn render_access(
             .collect(),
         notice,
         new_token,
-        proxy: state.gate.config.proxy.as_ref().map(|p| {
+        proxy: state.gate.proxy.as_ref().map(|p| {
             let trusted: Vec<String> = p.trusted.iter().map(ToString::to_string).collect();
             format!("header {} from {}", p.header, trusted.join(", "))
         }),
