@@ -36,12 +36,15 @@ pub struct Config {
     pub minute_retention: Duration,
     /// The brokers to watch, each polled by its own loop.
     pub brokers: Vec<BrokerConfig>,
-    /// Alert rules declared in the file (`[[alerts]]`): read-only in the UI and the API.
-    pub alerts: Vec<crate::alerts::Rule>,
+    /// Alert rules declared in the file (`[[alerts]]`), read-only in the UI and the API: as the
+    /// file gives them, for the alerts wing to read into its rules (`alerts::Rule::from_config`).
+    pub alerts: Vec<toml::Table>,
     /// How often a firing alert is notified again; `None`: never.
     pub alert_repeat: Option<Duration>,
-    /// Where alert notifications go (`[[notifications]]`).
-    pub notifications: Vec<crate::alerts::notify::NotificationChannel>,
+    /// Where alert notifications go (`[[notifications]]`), with each secret read from where the
+    /// file or the environment names it: for the alerts wing to read into its channels
+    /// (`alerts::notify::NotificationChannel::from_config`).
+    pub notifications: Vec<toml::Table>,
     /// Logins, sessions and the trusted proxy (`[auth]`).
     pub auth: AuthConfig,
     /// The dead-letter queues whose messages warren takes into its own database (`[[custody]]`).
@@ -246,6 +249,22 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// One entry of a list the file gives as plain tables (`[[alerts]]`, `[[notifications]]`), read
+/// by the wing that owns it into its own type: errors name the field under `list[index]`, as
+/// every configuration error names its field.
+pub fn read_entry<T: serde::de::DeserializeOwned>(
+    list: &str,
+    index: usize,
+    entry: &toml::Table,
+) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(toml::Value::Table(entry.clone())).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().message().lines().next().unwrap_or("invalid").to_string();
+        let field = if path == "." { format!("{list}[{index}]") } else { format!("{list}[{index}].{path}") };
+        invalid(field, message)
+    })
+}
+
 /// The error for `field`: for the wings too, which check their parts of the configuration.
 pub fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError { field: field.into(), problem: problem.into() }
@@ -279,10 +298,10 @@ struct FileConfig {
     #[serde(default)]
     brokers: Vec<FileBroker>,
     #[serde(default)]
-    alerts: Vec<crate::alerts::Rule>,
+    alerts: Vec<toml::Table>,
     alert_repeat_secs: Option<u64>,
     #[serde(default)]
-    notifications: Vec<crate::alerts::notify::NotificationChannel>,
+    notifications: Vec<toml::Table>,
     auth: Option<FileAuth>,
     #[serde(default)]
     custody: Vec<CustodyRule>,
@@ -466,29 +485,6 @@ impl Config {
             }
             secs => Some(Duration::from_secs(secs)),
         };
-        for (i, rule) in file.alerts.iter().enumerate() {
-            if let Some(e) = rule.validate().into_iter().next() {
-                return Err(invalid(format!("alerts[{i}].{}", e.field), e.message));
-            }
-            if file.alerts[..i].iter().any(|r| r.id == rule.id) {
-                return Err(invalid(format!("alerts[{i}].id"), format!("{:?} is used twice", rule.id)));
-            }
-            if let Some(broker) = &rule.scope.broker {
-                if !brokers.iter().any(|b| &b.name == broker) {
-                    return Err(invalid(format!("alerts[{i}].scope.broker"), format!("no broker named {broker:?}")));
-                }
-            }
-        }
-
-        for (i, channel) in file.notifications.iter().enumerate() {
-            if let Some(e) = channel.validate().into_iter().next() {
-                return Err(invalid(format!("notifications[{i}].{}", e.field), e.message));
-            }
-            if file.notifications[..i].iter().any(|c| c.id == channel.id) {
-                return Err(invalid(format!("notifications[{i}].id"), format!("{:?} is used twice", channel.id)));
-            }
-        }
-
         let auth = build_auth(file.auth.unwrap_or_default())?;
         for (i, rule) in file.custody.iter().enumerate() {
             if rule.queue.trim().is_empty() || rule.queue == "*" {
@@ -607,17 +603,18 @@ impl Config {
             })
             .collect();
         root.insert("custody".into(), Value::Array(custody));
+        // As the file gave them: the alerts wing reads them (`warren::Wings`).
         let alerts: Vec<Value> = self.alerts.iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
         root.insert("alerts".into(), Value::Array(alerts));
         let mut notifications = Vec::new();
         for (i, channel) in self.notifications.iter().enumerate() {
-            let mut stored = channel.to_storage_json();
+            let mut stored = serde_json::to_value(channel).unwrap_or(Value::Null);
+            let id = channel.get("id").and_then(|v| v.as_str()).unwrap_or("").to_string();
             if let Some(fields) = stored.as_object_mut() {
-                fields.retain(|_, v| !v.is_null());
                 for secret in ["url", "password"] {
                     if fields.remove(secret).is_some() {
                         let path = format!("notifications[{i}].{secret}");
-                        left_out.push((format!("the {secret} of notification channel {:?}", channel.id), path));
+                        left_out.push((format!("the {secret} of notification channel {id:?}"), path));
                     }
                 }
             }
@@ -1147,13 +1144,13 @@ mod tests {
         let config = with_env(&text, &env).unwrap();
         assert_eq!(config.brokers[0].password.expose(), "b-secret", "one line end trimmed");
         assert_eq!(config.brokers[1].password.expose(), "b-env", "the environment replaces the file's literal");
-        let stored = |i: usize| config.notifications[i].to_storage_json();
-        assert_eq!(stored(0)["url"], "https://hooks.example/T/FILE");
-        assert_eq!(stored(1)["password"], "from-env");
+        let stored = |i: usize, field: &str| config.notifications[i][field].as_str().map(str::to_string);
+        assert_eq!(stored(0, "url").as_deref(), Some("https://hooks.example/T/FILE"));
+        assert_eq!(stored(1, "password").as_deref(), Some("from-env"));
         // The SMTP password from a file named in the environment.
         let config =
             with_env(&text, &[("SMTP_PW", "x"), ("WARREN_NOTIFICATION_MAIL_PASSWORD_FILE", &smtp_pw)]).unwrap();
-        assert_eq!(config.notifications[1].to_storage_json()["password"], "s-secret");
+        assert_eq!(config.notifications[1]["password"].as_str(), Some("s-secret"));
 
         // One form only; the errors name the field, the file or the variable, never a value.
         let both = format!("[[brokers]]\npassword = \"hunter2\"\npassword_file = {broker_pw:?}\n");
@@ -1200,7 +1197,8 @@ mod tests {
         assert_eq!(prod.management_url.as_str(), "http://prod:15672/");
         assert_eq!(prod.tls.amqp.settings.server_name.as_ref().map(|s| s.value.as_str()), Some("amqp.example"));
         assert_eq!(config.custody[0].payloads, PayloadRole::Admin);
-        assert_eq!((config.notifications[0].id.as_str(), config.notifications[0].type_name()), ("ops", "webhook"));
+        let ops = &config.notifications[0];
+        assert_eq!((ops["id"].as_str(), ops["type"].as_str()), (Some("ops"), Some("webhook")));
 
         let err = with_env("", &[("WARREN_RETENTION_DAYZ", "3")]).unwrap_err().to_string();
         assert!(err.contains("WARREN_RETENTION_DAYZ") && err.contains("did you mean WARREN_RETENTION_DAYS?"), "{err}");

@@ -30,6 +30,8 @@ pub mod poller;
 pub mod state;
 pub mod web;
 
+pub use state::Wings;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
@@ -52,22 +54,6 @@ const ROLLUP_EVERY: Duration = Duration::from_secs(60);
 
 /// How often the retention cleanup runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
-
-/// Each wing's part of the configuration in the wing's own types, read and checked before
-/// anything starts: the configuration is plain data that imports nothing of the wings, so an
-/// invalid part is found here, by the start and by every command (`main` reads it after the
-/// configuration), and named by its field as any invalid configuration is.
-pub struct Wings {
-    /// `[auth.proxy]`.
-    pub proxy: Option<auth::ProxyAuth>,
-}
-
-impl Wings {
-    pub fn read(config: &Config) -> Result<Wings, config::ConfigError> {
-        let proxy = config.auth.proxy.as_ref().map(auth::ProxyAuth::from_config).transpose()?;
-        Ok(Wings { proxy })
-    }
-}
 
 /// Opens the database and builds the shared state (tests call this too).
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {

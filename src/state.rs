@@ -8,11 +8,36 @@ use crate::dlq::browse::Snapshots;
 use crate::history::Db;
 use crate::live::Live;
 
+/// Each wing's part of the configuration in the wing's own types, read and checked before
+/// anything starts: the configuration is plain data that imports nothing of the wings, so an
+/// invalid part is found here, by the start and by every command (`main` reads it after the
+/// configuration), and named by its field as any invalid configuration is.
+pub struct Wings {
+    /// `[[alerts]]`.
+    pub rules: Vec<crate::alerts::Rule>,
+    /// `[[notifications]]`.
+    pub channels: Vec<crate::alerts::notify::NotificationChannel>,
+    /// `[auth.proxy]`.
+    pub proxy: Option<crate::auth::ProxyAuth>,
+}
+
+impl Wings {
+    pub fn read(config: &Config) -> Result<Wings, crate::config::ConfigError> {
+        Ok(Wings {
+            rules: crate::alerts::Rule::from_config(config)?,
+            channels: crate::alerts::notify::NotificationChannel::from_config(config)?,
+            proxy: config.auth.proxy.as_ref().map(crate::auth::ProxyAuth::from_config).transpose()?,
+        })
+    }
+}
+
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<Config>,
     pub db: Db,
     pub live: Live,
+    /// The alert rules of the file (`[[alerts]]`), as the alerts wing read them.
+    pub config_rules: Arc<Vec<crate::alerts::Rule>>,
     /// Broker name to its id in the database.
     pub broker_ids: Arc<HashMap<String, i64>>,
     /// The last DLQ snapshot of each queue.
@@ -86,6 +111,7 @@ impl AppState {
             config: self.config.clone(),
             db: self.db.clone(),
             live: self.live.clone(),
+            config_rules: self.config_rules.clone(),
             notifier: self.notifier.clone(),
         }
     }
@@ -109,18 +135,18 @@ impl AppState {
         format!("{}{path}", self.base_path)
     }
 
-    pub fn new(config: Config, wings: crate::Wings, db: Db, broker_ids: HashMap<String, i64>) -> Self {
+    pub fn new(config: Config, wings: Wings, db: Db, broker_ids: HashMap<String, i64>) -> Self {
         let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
         let http = reqwest::Client::builder()
             .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("TLS backend initialises");
         let alerts = crate::alerts::notify::AlertSource {
-            config_rules: config.alerts.clone(),
+            config_rules: wings.rules.clone(),
             public_url: config.public_url.clone(),
         };
         let notifier = crate::alerts::notify::Dispatcher::with_alerts(http, db.clone(), Default::default(), alerts);
-        notifier.set_channels(config.notifications.clone());
+        notifier.set_channels(wings.channels);
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone(), wings.proxy));
         let storage = Arc::new(crate::history::storage::Storage::new(&config.database));
         AppState {
@@ -130,6 +156,7 @@ impl AppState {
             config: Arc::new(config),
             db,
             live: Live::new(&names),
+            config_rules: Arc::new(wings.rules),
             broker_ids: Arc::new(broker_ids),
             snapshots: Snapshots::default(),
             jobs: crate::dlq::jobs::Jobs::default(),

@@ -283,7 +283,9 @@ async fn the_rule_editor_reports_errors_at_the_field_and_previews_matches() {
     let (_, export) = warren.get_text("/api/v1/alerts/rules/export").await;
     assert!(export.contains("[[alerts]]") && export.contains("id = \"a\""), "{export}");
     let config = warren::config::Config::from_toml(&export).expect("the export is a valid config file");
-    assert_eq!(config.alerts.len(), 1);
+    let wings = warren::Wings::read(&config).expect("the alerts wing reads the exported rules");
+    assert_eq!(wings.rules.len(), 1);
+    assert_eq!(wings.rules[0].threshold, Some(5.0));
     warren.stop().await;
     connection.close(0, "done").await.ok();
 }

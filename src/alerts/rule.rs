@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::template::template_problem;
-use crate::config::glob_match;
+use crate::config::{glob_match, invalid, read_entry, Config, ConfigError};
 use crate::metrics::QueueView;
 
 /// Longest `for_secs` and `keep_firing_for_secs` accepted: a week. Anything longer is almost
@@ -374,6 +374,28 @@ impl fmt::Display for FieldError {
 }
 
 impl Rule {
+    /// The rules of the file (`[[alerts]]`), read where warren starts (`warren::Wings`): each
+    /// checked as the rule editor checks it, ids unique, and a scope's broker configured.
+    pub fn from_config(config: &Config) -> Result<Vec<Rule>, ConfigError> {
+        let mut rules: Vec<Rule> = Vec::with_capacity(config.alerts.len());
+        for (i, entry) in config.alerts.iter().enumerate() {
+            let rule: Rule = read_entry("alerts", i, entry)?;
+            if let Some(e) = rule.validate().into_iter().next() {
+                return Err(invalid(format!("alerts[{i}].{}", e.field), e.message));
+            }
+            if rules.iter().any(|r| r.id == rule.id) {
+                return Err(invalid(format!("alerts[{i}].id"), format!("{:?} is used twice", rule.id)));
+            }
+            if let Some(broker) = &rule.scope.broker {
+                if !config.brokers.iter().any(|b| &b.name == broker) {
+                    return Err(invalid(format!("alerts[{i}].scope.broker"), format!("no broker named {broker:?}")));
+                }
+            }
+            rules.push(rule);
+        }
+        Ok(rules)
+    }
+
     /// Whether the rule's condition holds for `value`; never for a rule without a comparator
     /// or threshold (which `validate` refuses).
     pub fn holds(&self, value: f64) -> bool {
@@ -498,6 +520,25 @@ fn pattern_problem(pattern: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file's rules are read by this wing where warren starts (`warren::Wings`), with
+    /// errors naming the field as every configuration error does.
+    #[test]
+    fn the_files_rules_are_read_and_checked_with_their_field() {
+        let read = |toml: &str| Rule::from_config(&Config::from_toml(toml).unwrap()).map_err(|e| e.to_string());
+        let rule = "id = \"deep\"\nname = \"Deep\"\nmetric = \"ready\"\ncomparator = \">\"\nthreshold = 1\nseverity = \"info\"\n";
+        let rules = read(&format!("[[alerts]]\n{rule}")).unwrap();
+        assert_eq!((rules.len(), rules[0].threshold), (1, Some(1.0)));
+        for (toml, says) in [
+            (format!("[[alerts]]\n{rule}[[alerts]]\n{rule}"), "alerts[1].id: \"deep\" is used twice"),
+            (format!("[[alerts]]\n{}", rule.replace("ready", "readyy")), "alerts[0].metric: unknown variant"),
+            (format!("[[alerts]]\n{}", rule.replace("threshold = 1\n", "")), "alerts[0].threshold"),
+            (format!("[[alerts]]\n{rule}scope = {{ broker = \"elsewhere\" }}\n"), "no broker named \"elsewhere\""),
+        ] {
+            let error = read(&toml).unwrap_err();
+            assert!(error.starts_with("invalid configuration: ") && error.contains(says), "{toml}: {error}");
+        }
+    }
     use crate::alerts::testing::queue;
 
     fn rule(metric: Metric) -> Rule {

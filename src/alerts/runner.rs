@@ -23,6 +23,8 @@ pub struct Handles {
     pub config: std::sync::Arc<Config>,
     pub db: Db,
     pub live: Live,
+    /// The rules of the file (`[[alerts]]`), as the wing read them.
+    pub config_rules: std::sync::Arc<Vec<super::Rule>>,
     pub notifier: super::notify::Dispatcher,
 }
 
@@ -109,7 +111,7 @@ pub async fn evaluate_once(
     now: DateTime<Utc>,
 ) -> Result<Vec<Outgoing>, sqlx::Error> {
     let rules: Vec<Rule> =
-        store::all_rules(&handles.config.alerts, &handles.db).await?.into_iter().map(|r| r.rule).collect();
+        store::all_rules(&handles.config_rules, &handles.db).await?.into_iter().map(|r| r.rule).collect();
     evaluator.set_rules(rules.clone());
     let live = handles.live.snapshot();
     // A broker not polled yet is left out: "up with no queues" would read as every queue gone.

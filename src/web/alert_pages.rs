@@ -307,7 +307,7 @@ async fn render_with(
     error: Option<WebError>,
     notice: Option<crate::state::Notice>,
 ) -> Result<String, WebError> {
-    let rules = store::all_rules(&state.config.alerts, &state.db).await?;
+    let rules = store::all_rules(&state.config_rules, &state.db).await?;
     let silences = store::silences(&state.db, true).await?;
     let silenced = |rule_id: &str| -> Option<String> {
         let mut whole: Vec<String> = Vec::new();
@@ -463,7 +463,7 @@ async fn page(
     let notice = q.notice.and_then(|key| state.notices.take(&key));
     let form = match q.edit {
         Some(id) => {
-            let rules = store::all_rules(&state.config.alerts, &state.db).await?;
+            let rules = store::all_rules(&state.config_rules, &state.db).await?;
             let found = rules.into_iter().find(|r| r.rule.id == id);
             let stored = found.ok_or_else(|| WebError::NotFound(format!("no alert rule with id {id:?}")))?;
             if let Some(why) = super::alerts::read_only(stored.source) {

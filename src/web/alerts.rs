@@ -117,7 +117,7 @@ pub fn check_rule(state: &AppState, rule: &Rule) -> Result<(), WebError> {
 }
 
 async fn find_rule(state: &AppState, id: &str) -> Result<StoredRule, WebError> {
-    store::all_rules(&state.config.alerts, &state.db)
+    store::all_rules(&state.config_rules, &state.db)
         .await?
         .into_iter()
         .find(|r| r.rule.id == id)
@@ -134,7 +134,7 @@ pub fn read_only(source: Source) -> Option<&'static str> {
 }
 
 async fn rules(State(state): State<AppState>) -> Result<Json<Vec<StoredRule>>, ApiError> {
-    Ok(Json(store::all_rules(&state.config.alerts, &state.db).await?))
+    Ok(Json(store::all_rules(&state.config_rules, &state.db).await?))
 }
 
 async fn one_rule(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<StoredRule>, ApiError> {
@@ -144,7 +144,7 @@ async fn one_rule(State(state): State<AppState>, Path(id): Path<String>) -> Resu
 /// Creates a rule from the API or a form (`source` api), by `actor`.
 pub async fn save_new_rule(state: &AppState, rule: &Rule, actor: &str) -> Result<(), WebError> {
     check_rule(state, rule)?;
-    if store::all_rules(&state.config.alerts, &state.db).await?.iter().any(|r| r.rule.id == rule.id) {
+    if store::all_rules(&state.config_rules, &state.db).await?.iter().any(|r| r.rule.id == rule.id) {
         return Err(WebError::Conflict(format!("a rule with id {:?} exists already", rule.id)));
     }
     store::save_rule(&state.db, rule).await?;
@@ -282,7 +282,7 @@ async fn delete_rule(
 /// into configuration as code.
 async fn export(State(state): State<AppState>) -> Result<Response, ApiError> {
     // The built-in rule is not exported: it exists whenever no broker_unreachable rule does.
-    let rules: Vec<Rule> = store::all_rules(&state.config.alerts, &state.db)
+    let rules: Vec<Rule> = store::all_rules(&state.config_rules, &state.db)
         .await?
         .into_iter()
         .filter(|r| r.source != Source::Builtin)
@@ -376,7 +376,7 @@ pub struct AlertView {
 
 /// The pending and firing alerts as of the last evaluation, firing first.
 pub async fn current_alerts(state: &AppState) -> Result<Vec<AlertView>, WebError> {
-    let rules = store::all_rules(&state.config.alerts, &state.db).await?;
+    let rules = store::all_rules(&state.config_rules, &state.db).await?;
     let silences = store::silences(&state.db, true).await?;
     let now = chrono::Utc::now();
     let mut views: Vec<AlertView> = store::states(&state.db)

@@ -270,7 +270,12 @@ pub fn render(brokers: &[BrokerLive]) -> String {
     header(&mut out, &Family { name: "warren_up", help: "warren is running." });
     out.push_str("warren_up 1\n");
     header(&mut out, &Family { name: "warren_build_info", help: "warren's version and the commit it was built from." });
-    sample(&mut out, "warren_build_info", &[("version", env!("CARGO_PKG_VERSION")), ("commit", crate::COMMIT)], 1.0);
+    sample(
+        &mut out,
+        "warren_build_info",
+        &[("version", env!("CARGO_PKG_VERSION")), ("commit", env!("WARREN_BUILD_COMMIT"))],
+        1.0,
+    );
     render_process(&mut out);
     out
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::alertmanager::AlertmanagerSettings;
 use super::{Notification, NotificationKind};
 use crate::alerts::{FieldError, Severity};
-use crate::config::Secret;
+use crate::config::{invalid, read_entry, Config, ConfigError, Secret};
 
 /// One destination. In TOML:
 ///
@@ -129,6 +129,23 @@ pub struct ChannelView {
 }
 
 impl NotificationChannel {
+    /// The channels of the file (`[[notifications]]`, secrets already read from where they are
+    /// named), read where warren starts (`warren::Wings`): each checked, ids unique.
+    pub fn from_config(config: &Config) -> Result<Vec<NotificationChannel>, ConfigError> {
+        let mut channels: Vec<NotificationChannel> = Vec::with_capacity(config.notifications.len());
+        for (i, entry) in config.notifications.iter().enumerate() {
+            let channel: NotificationChannel = read_entry("notifications", i, entry)?;
+            if let Some(e) = channel.validate().into_iter().next() {
+                return Err(invalid(format!("notifications[{i}].{}", e.field), e.message));
+            }
+            if channels.iter().any(|c| c.id == channel.id) {
+                return Err(invalid(format!("notifications[{i}].id"), format!("{:?} is used twice", channel.id)));
+            }
+            channels.push(channel);
+        }
+        Ok(channels)
+    }
+
     /// `webhook`, `slack`, `email` or `alertmanager`, as written in `type`.
     pub fn type_name(&self) -> &'static str {
         match self.kind {
