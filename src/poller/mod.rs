@@ -197,6 +197,21 @@ struct PollPlan {
 }
 
 impl PollPlan {
+    /// The plan that serves a poll whose scrape failed, decided from this one: the listing
+    /// when the plan only scraped (with message stats when the broker collects them), or the
+    /// stats listing when its metadata listing had no depth without the scrape. `None` when
+    /// the listing this plan makes serves without the scrape.
+    fn after_failed_scrape(&self, stats_enabled: bool) -> Option<PollPlan> {
+        let listing = PollPlan {
+            list: true,
+            scrape: false,
+            light_listing: !stats_enabled,
+            list_reason: Some("the scrape failed"),
+            ..*self
+        };
+        (!self.list || (self.light_listing && stats_enabled)).then_some(listing)
+    }
+
     /// The plan in words, for the broker page.
     fn describe(&self) -> String {
         let mut calls = Vec::new();
@@ -229,6 +244,36 @@ impl PollPlan {
 enum DepthSource {
     Prometheus,
     Listing,
+}
+
+/// What the poll's first calls found, for carrying out its plan (`Poller::read_queues`).
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    watched: &'a [VhostEntry],
+    overview: &'a Overview,
+    stats_enabled: bool,
+    started: Instant,
+    now: DateTime<Utc>,
+}
+
+/// What carrying out a plan's queue reads gave.
+struct QueueReads {
+    queues: Vec<Vec<RawQueue>>,
+    depth_source: DepthSource,
+    counters: Option<CounterSource>,
+    /// When the counters were read: the start of the call that served them. Rates need
+    /// readings a whole number of 5 s stats steps apart (`CounterWindow::baseline`); with one
+    /// reading per listing, the listing's varying duration must not shift its time.
+    counters_at: Instant,
+    /// The plan as carried out: a listing whose scrape failed served without it.
+    done: PollPlan,
+}
+
+/// How carrying out a plan's queue reads ended.
+enum Reads {
+    Done(QueueReads),
+    /// A call failed, and this plan serves the poll instead.
+    Instead(PollPlan),
 }
 
 /// Result of one successful poll, for callers that measure (the benchmark).
@@ -452,151 +497,18 @@ impl Poller {
         self.alarm = self.check_alarms(&mut calls).await;
         bytes += self.read_nodes(&overview, now, &mut calls).await?;
 
-        let mut plan = self.plan(started, &overview, stats_enabled);
-        // When the counters were read: the start of the call that served them. Rates need
-        // readings a whole number of 5 s stats steps apart (`CounterWindow::baseline`); with one
-        // reading per listing, the listing's varying duration must not shift its time.
-        let mut counters_at = Instant::now();
-        let mut raw_queues: Vec<Vec<RawQueue>> = Vec::new();
-        let mut depth_source = DepthSource::Listing;
-        let mut counters = None;
-        if !plan.list {
-            counters_at = Instant::now();
-            let mut spent = Duration::ZERO;
-            let answer = self.scrape(&watched, &plan, overview.cluster_name.as_deref(), &mut spent).await;
-            // On 4.x consumers have a cadence of their own: a scrape with them is not what
-            // every poll costs.
-            let detail = plan.scrape_consumers && plan.scrape_counters;
-            if detail {
-                calls.other += spent;
-            } else {
-                calls.cheap += spent;
+        let plan = self.plan(started, &overview, stats_enabled);
+        let found = Found { watched: &watched, overview: &overview, stats_enabled, started, now };
+        // A failed call yields the plan that serves the poll instead (`after_failed_scrape`),
+        // which has no scrape to fail: the second plan ends it.
+        let mut next = plan;
+        let reads = loop {
+            match self.read_queues(next, &found, &mut calls, &mut bytes).await? {
+                Reads::Done(reads) => break reads,
+                Reads::Instead(instead) => next = instead,
             }
-            match answer {
-                Ok((scrape, size)) => {
-                    bytes += size;
-                    self.prometheus_answered(now, &scrape);
-                    counters = scrape.has_counters.then_some(CounterSource::Plugin);
-                    if detail {
-                        self.detail_at = Some(counters_at);
-                        self.detail_cost = spent;
-                    }
-                    let base = self.listing.as_ref().map(|l| l.queues.clone()).unwrap_or_default();
-                    let overlaid = self.overlay(base, &scrape, None);
-                    if scrape.has_consumers {
-                        // Kept for the polls that do not ask for consumers (same order: the
-                        // overlay keeps the listing's).
-                        if let Some(listing) = &mut self.listing {
-                            for (kept, now) in listing.queues.iter_mut().zip(&overlaid) {
-                                kept.consumers = now.consumers;
-                            }
-                        }
-                    }
-                    raw_queues = vec![overlaid];
-                    depth_source = DepthSource::Prometheus;
-                }
-                Err(error) => {
-                    // The listing serves this poll instead.
-                    self.prometheus_failed(started, now, &error);
-                    plan.list = true;
-                    plan.scrape = false;
-                    plan.light_listing = !stats_enabled;
-                    plan.list_reason = Some("the scrape failed");
-                }
-            }
-        }
-        if plan.list {
-            let reason = plan.list_reason.unwrap_or("unknown");
-            *self.load.listing_reasons.entry(reason.to_string()).or_default() += 1;
-            // Kept as the pages they came in: `derive` frees each page once it is read, so
-            // the whole listing (16 MB at 50,000 queues) is never held beside both views.
-            counters_at = Instant::now();
-            for vhost in &watched {
-                // Totals only when no scrape serves depth: measured on 4.0.5 with the metrics
-                // collector off at 10,000 queues, a listing with them cost the broker 5.94 CPU-s,
-                // without 1.14.
-                let totals = plan.light_listing && !plan.scrape;
-                bytes += if plan.light_listing && plan.scrape {
-                    self.fetch_metadata(&vhost.name, &mut raw_queues, &mut calls.stats).await?
-                } else {
-                    self.fetch_vhost(&vhost.name, plan.light_listing, totals, &mut raw_queues, &mut calls.stats).await?
-                };
-            }
-            if plan.light_listing {
-                // A light listing (and any listing with the metrics collector off) has no
-                // effective policy.
-                bytes += self.apply_policies(&watched, &mut raw_queues, &mut calls.stats).await;
-            }
-            // Nor a delivery limit, and a full listing lacks it too for a queue whose first
-            // stats are not in yet: on 4.x a quorum queue always has one, so reads of it must
-            // be confirmed from the first listing on. 3.x listings never say it; its argument
-            // or policy does.
-            let since_4_0 = since_4_0(&overview);
-            for q in raw_queues.iter_mut().flatten() {
-                if q.kind.as_deref() == Some("quorum") && q.delivery_limit.is_none() {
-                    q.delivery_limit = policies::delivery_limit(q, since_4_0);
-                }
-            }
-            counters = (stats_enabled && !plan.light_listing).then_some(CounterSource::Listing);
-            // Depth from the scrape on listing polls too: the listing's counts lag the
-            // plugin's by up to a stats interval, and alternating sources would make depth
-            // jump back and forth (an alert on depth would flap). On 4.x the counters come from
-            // it too, so that a rate window never mixes the two sources.
-            let mut cost = calls.stats;
-            if plan.scrape {
-                let scrape_started = Instant::now();
-                let mut spent = Duration::ZERO;
-                let answer = self.scrape(&watched, &plan, overview.cluster_name.as_deref(), &mut spent).await;
-                calls.other += spent;
-                // Head timestamps asked only because the listing has none are part of what a
-                // listing costs, and so of its budgeted cadence.
-                if plan.scrape_head_timestamps && !self.broker.prometheus_head_timestamps {
-                    cost += spent;
-                }
-                match answer {
-                    Ok((scrape, size)) => {
-                        bytes += size;
-                        self.prometheus_answered(now, &scrape);
-                        if scrape.has_counters {
-                            counters = Some(CounterSource::Plugin);
-                            counters_at = scrape_started;
-                        }
-                        if scrape.has_consumers {
-                            self.detail_at = Some(scrape_started);
-                        }
-                        self.listed(&raw_queues, started, now, cost, false);
-                        let base = raw_queues.into_iter().flatten().collect();
-                        let overlaid = self.overlay(base, &scrape, Some(!plan.light_listing));
-                        if let Some(listing) = &mut self.listing {
-                            listing.queues = overlaid.clone();
-                        }
-                        raw_queues = vec![overlaid];
-                        depth_source = DepthSource::Prometheus;
-                    }
-                    Err(error) => {
-                        self.prometheus_failed(started, now, &error);
-                        plan.scrape = false;
-                        if plan.light_listing && stats_enabled {
-                            // The metadata listing has no depth, and the scrape that was to
-                            // serve it failed: the stats listing serves this poll.
-                            plan.light_listing = false;
-                            plan.list_reason = Some("the scrape failed");
-                            raw_queues.clear();
-                            for vhost in &watched {
-                                bytes += self
-                                    .fetch_vhost(&vhost.name, false, false, &mut raw_queues, &mut calls.stats)
-                                    .await?;
-                            }
-                            counters = Some(CounterSource::Listing);
-                            cost = calls.stats;
-                        }
-                        self.listed(&raw_queues, started, now, cost, true);
-                    }
-                }
-            } else {
-                self.listed(&raw_queues, started, now, cost, self.prometheus.is_some());
-            }
-        }
+        };
+        let QueueReads { queues: raw_queues, depth_source, counters, counters_at, done: plan } = reads;
         let fetched = counters_at;
         // Topologies due by age are read before the views are built: the bindings listing is the
         // largest answer after the queues' (at least one binding per queue), and read here it is
@@ -729,6 +641,151 @@ impl Poller {
         // The previous views are gone unless a page still reads them: maps only they held go.
         self.maps.prune();
         Ok(PollStats { queues: queue_count, samples_written, bytes })
+    }
+
+    /// Carries out `plan`'s queue reads: the scrape, the listing, or both. A failed scrape ends
+    /// with the plan that serves the poll instead, when the listing made cannot serve without it.
+    async fn read_queues(
+        &mut self,
+        plan: PollPlan,
+        found: &Found<'_>,
+        calls: &mut PollCalls,
+        bytes: &mut usize,
+    ) -> Result<Reads, PollError> {
+        let Found { stats_enabled, started, now, .. } = *found;
+        let mut done = plan;
+        let mut counters_at = Instant::now();
+        let mut raw_queues: Vec<Vec<RawQueue>> = Vec::new();
+        let mut depth_source = DepthSource::Listing;
+        let mut counters = None;
+        if !plan.list {
+            counters_at = Instant::now();
+            let mut spent = Duration::ZERO;
+            let answer = self.scrape(found.watched, &plan, found.overview.cluster_name.as_deref(), &mut spent).await;
+            // On 4.x consumers have a cadence of their own: a scrape with them is not what
+            // every poll costs.
+            let detail = plan.scrape_consumers && plan.scrape_counters;
+            if detail {
+                calls.other += spent;
+            } else {
+                calls.cheap += spent;
+            }
+            match answer {
+                Ok((scrape, size)) => {
+                    *bytes += size;
+                    self.prometheus_answered(now, &scrape);
+                    counters = scrape.has_counters.then_some(CounterSource::Plugin);
+                    if detail {
+                        self.detail_at = Some(counters_at);
+                        self.detail_cost = spent;
+                    }
+                    let base = self.listing.as_ref().map(|l| l.queues.clone()).unwrap_or_default();
+                    let overlaid = self.overlay(base, &scrape, None);
+                    if scrape.has_consumers {
+                        // Kept for the polls that do not ask for consumers (same order: the
+                        // overlay keeps the listing's).
+                        if let Some(listing) = &mut self.listing {
+                            for (kept, now) in listing.queues.iter_mut().zip(&overlaid) {
+                                kept.consumers = now.consumers;
+                            }
+                        }
+                    }
+                    raw_queues = vec![overlaid];
+                    depth_source = DepthSource::Prometheus;
+                }
+                Err(error) => {
+                    // The listing serves this poll instead.
+                    self.prometheus_failed(started, now, &error);
+                    return Ok(Reads::Instead(plan.after_failed_scrape(stats_enabled).expect("a scrape-only plan")));
+                }
+            }
+        }
+        if plan.list {
+            let reason = plan.list_reason.unwrap_or("unknown");
+            *self.load.listing_reasons.entry(reason.to_string()).or_default() += 1;
+            // Kept as the pages they came in: `derive` frees each page once it is read, so
+            // the whole listing (16 MB at 50,000 queues) is never held beside both views.
+            counters_at = Instant::now();
+            for vhost in found.watched {
+                // Totals only when no scrape serves depth: measured on 4.0.5 with the metrics
+                // collector off at 10,000 queues, a listing with them cost the broker 5.94 CPU-s,
+                // without 1.14.
+                let totals = plan.light_listing && !plan.scrape;
+                *bytes += if plan.light_listing && plan.scrape {
+                    self.fetch_metadata(&vhost.name, &mut raw_queues, &mut calls.stats).await?
+                } else {
+                    self.fetch_vhost(&vhost.name, plan.light_listing, totals, &mut raw_queues, &mut calls.stats).await?
+                };
+            }
+            if plan.light_listing {
+                // A light listing (and any listing with the metrics collector off) has no
+                // effective policy.
+                *bytes += self.apply_policies(found.watched, &mut raw_queues, &mut calls.stats).await;
+            }
+            // Nor a delivery limit, and a full listing lacks it too for a queue whose first
+            // stats are not in yet: on 4.x a quorum queue always has one, so reads of it must
+            // be confirmed from the first listing on. 3.x listings never say it; its argument
+            // or policy does.
+            let since_4_0 = since_4_0(found.overview);
+            for q in raw_queues.iter_mut().flatten() {
+                if q.kind.as_deref() == Some("quorum") && q.delivery_limit.is_none() {
+                    q.delivery_limit = policies::delivery_limit(q, since_4_0);
+                }
+            }
+            counters = (stats_enabled && !plan.light_listing).then_some(CounterSource::Listing);
+            // Depth from the scrape on listing polls too: the listing's counts lag the
+            // plugin's by up to a stats interval, and alternating sources would make depth
+            // jump back and forth (an alert on depth would flap). On 4.x the counters come from
+            // it too, so that a rate window never mixes the two sources.
+            let mut cost = calls.stats;
+            if plan.scrape {
+                let scrape_started = Instant::now();
+                let mut spent = Duration::ZERO;
+                let answer =
+                    self.scrape(found.watched, &plan, found.overview.cluster_name.as_deref(), &mut spent).await;
+                calls.other += spent;
+                // Head timestamps asked only because the listing has none are part of what a
+                // listing costs, and so of its budgeted cadence.
+                if plan.scrape_head_timestamps && !self.broker.prometheus_head_timestamps {
+                    cost += spent;
+                }
+                match answer {
+                    Ok((scrape, size)) => {
+                        *bytes += size;
+                        self.prometheus_answered(now, &scrape);
+                        if scrape.has_counters {
+                            counters = Some(CounterSource::Plugin);
+                            counters_at = scrape_started;
+                        }
+                        if scrape.has_consumers {
+                            self.detail_at = Some(scrape_started);
+                        }
+                        self.listed(&raw_queues, started, now, cost, false);
+                        let base = raw_queues.into_iter().flatten().collect();
+                        let overlaid = self.overlay(base, &scrape, Some(!plan.light_listing));
+                        if let Some(listing) = &mut self.listing {
+                            listing.queues = overlaid.clone();
+                        }
+                        raw_queues = vec![overlaid];
+                        depth_source = DepthSource::Prometheus;
+                    }
+                    Err(error) => {
+                        self.prometheus_failed(started, now, &error);
+                        if let Some(instead) = plan.after_failed_scrape(stats_enabled) {
+                            // The metadata listing has no depth, and the scrape that was to
+                            // serve it failed: the stats listing serves this poll.
+                            return Ok(Reads::Instead(instead));
+                        }
+                        // The listing serves without the scrape.
+                        done.scrape = false;
+                        self.listed(&raw_queues, started, now, cost, true);
+                    }
+                }
+            } else {
+                self.listed(&raw_queues, started, now, cost, self.prometheus.is_some());
+            }
+        }
+        Ok(Reads::Done(QueueReads { queues: raw_queues, depth_source, counters, counters_at, done }))
     }
 
     /// This poll's calls (see `PollPlan`). The scrape serves depth whenever the plugin is
@@ -1767,6 +1824,42 @@ mod tests {
         assert_eq!(watched_rates(&[vhost(Some(2.0)), vhost(None)]).publish_rate, None);
         // Nothing watched: nothing measured.
         assert_eq!(watched_rates(&[]), BrokerRates::default());
+    }
+
+    /// A failed scrape yields the plan that serves the poll instead, decided without a broker.
+    #[test]
+    fn a_failed_scrape_yields_the_plan_that_serves_instead() {
+        let plan = |list, scrape, light_listing| PollPlan {
+            list,
+            scrape,
+            scrape_consumers: true,
+            scrape_counters: false,
+            scrape_head_timestamps: false,
+            light_listing,
+            list_reason: list.then_some("budget"),
+        };
+        // A scrape-only poll lists instead: with message stats when the broker collects them.
+        let instead = plan(false, true, false).after_failed_scrape(true).unwrap();
+        assert_eq!(
+            instead,
+            PollPlan { list: true, scrape: false, list_reason: Some("the scrape failed"), ..plan(false, true, false) }
+        );
+        assert!(plan(false, true, false).after_failed_scrape(false).unwrap().light_listing, "no stats to list");
+        // A metadata listing has no depth without its scrape: the stats listing serves.
+        let instead = plan(true, true, true).after_failed_scrape(true).unwrap();
+        assert!(instead.list && !instead.scrape && !instead.light_listing, "{instead:?}");
+        // A stats listing serves as it is. So does a metadata listing where the broker collects
+        // no stats: no listing would have more, and the poll's depth is unknown, not 0.
+        assert_eq!(plan(true, true, false).after_failed_scrape(true), None);
+        assert_eq!(plan(true, true, true).after_failed_scrape(false), None);
+        // The plan that serves instead has no scrape, so nothing of it can fail the same way.
+        for p in [plan(false, true, false), plan(true, true, true)] {
+            for stats in [true, false] {
+                if let Some(instead) = p.after_failed_scrape(stats) {
+                    assert!(!instead.scrape);
+                }
+            }
+        }
     }
 
     #[test]
