@@ -1,9 +1,9 @@
 use crate::{flags::*, types::*, value::*};
 use nom::{
-    self,
+    self, Parser,
     bytes::streaming::take,
-    combinator::{all_consuming, complete, flat_map, map, map_opt, map_parser},
-    error::{context, ContextError, ErrorKind, ParseError, VerboseErrorKind},
+    combinator::{all_consuming, complete, flat_map, map, map_opt, map_parser, map_res},
+    error::{ContextError, ErrorKind, ParseError, context},
     multi::fold_many0,
     number::streaming::{
         be_f32, be_f64, be_i16, be_i32, be_i64, be_u16, be_u32, be_u64, i8 as be_i8, u8 as be_u8,
@@ -12,6 +12,17 @@ use nom::{
 };
 use std::{error, fmt};
 use traits::*;
+
+/// Error context for `ParserErrors`
+#[derive(Clone, Debug, Eq, PartialEq)]
+enum VerboseErrorKind {
+    /// Static string added by the `context` function
+    Context(&'static str),
+    /// Indicates which character was expected by the `char` function
+    Char(char),
+    /// Error kind given by various nom parsers
+    Nom(ErrorKind),
+}
 
 /// Struct holding the errors stack
 #[derive(Clone, Debug, PartialEq)]
@@ -75,7 +86,7 @@ impl fmt::Display for ParserErrors {
         if let Some(errors) = self.errors.as_ref() {
             for error in errors {
                 writeln!(f)?;
-                write!(f, "\tat {:?}", error)?;
+                write!(f, "\tat {error:?}")?;
             }
         }
         Ok(())
@@ -90,92 +101,37 @@ pub type ParserError = nom::Err<ParserErrors>;
 pub type ParserResult<I, T> = Result<(I, T), ParserError>;
 
 /// Parse the [AMQPValue](../type.AMQPValue.html) of the given [AMQPType](../type.AMQPType.html)
+#[must_use]
 pub fn parse_raw_value<I: ParsableInput>(
     amqp_type: AMQPType,
-) -> impl FnMut(I) -> ParserResult<I, AMQPValue> {
+) -> impl Parser<I, Output = AMQPValue, Error = ParserErrors> {
     context("parse_raw_value", move |i| match amqp_type {
-        AMQPType::Boolean => map(parse_boolean, AMQPValue::Boolean)(i),
-        AMQPType::ShortShortInt => map(parse_short_short_int, AMQPValue::ShortShortInt)(i),
-        AMQPType::ShortShortUInt => map(parse_short_short_uint, AMQPValue::ShortShortUInt)(i),
-        AMQPType::ShortInt => map(parse_short_int, AMQPValue::ShortInt)(i),
-        AMQPType::ShortUInt => map(parse_short_uint, AMQPValue::ShortUInt)(i),
-        AMQPType::LongInt => map(parse_long_int, AMQPValue::LongInt)(i),
-        AMQPType::LongUInt => map(parse_long_uint, AMQPValue::LongUInt)(i),
-        AMQPType::LongLongInt => map(parse_long_long_int, AMQPValue::LongLongInt)(i),
+        AMQPType::Boolean => map(parse_boolean, AMQPValue::Boolean).parse(i),
+        AMQPType::ShortShortInt => map(parse_short_short_int, AMQPValue::ShortShortInt).parse(i),
+        AMQPType::ShortShortUInt => map(parse_short_short_uint, AMQPValue::ShortShortUInt).parse(i),
+        AMQPType::ShortInt => map(parse_short_int, AMQPValue::ShortInt).parse(i),
+        AMQPType::ShortUInt => map(parse_short_uint, AMQPValue::ShortUInt).parse(i),
+        AMQPType::LongInt => map(parse_long_int, AMQPValue::LongInt).parse(i),
+        AMQPType::LongUInt => map(parse_long_uint, AMQPValue::LongUInt).parse(i),
+        AMQPType::LongLongInt => map(parse_long_long_int, AMQPValue::LongLongInt).parse(i),
         /* RabbitMQ treats LongLongUInt as a LongLongInt hence expose it as such */
-        AMQPType::LongLongUInt => map(parse_long_long_int, AMQPValue::LongLongInt)(i),
-        AMQPType::Float => map(parse_float, AMQPValue::Float)(i),
-        AMQPType::Double => map(parse_double, AMQPValue::Double)(i),
-        AMQPType::DecimalValue => map(parse_decimal_value, AMQPValue::DecimalValue)(i),
-        AMQPType::ShortString => map(parse_short_string, AMQPValue::ShortString)(i),
-        AMQPType::LongString => map(parse_long_string, AMQPValue::LongString)(i),
-        AMQPType::FieldArray if nesting_limit_reached() => parse_beyond_limit(AMQPType::FieldArray, i),
-        AMQPType::FieldArray => map(parse_field_array, AMQPValue::FieldArray)(i),
-        AMQPType::Timestamp => map(parse_timestamp, AMQPValue::Timestamp)(i),
-        AMQPType::FieldTable if nesting_limit_reached() => parse_beyond_limit(AMQPType::FieldTable, i),
-        AMQPType::FieldTable => map(parse_field_table, AMQPValue::FieldTable)(i),
-        AMQPType::ByteArray => map(parse_byte_array, AMQPValue::ByteArray)(i),
+        AMQPType::LongLongUInt => map(parse_long_long_int, AMQPValue::LongLongInt).parse(i),
+        AMQPType::Float => map(parse_float, AMQPValue::Float).parse(i),
+        AMQPType::Double => map(parse_double, AMQPValue::Double).parse(i),
+        AMQPType::DecimalValue => map(parse_decimal_value, AMQPValue::DecimalValue).parse(i),
+        AMQPType::ShortString => map(parse_short_string, AMQPValue::ShortString).parse(i),
+        AMQPType::LongString => map(parse_long_string, AMQPValue::LongString).parse(i),
+        AMQPType::FieldArray => map(parse_field_array, AMQPValue::FieldArray).parse(i),
+        AMQPType::Timestamp => map(parse_timestamp, AMQPValue::Timestamp).parse(i),
+        AMQPType::FieldTable => map(parse_field_table, AMQPValue::FieldTable).parse(i),
+        AMQPType::ByteArray => map(parse_byte_array, AMQPValue::ByteArray).parse(i),
         AMQPType::Void => Ok((i, AMQPValue::Void)),
     })
 }
 
-/// Field tables and arrays nested deeper than this are not parsed into values: the parser
-/// recurses once per level, and a header nested some thousands of levels deep (it fits in one
-/// frame) would overflow the stack of the thread that parses it and abort the process.
-/// A table or array at this depth that holds another table or array keeps that inner value as
-/// a [ByteArray](../type.ByteArray.html) holding its exact wire encoding (type tag, length and
-/// content), so nothing is lost and a reader can tell what was cut; see
-/// [is_beyond_nesting_limit].
-pub const MAX_NESTING_DEPTH: usize = 64;
-
-std::thread_local! {
-    static NESTING_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Counts one level of table or array nesting while it is parsed.
-struct NestingLevel;
-
-impl NestingLevel {
-    fn enter() -> Self {
-        NESTING_DEPTH.with(|d| d.set(d.get() + 1));
-        NestingLevel
-    }
-}
-
-impl Drop for NestingLevel {
-    fn drop(&mut self) {
-        NESTING_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
-    }
-}
-
-fn nesting_limit_reached() -> bool {
-    NESTING_DEPTH.with(|d| d.get()) >= MAX_NESTING_DEPTH
-}
-
-/// Reads a table or array past the nesting limit by its length prefix alone, without recursing.
-fn parse_beyond_limit<I: ParsableInput>(amqp_type: AMQPType, i: I) -> ParserResult<I, AMQPValue> {
-    map(flat_map(parse_long_uint, take), move |content: I| {
-        let len = content.input_len();
-        let mut raw = Vec::with_capacity(len + 5);
-        raw.push(amqp_type.get_id() as u8);
-        raw.extend_from_slice(&(len as u32).to_be_bytes());
-        raw.extend(content.iter_elements());
-        AMQPValue::ByteArray(raw.into())
-    })(i)
-}
-
-/// True for a value that [parse_raw_value] kept as raw bytes because it was nested deeper than
-/// [MAX_NESTING_DEPTH] (`depth` is the nesting level of the table or array holding it, 1 for
-/// a top-level table). A byte array someone published at that depth looks the same; a reader
-/// that treats both as "cut" errs on the safe side.
-pub fn is_beyond_nesting_limit(value: &AMQPValue, depth: usize) -> bool {
-    depth >= MAX_NESTING_DEPTH
-        && matches!(value, AMQPValue::ByteArray(b) if matches!(b.as_slice().first(), Some(b'F') | Some(b'A')))
-}
-
 /// Parse an [AMQPValue](../type.AMQPValue.html)
 pub fn parse_value<I: ParsableInput>(i: I) -> ParserResult<I, AMQPValue> {
-    context("parse_value", flat_map(parse_type, parse_raw_value))(i)
+    context("parse_value", flat_map(parse_type, parse_raw_value)).parse(i)
 }
 
 /// Parse an [AMQPType](../type.AMQPType.html)
@@ -183,67 +139,68 @@ pub fn parse_type<I: ParsableInput>(i: I) -> ParserResult<I, AMQPType> {
     context(
         "parse_type",
         map_opt(be_u8, |t| AMQPType::from_id(t as char)),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse an id [(ShortUInt)](../type.ShortUInt.html)
 pub fn parse_id<I: ParsableInput>(i: I) -> ParserResult<I, ShortUInt> {
-    context("parse_id", parse_short_uint)(i)
+    context("parse_id", parse_short_uint).parse(i)
 }
 
 /// Parse a [Boolean](../type.Boolean.html)
 pub fn parse_boolean<I: ParsableInput>(i: I) -> ParserResult<I, Boolean> {
-    context("parse_boolean", map(be_u8, |b| b != 0))(i)
+    context("parse_boolean", map(be_u8, |b| b != 0)).parse(i)
 }
 
 /// Parse a [ShortShortInt](../type.ShortShortInt.html)
 pub fn parse_short_short_int<I: ParsableInput>(i: I) -> ParserResult<I, ShortShortInt> {
-    context("parse_short_short_int", be_i8)(i)
+    context("parse_short_short_int", be_i8).parse(i)
 }
 
 /// Parse a [ShortShortUInt](../type.ShortShortUInt.html)
 pub fn parse_short_short_uint<I: ParsableInput>(i: I) -> ParserResult<I, ShortShortUInt> {
-    context("parse_short_short_uint", be_u8)(i)
+    context("parse_short_short_uint", be_u8).parse(i)
 }
 
 /// Parse a [ShortInt](../type.ShortInt.html)
 pub fn parse_short_int<I: ParsableInput>(i: I) -> ParserResult<I, ShortInt> {
-    context("parse_short_int", be_i16)(i)
+    context("parse_short_int", be_i16).parse(i)
 }
 
 /// Parse a [ShortUInt](../type.ShortUInt.html)
 pub fn parse_short_uint<I: ParsableInput>(i: I) -> ParserResult<I, ShortUInt> {
-    context("parse_short_uint", be_u16)(i)
+    context("parse_short_uint", be_u16).parse(i)
 }
 
 /// Parse a [LongInt](../type.LongInt.html)
 pub fn parse_long_int<I: ParsableInput>(i: I) -> ParserResult<I, LongInt> {
-    context("parse_long_int", be_i32)(i)
+    context("parse_long_int", be_i32).parse(i)
 }
 
 /// Parse a [LongUInt](../type.LongUInt.html)
 pub fn parse_long_uint<I: ParsableInput>(i: I) -> ParserResult<I, LongUInt> {
-    context("parse_long_uint", be_u32)(i)
+    context("parse_long_uint", be_u32).parse(i)
 }
 
 /// Parse a [LongLongInt](../type.LongLongInt.html)
 pub fn parse_long_long_int<I: ParsableInput>(i: I) -> ParserResult<I, LongLongInt> {
-    context("parse_long_long_int", be_i64)(i)
+    context("parse_long_long_int", be_i64).parse(i)
 }
 
 /// Parse a [LongLongUInt](../type.LongLongUInt.html)
 pub fn parse_long_long_uint<I: ParsableInput>(i: I) -> ParserResult<I, LongLongUInt> {
-    context("parse_long_long_uint", be_u64)(i)
+    context("parse_long_long_uint", be_u64).parse(i)
 }
 
 /// Parse a [Float](../type.Float.html)
 pub fn parse_float<I: ParsableInput>(i: I) -> ParserResult<I, Float> {
-    context("parse_float", be_f32)(i)
+    context("parse_float", be_f32).parse(i)
 }
 
 /// Parse a [Double](../type.Double.html)
 pub fn parse_double<I: ParsableInput>(i: I) -> ParserResult<I, Double> {
-    context("parse_double", be_f64)(i)
+    context("parse_double", be_f64).parse(i)
 }
 
 /// Parse a [DecimalValue](../type.DecimalValue.html)
@@ -254,26 +211,12 @@ pub fn parse_decimal_value<I: ParsableInput>(i: I) -> ParserResult<I, DecimalVal
             pair(parse_short_short_uint, parse_long_uint),
             |(scale, value)| DecimalValue { scale, value },
         ),
-    )(i)
+    )
+    .parse(i)
 }
 
-/// Short strings that are not UTF-8 are read with U+FFFD in place of each invalid sequence.
-/// Brokers pass such bytes on (RabbitMQ delivers a `message_id` or header key of bytes `ff fe`
-/// as it was published), and refusing them failed the whole frame: the client closed its
-/// connection, and the message could never be read. A reader that must copy a message exactly
-/// treats a U+FFFD in a short string as possibly replaced; see [has_replaced_bytes].
-fn make_str<I: nom::InputIter<Item = u8>>(i: I) -> String {
-    let bytes: Vec<u8> = i.iter_elements().collect();
-    match String::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    }
-}
-
-/// True when `s` may have been read with invalid bytes replaced (see [make_str]); a U+FFFD sent
-/// as such looks the same.
-pub fn has_replaced_bytes(s: &ShortString) -> bool {
-    s.as_str().contains(char::REPLACEMENT_CHARACTER)
+fn make_str<I: Input<Item = u8>>(i: I) -> Result<String, std::string::FromUtf8Error> {
+    String::from_utf8(i.iter_elements().collect())
 }
 
 /// Parse a [ShortString](../type.ShortString.html)
@@ -281,10 +224,11 @@ pub fn parse_short_string<I: ParsableInput>(i: I) -> ParserResult<I, ShortString
     context(
         "parse_short_string",
         map(
-            map(flat_map(parse_short_short_uint, take), make_str),
+            map_res(flat_map(parse_short_short_uint, take), make_str),
             ShortString::from,
         ),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse a [LongString](../type.LongString.html)
@@ -294,12 +238,12 @@ pub fn parse_long_string<I: ParsableInput>(i: I) -> ParserResult<I, LongString> 
         map(flat_map(parse_long_uint, take), |i: I| {
             i.iter_elements().collect::<Vec<u8>>().into()
         }),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse a [FieldArray](../type.FieldArray.html)
 pub fn parse_field_array<I: ParsableInput>(i: I) -> ParserResult<I, FieldArray> {
-    let _level = NestingLevel::enter();
     context(
         "parse_field_array",
         map_parser(
@@ -313,17 +257,17 @@ pub fn parse_field_array<I: ParsableInput>(i: I) -> ParserResult<I, FieldArray> 
                 },
             )),
         ),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse a [Timestamp](../type.Timestamp.html)
 pub fn parse_timestamp<I: ParsableInput>(i: I) -> ParserResult<I, Timestamp> {
-    context("parse_timestamp", parse_long_long_uint)(i)
+    context("parse_timestamp", parse_long_long_uint).parse(i)
 }
 
 /// Parse a [FieldTable](../type.FieldTable.html)
 pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> {
-    let _level = NestingLevel::enter();
     context(
         "parse_field_table",
         map_parser(
@@ -340,7 +284,8 @@ pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> 
                 },
             )),
         ),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse a [ByteArray](../type.ByteArray.html)
@@ -350,47 +295,30 @@ pub fn parse_byte_array<I: ParsableInput>(i: I) -> ParserResult<I, ByteArray> {
         map(flat_map(parse_long_uint, take), |i: I| {
             i.iter_elements().collect::<Vec<u8>>().into()
         }),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse the [AMQPFlags](../type.AMQPFlags.html) for which the names are provided
 pub fn parse_flags<I: ParsableInput>(i: I, names: &[&str]) -> ParserResult<I, AMQPFlags> {
     context(
         "parse_flags",
-        map(take((names.len() + 7) / 8), |b| {
+        map(take(names.len().div_ceil(8)), |b| {
             AMQPFlags::from_bytes(names, b)
         }),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Traits required for parsing
 pub mod traits {
     /// Reexport nom traits required for parsing
-    pub use nom::{Compare, InputIter, InputLength, InputTake, Needed, Slice, UnspecializedInput};
+    pub use nom::{Compare, CompareResult, Input, Needed};
 
     /// Trait used to ensure we can properly parse input
-    pub trait ParsableInput:
-        Clone
-        + Compare<&'static [u8]>
-        + InputIter<Item = u8>
-        + InputLength
-        + InputTake
-        + Slice<std::ops::RangeFrom<usize>>
-        + PartialEq
-    {
-    }
+    pub trait ParsableInput: Clone + Compare<&'static [u8]> + Input<Item = u8> + PartialEq {}
 
-    impl<
-            T: Clone
-                + Compare<&'static [u8]>
-                + InputIter<Item = u8>
-                + InputLength
-                + InputTake
-                + PartialEq
-                + Slice<std::ops::RangeFrom<usize>>,
-        > ParsableInput for T
-    {
-    }
+    impl<T: Clone + Compare<&'static [u8]> + Input<Item = u8> + PartialEq> ParsableInput for T {}
 }
 
 #[cfg(test)]
@@ -414,20 +342,20 @@ mod test {
     #[test]
     fn test_parse_raw_value() {
         assert_eq!(
-            parse_raw_value(AMQPType::Timestamp)(&[42, 42, 42, 42, 42, 42, 42, 42][..]),
+            parse_raw_value(AMQPType::Timestamp).parse(&[42, 42, 42, 42, 42, 42, 42, 42][..]),
             Ok((EMPTY, AMQPValue::Timestamp(3038287259199220266)))
         );
         assert_eq!(
-            parse_raw_value(AMQPType::LongString)(&[0, 0, 0, 4, 116, 101, 115, 116][..]),
+            parse_raw_value(AMQPType::LongString).parse(&[0, 0, 0, 4, 116, 101, 115, 116][..]),
             Ok((EMPTY, AMQPValue::LongString("test".into())))
         );
         /* Test internal exceptions */
         assert_eq!(
-            parse_raw_value(AMQPType::LongLongUInt)(&[42, 42, 42, 42, 42, 42, 42, 42][..]),
+            parse_raw_value(AMQPType::LongLongUInt).parse(&[42, 42, 42, 42, 42, 42, 42, 42][..]),
             Ok((EMPTY, AMQPValue::LongLongInt(3038287259199220266)))
         );
         assert_eq!(
-            parse_raw_value(AMQPType::ShortString)(&[4, 116, 101, 115, 116][..]),
+            parse_raw_value(AMQPType::ShortString).parse(&[4, 116, 101, 115, 116][..]),
             Ok((EMPTY, AMQPValue::ShortString("test".into())))
         );
     }
@@ -661,90 +589,5 @@ mod test {
             parse_flags(&[0b11011101, 0b00000010][..], &names),
             Ok((EMPTY, flags))
         );
-    }
-}
-
-#[cfg(test)]
-mod nesting_tests {
-    use super::*;
-
-    /// A header table nesting `levels` tables, each under the key "a", the innermost empty.
-    fn nested_table(levels: usize) -> Vec<u8> {
-        let mut content: Vec<u8> = Vec::new();
-        for _ in 1..levels {
-            let mut outer = vec![1, b'a', b'F'];
-            outer.extend_from_slice(&(content.len() as u32).to_be_bytes());
-            outer.extend_from_slice(&content);
-            content = outer;
-        }
-        let mut table = (content.len() as u32).to_be_bytes().to_vec();
-        table.extend_from_slice(&content);
-        table
-    }
-
-    fn depth_of(table: &FieldTable) -> (usize, Option<AMQPValue>) {
-        let mut depth = 1;
-        let mut current = table.clone();
-        loop {
-            match current.inner().get("a") {
-                Some(AMQPValue::FieldTable(inner)) => {
-                    depth += 1;
-                    current = inner.clone();
-                }
-                other => return (depth, other.cloned()),
-            }
-        }
-    }
-
-    #[test]
-    fn deep_nesting_parses_on_a_small_stack_and_keeps_the_cut_bytes() {
-        // 20,000 levels fit in one 131,072-byte frame; unbounded recursion overflowed 2 MiB at 1,000.
-        let bytes = nested_table(20_000);
-        let parsed = std::thread::Builder::new()
-            .stack_size(512 * 1024)
-            .spawn(move || {
-                let (rest, table) = parse_field_table(bytes.as_slice()).expect("parses");
-                assert!(rest.is_empty());
-                table
-            })
-            .unwrap()
-            .join()
-            .expect("no stack overflow");
-        let (depth, cut) = depth_of(&parsed);
-        assert_eq!(depth, MAX_NESTING_DEPTH);
-        let cut = cut.expect("the table at the limit holds the rest as raw bytes");
-        assert!(is_beyond_nesting_limit(&cut, depth));
-        let AMQPValue::ByteArray(raw) = cut else { unreachable!() };
-        // The raw value is the exact encoding of the remaining levels, type tag first.
-        let rest = nested_table(20_000 - MAX_NESTING_DEPTH);
-        assert_eq!(raw.as_slice()[0], b'F');
-        assert_eq!(&raw.as_slice()[1..], rest.as_slice());
-        // Dropping the parsed value must not recurse deeply either (it is bounded by the limit).
-        drop(parsed);
-    }
-
-    #[test]
-    fn short_strings_that_are_not_utf8_are_read_with_replacements() {
-        let bytes = [4u8, 0xff, 0xfe, b'i', b'd'];
-        let (rest, s) = parse_short_string(&bytes[..]).expect("parses");
-        assert!(rest.is_empty());
-        assert_eq!(s.as_str(), "\u{fffd}\u{fffd}id");
-        assert!(has_replaced_bytes(&s));
-        let (_, ok) = parse_short_string(&[2u8, b'o', b'k'][..]).unwrap();
-        assert!(!has_replaced_bytes(&ok));
-    }
-
-    #[test]
-    fn nesting_within_the_limit_is_parsed_whole() {
-        let bytes = nested_table(MAX_NESTING_DEPTH);
-        let (_, table) = parse_field_table(bytes.as_slice()).unwrap();
-        let (depth, innermost) = depth_of(&table);
-        assert_eq!(depth, MAX_NESTING_DEPTH);
-        assert_eq!(innermost, None);
-        // The depth counter is back at zero after a parse, and after a parse that failed.
-        assert!(parse_field_table(&bytes[..bytes.len() - 1]).is_err());
-        assert!(!nesting_limit_reached());
-        let (_, again) = parse_field_table(bytes.as_slice()).unwrap();
-        assert_eq!(depth_of(&again).0, MAX_NESTING_DEPTH);
     }
 }
