@@ -2,7 +2,7 @@ use crate::{flags::*, types::*, value::*};
 use nom::{
     self, Parser,
     bytes::streaming::take,
-    combinator::{all_consuming, complete, flat_map, map, map_opt, map_parser, map_res},
+    combinator::{all_consuming, complete, flat_map, map, map_opt, map_parser},
     error::{ContextError, ErrorKind, ParseError, context},
     multi::fold_many0,
     number::streaming::{
@@ -121,12 +121,75 @@ pub fn parse_raw_value<I: ParsableInput>(
         AMQPType::DecimalValue => map(parse_decimal_value, AMQPValue::DecimalValue).parse(i),
         AMQPType::ShortString => map(parse_short_string, AMQPValue::ShortString).parse(i),
         AMQPType::LongString => map(parse_long_string, AMQPValue::LongString).parse(i),
+        // Patched for warren (README.md): no recursion past MAX_NESTING_DEPTH.
+        AMQPType::FieldArray if nesting_limit_reached() => {
+            parse_beyond_limit(AMQPType::FieldArray, i)
+        }
         AMQPType::FieldArray => map(parse_field_array, AMQPValue::FieldArray).parse(i),
         AMQPType::Timestamp => map(parse_timestamp, AMQPValue::Timestamp).parse(i),
+        AMQPType::FieldTable if nesting_limit_reached() => {
+            parse_beyond_limit(AMQPType::FieldTable, i)
+        }
         AMQPType::FieldTable => map(parse_field_table, AMQPValue::FieldTable).parse(i),
         AMQPType::ByteArray => map(parse_byte_array, AMQPValue::ByteArray).parse(i),
         AMQPType::Void => Ok((i, AMQPValue::Void)),
     })
+}
+
+/// Field tables and arrays nested deeper than this are not parsed into values: the parser
+/// recurses once per level, and a header nested some thousands of levels deep (it fits in one
+/// frame) would overflow the stack of the thread that parses it and abort the process.
+/// A table or array at this depth that holds another table or array keeps that inner value as
+/// a [ByteArray](../type.ByteArray.html) holding its exact wire encoding (type tag, length and
+/// content), so nothing is lost and a reader can tell what was cut; see
+/// [is_beyond_nesting_limit]. Patched for warren (README.md).
+pub const MAX_NESTING_DEPTH: usize = 64;
+
+std::thread_local! {
+    static NESTING_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one level of table or array nesting while it is parsed. Patched for warren.
+struct NestingLevel;
+
+impl NestingLevel {
+    fn enter() -> Self {
+        NESTING_DEPTH.with(|d| d.set(d.get() + 1));
+        NestingLevel
+    }
+}
+
+impl Drop for NestingLevel {
+    fn drop(&mut self) {
+        NESTING_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+fn nesting_limit_reached() -> bool {
+    NESTING_DEPTH.with(|d| d.get()) >= MAX_NESTING_DEPTH
+}
+
+/// Reads a table or array past the nesting limit by its length prefix alone, without recursing.
+/// Patched for warren (README.md).
+fn parse_beyond_limit<I: ParsableInput>(amqp_type: AMQPType, i: I) -> ParserResult<I, AMQPValue> {
+    map(flat_map(parse_long_uint, take), move |content: I| {
+        let len = content.input_len();
+        let mut raw = Vec::with_capacity(len + 5);
+        raw.push(amqp_type.get_id() as u8);
+        raw.extend_from_slice(&(len as u32).to_be_bytes());
+        raw.extend(content.iter_elements());
+        AMQPValue::ByteArray(raw.into())
+    })
+    .parse(i)
+}
+
+/// True for a value that [parse_raw_value] kept as raw bytes because it was nested deeper than
+/// [MAX_NESTING_DEPTH] (`depth` is the nesting level of the table or array holding it, 1 for
+/// a top-level table). A byte array someone published at that depth looks the same; a reader
+/// that treats both as "cut" errs on the safe side. Patched for warren (README.md).
+pub fn is_beyond_nesting_limit(value: &AMQPValue, depth: usize) -> bool {
+    depth >= MAX_NESTING_DEPTH
+        && matches!(value, AMQPValue::ByteArray(b) if matches!(b.as_slice().first(), Some(b'F') | Some(b'A')))
 }
 
 /// Parse an [AMQPValue](../type.AMQPValue.html)
@@ -215,8 +278,38 @@ pub fn parse_decimal_value<I: ParsableInput>(i: I) -> ParserResult<I, DecimalVal
     .parse(i)
 }
 
-fn make_str<I: Input<Item = u8>>(i: I) -> Result<String, std::string::FromUtf8Error> {
-    String::from_utf8(i.iter_elements().collect())
+/// Short strings that are not UTF-8 are read with U+FFFD in place of each invalid sequence.
+/// Brokers pass such bytes on (RabbitMQ delivers a `message_id` or header key of bytes `ff fe`
+/// as it was published), and refusing them failed the whole frame: the client closed its
+/// connection, and the message could never be read. A reader that must copy a message exactly
+/// treats a U+FFFD in a short string as possibly replaced; see [has_replaced_bytes].
+/// Each U+FFFD takes three bytes where the invalid byte took one, so a replaced string longer
+/// than a short string may be ([MAX_SHORT_STRING_LENGTH]) is cut to fit on a character
+/// boundary: `ShortString::from` panics past it (in the client's IO thread), and the generator
+/// would write a wrong length prefix. It still holds a U+FFFD, so it reads as replaced.
+/// Patched for warren (README.md): upstream refuses the frame.
+fn make_str<I: Input<Item = u8>>(i: I) -> String {
+    let bytes: Vec<u8> = i.iter_elements().collect();
+    match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            let mut s = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            if s.len() > MAX_SHORT_STRING_LENGTH {
+                let mut end = MAX_SHORT_STRING_LENGTH;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+            }
+            s
+        }
+    }
+}
+
+/// True when `s` may have been read with invalid bytes replaced (see [make_str]); a U+FFFD sent
+/// as such looks the same. Patched for warren (README.md).
+pub fn has_replaced_bytes(s: &ShortString) -> bool {
+    s.as_str().contains(char::REPLACEMENT_CHARACTER)
 }
 
 /// Parse a [ShortString](../type.ShortString.html)
@@ -224,7 +317,7 @@ pub fn parse_short_string<I: ParsableInput>(i: I) -> ParserResult<I, ShortString
     context(
         "parse_short_string",
         map(
-            map_res(flat_map(parse_short_short_uint, take), make_str),
+            map(flat_map(parse_short_short_uint, take), make_str),
             ShortString::from,
         ),
     )
@@ -244,6 +337,8 @@ pub fn parse_long_string<I: ParsableInput>(i: I) -> ParserResult<I, LongString> 
 
 /// Parse a [FieldArray](../type.FieldArray.html)
 pub fn parse_field_array<I: ParsableInput>(i: I) -> ParserResult<I, FieldArray> {
+    // Patched for warren (README.md): counts the nesting.
+    let _level = NestingLevel::enter();
     context(
         "parse_field_array",
         map_parser(
@@ -268,6 +363,8 @@ pub fn parse_timestamp<I: ParsableInput>(i: I) -> ParserResult<I, Timestamp> {
 
 /// Parse a [FieldTable](../type.FieldTable.html)
 pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> {
+    // Patched for warren (README.md): counts the nesting.
+    let _level = NestingLevel::enter();
     context(
         "parse_field_table",
         map_parser(
@@ -589,5 +686,118 @@ mod test {
             parse_flags(&[0b11011101, 0b00000010][..], &names),
             Ok((EMPTY, flags))
         );
+    }
+}
+
+/// Patched for warren (README.md): the tests of the nesting limit and of short strings that are
+/// not UTF-8.
+#[cfg(test)]
+mod nesting_tests {
+    use super::*;
+
+    /// A header table nesting `levels` tables, each under the key "a", the innermost empty.
+    fn nested_table(levels: usize) -> Vec<u8> {
+        let mut content: Vec<u8> = Vec::new();
+        for _ in 1..levels {
+            let mut outer = vec![1, b'a', b'F'];
+            outer.extend_from_slice(&(content.len() as u32).to_be_bytes());
+            outer.extend_from_slice(&content);
+            content = outer;
+        }
+        let mut table = (content.len() as u32).to_be_bytes().to_vec();
+        table.extend_from_slice(&content);
+        table
+    }
+
+    fn depth_of(table: &FieldTable) -> (usize, Option<AMQPValue>) {
+        let mut depth = 1;
+        let mut current = table.clone();
+        loop {
+            match current.inner().get("a") {
+                Some(AMQPValue::FieldTable(inner)) => {
+                    depth += 1;
+                    current = inner.clone();
+                }
+                other => return (depth, other.cloned()),
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_parses_on_a_small_stack_and_keeps_the_cut_bytes() {
+        // 20,000 levels fit in one 131,072-byte frame; unbounded recursion overflowed 2 MiB at 1,000.
+        let bytes = nested_table(20_000);
+        let parsed = std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                let (rest, table) = parse_field_table(bytes.as_slice()).expect("parses");
+                assert!(rest.is_empty());
+                table
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        let (depth, cut) = depth_of(&parsed);
+        assert_eq!(depth, MAX_NESTING_DEPTH);
+        let cut = cut.expect("the table at the limit holds the rest as raw bytes");
+        assert!(is_beyond_nesting_limit(&cut, depth));
+        let AMQPValue::ByteArray(raw) = cut else {
+            unreachable!()
+        };
+        // The raw value is the exact encoding of the remaining levels, type tag first.
+        let rest = nested_table(20_000 - MAX_NESTING_DEPTH);
+        assert_eq!(raw.as_slice()[0], b'F');
+        assert_eq!(&raw.as_slice()[1..], rest.as_slice());
+        // Dropping the parsed value must not recurse deeply either (it is bounded by the limit).
+        drop(parsed);
+    }
+
+    #[test]
+    fn short_strings_that_are_not_utf8_are_read_with_replacements() {
+        let bytes = [4u8, 0xff, 0xfe, b'i', b'd'];
+        let (rest, s) = parse_short_string(&bytes[..]).expect("parses");
+        assert!(rest.is_empty());
+        assert_eq!(s.as_str(), "\u{fffd}\u{fffd}id");
+        assert!(has_replaced_bytes(&s));
+        let (_, ok) = parse_short_string(&[2u8, b'o', b'k'][..]).unwrap();
+        assert!(!has_replaced_bytes(&ok));
+    }
+
+    #[test]
+    fn a_replaced_short_string_is_cut_to_fit_a_short_string() {
+        // 255 invalid bytes read as 765 bytes of U+FFFD: ShortString::from panicked on them.
+        let mut bytes = vec![255u8];
+        bytes.extend(std::iter::repeat_n(0xffu8, 255));
+        let (rest, s) = parse_short_string(bytes.as_slice()).expect("parses");
+        assert!(rest.is_empty());
+        assert_eq!(s.as_str().len(), 255);
+        assert!(s.as_str().chars().all(|c| c == char::REPLACEMENT_CHARACTER));
+        assert!(has_replaced_bytes(&s));
+        // A cut that would split a U+FFFD ends before it.
+        let mut bytes = vec![255u8, b'x'];
+        bytes.extend(std::iter::repeat_n(0xffu8, 254));
+        let (_, s) = parse_short_string(bytes.as_slice()).expect("parses");
+        assert_eq!(s.as_str().len(), 253);
+        // Generated again, the length prefix matches the bytes.
+        let (written, _) = crate::generation::gen_short_string(s.as_str())(
+            cookie_factory::WriteContext::from(Vec::new()),
+        )
+        .unwrap()
+        .into_inner();
+        assert_eq!(written[0] as usize, written.len() - 1);
+    }
+
+    #[test]
+    fn nesting_within_the_limit_is_parsed_whole() {
+        let bytes = nested_table(MAX_NESTING_DEPTH);
+        let (_, table) = parse_field_table(bytes.as_slice()).unwrap();
+        let (depth, innermost) = depth_of(&table);
+        assert_eq!(depth, MAX_NESTING_DEPTH);
+        assert_eq!(innermost, None);
+        // The depth counter is back at zero after a parse, and after a parse that failed.
+        assert!(parse_field_table(&bytes[..bytes.len() - 1]).is_err());
+        assert!(!nesting_limit_reached());
+        let (_, again) = parse_field_table(bytes.as_slice()).unwrap();
+        assert_eq!(depth_of(&again).0, MAX_NESTING_DEPTH);
     }
 }

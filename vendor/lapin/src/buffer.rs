@@ -97,6 +97,38 @@ impl Buffer {
         true
     }
 
+    /// Grows the buffer to `new_size` for a frame larger than it, keeping the data already
+    /// read (at the start of the new memory, so the ring's wrap-around needs no special case).
+    /// Patched for warren (see README.md): upstream grows its buffers only at the tune, while
+    /// they are empty (its `grow` copies a wrapped tail into a slice of another length).
+    pub(crate) fn grow_for_frame(&mut self, new_size: usize) {
+        if self.capacity >= new_size {
+            return;
+        }
+        let mut memory = vec![0; new_size];
+        let first = cmp::min(self.available_data, self.capacity - self.position);
+        memory[..first].copy_from_slice(&self.memory[self.position..self.position + first]);
+        memory[first..self.available_data]
+            .copy_from_slice(&self.memory[..self.available_data - first]);
+        self.memory = memory;
+        self.capacity = new_size;
+        self.position = 0;
+        self.end = self.available_data;
+    }
+
+    /// The first `N` bytes of the data, wherever the ring wraps, or `None` if fewer are there.
+    /// Patched for warren (see README.md).
+    pub(crate) fn peek<const N: usize>(&self) -> Option<[u8; N]> {
+        if self.available_data < N {
+            return None;
+        }
+        let mut out = [0; N];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = self.memory[(self.position + i) % self.capacity];
+        }
+        Some(out)
+    }
+
     pub(crate) fn available_data(&self) -> usize {
         self.available_data
     }

@@ -30,6 +30,14 @@ use tracing::{Level, debug, error, trace};
 
 const FRAMES_STORAGE: usize = 32;
 
+/// The largest frame read from the server (patched for warren, README.md). RabbitMQ does not
+/// split a content header, and it grows the header of a dead-lettered message by an x-death
+/// entry per queue and reason, so a header can pass the negotiated frame_max; the ceiling only
+/// bounds what one frame may make the receive buffer allocate. 16 MiB: RabbitMQ 4.x refuses
+/// whole messages over 16 MiB by default (`max_message_size`), and a header that size holds
+/// about 50,000 x-death entries.
+pub const INCOMING_FRAME_CEILING: usize = 16 * 1024 * 1024;
+
 #[derive(Debug, PartialEq)]
 enum Status {
     Initial,
@@ -618,15 +626,14 @@ impl<
                 let consumed = self.receive_buffer.offset(i);
                 let frame_max = self.configuration.frame_max() as usize;
                 if frame_max > 0 && consumed > frame_max {
-                    error!(bytes = consumed, "received large frame");
-                    let error = AMQPError::new(
-                        AMQPHardError::FRAMEERROR.into(),
-                        format!("frame too large: {consumed} bytes").into(),
+                    // Patched for warren (README.md): RabbitMQ sends content-header frames
+                    // larger than the negotiated frame_max when dead-lettering grows x-death
+                    // past it. Upstream closed the connection here, so one such message made
+                    // its queue unreadable; it is read now, up to INCOMING_FRAME_CEILING.
+                    debug!(
+                        bytes = consumed,
+                        frame_max, "received a frame larger than frame_max"
                     );
-                    self.channels
-                        .channel0()
-                        .report_protocol_violation(error, 0, 0)
-                        .or_else(|err| self.critical_error(connection_killswitch, err))?;
                 }
                 self.receive_buffer.consume(consumed);
                 Ok(Some(f))
@@ -635,6 +642,40 @@ impl<
                 if !e.is_incomplete() {
                     error!(error=?e, "parse error");
                     self.critical_error(connection_killswitch, ErrorKind::ParsingError(e).into())?;
+                } else if let Some(header) = self.receive_buffer.peek::<7>() {
+                    // Patched for warren (README.md): a frame larger than the receive buffer
+                    // (32 frames of frame_max) could never complete; the buffer grows for it,
+                    // up to INCOMING_FRAME_CEILING.
+                    // type (1), channel (2), payload size (4); then the payload and the
+                    // frame-end octet.
+                    let size = u32::from_be_bytes([header[3], header[4], header[5], header[6]]);
+                    let frame = size as usize + 8;
+                    // A broker configured for frames larger than the ceiling keeps its own limit.
+                    let ceiling = std::cmp::max(
+                        INCOMING_FRAME_CEILING,
+                        self.configuration.frame_max() as usize,
+                    );
+                    let capacity = self.receive_buffer.available_space()
+                        + self.receive_buffer.available_data();
+                    if frame > ceiling {
+                        error!(bytes = frame, "received a frame over the ceiling");
+                        let error = AMQPError::new(
+                            AMQPHardError::FRAMEERROR.into(),
+                            format!(
+                                "frame too large: {frame} bytes, over the {ceiling} bytes this client reads"
+                            )
+                            .into(),
+                        );
+                        self.channels
+                            .channel0()
+                            .report_protocol_violation(error, 0, 0)
+                            .or_else(|err| self.critical_error(connection_killswitch, err))?;
+                    } else if frame > capacity {
+                        // Room for the whole frame and as much again, so that the frames after
+                        // it keep flowing while it is parsed.
+                        self.receive_buffer
+                            .grow_for_frame(std::cmp::max(capacity, 2 * frame));
+                    }
                 }
                 Ok(None)
             }

@@ -152,7 +152,7 @@ pub use amq_protocol::{
 };
 
 pub use acker::Acker;
-pub use channel::{Channel, options};
+pub use channel::{Channel, content_header_frame_size, options};
 pub use channel_status::{ChannelQos, ChannelState, ChannelStatus};
 pub use configuration::Configuration;
 pub use connection::{Connect, Connection};
@@ -163,6 +163,7 @@ pub use consumer::{Consumer, ConsumerDelegate};
 pub use error::{Error, ErrorKind, Result};
 pub use events::Event;
 pub use exchange::ExchangeKind;
+pub use io_loop::INCOMING_FRAME_CEILING;
 pub use publisher_confirm::{Confirmation, PublisherConfirm};
 pub use queue::Queue;
 

@@ -673,6 +673,8 @@ impl Channel {
             return Err(self.status.state_error("basic.publish"));
         }
 
+        // Patched for warren (README.md): refused before the publisher-confirm sequence counts it.
+        self.check_content_header_fits(&properties)?;
         let start_hook_res = self.before_basic_publish();
         let BasicPublishOptions {
             mandatory,
