@@ -141,7 +141,10 @@ async fn create_queues(queues: usize) {
         channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
         for i in (c..queues).step_by(connections) {
             let name = format!("q{i}");
-            channel.queue_declare(name.as_str().into(), QueueDeclareOptions::default(), FieldTable::default()).await.unwrap();
+            channel
+                .queue_declare(name.as_str().into(), QueueDeclareOptions::default(), FieldTable::default())
+                .await
+                .unwrap();
             if i % 10 == 0 {
                 let props = BasicProperties::default().with_timestamp(chrono::Utc::now().timestamp() as u64);
                 channel

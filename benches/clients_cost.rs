@@ -95,7 +95,12 @@ async fn run() {
                 channel.basic_qos(5, BasicQosOptions::default()).await.expect("qos");
                 // Kept: a consumer dropped is cancelled.
                 let consumer = channel
-                    .basic_consume(queue.as_str().into(), "bench".into(), BasicConsumeOptions::default(), FieldTable::default())
+                    .basic_consume(
+                        queue.as_str().into(),
+                        "bench".into(),
+                        BasicConsumeOptions::default(),
+                        FieldTable::default(),
+                    )
                     .await
                     .expect("consume");
                 consumers.push(consumer);

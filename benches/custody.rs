@@ -59,7 +59,13 @@ async fn fill(broker: &BrokerConfig, n: usize) {
             .with_headers(headers);
         confirms.push(
             channel
-                .basic_publish("".into(), "orders.dlq".into(), BasicPublishOptions::default(), &body.as_bytes()[..1024], properties)
+                .basic_publish(
+                    "".into(),
+                    "orders.dlq".into(),
+                    BasicPublishOptions::default(),
+                    &body.as_bytes()[..1024],
+                    properties,
+                )
                 .await
                 .unwrap(),
         );

@@ -152,8 +152,17 @@ async fn declare_share(part: usize, parts: usize, queues: usize) -> anyhow::Resu
         channel.queue_declare(name.as_str().into(), durable, arguments).await?;
         if i % 10 == 0 {
             let properties = BasicProperties::default().with_timestamp(now);
-            confirms
-                .push(channel.basic_publish("".into(), name.as_str().into(), BasicPublishOptions::default(), b"bench", properties).await?);
+            confirms.push(
+                channel
+                    .basic_publish(
+                        "".into(),
+                        name.as_str().into(),
+                        BasicPublishOptions::default(),
+                        b"bench",
+                        properties,
+                    )
+                    .await?,
+            );
         }
     }
     for confirm in confirms {
@@ -180,11 +189,24 @@ async fn create_vhost(settings: &Settings) -> anyhow::Result<f64> {
         let connection = Connection::connect(&uri, ConnectionProperties::default()).await?;
         let channel = connection.create_channel().await?;
         channel
-            .exchange_declare("dlx".into(), ExchangeKind::Fanout, ExchangeDeclareOptions::default(), FieldTable::default())
+            .exchange_declare(
+                "dlx".into(),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions::default(),
+                FieldTable::default(),
+            )
             .await?;
         let durable = QueueDeclareOptions { durable: true, ..Default::default() };
         channel.queue_declare("dead-letters".into(), durable, FieldTable::default()).await?;
-        channel.queue_bind("dead-letters".into(), "dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default()).await?;
+        channel
+            .queue_bind(
+                "dead-letters".into(),
+                "dlx".into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         connection.close(200, "done".into()).await?;
     }
     let parts = settings.connections;

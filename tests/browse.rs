@@ -105,7 +105,10 @@ async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     args.insert("x-delivery-limit".into(), AMQPValue::LongInt(2));
-    channel.queue_declare("limited".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("limited".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for i in 1..=3 {
         let properties = BasicProperties::default().with_message_id(format!("l{i}").into());
         assert!(channel
@@ -158,10 +161,16 @@ async fn a_delivery_limit_set_a_moment_ago_is_respected() {
     let channel = vhost.channel(&connection).await;
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-    channel.queue_declare("fresh".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("fresh".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for i in 1..=5 {
         let properties = BasicProperties::default().with_message_id(format!("f{i}").into());
-        channel.basic_publish("".into(), "fresh".into(), BasicPublishOptions::default(), b"x", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "fresh".into(), BasicPublishOptions::default(), b"x", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     // A long poll interval: the one poll warren makes sees no policy.
@@ -217,11 +226,17 @@ async fn snapshots_hold_messages_at_their_delivery_limit_instead_of_dropping_the
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     args.insert("x-delivery-limit".into(), AMQPValue::LongInt(2));
-    channel.queue_declare("capped".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("capped".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     let all: Vec<String> = (1..=20).map(|i| format!("c{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("".into(), "capped".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "capped".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -299,10 +314,16 @@ async fn a_holding_queue_that_would_expire_messages_is_refused_before_reading() 
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     args.insert("x-delivery-limit".into(), AMQPValue::LongInt(1));
-    channel.queue_declare("ttlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("ttlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for i in 1..=3 {
         let properties = BasicProperties::default().with_message_id(format!("t{i}").into());
-        channel.basic_publish("".into(), "ttlq".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "ttlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let policy = reqwest::Client::new()
@@ -369,11 +390,17 @@ async fn a_snapshot_of_a_queue_being_drained_answers_quickly_and_loses_nothing()
     let channel = vhost.channel(&connection).await;
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-    channel.queue_declare("drained".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("drained".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     let all: Vec<String> = (1..=600).map(|i| format!("d{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("".into(), "drained".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "drained".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -539,7 +566,10 @@ async fn framework_messages_show_their_ids_and_tasks_and_the_audit_records_them(
     ];
     for (properties, body) in messages {
         let properties = properties.with_expiration("0".into()); // dead-lettered at once
-        channel.basic_publish("".into(), "work".into(), BasicPublishOptions::default(), body, properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "work".into(), BasicPublishOptions::default(), body, properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;

@@ -42,7 +42,13 @@ async fn dead_letters_from(channel: &Channel, first: usize, n: usize, expected: 
         let payload = format!("{{\"order\": {i}}}");
         confirms.push(
             channel
-                .basic_publish("".into(), "orders".into(), BasicPublishOptions::default(), payload.as_bytes(), properties)
+                .basic_publish(
+                    "".into(),
+                    "orders".into(),
+                    BasicPublishOptions::default(),
+                    payload.as_bytes(),
+                    properties,
+                )
                 .await
                 .unwrap(),
         );

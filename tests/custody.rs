@@ -412,7 +412,9 @@ async fn custody_exports_json_lines_that_import_into_another_dlqs_custody() {
     let done = warren.audit_ended(started["audit_id"].as_i64().unwrap()).await;
     assert_eq!(done["moved"], 4, "{done}");
     let mut arrived = Vec::new();
-    while let Some(m) = channel.basic_get("work".into(), lapin::options::BasicGetOptions { no_ack: true }).await.unwrap() {
+    while let Some(m) =
+        channel.basic_get("work".into(), lapin::options::BasicGetOptions { no_ack: true }).await.unwrap()
+    {
         let p = &m.delivery.properties;
         let headers = p.headers().clone().unwrap();
         assert_eq!(
@@ -491,8 +493,11 @@ async fn an_admin_edits_one_record_and_replays_it_as_a_new_copy() {
     );
     assert_eq!(edited["diff"]["body"], json!(["{\"n\": 2, \"sku\": \"BROKEN\"}", "{\"n\": 2, \"sku\": \"GIFT-1\"}"]));
 
-    let copy =
-        channel.basic_get("work".into(), lapin::options::BasicGetOptions { no_ack: true }).await.unwrap().expect("the copy");
+    let copy = channel
+        .basic_get("work".into(), lapin::options::BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the copy");
     assert_eq!(copy.delivery.data, b"{\"n\": 2, \"sku\": \"GIFT-1\"}");
     let p = &copy.delivery.properties;
     assert_eq!(p.message_id().as_ref().map(|s| s.as_str()), Some("e2"));
@@ -662,7 +667,10 @@ async fn sigkill_during_intake(test: &str, n: usize, dlq: Dlq) {
             args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(limit));
         }
     }
-    channel.queue_declare("work.dlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("work.dlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     publish_many(&channel, "work.dlq", "k", n).await;
     let dir = tempfile::tempdir().unwrap();
     let database = dir.path().join("warren.db");
@@ -1106,7 +1114,10 @@ async fn declare_with(channel: &lapin::Channel, queue: &str, args: &[(&str, lapi
     for (key, value) in args {
         table.insert((*key).into(), value.clone());
     }
-    channel.queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, table).await.unwrap();
+    channel
+        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, table)
+        .await
+        .unwrap();
 }
 
 /// The message ids custody holds in state `held`, from the listing.
@@ -1217,7 +1228,9 @@ async fn an_edited_copy_is_not_sent_to_a_queue_that_would_drop_another_message()
     let (_, record) = warren.get_json(&format!("{base}/{id}")).await;
     assert_eq!(record["record"]["state"], "held", "{record}");
     let mut after = Vec::new();
-    while let Some(m) = channel.basic_get("full".into(), lapin::options::BasicGetOptions { no_ack: true }).await.unwrap() {
+    while let Some(m) =
+        channel.basic_get("full".into(), lapin::options::BasicGetOptions { no_ack: true }).await.unwrap()
+    {
         after.push(m.delivery.data.clone());
     }
     assert_eq!(after, before, "the queue kept every message it had, and got no copy");
@@ -1336,8 +1349,10 @@ async fn intake_of_large_messages_stays_under_its_memory_ceiling() {
     let body = vec![b'x'; size];
     for i in 1..=N {
         let properties = BasicProperties::default().with_message_id(format!("big{i}").into()).with_delivery_mode(2);
-        let confirm =
-            channel.basic_publish("".into(), "work.dlq".into(), BasicPublishOptions::default(), &body, properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "work.dlq".into(), BasicPublishOptions::default(), &body, properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     drop(body);

@@ -56,12 +56,16 @@ async fn requeue_the_third_message_only() {
 
     // It arrived once in its original queue, with warren's replay counter; the other 49 stay,
     // in order.
-    let message = channel.basic_get("work".into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("m3 in work");
+    let message =
+        channel.basic_get("work".into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("m3 in work");
     assert_eq!(message.delivery.properties.message_id().as_ref().map(|s| s.as_str()), Some("m3"));
     let replays =
         message.delivery.properties.headers().as_ref().and_then(|h| h.inner().get("x-warren-replay-count").cloned());
     assert_eq!(replays, Some(AMQPValue::LongLongInt(1)));
-    assert!(channel.basic_get("work".into(), BasicGetOptions { no_ack: true }).await.unwrap().is_none(), "exactly once");
+    assert!(
+        channel.basic_get("work".into(), BasicGetOptions { no_ack: true }).await.unwrap().is_none(),
+        "exactly once"
+    );
     let expected: Vec<String> = (1..=50).filter(|i| *i != 3).map(|i| format!("m{i}")).collect();
     assert_eq!(drain_ids(&channel, "work.dlq").await, expected);
 
@@ -128,7 +132,7 @@ async fn requeue_all_matching_a_filter() {
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     // Every third message is a refund.
-    let kind = |i: usize| if i % 3 == 0 { "refund" } else { "order" };
+    let kind = |i: usize| if i.is_multiple_of(3) { "refund" } else { "order" };
     let messages = (1..=30)
         .map(|i| {
             (format!("m{i}"), format!("{{\"kind\": \"{}\", \"n\": {i}}}", kind(i)).into_bytes(), FieldTable::default())
@@ -160,10 +164,22 @@ async fn requeue_through_the_original_exchange() {
     channel.exchange_declare("orders".into(), ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
-    channel.queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     declare(&channel, "audit", false).await;
     for queue in ["work", "audit"] {
-        channel.queue_bind(queue.into(), "orders".into(), "order.created".into(), Default::default(), FieldTable::default()).await.unwrap();
+        channel
+            .queue_bind(
+                queue.into(),
+                "orders".into(),
+                "order.created".into(),
+                Default::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
     }
     dead_letter_through(&vhost, &channel, "work.dlq", false, ("orders", "order.created"), numbered(3)).await;
     assert_eq!(drain_ids(&channel, "audit").await, vec!["m1", "m2", "m3"], "audit got the first copies");
@@ -211,13 +227,19 @@ async fn unroutable_copies_among_many_keep_exactly_their_originals() {
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
     args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("work.dlq".into()));
-    channel.queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for key in ["order.created", "order.legacy"] {
-        channel.queue_bind("work".into(), "orders".into(), key.into(), Default::default(), FieldTable::default()).await.unwrap();
+        channel
+            .queue_bind("work".into(), "orders".into(), key.into(), Default::default(), FieldTable::default())
+            .await
+            .unwrap();
     }
     // Published already expired: the broker dead-letters each at once, with the route in x-death.
     let ids: Vec<String> = (1..=2_000).map(|i| format!("u{i}")).collect();
-    let legacy = |i: usize| i % 25 == 0;
+    let legacy = |i: usize| i.is_multiple_of(25);
     for (i, id) in ids.iter().enumerate() {
         let key = if legacy(i + 1) { "order.legacy" } else { "order.created" };
         // Persistent: the broker confirms the routed copies after writing them, several at once,
@@ -226,7 +248,10 @@ async fn unroutable_copies_among_many_keep_exactly_their_originals() {
             .with_message_id(id.as_str().into())
             .with_expiration("0".into())
             .with_delivery_mode(2);
-        channel.basic_publish("orders".into(), key.into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("orders".into(), key.into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     wait_for("2,000 dead letters", Duration::from_secs(30), || async {
@@ -283,8 +308,10 @@ async fn requeue_sends_a_retried_message_to_the_queue_it_last_died_in() {
     for id in &ids {
         // The application's retry: into the wait queue with a per-message TTL.
         let properties = BasicProperties::default().with_message_id(id.as_str().into()).with_expiration("20".into());
-        let confirm =
-            channel.basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     // They expire into `work`, where the consumer fails them for good.
@@ -345,7 +372,10 @@ async fn a_second_move_of_a_queue_is_refused_while_the_first_runs() {
     let all: Vec<String> = (1..=3000).map(|i| format!("b{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("".into(), "big.dlq".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "big.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -410,7 +440,10 @@ async fn length_limited_targets_lose_nothing_unasked() {
     let all: Vec<String> = (1..=1000).map(|i| format!("l{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("".into(), "many.dlq".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "many.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -447,7 +480,10 @@ async fn length_limited_targets_lose_nothing_unasked() {
     // Accepting the risk moves into the dropping target: what it drops, the user agreed to.
     for id in &all[..10] {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("".into(), "many.dlq".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "many.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let job = warren
@@ -504,7 +540,10 @@ async fn a_target_deleted_during_a_move_loses_nothing_the_delete_did_not() {
     let all: Vec<String> = (1..=20_000).map(|i| format!("t{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into()).with_delivery_mode(2);
-        channel.basic_publish("".into(), "big.dlq".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "big.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -561,11 +600,16 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     args.insert("x-delivery-limit".into(), AMQPValue::LongInt(2));
-    channel.queue_declare("qdlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("qdlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for i in 1..=5 {
         let properties = BasicProperties::default().with_message_id(format!("q{i}").into());
-        let confirm =
-            channel.basic_publish("".into(), "qdlq".into(), BasicPublishOptions::default(), b"x", properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "qdlq".into(), BasicPublishOptions::default(), b"x", properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     declare(&channel, "target", false).await;
@@ -682,7 +726,11 @@ async fn a_selection_moves_the_messages_the_snapshot_showed_and_reports_those_go
         let channel = channel.clone();
         async move {
             for _ in 0..n {
-                channel.basic_get("work.dlq".into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("a message");
+                channel
+                    .basic_get("work.dlq".into(), BasicGetOptions { no_ack: true })
+                    .await
+                    .unwrap()
+                    .expect("a message");
             }
         }
     };
@@ -810,7 +858,10 @@ async fn the_confirmation_says_what_each_target_would_do_with_the_messages() {
         headers.insert("x-death".into(), AMQPValue::FieldArray(vec![AMQPValue::FieldTable(death)].into()));
         headers.insert("x-first-death-queue".into(), AMQPValue::LongString("retry.wait".into()));
         let properties = BasicProperties::default().with_message_id(format!("w{i}").into()).with_headers(headers);
-        channel.basic_publish("".into(), "final.dlq".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "final.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -905,8 +956,10 @@ async fn replayed_copies_leave_the_brokers_delivery_count_behind() {
         let mut headers = FieldTable::default();
         headers.insert("x-app-attempt".into(), AMQPValue::LongInt(7));
         let properties = BasicProperties::default().with_message_id(format!("c{i}").into()).with_headers(headers);
-        let confirm =
-            channel.basic_publish("".into(), "qdlq".into(), BasicPublishOptions::default(), b"x", properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "qdlq".into(), BasicPublishOptions::default(), b"x", properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     declare(&channel, "target", false).await;
@@ -924,7 +977,8 @@ async fn replayed_copies_leave_the_brokers_delivery_count_behind() {
         .await;
     assert_eq!(job["state"], "done", "{job}");
     for i in 1..=3 {
-        let message = channel.basic_get("target".into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("a copy");
+        let message =
+            channel.basic_get("target".into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("a copy");
         let properties = &message.delivery.properties;
         assert_eq!(properties.message_id().as_ref().map(|s| s.as_str()), Some(format!("c{i}").as_str()));
         let headers = properties.headers().as_ref().expect("headers").inner();

@@ -29,7 +29,8 @@ async fn metrics_follow_prometheus_conventions_and_pass_promtool() {
     declare(&channel, "orders", false).await;
     publish(&channel, "orders", 5, BasicProperties::default()).await;
     for _ in 0..2 {
-        let got = channel.basic_get("orders".into(), BasicGetOptions { no_ack: false }).await.unwrap().expect("a message");
+        let got =
+            channel.basic_get("orders".into(), BasicGetOptions { no_ack: false }).await.unwrap().expect("a message");
         got.delivery.ack(BasicAckOptions::default()).await.unwrap();
     }
     let warren = Warren::for_vhost(&vhost.name, 1).await;

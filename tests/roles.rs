@@ -102,8 +102,14 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     )
     .await;
     declare_with(&channel, "work.dlq", &[]).await;
-    channel.queue_bind("work".into(), "jobs".into(), "job".into(), QueueBindOptions::default(), FieldTable::default()).await.unwrap();
-    channel.queue_bind("work.dlq".into(), "work.dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_bind("work".into(), "jobs".into(), "job".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    channel
+        .queue_bind("work.dlq".into(), "work.dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
 
     let worker =
         tokio::spawn(failing_consumer(connection.create_channel().await.unwrap(), vhost.channel(&connection).await));
@@ -216,8 +222,10 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     // hour ago; the wait queue's age says that is what it measures.
     let an_hour_ago = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()) - 3600;
     let waiting = BasicProperties::default().with_timestamp(an_hour_ago).with_expiration("600000".into());
-    let confirm =
-        channel.basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job", waiting).await.unwrap();
+    let confirm = channel
+        .basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job", waiting)
+        .await
+        .unwrap();
     assert!(confirm.await.unwrap().is_ack());
     let wait = wait_for("work.wait holding the retry", Duration::from_secs(60), || async {
         let q = warren.queue(&vhost.name, "work.wait").await.ok_or("not listed")?;
@@ -267,13 +275,28 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
     for queue in ["orders", "orders.failures", "sales", "sales-parked", "billing_error"] {
         declare_with(&channel, queue, &[]).await;
     }
-    channel.queue_bind("orders".into(), "shop".into(), "order.*".into(), QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_bind(
+            "orders".into(),
+            "shop".into(),
+            "order.*".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
     // What Spring's recoverer republishes: no x-death, the error and the origin in headers.
     let ids: Vec<String> = (1..=4).map(|i| format!("spring-{i}")).collect();
     for id in &ids {
         let error = if id.ends_with('4') { "card declined" } else { "sku GIFT-CARD-LEGACY is not in the catalogue" };
         let confirm = channel
-            .basic_publish("".into(), "orders.failures".into(), BasicPublishOptions::default(), b"{}", spring_failure(id, error))
+            .basic_publish(
+                "".into(),
+                "orders.failures".into(),
+                BasicPublishOptions::default(),
+                b"{}",
+                spring_failure(id, error),
+            )
             .await
             .unwrap();
         assert!(confirm.await.unwrap().is_ack());
@@ -285,8 +308,10 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
         headers.insert("NServiceBus.ExceptionInfo.Message".into(), text("timeout"));
         headers.insert("NServiceBus.MessageId".into(), text(&format!("nsb-{i}")));
         let properties = BasicProperties::default().with_headers(headers);
-        let confirm =
-            channel.basic_publish("".into(), "sales-parked".into(), BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "sales-parked".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
 
@@ -413,8 +438,14 @@ async fn declare_retry_topology(channel: &Channel) {
     )
     .await;
     declare_with(channel, "work.dlq", &[]).await;
-    channel.queue_bind("work".into(), "jobs".into(), "job".into(), QueueBindOptions::default(), FieldTable::default()).await.unwrap();
-    channel.queue_bind("work.dlq".into(), "work.dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_bind("work".into(), "jobs".into(), "job".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    channel
+        .queue_bind("work.dlq".into(), "work.dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
 }
 
 async fn publish_jobs(channel: &Channel, ids: &[&str]) {
@@ -502,8 +533,10 @@ async fn retry_roles_hold_before_the_consumer_connects_and_after_it_dies() {
     worker_connection.close(0, "killed".into()).await.ok();
     publish_jobs(&channel, &["job-4", "job-5"]).await;
     let retry = BasicProperties::default().with_message_id("job-6".into()).with_expiration("600000".into());
-    let confirm =
-        channel.basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job-6", retry).await.unwrap();
+    let confirm = channel
+        .basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job-6", retry)
+        .await
+        .unwrap();
     assert!(confirm.await.unwrap().is_ack());
     wait_for("warren seeing work without consumers", Duration::from_secs(30), || async {
         let work = warren.queue(&vhost.name, "work").await.ok_or("not listed")?;
@@ -564,8 +597,10 @@ async fn an_api_requeue_into_a_wait_queue_is_refused_unless_the_risk_is_accepted
     // work died last in work.wait, so its "original queue" is the wait queue.
     for id in ["w-1", "w-2", "w-3"] {
         let retry = BasicProperties::default().with_message_id(id.into()).with_expiration("50".into());
-        let confirm =
-            channel.basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job", retry).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job", retry)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     let warren = Warren::for_vhost(&vhost.name, 1).await;

@@ -337,7 +337,13 @@ async fn dead_letter_routing_comes_from_the_topology() {
     // Named so that no name-based guess would find it.
     declare(&channel, "parking-lot", false).await;
     channel
-        .queue_bind("parking-lot".into(), "failures".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .queue_bind(
+            "parking-lot".into(),
+            "failures".into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     declare(&channel, "payments", false).await;
@@ -476,8 +482,10 @@ async fn a_dlqs_inflow_is_derived_and_a_rejecting_queues_backlog_does_not_grow()
     // A consumer that rejects everything (no requeue): each message dead-letters at once.
     let reader = vhost.channel(&connection).await;
     reader.basic_qos(10, BasicQosOptions::default()).await.unwrap();
-    let mut consumer =
-        reader.basic_consume("work".into(), "rejecter".into(), BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+    let mut consumer = reader
+        .basic_consume("work".into(), "rejecter".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
     tokio::spawn(async move {
         use futures_util::StreamExt;
         while let Some(Ok(delivery)) = consumer.next().await {

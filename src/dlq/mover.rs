@@ -257,9 +257,8 @@ fn amqp_words(e: &lapin::Error) -> String {
 /// `name` (a queue, exchange or routing key) as an AMQP short string, or why it cannot be one:
 /// lapin's conversion panics past 255 bytes, and names come from URLs and forms.
 pub fn short_name(what: &str, name: &str) -> Result<ShortString, MoveError> {
-    ShortString::try_new(name).map_err(|_| {
-        MoveError::Refused(format!("{what} is {} bytes long; an AMQP name holds at most 255", name.len()))
-    })
+    ShortString::try_new(name)
+        .map_err(|_| MoveError::Refused(format!("{what} is {} bytes long; an AMQP name holds at most 255", name.len())))
 }
 
 /// What to move where, and what the source queue is.
@@ -736,7 +735,9 @@ impl<'a> Mover<'a> {
             if matches!(self.plan.selection, Selection::Messages(_)) && self.wanted.is_empty() {
                 break; // every selected message was met
             }
-            let Some(message) = self.source.basic_get(self.queue_name.clone(), BasicGetOptions { no_ack: false }).await? else {
+            let Some(message) =
+                self.source.basic_get(self.queue_name.clone(), BasicGetOptions { no_ack: false }).await?
+            else {
                 break; // the queue holds fewer messages than it did
             };
             position += 1;
@@ -1458,6 +1459,15 @@ fn value_json(v: &AMQPValue, depth: usize) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// lapin 4 takes names as `ShortString`, whose conversion from `&str` panics past 255
+    /// bytes: a name from a URL or a form is checked instead, with a reason.
+    #[test]
+    fn a_name_longer_than_amqp_allows_is_refused_with_a_reason() {
+        assert_eq!(short_name("the queue", &"q".repeat(255)).unwrap().as_str().len(), 255);
+        let refused = short_name("the queue", &"q".repeat(256)).unwrap_err().to_string();
+        assert_eq!(refused, "the queue is 256 bytes long; an AMQP name holds at most 255");
+    }
 
     #[test]
     fn the_prefetch_keeps_a_whole_queue_move_within_its_memory() {

@@ -43,11 +43,20 @@ pub async fn dead_letter_through(
     if dlq_quorum {
         dlq_args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     }
-    channel.queue_declare(dlq.into(), QueueDeclareOptions { durable: true, ..Default::default() }, dlq_args).await.unwrap();
-    channel.queue_bind(dlq.into(), "dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_declare(dlq.into(), QueueDeclareOptions { durable: true, ..Default::default() }, dlq_args)
+        .await
+        .unwrap();
+    channel
+        .queue_bind(dlq.into(), "dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
-    channel.queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     let n = messages.len();
     for (id, payload, headers) in messages {
         let properties = BasicProperties::default().with_message_id(id.into()).with_headers(headers);
