@@ -141,18 +141,21 @@ async fn create_queues(queues: usize) {
         channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
         for i in (c..queues).step_by(connections) {
             let name = format!("q{i}");
-            channel.queue_declare(&name, QueueDeclareOptions::default(), FieldTable::default()).await.unwrap();
+            channel
+                .queue_declare(name.as_str().into(), QueueDeclareOptions::default(), FieldTable::default())
+                .await
+                .unwrap();
             if i % 10 == 0 {
                 let props = BasicProperties::default().with_timestamp(chrono::Utc::now().timestamp() as u64);
                 channel
-                    .basic_publish("", &name, BasicPublishOptions::default(), b"x", props)
+                    .basic_publish("".into(), name.as_str().into(), BasicPublishOptions::default(), b"x", props)
                     .await
                     .unwrap()
                     .await
                     .unwrap();
             }
         }
-        connection.close(200, "done").await.ok();
+        connection.close(200, "done".into()).await.ok();
     });
     join_all(tasks).await;
     eprintln!("created {queues} queues in {:.1} s", started.elapsed().as_secs_f64());

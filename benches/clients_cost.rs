@@ -89,13 +89,18 @@ async fn run() {
             if c == 0 {
                 let queue = format!("q{i}");
                 channel
-                    .queue_declare(&queue, QueueDeclareOptions::default(), FieldTable::default())
+                    .queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), FieldTable::default())
                     .await
                     .expect("declare");
                 channel.basic_qos(5, BasicQosOptions::default()).await.expect("qos");
                 // Kept: a consumer dropped is cancelled.
                 let consumer = channel
-                    .basic_consume(&queue, "bench", BasicConsumeOptions::default(), FieldTable::default())
+                    .basic_consume(
+                        queue.as_str().into(),
+                        "bench".into(),
+                        BasicConsumeOptions::default(),
+                        FieldTable::default(),
+                    )
                     .await
                     .expect("consume");
                 consumers.push(consumer);
@@ -169,7 +174,7 @@ async fn run() {
     );
     drop(consumers);
     for (connection, _) in held {
-        if let Err(e) = connection.close(200, "bench done").await {
+        if let Err(e) = connection.close(200, "bench done".into()).await {
             eprintln!("closing a bench connection: {e}");
         }
     }

@@ -40,7 +40,7 @@ async fn fill(broker: &BrokerConfig, n: usize) {
     let channel = connection.create_channel().await.unwrap();
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
     for queue in ["orders.dlq", "orders"] {
-        channel.queue_declare(queue, durable, FieldTable::default()).await.unwrap();
+        channel.queue_declare(queue.into(), durable, FieldTable::default()).await.unwrap();
     }
     channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
     let mut confirms = Vec::with_capacity(1000);
@@ -59,7 +59,13 @@ async fn fill(broker: &BrokerConfig, n: usize) {
             .with_headers(headers);
         confirms.push(
             channel
-                .basic_publish("", "orders.dlq", BasicPublishOptions::default(), &body.as_bytes()[..1024], properties)
+                .basic_publish(
+                    "".into(),
+                    "orders.dlq".into(),
+                    BasicPublishOptions::default(),
+                    &body.as_bytes()[..1024],
+                    properties,
+                )
                 .await
                 .unwrap(),
         );
@@ -72,7 +78,7 @@ async fn fill(broker: &BrokerConfig, n: usize) {
     for c in confirms.drain(..) {
         assert!(c.await.unwrap().is_ack());
     }
-    connection.close(200, "done").await.ok();
+    connection.close(200, "done".into()).await.ok();
 }
 
 fn disk_bytes(dir: &std::path::Path) -> u64 {

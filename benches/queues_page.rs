@@ -149,17 +149,26 @@ async fn declare_share(part: usize, parts: usize, queues: usize) -> anyhow::Resu
         if i % 50 == 0 {
             arguments.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
         }
-        channel.queue_declare(&name, durable, arguments).await?;
+        channel.queue_declare(name.as_str().into(), durable, arguments).await?;
         if i % 10 == 0 {
             let properties = BasicProperties::default().with_timestamp(now);
-            confirms
-                .push(channel.basic_publish("", &name, BasicPublishOptions::default(), b"bench", properties).await?);
+            confirms.push(
+                channel
+                    .basic_publish(
+                        "".into(),
+                        name.as_str().into(),
+                        BasicPublishOptions::default(),
+                        b"bench",
+                        properties,
+                    )
+                    .await?,
+            );
         }
     }
     for confirm in confirms {
         confirm.await?;
     }
-    connection.close(200, "done").await?;
+    connection.close(200, "done".into()).await?;
     Ok(())
 }
 
@@ -180,12 +189,25 @@ async fn create_vhost(settings: &Settings) -> anyhow::Result<f64> {
         let connection = Connection::connect(&uri, ConnectionProperties::default()).await?;
         let channel = connection.create_channel().await?;
         channel
-            .exchange_declare("dlx", ExchangeKind::Fanout, ExchangeDeclareOptions::default(), FieldTable::default())
+            .exchange_declare(
+                "dlx".into(),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions::default(),
+                FieldTable::default(),
+            )
             .await?;
         let durable = QueueDeclareOptions { durable: true, ..Default::default() };
-        channel.queue_declare("dead-letters", durable, FieldTable::default()).await?;
-        channel.queue_bind("dead-letters", "dlx", "", QueueBindOptions::default(), FieldTable::default()).await?;
-        connection.close(200, "done").await?;
+        channel.queue_declare("dead-letters".into(), durable, FieldTable::default()).await?;
+        channel
+            .queue_bind(
+                "dead-letters".into(),
+                "dlx".into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        connection.close(200, "done".into()).await?;
     }
     let parts = settings.connections;
     let tasks: Vec<_> = (0..parts).map(|part| tokio::spawn(declare_share(part, parts, settings.queues - 1))).collect();

@@ -38,7 +38,7 @@ async fn fill(broker: &BrokerConfig, n: usize) {
     let channel = connection.create_channel().await.unwrap();
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
     for queue in ["dlq", "orders"] {
-        channel.queue_declare(queue, durable, FieldTable::default()).await.unwrap();
+        channel.queue_declare(queue.into(), durable, FieldTable::default()).await.unwrap();
     }
     channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
     let payload = format!("{{\"order\": 1, \"note\": \"{}\"}}", "x".repeat(160));
@@ -53,7 +53,7 @@ async fn fill(broker: &BrokerConfig, n: usize) {
             .with_headers(headers);
         confirms.push(
             channel
-                .basic_publish("", "dlq", BasicPublishOptions::default(), payload.as_bytes(), properties)
+                .basic_publish("".into(), "dlq".into(), BasicPublishOptions::default(), payload.as_bytes(), properties)
                 .await
                 .unwrap(),
         );
@@ -66,7 +66,7 @@ async fn fill(broker: &BrokerConfig, n: usize) {
     for c in confirms.drain(..) {
         assert!(c.await.unwrap().is_ack());
     }
-    connection.close(200, "done").await.ok();
+    connection.close(200, "done".into()).await.ok();
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -29,10 +29,11 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
     ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
-use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::uri::{AMQPScheme, AMQPUri};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, Consumer, ExchangeKind, PublisherConfirm,
+};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use rand::Rng;
 use tokio::task::{JoinError, JoinSet};
@@ -276,7 +277,7 @@ fn redacted(uri: &AMQPUri) -> String {
 }
 
 async fn close_connection(connection: &Connection) {
-    match tokio::time::timeout(SHUTDOWN_GRACE, connection.close(200, "warren demo stopped")).await {
+    match tokio::time::timeout(SHUTDOWN_GRACE, connection.close(200, "warren demo stopped".into())).await {
         Ok(Ok(())) => info!("demo connection closed"),
         Ok(Err(error)) => warn!("closing the demo connection failed: {error}"),
         Err(_) => {
@@ -289,7 +290,7 @@ async fn close_channel(channel: &Channel, role: &str) {
     if !channel.status().connected() {
         return;
     }
-    if let Err(error) = channel.close(200, "warren demo stopped").await {
+    if let Err(error) = channel.close(200, "warren demo stopped".into()).await {
         warn!("closing the {role} channel failed: {error}");
     }
 }
@@ -322,7 +323,7 @@ async fn declare_topology(channel: &Channel, vhost: &str) -> anyhow::Result<()> 
     }
     for (queue, exchange, key) in BINDINGS {
         channel
-            .queue_bind(queue, exchange, key, QueueBindOptions::default(), FieldTable::default())
+            .queue_bind(queue.into(), exchange.into(), key.into(), QueueBindOptions::default(), FieldTable::default())
             .await
             .with_context(|| format!("binding queue {queue} to exchange {exchange} with key '{key}'"))?;
     }
@@ -332,7 +333,7 @@ async fn declare_topology(channel: &Channel, vhost: &str) -> anyhow::Result<()> 
 async fn declare_exchange(channel: &Channel, name: &str, kind: ExchangeKind) -> anyhow::Result<()> {
     let options = ExchangeDeclareOptions { durable: true, ..Default::default() };
     channel
-        .exchange_declare(name, kind, options, FieldTable::default())
+        .exchange_declare(name.into(), kind, options, FieldTable::default())
         .await
         .with_context(|| format!("declaring exchange {name}"))
 }
@@ -344,7 +345,7 @@ async fn declare_queue(channel: &Channel, name: &str, arguments: &[(&str, AMQPVa
     }
     // Quorum queues must be durable; the others are too so the demo survives a broker restart.
     let options = QueueDeclareOptions { durable: true, ..Default::default() };
-    channel.queue_declare(name, options, table).await.with_context(|| format!("declaring queue {name}"))?;
+    channel.queue_declare(name.into(), options, table).await.with_context(|| format!("declaring queue {name}"))?;
     Ok(())
 }
 
@@ -491,7 +492,7 @@ async fn publish_until_stopped(channel: &Channel, progress: &Progress, stop: &Ca
 async fn publish(channel: &Channel, exchange: &str, message: Outgoing) -> anyhow::Result<PublisherConfirm> {
     let options = BasicPublishOptions { mandatory: true, ..Default::default() };
     channel
-        .basic_publish(exchange, message.routing_key, options, &message.body, message.properties)
+        .basic_publish(exchange.into(), message.routing_key.into(), options, &message.body, message.properties)
         .await
         .with_context(|| format!("publishing to {exchange} with key {}", message.routing_key))
 }
@@ -599,7 +600,12 @@ async fn start_consumer(channel: &Channel, queue: &str, prefetch: u16) -> anyhow
         .await
         .with_context(|| format!("setting prefetch for {queue}"))?;
     channel
-        .basic_consume(queue, &format!("warren-demo-{queue}"), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            queue.into(),
+            format!("warren-demo-{queue}").into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .with_context(|| format!("consuming from {queue}"))
 }
@@ -608,7 +614,7 @@ async fn start_consumer(channel: &Channel, queue: &str, prefetch: u16) -> anyhow
 async fn stop_consumer(channel: &Channel, consumer: &Consumer) {
     if channel.status().connected() {
         let tag = consumer.tag();
-        if let Err(error) = channel.basic_cancel(tag.as_str(), BasicCancelOptions::default()).await {
+        if let Err(error) = channel.basic_cancel(tag.clone(), BasicCancelOptions::default()).await {
             warn!("cancelling consumer on {} failed: {error}", consumer.queue());
         }
     }

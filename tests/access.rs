@@ -218,7 +218,7 @@ async fn custody_payloads_are_kept_from_roles_below_the_rule() {
     let (status, export) = page_of(&otto, format!("{api}/export")).await;
     assert_eq!((status, export.lines().count()), (200, 3));
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A DLQ with 20 messages, watched by warren, with an admin, an operator and a viewer.
@@ -337,7 +337,7 @@ async fn an_admin_deletes_a_held_record_audited_and_no_one_else_can() {
     assert_eq!(list["custody"]["counts"]["held"], 0, "{list}");
     assert_eq!(list["custody"]["counts"]["claimed"], 1, "{list}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,7 +433,7 @@ async fn viewers_are_refused_every_action_and_the_queue_keeps_its_messages() {
     assert!(!tokens.to_string().contains(operator_token["token"].as_str().unwrap()), "tokens are never listed");
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -485,7 +485,7 @@ async fn state_changes_need_the_csrf_token_and_anonymous_requests_need_a_login()
     assert!(logout.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
     assert_eq!(get(&warren, "/api/v1/me", &otto).await.0, 401, "the old cookie no longer works");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -700,7 +700,7 @@ async fn a_browser_logs_in_acts_with_csrf_tokens_and_runs_no_script_from_a_queue
     assert_eq!(browser.current_url().await.unwrap().path(), "/login", "logged out for real");
     browser.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A password change ends the user's sessions in its own transaction; the answer once counted
@@ -777,7 +777,7 @@ async fn error_pages_keep_the_user_and_the_navigation() {
     let (status, body) = get(&warren, "/api/v1/nothing-here", &vera).await;
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 19, case 8: what a role cannot do is not offered on the alerts page.
@@ -808,7 +808,7 @@ async fn the_alerts_page_offers_each_role_only_what_it_may_do() {
     let ada_page = page("ada").await;
     assert!(ada_page.contains("Silence rule") && ada_page.contains(">Delete<") && ada_page.contains(">Edit<"));
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 19, item 10: with no snapshot, the DLQ page offers an operator "Requeue all" and the
@@ -832,5 +832,5 @@ async fn the_dlq_page_offers_the_whole_queue_actions_to_operators_only() {
     assert!(vera.contains("No snapshot yet"), "{vera}");
     assert!(!vera.contains("Requeue all") && !vera.contains("Purge the queue"), "{vera}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

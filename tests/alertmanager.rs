@@ -191,7 +191,7 @@ async fn a_firing_alert_stays_active_in_alertmanager_while_it_fires_and_ends_the
 
     // Drained: resolved in warren, and ended in Alertmanager by the resolve, before the lease of
     // the last re-send ran out.
-    channel.queue_purge("work", QueuePurgeOptions::default()).await.unwrap();
+    channel.queue_purge("work".into(), QueuePurgeOptions::default()).await.unwrap();
     let last_ends_at = Mutex::new(last_ends_at);
     wait_for("the alert to end in Alertmanager", Duration::from_secs(20), || async {
         let active = am.active("deep").await;
@@ -230,7 +230,7 @@ async fn a_firing_alert_stays_active_in_alertmanager_while_it_fires_and_ends_the
     assert!(lasts <= chrono::Duration::seconds(4 * resend_secs as i64), "ends by itself soon: {test}");
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A URL Alertmanager cannot take is refused at the field, like a webhook's.

@@ -188,7 +188,7 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
     assert_eq!(receiver.of("firing", "deep").len(), 1, "not notified a second time");
 
     // Drained: it resolves.
-    channel.queue_purge("work", QueuePurgeOptions::default()).await.unwrap();
+    channel.queue_purge("work".into(), QueuePurgeOptions::default()).await.unwrap();
     wait_for("the alert to resolve", Duration::from_secs(20), || async {
         match alert(&warren, "deep", "work").await {
             None => Ok(()),
@@ -209,7 +209,7 @@ async fn ready_above_ten_for_ten_seconds_fires_once_survives_a_restart_and_resol
     .await;
     assert_eq!(receiver.of("firing", "deep").len(), 1);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The rule editor: errors at the field, the typed values kept, and a preview of the queues
@@ -287,7 +287,7 @@ async fn the_rule_editor_reports_errors_at_the_field_and_previews_matches() {
     assert_eq!(wings.rules.len(), 1);
     assert_eq!(wings.rules[0].threshold, Some(5.0));
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 const ANY_READY: &str = "[[alerts]]\nid = \"any\"\nname = \"Anything ready\"\nmetric = \"ready\"\ncomparator = \">\"\nthreshold = 0\nseverity = \"info\"\n";
@@ -332,7 +332,7 @@ async fn a_silence_suppresses_notifications_and_its_expiry_restores_them() {
     assert!(chrono::Utc::now() >= until, "nothing was sent during the silence");
     assert_eq!(sent.len(), 1);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A webhook that never answers delays neither the poller nor the other channel.
@@ -367,7 +367,7 @@ async fn a_hanging_webhook_delays_neither_the_poller_nor_another_channel() {
     .await;
     assert!(hanging.of("firing", "any").len() == 1 && hanging.bodies.lock().unwrap().len() == 1);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 19, cases 1 and 14: the alerts page's forms redirect (a reload shows the page again
@@ -446,7 +446,7 @@ async fn notifications_link_back_and_say_why_a_broker_does_not_answer() {
     let description = down["description"].as_str().unwrap();
     assert!(description.contains("does not answer: ") && description.contains("unreachable"), "{description}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 34, cases 6 and 7: no page said where one was; "Dead letters" led to a page titled

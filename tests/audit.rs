@@ -160,7 +160,7 @@ async fn a_login_flood_adds_a_few_rows_and_the_purge_stays_on_the_first_page() {
     assert!(page.contains(">purge<") && !page.contains("guess-"), "the actions page shows the purge only");
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,7 +84,7 @@ async fn browse_five_times_keeps_all(quorum: bool) {
     assert!(page.contains("m50"));
     assert_eq!(drain_ids(&channel, "dlq").await, expected, "the DLQ still holds all 50, in the same order");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,11 +105,14 @@ async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     args.insert("x-delivery-limit".into(), AMQPValue::LongInt(2));
-    channel.queue_declare("limited", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("limited".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for i in 1..=3 {
         let properties = BasicProperties::default().with_message_id(format!("l{i}").into());
         assert!(channel
-            .basic_publish("", "limited", BasicPublishOptions::default(), b"x", properties)
+            .basic_publish("".into(), "limited".into(), BasicPublishOptions::default(), b"x", properties)
             .await
             .unwrap()
             .await
@@ -145,7 +148,7 @@ async fn quorum_dlq_with_a_delivery_limit_is_read_only_when_confirmed() {
     assert_eq!(snapshot["messages"].as_array().unwrap().len(), 3);
     assert_eq!(drain_ids(&channel, "limited").await, vec!["l1", "l2", "l3"], "nothing dropped");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (2): a `delivery-limit` policy applied half a second before three snapshots. The
@@ -158,10 +161,16 @@ async fn a_delivery_limit_set_a_moment_ago_is_respected() {
     let channel = vhost.channel(&connection).await;
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-    channel.queue_declare("fresh", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("fresh".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for i in 1..=5 {
         let properties = BasicProperties::default().with_message_id(format!("f{i}").into());
-        channel.basic_publish("", "fresh", BasicPublishOptions::default(), b"x", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "fresh".into(), BasicPublishOptions::default(), b"x", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     // A long poll interval: the one poll warren makes sees no policy.
@@ -200,7 +209,7 @@ async fn a_delivery_limit_set_a_moment_ago_is_respected() {
     }
     assert_eq!(drain_ids(&channel, "fresh").await, vec!["f1", "f2", "f3", "f4", "f5"], "nothing dropped");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (2), must-have 2: confirmed snapshots of a quorum queue walk every message's delivery
@@ -217,11 +226,17 @@ async fn snapshots_hold_messages_at_their_delivery_limit_instead_of_dropping_the
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     args.insert("x-delivery-limit".into(), AMQPValue::LongInt(2));
-    channel.queue_declare("capped", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("capped".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     let all: Vec<String> = (1..=20).map(|i| format!("c{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("", "capped", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "capped".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -248,7 +263,7 @@ async fn snapshots_hold_messages_at_their_delivery_limit_instead_of_dropping_the
             .unwrap();
         assert_eq!(held.status(), 404, "no holding queue was declared");
         warren.stop().await;
-        connection.close(0, "done").await.ok();
+        connection.close(0, "done".into()).await.ok();
         return;
     }
     for round in 1..=2 {
@@ -276,7 +291,7 @@ async fn snapshots_hold_messages_at_their_delivery_limit_instead_of_dropping_the
     // Every id is in exactly one place, in order, and the held copies start a fresh count.
     assert!(drain_ids(&channel, "capped").await.is_empty());
     let held = channel
-        .basic_get("warren.held.capped", lapin::options::BasicGetOptions { no_ack: false })
+        .basic_get("warren.held.capped".into(), lapin::options::BasicGetOptions { no_ack: false })
         .await
         .unwrap()
         .expect("a held message");
@@ -285,7 +300,7 @@ async fn snapshots_hold_messages_at_their_delivery_limit_instead_of_dropping_the
     held.delivery.nack(lapin::options::BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
     assert_eq!(drain_ids(&channel, "warren.held.capped").await, all);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A vhost-wide policy with a message TTL would expire what the holding queue holds: a quorum
@@ -299,10 +314,16 @@ async fn a_holding_queue_that_would_expire_messages_is_refused_before_reading() 
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     args.insert("x-delivery-limit".into(), AMQPValue::LongInt(1));
-    channel.queue_declare("ttlq", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("ttlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for i in 1..=3 {
         let properties = BasicProperties::default().with_message_id(format!("t{i}").into());
-        channel.basic_publish("", "ttlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "ttlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let policy = reqwest::Client::new()
@@ -333,7 +354,7 @@ async fn a_holding_queue_that_would_expire_messages_is_refused_before_reading() 
             .unwrap();
         assert_eq!(held.status(), 404, "no holding queue was declared");
         warren.stop().await;
-        connection.close(0, "done").await.ok();
+        connection.close(0, "done".into()).await.ok();
         return;
     }
     assert_ne!(status, 200, "{body}");
@@ -354,7 +375,7 @@ async fn a_holding_queue_that_would_expire_messages_is_refused_before_reading() 
     assert!(drain_ids(&channel, "elsewhere").await.is_empty());
     assert_eq!(drain_ids(&channel, "ttlq").await, vec!["t1", "t2", "t3"], "nothing read, nothing lost");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (9), must-have 7: a snapshot of a queue that a consumer is draining answers within
@@ -369,11 +390,17 @@ async fn a_snapshot_of_a_queue_being_drained_answers_quickly_and_loses_nothing()
     let channel = vhost.channel(&connection).await;
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-    channel.queue_declare("drained", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("drained".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     let all: Vec<String> = (1..=600).map(|i| format!("d{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("", "drained", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "drained".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -387,7 +414,7 @@ async fn a_snapshot_of_a_queue_being_drained_answers_quickly_and_loses_nothing()
     let consumer_channel = consumer_connection.create_channel().await.unwrap();
     consumer_channel.basic_qos(1, BasicQosOptions::default()).await.unwrap();
     let mut consumer = consumer_channel
-        .basic_consume("drained", "slow", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("drained".into(), "slow".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .unwrap();
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -402,7 +429,7 @@ async fn a_snapshot_of_a_queue_being_drained_answers_quickly_and_loses_nothing()
             delivery.ack(BasicAckOptions::default()).await.unwrap();
             consumed.push(delivery.properties.message_id().as_ref().unwrap().to_string());
         }
-        consumer_channel.close(200, "done").await.unwrap();
+        consumer_channel.close(200, "done".into()).await.unwrap();
         consumed
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -426,8 +453,8 @@ async fn a_snapshot_of_a_queue_being_drained_answers_quickly_and_loses_nothing()
     expected.sort();
     assert_eq!(seen, expected, "every message consumed or still in the queue ({duplicates} duplicates)");
     warren.stop().await;
-    consumer_connection.close(0, "done").await.ok();
-    connection.close(0, "done").await.ok();
+    consumer_connection.close(0, "done".into()).await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Script and markup in payloads and headers, invalid UTF-8, a 5 MB body, binary and deeply
@@ -492,7 +519,7 @@ async fn hostile_payloads_render_escaped_and_never_run() {
     assert!(text.contains("deep"), "the nested header is shown");
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 17, case 4: messages of real frameworks, reproduced with a plain AMQP client. Celery
@@ -505,11 +532,11 @@ async fn framework_messages_show_their_ids_and_tasks_and_the_audit_records_them(
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
-    channel.queue_declare("work.dlq", durable, FieldTable::default()).await.unwrap();
+    channel.queue_declare("work.dlq".into(), durable, FieldTable::default()).await.unwrap();
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
     args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("work.dlq".into()));
-    channel.queue_declare("work", durable, args).await.unwrap();
+    channel.queue_declare("work".into(), durable, args).await.unwrap();
 
     let mut celery = FieldTable::default();
     for (k, v) in [
@@ -539,7 +566,10 @@ async fn framework_messages_show_their_ids_and_tasks_and_the_audit_records_them(
     ];
     for (properties, body) in messages {
         let properties = properties.with_expiration("0".into()); // dead-lettered at once
-        channel.basic_publish("", "work", BasicPublishOptions::default(), body, properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "work".into(), BasicPublishOptions::default(), body, properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -579,7 +609,7 @@ async fn framework_messages_show_their_ids_and_tasks_and_the_audit_records_them(
     assert_eq!(recorded, ["c-7f3", "d-91", "plain"], "the audit records the frameworks' ids: {fates}");
     assert_eq!(drain_ids(&channel, "work").await.len(), 3, "all three back in work");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 17, case 3: why the application gave up. Messages dead-lettered with Spring AMQP's
@@ -634,5 +664,5 @@ async fn application_errors_are_a_column_and_a_grouping() {
     assert!(grouping.contains("PaymentError: card declined</a></td><td class=\"num\">1<"), "{grouping}");
     assert!(page.contains("cover the 4 messages of this snapshot"), "the bound is stated");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

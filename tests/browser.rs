@@ -70,7 +70,7 @@ async fn queue_list_updates_live_without_reload() {
 
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 19, case 1: the alerts page shows an alert that fires after it was opened, without a
@@ -107,7 +107,7 @@ async fn the_alerts_page_shows_a_new_alert_without_reload() {
     assert_eq!(mark, serde_json::Value::Bool(true), "the page was reloaded instead of updated in place");
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 19, item 12: every page fits a phone (390 px) and a desktop (1400 px) without the
@@ -280,7 +280,7 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
 
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Waits for the page's charts, saves a full-page screenshot, and says what is wrong with the
@@ -373,7 +373,7 @@ async fn select_all_ticks_every_message_and_the_buttons_come_first() {
     assert_eq!(order, serde_json::json!([true, true, true]), "buttons before the table, same form, fit 390 px");
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29, must-have 8: a client's long product name (warren keeps 200 characters of it) in a
@@ -383,13 +383,12 @@ async fn select_all_ticks_every_message_and_the_buttons_come_first() {
 async fn a_long_client_product_wraps_inside_its_cell() {
     use lapin::types::LongString;
     let vhost = TestVhost::create("longproduct").await;
-    let mut client_properties = FieldTable::default();
     let product = format!("client-{}", "x".repeat(3_500));
-    client_properties.insert("product".into(), AMQPValue::LongString(LongString::from(product.as_str())));
-    client_properties.insert("version".into(), AMQPValue::LongString("1".into()));
+    let properties = lapin::ConnectionProperties::default()
+        .with_client_property("product".into(), LongString::from(product.as_str()))
+        .with_client_property("version".into(), "1".into());
     let uri =
         format!("{}/{}", common::broker().amqp_with_guest(), warren::broker::management::encode_segment(&vhost.name));
-    let properties = lapin::ConnectionProperties { client_properties, ..Default::default() };
     let connection = lapin::Connection::connect(&uri, properties).await.expect("a client connection");
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     wait_for("the client's connection listed", Duration::from_secs(60), || async {
@@ -413,7 +412,7 @@ async fn a_long_client_product_wraps_inside_its_cell() {
     assert!(problems.is_empty(), "layout problems (screenshots in {}):\n{}", shots.display(), problems.join("\n"));
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 34, must-have 3: the journey "open a DLQ, select two messages, requeue" with the
@@ -517,5 +516,5 @@ async fn a_requeue_of_two_messages_with_the_keyboard_alone() {
     assert!(presses <= 30, "{presses} key presses (69 before)");
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

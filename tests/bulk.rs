@@ -30,11 +30,11 @@ async fn dead_letters(channel: &Channel, n: usize) {
 /// As `dead_letters`, with ids `o{first}..`, until `orders.dlq` holds `expected`.
 async fn dead_letters_from(channel: &Channel, first: usize, n: usize, expected: usize) {
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
-    channel.queue_declare("orders.dlq", durable, FieldTable::default()).await.unwrap();
+    channel.queue_declare("orders.dlq".into(), durable, FieldTable::default()).await.unwrap();
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
     args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("orders.dlq".into()));
-    channel.queue_declare("orders", durable, args).await.unwrap();
+    channel.queue_declare("orders".into(), durable, args).await.unwrap();
     channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
     let mut confirms = Vec::with_capacity(1000);
     for i in first..first + n {
@@ -42,7 +42,13 @@ async fn dead_letters_from(channel: &Channel, first: usize, n: usize, expected: 
         let payload = format!("{{\"order\": {i}}}");
         confirms.push(
             channel
-                .basic_publish("", "orders", BasicPublishOptions::default(), payload.as_bytes(), properties)
+                .basic_publish(
+                    "".into(),
+                    "orders".into(),
+                    BasicPublishOptions::default(),
+                    payload.as_bytes(),
+                    properties,
+                )
                 .await
                 .unwrap(),
         );
@@ -111,7 +117,7 @@ async fn cancel_stops_a_bulk_requeue_with_a_consistent_report() {
     let (status, _) = warren.post_json(&format!("/api/v1/jobs/{id}/cancel"), json!({})).await;
     assert_eq!(status, 409);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The most copies a move has in flight (two batches of 500): the only messages a kill can leave
@@ -276,7 +282,7 @@ async fn sigkill_in_the_middle_of_a_bulk_requeue_loses_nothing() {
     assert!(missing.is_empty(), "recorded as moved but not in the target: {missing:?}");
     assert_every_id_once_or_more(N as usize, &[in_source, in_target], IN_FLIGHT as usize);
     drop(warren);
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Waits until warren lists `queue` (its first poll), and returns the queue's API address.
@@ -312,7 +318,7 @@ async fn sigkill_during_a_move_to_a_length_limited_target_loses_nothing() {
     args.insert("x-max-length".into(), AMQPValue::LongLongInt(LIMIT as i64));
     args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
-    channel.queue_declare("parked", durable, args).await.unwrap();
+    channel.queue_declare("parked".into(), durable, args).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
     let request = json!({"selection": "all", "target": {"queue": "parked"}});
@@ -371,7 +377,7 @@ async fn sigkill_during_a_move_to_a_length_limited_target_loses_nothing() {
     let in_dlq = drain_ids(&channel, "orders.dlq").await;
     assert_every_id_once_or_more(N, &[in_dlq, parked], KILLS * IN_FLIGHT as usize);
     drop(warren);
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29, must-have 7: SIGKILL at three points of a 100,000-message requeue (the DLQ is
@@ -479,5 +485,5 @@ async fn the_audit_after_a_kill_lists_every_id_moved_a_checkpoint_before() {
     }
     let in_source = drain_ids(&channel, "orders.dlq").await;
     assert_every_id_once_or_more(published, &[in_source, in_target], 3 * IN_FLIGHT as usize);
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

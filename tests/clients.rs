@@ -26,7 +26,7 @@ async fn hung_worker(vhost: &TestVhost, connection_name: &str, queue: &str) -> (
     let channel = connection.create_channel().await.expect("channel");
     channel.basic_qos(5, BasicQosOptions::default()).await.expect("qos");
     let consumer = channel
-        .basic_consume(queue, "holder", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(queue.into(), "holder".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .expect("consume");
     (connection, consumer)
@@ -39,7 +39,7 @@ async fn a_consumer_holding_unacked_messages_is_named_with_its_connection() {
     let channel = vhost.channel(&setup).await;
     declare(&channel, "orders", false).await;
     publish(&channel, "orders", 20, BasicProperties::default()).await;
-    setup.close(200, "published").await.expect("close");
+    setup.close(200, "published".into()).await.expect("close");
     let name = format!("billing-worker-{}", rand::random::<u32>());
     let (_worker, _consumer) = hung_worker(&vhost, &name, "orders").await;
     let warren = Warren::for_vhost(&vhost.name, 1).await;

@@ -204,7 +204,7 @@ async fn a_custom_range_and_a_zoom_are_in_the_url_and_apply_to_every_chart() {
 
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Chromium in Asia/Kolkata (UTC+05:30 all year). By default every time, on the page and on the
@@ -293,7 +293,7 @@ async fn one_clock_for_the_page_and_its_charts_under_a_non_utc_zone() {
 
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Queues ticked in the list (kept across its live refresh) open one chart per metric with a
@@ -352,5 +352,5 @@ async fn queues_ticked_in_the_list_are_compared_on_one_chart() {
 
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

@@ -124,7 +124,7 @@ async fn blocked_publishers_show_as_blocked_connections_and_fire_the_alert() {
     cluster.ctl(1, &["set_vm_memory_high_watermark", "0.0001"]).await;
     // A publish during the alarm blocks the connection (`blocking` until it tries).
     channel
-        .basic_publish("", "orders", Default::default(), b"held back", lapin::BasicProperties::default())
+        .basic_publish("".into(), "orders".into(), Default::default(), b"held back", lapin::BasicProperties::default())
         .await
         .expect("publish is sent");
     let body = wait_for("the publisher shown blocked", Duration::from_secs(60), || async {
@@ -246,7 +246,7 @@ async fn polling_moves_to_another_management_url_when_the_first_node_stops() {
         "the broker page says node 1's URL fails:\n{page}"
     );
 
-    connection.close(200, "done").await.ok();
+    connection.close(200, "done".into()).await.ok();
     cluster.start_node(1).await;
     warren.stop().await;
 }

@@ -35,7 +35,7 @@ async fn api_reports_exactly_the_known_queue_state() {
     let consumer_channel = connection.create_channel().await.unwrap();
     consumer_channel.basic_qos(10, BasicQosOptions::default()).await.unwrap();
     let _consumer = consumer_channel
-        .basic_consume("held", "holder", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("held".into(), "holder".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .unwrap();
 
@@ -134,7 +134,7 @@ async fn api_reports_exactly_the_known_queue_state() {
     assert!(!known.is_empty(), "history shows ready = 37: {history}");
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 fn common_encode(s: &str) -> String {
@@ -163,7 +163,7 @@ async fn steady_publisher(
             _ = ticker.tick() => {}
         }
         match channel
-            .basic_publish("", queue, BasicPublishOptions::default(), b"tick", BasicProperties::default())
+            .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), b"tick", BasicProperties::default())
             .await
         {
             Ok(_) => sent += 1,
@@ -210,7 +210,7 @@ async fn steady_publish_rate_is_reported_within_ten_percent() {
         assert!(error <= 0.10, "publish rate {rate} msg/s is not within 10% of {RATE}: readings {readings:?}");
     }
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,7 +272,7 @@ async fn a_recreated_queue_never_shows_a_negative_or_spiking_rate() {
         assert!(*r <= RATE as f64 * 1.5, "spiking rate {r} msg/s (publishing at {RATE}/s): {rates:?}");
     }
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Names that need encoding (a `/` in the vhost, `#`, `?`, `%`, `&`, spaces, unicode, markup in the
@@ -330,7 +330,7 @@ async fn names_that_need_encoding_work_everywhere() {
         "escaped name on the page"
     );
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 19, item 4: a broker's row counts what warren watches. With `vhosts_include`, its
@@ -408,8 +408,8 @@ async fn broker_rates_cover_only_the_watched_vhosts() {
     stop.cancel();
     publisher.await.unwrap();
     warren.stop().await;
-    other_connection.close(0, "done").await.ok();
-    watched_connection.close(0, "done").await.ok();
+    other_connection.close(0, "done".into()).await.ok();
+    watched_connection.close(0, "done".into()).await.ok();
 }
 
 async fn wait_for_broker_rate(http: &reqwest::Client, url: &str, rate: u64) {

@@ -147,7 +147,7 @@ async fn custody_takes_every_dead_letter_and_replays_each_once() {
         );
 
         warren.stop().await;
-        connection.close(0, "done").await.ok();
+        connection.close(0, "done".into()).await.ok();
     }
 }
 
@@ -317,7 +317,7 @@ async fn custody_search_by_header_json_path_and_regex_answers_what_was_put_in() 
     assert_eq!(found(String::new()).await.len(), total - chosen.len());
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 18, must-have 6: a filter's records exported as JSON lines and imported into the
@@ -412,7 +412,9 @@ async fn custody_exports_json_lines_that_import_into_another_dlqs_custody() {
     let done = warren.audit_ended(started["audit_id"].as_i64().unwrap()).await;
     assert_eq!(done["moved"], 4, "{done}");
     let mut arrived = Vec::new();
-    while let Some(m) = channel.basic_get("work", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap() {
+    while let Some(m) =
+        channel.basic_get("work".into(), lapin::options::BasicGetOptions { no_ack: true }).await.unwrap()
+    {
         let p = &m.delivery.properties;
         let headers = p.headers().clone().unwrap();
         assert_eq!(
@@ -436,7 +438,7 @@ async fn custody_exports_json_lines_that_import_into_another_dlqs_custody() {
     let (_, other) = warren.get_json(&base("other.dlq")).await;
     assert_eq!(other["custody"]["counts"]["held"], 0, "all or none: the small line was not kept either");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 18, must-have 5: an admin changes one record's body and a header and replays it as
@@ -491,8 +493,11 @@ async fn an_admin_edits_one_record_and_replays_it_as_a_new_copy() {
     );
     assert_eq!(edited["diff"]["body"], json!(["{\"n\": 2, \"sku\": \"BROKEN\"}", "{\"n\": 2, \"sku\": \"GIFT-1\"}"]));
 
-    let copy =
-        channel.basic_get("work", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap().expect("the copy");
+    let copy = channel
+        .basic_get("work".into(), lapin::options::BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the copy");
     assert_eq!(copy.delivery.data, b"{\"n\": 2, \"sku\": \"GIFT-1\"}");
     let p = &copy.delivery.properties;
     assert_eq!(p.message_id().as_ref().map(|s| s.as_str()), Some("e2"));
@@ -500,7 +505,7 @@ async fn an_admin_edits_one_record_and_replays_it_as_a_new_copy() {
     assert_eq!(h.inner().get("x-small"), Some(&AMQPValue::ShortInt(2)), "a header left alone keeps its type");
     assert_eq!(h.inner().get("x-tenant"), Some(&AMQPValue::LongString("acme".into())));
     assert!(
-        channel.basic_get("work", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap().is_none(),
+        channel.basic_get("work".into(), lapin::options::BasicGetOptions { no_ack: true }).await.unwrap().is_none(),
         "one copy"
     );
 
@@ -519,7 +524,7 @@ async fn an_admin_edits_one_record_and_replays_it_as_a_new_copy() {
     let (status, body) = warren.post_json(&other, edit).await;
     assert_eq!(status, 403, "{body}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// warren as a separate process with custody of `*.dlq`, so the test can SIGKILL it.
@@ -591,7 +596,7 @@ async fn publish_many(channel: &lapin::Channel, queue: &str, prefix: &str, n: us
         let body = format!("{{\"n\": {i}, \"pad\": \"{}\"}}", "x".repeat(500));
         confirms.push(
             channel
-                .basic_publish("", queue, BasicPublishOptions::default(), body.as_bytes(), properties)
+                .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), body.as_bytes(), properties)
                 .await
                 .unwrap(),
         );
@@ -662,7 +667,10 @@ async fn sigkill_during_intake(test: &str, n: usize, dlq: Dlq) {
             args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(limit));
         }
     }
-    channel.queue_declare("work.dlq", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("work.dlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     publish_many(&channel, "work.dlq", "k", n).await;
     let dir = tempfile::tempdir().unwrap();
     let database = dir.path().join("warren.db");
@@ -737,7 +745,7 @@ async fn sigkill_during_intake(test: &str, n: usize, dlq: Dlq) {
     assert!(wrong.is_empty(), "{} records flagged wrongly, first: {:?}", wrong.len(), &wrong[..wrong.len().min(10)]);
     // What the broker still has (a batch the last kill caught before its ack) is in custody too.
     assert!(in_broker.iter().all(|id| distinct.contains(id)), "nothing only in the broker at the end");
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Each record's message id and whether it is flagged a possible duplicate, in intake order,
@@ -855,7 +863,7 @@ async fn sigkill_during_replay_leaves_every_record_in_custody_or_in_the_target()
     assert!(duplicates <= 1_000, "duplicates only from the batch in flight at the kill: {duplicates}");
     let records = records_in_custody(&database).await;
     assert!(records.iter().all(|(_, s)| s == "replayed"), "every record replayed");
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The size budget stops intake and leaves the rest in the broker, and the page says why.
@@ -913,7 +921,7 @@ async fn intake_stops_at_its_size_budget_and_loses_nothing() {
     })
     .await;
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Must-haves 1 and 7: an admin takes a queue no rule names into custody, and releases it: intake
@@ -971,7 +979,7 @@ async fn an_admin_takes_a_queue_into_custody_and_releases_it() {
     let list = listing(&warren, &vhost.name, "").await;
     assert_eq!((&list["in_custody"], &list["custody"]["counts"]["held"]), (&json!(false), &json!(0)), "{list}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 18, must-have 4: a replay from custody is a job like a move: its page and the API
@@ -1051,7 +1059,7 @@ async fn a_replay_from_custody_shows_its_progress_and_a_cancel_leaves_the_rest_h
     let union: HashSet<String> = first_set.union(&second_set).cloned().collect();
     assert_eq!(union, all, "every id in the target once");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The intake is a consumer of warren's own: the roles do not count it, in the polls and in
@@ -1096,7 +1104,7 @@ async fn custody_intake_is_not_a_consumer_for_roles_restored_at_start() {
     let dlq = warren.queue(&vhost.name, "work.dlq").await.expect("work.dlq restored");
     assert_eq!(role(&dlq), (json!("dlq"), json!(true)), "{dlq}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Declares `queue` (classic, durable) with the given `(argument, value)` pairs.
@@ -1106,7 +1114,10 @@ async fn declare_with(channel: &lapin::Channel, queue: &str, args: &[(&str, lapi
     for (key, value) in args {
         table.insert((*key).into(), value.clone());
     }
-    channel.queue_declare(queue, QueueDeclareOptions { durable: true, ..Default::default() }, table).await.unwrap();
+    channel
+        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, table)
+        .await
+        .unwrap();
 }
 
 /// The message ids custody holds in state `held`, from the listing.
@@ -1180,7 +1191,7 @@ async fn replay_into_a_target_that_drops_its_oldest_is_refused_and_loses_nothing
     assert_eq!(warren.audit_ended(id).await["moved"], N - 50);
     assert_eq!(depth(&channel, "by.count").await, 50);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29, case 1: an edited copy into a full queue that drops its oldest is refused (it was
@@ -1217,12 +1228,14 @@ async fn an_edited_copy_is_not_sent_to_a_queue_that_would_drop_another_message()
     let (_, record) = warren.get_json(&format!("{base}/{id}")).await;
     assert_eq!(record["record"]["state"], "held", "{record}");
     let mut after = Vec::new();
-    while let Some(m) = channel.basic_get("full", lapin::options::BasicGetOptions { no_ack: true }).await.unwrap() {
+    while let Some(m) =
+        channel.basic_get("full".into(), lapin::options::BasicGetOptions { no_ack: true }).await.unwrap()
+    {
         after.push(m.delivery.data.clone());
     }
     assert_eq!(after, before, "the queue kept every message it had, and got no copy");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29, case 2: database files deleted under a running intake. Intake acked 4,000 more
@@ -1305,7 +1318,7 @@ async fn intake_stops_when_its_database_file_is_deleted_and_loses_nothing() {
         let lost: Vec<&String> = after.difference(&kept).take(20).collect();
         assert!(lost.is_empty(), "{test}: lost {lost:?} (waited out: {})", in_time.is_err());
         warren.stop().await;
-        connection.close(0, "done").await.ok();
+        connection.close(0, "done".into()).await.ok();
     }
 }
 
@@ -1336,8 +1349,10 @@ async fn intake_of_large_messages_stays_under_its_memory_ceiling() {
     let body = vec![b'x'; size];
     for i in 1..=N {
         let properties = BasicProperties::default().with_message_id(format!("big{i}").into()).with_delivery_mode(2);
-        let confirm =
-            channel.basic_publish("", "work.dlq", BasicPublishOptions::default(), &body, properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "work.dlq".into(), BasicPublishOptions::default(), &body, properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     drop(body);
@@ -1374,7 +1389,7 @@ async fn intake_of_large_messages_stays_under_its_memory_ceiling() {
     assert!(peak <= ceiling_mib, "peak {peak} MiB, over the ceiling of {ceiling_mib} MiB");
     assert_eq!(depth(&channel, "work.dlq").await, 0);
     drop(warren);
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29, must-have 5: an import was kept whatever AMQP allows: a `message_id` of 300 bytes
@@ -1423,7 +1438,7 @@ async fn an_import_past_the_amqp_limits_is_refused_naming_its_line() {
         held["custody"]["records"].as_array().unwrap().iter().map(|r| r["message_id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec!["ok-1".to_string(), "m".repeat(255)], "kept exactly");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The process's peak resident memory so far (VmHWM), in bytes.
@@ -1500,7 +1515,7 @@ async fn a_64_mib_import_stays_under_its_memory_ceiling_and_keeps_every_id() {
         let expected: HashSet<String> = (1..=n).map(|i| format!("i{i}")).collect();
         assert!(kept == expected, "every id, once: {} kept of {n}", kept.len());
     }
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29, case 1, the release path: a release replays every held record into the queue
@@ -1537,7 +1552,7 @@ async fn a_release_into_a_dlq_that_drops_its_oldest_keeps_every_record() {
     assert_eq!(depth(&channel, "work.dlq").await, 0, "nothing sent back");
     assert_eq!(held_ids(&warren, &vhost.name).await, all, "every record still held");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 31, case 8: "Take into custody" moved 582 messages out of the broker in one click, with
@@ -1629,5 +1644,5 @@ async fn custody_start_and_release_ask_first_and_are_audited() {
     let ids: HashSet<String> = drain_ids(&channel, "work.dlq").await.into_iter().collect();
     assert_eq!(ids, (1..=N).map(|i| format!("m{i}")).collect::<HashSet<_>>(), "each message back once");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

@@ -56,12 +56,16 @@ async fn requeue_the_third_message_only() {
 
     // It arrived once in its original queue, with warren's replay counter; the other 49 stay,
     // in order.
-    let message = channel.basic_get("work", BasicGetOptions { no_ack: true }).await.unwrap().expect("m3 in work");
+    let message =
+        channel.basic_get("work".into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("m3 in work");
     assert_eq!(message.delivery.properties.message_id().as_ref().map(|s| s.as_str()), Some("m3"));
     let replays =
         message.delivery.properties.headers().as_ref().and_then(|h| h.inner().get("x-warren-replay-count").cloned());
     assert_eq!(replays, Some(AMQPValue::LongLongInt(1)));
-    assert!(channel.basic_get("work", BasicGetOptions { no_ack: true }).await.unwrap().is_none(), "exactly once");
+    assert!(
+        channel.basic_get("work".into(), BasicGetOptions { no_ack: true }).await.unwrap().is_none(),
+        "exactly once"
+    );
     let expected: Vec<String> = (1..=50).filter(|i| *i != 3).map(|i| format!("m{i}")).collect();
     assert_eq!(drain_ids(&channel, "work.dlq").await, expected);
 
@@ -85,7 +89,7 @@ async fn requeue_the_third_message_only() {
     let (_, page) = warren.get_text(&format!("/jobs/{job_id}")).await;
     assert!(page.contains("<td>m3</td><td>work</td>"), "{page}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,7 +121,7 @@ async fn requeue_into_a_missing_queue_acks_nothing() {
     assert_eq!(audit[0]["outcome"], "failed");
     assert!(audit[0]["detail"].as_str().unwrap().contains("no queue named \"work\""), "{audit}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// "Requeue all matching": the whole queue is read, only matching messages move, the others
@@ -128,7 +132,7 @@ async fn requeue_all_matching_a_filter() {
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     // Every third message is a refund.
-    let kind = |i: usize| if i % 3 == 0 { "refund" } else { "order" };
+    let kind = |i: usize| if i.is_multiple_of(3) { "refund" } else { "order" };
     let messages = (1..=30)
         .map(|i| {
             (format!("m{i}"), format!("{{\"kind\": \"{}\", \"n\": {i}}}", kind(i)).into_bytes(), FieldTable::default())
@@ -146,7 +150,7 @@ async fn requeue_all_matching_a_filter() {
     assert_eq!(drain_ids(&channel, "work").await, ids("refund"));
     assert_eq!(drain_ids(&channel, "work.dlq").await, ids("order"), "the others stay, in order");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The original exchange and routing key come from `x-death`; every queue bound to that key
@@ -157,13 +161,25 @@ async fn requeue_through_the_original_exchange() {
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
-    channel.exchange_declare("orders", ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("orders".into(), ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
-    channel.queue_declare("work", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     declare(&channel, "audit", false).await;
     for queue in ["work", "audit"] {
-        channel.queue_bind(queue, "orders", "order.created", Default::default(), FieldTable::default()).await.unwrap();
+        channel
+            .queue_bind(
+                queue.into(),
+                "orders".into(),
+                "order.created".into(),
+                Default::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
     }
     dead_letter_through(&vhost, &channel, "work.dlq", false, ("orders", "order.created"), numbered(3)).await;
     assert_eq!(drain_ids(&channel, "audit").await, vec!["m1", "m2", "m3"], "audit got the first copies");
@@ -192,7 +208,7 @@ async fn requeue_through_the_original_exchange() {
         .unwrap();
     assert!(form.contains("Confirm: requeue") && form.contains("duplicates-warning"), "{form}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Returned copies are matched to their originals across the batches in flight: 2,000 dead
@@ -206,18 +222,24 @@ async fn unroutable_copies_among_many_keep_exactly_their_originals() {
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
-    channel.exchange_declare("orders", ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("orders".into(), ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
     declare(&channel, "work.dlq", false).await;
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
     args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("work.dlq".into()));
-    channel.queue_declare("work", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for key in ["order.created", "order.legacy"] {
-        channel.queue_bind("work", "orders", key, Default::default(), FieldTable::default()).await.unwrap();
+        channel
+            .queue_bind("work".into(), "orders".into(), key.into(), Default::default(), FieldTable::default())
+            .await
+            .unwrap();
     }
     // Published already expired: the broker dead-letters each at once, with the route in x-death.
     let ids: Vec<String> = (1..=2_000).map(|i| format!("u{i}")).collect();
-    let legacy = |i: usize| i % 25 == 0;
+    let legacy = |i: usize| i.is_multiple_of(25);
     for (i, id) in ids.iter().enumerate() {
         let key = if legacy(i + 1) { "order.legacy" } else { "order.created" };
         // Persistent: the broker confirms the routed copies after writing them, several at once,
@@ -226,7 +248,10 @@ async fn unroutable_copies_among_many_keep_exactly_their_originals() {
             .with_message_id(id.as_str().into())
             .with_expiration("0".into())
             .with_delivery_mode(2);
-        channel.basic_publish("orders", key, BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("orders".into(), key.into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     wait_for("2,000 dead letters", Duration::from_secs(30), || async {
@@ -238,7 +263,7 @@ async fn unroutable_copies_among_many_keep_exactly_their_originals() {
         }
     })
     .await;
-    channel.queue_unbind("work", "orders", "order.legacy", FieldTable::default()).await.unwrap();
+    channel.queue_unbind("work".into(), "orders".into(), "order.legacy".into(), FieldTable::default()).await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
     listed(&warren, &vhost.name, "work.dlq").await;
 
@@ -255,7 +280,7 @@ async fn unroutable_copies_among_many_keep_exactly_their_originals() {
     assert_eq!(drain_ids(&channel, "work").await, expect_moved, "every other one moved, in order");
     assert_eq!(drain_ids(&channel, "work.dlq").await, expect_failed, "the unroutable ones stay, in order");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (6): a delayed-retry topology. The consumer's first failure went to a wait queue
@@ -276,28 +301,30 @@ async fn requeue_sends_a_retried_message_to_the_queue_it_last_died_in() {
         args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(queue.into()));
         args
     };
-    channel.queue_declare("final.dlq", durable, FieldTable::default()).await.unwrap();
-    channel.queue_declare("work", durable, dead_letters_to("final.dlq")).await.unwrap();
-    channel.queue_declare("work.wait", durable, dead_letters_to("work")).await.unwrap();
+    channel.queue_declare("final.dlq".into(), durable, FieldTable::default()).await.unwrap();
+    channel.queue_declare("work".into(), durable, dead_letters_to("final.dlq")).await.unwrap();
+    channel.queue_declare("work.wait".into(), durable, dead_letters_to("work")).await.unwrap();
     let ids: Vec<String> = (1..=5).map(|i| format!("retry-{i}")).collect();
     for id in &ids {
         // The application's retry: into the wait queue with a per-message TTL.
         let properties = BasicProperties::default().with_message_id(id.as_str().into()).with_expiration("20".into());
-        let confirm =
-            channel.basic_publish("", "work.wait", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     // They expire into `work`, where the consumer fails them for good.
     let rejecter = vhost.channel(&connection).await;
     let mut consumer = rejecter
-        .basic_consume("work", "rejecter", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("work".into(), "rejecter".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .unwrap();
     for _ in &ids {
         let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
         delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
     }
-    rejecter.close(200, "done").await.unwrap();
+    rejecter.close(200, "done".into()).await.unwrap();
     wait_for("5 in the final DLQ", Duration::from_secs(10), || async {
         let n = depth(&channel, "final.dlq").await;
         if n == 5 {
@@ -329,7 +356,7 @@ async fn requeue_sends_a_retried_message_to_the_queue_it_last_died_in() {
     assert_eq!(drain_ids(&channel, "work.wait").await, Vec::<String>::new(), "none stranded in the wait queue");
     assert_eq!(depth(&channel, "final.dlq").await, 0);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (5): two moves of one queue at once read each other's messages, so a selection
@@ -345,7 +372,10 @@ async fn a_second_move_of_a_queue_is_refused_while_the_first_runs() {
     let all: Vec<String> = (1..=3000).map(|i| format!("b{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("", "big.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "big.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -376,7 +406,7 @@ async fn a_second_move_of_a_queue_is_refused_while_the_first_runs() {
     let (status, body) = warren.post_json(&path, json!({"selection": "all", "target": {"queue": "parked"}})).await;
     assert_eq!(status, 202, "{body}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (4): length-limited targets. One that drops its head when full took 1,000
@@ -395,10 +425,10 @@ async fn length_limited_targets_lose_nothing_unasked() {
         args.insert("x-overflow".into(), AMQPValue::LongString(overflow.into()));
         args
     };
-    channel.queue_declare("drops", durable, limited("drop-head")).await.unwrap();
-    channel.queue_declare("rejects", durable, limited("reject-publish")).await.unwrap();
+    channel.queue_declare("drops".into(), durable, limited("drop-head")).await.unwrap();
+    channel.queue_declare("rejects".into(), durable, limited("reject-publish")).await.unwrap();
     // A policy sets the limit of this one, with the default overflow (drop-head).
-    channel.queue_declare("policed", durable, FieldTable::default()).await.unwrap();
+    channel.queue_declare("policed".into(), durable, FieldTable::default()).await.unwrap();
     let policy = reqwest::Client::new()
         .put(format!("{}/api/policies/{}/limit", common::broker().management, encode(&vhost.name)))
         .basic_auth("guest", Some("guest"))
@@ -410,7 +440,10 @@ async fn length_limited_targets_lose_nothing_unasked() {
     let all: Vec<String> = (1..=1000).map(|i| format!("l{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("", "many.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "many.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -447,7 +480,10 @@ async fn length_limited_targets_lose_nothing_unasked() {
     // Accepting the risk moves into the dropping target: what it drops, the user agreed to.
     for id in &all[..10] {
         let properties = BasicProperties::default().with_message_id(id.as_str().into());
-        channel.basic_publish("", "many.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "many.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let job = warren
@@ -456,7 +492,7 @@ async fn length_limited_targets_lose_nothing_unasked() {
     assert_eq!(job["state"], "done", "{}", job["error"]);
     assert_eq!(drain_ids(&channel, "drops").await, all[..10].to_vec());
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A whole queue moved to a named queue goes through warren's mover (the broker's shovel
@@ -487,7 +523,7 @@ async fn moving_a_whole_queue_to_a_named_queue_uses_warrens_mover() {
         .unwrap();
     assert_eq!(shovels, json!([]), "no shovel");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (3): the target of a whole-queue move deleted while the move runs. The shovel
@@ -504,7 +540,10 @@ async fn a_target_deleted_during_a_move_loses_nothing_the_delete_did_not() {
     let all: Vec<String> = (1..=20_000).map(|i| format!("t{i}")).collect();
     for id in &all {
         let properties = BasicProperties::default().with_message_id(id.as_str().into()).with_delivery_mode(2);
-        channel.basic_publish("", "big.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "big.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -550,7 +589,7 @@ async fn a_target_deleted_during_a_move_loses_nothing_the_delete_did_not() {
     assert_eq!(recorded, moved, "the audit's moved ids are the report's");
     assert!(of("failed").iter().any(|f| f["detail"].as_str().unwrap().contains("unroutable")), "{fates}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -561,11 +600,16 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     args.insert("x-delivery-limit".into(), AMQPValue::LongInt(2));
-    channel.queue_declare("qdlq", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("qdlq".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     for i in 1..=5 {
         let properties = BasicProperties::default().with_message_id(format!("q{i}").into());
-        let confirm =
-            channel.basic_publish("", "qdlq", BasicPublishOptions::default(), b"x", properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "qdlq".into(), BasicPublishOptions::default(), b"x", properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     declare(&channel, "target", false).await;
@@ -597,7 +641,7 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
         everywhere.sort();
         assert_eq!(everywhere, ["q1", "q2", "q3", "q4", "q5"], "each once, nothing dropped");
         warren.stop().await;
-        connection.close(0, "done").await.ok();
+        connection.close(0, "done".into()).await.ok();
         return;
     }
     for _ in 0..3 {
@@ -612,7 +656,7 @@ async fn quorum_dlq_with_a_delivery_limit_is_not_read_past_unmoved_messages() {
     assert_eq!(drain_ids(&channel, "target").await, vec!["q1", "q2"]);
     assert_eq!(drain_ids(&channel, "qdlq").await, vec!["q3", "q4", "q5"]);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (1): a quorum DLQ with a delivery limit of 2 and no DLX of its own, the queue its
@@ -661,13 +705,13 @@ async fn failed_requeues_of_a_quorum_dlq_hold_what_the_broker_would_drop() {
     if !counted {
         assert_eq!(drain_ids(&channel, "qdlq").await, all, "none dropped by the broker, in order");
         warren.stop().await;
-        connection.close(0, "done").await.ok();
+        connection.close(0, "done".into()).await.ok();
         return;
     }
     assert!(drain_ids(&channel, "qdlq").await.is_empty());
     assert_eq!(drain_ids(&channel, "warren.held.qdlq").await, all, "none dropped by the broker");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16 (5): a selection made in a snapshot while a consumer reads the DLQ. Positions were
@@ -682,7 +726,11 @@ async fn a_selection_moves_the_messages_the_snapshot_showed_and_reports_those_go
         let channel = channel.clone();
         async move {
             for _ in 0..n {
-                channel.basic_get("work.dlq", BasicGetOptions { no_ack: true }).await.unwrap().expect("a message");
+                channel
+                    .basic_get("work.dlq".into(), BasicGetOptions { no_ack: true })
+                    .await
+                    .unwrap()
+                    .expect("a message");
             }
         }
     };
@@ -727,7 +775,7 @@ async fn a_selection_moves_the_messages_the_snapshot_showed_and_reports_those_go
     let expected: Vec<String> = (8..=50).map(|i| format!("m{i}")).collect();
     assert_eq!(drain_ids(&channel, "work.dlq").await, expected, "nothing else moved, order kept");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The browser's form: it asks first, moves only after the confirmation, and reports.
@@ -771,7 +819,7 @@ async fn the_browser_form_confirms_before_requeueing() {
     assert_eq!(drain_ids(&channel, "work").await, vec!["m3", "m5"]);
     assert_eq!(depth(&channel, "work.dlq").await, 48);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 16, must-have 3: the confirmation says where the messages would go before anything
@@ -789,13 +837,13 @@ async fn the_confirmation_says_what_each_target_would_do_with_the_messages() {
     wait_args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
     wait_args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("work".into()));
     channel
-        .queue_declare("retry.wait", QueueDeclareOptions { durable: true, ..Default::default() }, wait_args)
+        .queue_declare("retry.wait".into(), QueueDeclareOptions { durable: true, ..Default::default() }, wait_args)
         .await
         .unwrap();
     let mut capped_args = FieldTable::default();
     capped_args.insert("x-max-length".into(), AMQPValue::LongInt(2));
     channel
-        .queue_declare("capped", QueueDeclareOptions { durable: true, ..Default::default() }, capped_args)
+        .queue_declare("capped".into(), QueueDeclareOptions { durable: true, ..Default::default() }, capped_args)
         .await
         .unwrap();
     declare(&channel, "final.dlq", false).await;
@@ -810,7 +858,10 @@ async fn the_confirmation_says_what_each_target_would_do_with_the_messages() {
         headers.insert("x-death".into(), AMQPValue::FieldArray(vec![AMQPValue::FieldTable(death)].into()));
         headers.insert("x-first-death-queue".into(), AMQPValue::LongString("retry.wait".into()));
         let properties = BasicProperties::default().with_message_id(format!("w{i}").into()).with_headers(headers);
-        channel.basic_publish("", "final.dlq", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        channel
+            .basic_publish("".into(), "final.dlq".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
     }
     channel.wait_for_confirms().await.unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -864,7 +915,7 @@ async fn the_confirmation_says_what_each_target_would_do_with_the_messages() {
     assert_eq!(warren.wait_job(id).await["state"], "done");
     assert_eq!(drain_ids(&channel, "capped").await, ["w2", "w3"]);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -889,7 +940,7 @@ async fn delete_selected_and_purge_are_recorded() {
     assert_eq!((audit[0]["action"].as_str(), audit[0]["moved"].as_i64()), (Some("purge"), Some(49)));
     assert_eq!((audit[1]["action"].as_str(), audit[1]["message_ids"].clone()), (Some("delete"), json!(["m2"])));
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A quorum DLQ counts every read in `x-delivery-count`; the copies warren publishes once carried
@@ -905,8 +956,10 @@ async fn replayed_copies_leave_the_brokers_delivery_count_behind() {
         let mut headers = FieldTable::default();
         headers.insert("x-app-attempt".into(), AMQPValue::LongInt(7));
         let properties = BasicProperties::default().with_message_id(format!("c{i}").into()).with_headers(headers);
-        let confirm =
-            channel.basic_publish("", "qdlq", BasicPublishOptions::default(), b"x", properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "qdlq".into(), BasicPublishOptions::default(), b"x", properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     declare(&channel, "target", false).await;
@@ -924,7 +977,8 @@ async fn replayed_copies_leave_the_brokers_delivery_count_behind() {
         .await;
     assert_eq!(job["state"], "done", "{job}");
     for i in 1..=3 {
-        let message = channel.basic_get("target", BasicGetOptions { no_ack: true }).await.unwrap().expect("a copy");
+        let message =
+            channel.basic_get("target".into(), BasicGetOptions { no_ack: true }).await.unwrap().expect("a copy");
         let properties = &message.delivery.properties;
         assert_eq!(properties.message_id().as_ref().map(|s| s.as_str()), Some(format!("c{i}").as_str()));
         let headers = properties.headers().as_ref().expect("headers").inner();
@@ -933,7 +987,7 @@ async fn replayed_copies_leave_the_brokers_delivery_count_behind() {
         assert_eq!(headers.get("x-warren-replay-count"), Some(&AMQPValue::LongLongInt(1)), "c{i}");
     }
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 19, item 10: "Requeue all" needs no snapshot. The page offers it (and the purge) with
@@ -971,7 +1025,7 @@ async fn requeue_all_from_the_page_without_a_snapshot() {
     assert_eq!(arrived, all_fifty, "every message, each once");
     assert!(drain_ids(&channel, "work.dlq").await.is_empty(), "none left in the DLQ");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 19, item 10: a move does not discard the snapshot, nor does a restart. It stays shown,
@@ -1051,7 +1105,7 @@ async fn a_snapshot_survives_a_move_and_a_restart_marked_outdated() {
     let (_, message) = warren.get_text(&format!("{base}/messages/4")).await;
     assert!(message.contains("From an outdated snapshot, taken before the requeue of 1 messages"), "{message}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29: the `fingerprint` a snapshot shows is a token keyed with a secret of the
@@ -1095,7 +1149,7 @@ async fn a_snapshots_fingerprints_are_keyed_tokens_that_survive_a_restart() {
     let expected: Vec<String> = (1..=50).filter(|&i| i != 3).map(|i| format!("m{i}")).collect();
     assert_eq!(drain_ids(&channel, "work.dlq").await, expected, "nothing else moved");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29, must-have 1: a target warren's user may not write to. When the broker lets warren
@@ -1156,5 +1210,5 @@ async fn a_target_warrens_user_may_not_write_to_moves_nothing() {
     assert_eq!(drain_ids(&channel, "work.dlq").await, all, "all 20 remain, in order");
     assert_eq!(depth(&channel, "parking").await, 0);
     assert_eq!(depth(&channel, "work").await, 0);
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

@@ -161,7 +161,7 @@ async fn broker_failures_show_as_down_and_recover() {
 
     server.abort();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Several management URLs (a cluster's nodes): a first one that answers 503, as a booting node
@@ -216,7 +216,7 @@ async fn a_node_answering_503_passes_polling_to_the_next_management_url() {
 
     server.abort();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,5 +300,5 @@ async fn restart_while_unreachable_shows_the_last_known_state_as_stale() {
     assert!(page.contains("last known state from") && page.contains("not answered since warren started"), "{page}");
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

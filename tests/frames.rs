@@ -47,7 +47,7 @@ fn pad_len(id: &str, frame: usize) -> usize {
 /// The `pad` header of every message in `queue` (taken, acked), by message id.
 async fn drain_pads(channel: &Channel, queue: &str) -> Vec<(String, Option<String>)> {
     let mut out = Vec::new();
-    while let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: true }).await.unwrap() {
+    while let Some(message) = channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.unwrap() {
         let p = &message.delivery.properties;
         let id = p.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default();
         let pad = p.headers().as_ref().and_then(|h| h.inner().get("pad").cloned()).and_then(|v| match v {
@@ -131,7 +131,7 @@ async fn a_header_larger_than_a_frame_is_read_and_requeue_all_moves_the_rest() {
     assert_eq!(left, expected, "both left whole");
     assert_eq!(warren.get_text("/healthz").await.0, 200);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Custody intake reads the large headers and takes every message, each held whole; a replay
@@ -214,7 +214,7 @@ async fn custody_intake_takes_messages_with_headers_larger_than_a_frame() {
         .collect();
     assert_eq!(held, ["big", "huge"], "{list}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A header larger than the client's whole receive buffer (32 frames of frame_max): the buffer
@@ -234,14 +234,14 @@ async fn a_header_larger_than_the_receive_buffer_is_read_whole() {
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     let durable = QueueDeclareOptions { durable: true, ..Default::default() };
-    channel.queue_declare("work.dlq", durable, FieldTable::default()).await.unwrap();
+    channel.queue_declare("work.dlq".into(), durable, FieldTable::default()).await.unwrap();
     for hop in 0..HOPS {
         let next = if hop + 1 == HOPS { "work.dlq".to_string() } else { hop_name(hop + 1) };
         let mut args = FieldTable::default();
         args.insert("x-message-ttl".into(), AMQPValue::LongInt(0));
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
         args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(next.into()));
-        channel.queue_declare(&hop_name(hop), durable, args).await.unwrap();
+        channel.queue_declare(hop_name(hop).into(), durable, args).await.unwrap();
     }
     let mut messages = numbered(1);
     messages.push(big("long", 131_000));
@@ -249,7 +249,7 @@ async fn a_header_larger_than_the_receive_buffer_is_read_whole() {
     for (id, payload, headers) in messages {
         let properties = lapin::BasicProperties::default().with_message_id(id.into()).with_headers(headers);
         let confirm = channel
-            .basic_publish("", &hop_name(0), BasicPublishOptions::default(), &payload, properties)
+            .basic_publish("".into(), hop_name(0).into(), BasicPublishOptions::default(), &payload, properties)
             .await
             .unwrap();
         assert!(confirm.await.unwrap().is_ack());
@@ -281,7 +281,7 @@ async fn a_header_larger_than_the_receive_buffer_is_read_whole() {
     let small_channel = small.create_channel().await.unwrap();
     let mut drained = Vec::new();
     let get = || async {
-        let read = small_channel.basic_get("work.dlq", BasicGetOptions { no_ack: true });
+        let read = small_channel.basic_get("work.dlq".into(), BasicGetOptions { no_ack: true });
         tokio::time::timeout(Duration::from_secs(30), read).await.expect("a read answers within 30 s").unwrap()
     };
     while let Some(message) = get().await {
@@ -299,6 +299,6 @@ async fn a_header_larger_than_the_receive_buffer_is_read_whole() {
     let expected = [("m1", None), ("long", Some(padding("long", pad_len("long", 131_000)))), ("m2", None)]
         .map(|(id, pad)| (id.to_string(), pad));
     assert_eq!(drained, expected);
-    small.close(0, "done").await.ok();
-    connection.close(0, "done").await.ok();
+    small.close(0, "done".into()).await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

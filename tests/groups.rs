@@ -133,7 +133,7 @@ async fn order_numbers_make_one_group_by_root_cause_and_its_filter_takes_them_al
     assert_eq!(back.len(), 78, "{back:?}");
     assert!(back.iter().all(|id| id.starts_with("npe-")), "{back:?}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 fn percent(s: &str) -> String {
@@ -227,5 +227,5 @@ async fn custody_groups_filters_and_exports_by_cause() {
     assert_eq!(list["custody"]["counts"]["held"], 32);
     assert_eq!(by_group(&warren).await["custody"]["matching"], 30, "filled in at start");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

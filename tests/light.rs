@@ -470,8 +470,8 @@ async fn consumers_have_their_own_cadence_on_4x_and_depth_stays_every_poll() {
     reader.basic_qos(1, lapin::options::BasicQosOptions::default()).await.unwrap();
     let _consumer = reader
         .basic_consume(
-            "work",
-            "holder",
+            "work".into(),
+            "holder".into(),
             lapin::options::BasicConsumeOptions::default(),
             lapin::types::FieldTable::default(),
         )

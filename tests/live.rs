@@ -90,7 +90,7 @@ async fn the_queue_page_and_the_overview_say_how_old_their_data_is() {
 
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,7 +128,7 @@ async fn the_audit_page_shows_a_new_entry_without_reload() {
 
     client.close().await.unwrap();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

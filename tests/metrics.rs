@@ -29,7 +29,8 @@ async fn metrics_follow_prometheus_conventions_and_pass_promtool() {
     declare(&channel, "orders", false).await;
     publish(&channel, "orders", 5, BasicProperties::default()).await;
     for _ in 0..2 {
-        let got = channel.basic_get("orders", BasicGetOptions { no_ack: false }).await.unwrap().expect("a message");
+        let got =
+            channel.basic_get("orders".into(), BasicGetOptions { no_ack: false }).await.unwrap().expect("a message");
         got.delivery.ack(BasicAckOptions::default()).await.unwrap();
     }
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -102,5 +103,5 @@ async fn metrics_follow_prometheus_conventions_and_pass_promtool() {
     let said = format!("{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
     assert!(checked.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

@@ -253,7 +253,7 @@ async fn content_filters_are_refused_below_the_payload_role() {
     }
     assert_eq!(get(&warren, &people.ada, "/api/v1/audit").await.1, audit_before, "nothing was started");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Case 3a, the reports: an admin's replay chosen by a content filter is followed by everyone,
@@ -291,7 +291,7 @@ async fn reports_of_a_content_filter_keep_what_it_chose_from_roles_below_the_pay
         assert!(!body.contains("secret-b"), "{body}");
     }
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Case 3b: a copy replayed into a queue no rule covers is read there by anyone who takes a
@@ -319,7 +319,7 @@ async fn replaying_restricted_records_needs_the_payload_role() {
     assert_eq!(job["state"], "done", "{job}");
     assert_eq!(depth(&channel, "parking").await, 3);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Case 4: the audit of an edit (its request and its diff) and the edit's job page show the
@@ -362,7 +362,7 @@ async fn an_edits_body_and_headers_are_audited_for_the_payload_role_only() {
         assert!(entry["detail"].as_str().unwrap().contains("parking"), "and where the copy went: {entry}");
     }
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Case 5: once a release puts the records back in the broker, a snapshot of the queue the rule
@@ -401,7 +401,7 @@ async fn a_snapshot_of_a_restricted_queue_back_in_the_broker_obeys_the_rule() {
     let (status, body) = get(&warren, &people.ada, &format!("{page}/messages/2/payload")).await;
     assert_eq!((status, body.contains("4111-")), (200, true), "{body}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Case 5, the filters: below the payload role, the snapshot's filters over content and errors
@@ -441,7 +441,7 @@ async fn a_snapshot_of_a_restricted_queue_answers_no_content_filter_below_the_pa
     let rows = body.matches("<tr data-position=").count();
     assert_eq!((rows, body.contains("pw=hunter1")), (1, true), "the admin filters by error: {body}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 31, must-have 6: error groups are error text. Below the payload role, custody's
@@ -515,5 +515,5 @@ async fn error_groups_are_for_the_payload_role() {
         assert_eq!((rows(&filtered), rows(&none)), (3, 3), "{name}: the group filter does not apply");
     }
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

@@ -30,7 +30,7 @@ async fn declare_with(channel: &Channel, queue: &str, arguments: &[(&str, AMQPVa
         table.insert((*key).into(), value.clone());
     }
     channel
-        .queue_declare(queue, QueueDeclareOptions { durable: true, ..Default::default() }, table)
+        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, table)
         .await
         .unwrap_or_else(|e| panic!("declare {queue}: {e}"));
 }
@@ -51,7 +51,7 @@ fn retries(properties: &BasicProperties) -> i64 {
 /// delivery is rejected, and the work queue's DLX takes it to the final DLQ.
 async fn failing_consumer(consumer_channel: Channel, retry_channel: Channel) {
     let mut deliveries = consumer_channel
-        .basic_consume("work", "failing-worker", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("work".into(), "failing-worker".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .expect("consume work");
     while let Some(Ok(delivery)) = deliveries.next().await {
@@ -66,8 +66,8 @@ async fn failing_consumer(consumer_channel: Channel, retry_channel: Channel) {
         let properties = delivery.properties.clone().with_headers(headers).with_expiration(expiration.into());
         let confirm = retry_channel
             .basic_publish(
-                "",
-                "work.wait",
+                "".into(),
+                "work.wait".into(),
                 BasicPublishOptions { mandatory: true, ..Default::default() },
                 &delivery.data,
                 properties,
@@ -92,8 +92,8 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
-    channel.exchange_declare("jobs", ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
-    channel.exchange_declare("work.dlx", ExchangeKind::Fanout, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("jobs".into(), ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("work.dlx".into(), ExchangeKind::Fanout, durable, FieldTable::default()).await.unwrap();
     declare_with(&channel, "work", &[("x-dead-letter-exchange", text("work.dlx"))]).await;
     declare_with(
         &channel,
@@ -102,16 +102,22 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     )
     .await;
     declare_with(&channel, "work.dlq", &[]).await;
-    channel.queue_bind("work", "jobs", "job", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
-    channel.queue_bind("work.dlq", "work.dlx", "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_bind("work".into(), "jobs".into(), "job".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    channel
+        .queue_bind("work.dlq".into(), "work.dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
 
     let worker =
         tokio::spawn(failing_consumer(connection.create_channel().await.unwrap(), vhost.channel(&connection).await));
     for i in 0..3 {
         let confirm = channel
             .basic_publish(
-                "jobs",
-                "job",
+                "jobs".into(),
+                "job".into(),
                 BasicPublishOptions::default(),
                 format!("job {i}").as_bytes(),
                 BasicProperties::default(),
@@ -216,8 +222,10 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     // hour ago; the wait queue's age says that is what it measures.
     let an_hour_ago = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()) - 3600;
     let waiting = BasicProperties::default().with_timestamp(an_hour_ago).with_expiration("600000".into());
-    let confirm =
-        channel.basic_publish("", "work.wait", BasicPublishOptions::default(), b"job", waiting).await.unwrap();
+    let confirm = channel
+        .basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job", waiting)
+        .await
+        .unwrap();
     assert!(confirm.await.unwrap().is_ack());
     let wait = wait_for("work.wait holding the retry", Duration::from_secs(60), || async {
         let q = warren.queue(&vhost.name, "work.wait").await.ok_or("not listed")?;
@@ -239,7 +247,7 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
 
     worker.abort();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 fn spring_failure(id: &str, error: &str) -> BasicProperties {
@@ -263,17 +271,32 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
     let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
-    channel.exchange_declare("shop", ExchangeKind::Topic, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("shop".into(), ExchangeKind::Topic, durable, FieldTable::default()).await.unwrap();
     for queue in ["orders", "orders.failures", "sales", "sales-parked", "billing_error"] {
         declare_with(&channel, queue, &[]).await;
     }
-    channel.queue_bind("orders", "shop", "order.*", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_bind(
+            "orders".into(),
+            "shop".into(),
+            "order.*".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
     // What Spring's recoverer republishes: no x-death, the error and the origin in headers.
     let ids: Vec<String> = (1..=4).map(|i| format!("spring-{i}")).collect();
     for id in &ids {
         let error = if id.ends_with('4') { "card declined" } else { "sku GIFT-CARD-LEGACY is not in the catalogue" };
         let confirm = channel
-            .basic_publish("", "orders.failures", BasicPublishOptions::default(), b"{}", spring_failure(id, error))
+            .basic_publish(
+                "".into(),
+                "orders.failures".into(),
+                BasicPublishOptions::default(),
+                b"{}",
+                spring_failure(id, error),
+            )
             .await
             .unwrap();
         assert!(confirm.await.unwrap().is_ack());
@@ -285,8 +308,10 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
         headers.insert("NServiceBus.ExceptionInfo.Message".into(), text("timeout"));
         headers.insert("NServiceBus.MessageId".into(), text(&format!("nsb-{i}")));
         let properties = BasicProperties::default().with_headers(headers);
-        let confirm =
-            channel.basic_publish("", "sales-parked", BasicPublishOptions::default(), b"{}", properties).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "sales-parked".into(), BasicPublishOptions::default(), b"{}", properties)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
 
@@ -395,7 +420,7 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
     assert_eq!(parked["observed_sources"], json!([["sales", 3]]), "{parked}");
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The delayed-retry topology of DOMAIN.md §8: `jobs` routes to `work`, whose dead letters go
@@ -403,8 +428,8 @@ async fn an_application_error_queue_is_known_by_its_messages_and_replayed_to_the
 /// `x-message-ttl`) dead-letters back into `work`.
 async fn declare_retry_topology(channel: &Channel) {
     let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
-    channel.exchange_declare("jobs", ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
-    channel.exchange_declare("work.dlx", ExchangeKind::Fanout, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("jobs".into(), ExchangeKind::Direct, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("work.dlx".into(), ExchangeKind::Fanout, durable, FieldTable::default()).await.unwrap();
     declare_with(channel, "work", &[("x-dead-letter-exchange", text("work.dlx"))]).await;
     declare_with(
         channel,
@@ -413,15 +438,21 @@ async fn declare_retry_topology(channel: &Channel) {
     )
     .await;
     declare_with(channel, "work.dlq", &[]).await;
-    channel.queue_bind("work", "jobs", "job", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
-    channel.queue_bind("work.dlq", "work.dlx", "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_bind("work".into(), "jobs".into(), "job".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    channel
+        .queue_bind("work.dlq".into(), "work.dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
 }
 
 async fn publish_jobs(channel: &Channel, ids: &[&str]) {
     for id in ids {
         let properties = BasicProperties::default().with_message_id((*id).into());
         let confirm = channel
-            .basic_publish("jobs", "job", BasicPublishOptions::default(), id.as_bytes(), properties)
+            .basic_publish("jobs".into(), "job".into(), BasicPublishOptions::default(), id.as_bytes(), properties)
             .await
             .unwrap();
         assert!(confirm.await.unwrap().is_ack());
@@ -499,11 +530,13 @@ async fn retry_roles_hold_before_the_consumer_connects_and_after_it_dies() {
 
     // The consumer dies with jobs waiting in work and a retry waiting in work.wait.
     worker.abort();
-    worker_connection.close(0, "killed").await.ok();
+    worker_connection.close(0, "killed".into()).await.ok();
     publish_jobs(&channel, &["job-4", "job-5"]).await;
     let retry = BasicProperties::default().with_message_id("job-6".into()).with_expiration("600000".into());
-    let confirm =
-        channel.basic_publish("", "work.wait", BasicPublishOptions::default(), b"job-6", retry).await.unwrap();
+    let confirm = channel
+        .basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job-6", retry)
+        .await
+        .unwrap();
     assert!(confirm.await.unwrap().is_ack());
     wait_for("warren seeing work without consumers", Duration::from_secs(30), || async {
         let work = warren.queue(&vhost.name, "work").await.ok_or("not listed")?;
@@ -547,7 +580,7 @@ async fn retry_roles_hold_before_the_consumer_connects_and_after_it_dies() {
     .await;
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 31, case 4 / must-have 5: the API applies the confirmation page's rule. A requeue whose
@@ -564,8 +597,10 @@ async fn an_api_requeue_into_a_wait_queue_is_refused_unless_the_risk_is_accepted
     // work died last in work.wait, so its "original queue" is the wait queue.
     for id in ["w-1", "w-2", "w-3"] {
         let retry = BasicProperties::default().with_message_id(id.into()).with_expiration("50".into());
-        let confirm =
-            channel.basic_publish("", "work.wait", BasicPublishOptions::default(), b"job", retry).await.unwrap();
+        let confirm = channel
+            .basic_publish("".into(), "work.wait".into(), BasicPublishOptions::default(), b"job", retry)
+            .await
+            .unwrap();
         assert!(confirm.await.unwrap().is_ack());
     }
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -636,7 +671,7 @@ async fn an_api_requeue_into_a_wait_queue_is_refused_unless_the_risk_is_accepted
     assert_eq!(arrived, moved, "each moved message is in the wait queue, once");
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 29, must-have 1: custody's replays and edits put messages back under the rule moves
@@ -652,7 +687,7 @@ async fn a_custody_replay_into_a_wait_queue_is_refused_unless_the_risk_is_accept
     publish_jobs(&channel, &["c-1", "c-2", "c-3"]).await;
     // Each job fails for good: rejected without requeue, it dead-letters into work.dlq.
     for _ in 0..3 {
-        let got = channel.basic_get("work", BasicGetOptions::default()).await.unwrap().expect("a job");
+        let got = channel.basic_get("work".into(), BasicGetOptions::default()).await.unwrap().expect("a job");
         got.delivery.acker.reject(BasicRejectOptions { requeue: false }).await.unwrap();
     }
     let toml = format!(
@@ -723,5 +758,5 @@ async fn a_custody_replay_into_a_wait_queue_is_refused_unless_the_risk_is_accept
     assert_eq!(arrived, ["c-1", "c-2", "c-3"], "each record once");
 
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

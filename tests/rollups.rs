@@ -310,5 +310,5 @@ async fn live_history_at_every_resolution() {
         .await;
     }
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

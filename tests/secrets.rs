@@ -130,7 +130,7 @@ async fn no_page_or_api_answer_contains_a_secret() {
     assert!(seen.len() > 20, "the crawl reached the pages: {seen:?}");
     // Logs carry no secret either: the delivery error was scrubbed (checked in the answer above).
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A warren process, killed if the test ends before it stops it.

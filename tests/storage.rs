@@ -132,7 +132,7 @@ async fn a_full_disk_refuses_moves_with_the_databases_error_and_nothing_moves() 
     let expected: Vec<String> = (1..=20).map(|i| format!("m{i}")).collect();
     assert_eq!(drain_ids(&channel, "work").await, expected);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// The database files are deleted while warren runs: SQLite keeps writing to the deleted file,
@@ -167,7 +167,7 @@ async fn deleted_database_files_are_reported_and_moves_refused() {
     assert_eq!(broker_up(&warren).await, true);
     assert_eq!(depth(&channel, "work.dlq").await, 5, "nothing was read");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 18, tests: the disk fills during custody intake. Intake stops with the database's
@@ -246,7 +246,7 @@ async fn a_full_disk_stops_custody_intake_and_loses_nothing() {
     assert_eq!(ids, expected, "each id once");
     assert_eq!(depth(&channel, "work.dlq").await, 0);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 36, case 6: `warren backup` takes a consistent copy of the live database while warren
@@ -311,5 +311,5 @@ async fn a_backup_of_the_live_database_restores_every_record() {
     assert_eq!(ids, all, "every record, by id");
     warren.stop().await;
     assert!(drain_ids(&channel, "work.dlq").await.is_empty(), "custody held them all");
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 async fn exchange(channel: &Channel, name: &str, kind: ExchangeKind) {
     let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
-    channel.exchange_declare(name, kind, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare(name.into(), kind, durable, FieldTable::default()).await.unwrap();
 }
 
 async fn queue(channel: &Channel, name: &str, dlx: Option<&str>) {
@@ -27,11 +27,17 @@ async fn queue(channel: &Channel, name: &str, dlx: Option<&str>) {
     if let Some(dlx) = dlx {
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(dlx.into()));
     }
-    channel.queue_declare(name, QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare(name.into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
 }
 
 async fn bind(channel: &Channel, queue: &str, exchange: &str, key: &str) {
-    channel.queue_bind(queue, exchange, key, QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_bind(queue.into(), exchange.into(), key.into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
 }
 
 /// Publishes to `exchange` with `key` every 50 ms until the returned flag is set; `mandatory`
@@ -43,8 +49,8 @@ fn keep_publishing(channel: Channel, exchange: &'static str, key: &'static str, 
         while !flag.load(Ordering::Relaxed) {
             let confirm = channel
                 .basic_publish(
-                    exchange,
-                    key,
+                    exchange.into(),
+                    key.into(),
                     BasicPublishOptions { mandatory, ..Default::default() },
                     b"x",
                     BasicProperties::default(),
@@ -93,7 +99,13 @@ async fn routing_shows_the_exchange_path_in_and_the_dead_letter_path_out() {
     exchange(&channel, "events", ExchangeKind::Topic).await;
     exchange(&channel, "orders.dlx", ExchangeKind::Fanout).await;
     channel
-        .exchange_bind("events", "ingress", "order.created", ExchangeBindOptions::default(), FieldTable::default())
+        .exchange_bind(
+            "events".into(),
+            "ingress".into(),
+            "order.created".into(),
+            ExchangeBindOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     queue(&channel, "orders", Some("orders.dlx")).await;

@@ -54,7 +54,7 @@ async fn estimated_age_follows_a_known_schedule() {
     // A consumer takes the oldest half.
     for queue in ["quorum-fifo", "classic-fifo"] {
         for _ in 0..30 {
-            let message = channel.basic_get(queue, BasicGetOptions { no_ack: true }).await.unwrap();
+            let message = channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.unwrap();
             assert!(message.is_some(), "{queue} had fewer messages than published");
         }
     }
@@ -95,7 +95,7 @@ async fn estimated_age_follows_a_known_schedule() {
         );
     }
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Messages already there when warren starts are older than its history: a lower bound.
@@ -124,7 +124,7 @@ async fn age_older_than_history_is_a_lower_bound() {
     // askama escapes '>' as a numeric entity.
     assert!(page.contains("&#62; ") || page.contains("&gt; "), "the list shows the bound as \"> age\"");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 17, case 6: after warren requeued old messages into a quorum queue, its FIFO age
@@ -206,7 +206,7 @@ async fn a_requeue_into_a_queue_makes_its_age_estimate_a_lower_bound_until_the_m
     // every half second, it never did).
     let mut taken = 0;
     while taken < 5 {
-        if channel.basic_get("work", BasicGetOptions { no_ack: true }).await.unwrap().is_some() {
+        if channel.basic_get("work".into(), BasicGetOptions { no_ack: true }).await.unwrap().is_some() {
             taken += 1;
         }
     }
@@ -225,7 +225,7 @@ async fn a_requeue_into_a_queue_makes_its_age_estimate_a_lower_bound_until_the_m
     .await;
     assert_eq!(q["oldest_age_lower_bound"], false, "{q}");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// A consumer that holds messages while others wait is hung; one that took everything there is
@@ -249,19 +249,19 @@ async fn hung_consumers_and_missing_consumers_are_flagged() {
     let stuck_channel = connection.create_channel().await.unwrap();
     stuck_channel.basic_qos(2, BasicQosOptions::default()).await.unwrap();
     let _held = stuck_channel
-        .basic_consume("stuck", "holder", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("stuck".into(), "holder".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .unwrap();
     // A consumer holding every message there is, as one holding ETA tasks does.
     let eta_channel = connection.create_channel().await.unwrap();
     eta_channel.basic_qos(10, BasicQosOptions::default()).await.unwrap();
     let _scheduled = eta_channel
-        .basic_consume("eta", "scheduler", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("eta".into(), "scheduler".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .unwrap();
     // A consumer on an empty queue is fine.
     let _idle = eta_channel
-        .basic_consume("healthy", "idle", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("healthy".into(), "idle".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .unwrap();
 
@@ -317,7 +317,7 @@ async fn hung_consumers_and_missing_consumers_are_flagged() {
     assert!(eta["hung_consumer_secs"].as_f64().unwrap() >= HOLD_LIMIT_SECS, "{eta}");
     assert_eq!(eta["holding_secs"], Value::Null);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,7 +327,7 @@ async fn dead_letter_routing_comes_from_the_topology() {
     let channel = vhost.channel(&connection).await;
     channel
         .exchange_declare(
-            "failures",
+            "failures".into(),
             ExchangeKind::Fanout,
             ExchangeDeclareOptions { durable: true, ..Default::default() },
             FieldTable::default(),
@@ -337,7 +337,13 @@ async fn dead_letter_routing_comes_from_the_topology() {
     // Named so that no name-based guess would find it.
     declare(&channel, "parking-lot", false).await;
     channel
-        .queue_bind("parking-lot", "failures", "", QueueBindOptions::default(), FieldTable::default())
+        .queue_bind(
+            "parking-lot".into(),
+            "failures".into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     declare(&channel, "payments", false).await;
@@ -380,7 +386,7 @@ async fn dead_letter_routing_comes_from_the_topology() {
     let (_, overview) = warren.get_text("/").await;
     assert!(overview.contains("parking-lot"), "the overview lists the DLQ");
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,7 +401,7 @@ async fn prometheus_export_parses_and_matches_the_api() {
     declare(&channel, hostile, false).await;
     publish(&channel, name, 9, BasicProperties::default().with_timestamp(1)).await;
     channel
-        .basic_publish("", "nowhere", BasicPublishOptions::default(), b"x", BasicProperties::default())
+        .basic_publish("".into(), "nowhere".into(), BasicPublishOptions::default(), b"x", BasicProperties::default())
         .await
         .unwrap();
     let warren = Warren::for_vhost(&vhost.name, 1).await;
@@ -456,7 +462,7 @@ async fn prometheus_export_parses_and_matches_the_api() {
     let up = scrape.samples.iter().find(|s| s.metric == "warren_broker_up").expect("broker up sample");
     assert_eq!(value(up), 1.0);
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 17, case 5: the broker counts no publish for a dead-lettered message, so a DLQ's
@@ -472,12 +478,14 @@ async fn a_dlqs_inflow_is_derived_and_a_rejecting_queues_backlog_does_not_grow()
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), lapin::types::AMQPValue::LongString("".into()));
     args.insert("x-dead-letter-routing-key".into(), lapin::types::AMQPValue::LongString("work.dlq".into()));
-    channel.queue_declare("work", lapin::options::QueueDeclareOptions::default(), args).await.unwrap();
+    channel.queue_declare("work".into(), lapin::options::QueueDeclareOptions::default(), args).await.unwrap();
     // A consumer that rejects everything (no requeue): each message dead-letters at once.
     let reader = vhost.channel(&connection).await;
     reader.basic_qos(10, BasicQosOptions::default()).await.unwrap();
-    let mut consumer =
-        reader.basic_consume("work", "rejecter", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+    let mut consumer = reader
+        .basic_consume("work".into(), "rejecter".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
     tokio::spawn(async move {
         use futures_util::StreamExt;
         while let Some(Ok(delivery)) = consumer.next().await {
@@ -590,7 +598,7 @@ async fn a_poison_loop_is_a_loop_not_a_hung_consumer() {
     let consumer_channel = connection.create_channel().await.unwrap();
     consumer_channel.basic_qos(PREFETCH, BasicQosOptions::default()).await.unwrap();
     let mut deliveries = consumer_channel
-        .basic_consume("orders", "worker", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("orders".into(), "worker".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .unwrap();
     let worker = tokio::spawn(async move {
@@ -681,7 +689,7 @@ async fn a_poison_loop_is_a_loop_not_a_hung_consumer() {
     feeder.abort();
     worker.abort();
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 31, case 9: warren's own snapshots are deliveries, and read again redeliveries, that
@@ -738,7 +746,7 @@ async fn warrens_own_reads_are_not_the_applications_redeliveries() {
         "{metrics}"
     );
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }
 
 /// Issue 31, case 6: a filling DLQ's oldest-message age stayed unknown until someone browsed it
@@ -785,7 +793,7 @@ async fn a_filling_dlqs_age_is_estimated_from_its_depth_history() {
     assert!((age - truth).abs() <= 2.0 + 5.0 + 1.0, "estimated {age} s, truly {truth} s: {q}");
     // Something takes a message: the oldest may have gone, so the estimate does not stand.
     channel
-        .basic_get("work.dlq", BasicGetOptions { no_ack: false })
+        .basic_get("work.dlq".into(), BasicGetOptions { no_ack: false })
         .await
         .unwrap()
         .unwrap()
@@ -802,5 +810,5 @@ async fn a_filling_dlqs_age_is_estimated_from_its_depth_history() {
     })
     .await;
     warren.stop().await;
-    connection.close(0, "done").await.ok();
+    connection.close(0, "done".into()).await.ok();
 }

@@ -34,9 +34,9 @@ pub async fn depth(broker: &BrokerConfig, vhost: &str, queue: &str) -> u32 {
     let connection = dlq::connect(broker, vhost).await.expect("AMQP");
     let channel = connection.create_channel().await.unwrap();
     let q = channel
-        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(queue.into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
         .await
         .unwrap();
-    connection.close(200, "done").await.ok();
+    connection.close(200, "done".into()).await.ok();
     q.message_count()
 }

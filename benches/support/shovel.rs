@@ -50,7 +50,7 @@ pub async fn move_all(
 ) -> Result<MoveReport, ShovelError> {
     let connection = warren::dlq::connect(broker, vhost).await?;
     let outcome = shovel(&connection, broker, vhost, queue, target, audit_id, progress, cancel).await;
-    if let Err(e) = connection.close(200, "done").await {
+    if let Err(e) = connection.close(200, "done".into()).await {
         tracing::warn!(error = %e, "closing the shovel watcher's AMQP connection");
     }
     outcome
@@ -145,7 +145,7 @@ async fn shovel(
         }
     }
     let left = queue_ready(connection, queue).await?.unwrap_or(0);
-    watch.close(200, "done").await.ok();
+    watch.close(200, "done".into()).await.ok();
     report.left = Some(left);
     let moved = u64::from(expected.saturating_sub(left));
     progress.moved.store(moved, Ordering::Relaxed);

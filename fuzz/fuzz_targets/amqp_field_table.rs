@@ -5,7 +5,6 @@
 //! properties custody stores and a replay decodes again.
 #![no_main]
 
-use lapin::acker::Acker;
 use lapin::message::Delivery;
 use lapin::types::parsing::parse_field_table;
 use lapin::BasicProperties;
@@ -15,15 +14,8 @@ use warren::dlq::message::{self, Filter};
 
 fuzz_target!(|data: &[u8]| {
     let Ok((_, headers)) = parse_field_table(data) else { return };
-    let delivery = Delivery {
-        delivery_tag: 1,
-        exchange: "".into(),
-        routing_key: "orders.dlq".into(),
-        redelivered: false,
-        properties: BasicProperties::default().with_headers(headers),
-        data: b"{}".to_vec(),
-        acker: Acker::default(),
-    };
+    let mut delivery = Delivery::mock(1, "".into(), "orders.dlq".into(), false, b"{}".to_vec());
+    delivery.properties = BasicProperties::default().with_headers(headers);
     let peeked = warren::dlq::peeked(&delivery, browse::PAYLOAD_LIMIT);
     // The identity a selection names, from the same properties as the snapshot's.
     let identity = message::identity(&delivery.data, &peeked.properties);

@@ -7,7 +7,6 @@
 //! UTF-8 sequences are tried; else the browser's own limit), the encoded properties, the payload.
 #![no_main]
 
-use lapin::acker::Acker;
 use lapin::message::Delivery;
 use lapin::protocol::basic::parse_properties;
 use libfuzzer_sys::fuzz_target;
@@ -18,15 +17,8 @@ fuzz_target!(|data: &[u8]| {
     let Some((&limit, rest)) = data.split_first() else { return };
     let limit = if limit < 128 { usize::from(limit) } else { browse::PAYLOAD_LIMIT };
     let Ok((payload, properties)) = parse_properties(rest) else { return };
-    let delivery = Delivery {
-        delivery_tag: 1,
-        exchange: "orders".into(),
-        routing_key: "eu.created".into(),
-        redelivered: true,
-        properties,
-        data: payload.to_vec(),
-        acker: Acker::default(),
-    };
+    let mut delivery = Delivery::mock(1, "orders".into(), "eu.created".into(), true, payload.to_vec());
+    delivery.properties = properties;
     let message = warren::dlq::peeked(&delivery, limit);
     assert!(message.payload_bytes as usize == payload.len());
     let summary = message::summarize(1, String::new(), message);

@@ -533,6 +533,7 @@ async fn intake(
         s.left.clear();
     });
     let mut left: Vec<u64> = Vec::new();
+    let queue = super::mover::short_name("the queue", &id.2).map_err(|e| e.to_string())?;
     let connection = connect(broker, &id.1).await.map_err(|e| e.to_string())?;
     let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
     // The first message, read alone when the queue's statistics do not tell its sizes: its size
@@ -540,7 +541,7 @@ async fn intake(
     // consumer's, so the batch's multiple ack covers it).
     let (prefetch, mut carried) = match intake_prefetch(broker, &id.1, &id.2).await {
         Some(prefetch) => (prefetch, Vec::new()),
-        None => match channel.basic_get(&id.2, BasicGetOptions { no_ack: false }).await {
+        None => match channel.basic_get(queue.clone(), BasicGetOptions { no_ack: false }).await {
             Ok(Some(got)) => {
                 let prefetch = (INTAKE_MEMORY / got.delivery.data.len().max(1)).clamp(1, BATCH) as u16;
                 match sort(got.delivery)? {
@@ -557,7 +558,7 @@ async fn intake(
     };
     channel.basic_qos(prefetch, BasicQosOptions::default()).await.map_err(|e| e.to_string())?;
     let mut consumer = channel
-        .basic_consume(&id.2, "warren-custody", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(queue, "warren-custody".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .map_err(|e| format!("consuming {}: {e}", id.2))?;
     let outcome = loop {
@@ -650,9 +651,9 @@ async fn intake(
         custody.set(id, |s| s.taken += batch.len() as u64);
     };
     // Cancel first, so that nothing more is delivered while the channel closes (DOMAIN.md §5).
-    let _ = channel.basic_cancel("warren-custody", BasicCancelOptions::default()).await;
-    let _ = channel.close(200, "custody intake stopped").await;
-    let _ = connection.close(200, "custody intake stopped").await;
+    let _ = channel.basic_cancel("warren-custody".into(), BasicCancelOptions::default()).await;
+    let _ = channel.close(200, "custody intake stopped".into()).await;
+    let _ = connection.close(200, "custody intake stopped".into()).await;
     outcome
 }
 
@@ -1407,7 +1408,7 @@ pub async fn edit_and_replay(
     targets.check(&to).await?;
     let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
     if claim(db, job, &[id]).await.map_err(|e| e.to_string())?.is_empty() {
-        let _ = connection.close(200, "claimed elsewhere").await;
+        let _ = connection.close(200, "claimed elsewhere".into()).await;
         return Err(format!("record {id} was claimed by another replay meanwhile"));
     }
     let published = async {
@@ -1419,7 +1420,7 @@ pub async fn edit_and_replay(
         settled?.outcome
     }
     .await;
-    let _ = connection.close(200, "edited copy replayed").await;
+    let _ = connection.close(200, "edited copy replayed".into()).await;
     match published {
         Ok(()) => {
             settle(db, &[(id, format!("{to} (an edited copy)"))], &[]).await.map_err(|e| e.to_string())?;
@@ -1690,7 +1691,7 @@ async fn replay_claimed(
     let settled = publisher.settle_all().await.map_err(channel_failed)?;
     record_settled(db, settled, Vec::new(), &mut report, progress).await?;
     publisher.close("replayed").await;
-    let _ = connection.close(200, "replayed").await;
+    let _ = connection.close(200, "replayed".into()).await;
     Ok(report)
 }
 

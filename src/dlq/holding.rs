@@ -128,7 +128,7 @@ impl Holding {
         let mut arguments = FieldTable::default();
         arguments.insert("x-queue-type".into(), AMQPValue::LongString("classic".into()));
         let options = QueueDeclareOptions { durable: true, ..Default::default() };
-        channel.queue_declare(&queue, options, arguments).await.map_err(|e| cannot(&e))?;
+        channel.queue_declare(queue.as_str().into(), options, arguments).await.map_err(|e| cannot(&e))?;
         let declared = policies::queue_now(management, vhost, &queue).await.map_err(|e| cannot(&e))?;
         let Some(declared) = declared else { return Err(cannot(&"it is gone right after it was declared")) };
         if let Some(problem) = loses_messages(&declared) {

@@ -104,12 +104,12 @@ pub async fn purge(broker: &BrokerConfig, vhost: &str, queue: &str) -> Result<u3
     let connection = connect(broker, vhost).await?;
     let outcome = async {
         let channel = connection.create_channel().await?;
-        let purged = channel.queue_purge(queue, lapin::options::QueuePurgeOptions::default()).await?;
-        channel.close(200, "done").await?;
+        let purged = channel.queue_purge(short_name("the queue", queue)?, Default::default()).await?;
+        channel.close(200, "done".into()).await?;
         Ok::<u32, MoveError>(purged)
     }
     .await;
-    if let Err(e) = connection.close(200, "done").await {
+    if let Err(e) = connection.close(200, "done".into()).await {
         tracing::warn!(error = %e, "closing the purge's AMQP connection");
     }
     outcome
@@ -244,14 +244,21 @@ pub enum MoveError {
 /// channel reports only its state, while the broker's reason went to whichever call was in
 /// flight (measured: either is what the job sees, by a race).
 fn amqp_words(e: &lapin::Error) -> String {
-    match e {
-        lapin::Error::InvalidChannelState(_) => format!(
+    match e.kind() {
+        lapin::ErrorKind::InvalidChannelState(..) => format!(
             "{e}: the broker closed the channel, most often because it refused a publish or read warren's user \
              may not make (write permission on the target's exchange, amq.default for a queue; read on the \
              source); the broker's log names the reason"
         ),
         _ => e.to_string(),
     }
+}
+
+/// `name` (a queue, exchange or routing key) as an AMQP short string, or why it cannot be one:
+/// lapin's conversion panics past 255 bytes, and names come from URLs and forms.
+pub fn short_name(what: &str, name: &str) -> Result<ShortString, MoveError> {
+    ShortString::try_new(name)
+        .map_err(|_| MoveError::Refused(format!("{what} is {} bytes long; an AMQP name holds at most 255", name.len())))
 }
 
 /// What to move where, and what the source queue is.
@@ -313,7 +320,7 @@ const MAX_POSITIONS: usize = 10_000;
 /// TLS (`tls::EndpointTls`): the same trust store as its HTTP clients, not lapin's default (the
 /// operating system's store), and the client certificate when one is set.
 pub async fn connect(broker: &BrokerConfig, vhost: &str) -> Result<Connection, MoveError> {
-    use lapin::tcp::{AMQPUriTcpExt as _, RustlsConnector, TcpStream};
+    use lapin::tcp::{AMQPUriTcpExt as _, RustlsConnector};
     let mut uri: AMQPUri = broker.amqp_url.parse().map_err(|e: String| {
         MoveError::Connect(format!("amqp_url is not valid: {}", e.replace(&broker.amqp_url, "<url>")))
     })?;
@@ -322,27 +329,26 @@ pub async fn connect(broker: &BrokerConfig, vhost: &str) -> Result<Connection, M
     uri.authority.userinfo.password = broker.password.expose().to_string();
     let properties = ConnectionProperties::default().with_connection_name("warren-dlq-mover".into());
     let tls = broker.tls.amqp.clone();
-    let connector = RustlsConnector::from(tls.shared_config());
-    // What lapin's own `connect_with_config` does (a blocking connect and handshake on its
-    // thread, then non-blocking), with warren's rustls configuration instead of a fresh one.
-    // The error type is lapin's (`HandshakeError`), which `Connection::connector` requires.
-    #[allow(clippy::result_large_err)]
-    let open = Box::new(move |uri: &AMQPUri| {
-        if uri.scheme == lapin::uri::AMQPScheme::AMQP {
-            return uri.connect();
-        }
-        let address = format!("{}:{}", uri.authority.host, uri.authority.port);
-        let stream = match uri.query.connection_timeout {
-            Some(ms) => TcpStream::connect_timeout(address, Duration::from_millis(ms))?,
-            None => TcpStream::connect(address)?,
-        };
-        let stream = stream.into_rustls(&connector, &uri.authority.host)?;
-        stream.set_nonblocking(true)?;
-        Ok(stream)
-    });
+    let connector = Arc::new(RustlsConnector::from(tls.shared_config()));
+    let runtime = lapin::runtime::default_runtime()?;
     let (host, port, amqps) =
         (uri.authority.host.clone(), uri.authority.port, uri.scheme == lapin::uri::AMQPScheme::AMQPS);
-    let connected = Connection::connector(uri, open, properties);
+    // What lapin's own `connect_with_config` does (connect, then the TLS handshake, on the
+    // runtime), with warren's rustls configuration instead of lapin's default one.
+    let connected = Connection::connector(
+        uri,
+        runtime,
+        async move |uri: AMQPUri, runtime| {
+            let amqps = uri.scheme == lapin::uri::AMQPScheme::AMQPS;
+            let plain = AMQPUri { scheme: lapin::uri::AMQPScheme::AMQP, ..uri.clone() };
+            let stream = plain.connect_async(&runtime).await?;
+            if !amqps {
+                return Ok(stream);
+            }
+            Ok(stream.into_rustls(&connector, &uri.authority.host).await?)
+        },
+        properties,
+    );
     let error = match tokio::time::timeout(Duration::from_secs(10), connected).await {
         Err(_) => return Err(MoveError::Connect(format!("{} timed out", broker.amqp_url))),
         Ok(Ok(connection)) => return Ok(connection),
@@ -350,7 +356,7 @@ pub async fn connect(broker: &BrokerConfig, vhost: &str) -> Result<Connection, M
     };
     let problem = match tls.explain(&error) {
         Some(problem) => Some(problem),
-        None if amqps && matches!(error, lapin::Error::IOError(_)) => tls.diagnose(&host, port).await,
+        None if amqps && matches!(error.kind(), lapin::ErrorKind::IOError(_)) => tls.diagnose(&host, port).await,
         None => None,
     };
     Err(MoveError::Connect(format!("{}: {}", broker.amqp_url, problem.unwrap_or_else(|| error.to_string()))))
@@ -492,7 +498,7 @@ pub async fn move_messages(
         mover.finish().await
     }
     .await;
-    if let Err(e) = connection.close(200, "done").await {
+    if let Err(e) = connection.close(200, "done".into()).await {
         tracing::warn!(error = %e, "closing the mover's AMQP connection");
     }
     outcome
@@ -595,6 +601,8 @@ enum Route {
 struct Mover<'a> {
     connection: &'a Connection,
     queue: &'a str,
+    /// `queue` as lapin takes it (checked once, `short_name`).
+    queue_name: ShortString,
     plan: &'a Plan,
     progress: &'a Progress,
     source: lapin::Channel,
@@ -633,11 +641,13 @@ impl<'a> Mover<'a> {
         progress: &'a Progress,
         prefetch: u16,
     ) -> Result<Mover<'a>, MoveError> {
+        let queue_name = short_name("the queue", queue)?;
         let source = connection.create_channel().await?;
         let publisher = Publisher::open(connection, Identify::Content).await?;
         let mut mover = Mover {
             connection,
             queue,
+            queue_name,
             plan,
             progress,
             source,
@@ -725,7 +735,9 @@ impl<'a> Mover<'a> {
             if matches!(self.plan.selection, Selection::Messages(_)) && self.wanted.is_empty() {
                 break; // every selected message was met
             }
-            let Some(message) = self.source.basic_get(self.queue, BasicGetOptions { no_ack: false }).await? else {
+            let Some(message) =
+                self.source.basic_get(self.queue_name.clone(), BasicGetOptions { no_ack: false }).await?
+            else {
                 break; // the queue holds fewer messages than it did
             };
             position += 1;
@@ -744,7 +756,12 @@ impl<'a> Mover<'a> {
         let mut window_full = false;
         let mut consumer = self
             .source
-            .basic_consume(self.queue, "warren-mover", BasicConsumeOptions::default(), FieldTable::default())
+            .basic_consume(
+                self.queue_name.clone(),
+                "warren-mover".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
             .await?;
         let mut position = 0;
         while position < to_read && self.stop.is_none() {
@@ -770,7 +787,7 @@ impl<'a> Mover<'a> {
         // Stop deliveries, then handle those already sent to warren: they are moved like the
         // rest (giving them back would count toward a quorum queue's delivery limit), unless a
         // failure stopped the move, in which case they stay in the source.
-        self.source.basic_cancel("warren-mover", BasicCancelOptions::default()).await?;
+        self.source.basic_cancel("warren-mover".into(), BasicCancelOptions::default()).await?;
         while let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_millis(200), consumer.next()).await {
             let delivery = delivery?;
             position += 1;
@@ -1096,7 +1113,7 @@ impl<'a> Mover<'a> {
         self.report.not_found = std::mem::take(&mut self.wanted);
         self.report.stopped = self.stop.take();
         self.report.left = Some(ready_count(&self.source, self.queue).await?);
-        self.source.close(200, "done").await?;
+        self.source.close(200, "done".into()).await?;
         self.publisher.close("done").await;
         if let Some(Ok(holding)) = self.holding.take() {
             holding.close().await;
@@ -1111,7 +1128,7 @@ pub async fn queue_ready(connection: &Connection, queue: &str) -> Result<Option<
     let channel = connection.create_channel().await?;
     match ready_count(&channel, queue).await {
         Ok(n) => {
-            channel.close(200, "done").await?;
+            channel.close(200, "done".into()).await?;
             Ok(Some(n))
         }
         Err(_) => Ok(None),
@@ -1122,7 +1139,11 @@ pub async fn queue_ready(connection: &Connection, queue: &str) -> Result<Option<
 /// statistics which lag by seconds).
 pub async fn ready_count(channel: &lapin::Channel, queue: &str) -> Result<u32, MoveError> {
     let declared = channel
-        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(
+            short_name("the queue", queue)?,
+            QueueDeclareOptions { passive: true, ..Default::default() },
+            FieldTable::default(),
+        )
         .await?;
     Ok(declared.message_count())
 }
@@ -1219,6 +1240,7 @@ pub async fn peek(
             .await
             .map_err(MoveError::Refused)?;
     }
+    let queue_name = short_name("the queue", queue)?;
     let connection = connect(broker, vhost).await?;
     let outcome = async {
         let channel = connection.create_channel().await?;
@@ -1247,7 +1269,9 @@ pub async fn peek(
                 ));
                 break;
             }
-            let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: false }).await? else { break };
+            let Some(message) = channel.basic_get(queue_name.clone(), BasicGetOptions { no_ack: false }).await? else {
+                break;
+            };
             let delivery = message.delivery;
             kept_bytes += delivery.data.len().min(payload_limit)
                 + lapin::content_header_frame_size(&delivery.properties).unwrap_or(0);
@@ -1302,12 +1326,12 @@ pub async fn peek(
                     .to_string(),
             );
         }
-        channel.close(200, "done").await?;
+        channel.close(200, "done".into()).await?;
         let note = (!notes.is_empty()).then(|| notes.join("; "));
         Ok::<_, MoveError>(Peeked { messages, identities, held, holding_queue, note })
     }
     .await;
-    if let Err(e) = connection.close(200, "done").await {
+    if let Err(e) = connection.close(200, "done".into()).await {
         tracing::warn!(error = %e, "closing the browser's AMQP connection");
     }
     outcome
@@ -1436,6 +1460,15 @@ fn value_json(v: &AMQPValue, depth: usize) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    /// lapin 4 takes names as `ShortString`, whose conversion from `&str` panics past 255
+    /// bytes: a name from a URL or a form is checked instead, with a reason.
+    #[test]
+    fn a_name_longer_than_amqp_allows_is_refused_with_a_reason() {
+        assert_eq!(short_name("the queue", &"q".repeat(255)).unwrap().as_str().len(), 255);
+        let refused = short_name("the queue", &"q".repeat(256)).unwrap_err().to_string();
+        assert_eq!(refused, "the queue is 256 bytes long; an AMQP name holds at most 255");
+    }
+
     #[test]
     fn the_prefetch_keeps_a_whole_queue_move_within_its_memory() {
         assert_eq!(prefetch_for(10_000, 10_000 * 200), PREFETCH, "small messages: the full window");
@@ -1458,15 +1491,9 @@ mod tests {
     }
 
     fn with_headers(headers: FieldTable) -> Delivery {
-        Delivery {
-            delivery_tag: 1,
-            exchange: "".into(),
-            routing_key: "final.dlq".into(),
-            redelivered: false,
-            properties: BasicProperties::default().with_headers(headers),
-            data: Vec::new(),
-            acker: lapin::acker::Acker::default(),
-        }
+        let mut delivery = Delivery::mock(1, "".into(), "final.dlq".into(), false, Vec::new());
+        delivery.properties = BasicProperties::default().with_headers(headers);
+        delivery
     }
 
     fn death(queue: &str, reason: &str) -> AMQPValue {

@@ -15,9 +15,8 @@ use std::sync::Arc;
 
 use lapin::message::BasicReturnMessage;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
-use lapin::types::AMQPValue;
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::types::{AMQPValue, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
 
 /// How a returned message is told apart from the other copies in flight. lapin hands a return
 /// to whichever confirmation resolves next, and a multiple ack resolves several in arbitrary
@@ -129,15 +128,23 @@ impl<K> Publisher<K> {
             Identify::Header(name) => header_value(&properties, name),
             Identify::Content => None,
         };
-        let channel = self.channel.clone();
-        let (owned_exchange, owned_key, body) = (exchange.to_string(), routing_key.to_string(), data.clone());
-        let mut sending: Sending = Box::pin(async move {
-            let options = BasicPublishOptions { mandatory: true, ..Default::default() };
-            channel.basic_publish(&owned_exchange, &owned_key, options, &body, properties).await
-        });
-        let confirm = match futures_util::poll!(&mut sending) {
-            std::task::Poll::Ready(confirm) => Confirm::Waiting(confirm?),
-            std::task::Poll::Pending => Confirm::Sending(sending),
+        let confirm = match (ShortString::try_new(exchange), ShortString::try_new(routing_key)) {
+            (Ok(exchange), Ok(routing_key)) => {
+                let (channel, body) = (self.channel.clone(), data.clone());
+                let mut sending: Sending = Box::pin(async move {
+                    let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+                    channel.basic_publish(exchange, routing_key, options, &body, properties).await
+                });
+                match futures_util::poll!(&mut sending) {
+                    std::task::Poll::Ready(confirm) => Confirm::Waiting(confirm?),
+                    std::task::Poll::Pending => Confirm::Sending(sending),
+                }
+            }
+            // lapin's conversion would panic; the broker could not route it anyway. This copy
+            // fails alone, nothing is sent.
+            _ => Confirm::Came(Err(format!(
+                "the exchange or routing key of the copy sent to {to} is longer than the 255 bytes AMQP allows"
+            ))),
         };
         self.in_flight_bytes += data.len();
         self.in_flight.push(Outgoing {
@@ -188,7 +195,7 @@ impl<K> Publisher<K> {
     }
 
     pub async fn close(self, why: &str) {
-        if let Err(e) = self.channel.close(200, why).await {
+        if let Err(e) = self.channel.close(200, why.into()).await {
             tracing::debug!(error = %e, "closing a publisher's channel");
         }
     }
@@ -280,11 +287,11 @@ impl<K> Outgoing<K> {
     fn outcome(&self, confirmation: Confirmation, returns: &mut Vec<BasicReturnMessage>) -> Result<(), String> {
         match confirmation {
             Confirmation::Ack(r) => {
-                returns.extend(r.map(|r| *r));
+                returns.extend(r);
                 Ok(())
             }
             Confirmation::Nack(r) => {
-                returns.extend(r.map(|r| *r));
+                returns.extend(r);
                 Err(super::target::refused_by_broker(&self.to))
             }
             Confirmation::NotRequested => Err("publisher confirms are not enabled".to_string()),

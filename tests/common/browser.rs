@@ -37,7 +37,8 @@ pub async fn start_in_time_zone(tz: &str) -> (Driver, Client) {
 }
 
 async fn launch(tz: Option<&str>) -> (Driver, Client) {
-    // Two TLS backends are linked (ring via reqwest, aws-lc via lapin): pick one for fantoccini.
+    // Two TLS backends are linked (ring via reqwest and lapin, aws-lc via fantoccini's
+    // hyper-rustls): pick one for fantoccini.
     // An error only means another test already installed it.
     if rustls::crypto::ring::default_provider().install_default().is_err() {
         eprintln!("rustls crypto provider was already installed");

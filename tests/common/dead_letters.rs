@@ -38,21 +38,30 @@ pub async fn dead_letter_through(
     messages: Vec<Message>,
 ) {
     let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
-    channel.exchange_declare("dlx", ExchangeKind::Fanout, durable, FieldTable::default()).await.unwrap();
+    channel.exchange_declare("dlx".into(), ExchangeKind::Fanout, durable, FieldTable::default()).await.unwrap();
     let mut dlq_args = FieldTable::default();
     if dlq_quorum {
         dlq_args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     }
-    channel.queue_declare(dlq, QueueDeclareOptions { durable: true, ..Default::default() }, dlq_args).await.unwrap();
-    channel.queue_bind(dlq, "dlx", "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+    channel
+        .queue_declare(dlq.into(), QueueDeclareOptions { durable: true, ..Default::default() }, dlq_args)
+        .await
+        .unwrap();
+    channel
+        .queue_bind(dlq.into(), "dlx".into(), "".into(), QueueBindOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("dlx".into()));
-    channel.queue_declare("work", QueueDeclareOptions { durable: true, ..Default::default() }, args).await.unwrap();
+    channel
+        .queue_declare("work".into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .await
+        .unwrap();
     let n = messages.len();
     for (id, payload, headers) in messages {
         let properties = BasicProperties::default().with_message_id(id.into()).with_headers(headers);
         let confirm = channel
-            .basic_publish(exchange, routing_key, BasicPublishOptions::default(), &payload, properties)
+            .basic_publish(exchange.into(), routing_key.into(), BasicPublishOptions::default(), &payload, properties)
             .await
             .unwrap();
         assert!(confirm.await.unwrap().is_ack());
@@ -60,20 +69,20 @@ pub async fn dead_letter_through(
     let consumer_channel = vhost.connect().await.create_channel().await.unwrap();
     consumer_channel.basic_qos(1, BasicQosOptions::default()).await.unwrap();
     let mut consumer = consumer_channel
-        .basic_consume("work", "rejecter", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume("work".into(), "rejecter".into(), BasicConsumeOptions::default(), FieldTable::default())
         .await
         .unwrap();
     for _ in 0..n {
         let delivery = consumer.next().await.unwrap().unwrap();
         delivery.reject(BasicRejectOptions { requeue: false }).await.unwrap();
     }
-    consumer_channel.close(200, "done").await.unwrap();
+    consumer_channel.close(200, "done".into()).await.unwrap();
 }
 
 /// Takes every message of `queue` (acking them) and returns their message ids, in order.
 pub async fn drain_ids(channel: &Channel, queue: &str) -> Vec<String> {
     let mut ids = Vec::new();
-    while let Some(message) = channel.basic_get(queue, BasicGetOptions { no_ack: true }).await.unwrap() {
+    while let Some(message) = channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.unwrap() {
         ids.push(message.delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default());
     }
     ids
@@ -82,7 +91,7 @@ pub async fn drain_ids(channel: &Channel, queue: &str) -> Vec<String> {
 /// Ready messages in `queue`.
 pub async fn depth(channel: &Channel, queue: &str) -> u32 {
     channel
-        .queue_declare(queue, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(queue.into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
         .await
         .unwrap()
         .message_count()

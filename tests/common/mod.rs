@@ -127,7 +127,7 @@ pub async fn declare(channel: &Channel, queue: &str, quorum: bool) {
         args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     }
     channel
-        .queue_declare(queue, QueueDeclareOptions { durable: true, ..Default::default() }, args)
+        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
         .await
         .unwrap_or_else(|e| panic!("declare {queue}: {e}"));
 }
@@ -137,8 +137,8 @@ pub async fn publish(channel: &Channel, queue: &str, n: usize, properties: Basic
     for i in 0..n {
         let confirm = channel
             .basic_publish(
-                "",
-                queue,
+                "".into(),
+                queue.into(),
                 BasicPublishOptions::default(),
                 format!("message {i}").as_bytes(),
                 properties.clone(),

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 
 main() {
-    export LAPIN_CODEGEN_DIR="$(dirname "${0}" | xargs realpath)/src/"
-    export LAPIN_CODEGEN_FILE="generated"
+    export LAPIN_CODEGEN_DIR="$(dirname "${0}" | xargs realpath)/src/generated"
 
     cargo build --features=codegen-internal
-    rustfmt "${LAPIN_CODEGEN_DIR}/${LAPIN_CODEGEN_FILE}.rs" --edition=2021
+    rustfmt "${LAPIN_CODEGEN_DIR}"/*.rs --edition=2024
 }
 
 main "${@}"

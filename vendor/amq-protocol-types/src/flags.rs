@@ -15,11 +15,13 @@ impl AMQPFlags {
     }
 
     /// Get the value of a boolean flag by name, if present
+    #[must_use]
     pub fn get_flag(&self, name: &str) -> Option<Boolean> {
         self.flags.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
     }
 
     /// Get the AMQPFlags serialized for AMQP RPC
+    #[must_use]
     pub fn get_bytes(&self) -> Vec<u8> {
         self.flags
             .chunks(8)
@@ -33,17 +35,15 @@ impl AMQPFlags {
     }
 
     /// Initialize AMQPFlags from AMQP RPC serialization
-    pub fn from_bytes<I: nom::InputIter<Item = u8>>(names: &[&str], bytes: I) -> AMQPFlags {
+    pub fn from_bytes<I: nom::Input<Item = u8>>(names: &[&str], bytes: I) -> AMQPFlags {
         let flags = names
             .iter()
             .map(ToString::to_string)
-            .zip(bytes.iter_elements().flat_map(|b| {
-                let mut v = Vec::new();
-                for s in 0..8 {
-                    v.push(((b & (1 << s)) >> s) == 1)
-                }
-                v
-            }))
+            .zip(
+                bytes
+                    .iter_elements()
+                    .flat_map(|b| (0..8u8).map(move |s| ((b >> s) & 1) == 1)),
+            )
             .collect();
 
         AMQPFlags { flags }

@@ -3,7 +3,7 @@ pub use cookie_factory::{BackToTheBuffer, GenError, GenResult, SerializeFn};
 
 use crate::{flags::*, types::*, value::*};
 use cookie_factory::{
-    bytes::{be_f32, be_f64, be_i16, be_i32, be_i64, be_i8, be_u16, be_u32, be_u64, be_u8},
+    bytes::{be_f32, be_f64, be_i8, be_i16, be_i32, be_i64, be_u8, be_u16, be_u32, be_u64},
     combinator::{back_to_the_buffer, slice},
     multi::many_ref,
     sequence::pair,
@@ -25,6 +25,7 @@ pub fn gen_with_len<W: Write + BackToTheBuffer, F: SerializeFn<W>>(f: F) -> impl
 }
 
 /// Generate the [AMQPValue](../type.AMQPValue.html) in the given buffer (x)
+#[must_use]
 pub fn gen_raw_value<'a, W: Write + BackToTheBuffer + 'a>(
     v: &'a AMQPValue,
 ) -> impl SerializeFn<W> + 'a {
@@ -51,6 +52,7 @@ pub fn gen_raw_value<'a, W: Write + BackToTheBuffer + 'a>(
 }
 
 /// Generate the [AMQPValue](../type.AMQPValue.html) preceded with its [AMQPType](../type.AMQPType.html) in the given buffer (x)
+#[must_use]
 pub fn gen_value<'a, W: Write + BackToTheBuffer + 'a>(
     v: &'a AMQPValue,
 ) -> impl SerializeFn<W> + 'a {
@@ -58,77 +60,96 @@ pub fn gen_value<'a, W: Write + BackToTheBuffer + 'a>(
 }
 
 /// Generate the [AMQPType](../type.AMQPType.html) in the given buffer (x)
+#[must_use]
 pub fn gen_type<W: Write>(t: AMQPType) -> impl SerializeFn<W> {
     gen_short_short_uint(t.get_id() as ShortShortUInt)
 }
 
 /// Generate the id ([ShortUInt](../type.ShortUInt.html)) in the given buffer (x)
+#[must_use]
 pub fn gen_id<W: Write>(id: ShortUInt) -> impl SerializeFn<W> {
     gen_short_uint(id)
 }
 
 /// Generate the [Boolean](../type.Boolean.html) in the given buffer (x)
+#[must_use]
 pub fn gen_boolean<W: Write>(b: Boolean) -> impl SerializeFn<W> {
     gen_short_short_uint(if b { 1 } else { 0 })
 }
 
 /// Generate the [ShortShortInt](../type.ShortShortInt.html) in the given buffer (x)
+#[must_use]
 pub fn gen_short_short_int<W: Write>(i: ShortShortInt) -> impl SerializeFn<W> {
     be_i8(i)
 }
 
 /// Generate the [ShortShortUInt](../type.ShortShortUInt.html) in the given buffer (x)
+#[must_use]
 pub fn gen_short_short_uint<W: Write>(u: ShortShortUInt) -> impl SerializeFn<W> {
     be_u8(u)
 }
 
 /// Generate the [ShortInt](../type.ShortInt.html) in the given buffer (x)
+#[must_use]
 pub fn gen_short_int<W: Write>(i: ShortInt) -> impl SerializeFn<W> {
     be_i16(i)
 }
 
 /// Generate the [ShortUInt](../type.ShortUInt.html) in the given buffer (x)
+#[must_use]
 pub fn gen_short_uint<W: Write>(u: ShortUInt) -> impl SerializeFn<W> {
     be_u16(u)
 }
 
 /// Generate the [LongInt](../type.LongInt.html) in the given buffer (x)
+#[must_use]
 pub fn gen_long_int<W: Write>(i: LongInt) -> impl SerializeFn<W> {
     be_i32(i)
 }
 
 /// Generate the [LongUInt](../type.LongUInt.html) in the given buffer (x)
+#[must_use]
 pub fn gen_long_uint<W: Write>(u: LongUInt) -> impl SerializeFn<W> {
     be_u32(u)
 }
 
 /// Generate the [LongLongInt](../type.LongLongInt.html) in the given buffer (x)
+#[must_use]
 pub fn gen_long_long_int<W: Write>(i: LongLongInt) -> impl SerializeFn<W> {
     be_i64(i)
 }
 
 /// Generate the [LongLongUInt](../type.LongLongUInt.html) in the given buffer (x)
+#[must_use]
 pub fn gen_long_long_uint<W: Write>(u: LongLongUInt) -> impl SerializeFn<W> {
     be_u64(u)
 }
 
 /// Generate the [Float](../type.Float.html) in the given buffer (x)
+#[must_use]
 pub fn gen_float<W: Write>(f: Float) -> impl SerializeFn<W> {
     be_f32(f)
 }
 
 /// Generate the [Double](../type.Double.html) in the given buffer (x)
+#[must_use]
 pub fn gen_double<W: Write>(d: Double) -> impl SerializeFn<W> {
     be_f64(d)
 }
 
 /// Generate the [DecimalValue](../type.DecimalValue.html) in the given buffer (x)
+#[must_use]
 pub fn gen_decimal_value<W: Write>(d: DecimalValue) -> impl SerializeFn<W> {
     pair(gen_short_short_uint(d.scale), gen_long_uint(d.value))
 }
 
 /// Generate the [ShortString](../type.ShortString.html) in the given buffer (x)
+#[must_use]
 pub fn gen_short_string<'a, W: Write + 'a>(s: &'a str) -> impl SerializeFn<W> + 'a {
+    debug_assert!(
+        s.len() <= ShortShortUInt::MAX as usize,
+        "short string exceeds 255 bytes"
+    );
     pair(
         gen_short_short_uint(s.len() as ShortShortUInt),
         slice(s.as_bytes()),
@@ -136,11 +157,17 @@ pub fn gen_short_string<'a, W: Write + 'a>(s: &'a str) -> impl SerializeFn<W> + 
 }
 
 /// Generate the [LongString](../type.LongString.html) in the given buffer (x)
+#[must_use]
 pub fn gen_long_string<'a, W: Write + 'a>(s: &'a [u8]) -> impl SerializeFn<W> + 'a {
+    debug_assert!(
+        s.len() <= LongUInt::MAX as usize,
+        "long string exceeds 4 GiB"
+    );
     pair(gen_long_uint(s.len() as LongUInt), slice(s))
 }
 
 /// Generate the [FieldArray](../type.FieldArray.html) in the given buffer (x)
+#[must_use]
 pub fn gen_field_array<'a, W: Write + BackToTheBuffer + 'a>(
     a: &'a FieldArray,
 ) -> impl SerializeFn<W> + 'a {
@@ -148,6 +175,7 @@ pub fn gen_field_array<'a, W: Write + BackToTheBuffer + 'a>(
 }
 
 /// Generate the [Timestamp](../type.Timestamp.html) in the given buffer (x)
+#[must_use]
 pub fn gen_timestamp<W: Write>(t: Timestamp) -> impl SerializeFn<W> {
     gen_long_long_uint(t)
 }
@@ -166,11 +194,17 @@ fn gen_field_entry<'a, W: Write + BackToTheBuffer + 'a>(
 }
 
 /// Generate the [ByteArray](../type.ByteArray.html) in the given buffer (x)
+#[must_use]
 pub fn gen_byte_array<'a, W: Write + 'a>(a: &'a ByteArray) -> impl SerializeFn<W> + 'a {
+    debug_assert!(
+        a.len() <= LongUInt::MAX as usize,
+        "byte array exceeds 4 GiB"
+    );
     pair(gen_long_uint(a.len() as LongUInt), slice(a.as_slice()))
 }
 
 /// Generate the [AMQPFlags](../type.AMQPFlags.html) in the given buffer (x)
+#[must_use]
 pub fn gen_flags<'a, W: Write + 'a>(f: &'a AMQPFlags) -> impl SerializeFn<W> + 'a {
     move |x| {
         f.get_bytes()
@@ -183,12 +217,12 @@ pub fn gen_flags<'a, W: Write + 'a>(f: &'a AMQPFlags) -> impl SerializeFn<W> + '
 mod test {
     use super::*;
 
-    use cookie_factory::gen;
+    use cookie_factory::r#gen as cf_gen;
 
     macro_rules! test_gen (
         ($buf: expr, $gen: ident, $val: expr) => ({
             let buf = $buf;
-            let len = gen($gen($val), &mut buf[..]).map(|t| t.1);
+            let len = cf_gen($gen($val), &mut buf[..]).map(|t| t.1);
             match len {
                 Err(e)  => Err(format!("{:?}", e)),
                 Ok(len) => Ok((buf.to_vec(), len)),
@@ -476,7 +510,9 @@ mod test {
         );
         assert_eq!(
             test_gen!(
-                &mut [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0][..],
+                &mut [
+                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+                ][..],
                 gen_field_table,
                 &table
             ),

@@ -1,9 +1,9 @@
 use crate::{flags::*, types::*, value::*};
 use nom::{
-    self,
+    self, Parser,
     bytes::streaming::take,
     combinator::{all_consuming, complete, flat_map, map, map_opt, map_parser},
-    error::{context, ContextError, ErrorKind, ParseError, VerboseErrorKind},
+    error::{ContextError, ErrorKind, ParseError, context},
     multi::fold_many0,
     number::streaming::{
         be_f32, be_f64, be_i16, be_i32, be_i64, be_u16, be_u32, be_u64, i8 as be_i8, u8 as be_u8,
@@ -12,6 +12,17 @@ use nom::{
 };
 use std::{error, fmt};
 use traits::*;
+
+/// Error context for `ParserErrors`
+#[derive(Clone, Debug, Eq, PartialEq)]
+enum VerboseErrorKind {
+    /// Static string added by the `context` function
+    Context(&'static str),
+    /// Indicates which character was expected by the `char` function
+    Char(char),
+    /// Error kind given by various nom parsers
+    Nom(ErrorKind),
+}
 
 /// Struct holding the errors stack
 #[derive(Clone, Debug, PartialEq)]
@@ -75,7 +86,7 @@ impl fmt::Display for ParserErrors {
         if let Some(errors) = self.errors.as_ref() {
             for error in errors {
                 writeln!(f)?;
-                write!(f, "\tat {:?}", error)?;
+                write!(f, "\tat {error:?}")?;
             }
         }
         Ok(())
@@ -90,31 +101,37 @@ pub type ParserError = nom::Err<ParserErrors>;
 pub type ParserResult<I, T> = Result<(I, T), ParserError>;
 
 /// Parse the [AMQPValue](../type.AMQPValue.html) of the given [AMQPType](../type.AMQPType.html)
+#[must_use]
 pub fn parse_raw_value<I: ParsableInput>(
     amqp_type: AMQPType,
-) -> impl FnMut(I) -> ParserResult<I, AMQPValue> {
+) -> impl Parser<I, Output = AMQPValue, Error = ParserErrors> {
     context("parse_raw_value", move |i| match amqp_type {
-        AMQPType::Boolean => map(parse_boolean, AMQPValue::Boolean)(i),
-        AMQPType::ShortShortInt => map(parse_short_short_int, AMQPValue::ShortShortInt)(i),
-        AMQPType::ShortShortUInt => map(parse_short_short_uint, AMQPValue::ShortShortUInt)(i),
-        AMQPType::ShortInt => map(parse_short_int, AMQPValue::ShortInt)(i),
-        AMQPType::ShortUInt => map(parse_short_uint, AMQPValue::ShortUInt)(i),
-        AMQPType::LongInt => map(parse_long_int, AMQPValue::LongInt)(i),
-        AMQPType::LongUInt => map(parse_long_uint, AMQPValue::LongUInt)(i),
-        AMQPType::LongLongInt => map(parse_long_long_int, AMQPValue::LongLongInt)(i),
+        AMQPType::Boolean => map(parse_boolean, AMQPValue::Boolean).parse(i),
+        AMQPType::ShortShortInt => map(parse_short_short_int, AMQPValue::ShortShortInt).parse(i),
+        AMQPType::ShortShortUInt => map(parse_short_short_uint, AMQPValue::ShortShortUInt).parse(i),
+        AMQPType::ShortInt => map(parse_short_int, AMQPValue::ShortInt).parse(i),
+        AMQPType::ShortUInt => map(parse_short_uint, AMQPValue::ShortUInt).parse(i),
+        AMQPType::LongInt => map(parse_long_int, AMQPValue::LongInt).parse(i),
+        AMQPType::LongUInt => map(parse_long_uint, AMQPValue::LongUInt).parse(i),
+        AMQPType::LongLongInt => map(parse_long_long_int, AMQPValue::LongLongInt).parse(i),
         /* RabbitMQ treats LongLongUInt as a LongLongInt hence expose it as such */
-        AMQPType::LongLongUInt => map(parse_long_long_int, AMQPValue::LongLongInt)(i),
-        AMQPType::Float => map(parse_float, AMQPValue::Float)(i),
-        AMQPType::Double => map(parse_double, AMQPValue::Double)(i),
-        AMQPType::DecimalValue => map(parse_decimal_value, AMQPValue::DecimalValue)(i),
-        AMQPType::ShortString => map(parse_short_string, AMQPValue::ShortString)(i),
-        AMQPType::LongString => map(parse_long_string, AMQPValue::LongString)(i),
-        AMQPType::FieldArray if nesting_limit_reached() => parse_beyond_limit(AMQPType::FieldArray, i),
-        AMQPType::FieldArray => map(parse_field_array, AMQPValue::FieldArray)(i),
-        AMQPType::Timestamp => map(parse_timestamp, AMQPValue::Timestamp)(i),
-        AMQPType::FieldTable if nesting_limit_reached() => parse_beyond_limit(AMQPType::FieldTable, i),
-        AMQPType::FieldTable => map(parse_field_table, AMQPValue::FieldTable)(i),
-        AMQPType::ByteArray => map(parse_byte_array, AMQPValue::ByteArray)(i),
+        AMQPType::LongLongUInt => map(parse_long_long_int, AMQPValue::LongLongInt).parse(i),
+        AMQPType::Float => map(parse_float, AMQPValue::Float).parse(i),
+        AMQPType::Double => map(parse_double, AMQPValue::Double).parse(i),
+        AMQPType::DecimalValue => map(parse_decimal_value, AMQPValue::DecimalValue).parse(i),
+        AMQPType::ShortString => map(parse_short_string, AMQPValue::ShortString).parse(i),
+        AMQPType::LongString => map(parse_long_string, AMQPValue::LongString).parse(i),
+        // Patched for warren (README.md): no recursion past MAX_NESTING_DEPTH.
+        AMQPType::FieldArray if nesting_limit_reached() => {
+            parse_beyond_limit(AMQPType::FieldArray, i)
+        }
+        AMQPType::FieldArray => map(parse_field_array, AMQPValue::FieldArray).parse(i),
+        AMQPType::Timestamp => map(parse_timestamp, AMQPValue::Timestamp).parse(i),
+        AMQPType::FieldTable if nesting_limit_reached() => {
+            parse_beyond_limit(AMQPType::FieldTable, i)
+        }
+        AMQPType::FieldTable => map(parse_field_table, AMQPValue::FieldTable).parse(i),
+        AMQPType::ByteArray => map(parse_byte_array, AMQPValue::ByteArray).parse(i),
         AMQPType::Void => Ok((i, AMQPValue::Void)),
     })
 }
@@ -125,14 +142,14 @@ pub fn parse_raw_value<I: ParsableInput>(
 /// A table or array at this depth that holds another table or array keeps that inner value as
 /// a [ByteArray](../type.ByteArray.html) holding its exact wire encoding (type tag, length and
 /// content), so nothing is lost and a reader can tell what was cut; see
-/// [is_beyond_nesting_limit].
+/// [is_beyond_nesting_limit]. Patched for warren (README.md).
 pub const MAX_NESTING_DEPTH: usize = 64;
 
 std::thread_local! {
     static NESTING_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Counts one level of table or array nesting while it is parsed.
+/// Counts one level of table or array nesting while it is parsed. Patched for warren.
 struct NestingLevel;
 
 impl NestingLevel {
@@ -153,6 +170,7 @@ fn nesting_limit_reached() -> bool {
 }
 
 /// Reads a table or array past the nesting limit by its length prefix alone, without recursing.
+/// Patched for warren (README.md).
 fn parse_beyond_limit<I: ParsableInput>(amqp_type: AMQPType, i: I) -> ParserResult<I, AMQPValue> {
     map(flat_map(parse_long_uint, take), move |content: I| {
         let len = content.input_len();
@@ -161,13 +179,14 @@ fn parse_beyond_limit<I: ParsableInput>(amqp_type: AMQPType, i: I) -> ParserResu
         raw.extend_from_slice(&(len as u32).to_be_bytes());
         raw.extend(content.iter_elements());
         AMQPValue::ByteArray(raw.into())
-    })(i)
+    })
+    .parse(i)
 }
 
 /// True for a value that [parse_raw_value] kept as raw bytes because it was nested deeper than
 /// [MAX_NESTING_DEPTH] (`depth` is the nesting level of the table or array holding it, 1 for
 /// a top-level table). A byte array someone published at that depth looks the same; a reader
-/// that treats both as "cut" errs on the safe side.
+/// that treats both as "cut" errs on the safe side. Patched for warren (README.md).
 pub fn is_beyond_nesting_limit(value: &AMQPValue, depth: usize) -> bool {
     depth >= MAX_NESTING_DEPTH
         && matches!(value, AMQPValue::ByteArray(b) if matches!(b.as_slice().first(), Some(b'F') | Some(b'A')))
@@ -175,7 +194,7 @@ pub fn is_beyond_nesting_limit(value: &AMQPValue, depth: usize) -> bool {
 
 /// Parse an [AMQPValue](../type.AMQPValue.html)
 pub fn parse_value<I: ParsableInput>(i: I) -> ParserResult<I, AMQPValue> {
-    context("parse_value", flat_map(parse_type, parse_raw_value))(i)
+    context("parse_value", flat_map(parse_type, parse_raw_value)).parse(i)
 }
 
 /// Parse an [AMQPType](../type.AMQPType.html)
@@ -183,67 +202,68 @@ pub fn parse_type<I: ParsableInput>(i: I) -> ParserResult<I, AMQPType> {
     context(
         "parse_type",
         map_opt(be_u8, |t| AMQPType::from_id(t as char)),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse an id [(ShortUInt)](../type.ShortUInt.html)
 pub fn parse_id<I: ParsableInput>(i: I) -> ParserResult<I, ShortUInt> {
-    context("parse_id", parse_short_uint)(i)
+    context("parse_id", parse_short_uint).parse(i)
 }
 
 /// Parse a [Boolean](../type.Boolean.html)
 pub fn parse_boolean<I: ParsableInput>(i: I) -> ParserResult<I, Boolean> {
-    context("parse_boolean", map(be_u8, |b| b != 0))(i)
+    context("parse_boolean", map(be_u8, |b| b != 0)).parse(i)
 }
 
 /// Parse a [ShortShortInt](../type.ShortShortInt.html)
 pub fn parse_short_short_int<I: ParsableInput>(i: I) -> ParserResult<I, ShortShortInt> {
-    context("parse_short_short_int", be_i8)(i)
+    context("parse_short_short_int", be_i8).parse(i)
 }
 
 /// Parse a [ShortShortUInt](../type.ShortShortUInt.html)
 pub fn parse_short_short_uint<I: ParsableInput>(i: I) -> ParserResult<I, ShortShortUInt> {
-    context("parse_short_short_uint", be_u8)(i)
+    context("parse_short_short_uint", be_u8).parse(i)
 }
 
 /// Parse a [ShortInt](../type.ShortInt.html)
 pub fn parse_short_int<I: ParsableInput>(i: I) -> ParserResult<I, ShortInt> {
-    context("parse_short_int", be_i16)(i)
+    context("parse_short_int", be_i16).parse(i)
 }
 
 /// Parse a [ShortUInt](../type.ShortUInt.html)
 pub fn parse_short_uint<I: ParsableInput>(i: I) -> ParserResult<I, ShortUInt> {
-    context("parse_short_uint", be_u16)(i)
+    context("parse_short_uint", be_u16).parse(i)
 }
 
 /// Parse a [LongInt](../type.LongInt.html)
 pub fn parse_long_int<I: ParsableInput>(i: I) -> ParserResult<I, LongInt> {
-    context("parse_long_int", be_i32)(i)
+    context("parse_long_int", be_i32).parse(i)
 }
 
 /// Parse a [LongUInt](../type.LongUInt.html)
 pub fn parse_long_uint<I: ParsableInput>(i: I) -> ParserResult<I, LongUInt> {
-    context("parse_long_uint", be_u32)(i)
+    context("parse_long_uint", be_u32).parse(i)
 }
 
 /// Parse a [LongLongInt](../type.LongLongInt.html)
 pub fn parse_long_long_int<I: ParsableInput>(i: I) -> ParserResult<I, LongLongInt> {
-    context("parse_long_long_int", be_i64)(i)
+    context("parse_long_long_int", be_i64).parse(i)
 }
 
 /// Parse a [LongLongUInt](../type.LongLongUInt.html)
 pub fn parse_long_long_uint<I: ParsableInput>(i: I) -> ParserResult<I, LongLongUInt> {
-    context("parse_long_long_uint", be_u64)(i)
+    context("parse_long_long_uint", be_u64).parse(i)
 }
 
 /// Parse a [Float](../type.Float.html)
 pub fn parse_float<I: ParsableInput>(i: I) -> ParserResult<I, Float> {
-    context("parse_float", be_f32)(i)
+    context("parse_float", be_f32).parse(i)
 }
 
 /// Parse a [Double](../type.Double.html)
 pub fn parse_double<I: ParsableInput>(i: I) -> ParserResult<I, Double> {
-    context("parse_double", be_f64)(i)
+    context("parse_double", be_f64).parse(i)
 }
 
 /// Parse a [DecimalValue](../type.DecimalValue.html)
@@ -254,7 +274,8 @@ pub fn parse_decimal_value<I: ParsableInput>(i: I) -> ParserResult<I, DecimalVal
             pair(parse_short_short_uint, parse_long_uint),
             |(scale, value)| DecimalValue { scale, value },
         ),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Short strings that are not UTF-8 are read with U+FFFD in place of each invalid sequence.
@@ -262,16 +283,31 @@ pub fn parse_decimal_value<I: ParsableInput>(i: I) -> ParserResult<I, DecimalVal
 /// as it was published), and refusing them failed the whole frame: the client closed its
 /// connection, and the message could never be read. A reader that must copy a message exactly
 /// treats a U+FFFD in a short string as possibly replaced; see [has_replaced_bytes].
-fn make_str<I: nom::InputIter<Item = u8>>(i: I) -> String {
+/// Each U+FFFD takes three bytes where the invalid byte took one, so a replaced string longer
+/// than a short string may be ([MAX_SHORT_STRING_LENGTH]) is cut to fit on a character
+/// boundary: `ShortString::from` panics past it (in the client's IO thread), and the generator
+/// would write a wrong length prefix. It still holds a U+FFFD, so it reads as replaced.
+/// Patched for warren (README.md): upstream refuses the frame.
+fn make_str<I: Input<Item = u8>>(i: I) -> String {
     let bytes: Vec<u8> = i.iter_elements().collect();
     match String::from_utf8(bytes) {
         Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        Err(e) => {
+            let mut s = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            if s.len() > MAX_SHORT_STRING_LENGTH {
+                let mut end = MAX_SHORT_STRING_LENGTH;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+            }
+            s
+        }
     }
 }
 
 /// True when `s` may have been read with invalid bytes replaced (see [make_str]); a U+FFFD sent
-/// as such looks the same.
+/// as such looks the same. Patched for warren (README.md).
 pub fn has_replaced_bytes(s: &ShortString) -> bool {
     s.as_str().contains(char::REPLACEMENT_CHARACTER)
 }
@@ -284,7 +320,8 @@ pub fn parse_short_string<I: ParsableInput>(i: I) -> ParserResult<I, ShortString
             map(flat_map(parse_short_short_uint, take), make_str),
             ShortString::from,
         ),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse a [LongString](../type.LongString.html)
@@ -294,11 +331,13 @@ pub fn parse_long_string<I: ParsableInput>(i: I) -> ParserResult<I, LongString> 
         map(flat_map(parse_long_uint, take), |i: I| {
             i.iter_elements().collect::<Vec<u8>>().into()
         }),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse a [FieldArray](../type.FieldArray.html)
 pub fn parse_field_array<I: ParsableInput>(i: I) -> ParserResult<I, FieldArray> {
+    // Patched for warren (README.md): counts the nesting.
     let _level = NestingLevel::enter();
     context(
         "parse_field_array",
@@ -313,16 +352,18 @@ pub fn parse_field_array<I: ParsableInput>(i: I) -> ParserResult<I, FieldArray> 
                 },
             )),
         ),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse a [Timestamp](../type.Timestamp.html)
 pub fn parse_timestamp<I: ParsableInput>(i: I) -> ParserResult<I, Timestamp> {
-    context("parse_timestamp", parse_long_long_uint)(i)
+    context("parse_timestamp", parse_long_long_uint).parse(i)
 }
 
 /// Parse a [FieldTable](../type.FieldTable.html)
 pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> {
+    // Patched for warren (README.md): counts the nesting.
     let _level = NestingLevel::enter();
     context(
         "parse_field_table",
@@ -340,7 +381,8 @@ pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> 
                 },
             )),
         ),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse a [ByteArray](../type.ByteArray.html)
@@ -350,47 +392,30 @@ pub fn parse_byte_array<I: ParsableInput>(i: I) -> ParserResult<I, ByteArray> {
         map(flat_map(parse_long_uint, take), |i: I| {
             i.iter_elements().collect::<Vec<u8>>().into()
         }),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Parse the [AMQPFlags](../type.AMQPFlags.html) for which the names are provided
 pub fn parse_flags<I: ParsableInput>(i: I, names: &[&str]) -> ParserResult<I, AMQPFlags> {
     context(
         "parse_flags",
-        map(take((names.len() + 7) / 8), |b| {
+        map(take(names.len().div_ceil(8)), |b| {
             AMQPFlags::from_bytes(names, b)
         }),
-    )(i)
+    )
+    .parse(i)
 }
 
 /// Traits required for parsing
 pub mod traits {
     /// Reexport nom traits required for parsing
-    pub use nom::{Compare, InputIter, InputLength, InputTake, Needed, Slice, UnspecializedInput};
+    pub use nom::{Compare, CompareResult, Input, Needed};
 
     /// Trait used to ensure we can properly parse input
-    pub trait ParsableInput:
-        Clone
-        + Compare<&'static [u8]>
-        + InputIter<Item = u8>
-        + InputLength
-        + InputTake
-        + Slice<std::ops::RangeFrom<usize>>
-        + PartialEq
-    {
-    }
+    pub trait ParsableInput: Clone + Compare<&'static [u8]> + Input<Item = u8> + PartialEq {}
 
-    impl<
-            T: Clone
-                + Compare<&'static [u8]>
-                + InputIter<Item = u8>
-                + InputLength
-                + InputTake
-                + PartialEq
-                + Slice<std::ops::RangeFrom<usize>>,
-        > ParsableInput for T
-    {
-    }
+    impl<T: Clone + Compare<&'static [u8]> + Input<Item = u8> + PartialEq> ParsableInput for T {}
 }
 
 #[cfg(test)]
@@ -414,20 +439,20 @@ mod test {
     #[test]
     fn test_parse_raw_value() {
         assert_eq!(
-            parse_raw_value(AMQPType::Timestamp)(&[42, 42, 42, 42, 42, 42, 42, 42][..]),
+            parse_raw_value(AMQPType::Timestamp).parse(&[42, 42, 42, 42, 42, 42, 42, 42][..]),
             Ok((EMPTY, AMQPValue::Timestamp(3038287259199220266)))
         );
         assert_eq!(
-            parse_raw_value(AMQPType::LongString)(&[0, 0, 0, 4, 116, 101, 115, 116][..]),
+            parse_raw_value(AMQPType::LongString).parse(&[0, 0, 0, 4, 116, 101, 115, 116][..]),
             Ok((EMPTY, AMQPValue::LongString("test".into())))
         );
         /* Test internal exceptions */
         assert_eq!(
-            parse_raw_value(AMQPType::LongLongUInt)(&[42, 42, 42, 42, 42, 42, 42, 42][..]),
+            parse_raw_value(AMQPType::LongLongUInt).parse(&[42, 42, 42, 42, 42, 42, 42, 42][..]),
             Ok((EMPTY, AMQPValue::LongLongInt(3038287259199220266)))
         );
         assert_eq!(
-            parse_raw_value(AMQPType::ShortString)(&[4, 116, 101, 115, 116][..]),
+            parse_raw_value(AMQPType::ShortString).parse(&[4, 116, 101, 115, 116][..]),
             Ok((EMPTY, AMQPValue::ShortString("test".into())))
         );
     }
@@ -664,6 +689,8 @@ mod test {
     }
 }
 
+/// Patched for warren (README.md): the tests of the nesting limit and of short strings that are
+/// not UTF-8.
 #[cfg(test)]
 mod nesting_tests {
     use super::*;
@@ -714,7 +741,9 @@ mod nesting_tests {
         assert_eq!(depth, MAX_NESTING_DEPTH);
         let cut = cut.expect("the table at the limit holds the rest as raw bytes");
         assert!(is_beyond_nesting_limit(&cut, depth));
-        let AMQPValue::ByteArray(raw) = cut else { unreachable!() };
+        let AMQPValue::ByteArray(raw) = cut else {
+            unreachable!()
+        };
         // The raw value is the exact encoding of the remaining levels, type tag first.
         let rest = nested_table(20_000 - MAX_NESTING_DEPTH);
         assert_eq!(raw.as_slice()[0], b'F');
@@ -732,6 +761,30 @@ mod nesting_tests {
         assert!(has_replaced_bytes(&s));
         let (_, ok) = parse_short_string(&[2u8, b'o', b'k'][..]).unwrap();
         assert!(!has_replaced_bytes(&ok));
+    }
+
+    #[test]
+    fn a_replaced_short_string_is_cut_to_fit_a_short_string() {
+        // 255 invalid bytes read as 765 bytes of U+FFFD: ShortString::from panicked on them.
+        let mut bytes = vec![255u8];
+        bytes.extend(std::iter::repeat_n(0xffu8, 255));
+        let (rest, s) = parse_short_string(bytes.as_slice()).expect("parses");
+        assert!(rest.is_empty());
+        assert_eq!(s.as_str().len(), 255);
+        assert!(s.as_str().chars().all(|c| c == char::REPLACEMENT_CHARACTER));
+        assert!(has_replaced_bytes(&s));
+        // A cut that would split a U+FFFD ends before it.
+        let mut bytes = vec![255u8, b'x'];
+        bytes.extend(std::iter::repeat_n(0xffu8, 254));
+        let (_, s) = parse_short_string(bytes.as_slice()).expect("parses");
+        assert_eq!(s.as_str().len(), 253);
+        // Generated again, the length prefix matches the bytes.
+        let (written, _) = crate::generation::gen_short_string(s.as_str())(
+            cookie_factory::WriteContext::from(Vec::new()),
+        )
+        .unwrap()
+        .into_inner();
+        assert_eq!(written[0] as usize, written.len() - 1);
     }
 
     #[test]

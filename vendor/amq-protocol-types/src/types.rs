@@ -2,7 +2,7 @@ use crate::value::AMQPValue;
 
 use std::{
     borrow,
-    collections::{btree_map, BTreeMap},
+    collections::{BTreeMap, btree_map},
     fmt, str,
 };
 
@@ -56,6 +56,7 @@ impl AMQPType {
     /// We don't strictly follow the spec here but rather the RabbitMQ implementation
     /// 's' means ShortInt (like 'U') instead of ShortString
     /// 'l' and 'L' both mean LongLongInt (no LongLongUInt)
+    #[must_use]
     pub fn from_id(id: char) -> Option<AMQPType> {
         match id {
             't' => Some(AMQPType::Boolean),
@@ -86,6 +87,7 @@ impl AMQPType {
     /// ShortString doesn't have an id, we return '_' instead
     /// ShortInt is supposed to be 'U' but we use 's'
     /// LongLongUInt is supposed to be 'L' but we return 'l' as LongLongInt
+    #[must_use]
     pub fn get_id(self) -> char {
         match self {
             AMQPType::Boolean => 't',
@@ -115,36 +117,55 @@ impl AMQPType {
 
 impl fmt::Display for AMQPType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_fmt(format_args!("{:?}", self))
+        f.write_fmt(format_args!("{self:?}"))
     }
 }
 
-/// A bool
+/// AMQP boolean (`t`): a single true/false value.
 pub type Boolean = bool;
-/// An i8
+/// AMQP short-short-int (`b`): a signed 8-bit integer.
 pub type ShortShortInt = i8;
-/// A u8
+/// AMQP short-short-uint (`B`): an unsigned 8-bit integer.
 pub type ShortShortUInt = u8;
-/// An i16
+/// AMQP short-int (`U`): a signed 16-bit integer.
 pub type ShortInt = i16;
-/// A u16
+/// AMQP short-uint (`u`): an unsigned 16-bit integer.
 pub type ShortUInt = u16;
-/// An i32
+/// AMQP long-int (`I`): a signed 32-bit integer.
 pub type LongInt = i32;
-/// A u32
+/// AMQP long-uint (`i`): an unsigned 32-bit integer.
 pub type LongUInt = u32;
-/// An i64
+/// AMQP long-long-int (`L`): a signed 64-bit integer.
 pub type LongLongInt = i64;
-/// A u64
+/// AMQP long-long-uint (`l`): an unsigned 64-bit integer.
 pub type LongLongUInt = u64;
-/// A f32
+/// AMQP float (`f`): a 32-bit IEEE 754 floating-point value.
 pub type Float = f32;
-/// A f64
+/// AMQP double (`d`): a 64-bit IEEE 754 floating-point value.
 pub type Double = f64;
-/// A timestamp (u64)
+/// AMQP timestamp (`T`): a 64-bit POSIX timestamp (seconds since the Unix epoch).
 pub type Timestamp = LongLongUInt;
-/// No value
+/// AMQP void: the absence of a value, equivalent to `()`.
 pub type Void = ();
+
+/// Maximum byte length of a [ShortString]
+pub const MAX_SHORT_STRING_LENGTH: usize = ShortShortUInt::MAX as usize;
+
+/// Error returned when constructing a [ShortString] from a string that exceeds [MAX_SHORT_STRING_LENGTH]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShortStringError(usize);
+
+impl fmt::Display for ShortStringError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ShortString exceeds maximum length of {MAX_SHORT_STRING_LENGTH} bytes (got {})",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ShortStringError {}
 
 /// A String (deprecated)
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
@@ -171,22 +192,32 @@ pub struct DecimalValue {
     pub value: LongUInt,
 }
 
-impl<'a> ShortString {
+impl ShortString {
     /// Get a reference to a ShortString as &str
-    pub fn as_str(&'a self) -> &'a str {
+    #[must_use]
+    pub fn as_str(&self) -> &str {
         self.0.as_str()
+    }
+
+    /// Fallibly construct a [ShortString], returning an error if the string exceeds [MAX_SHORT_STRING_LENGTH] bytes
+    pub fn try_new(s: impl Into<String>) -> Result<Self, ShortStringError> {
+        let s = s.into();
+        if s.len() > MAX_SHORT_STRING_LENGTH {
+            return Err(ShortStringError(s.len()));
+        }
+        Ok(Self(s))
     }
 }
 
 impl From<String> for ShortString {
     fn from(s: String) -> Self {
-        Self(s)
+        Self::try_new(s).expect("ShortString exceeds maximum length")
     }
 }
 
 impl From<&str> for ShortString {
     fn from(s: &str) -> Self {
-        s.to_owned().into()
+        Self::try_new(s).expect("ShortString exceeds maximum length")
     }
 }
 
@@ -202,10 +233,29 @@ impl fmt::Display for ShortString {
     }
 }
 
-impl<'a> LongString {
+impl From<ShortString> for String {
+    fn from(value: ShortString) -> Self {
+        value.0
+    }
+}
+
+impl LongString {
     /// Get a reference to a LongString as &[u8]
-    pub fn as_bytes(&'a self) -> &'a [u8] {
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
         &self.0[..]
+    }
+
+    /// Get the length of the inner bytes array
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Check whether the inner bytes array is empty or not
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -226,6 +276,7 @@ impl fmt::Display for LongString {
 
 impl FieldArray {
     /// Get the inner values as a slice
+    #[must_use]
     pub fn as_slice(&self) -> &[AMQPValue] {
         self.0.as_slice()
     }
@@ -244,16 +295,19 @@ impl From<Vec<AMQPValue>> for FieldArray {
 
 impl FieldTable {
     /// Insert a new entry in the table
-    pub fn insert(&mut self, k: ShortString, v: AMQPValue) {
+    pub fn insert(&mut self, k: ShortString, v: AMQPValue) -> &mut Self {
         self.0.insert(k, v);
+        self
     }
 
     /// Check whether the table contains the given key
+    #[must_use]
     pub fn contains_key(&self, k: &str) -> bool {
         self.0.contains_key(k)
     }
 
     /// Access the inner BTreeMap to perform lookups
+    #[must_use]
     pub fn inner(&self) -> &BTreeMap<ShortString, AMQPValue> {
         &self.0
     }
@@ -276,16 +330,19 @@ impl From<BTreeMap<ShortString, AMQPValue>> for FieldTable {
 
 impl ByteArray {
     /// Get the inner bytes array as slice
+    #[must_use]
     pub fn as_slice(&self) -> &[u8] {
         self.0.as_slice()
     }
 
     /// Get the length of the inner bytes array
+    #[must_use]
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
     /// Check whether the ByteArray is empty
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -353,5 +410,15 @@ mod test {
         ] {
             assert_eq!(left, right);
         }
+    }
+
+    #[test]
+    fn short_string_length_limit() {
+        assert!(ShortString::try_new("ok").is_ok());
+        assert!(ShortString::try_new("a".repeat(255)).is_ok());
+        assert_eq!(
+            ShortString::try_new("a".repeat(256)),
+            Err(ShortStringError(256))
+        );
     }
 }

@@ -1,26 +1,35 @@
+use async_rs::Runtime;
 use lapin::{
-    message::DeliveryResult,
-    options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, QueueDeclareOptions},
-    types::FieldTable,
     BasicProperties, Connection, ConnectionProperties,
+    message::DeliveryResult,
+    options::{
+        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions,
+        QueueDeclareOptions,
+    },
+    types::FieldTable,
 };
 
-#[tokio::main]
-async fn main() {
-    let uri = "amqp://localhost:5672";
-    let options = ConnectionProperties::default()
-        // Use tokio executor and reactor.
-        // At the moment the reactor is only available for unix.
-        .with_executor(tokio_executor_trait::Tokio::current())
-        .with_reactor(tokio_reactor_trait::Tokio);
+async fn tokio_main(forever: bool) {
+    if std::env::var("RUST_LOG").is_err() {
+        unsafe { std::env::set_var("RUST_LOG", "info") };
+    }
 
-    let connection = Connection::connect(uri, options).await.unwrap();
+    tracing_subscriber::fmt::init();
+
+    let addr = std::env::var("AMQP_ADDR").unwrap_or_else(|_| "amqp://127.0.0.1:5672/%2f".into());
+    let connection = Connection::connect_with_runtime(
+        &addr,
+        ConnectionProperties::default(),
+        Runtime::tokio_current(),
+    )
+    .await
+    .unwrap();
     let channel = connection.create_channel().await.unwrap();
 
     let _queue = channel
         .queue_declare(
-            "queue_test",
-            QueueDeclareOptions::default(),
+            "queue_test".into(),
+            QueueDeclareOptions::durable(),
             FieldTable::default(),
         )
         .await
@@ -28,8 +37,8 @@ async fn main() {
 
     let consumer = channel
         .basic_consume(
-            "queue_test",
-            "tag_foo",
+            "queue_test".into(),
+            "tag_foo".into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )
@@ -59,8 +68,8 @@ async fn main() {
 
     channel
         .basic_publish(
-            "",
-            "queue_test",
+            "".into(),
+            "queue_test".into(),
             BasicPublishOptions::default(),
             b"Hello world!",
             BasicProperties::default(),
@@ -70,5 +79,23 @@ async fn main() {
         .await
         .unwrap();
 
-    std::future::pending::<()>().await;
+    if forever {
+        std::future::pending::<()>().await;
+    } else {
+        channel
+            .basic_cancel("tag_foo".into(), BasicCancelOptions::default())
+            .await
+            .unwrap();
+        connection.close(200, "OK".into()).await.unwrap();
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    tokio_main(true).await
+}
+
+#[tokio::test]
+async fn connection() {
+    tokio_main(false).await
 }

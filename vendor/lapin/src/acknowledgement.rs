@@ -1,67 +1,69 @@
 use crate::{
+    Error, Promise, PromiseResolver,
     id_sequence::IdSequence,
     protocol::{AMQPError, AMQPSoftError},
     publisher_confirm::{Confirmation, PublisherConfirm},
     returned_messages::ReturnedMessages,
+    shared::SharedMutex,
     types::DeliveryTag,
-    Error, Promise,
 };
-use parking_lot::Mutex;
-use std::{
-    collections::{HashMap, HashSet},
-    fmt,
-    sync::Arc,
-};
+use std::{collections::HashMap, fmt, sync::MutexGuard};
 use tracing::trace;
 
 #[derive(Clone)]
-pub(crate) struct Acknowledgements(Arc<Mutex<Inner>>);
+pub(crate) struct Acknowledgements(SharedMutex<Inner>);
 
-type AMQPResult = std::result::Result<(), AMQPError>;
-type ConfirmationBroadcaster = pinky_swear::PinkyErrorBroadcaster<Confirmation, Error>;
+type AMQPResult = Result<(), AMQPError>;
 
 impl Acknowledgements {
     pub(crate) fn new(channel_id: u16, returned_messages: ReturnedMessages) -> Self {
-        Self(Arc::new(Mutex::new(Inner::new(
-            channel_id,
-            returned_messages,
-        ))))
+        Self(SharedMutex::new(Inner::new(channel_id, returned_messages)))
     }
 
     pub(crate) fn register_pending(&self) -> PublisherConfirm {
-        self.0.lock().register_pending()
+        self.lock_inner().register_pending()
     }
 
     pub(crate) fn get_last_pending(&self) -> Option<Promise<()>> {
-        Some(self.0.lock().last.take()?.1)
+        self.lock_inner().last.take()
     }
 
     pub(crate) fn ack(&self, delivery_tag: DeliveryTag) -> AMQPResult {
-        self.0.lock().drop_pending(delivery_tag, true)
+        self.lock_inner().drop_pending(delivery_tag, true)
     }
 
     pub(crate) fn nack(&self, delivery_tag: DeliveryTag) -> AMQPResult {
-        self.0.lock().drop_pending(delivery_tag, false)
+        self.lock_inner().drop_pending(delivery_tag, false)
     }
 
     pub(crate) fn ack_all_pending(&self) {
-        self.0.lock().drop_all(true);
+        self.lock_inner().drop_all(true);
     }
 
     pub(crate) fn nack_all_pending(&self) {
-        self.0.lock().drop_all(false);
+        self.lock_inner().drop_all(false);
     }
 
     pub(crate) fn ack_all_before(&self, delivery_tag: DeliveryTag) -> AMQPResult {
-        self.0.lock().complete_pending_before(delivery_tag, true)
+        self.lock_inner()
+            .complete_pending_before(delivery_tag, true)
     }
 
     pub(crate) fn nack_all_before(&self, delivery_tag: DeliveryTag) -> AMQPResult {
-        self.0.lock().complete_pending_before(delivery_tag, false)
+        self.lock_inner()
+            .complete_pending_before(delivery_tag, false)
     }
 
     pub(crate) fn on_channel_error(&self, error: Error) {
-        self.0.lock().on_channel_error(error);
+        self.lock_inner().on_channel_error(error);
+    }
+
+    pub(crate) fn reset(&self, error: Error) {
+        self.lock_inner().reset(error);
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.0.lock()
     }
 }
 
@@ -81,8 +83,8 @@ impl fmt::Debug for Acknowledgements {
 struct Inner {
     channel_id: u16,
     delivery_tag: IdSequence<DeliveryTag>,
-    last: Option<(DeliveryTag, Promise<()>)>,
-    pending: HashMap<DeliveryTag, ConfirmationBroadcaster>,
+    last: Option<Promise<()>>,
+    pending: HashMap<DeliveryTag, (PromiseResolver<Confirmation>, PromiseResolver<()>)>,
     returned_messages: ReturnedMessages,
 }
 
@@ -100,41 +102,40 @@ impl Inner {
     fn register_pending(&mut self) -> PublisherConfirm {
         let delivery_tag = self.delivery_tag.next();
         trace!("Publishing with delivery_tag {}", delivery_tag);
-        let (promise, broadcaster) = ConfirmationBroadcaster::new();
+        let (promise, resolver) = Promise::new("acknowledgement");
+        let (err_promise, err_resolver) = Promise::new("acknowledgement-error");
         let promise = PublisherConfirm::new(promise, self.returned_messages.clone());
-        if let Some((delivery_tag, promise)) = self.last.take() {
-            if let Some(broadcaster) = self.pending.get(&delivery_tag) {
-                broadcaster.unsubscribe(promise);
-            }
-        }
-        self.last = Some((delivery_tag, broadcaster.subscribe()));
-        self.pending.insert(delivery_tag, broadcaster);
+        self.last = Some(err_promise);
+        self.pending.insert(delivery_tag, (resolver, err_resolver));
         promise
     }
 
-    fn complete_pending(&mut self, success: bool, resolver: ConfirmationBroadcaster) {
-        let returned_message = self.returned_messages.get_waiting_message().map(Box::new);
-        resolver.swear(Ok(if success {
+    fn complete_pending(
+        &mut self,
+        success: bool,
+        delivery_tag: DeliveryTag,
+        resolvers: (PromiseResolver<Confirmation>, PromiseResolver<()>),
+    ) {
+        let returned_message = self.returned_messages.get_waiting_message();
+        resolvers.0.resolve(if success {
             Confirmation::Ack(returned_message)
         } else {
             Confirmation::Nack(returned_message)
-        }));
+        });
+        if Some(delivery_tag) == self.delivery_tag.current() {
+            resolvers.1.resolve(());
+        }
     }
 
     fn drop_all(&mut self, success: bool) {
-        for resolver in self
-            .pending
-            .drain()
-            .map(|(_, resolver)| resolver)
-            .collect::<Vec<_>>()
-        {
-            self.complete_pending(success, resolver);
+        for (delivery_tag, resolvers) in std::mem::take(&mut self.pending) {
+            self.complete_pending(success, delivery_tag, resolvers);
         }
     }
 
     fn drop_pending(&mut self, delivery_tag: DeliveryTag, success: bool) -> AMQPResult {
-        if let Some(resolver) = self.pending.remove(&delivery_tag) {
-            self.complete_pending(success, resolver);
+        if let Some(resolvers) = self.pending.remove(&delivery_tag) {
+            self.complete_pending(success, delivery_tag, resolvers);
             Ok(())
         } else {
             Err(AMQPError::new(
@@ -153,13 +154,17 @@ impl Inner {
     }
 
     fn complete_pending_before(&mut self, delivery_tag: DeliveryTag, success: bool) -> AMQPResult {
+        // Tags are collected from self.pending, so drop_pending should never fail here.
+        // Multiple errors are unlikely, and if they occur they are likely identical; callers
+        // also handle the underlying acknowledgement state independently, so returning the
+        // last error is sufficient.
         let mut res = Ok(());
         for tag in self
             .pending
             .keys()
             .filter(|tag| **tag <= delivery_tag)
             .cloned()
-            .collect::<HashSet<DeliveryTag>>()
+            .collect::<Vec<DeliveryTag>>()
         {
             if let Err(err) = self.drop_pending(tag, success) {
                 res = Err(err);
@@ -169,8 +174,17 @@ impl Inner {
     }
 
     fn on_channel_error(&mut self, error: Error) {
-        for (_, resolver) in self.pending.drain() {
-            resolver.swear(Err(error.clone()));
+        for (delivery_tag, resolvers) in self.pending.drain() {
+            resolvers.0.reject(error.clone());
+            if Some(delivery_tag) == self.delivery_tag.current() {
+                resolvers.1.reject(error.clone());
+            }
         }
+        self.returned_messages.clear_dropped_confirms();
+    }
+
+    fn reset(&mut self, error: Error) {
+        self.delivery_tag = IdSequence::new(false);
+        self.on_channel_error(error);
     }
 }

@@ -1,12 +1,8 @@
-use crate::{
-    message::BasicGetMessage,
-    options::BasicGetOptions,
-    topology_internal::BasicGetDefinitionInternal,
-    types::{PayloadSize, ShortString},
-    BasicProperties, PromiseResolver,
+use crate::{BasicProperties, PromiseResolver, message::BasicGetMessage, types::PayloadSize};
+use std::{
+    fmt,
+    sync::{Arc, Mutex, MutexGuard},
 };
-use parking_lot::Mutex;
-use std::{fmt, sync::Arc};
 
 #[derive(Clone, Default)]
 pub(crate) struct BasicGetDelivery(Arc<Mutex<Inner>>);
@@ -14,14 +10,10 @@ pub(crate) struct BasicGetDelivery(Arc<Mutex<Inner>>);
 impl BasicGetDelivery {
     pub(crate) fn start_new_delivery(
         &self,
-        queue: ShortString,
-        options: BasicGetOptions,
         message: BasicGetMessage,
         resolver: PromiseResolver<Option<BasicGetMessage>>,
     ) {
-        self.0
-            .lock()
-            .start_new_delivery(queue, options, message, resolver);
+        self.lock_inner().start_new_delivery(message, resolver);
     }
 
     pub(crate) fn handle_content_header_frame(
@@ -29,23 +21,16 @@ impl BasicGetDelivery {
         size: PayloadSize,
         properties: BasicProperties,
     ) {
-        self.0.lock().handle_content_header_frame(size, properties);
+        self.lock_inner()
+            .handle_content_header_frame(size, properties);
     }
 
     pub(crate) fn handle_body_frame(&self, remaining_size: PayloadSize, payload: Vec<u8>) {
-        self.0.lock().handle_body_frame(remaining_size, payload);
+        self.lock_inner().handle_body_frame(remaining_size, payload);
     }
 
-    pub(crate) fn recover(&self) -> Option<BasicGetDefinitionInternal> {
-        self.0
-            .lock()
-            .0
-            .take()
-            .map(|inner| BasicGetDefinitionInternal {
-                queue: inner.queue,
-                options: inner.options,
-                resolver: inner.resolver,
-            })
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -61,17 +46,10 @@ struct Inner(Option<InnerData>);
 impl Inner {
     fn start_new_delivery(
         &mut self,
-        queue: ShortString,
-        options: BasicGetOptions,
         message: BasicGetMessage,
         resolver: PromiseResolver<Option<BasicGetMessage>>,
     ) {
-        self.0 = Some(InnerData {
-            queue,
-            options,
-            message,
-            resolver,
-        });
+        self.0 = Some(InnerData { message, resolver });
     }
 
     fn handle_content_header_frame(&mut self, size: PayloadSize, properties: BasicProperties) {
@@ -94,14 +72,12 @@ impl Inner {
 
     fn new_delivery_complete(&mut self) {
         if let Some(inner) = self.0.take() {
-            inner.resolver.swear(Ok(Some(inner.message)));
+            inner.resolver.resolve(Some(inner.message));
         }
     }
 }
 
 struct InnerData {
-    queue: ShortString,
-    options: BasicGetOptions,
     message: BasicGetMessage,
     resolver: PromiseResolver<Option<BasicGetMessage>>,
 }

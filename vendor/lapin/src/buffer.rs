@@ -33,6 +33,12 @@ impl Buffer {
         }
     }
 
+    pub(crate) fn reset(&mut self) {
+        self.position = 0;
+        self.end = 0;
+        self.available_data = 0;
+    }
+
     pub(crate) fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
             end: self.end,
@@ -75,24 +81,16 @@ impl Buffer {
             let (old, new) = self.memory.split_at_mut(old_capacity);
             if self.end < growth {
                 // There is enough room in the new end for this whole "tail".
-                new[..].copy_from_slice(&old[..self.end]);
+                new.copy_from_slice(&old[..self.end]);
                 self.end += old_capacity;
             } else {
                 // Fill the new end with as much data as we can.
-                // We also update the end pointer to the future right location.
-                // We still have [growth..old_end] to move into [..new_end]
-                new[..].copy_from_slice(&old[..growth]);
+                new.copy_from_slice(&old[..growth]);
+                // We still have [growth..old_end] to move into [0..new_end]
+                // copy_within handles the overlap correctly, if any.
+                self.memory.copy_within(growth..self.end, 0);
+                // We also update the end pointer to the right location.
                 self.end -= growth;
-                if self.end < growth {
-                    // Less than half the data is yet to be moved, we can split + copy.
-                    let (start, data) = self.memory.split_at_mut(growth);
-                    start[..].copy_from_slice(&data[..self.end])
-                } else {
-                    // Not enough room to split + copy, we copy each byte one at a time.
-                    for i in 0..=self.end {
-                        self.memory[i] = self.memory[i + growth];
-                    }
-                }
             }
         }
 
@@ -101,15 +99,17 @@ impl Buffer {
 
     /// Grows the buffer to `new_size` for a frame larger than it, keeping the data already
     /// read (at the start of the new memory, so the ring's wrap-around needs no special case).
-    /// Patched for warren (see README.md): upstream's buffers never grow after the tune.
+    /// Patched for warren (see README.md): upstream grows its buffers only at the tune, while
+    /// they are empty (its `grow` copies a wrapped tail into a slice of another length).
     pub(crate) fn grow_for_frame(&mut self, new_size: usize) {
         if self.capacity >= new_size {
             return;
         }
         let mut memory = vec![0; new_size];
-        let first = std::cmp::min(self.available_data, self.capacity - self.position);
+        let first = cmp::min(self.available_data, self.capacity - self.position);
         memory[..first].copy_from_slice(&self.memory[self.position..self.position + first]);
-        memory[first..self.available_data].copy_from_slice(&self.memory[..self.available_data - first]);
+        memory[first..self.available_data]
+            .copy_from_slice(&self.memory[..self.available_data - first]);
         self.memory = memory;
         self.capacity = new_size;
         self.position = 0;
@@ -117,6 +117,7 @@ impl Buffer {
     }
 
     /// The first `N` bytes of the data, wherever the ring wraps, or `None` if fewer are there.
+    /// Patched for warren (see README.md).
     pub(crate) fn peek<const N: usize>(&self) -> Option<[u8; N]> {
         if self.available_data < N {
             return None;
@@ -152,7 +153,7 @@ impl Buffer {
         cnt
     }
 
-    pub(crate) fn poll_write_to<T: AsyncWrite>(
+    pub(crate) fn poll_write_to<T: AsyncWrite + ?Sized>(
         &self,
         cx: &mut Context<'_>,
         writer: Pin<&mut T>,
@@ -172,7 +173,7 @@ impl Buffer {
         }
     }
 
-    pub(crate) fn poll_read_from<T: AsyncRead>(
+    pub(crate) fn poll_read_from<T: AsyncRead + ?Sized>(
         &mut self,
         cx: &mut Context<'_>,
         reader: Pin<&mut T>,
@@ -194,8 +195,7 @@ impl Buffer {
     }
 
     pub(crate) fn offset(&self, buf: ParsingContext<'_>) -> usize {
-        let data = &self.memory[self.position..self.position];
-        let dataptr = data.as_ptr() as usize;
+        let dataptr = self.memory[self.position..].as_ptr() as usize;
         let bufptr = buf.as_ptr() as usize;
 
         if dataptr < bufptr {
@@ -251,7 +251,7 @@ impl BackToTheBuffer for &mut Buffer {
     >(
         s: WriteContext<Self>,
         reserved: usize,
-        gen: &Gen,
+        generator: &Gen,
         before: &Before,
     ) -> Result<WriteContext<Self>, GenError> {
         if s.write.available_space() < reserved {
@@ -261,10 +261,11 @@ impl BackToTheBuffer for &mut Buffer {
         }
         let start = s.write.checkpoint();
         s.write.fill(reserved);
-        gen(s).and_then(|(s, tmp)| {
+        generator(s).and_then(|(s, tmp)| {
             let mut end = s.write.checkpoint();
             end.backwards = false;
             s.write.rollback(start);
+            #[allow(clippy::manual_inspect)]
             before(s, tmp).map(|s| {
                 s.write.rollback(end);
                 s

@@ -1,52 +1,64 @@
 use crate::{
+    BasicProperties, ChannelState, ChannelStatus, Connection, ConnectionState, ConnectionStatus,
+    Error, ErrorKind, ExchangeKind, Promise, PromiseResolver, Result,
     acknowledgement::Acknowledgements,
-    auth::Credentials,
+    auth::AuthProvider,
     basic_get_delivery::BasicGetDelivery,
     channel_closer::ChannelCloser,
     channel_receiver_state::DeliveryCause,
-    channel_status::{ChannelState, ChannelStatus},
+    configuration::{NegotiatedConfig, RecoveryConfig},
     connection_closer::ConnectionCloser,
-    connection_status::{ConnectionState, ConnectionStep},
+    connection_step::ConnectionStep,
     consumer::Consumer,
     consumers::Consumers,
-    error_handler::ErrorHandler,
+    events::EventsSender,
     frames::{ExpectedReply, Frames},
     internal_rpc::InternalRPCHandle,
     message::{BasicGetMessage, BasicReturnMessage, Delivery},
+    promise::Cancelable,
     protocol::{self, AMQPClass, AMQPError, AMQPHardError},
     publisher_confirm::PublisherConfirm,
     queue::Queue,
     registry::Registry,
     returned_messages::ReturnedMessages,
     socket_state::SocketStateHandle,
-    topology::RestoredChannel,
-    topology_internal::ChannelDefinitionInternal,
+    topology::ChannelDefinition,
     types::*,
-    BasicProperties, Configuration, Connection, ConnectionStatus, Error, ExchangeKind, Promise,
-    PromiseResolver, Result,
 };
 use amq_protocol::frame::{AMQPContentHeader, AMQPFrame};
-use executor_trait::FullExecutor;
-use serde::{Deserialize, Serialize};
 use std::{convert::TryFrom, fmt, sync::Arc};
-use tracing::{error, info, level_enabled, trace, Level};
+use tracing::{error, info, trace};
 
 /// Main entry point for most AMQP operations.
 ///
 /// It serves as a lightweight connection and can be obtained from a
-///  [`Connection`] by calling [`Connection::create_channel`].
+/// [`Connection`] by calling [`Connection::create_channel`].
 ///
 /// See also the RabbitMQ documentation on [channels](https://www.rabbitmq.com/channels.html).
 ///
-/// [`Connection`]: ./struct.Connection.html
-/// [`Connection::create_channel`]: ./struct.Connection.html#method.create_channel
+/// # Sharing channels across threads
+///
+/// The AMQP specification and RabbitMQ both officially discourage sharing a
+/// channel across threads: the intent is that each OS thread owns its own
+/// channel exclusively.
+///
+/// Rust's async ecosystem changes the picture. Futures and tasks are *green
+/// threads* that are not pinned to a particular OS thread; work-stealing
+/// executors (such as Tokio's multi-threaded runtime) can migrate a task to a
+/// different OS thread between any two `.await` points. This means that even
+/// code that never deliberately shares a channel would violate the
+/// one-channel-per-thread rule under a work-stealing executor.
+///
+/// Lapin accounts for this: `Channel` is `Clone + Send + Sync` and all
+/// internal state is protected by the appropriate synchronisation primitives.
+/// It is therefore safe to clone a `Channel` and use the clones from different
+/// tasks — or from different OS threads — concurrently.
 #[derive(Clone)]
 pub struct Channel {
     id: ChannelId,
-    configuration: Configuration,
+    configuration: NegotiatedConfig,
     status: ChannelStatus,
     connection_status: ConnectionStatus,
-    global_registry: Registry,
     local_registry: Registry,
     acknowledgements: Acknowledgements,
     consumers: Consumers,
@@ -55,10 +67,10 @@ pub struct Channel {
     waker: SocketStateHandle,
     internal_rpc: InternalRPCHandle,
     frames: Frames,
-    error_handler: ErrorHandler,
-    executor: Arc<dyn FullExecutor + Send + Sync>,
+    events_sender: EventsSender,
     channel_closer: Option<Arc<ChannelCloser>>,
-    connection_closer: Option<Arc<ConnectionCloser>>,
+    _connection_closer: Option<Arc<ConnectionCloser>>,
+    recovery_config: RecoveryConfig,
 }
 
 impl PartialEq for Channel {
@@ -84,19 +96,20 @@ impl fmt::Debug for Channel {
 }
 
 impl Channel {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         channel_id: ChannelId,
-        configuration: Configuration,
+        configuration: NegotiatedConfig,
         connection_status: ConnectionStatus,
-        global_registry: Registry,
         waker: SocketStateHandle,
         internal_rpc: InternalRPCHandle,
         frames: Frames,
-        executor: Arc<dyn FullExecutor + Send + Sync>,
         connection_closer: Option<Arc<ConnectionCloser>>,
+        recovery_config: RecoveryConfig,
+        events_sender: EventsSender,
     ) -> Channel {
         let returned_messages = ReturnedMessages::default();
-        let status = ChannelStatus::default();
+        let status = ChannelStatus::new(channel_id, internal_rpc.clone());
         let channel_closer = if channel_id == 0 {
             None
         } else {
@@ -106,12 +119,11 @@ impl Channel {
                 internal_rpc.clone(),
             )))
         };
-        Channel {
+        Self {
             id: channel_id,
             configuration,
             status,
             connection_status,
-            global_registry,
             local_registry: Registry::default(),
             acknowledgements: Acknowledgements::new(channel_id, returned_messages.clone()),
             consumers: Consumers::default(),
@@ -120,90 +132,39 @@ impl Channel {
             waker,
             internal_rpc,
             frames,
-            error_handler: ErrorHandler::default(),
-            executor,
+            events_sender,
             channel_closer,
-            connection_closer,
+            _connection_closer: connection_closer,
+            recovery_config,
         }
     }
 
+    /// Return a snapshot of the current channel state.
+    #[must_use]
     pub fn status(&self) -> &ChannelStatus {
         &self.status
     }
 
-    pub fn on_error<E: FnMut(Error) + Send + 'static>(&self, handler: E) {
-        self.error_handler.set_handler(handler);
-    }
-
-    pub(crate) fn reset(&self) {
-        // FIXME
-    }
-
-    pub(crate) async fn restore(
-        &self,
-        ch: &ChannelDefinitionInternal,
-        c: &mut RestoredChannel,
-    ) -> Result<()> {
-        // First, redeclare all queues
-        for queue in &ch.queues {
-            if queue.is_declared() {
-                c.queues.push(
-                    self.queue_declare(
-                        queue.name.as_str(),
-                        queue.options.unwrap_or_default(),
-                        queue.arguments.clone().unwrap_or_default(),
-                    )
-                    .await?,
-                );
-            }
+    /// Wait for the channel to be recovered after a connection error.
+    ///
+    /// If auto-recovery is enabled and `error` is recoverable, this suspends
+    /// the caller until the IO loop has reconnected and replayed the topology.
+    /// Returns `Ok(())` when recovery is complete, or re-returns `error` if
+    /// recovery is not possible.
+    pub async fn wait_for_recovery(&self, error: Error) -> Result<()> {
+        if self.recovery_config.can_recover(&error)
+            && let Some(notifier) = error.notifier()
+        {
+            notifier.await;
+            return Ok(());
         }
-
-        // Second, redeclare all queues bindings
-        for queue in &ch.queues {
-            for binding in &queue.bindings {
-                self.queue_bind(
-                    queue.name.as_str(),
-                    binding.source.as_str(),
-                    binding.routing_key.as_str(),
-                    QueueBindOptions::default(),
-                    binding.arguments.clone(),
-                )
-                .await?;
-            }
-        }
-
-        // Third, redeclare all consumers
-        for consumer in &ch.consumers {
-            let original = consumer.original();
-            if let Some(original) = original.as_ref() {
-                original.reset();
-            }
-            c.consumers.push(
-                self.do_basic_consume(
-                    consumer.queue.as_str(),
-                    consumer.tag.as_str(),
-                    consumer.options,
-                    consumer.arguments.clone(),
-                    original,
-                )
-                .await?,
-            );
-        }
-
-        // Fourth, reemit pending basic_get
-        if let Some(original) = self.basic_get_delivery.recover() {
-            self.do_basic_get(
-                original.queue.as_str(),
-                original.options,
-                Some(original.resolver),
-            )
-            .await?;
-        }
-
-        Ok(())
+        Err(error)
     }
 
     pub(crate) fn set_closing(&self, error: Option<Error>) {
+        if let Some(error) = error.as_ref() {
+            self.status.poison_ackers(error.clone());
+        }
         self.set_state(ChannelState::Closing);
         if let Some(error) = error {
             self.error_publisher_confirms(error.clone());
@@ -214,6 +175,7 @@ impl Channel {
     }
 
     pub(crate) fn set_closed(&self, error: Error) {
+        self.status.poison_ackers(error.clone());
         self.set_state(ChannelState::Closed);
         self.error_publisher_confirms(error.clone());
         self.cancel_consumers();
@@ -222,6 +184,7 @@ impl Channel {
 
     // Only called in case of a protocol failure
     pub(crate) fn set_connection_error(&self, error: Error) {
+        self.status.poison_ackers(error.clone());
         self.set_state(ChannelState::Error);
         self.error_publisher_confirms(error.clone());
         self.error_consumers(error.clone());
@@ -237,37 +200,24 @@ impl Channel {
     }
 
     fn error_consumers(&self, error: Error) {
-        self.consumers.error(error);
+        let recover = self.recovery_config.can_recover(&error);
+        self.consumers.error(error, recover);
     }
 
     pub(crate) fn set_state(&self, state: ChannelState) {
         self.status.set_state(state);
     }
 
+    /// Return the numeric channel ID assigned by the server.
+    #[must_use]
     pub fn id(&self) -> ChannelId {
         self.id
     }
 
     pub(crate) fn clone_internal(&self) -> Self {
-        Self {
-            id: self.id,
-            configuration: self.configuration.clone(),
-            status: self.status.clone(),
-            connection_status: self.connection_status.clone(),
-            global_registry: self.global_registry.clone(),
-            local_registry: self.local_registry.clone(),
-            acknowledgements: self.acknowledgements.clone(),
-            consumers: self.consumers.clone(),
-            basic_get_delivery: self.basic_get_delivery.clone(),
-            returned_messages: self.returned_messages.clone(),
-            waker: self.waker.clone(),
-            internal_rpc: self.internal_rpc.clone(),
-            frames: self.frames.clone(),
-            error_handler: self.error_handler.clone(),
-            executor: self.executor.clone(),
-            channel_closer: None,
-            connection_closer: self.connection_closer.clone(),
-        }
+        let mut this = self.clone();
+        this.channel_closer = None;
+        this
     }
 
     fn wake(&self) {
@@ -289,48 +239,93 @@ impl Channel {
             );
             self.internal_rpc.close_connection(
                 error.get_id(),
-                error.get_message().to_string(),
+                error.get_message().clone(),
                 class_id,
                 method_id,
             );
-            Err(Error::ProtocolError(error))
+            Err(ErrorKind::ProtocolError(error).into())
         }
     }
 
-    pub async fn close(&self, reply_code: ReplyCode, reply_text: &str) -> Result<()> {
+    /// Perform a graceful AMQP channel close.
+    ///
+    /// Sends `Channel.Close` and waits for `Channel.Close-Ok`. Use
+    /// `reply_code = 200` and `reply_text = "OK"` for a normal shutdown.
+    pub async fn close(&self, reply_code: ReplyCode, reply_text: ShortString) -> Result<()> {
         self.do_channel_close(reply_code, reply_text, 0, 0).await
     }
 
+    /// Start a message consumer on `queue`.
+    ///
+    /// Returns a [`Consumer`] stream that yields [`Delivery`] values.
+    /// `consumer_tag` uniquely identifies this consumer on the channel; pass
+    /// an empty string to let the server generate one.
+    ///
+    /// See [`Consumer`] for acknowledgement and prefetch documentation.
     pub async fn basic_consume(
         &self,
-        queue: &str,
-        consumer_tag: &str,
+        queue: ShortString,
+        consumer_tag: ShortString,
         options: BasicConsumeOptions,
         arguments: FieldTable,
     ) -> Result<Consumer> {
-        self.do_basic_consume(queue, consumer_tag, options, arguments, None)
-            .await
+        let consumer = self
+            .do_basic_consume(queue, consumer_tag, options, arguments, None)
+            .await?;
+        Ok(consumer.external(self.id))
     }
 
+    /// Synchronously fetch a single message from `queue`.
+    ///
+    /// Returns `None` if the queue is empty, or `Some(`[`BasicGetMessage`]`)`.
+    /// Unlike [`basic_consume`], this does not establish a long-lived
+    /// consumer; it is a one-shot pull. For high-throughput use cases prefer
+    /// [`basic_consume`].
+    ///
+    /// [`basic_consume`]: Self::basic_consume
     pub async fn basic_get(
         &self,
-        queue: &str,
+        queue: ShortString,
         options: BasicGetOptions,
     ) -> Result<Option<BasicGetMessage>> {
         self.do_basic_get(queue, options, None).await
     }
 
+    /// Declare an exchange, creating it if it does not already exist.
+    ///
+    /// `kind` selects the exchange type (direct, fanout, topic, headers, or a
+    /// custom plugin type). Pass [`ExchangeDeclareOptions::default()`] for a
+    /// transient, non-internal, non-passive exchange. Setting
+    /// [`ExchangeDeclareOptions::passive`] makes the declaration a no-op that
+    /// only checks for the exchange's existence.
     pub async fn exchange_declare(
         &self,
-        exchange: &str,
+        exchange: ShortString,
         kind: ExchangeKind,
         options: ExchangeDeclareOptions,
         arguments: FieldTable,
     ) -> Result<()> {
-        self.do_exchange_declare(exchange, kind.kind(), options, arguments, kind.clone())
-            .await
+        self.do_exchange_declare(
+            exchange,
+            kind.kind().into(),
+            options,
+            arguments,
+            kind.clone(),
+        )
+        .await
     }
 
+    /// Wait for all outstanding publisher confirms and return any returned messages.
+    ///
+    /// Blocks until every [`PublisherConfirm`] produced by prior
+    /// [`basic_publish`] calls on this channel has been resolved by the
+    /// broker. Returns the list of messages that were returned (unroutable
+    /// mandatory or immediate messages).
+    ///
+    /// Requires publisher confirms to be enabled via [`confirm_select`].
+    ///
+    /// [`basic_publish`]: Self::basic_publish
+    /// [`confirm_select`]: Self::confirm_select
     pub async fn wait_for_confirms(&self) -> Result<Vec<BasicReturnMessage>> {
         if let Some(last_pending) = self.acknowledgements.get_last_pending() {
             trace!("Waiting for pending confirms");
@@ -356,28 +351,158 @@ impl Channel {
         self.consumers.register(tag, consumer);
     }
 
+    pub(crate) fn finalize_connection(&self) {
+        self.status.finalize_connection();
+    }
+
+    pub(crate) fn init_recovery(&self, error: Error) -> Error {
+        let err = self.status.set_reconnecting(error, self.topology());
+        self.frames.drop_frames_for_channel(self.id, err.clone());
+        self.poison(err.clone());
+        err
+    }
+
+    fn poison(&self, error: Error) {
+        self.frames.poison_channel(self.id, error);
+    }
+
+    pub(crate) fn update_recovery(&self) -> Option<ChannelDefinition> {
+        self.status.update_recovery_context(|ctx| {
+            // Cleanup any pending expecting reply
+            ctx.set_expected_replies(self.frames.take_expected_replies(self.id));
+            // Also reset the acknowledgements state for this channel
+            self.acknowledgements.reset(ctx.cause());
+            // Also drop frames poisoning
+            self.frames.drop_channel_poison(self.id);
+            ctx.topology()
+        })
+    }
+
+    pub(crate) async fn start_recovery(&self) -> Result<()> {
+        let topology = self
+            .update_recovery()
+            .ok_or_else(|| self.status.state_error("start_recovery"))?;
+
+        // First, reopen the channel
+        self.channel_open(self.clone()).await?;
+
+        // Reenable confirm_select if needed
+        if self.status.confirm() {
+            self.confirm_select(ConfirmSelectOptions::default()).await?;
+        }
+
+        // Reapply the QoS settings if any, before any consumer gets
+        // recreated, so that the broker doesn't flood us with deliveries
+        let qos = self.status.qos();
+        if let Some(prefetch_count) = qos.prefetch_count {
+            self.basic_qos(prefetch_count, BasicQosOptions { global: false })
+                .await?;
+        }
+        if let Some(prefetch_count) = qos.global_prefetch_count {
+            self.basic_qos(prefetch_count, BasicQosOptions { global: true })
+                .await?;
+        }
+
+        // Redeclare all exchanges
+        for ex in &topology.exchanges {
+            if ex.is_declared {
+                self.exchange_declare(
+                    ex.name.clone(),
+                    ex.kind.clone().unwrap_or_default(),
+                    ex.options.unwrap_or_default(),
+                    ex.arguments.clone().unwrap_or_default(),
+                )
+                .await?;
+            }
+        }
+
+        // Redeclare all exchange bindings
+        for ex in &topology.exchanges {
+            for binding in &ex.bindings {
+                self.exchange_bind(
+                    ex.name.clone(),
+                    binding.source.clone(),
+                    binding.routing_key.clone(),
+                    ExchangeBindOptions::default(),
+                    binding.arguments.clone(),
+                )
+                .await?;
+            }
+        }
+
+        // Redeclare all queues
+        for queue in &topology.queues {
+            if queue.is_declared {
+                self.queue_declare(
+                    queue.name.clone(),
+                    queue.options.unwrap_or_default(),
+                    queue.arguments.clone().unwrap_or_default(),
+                )
+                .await?;
+            }
+        }
+
+        // Redeclare all queues bindings
+        for queue in &topology.queues {
+            for binding in &queue.bindings {
+                self.queue_bind(
+                    queue.name.clone(),
+                    binding.source.clone(),
+                    binding.routing_key.clone(),
+                    QueueBindOptions::default(),
+                    binding.arguments.clone(),
+                )
+                .await?;
+            }
+        }
+
+        // Redeclare all consumers
+        for consumer in topology.consumers.iter().cloned() {
+            consumer.reset();
+            self.do_basic_consume(
+                consumer.queue().clone(),
+                consumer.tag().clone(),
+                consumer.options(),
+                consumer.arguments(),
+                Some(consumer),
+            )
+            .await?;
+        }
+
+        Ok(())
+    }
+
     pub(crate) fn send_method_frame(
         &self,
         method: AMQPClass,
-        resolver: PromiseResolver<()>,
+        canceler: Box<dyn Cancelable + Send + Sync>,
         expected_reply: Option<ExpectedReply>,
+        resolver: Option<PromiseResolver<()>>,
     ) {
-        self.send_frame(AMQPFrame::Method(self.id, method), resolver, expected_reply);
+        self.send_frame(
+            AMQPFrame::Method(self.id, method),
+            canceler,
+            expected_reply,
+            resolver,
+        );
     }
 
     pub(crate) fn send_frame(
         &self,
         frame: AMQPFrame,
-        resolver: PromiseResolver<()>,
+        canceler: Box<dyn Cancelable + Send + Sync>,
         expected_reply: Option<ExpectedReply>,
+        resolver: Option<PromiseResolver<()>>,
     ) {
         trace!(channel=%self.id, "send_frame");
-        self.frames.push(self.id, frame, resolver, expected_reply);
+        self.frames
+            .push(self.id, frame, canceler, expected_reply, resolver);
         self.wake();
     }
 
     async fn send_method_frame_with_body(
         &self,
+        ctx: &'static str,
         method: AMQPClass,
         payload: &[u8],
         properties: BasicProperties,
@@ -392,18 +517,19 @@ impl Channel {
         let frame_max = self.configuration.frame_max();
         let mut frames = vec![
             AMQPFrame::Method(self.id, method),
-            AMQPFrame::Header(self.id, class_id, Box::new(header)),
+            AMQPFrame::Header(self.id, header),
         ];
 
-        // a content body frame 8 bytes of overhead
+        let chunk_size = (frame_max as usize).saturating_sub(8 /* An empty body frame weighs 8 bytes of overhead that we cannot use for payload */).max(1);
         frames.extend(
             payload
-                .chunks(frame_max as usize - 8)
+                .chunks(chunk_size)
                 .map(|chunk| AMQPFrame::Body(self.id, chunk.into())),
         );
 
         trace!(channel=%self.id, "send_frames");
-        let promise = self.frames.push_frames(frames);
+        let (promise, resolver) = Promise::new(ctx);
+        self.frames.push_frames(self.id, frames, resolver);
         self.wake();
         promise.await?;
         Ok(publisher_confirms_result
@@ -414,20 +540,38 @@ impl Channel {
     /// refuses when larger than the negotiated frame_max by closing the whole connection
     /// (RabbitMQ: FRAME_ERROR, frame_too_large), taking every other channel's work with it.
     /// Such a publish fails alone here instead, before anything is sent.
-    fn check_content_header_fits(&self, properties: &BasicProperties) -> Result<()> {
+    pub(crate) fn check_content_header_fits(&self, properties: &BasicProperties) -> Result<()> {
         let frame_max = self.configuration.frame_max() as usize;
         let size = content_header_frame_size(properties)?;
         if frame_max > 0 && size > frame_max {
-            return Err(Error::ProtocolError(AMQPError::new(
+            return Err(ErrorKind::ProtocolError(AMQPError::new(
                 AMQPHardError::FRAMEERROR.into(),
                 format!(
-                    "content header frame too large: {} bytes, over the negotiated frame_max of {} bytes; not sent",
-                    size, frame_max
+                    "content header frame too large: {size} bytes, over the negotiated frame_max of {frame_max} bytes; not sent"
                 )
                 .into(),
-            )));
+            ))
+            .into());
         }
         Ok(())
+    }
+
+    pub(crate) fn report_protocol_violation(
+        &self,
+        error: AMQPError,
+        class_id: Identifier,
+        method_id: Identifier,
+    ) -> Result<()> {
+        error!(%error);
+        self.internal_rpc.close_connection(
+            error.get_id(),
+            error.get_message().clone(),
+            class_id,
+            method_id,
+        );
+        let error = Error::from(ErrorKind::ProtocolError(error));
+        self.internal_rpc.set_connection_error(error.clone());
+        Err(error)
     }
 
     fn handle_invalid_contents(
@@ -438,13 +582,7 @@ impl Channel {
     ) -> Result<()> {
         error!(%error);
         let error = AMQPError::new(AMQPHardError::UNEXPECTEDFRAME.into(), error.into());
-        self.internal_rpc.close_connection(
-            error.get_id(),
-            error.get_message().to_string(),
-            class_id,
-            method_id,
-        );
-        Err(Error::ProtocolError(error))
+        self.report_protocol_violation(error, class_id, method_id)
     }
 
     pub(crate) fn handle_content_header_frame(
@@ -475,17 +613,8 @@ impl Channel {
                 }
             },
             |msg| {
-                error!(%msg);
                 let error = AMQPError::new(AMQPHardError::FRAMEERROR.into(), msg.into());
-                self.internal_rpc.close_connection(
-                    error.get_id(),
-                    error.get_message().to_string(),
-                    class_id,
-                    0,
-                );
-                let error = Error::ProtocolError(error);
-                self.internal_rpc.set_connection_error(error.clone());
-                Err(error)
+                self.report_protocol_violation(error, class_id, 0)
             },
             |msg| self.handle_invalid_contents(msg, class_id, 0),
         )
@@ -513,10 +642,10 @@ impl Channel {
         )
     }
 
-    pub(crate) fn topology(&self) -> ChannelDefinitionInternal {
-        ChannelDefinitionInternal {
-            channel: Some(self.clone()),
-            queues: self.local_registry.queues_topology(true),
+    pub(crate) fn topology(&self) -> ChannelDefinition {
+        ChannelDefinition {
+            exchanges: self.local_registry.exchanges_topology(),
+            queues: self.local_registry.queues_topology(),
             consumers: self.consumers.topology(),
         }
     }
@@ -542,45 +671,39 @@ impl Channel {
         error!("Got a bad acknowledgement from server, closing channel");
         let channel = self.clone();
         let err = error.clone();
-        self.internal_rpc.register_internal_future(async move {
+        self.internal_rpc.spawn(async move {
             channel
                 .do_channel_close(
                     error.get_id(),
-                    error.get_message().as_str(),
+                    error.get_message().clone(),
                     class_id,
                     method_id,
                 )
                 .await
         });
-        Err(Error::ProtocolError(err))
-    }
-
-    fn before_connection_start_ok(
-        &self,
-        resolver: PromiseResolver<Connection>,
-        connection: Connection,
-        credentials: Credentials,
-    ) {
-        self.connection_status
-            .set_connection_step(ConnectionStep::StartOk(resolver, connection, credentials));
-    }
-
-    fn before_connection_open(&self, resolver: PromiseResolver<Connection>) {
-        self.connection_status
-            .set_connection_step(ConnectionStep::Open(resolver));
+        Err(ErrorKind::ProtocolError(err).into())
     }
 
     fn on_connection_close_ok_sent(&self, error: Error) {
-        if let Error::ProtocolError(_) = error {
-            self.internal_rpc.set_connection_error(error);
-        } else {
-            self.internal_rpc.set_connection_closed(error);
+        self.internal_rpc.finish_connection_shutdown();
+        if !self.recovery_config.can_recover(&error) {
+            if let ErrorKind::ProtocolError(_) = error.kind() {
+                self.internal_rpc.set_connection_error(error);
+            } else {
+                self.internal_rpc.set_connection_closed(error);
+            }
         }
     }
 
     fn next_expected_close_ok_reply(&self) -> Option<Reply> {
-        self.frames
-            .next_expected_close_ok_reply(self.id, Error::InvalidChannelState(ChannelState::Closed))
+        self.frames.next_expected_close_ok_reply(
+            self.id,
+            ErrorKind::InvalidChannelState(
+                ChannelState::Closed,
+                "unexpected channel.close-ok received",
+            )
+            .into(),
+        )
     }
 
     fn before_channel_close(&self) {
@@ -588,13 +711,13 @@ impl Channel {
     }
 
     fn on_channel_close_ok_sent(&self, error: Option<Error>) {
-        self.set_closed(
-            error
-                .clone()
-                .unwrap_or(Error::InvalidChannelState(ChannelState::Closing)),
-        );
+        let err = error.clone().unwrap_or_else(|| {
+            ErrorKind::InvalidChannelState(ChannelState::Closing, "channel.close-ok sent").into()
+        });
+        self.poison(err.clone());
+        self.set_closed(err);
         if let Some(error) = error {
-            self.error_handler.on_error(error);
+            self.events_sender.error(error.clone());
         }
     }
 
@@ -638,7 +761,7 @@ impl Channel {
             }
         }
         if self.configuration.channel_max() == 0 {
-            self.configuration.set_channel_max(ChannelId::max_value());
+            self.configuration.set_channel_max(ChannelId::MAX);
         }
 
         if frame_max != 0 {
@@ -649,184 +772,214 @@ impl Channel {
             }
         }
         if self.configuration.frame_max() == 0 {
-            self.configuration.set_frame_max(FrameSize::max_value());
+            self.configuration.set_frame_max(FrameSize::MAX);
         }
     }
 
-    fn on_connection_start_received(&self, method: protocol::connection::Start) -> Result<()> {
+    fn connection_process_error(
+        &self,
+        state: ConnectionState,
+        step: Option<ConnectionStep>,
+        resolver: Option<PromiseResolver<Connection>>,
+    ) -> Result<()> {
+        error!(
+            ?state,
+            step = step.as_ref().map(ConnectionStep::name),
+            "connection process error: invalid state"
+        );
+        let error: Error = ErrorKind::InvalidConnectionState(state).into();
+        self.internal_rpc.set_connection_error(error.clone());
+        if let Some((resolver, _)) = step.map(ConnectionStep::into_connection_resolver) {
+            resolver.reject(error.clone());
+        }
+        if let Some(resolver) = resolver {
+            resolver.reject(error.clone());
+        }
+        Err(error)
+    }
+
+    fn on_connection_start_received(
+        &self,
+        method: protocol::connection::Start,
+        step: ConnectionStep,
+    ) -> Result<()> {
         trace!(?method, "Server sent connection::Start");
+
         let state = self.connection_status.state();
-        let step = self.connection_status.connection_step_name();
-        if let (
-            ConnectionState::Connecting,
-            Some(ConnectionStep::ProtocolHeader(
-                resolver,
-                connection,
-                credentials,
-                mechanism,
-                mut options,
-            )),
-        ) = (state.clone(), self.connection_status.connection_step())
-        {
-            let mechanism_str = mechanism.to_string();
-            let locale = options.locale.clone();
+        if state != ConnectionState::Connecting {
+            return self.connection_process_error(state, Some(step), None);
+        }
 
-            if !method
-                .mechanisms
-                .to_string()
-                .split_whitespace()
-                .any(|m| m == mechanism_str)
-            {
-                error!(%mechanism, "unsupported mechanism");
+        match step {
+            ConnectionStep::ProtocolHeader(resolver, mut connection) => {
+                let configuration = connection.configuration_mut();
+                let auth_provider = configuration.auth_provider.clone();
+                let mechanism = auth_provider.mechanism();
+                let locale = configuration.amqp_locale.clone();
+
+                if !method
+                    .mechanisms
+                    .to_string()
+                    .split_whitespace()
+                    .any(|m| m == mechanism.as_str())
+                {
+                    error!(%mechanism, "unsupported mechanism");
+                }
+                if !method
+                    .locales
+                    .to_string()
+                    .split_whitespace()
+                    .any(|l| l == locale.as_str())
+                {
+                    error!(%locale, "unsupported locale");
+                }
+
+                if !configuration.amqp_client_properties.contains_key("product")
+                    || !configuration.amqp_client_properties.contains_key("version")
+                {
+                    configuration.amqp_client_properties.insert(
+                        "product".into(),
+                        AMQPValue::LongString(env!("CARGO_PKG_NAME").into()),
+                    );
+                    configuration.amqp_client_properties.insert(
+                        "version".into(),
+                        AMQPValue::LongString(env!("CARGO_PKG_VERSION").into()),
+                    );
+                }
+
+                configuration
+                    .amqp_client_properties
+                    .insert("platform".into(), AMQPValue::LongString("rust".into()));
+
+                let mut capabilities = FieldTable::default();
+                capabilities.insert("publisher_confirms".into(), true.into());
+                capabilities.insert("exchange_exchange_bindings".into(), true.into());
+                capabilities.insert("basic.nack".into(), true.into());
+                capabilities.insert("consumer_cancel_notify".into(), true.into());
+                capabilities.insert("connection.blocked".into(), true.into());
+                capabilities.insert("consumer_priorities".into(), true.into());
+                capabilities.insert("authentication_failure_close".into(), true.into());
+                capabilities.insert("per_consumer_qos".into(), true.into());
+                capabilities.insert("direct_reply_to".into(), true.into());
+
+                configuration
+                    .amqp_client_properties
+                    .insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
+
+                let auth_starter = auth_provider
+                    .auth_starter()
+                    .map_err(ErrorKind::AuthProviderError)?;
+                let channel = self.clone();
+                let client_properties = configuration.amqp_client_properties.clone();
+                self.internal_rpc.spawn(async move {
+                    channel
+                        .connection_start_ok(
+                            client_properties,
+                            mechanism,
+                            auth_starter,
+                            locale,
+                            resolver,
+                            connection,
+                            auth_provider,
+                        )
+                        .await
+                });
+                Ok(())
             }
-            if !method
-                .locales
-                .to_string()
-                .split_whitespace()
-                .any(|l| l == locale)
-            {
-                error!(%locale, "unsupported locale");
-            }
-
-            if !options.client_properties.contains_key("product")
-                || !options.client_properties.contains_key("version")
-            {
-                options.client_properties.insert(
-                    "product".into(),
-                    AMQPValue::LongString(env!("CARGO_PKG_NAME").into()),
-                );
-                options.client_properties.insert(
-                    "version".into(),
-                    AMQPValue::LongString(env!("CARGO_PKG_VERSION").into()),
-                );
-            }
-
-            options
-                .client_properties
-                .insert("platform".into(), AMQPValue::LongString("rust".into()));
-
-            let mut capabilities = FieldTable::default();
-            capabilities.insert("publisher_confirms".into(), true.into());
-            capabilities.insert("exchange_exchange_bindings".into(), true.into());
-            capabilities.insert("basic.nack".into(), true.into());
-            capabilities.insert("consumer_cancel_notify".into(), true.into());
-            capabilities.insert("connection.blocked".into(), true.into());
-            capabilities.insert("consumer_priorities".into(), true.into());
-            capabilities.insert("authentication_failure_close".into(), true.into());
-            capabilities.insert("per_consumer_qos".into(), true.into());
-            capabilities.insert("direct_reply_to".into(), true.into());
-
-            options
-                .client_properties
-                .insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
-
-            let channel = self.clone();
-            self.internal_rpc.register_internal_future(async move {
-                channel
-                    .connection_start_ok(
-                        options.client_properties,
-                        &mechanism_str,
-                        &credentials.sasl_auth_string(mechanism),
-                        &locale,
-                        resolver,
-                        connection,
-                        credentials,
-                    )
-                    .await
-            });
-            Ok(())
-        } else {
-            error!(?state, ?step, "Invalid state");
-            let error = Error::InvalidConnectionState(state);
-            self.internal_rpc.set_connection_error(error.clone());
-            Err(error)
+            step => self.connection_process_error(state, Some(step), None),
         }
     }
 
-    fn on_connection_secure_received(&self, method: protocol::connection::Secure) -> Result<()> {
+    fn on_connection_secure_received(
+        &self,
+        method: protocol::connection::Secure,
+        step: ConnectionStep,
+    ) -> Result<()> {
         trace!(?method, "Server sent connection::Secure");
 
         let state = self.connection_status.state();
-        let step = self.connection_status.connection_step_name();
-        if let (ConnectionState::Connecting, Some(ConnectionStep::StartOk(.., credentials))) =
-            (state.clone(), self.connection_status.connection_step())
-        {
-            let channel = self.clone();
-            self.internal_rpc.register_internal_future(async move {
-                channel
-                    .connection_secure_ok(&credentials.rabbit_cr_demo_answer())
-                    .await
-            });
-            Ok(())
-        } else {
-            error!(?state, ?step, "Invalid state");
-            let error = Error::InvalidConnectionState(state);
-            self.internal_rpc.set_connection_error(error.clone());
-            Err(error)
+        if state != ConnectionState::Connecting {
+            return self.connection_process_error(state, Some(step), None);
+        }
+
+        match step {
+            ConnectionStep::StartOk(resolver, connection, auth_provider)
+            | ConnectionStep::SecureOk(resolver, connection, auth_provider) => {
+                let channel = self.clone();
+                let response = auth_provider
+                    .continue_auth(method.challenge)
+                    .map_err(ErrorKind::AuthProviderError)?;
+                self.internal_rpc.spawn(async move {
+                    channel
+                        .connection_secure_ok(response, resolver, connection, auth_provider)
+                        .await
+                });
+                Ok(())
+            }
+            step => self.connection_process_error(state, Some(step), None),
         }
     }
 
-    fn on_connection_tune_received(&self, method: protocol::connection::Tune) -> Result<()> {
+    fn on_connection_tune_received(
+        &self,
+        method: protocol::connection::Tune,
+        step: ConnectionStep,
+    ) -> Result<()> {
         trace!(?method, "Server sent Connection::Tune");
 
         let state = self.connection_status.state();
-        let step = self.connection_status.connection_step_name();
-        if let (
-            ConnectionState::Connecting,
-            Some(ConnectionStep::StartOk(resolver, connection, _)),
-        ) = (state.clone(), self.connection_status.connection_step())
-        {
-            self.tune_connection_configuration(
-                method.channel_max,
-                method.frame_max,
-                method.heartbeat,
-            );
+        if state != ConnectionState::Connecting {
+            return self.connection_process_error(state, Some(step), None);
+        }
 
-            let channel = self.clone();
-            let configuration = self.configuration.clone();
-            let vhost = self.connection_status.vhost();
-            self.internal_rpc.register_internal_future(async move {
-                channel
-                    .connection_tune_ok(
-                        configuration.channel_max(),
-                        configuration.frame_max(),
-                        configuration.heartbeat(),
-                    )
-                    .await?;
-                channel.connection_open(&vhost, connection, resolver).await
-            });
-            Ok(())
-        } else {
-            error!(?state, ?step, "Invalid state");
-            let error = Error::InvalidConnectionState(state);
-            self.internal_rpc.set_connection_error(error.clone());
-            Err(error)
+        match step {
+            ConnectionStep::StartOk(resolver, connection, _)
+            | ConnectionStep::SecureOk(resolver, connection, _) => {
+                self.tune_connection_configuration(
+                    method.channel_max,
+                    method.frame_max,
+                    method.heartbeat,
+                );
+
+                let channel = self.clone();
+                let configuration = self.configuration.clone();
+                let vhost = self.connection_status.vhost();
+                self.internal_rpc.spawn(async move {
+                    channel
+                        .connection_tune_ok(
+                            configuration.channel_max(),
+                            configuration.frame_max(),
+                            configuration.heartbeat(),
+                        )
+                        .await?;
+                    channel.connection_open(vhost, resolver, connection).await
+                });
+                Ok(())
+            }
+            step => self.connection_process_error(state, Some(step), None),
         }
     }
 
+    #[allow(clippy::boxed_local)]
     fn on_connection_open_ok_received(
         &self,
         _: protocol::connection::OpenOk,
         connection: Connection,
+        resolver: PromiseResolver<Connection>,
     ) -> Result<()> {
         let state = self.connection_status.state();
-        let step = self.connection_status.connection_step_name();
-        if let (ConnectionState::Connecting, Some(ConnectionStep::Open(resolver))) =
-            (state.clone(), self.connection_status.connection_step())
-        {
-            self.connection_status.set_state(ConnectionState::Connected);
-            resolver.swear(Ok(connection));
-            Ok(())
-        } else {
-            error!(?state, ?step, "Invalid state");
-            let error = Error::InvalidConnectionState(state);
-            self.internal_rpc.set_connection_error(error.clone());
-            Err(error)
+        if state != ConnectionState::Connecting {
+            return self.connection_process_error(state, None, Some(resolver));
         }
+
+        self.connection_status.set_state(ConnectionState::Connected);
+        resolver.resolve(connection);
+        self.events_sender.connected();
+        Ok(())
     }
 
     fn on_connection_close_received(&self, method: protocol::connection::Close) -> Result<()> {
-        let error = AMQPError::try_from(method.clone())
+        let error: Error = AMQPError::try_from(method.clone())
             .map(|error| {
                 error!(
                     channel=%self.id,
@@ -834,25 +987,27 @@ impl Channel {
                     ?error,
                     "Connection closed",
                 );
-                Error::ProtocolError(error)
+                ErrorKind::ProtocolError(error).into()
             })
             .unwrap_or_else(|error| {
                 error!(%error);
                 info!(channel=%self.id, ?method, "Connection closed");
-                Error::InvalidConnectionState(ConnectionState::Closed)
+                ErrorKind::InvalidConnectionState(ConnectionState::Closed).into()
             });
-        let connection_resolver = self.connection_status.connection_resolver();
-        self.internal_rpc.set_connection_closing();
-        self.frames.drop_pending(error.clone());
-        if let Some(resolver) = connection_resolver {
-            resolver.swear(Err(error.clone()));
+        if self.recovery_config.can_recover(&error) {
+            self.internal_rpc.init_connection_recovery(error.clone());
+        } else {
+            let connection_resolver = self.frames.connection_resolver(self.id);
+            self.internal_rpc
+                .init_connection_shutdown(error.clone(), connection_resolver);
         }
         self.internal_rpc.send_connection_close_ok(error);
         Ok(())
     }
 
-    fn on_connection_blocked_received(&self, _method: protocol::connection::Blocked) -> Result<()> {
+    fn on_connection_blocked_received(&self, method: protocol::connection::Blocked) -> Result<()> {
         self.connection_status.block();
+        self.events_sender.connection_blocked(method.reason.into());
         Ok(())
     }
 
@@ -861,13 +1016,15 @@ impl Channel {
         _method: protocol::connection::Unblocked,
     ) -> Result<()> {
         self.connection_status.unblock();
+        self.events_sender.connection_unblocked();
         self.wake();
         Ok(())
     }
 
     fn on_connection_close_ok_received(&self) -> Result<()> {
-        self.internal_rpc
-            .set_connection_closed(Error::InvalidConnectionState(ConnectionState::Closed));
+        self.internal_rpc.set_connection_closed(
+            ErrorKind::InvalidConnectionState(ConnectionState::Closed).into(),
+        );
         Ok(())
     }
 
@@ -877,15 +1034,18 @@ impl Channel {
         resolver: PromiseResolver<Channel>,
         channel: Channel,
     ) -> Result<()> {
-        self.set_state(ChannelState::Connected);
-        resolver.swear(Ok(channel));
+        if !self.status.confirm() {
+            self.finalize_connection();
+        }
+        resolver.resolve(channel);
         Ok(())
     }
 
     fn on_channel_flow_received(&self, method: protocol::channel::Flow) -> Result<()> {
         self.status.set_send_flow(method.active);
+        self.events_sender.send_flow(method.active);
         let channel = self.clone();
-        self.internal_rpc.register_internal_future(async move {
+        self.internal_rpc.spawn(async move {
             channel
                 .channel_flow_ok(ChannelFlowOkOptions {
                     active: method.active,
@@ -901,28 +1061,30 @@ impl Channel {
         resolver: PromiseResolver<Boolean>,
     ) -> Result<()> {
         // Nothing to do here, the server just confirmed that we paused/resumed the receiving flow
-        resolver.swear(Ok(method.active));
+        resolver.resolve(method.active);
         Ok(())
     }
 
     fn on_channel_close_received(&self, method: protocol::channel::Close) -> Result<()> {
         let error = AMQPError::try_from(method.clone()).map(|error| {
-            error!(
-                channel=%self.id, ?method, ?error,
-                "Channel closed"
-            );
-            Error::ProtocolError(error)
-        });
-        self.set_closing(error.clone().ok());
-        let error = error.map_err(|error| info!(channel=%self.id, ?method, code_to_error=%error, "Channel closed with a non-error code")).ok();
+                error!(
+                    channel=%self.id, ?method, ?error,
+                    "Channel closed"
+                );
+                Error::from(ErrorKind::ProtocolError(error))
+            }).map_err(|error| info!(channel=%self.id, ?method, code_to_error=%error, "Channel closed with a non-error code")).ok();
+        self.set_closing(error.clone());
         let channel = self.clone();
         self.internal_rpc
-            .register_internal_future(async move { channel.channel_close_ok(error).await });
+            .spawn(async move { channel.channel_close_ok(error).await });
         Ok(())
     }
 
     fn on_channel_close_ok_received(&self) -> Result<()> {
-        self.set_closed(Error::InvalidChannelState(ChannelState::Closed));
+        self.set_closed(
+            ErrorKind::InvalidChannelState(ChannelState::Closed, "channel.close-ok received")
+                .into(),
+        );
         Ok(())
     }
 
@@ -933,7 +1095,7 @@ impl Channel {
         routing_key: ShortString,
         arguments: FieldTable,
     ) -> Result<()> {
-        self.global_registry
+        self.local_registry
             .register_exchange_binding(destination, source, routing_key, arguments);
         Ok(())
     }
@@ -945,7 +1107,7 @@ impl Channel {
         routing_key: ShortString,
         arguments: FieldTable,
     ) -> Result<()> {
-        self.global_registry.deregister_exchange_binding(
+        self.local_registry.deregister_exchange_binding(
             destination.as_str(),
             source.as_str(),
             routing_key.as_str(),
@@ -962,14 +1124,14 @@ impl Channel {
         options: ExchangeDeclareOptions,
         arguments: FieldTable,
     ) -> Result<()> {
-        self.global_registry
+        self.local_registry
             .register_exchange(exchange, kind, options, arguments);
-        resolver.swear(Ok(()));
+        resolver.resolve(());
         Ok(())
     }
 
     fn on_exchange_delete_ok_received(&self, exchange: ShortString) -> Result<()> {
-        self.global_registry.deregister_exchange(exchange.as_str());
+        self.local_registry.deregister_exchange(exchange.as_str());
         Ok(())
     }
 
@@ -980,8 +1142,7 @@ impl Channel {
         queue: ShortString,
     ) -> Result<()> {
         self.local_registry.deregister_queue(queue.as_str());
-        self.global_registry.deregister_queue(queue.as_str());
-        resolver.swear(Ok(method.message_count));
+        resolver.resolve(method.message_count);
         Ok(())
     }
 
@@ -990,7 +1151,7 @@ impl Channel {
         method: protocol::queue::PurgeOk,
         resolver: PromiseResolver<MessageCount>,
     ) -> Result<()> {
-        resolver.swear(Ok(method.message_count));
+        resolver.resolve(method.message_count);
         Ok(())
     }
 
@@ -1001,17 +1162,13 @@ impl Channel {
         options: QueueDeclareOptions,
         arguments: FieldTable,
     ) -> Result<()> {
-        if options.exclusive {
-            self.local_registry
-                .register_queue(method.queue.clone(), options, arguments.clone());
-        }
-        self.global_registry
+        self.local_registry
             .register_queue(method.queue.clone(), options, arguments);
-        resolver.swear(Ok(Queue::new(
+        resolver.resolve(Queue::new(
             method.queue,
             method.message_count,
             method.consumer_count,
-        )));
+        ));
         Ok(())
     }
 
@@ -1022,13 +1179,7 @@ impl Channel {
         routing_key: ShortString,
         arguments: FieldTable,
     ) -> Result<()> {
-        self.local_registry.register_queue_binding(
-            queue.clone(),
-            exchange.clone(),
-            routing_key.clone(),
-            arguments.clone(),
-        );
-        self.global_registry
+        self.local_registry
             .register_queue_binding(queue, exchange, routing_key, arguments);
         Ok(())
     }
@@ -1046,12 +1197,6 @@ impl Channel {
             routing_key.as_str(),
             &arguments,
         );
-        self.global_registry.deregister_queue_binding(
-            queue.as_str(),
-            exchange.as_str(),
-            routing_key.as_str(),
-            &arguments,
-        );
         Ok(())
     }
 
@@ -1059,13 +1204,10 @@ impl Channel {
         &self,
         method: protocol::basic::GetOk,
         resolver: PromiseResolver<Option<BasicGetMessage>>,
-        queue: ShortString,
-        options: BasicGetOptions,
     ) -> Result<()> {
         let class_id = method.get_amqp_class_id();
+        let poison = self.status.set_will_receive(class_id, DeliveryCause::Get);
         self.basic_get_delivery.start_new_delivery(
-            queue,
-            options,
             BasicGetMessage::new(
                 self.id,
                 method.delivery_tag,
@@ -1074,10 +1216,10 @@ impl Channel {
                 method.redelivered,
                 method.message_count,
                 self.internal_rpc.clone(),
+                poison,
             ),
             resolver,
         );
-        self.status.set_will_receive(class_id, DeliveryCause::Get);
         Ok(())
     }
 
@@ -1087,7 +1229,7 @@ impl Channel {
             .find_expected_reply(self.id, |reply| matches!(&reply.0, Reply::BasicGetOk(..)))
         {
             Some(Reply::BasicGetOk(resolver, ..)) => {
-                resolver.swear(Ok(None));
+                resolver.resolve(None);
                 Ok(())
             }
             _ => self.handle_invalid_contents(
@@ -1111,23 +1253,26 @@ impl Channel {
         let consumer = original.unwrap_or_else(|| {
             Consumer::new(
                 method.consumer_tag.clone(),
-                self.executor.clone(),
+                self.internal_rpc.clone(),
                 channel_closer,
                 queue,
                 options,
                 arguments,
             )
         });
-        let external_consumer = consumer.external(self.id, self.internal_rpc.clone());
-        self.consumers.register(method.consumer_tag, consumer);
-        resolver.swear(Ok(external_consumer));
+        self.consumers
+            .register(method.consumer_tag, consumer.clone());
+        resolver.resolve(consumer);
         Ok(())
     }
 
     fn on_basic_deliver_received(&self, method: protocol::basic::Deliver) -> Result<()> {
         let class_id = method.get_amqp_class_id();
         let consumer_tag = method.consumer_tag.clone();
-        self.consumers.start_delivery(&consumer_tag, |error| {
+        let poison = self
+            .status
+            .set_will_receive(class_id, DeliveryCause::Consume(consumer_tag.clone()));
+        self.consumers.start_delivery(&consumer_tag, || {
             Delivery::new(
                 self.id,
                 method.delivery_tag,
@@ -1135,27 +1280,28 @@ impl Channel {
                 method.routing_key,
                 method.redelivered,
                 Some(self.internal_rpc.clone()),
-                Some(error),
+                poison,
             )
         });
-        self.status
-            .set_will_receive(class_id, DeliveryCause::Consume(consumer_tag));
         Ok(())
     }
 
+    pub(crate) fn deregister_consumer(&self, consumer_tag: &str) {
+        self.consumers.deregister(consumer_tag);
+    }
+
     fn on_basic_cancel_received(&self, method: protocol::basic::Cancel) -> Result<()> {
-        self.consumers.deregister(method.consumer_tag.as_str());
+        self.deregister_consumer(method.consumer_tag.as_str());
         if !method.nowait {
             let channel = self.clone();
-            self.internal_rpc.register_internal_future(async move {
-                channel.basic_cancel_ok(method.consumer_tag.as_str()).await
-            });
+            self.internal_rpc
+                .spawn(async move { channel.basic_cancel_ok(method.consumer_tag).await });
         }
         Ok(())
     }
 
     fn on_basic_cancel_ok_received(&self, method: protocol::basic::CancelOk) -> Result<()> {
-        self.consumers.deregister(method.consumer_tag.as_str());
+        self.deregister_consumer(method.consumer_tag.as_str());
         Ok(())
     }
 
@@ -1223,15 +1369,22 @@ impl Channel {
 
     fn on_basic_return_received(&self, method: protocol::basic::Return) -> Result<()> {
         let class_id = method.get_amqp_class_id();
+        let poison = self
+            .status
+            .set_will_receive(class_id, DeliveryCause::Return);
         self.returned_messages
             .start_new_delivery(BasicReturnMessage::new(
                 method.exchange,
                 method.routing_key,
                 method.reply_code,
                 method.reply_text,
+                poison,
             ));
-        self.status
-            .set_will_receive(class_id, DeliveryCause::Return);
+        Ok(())
+    }
+
+    fn on_basic_qos_ok_received(&self, prefetch_count: ShortUInt, global: Boolean) -> Result<()> {
+        self.status.set_qos(prefetch_count, global);
         Ok(())
     }
 
@@ -1253,16 +1406,16 @@ impl Channel {
 #[cfg(feature = "codegen")]
 include!(concat!(env!("OUT_DIR"), "/channel.rs"));
 #[cfg(not(feature = "codegen"))]
-include!("generated.rs");
+include!("generated/channel.rs");
 
 /// The bytes of the content-header frame that carries `properties`: frame type, channel, size
 /// and end octet (8), class, weight and body size (12), then the encoded properties. Patched for
 /// warren (README.md).
 pub fn content_header_frame_size(properties: &BasicProperties) -> Result<usize> {
-    let (written, _) = amq_protocol::protocol::basic::gen_properties(properties)(
+    let (written, _) = protocol::basic::gen_properties(properties)(
         amq_protocol::frame::WriteContext::from(Vec::new()),
     )
-    .map_err(|e| Error::SerialisationError(Arc::new(e)))?
+    .map_err(|e| Error::from(ErrorKind::SerialisationError(Arc::new(e))))?
     .into_inner();
     Ok(8 + 12 + written.len())
 }

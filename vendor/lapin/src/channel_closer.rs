@@ -1,6 +1,4 @@
-use crate::{
-    channel_status::ChannelStatus, internal_rpc::InternalRPCHandle, protocol, types::ChannelId,
-};
+use crate::{ChannelStatus, internal_rpc::InternalRPCHandle, protocol, types::ChannelId};
 use std::fmt;
 
 pub(crate) struct ChannelCloser {
@@ -38,7 +36,7 @@ impl Drop for ChannelCloser {
             self.internal_rpc.close_channel(
                 self.id,
                 protocol::constants::REPLY_SUCCESS,
-                "OK".to_string(),
+                "OK".into(),
             );
         }
     }

@@ -1,6 +1,6 @@
 use crate::{
-    types::{ChannelId, Identifier, PayloadSize, ShortString},
     Result,
+    types::{ChannelId, Identifier, PayloadSize, ShortString},
 };
 use std::collections::VecDeque;
 
@@ -11,6 +11,10 @@ impl ChannelReceiverStates {
     #[cfg(test)]
     pub(crate) fn receiver_state(&self) -> ChannelReceiverState {
         self.0.front().unwrap().clone()
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.0.clear()
     }
 
     pub(crate) fn set_will_receive(&mut self, class_id: Identifier, delivery_cause: DeliveryCause) {
@@ -30,7 +34,7 @@ impl ChannelReceiverStates {
         class_id: Identifier,
         length: PayloadSize,
         handler: Handler,
-        invalid_class_hanlder: OnInvalidClass,
+        invalid_class_handler: OnInvalidClass,
         error_handler: OnError,
         confirm_mode: bool,
     ) -> Result<()> {
@@ -47,15 +51,13 @@ impl ChannelReceiverStates {
                 }
                 Ok(())
             } else {
-                invalid_class_hanlder(format!(
-                    "content header frame with class id {} instead of {} received on channel {}",
-                    class_id, expected_class_id, channel_id
+                invalid_class_handler(format!(
+                    "content header frame with class id {class_id} instead of {expected_class_id} received on channel {channel_id}"
                 ))
             }
         } else {
             error_handler(format!(
-                "unexpected content header frame received on channel {}",
-                channel_id
+                "unexpected content header frame received on channel {channel_id}"
             ))
         }
     }
@@ -84,12 +86,13 @@ impl ChannelReceiverStates {
                 }
                 Ok(())
             } else {
-                error_handler(format!("unexpectedly large content body frame received on channel {} ({} bytes, expected {} bytes)", channel_id, length, len))
+                error_handler(format!(
+                    "unexpectedly large content body frame received on channel {channel_id} ({length} bytes, expected {len} bytes)"
+                ))
             }
         } else {
             error_handler(format!(
-                "unexpected content body frame received on channel {}",
-                channel_id
+                "unexpected content body frame received on channel {channel_id}"
             ))
         }
     }

@@ -1,83 +1,73 @@
 use crate::{
-    channel::Channel,
+    AsyncTcpStream, ConnectionProperties, ConnectionStatus, Error, Event, Promise, Result,
+    channel::{Channel, Reply},
     channels::Channels,
     configuration::Configuration,
     connection_closer::ConnectionCloser,
-    connection_properties::ConnectionProperties,
-    connection_status::{ConnectionState, ConnectionStatus, ConnectionStep},
-    frames::Frames,
+    connection_step::ConnectionStep,
+    events::Events,
+    frames::{ExpectedReply, Frames},
     heartbeat::Heartbeat,
     internal_rpc::{InternalRPC, InternalRPCHandle},
     io_loop::IoLoop,
-    options::{ExchangeBindOptions, QueueBindOptions},
-    registry::Registry,
-    socket_state::{SocketState, SocketStateHandle},
-    tcp::{AMQPUriTcpExt, HandshakeResult, OwnedTLSConfig},
+    runtime,
+    secret_update::SecretUpdate,
+    socket_state::SocketState,
+    tcp::{AMQPUriTcpExt, OwnedTLSConfig},
     thread::ThreadHandle,
-    topology::{RestoredChannel, RestoredTopology, TopologyDefinition},
-    topology_internal::TopologyInternal,
-    types::ReplyCode,
+    types::{LongString, ReplyCode, ShortString},
     uri::AMQPUri,
-    Error, Promise, Result,
 };
 use amq_protocol::frame::{AMQPFrame, ProtocolVersion};
+use async_rs::{Runtime, traits::*};
 use async_trait::async_trait;
-use executor_trait::FullExecutor;
-use reactor_trait::IOHandle;
-use std::{fmt, io, sync::Arc};
-use tracing::{level_enabled, Level};
+use futures_core::Stream;
+use std::{fmt, sync::Arc};
+use tracing::trace;
 
 /// A TCP connection to the AMQP server.
 ///
-/// To connect to the server, one of the [`connect`] methods has to be called.
+/// To connect to the server, one of the [`connect`](Connection::connect) methods has to be called.
 ///
-/// Afterwards, create a [`Channel`] by calling [`create_channel`].
+/// Afterwards, create a [`Channel`] by calling [`create_channel`](Connection::create_channel).
 ///
 /// Also see the RabbitMQ documentation on [connections](https://www.rabbitmq.com/connections.html).
-///
-/// [`connect`]: ./struct.Connection.html#method.connect
-/// [`Channel`]: ./struct.Channel.html
-/// [`create_channel`]: ./struct.Connection.html#method.create_channel
 pub struct Connection {
     configuration: Configuration,
     status: ConnectionStatus,
-    global_registry: Registry,
-    channels: Channels,
+    internal_rpc: InternalRPCHandle,
+    events: Events,
     io_loop: ThreadHandle,
     closer: Arc<ConnectionCloser>,
 }
 
 impl Connection {
     fn new(
-        waker: SocketStateHandle,
+        configuration: Configuration,
+        status: ConnectionStatus,
         internal_rpc: InternalRPCHandle,
-        frames: Frames,
-        executor: Arc<dyn FullExecutor + Send + Sync>,
+        events: Events,
     ) -> Self {
-        let configuration = Configuration::default();
-        let status = ConnectionStatus::default();
-        let global_registry = Registry::default();
-        let channels = Channels::new(
-            configuration.clone(),
-            status.clone(),
-            global_registry.clone(),
-            waker,
-            internal_rpc.clone(),
-            frames,
-            executor,
-        );
-        let closer = Arc::new(ConnectionCloser::new(status.clone(), internal_rpc));
-        let connection = Self {
+        let closer = Arc::new(ConnectionCloser::new(status.clone(), internal_rpc.clone()));
+        Self {
             configuration,
             status,
-            global_registry,
-            channels,
+            internal_rpc,
+            events,
             io_loop: ThreadHandle::default(),
             closer,
-        };
+        }
+    }
 
-        connection.channels.create_zero();
-        connection
+    pub(crate) fn for_reconnect(
+        configuration: Configuration,
+        status: ConnectionStatus,
+        internal_rpc: InternalRPCHandle,
+        events: Events,
+    ) -> Self {
+        let conn = Self::new(configuration, status, internal_rpc, events);
+        conn.closer.noop();
+        conn
     }
 
     /// Connect to an AMQP Server.
@@ -90,349 +80,232 @@ impl Connection {
     ///
     /// Note that the virtual host has to be escaped with
     /// [URL encoding](https://en.wikipedia.org/wiki/Percent-encoding).
-    pub async fn connect(uri: &str, options: ConnectionProperties) -> Result<Connection> {
-        Connect::connect(uri, options, OwnedTLSConfig::default()).await
+    pub async fn connect(uri: &str, options: ConnectionProperties) -> Result<Self> {
+        Connect::connect(uri, options).await
     }
 
-    /// Connect to an AMQP Server.
-    pub async fn connect_with_config(
+    /// Connect to an AMQP server with an explicit runtime.
+    ///
+    /// Use this instead of [`connect`] when you need to supply a specific
+    /// `async_rs::Runtime` instance rather than the thread-local default.
+    ///
+    /// [`connect`]: Self::connect
+    pub async fn connect_with_runtime<RK: RuntimeKit + Send + Sync + Clone + 'static>(
+        uri: &str,
+        options: ConnectionProperties,
+        runtime: Runtime<RK>,
+    ) -> Result<Self> {
+        uri.connect_with_config(options, OwnedTLSConfig::default(), runtime)
+            .await
+    }
+
+    /// Connect to an AMQP server with an explicit runtime and TLS configuration.
+    ///
+    /// The most flexible entry point: you control both the runtime and the TLS
+    /// settings. Use [`connect`] for the common case.
+    ///
+    /// [`connect`]: Self::connect
+    pub async fn connect_with_config<RK: RuntimeKit + Send + Sync + Clone + 'static>(
         uri: &str,
         options: ConnectionProperties,
         config: OwnedTLSConfig,
-    ) -> Result<Connection> {
-        Connect::connect(uri, options, config).await
+        runtime: Runtime<RK>,
+    ) -> Result<Self> {
+        uri.connect_with_config(options, config, runtime).await
     }
 
-    /// Connect to an AMQP Server.
-    pub async fn connect_uri(uri: AMQPUri, options: ConnectionProperties) -> Result<Connection> {
-        Connect::connect(uri, options, OwnedTLSConfig::default()).await
+    /// Connect to an AMQP server using a pre-parsed [`AMQPUri`].
+    ///
+    /// Equivalent to [`connect`] but accepts an already-parsed URI.
+    ///
+    /// [`connect`]: Self::connect
+    pub async fn connect_uri(uri: AMQPUri, options: ConnectionProperties) -> Result<Self> {
+        Connect::connect(uri, options).await
     }
 
-    /// Connect to an AMQP Server
-    pub async fn connect_uri_with_config(
+    /// Connect using a pre-parsed [`AMQPUri`] and an explicit runtime.
+    ///
+    /// Combines [`connect_uri`] and [`connect_with_runtime`].
+    ///
+    /// [`connect_uri`]: Self::connect_uri
+    /// [`connect_with_runtime`]: Self::connect_with_runtime
+    pub async fn connect_uri_with_runtime<RK: RuntimeKit + Send + Sync + Clone + 'static>(
+        uri: AMQPUri,
+        options: ConnectionProperties,
+        runtime: Runtime<RK>,
+    ) -> Result<Self> {
+        uri.connect_with_config(options, OwnedTLSConfig::default(), runtime)
+            .await
+    }
+
+    /// Connect using a pre-parsed [`AMQPUri`], an explicit runtime, and TLS configuration.
+    ///
+    /// Combines [`connect_uri`] and [`connect_with_config`].
+    ///
+    /// [`connect_uri`]: Self::connect_uri
+    /// [`connect_with_config`]: Self::connect_with_config
+    pub async fn connect_uri_with_config<RK: RuntimeKit + Send + Sync + Clone + 'static>(
         uri: AMQPUri,
         options: ConnectionProperties,
         config: OwnedTLSConfig,
-    ) -> Result<Connection> {
-        Connect::connect(uri, options, config).await
+        runtime: Runtime<RK>,
+    ) -> Result<Self> {
+        uri.connect_with_config(options, config, runtime).await
     }
 
-    /// Creates a new [`Channel`] on this connection.
+    /// Open a new [`Channel`] on this connection.
     ///
-    /// This method is only successful if the client is connected.
-    /// Otherwise, [`InvalidConnectionState`] error is returned.
-    ///
-    /// [`Channel`]: ./struct.Channel.html
-    /// [`InvalidConnectionState`]: ./enum.Error.html#variant.InvalidConnectionState
+    /// Channels are lightweight; open one per concurrent logical task. Returns
+    /// an error if the connection is not in the [`crate::ConnectionState::Connected`]
+    /// state or if the channel limit negotiated with the server has been reached.
     pub async fn create_channel(&self) -> Result<Channel> {
-        if !self.status.connected() {
-            return Err(Error::InvalidConnectionState(self.status.state()));
-        }
-        let channel = self.channels.create(self.closer.clone())?;
-        channel.clone().channel_open(channel).await
+        self.status.ensure_connected()?;
+        self.internal_rpc.create_channel(self.closer.clone()).await
     }
 
-    /// Restore the specified topology
-    pub async fn restore(&self, topology: TopologyDefinition) -> Result<RestoredTopology> {
-        self.restore_internal(topology.into()).await
+    /// Return a [`Stream`] of connection-level [`Event`]s.
+    ///
+    /// Events include connection establishment, broker-initiated flow control,
+    /// and errors. Clone the stream or call this multiple times to fan-out to
+    /// several listeners.
+    pub fn events_listener(&self) -> impl Stream<Item = Event> + Send + 'static {
+        self.events.listener()
     }
 
-    pub(crate) async fn restore_internal(
-        &self,
-        topology: TopologyInternal,
-    ) -> Result<RestoredTopology> {
-        let mut restored = RestoredTopology::default();
-
-        // First, recreate all channels
-        for c in &topology.channels {
-            restored
-                .channels
-                .push(RestoredChannel::new(if let Some(c) = c.channel.clone() {
-                    let channel = c.clone();
-                    c.reset();
-                    c.channel_open(channel).await?
-                } else {
-                    self.create_channel().await?
-                }));
-        }
-
-        // Then, ensure we have at least one channel to restore everything else
-        let channel = if let Some(chan) = restored.channels.first() {
-            chan.channel.clone()
-        } else {
-            self.create_channel().await?
-        };
-
-        // First, redeclare all exchanges
-        for ex in &topology.exchanges {
-            channel
-                .exchange_declare(
-                    ex.name.as_str(),
-                    ex.kind.clone().unwrap_or_default(),
-                    ex.options.unwrap_or_default(),
-                    ex.arguments.clone().unwrap_or_default(),
-                )
-                .await?;
-        }
-
-        // Second, redeclare all exchange bindings
-        for ex in &topology.exchanges {
-            for binding in &ex.bindings {
-                channel
-                    .exchange_bind(
-                        ex.name.as_str(),
-                        binding.source.as_str(),
-                        binding.routing_key.as_str(),
-                        ExchangeBindOptions::default(),
-                        binding.arguments.clone(),
-                    )
-                    .await?;
-            }
-        }
-
-        // Third, redeclare all "global" (e.g. non exclusive) queues
-        for queue in &topology.queues {
-            if queue.is_declared() {
-                restored.queues.push(
-                    channel
-                        .queue_declare(
-                            queue.name.as_str(),
-                            queue.options.unwrap_or_default(),
-                            queue.arguments.clone().unwrap_or_default(),
-                        )
-                        .await?,
-                );
-            }
-        }
-
-        // Fourth, redeclare all global queues bindings
-        for queue in &topology.queues {
-            for binding in &queue.bindings {
-                channel
-                    .queue_bind(
-                        queue.name.as_str(),
-                        binding.source.as_str(),
-                        binding.routing_key.as_str(),
-                        QueueBindOptions::default(),
-                        binding.arguments.clone(),
-                    )
-                    .await?;
-            }
-        }
-
-        // Fifth, restore all channel-specific queues/bindings/consumers
-        for (n, ch) in topology.channels.iter().enumerate() {
-            let c = &mut restored.channels[n];
-            c.channel.clone().restore(ch, c).await?;
-        }
-        Ok(restored)
-    }
-
-    /// Block current thread while the connection is still active.
-    /// This is useful when you only have a consumer and nothing else keeping your application
-    /// "alive".
+    /// Block the current thread until the connection is closed.
+    ///
+    /// Useful in simple consumer programs where no other work keeps the
+    /// process alive. Drops the connection handle then waits for the
+    /// background IO loop thread to finish.
     pub fn run(self) -> Result<()> {
         let io_loop = self.io_loop.clone();
         drop(self);
         io_loop.wait("io loop")
     }
 
-    pub fn on_error<E: FnMut(Error) + Send + 'static>(&self, handler: E) {
-        self.channels.set_error_handler(handler);
-    }
-
+    /// Return the negotiated connection configuration (frame size, heartbeat, …).
+    #[must_use]
     pub fn configuration(&self) -> &Configuration {
         &self.configuration
     }
 
+    pub(crate) fn configuration_mut(&mut self) -> &mut Configuration {
+        &mut self.configuration
+    }
+
+    /// Return a snapshot of the current connection state.
+    #[must_use]
     pub fn status(&self) -> &ConnectionStatus {
         &self.status
     }
 
-    /// Request a connection close.
+    /// Perform a graceful AMQP connection close.
     ///
-    /// This method is only successful if the connection is in the connected state,
-    /// otherwise an [`InvalidConnectionState`] error is returned.
+    /// Sends `Connection.Close` to the broker and waits for `Connection.Close-Ok`.
+    /// `reply_code` should be `200` and `reply_text` `"OK"` for a normal shutdown.
+    /// Returns an error if the connection is not in [`crate::ConnectionState::Connected`].
+    pub async fn close(&self, reply_code: ReplyCode, reply_text: ShortString) -> Result<()> {
+        self.status.ensure_connected()?;
+        self.internal_rpc
+            .close_connection_checked(reply_code, reply_text, 0, 0)
+            .await
+    }
+
+    /// Update the authentication secret (e.g. rotate an OAuth2 token).
     ///
-    /// [`InvalidConnectionState`]: ./enum.Error.html#variant.InvalidConnectionState
-    pub async fn close(&self, reply_code: ReplyCode, reply_text: &str) -> Result<()> {
-        if !self.status.connected() {
-            return Err(Error::InvalidConnectionState(self.status.state()));
-        }
-
-        self.channels.set_connection_closing();
-        if let Some(channel0) = self.channels.get(0) {
-            channel0
-                .connection_close(reply_code, reply_text, 0, 0)
-                .await
-        } else {
-            Ok(())
-        }
+    /// Sends `Connection.UpdateSecret` to the broker. `new_secret` is the
+    /// replacement token; `reason` is a human-readable explanation logged by
+    /// the broker. Use [`auth::TokenAuthProvider`] for automatic rotation.
+    ///
+    /// [`auth::TokenAuthProvider`]: crate::auth::TokenAuthProvider
+    pub async fn update_secret(&self, new_secret: LongString, reason: ShortString) -> Result<()> {
+        self.status.ensure_connected()?;
+        self.internal_rpc.update_secret(new_secret, reason).await
     }
 
-    /// Block all consumers and publishers on this connection
-    pub async fn block(&self, reason: &str) -> Result<()> {
-        if let Some(channel0) = self.channels.get(0) {
-            channel0.connection_blocked(reason).await
-        } else {
-            Err(Error::InvalidConnectionState(self.status.state()))
-        }
-    }
-
-    /// Unblock all consumers and publishers on this connection
-    pub async fn unblock(&self) -> Result<()> {
-        if let Some(channel0) = self.channels.get(0) {
-            channel0.connection_unblocked().await
-        } else {
-            Err(Error::InvalidConnectionState(self.status.state()))
-        }
-    }
-
-    /// Update the secret used by some authentication module such as OAuth2
-    pub async fn update_secret(&self, new_secret: &str, reason: &str) -> Result<()> {
-        if let Some(channel0) = self.channels.get(0) {
-            channel0.connection_update_secret(new_secret, reason).await
-        } else {
-            Err(Error::InvalidConnectionState(self.status.state()))
-        }
-    }
-
-    pub async fn connector(
+    /// Low-level entry point for custom transport implementations.
+    ///
+    /// Drives the AMQP handshake over a transport supplied by the `connect`
+    /// closure. Prefer one of the higher-level `connect*` methods unless you
+    /// are wrapping a non-standard socket type.
+    pub async fn connector<RK: RuntimeKit + Clone + Send + 'static>(
         uri: AMQPUri,
-        connect: Box<dyn FnOnce(&AMQPUri) -> HandshakeResult + Send + Sync>,
-        mut options: ConnectionProperties,
-    ) -> Result<Connection> {
-        let executor = options
-            .executor
-            .take()
-            .unwrap_or_else(|| Arc::new(async_global_executor_trait::AsyncGlobalExecutor));
-
-        let (connect_promise, resolver) = Promise::new();
-        let connect_uri = uri.clone();
-        executor.spawn({
-            let executor = executor.clone();
-            Box::pin(async move {
-                executor
-                    .spawn_blocking(Box::new(move || {
-                        let mut res = connect(&connect_uri);
-                        loop {
-                            match res {
-                                Ok(stream) => {
-                                    resolver.swear(Ok(stream));
-                                    break;
-                                }
-                                Err(mid) => match mid.into_mid_handshake_tls_stream() {
-                                    Err(err) => {
-                                        resolver.swear(Err(err.into()));
-                                        break;
-                                    }
-                                    Ok(mid) => {
-                                        res = mid.handshake();
-                                    }
-                                },
-                            }
-                        }
-                    }))
-                    .await;
-            })
-        });
-
-        let reactor = options
-            .reactor
-            .take()
-            .unwrap_or_else(|| Arc::new(async_reactor_trait::AsyncIo));
-        let socket_state = SocketState::default();
-        let waker = socket_state.handle();
-        let internal_rpc = InternalRPC::new(executor.clone(), waker.clone());
+        runtime: Runtime<RK>,
+        connect: impl AsyncFn(
+            AMQPUri,
+            Runtime<RK>,
+        ) -> Result<AsyncTcpStream<<RK as Reactor>::TcpStream>>
+        + Send
+        + Sync
+        + 'static,
+        options: ConnectionProperties,
+    ) -> Result<Self> {
+        let configuration = Configuration::new(&uri, options);
+        let status = ConnectionStatus::new(&uri);
         let frames = Frames::default();
-        let conn = Connection::new(
-            waker,
+        let socket_state = SocketState::default();
+        let heartbeat = Heartbeat::new(status.clone(), runtime.clone());
+        let secret_update = SecretUpdate::new(
+            status.clone(),
+            runtime.clone(),
+            configuration.auth_provider.clone(),
+        );
+        let internal_rpc = InternalRPC::new(
+            runtime.clone(),
+            heartbeat.clone(),
+            secret_update,
+            frames.clone(),
+            socket_state.handle(),
+        );
+        let events = Events::new();
+        let channels = Channels::new(
+            configuration.clone(),
+            status.clone(),
+            socket_state.handle(),
             internal_rpc.handle(),
             frames.clone(),
-            executor.clone(),
+            events.clone(),
         );
-        let status = conn.status.clone();
-        let configuration = conn.configuration.clone();
-        status.set_vhost(&uri.vhost);
-        status.set_username(&uri.authority.userinfo.username);
-        if let Some(frame_max) = uri.query.frame_max {
-            configuration.set_frame_max(frame_max);
-        }
-        if let Some(channel_max) = uri.query.channel_max {
-            configuration.set_channel_max(channel_max);
-        }
-        if let Some(heartbeat) = uri.query.heartbeat {
-            configuration.set_heartbeat(heartbeat);
-        }
-        let (promise_out, resolver) = Promise::new();
-        if level_enabled!(Level::TRACE) {
-            promise_out.set_marker("ProtocolHeader".into());
-        }
-        let channels = conn.channels.clone();
-        if let Some(channel0) = channels.get(0) {
-            channel0.send_frame(
-                AMQPFrame::ProtocolHeader(ProtocolVersion::amqp_0_9_1()),
-                resolver,
-                None,
-            )
-        };
-        let (promise_in, resolver) = Promise::new();
-        if level_enabled!(Level::TRACE) {
-            promise_in.set_marker("ProtocolHeader.Ok".into());
-        }
-        let io_loop_handle = conn.io_loop.clone();
-        status.set_state(ConnectionState::Connecting);
-        status.set_connection_step(ConnectionStep::ProtocolHeader(
-            resolver,
-            conn,
-            uri.authority.userinfo.into(),
-            uri.query.auth_mechanism.unwrap_or_default(),
-            options,
-        ));
-        let stream = connect_promise
-            .await
-            .and_then(|stream| reactor.register(IOHandle::new(stream)).map_err(Into::into))
-            .map_err(|error| {
-                // We don't actually need the resolver as we already pass it around to the failing
-                // code which will propagate the error. We only want to flush the status internal
-                // state.
-                let _ = status.connection_resolver();
-                error
-            })?
-            .into();
-        let heartbeat = Heartbeat::new(status.clone(), channels.clone(), executor.clone(), reactor);
-        let internal_rpc_handle = internal_rpc.handle();
-        executor.spawn(Box::pin(internal_rpc.run(channels.clone())));
-        IoLoop::new(
-            status,
-            configuration,
-            channels,
-            internal_rpc_handle,
+        let channel0 = channels.channel0();
+        let conn = Connection::new(configuration, status, internal_rpc.handle(), events);
+        let io_loop = IoLoop::new(
+            conn.status.clone(),
+            conn.configuration.negotiated_config.clone(),
+            channels.clone(),
+            internal_rpc.handle(),
             frames,
             socket_state,
-            io_loop_handle,
-            stream,
             heartbeat,
-        )
-        .await
-        .and_then(IoLoop::start)?;
-        promise_out.await?;
-        promise_in.await
+            runtime,
+            connect,
+            uri,
+            conn.configuration().backoff,
+        );
+
+        internal_rpc.start(channels);
+        conn.io_loop.register(io_loop.start()?);
+        conn.start(channel0).await
     }
 
-    /// Get the current topology
-    ///
-    /// This includes exchanges, queues, bindings and consumers declared by this Connection
-    pub fn topology(&self) -> TopologyDefinition {
-        self.topology_internal().into()
-    }
+    pub(crate) async fn start(self, channel0: Channel) -> Result<Self> {
+        let (promise, resolver) = Promise::new("ProtocolHeader");
 
-    pub(crate) fn topology_internal(&self) -> TopologyInternal {
-        TopologyInternal {
-            exchanges: self.global_registry.exchanges_topology(),
-            queues: self.global_registry.queues_topology(false),
-            channels: self.channels.topology(),
-        }
+        trace!("Set connection as connecting");
+        self.status.clone().set_connecting()?;
+
+        trace!("Sending protocol header to server");
+        channel0.send_frame(
+            AMQPFrame::ProtocolHeader(ProtocolVersion::amqp_0_9_1()),
+            Box::new(resolver.clone()),
+            Some(ExpectedReply(
+                Reply::ConnectionStep(ConnectionStep::ProtocolHeader(resolver.clone(), self)),
+                Box::new(resolver),
+            )),
+            None,
+        );
+
+        trace!("Sent protocol header to server, waiting for connection flow");
+        promise.await
     }
 }
 
@@ -441,32 +314,55 @@ impl fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("configuration", &self.configuration)
             .field("status", &self.status)
-            .field("channels", &self.channels)
             .finish()
     }
 }
 
-/// Trait providing a method to connect to an AMQP server
+/// Extension trait that lets URI types open a [`Connection`] directly.
+///
+/// Implemented for [`&str`], [`String`], and [`AMQPUri`].
 #[async_trait]
 pub trait Connect {
-    /// connect to an AMQP server
-    async fn connect(
+    /// Connect to an AMQP server using the default runtime and TLS configuration.
+    async fn connect(self, options: ConnectionProperties) -> Result<Connection>
+    where
+        Self: Sized,
+    {
+        self.connect_with_config(
+            options,
+            OwnedTLSConfig::default(),
+            runtime::default_runtime()?,
+        )
+        .await
+    }
+
+    /// Connect to an AMQP server with an explicit runtime and TLS configuration.
+    async fn connect_with_config<RK: RuntimeKit + Send + Sync + Clone + 'static>(
         self,
         options: ConnectionProperties,
         config: OwnedTLSConfig,
-    ) -> Result<Connection>;
+        runtime: Runtime<RK>,
+    ) -> Result<Connection>
+    where
+        Self: Sized;
 }
 
 #[async_trait]
 impl Connect for AMQPUri {
-    async fn connect(
+    async fn connect_with_config<RK: RuntimeKit + Send + Sync + Clone + 'static>(
         self,
         options: ConnectionProperties,
         config: OwnedTLSConfig,
+        runtime: Runtime<RK>,
     ) -> Result<Connection> {
         Connection::connector(
             self,
-            Box::new(move |uri| AMQPUriTcpExt::connect_with_config(uri, config.as_ref())),
+            runtime,
+            async move |uri, runtime| {
+                AMQPUriTcpExt::connect_with_config_async(&uri, config.as_ref(), &runtime)
+                    .await
+                    .map_err(|err| Error::io(err, &runtime))
+            },
             options,
         )
         .await
@@ -475,14 +371,15 @@ impl Connect for AMQPUri {
 
 #[async_trait]
 impl Connect for &str {
-    async fn connect(
+    async fn connect_with_config<RK: RuntimeKit + Send + Sync + Clone + 'static>(
         self,
         options: ConnectionProperties,
         config: OwnedTLSConfig,
+        runtime: Runtime<RK>,
     ) -> Result<Connection> {
         match self.parse::<AMQPUri>() {
-            Ok(uri) => Connect::connect(uri, options, config).await,
-            Err(err) => Err(io::Error::new(io::ErrorKind::Other, err).into()),
+            Ok(uri) => uri.connect_with_config(options, config, runtime).await,
+            Err(err) => Err(Error::other(err)),
         }
     }
 }
@@ -490,38 +387,259 @@ impl Connect for &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel_receiver_state::{ChannelReceiverState, DeliveryCause};
-    use crate::channel_status::ChannelState;
-    use crate::options::BasicConsumeOptions;
-    use crate::types::{ChannelId, FieldTable, ShortString};
-    use crate::BasicProperties;
-    use amq_protocol::frame::AMQPContentHeader;
-    use amq_protocol::protocol::{basic, AMQPClass};
+    use crate::{
+        Acker, BasicProperties, ChannelQos, ChannelState, ConnectionProperties, ConnectionState,
+        ErrorKind,
+        channel_receiver_state::{ChannelReceiverState, DeliveryCause},
+        error_holder::ErrorHolder,
+        options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions},
+        secret_update::SecretUpdate,
+        types::{ChannelId, FieldTable, ShortString},
+    };
+    use amq_protocol::{
+        frame::AMQPContentHeader,
+        protocol::{AMQPClass, basic},
+    };
+
+    fn create_connection() -> (Connection, Channels, InternalRPCHandle) {
+        let (conn, channels, internal_rpc, _) = create_connection_with_frames();
+        (conn, channels, internal_rpc)
+    }
+
+    fn create_connection_with_frames() -> (Connection, Channels, InternalRPCHandle, Frames) {
+        let uri = AMQPUri::default();
+        let runtime = runtime::default_runtime().unwrap();
+        let configuration = Configuration::new(&uri, ConnectionProperties::default());
+        let status = ConnectionStatus::new(&uri);
+        let frames = Frames::default();
+        let socket_state = SocketState::default();
+        let heartbeat = Heartbeat::new(status.clone(), runtime.clone());
+        let secret_update = SecretUpdate::new(
+            status.clone(),
+            runtime.clone(),
+            configuration.auth_provider.clone(),
+        );
+        let internal_rpc = InternalRPC::new(
+            runtime,
+            heartbeat,
+            secret_update,
+            frames.clone(),
+            socket_state.handle(),
+        );
+        let events = Events::new();
+        let channels = Channels::new(
+            configuration.clone(),
+            status.clone(),
+            socket_state.handle(),
+            internal_rpc.handle(),
+            frames.clone(),
+            events.clone(),
+        );
+        let conn = Connection::new(configuration, status, internal_rpc.handle(), events);
+        conn.status.set_state(ConnectionState::Connected);
+        (conn, channels, internal_rpc.handle(), frames)
+    }
+
+    /// The IO loop behind `create_connection`'s handle is already gone, as it is for an ack that
+    /// passed the `poisoned()` check just before its connection closed: the ack's command is
+    /// never run, and its promise must still complete.
+    #[tokio::test]
+    async fn an_ack_whose_command_never_runs_completes() {
+        let (_conn, _channels, internal_rpc) = create_connection();
+        let acker = Acker::new(1, 1, Some(internal_rpc), ErrorHolder::default());
+        let ack = acker.ack(BasicAckOptions::default());
+        let result = tokio::time::timeout(std::time::Duration::from_secs(1), ack)
+            .await
+            .expect("the ack never completed");
+        assert!(matches!(
+            result.unwrap_err().kind(),
+            ErrorKind::InvalidChannel(1)
+        ));
+    }
+
+    #[test]
+    fn clear_connection_steps_rejects_all_handshake_stages() {
+        let frames = Frames::default();
+        let error: Error = ErrorKind::MissingHeartbeatError.into();
+        let mut promises = Vec::new();
+        for stage in 0..3 {
+            let (conn, _, _) = create_connection();
+            let (promise, resolver) = Promise::new("handshake cleanup");
+            let auth_provider = conn.configuration.auth_provider.clone();
+            let step = match stage {
+                0 => ConnectionStep::ProtocolHeader(resolver.clone(), conn),
+                1 => ConnectionStep::StartOk(resolver.clone(), conn, auth_provider),
+                _ => ConnectionStep::SecureOk(resolver.clone(), conn, auth_provider),
+            };
+            frames.push(
+                0,
+                AMQPFrame::ProtocolHeader(ProtocolVersion::amqp_0_9_1()),
+                Box::new(resolver.clone()),
+                Some(ExpectedReply(
+                    Reply::ConnectionStep(step),
+                    Box::new(resolver),
+                )),
+                None,
+            );
+            promises.push(promise);
+        }
+        let (other_promise, other_resolver) = Promise::new("unrelated reply");
+        frames.push(
+            0,
+            AMQPFrame::Heartbeat,
+            Box::new(other_resolver.clone()),
+            Some(ExpectedReply(
+                Reply::BasicCancelOk(other_resolver.clone()),
+                Box::new(other_resolver),
+            )),
+            None,
+        );
+
+        frames.clear_connection_steps(&error);
+        for promise in promises {
+            assert!(matches!(
+                promise.try_wait().unwrap().unwrap_err().kind(),
+                ErrorKind::MissingHeartbeatError
+            ));
+        }
+        assert!(frames.connection_resolver(0).is_none());
+        assert!(other_promise.try_wait().is_none());
+        assert_eq!(frames.take_expected_replies(0).unwrap().len(), 1);
+        // Clearing an empty queue is safe, including repeated cleanup.
+        frames.clear_connection_steps(&error);
+        frames.clear_connection_steps(&error);
+    }
+
+    #[test]
+    fn retry_connection_header_preserves_waiter_and_replaces_queued_header() {
+        use std::{future::Future, task::Context};
+
+        let (conn, channels, _, frames) = create_connection_with_frames();
+        let mut connecting = Box::pin(conn.start(channels.channel0()));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(connecting.as_mut().poll(&mut cx).is_pending());
+
+        // Retrying before the header is sent must not duplicate it, even when
+        // the previous attempt already put it in the retry queue.
+        assert!(frames.retry_connection_header());
+        assert!(frames.retry_connection_header());
+        assert!(matches!(
+            *frames.pop(true).unwrap(),
+            AMQPFrame::ProtocolHeader(_)
+        ));
+        assert!(frames.pop(true).is_none());
+        assert!(connecting.as_mut().poll(&mut cx).is_pending());
+
+        frames.clear_connection_steps(&ErrorKind::MissingHeartbeatError.into());
+        assert!(matches!(
+            connecting.as_mut().poll(&mut cx),
+            std::task::Poll::Ready(Err(_))
+        ));
+        assert!(!frames.retry_connection_header());
+    }
+
+    #[test]
+    fn recovery_rejects_pending_connection_handshake() {
+        use std::{
+            future::Future,
+            sync::atomic::{AtomicBool, Ordering},
+            task::{Context, Wake, Waker},
+        };
+
+        struct WakeFlag(AtomicBool);
+        impl Wake for WakeFlag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+
+        let (conn, channels, _, frames) = create_connection_with_frames();
+        let status = conn.status.clone();
+        let mut connecting = Box::pin(conn.start(channels.channel0()));
+        let wake = Arc::new(WakeFlag(AtomicBool::new(false)));
+        let waker = Waker::from(wake.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(connecting.as_mut().poll(&mut cx).is_pending());
+        // The header has left the outbound queue: only the expected reply can
+        // reject the handshake now, not drop_frames_for_channel during recovery.
+        drop(frames.pop(true).unwrap());
+
+        let error: Error = ErrorKind::MissingHeartbeatError.into();
+        channels.init_connection_recovery(error.clone());
+
+        assert!(wake.0.load(Ordering::SeqCst));
+        assert!(status.reconnecting());
+        match connecting.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Err(actual)) => {
+                assert!(matches!(actual.kind(), ErrorKind::MissingHeartbeatError));
+            }
+            other => panic!("expected the handshake to fail, got {other:?}"),
+        }
+        assert!(frames.connection_resolver(0).is_none());
+    }
 
     #[test]
     fn channel_limit() {
         let _ = tracing_subscriber::fmt::try_init();
 
         // Bootstrap connection state to a consuming state
-        let executor = Arc::new(async_global_executor_trait::AsyncGlobalExecutor);
-        let socket_state = SocketState::default();
-        let waker = socket_state.handle();
-        let internal_rpc = InternalRPC::new(executor.clone(), waker.clone());
-        let conn = Connection::new(
-            waker,
-            internal_rpc.handle(),
-            Frames::default(),
-            executor.clone(),
-        );
-        conn.status.set_state(ConnectionState::Connected);
-        conn.configuration.set_channel_max(ChannelId::MAX);
+        let (conn, channels, _) = create_connection();
+        conn.configuration
+            .negotiated_config
+            .set_channel_max(ChannelId::MAX);
         for _ in 1..=ChannelId::MAX {
-            conn.channels.create(conn.closer.clone()).unwrap();
+            channels.create(conn.closer.clone()).unwrap();
         }
 
         assert_eq!(
-            conn.channels.create(conn.closer.clone()),
-            Err(Error::ChannelsLimitReached)
+            channels.create(conn.closer.clone()),
+            Err(ErrorKind::ChannelsLimitReached.into())
+        );
+    }
+
+    #[test]
+    fn basic_qos_is_recorded_for_recovery() {
+        use std::{
+            future::Future,
+            task::{Context, Poll},
+        };
+
+        let _ = tracing_subscriber::fmt::try_init();
+
+        let (conn, channels, _) = create_connection();
+        conn.configuration.negotiated_config.set_channel_max(2047);
+        let channel = channels.create(conn.closer.clone()).unwrap();
+        channel.set_state(ChannelState::Connected);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+
+        // Both the per-consumer and the channel-wide settings get tracked.
+        for (prefetch_count, global) in [(12, false), (42, true)] {
+            let mut qos = Box::pin(channel.basic_qos(prefetch_count, BasicQosOptions { global }));
+            assert!(qos.as_mut().poll(&mut cx).is_pending());
+            let qos_ok = AMQPFrame::Method(
+                channel.id(),
+                AMQPClass::Basic(basic::AMQPMethod::QosOk(basic::QosOk {})),
+            );
+            channels.handle_frame(qos_ok).unwrap();
+            assert!(matches!(qos.as_mut().poll(&mut cx), Poll::Ready(Ok(()))));
+        }
+
+        assert_eq!(
+            channel.status().qos(),
+            ChannelQos {
+                prefetch_count: Some(12),
+                global_prefetch_count: Some(42),
+            }
+        );
+
+        // They must outlive the failure so that start_recovery can replay them.
+        channel.init_recovery(ErrorKind::MissingHeartbeatError.into());
+        assert_eq!(
+            channel.status().qos(),
+            ChannelQos {
+                prefetch_count: Some(12),
+                global_prefetch_count: Some(42),
+            }
         );
     }
 
@@ -532,31 +650,21 @@ mod tests {
         use crate::consumer::Consumer;
 
         // Bootstrap connection state to a consuming state
-        let executor = Arc::new(async_global_executor_trait::AsyncGlobalExecutor);
-        let socket_state = SocketState::default();
-        let waker = socket_state.handle();
-        let internal_rpc = InternalRPC::new(executor.clone(), waker.clone());
-        let conn = Connection::new(
-            waker,
-            internal_rpc.handle(),
-            Frames::default(),
-            executor.clone(),
-        );
-        conn.status.set_state(ConnectionState::Connected);
-        conn.configuration.set_channel_max(2047);
-        let channel = conn.channels.create(conn.closer.clone()).unwrap();
+        let (conn, channels, internal_rpc) = create_connection();
+        conn.configuration.negotiated_config.set_channel_max(2047);
+        let channel = channels.create(conn.closer.clone()).unwrap();
         channel.set_state(ChannelState::Connected);
         let queue_name = ShortString::from("consumed");
         let consumer_tag = ShortString::from("consumer-tag");
         let consumer = Consumer::new(
             consumer_tag.clone(),
-            executor,
+            internal_rpc,
             None,
             queue_name.clone(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         );
-        if let Some(c) = conn.channels.get(channel.id()) {
+        if let Some(c) = channels.get(channel.id()) {
             c.register_consumer(consumer_tag.clone(), consumer);
             c.register_queue(queue_name.clone(), Default::default(), Default::default());
         }
@@ -571,7 +679,7 @@ mod tests {
             }));
             let class_id = method.get_amqp_class_id();
             let deliver_frame = AMQPFrame::Method(channel.id(), method);
-            conn.channels.handle_frame(deliver_frame).unwrap();
+            channels.handle_frame(deliver_frame).unwrap();
             let channel_state = channel.status().receiver_state();
             let expected_state = ChannelReceiverState::WillReceiveContent(
                 class_id,
@@ -582,14 +690,13 @@ mod tests {
         {
             let header_frame = AMQPFrame::Header(
                 channel.id(),
-                60,
-                Box::new(AMQPContentHeader {
+                AMQPContentHeader {
                     class_id: 60,
                     body_size: 2,
                     properties: BasicProperties::default(),
-                }),
+                },
             );
-            conn.channels.handle_frame(header_frame).unwrap();
+            channels.handle_frame(header_frame).unwrap();
             let channel_state = channel.status().receiver_state();
             let expected_state =
                 ChannelReceiverState::ReceivingContent(DeliveryCause::Consume(consumer_tag), 2);
@@ -597,10 +704,8 @@ mod tests {
         }
         {
             let body_frame = AMQPFrame::Body(channel.id(), b"{}".to_vec());
-            conn.channels.handle_frame(body_frame).unwrap();
-            let channel_state = channel.status().state();
-            let expected_state = ChannelState::Connected;
-            assert_eq!(channel_state, expected_state);
+            channels.handle_frame(body_frame).unwrap();
+            assert!(channel.status().connected());
         }
     }
 
@@ -611,31 +716,21 @@ mod tests {
         use crate::consumer::Consumer;
 
         // Bootstrap connection state to a consuming state
-        let socket_state = SocketState::default();
-        let waker = socket_state.handle();
-        let executor = Arc::new(async_global_executor_trait::AsyncGlobalExecutor);
-        let internal_rpc = InternalRPC::new(executor.clone(), waker.clone());
-        let conn = Connection::new(
-            waker,
-            internal_rpc.handle(),
-            Frames::default(),
-            executor.clone(),
-        );
-        conn.status.set_state(ConnectionState::Connected);
-        conn.configuration.set_channel_max(2047);
-        let channel = conn.channels.create(conn.closer.clone()).unwrap();
+        let (conn, channels, internal_rpc) = create_connection();
+        conn.configuration.negotiated_config.set_channel_max(2047);
+        let channel = channels.create(conn.closer.clone()).unwrap();
         channel.set_state(ChannelState::Connected);
         let queue_name = ShortString::from("consumed");
         let consumer_tag = ShortString::from("consumer-tag");
         let consumer = Consumer::new(
             consumer_tag.clone(),
-            executor,
+            internal_rpc,
             None,
             queue_name.clone(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         );
-        if let Some(c) = conn.channels.get(channel.id()) {
+        if let Some(c) = channels.get(channel.id()) {
             c.register_consumer(consumer_tag.clone(), consumer);
             c.register_queue(queue_name.clone(), Default::default(), Default::default());
         }
@@ -650,7 +745,7 @@ mod tests {
             }));
             let class_id = method.get_amqp_class_id();
             let deliver_frame = AMQPFrame::Method(channel.id(), method);
-            conn.channels.handle_frame(deliver_frame).unwrap();
+            channels.handle_frame(deliver_frame).unwrap();
             let channel_state = channel.status().receiver_state();
             let expected_state = ChannelReceiverState::WillReceiveContent(
                 class_id,
@@ -661,17 +756,14 @@ mod tests {
         {
             let header_frame = AMQPFrame::Header(
                 channel.id(),
-                60,
-                Box::new(AMQPContentHeader {
+                AMQPContentHeader {
                     class_id: 60,
                     body_size: 0,
                     properties: BasicProperties::default(),
-                }),
+                },
             );
-            conn.channels.handle_frame(header_frame).unwrap();
-            let channel_state = channel.status().state();
-            let expected_state = ChannelState::Connected;
-            assert_eq!(channel_state, expected_state);
+            channels.handle_frame(header_frame).unwrap();
+            assert!(channel.status().connected());
         }
     }
 }

@@ -1,8 +1,11 @@
-use crate::{connection_status::ConnectionStatus, internal_rpc::InternalRPCHandle, protocol};
+use crate::{ConnectionStatus, internal_rpc::InternalRPCHandle, protocol};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+#[derive(Debug)]
 pub(crate) struct ConnectionCloser {
     status: ConnectionStatus,
     internal_rpc: InternalRPCHandle,
+    noop: AtomicBool,
 }
 
 impl ConnectionCloser {
@@ -10,16 +13,25 @@ impl ConnectionCloser {
         Self {
             status,
             internal_rpc,
+            noop: AtomicBool::new(false),
         }
+    }
+
+    pub(crate) fn noop(&self) {
+        self.noop.store(true, Ordering::SeqCst);
     }
 }
 
 impl Drop for ConnectionCloser {
     fn drop(&mut self) {
+        if self.noop.load(Ordering::SeqCst) {
+            return;
+        }
+
         if self.status.auto_close() {
             self.internal_rpc.close_connection(
                 protocol::constants::REPLY_SUCCESS,
-                "OK".to_string(),
+                "OK".into(),
                 0,
                 0,
             );

@@ -1,41 +1,46 @@
 use crate::{
+    BasicProperties, Error, Result,
     channel_closer::ChannelCloser,
     consumer_canceler::ConsumerCanceler,
-    consumer_status::{ConsumerState, ConsumerStatus},
+    consumer_status::ConsumerStatus,
     error_holder::ErrorHolder,
     internal_rpc::InternalRPCHandle,
+    listener::Listener,
     message::{Delivery, DeliveryResult},
     options::BasicConsumeOptions,
     types::{ChannelId, PayloadSize},
     types::{FieldTable, ShortString},
-    wakers::Wakers,
-    BasicProperties, Error, Result,
 };
-use executor_trait::FullExecutor;
 use flume::{Receiver, Sender};
 use futures_core::stream::Stream;
-use parking_lot::Mutex;
 use std::{
     fmt,
-    future::Future,
+    future::{self, Future},
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, Mutex, MutexGuard},
     task::{Context, Poll},
 };
-use tracing::trace;
+use tracing::{error, trace};
 
+/// Callback-based alternative to polling a [`Consumer`] stream.
+///
+/// Implement this trait and pass your implementation to `Consumer::set_delegate`
+/// to have deliveries dispatched automatically instead of polling the stream.
+/// Any `async Fn(DeliveryResult) -> ()` closure also implements this trait.
 pub trait ConsumerDelegate: Send + Sync {
+    /// Called for each new delivery (or cancellation / error) from the server.
     fn on_new_delivery(&self, delivery: DeliveryResult)
-        -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// Called when the consumer is asked to discard any buffered messages (e.g. on channel close).
     fn drop_prefetched_messages(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        Box::pin(async move {})
+        Box::pin(future::ready(()))
     }
 }
 
 impl<
-        F: Future<Output = ()> + Send + 'static,
-        DeliveryHandler: Fn(DeliveryResult) -> F + Send + Sync + 'static,
-    > ConsumerDelegate for DeliveryHandler
+    F: Future<Output = ()> + Send + 'static,
+    DeliveryHandler: Fn(DeliveryResult) -> F + Send + Sync + 'static,
+> ConsumerDelegate for DeliveryHandler
 {
     fn on_new_delivery(
         &self,
@@ -53,24 +58,24 @@ impl<
 /// [basic.get](https://www.rabbitmq.com/amqp-0-9-1-quickref.html#basic.get) command, which
 /// retrieves only a single message.
 ///
-/// A consumer is obtained by calling [`Channel::basic_consume`] with the queue name.
+/// A consumer is obtained by calling [`Channel::basic_consume`](crate::Channel::basic_consume) with the queue name.
 ///
 /// New messages from this consumer can be accessed by obtaining the iterator from the consumer.
 /// This iterator returns new messages and the associated channel in the form of a
 /// [`DeliveryResult`] for as long as the consumer is subscribed to the queue.
 ///
-/// It is also possible to set a delegate to be spawned via [`set_delegate`].
+/// It is also possible to set a delegate to be spawned via [`set_delegate`](Consumer::set_delegate).
 ///
 /// ## Message acknowledgment
 ///
 /// There are two ways of acknowledging a message:
 ///
-/// * If the flag [`BasicConsumeOptions::no_ack`] is set to `true` while obtaining the consumer from
-///   [`Channel::basic_consume`], the server implicitely acknowledges each message after it has been
+/// * If the flag [`BasicConsumeOptions::no_ack`](crate::options::BasicConsumeOptions::no_ack) is set to `true` while obtaining the consumer from
+///   [`Channel::basic_consume`](crate::Channel::basic_consume), the server implicitely acknowledges each message after it has been
 ///   sent.
-/// * If the flag [`BasicConsumeOptions::no_ack`] is set to `false`, a message has to be explicitly
-///   acknowledged or rejected with [`Acker::ack`],
-///   [`Acker::nack`] or [`Acker::reject`]. See the documentation at [`Delivery`]
+/// * If the flag [`BasicConsumeOptions::no_ack`](crate::options::BasicConsumeOptions::no_ack) is set to `false`, a message has to be explicitly
+///   acknowledged or rejected with [`Acker::ack`](crate::Acker::ack),
+///   [`Acker::nack`](crate::Acker::nack) or [`Acker::reject`](crate::Acker::reject). See the documentation at [`Delivery`]
 ///   for further information.
 ///
 /// Also see the RabbitMQ documentation about
@@ -78,7 +83,7 @@ impl<
 ///
 /// ## Consumer Prefetch
 ///
-/// To limit the maximum number of unacknowledged messages arriving, you can call [`Channel::basic_qos`]
+/// To limit the maximum number of unacknowledged messages arriving, you can call [`Channel::basic_qos`](crate::Channel::basic_qos)
 /// before creating the consumer.
 ///
 /// Also see the RabbitMQ documentation about
@@ -86,128 +91,116 @@ impl<
 ///
 /// ## Cancel subscription
 ///
-/// To stop receiving messages, call [`Channel::basic_cancel`] with the consumer tag of this
+/// To stop receiving messages, call [`Channel::basic_cancel`](crate::Channel::basic_cancel) with the consumer tag of this
 /// consumer.
-///
 ///
 /// ## Example
 /// ```rust,no_run
+/// use async_rs::{Runtime, traits::*};
 /// use lapin::{options::*, types::FieldTable, Connection, ConnectionProperties, Result};
 /// use futures_lite::stream::StreamExt;
 /// use std::future::Future;
 ///
-/// let addr = std::env::var("AMQP_ADDR").unwrap_or_else(|_| "amqp://127.0.0.1:5672/%2f".into());
+/// fn main() -> Result<()> {
+///     let addr = std::env::var("AMQP_ADDR").unwrap_or_else(|_| "amqp://127.0.0.1:5672/%2f".into());
+///     let runtime = lapin::runtime::default_runtime().unwrap();
 ///
-/// let res: Result<()> = async_global_executor::block_on(async {
-///     let conn = Connection::connect(
-///         &addr,
-///         ConnectionProperties::default(),
-///     )
-///     .await?;
-///     let channel = conn.create_channel().await?;
-///     let mut consumer = channel
-///         .basic_consume(
-///             "hello",
-///             "my_consumer",
-///             BasicConsumeOptions::default(),
-///             FieldTable::default(),
+///     runtime.clone().block_on(async move {
+///         let conn = Connection::connect_with_runtime(
+///             &addr,
+///             ConnectionProperties::default(),
+///             runtime,
 ///         )
 ///         .await?;
-///
-///     while let Some(delivery) = consumer.next().await {
-///         let delivery = delivery.expect("error in consumer");
-///         delivery
-///             .ack(BasicAckOptions::default())
+///         let channel = conn.create_channel().await?;
+///         let mut consumer = channel
+///             .basic_consume(
+///                 "hello".into(),
+///                 "my_consumer".into(),
+///                 BasicConsumeOptions::default(),
+///                 FieldTable::default(),
+///             )
 ///             .await?;
-///     }
-///     Ok(())
-/// });
-/// ```
 ///
-/// [`Channel::basic_consume`]: ./struct.Channel.html#method.basic_consume
-/// [`Channel::basic_qos`]: ./struct.Channel.html#method.basic_qos
-/// [`Channel::basic_cancel`]: ./struct.Channel.html#method.basic_cancel
-/// [`Acker::ack`]: ./struct.Acker.html#method.ack
-/// [`Acker::reject`]: ./struct.Acker.html#method.reject
-/// [`Acker::nack`]: ./struct.Acker.html#method.nack
-/// [`DeliveryResult`]: ./message/type.DeliveryResult.html
-/// [`BasicConsumeOptions::no_ack`]: ./options/struct.BasicConsumeOptions.html#structfield.no_ack
-/// [`set_delegate`]: #method.set_delegate
+///         while let Some(delivery) = consumer.next().await {
+///             let delivery = delivery.expect("error in consumer");
+///             delivery
+///                 .ack(BasicAckOptions::default())
+///                 .await?;
+///         }
+///         Ok(())
+///     })
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Consumer {
-    inner: Arc<Mutex<ConsumerInner>>,
+    consumer_tag: ShortString,
+    inner: Arc<Mutex<Inner>>,
     status: ConsumerStatus,
+    internal_rpc: InternalRPCHandle,
     channel_closer: Option<Arc<ChannelCloser>>,
     consumer_canceler: Option<Arc<ConsumerCanceler>>,
     queue: ShortString,
     options: BasicConsumeOptions,
     arguments: FieldTable,
+    deliveries_in: Sender<DeliveryResult>,
+    listener: Listener,
+    error: ErrorHolder,
 }
 
 impl Consumer {
     pub(crate) fn new(
         consumer_tag: ShortString,
-        executor: Arc<dyn FullExecutor + Send + Sync>,
+        internal_rpc: InternalRPCHandle,
         channel_closer: Option<Arc<ChannelCloser>>,
         queue: ShortString,
         options: BasicConsumeOptions,
         arguments: FieldTable,
     ) -> Self {
+        let (sender, receiver) = flume::unbounded();
         let status = ConsumerStatus::default();
         Self {
-            inner: Arc::new(Mutex::new(ConsumerInner::new(
-                status.clone(),
+            consumer_tag: consumer_tag.clone(),
+            inner: Arc::new(Mutex::new(Inner::new(
                 consumer_tag,
-                executor,
+                receiver,
+                internal_rpc.clone(),
             ))),
             status,
+            internal_rpc,
             channel_closer,
             consumer_canceler: None,
             queue,
             options,
             arguments,
+            deliveries_in: sender,
+            listener: Listener::default(),
+            error: ErrorHolder::default(),
         }
     }
 
-    pub(crate) fn external(
-        &self,
-        channel_id: ChannelId,
-        internal_rpc_handle: InternalRPCHandle,
-    ) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            status: self.status.clone(),
-            channel_closer: None,
-            consumer_canceler: Some(Arc::new(ConsumerCanceler::new(
-                channel_id,
-                self.tag().to_string(),
-                self.status.clone(),
-                internal_rpc_handle,
-            ))),
-            queue: self.queue.clone(),
-            options: self.options,
-            arguments: self.arguments.clone(),
-        }
-    }
-
-    pub(crate) fn error(&self) -> ErrorHolder {
-        self.inner.lock().error.clone()
+    pub(crate) fn external(&self, channel_id: ChannelId) -> Self {
+        let mut consumer = self.clone();
+        consumer.consumer_canceler = Some(Arc::new(ConsumerCanceler::new(
+            channel_id,
+            self.consumer_tag.clone(),
+            self.status.clone(),
+            self.internal_rpc.clone(),
+        )));
+        consumer
     }
 
     /// Gets the consumer tag.
     ///
     /// If no consumer tag was specified when obtaining the consumer from the channel,
     /// this contains the server generated consumer tag.
+    #[must_use]
     pub fn tag(&self) -> ShortString {
-        self.inner.lock().tag.clone()
-    }
-
-    /// Gets the current state of the Consumer.
-    pub fn state(&self) -> ConsumerState {
-        self.status.state()
+        self.consumer_tag.clone()
     }
 
     /// Get the name of the queue we're consuming
+    #[must_use]
     pub fn queue(&self) -> ShortString {
         self.queue.clone()
     }
@@ -224,21 +217,22 @@ impl Consumer {
     ///
     /// Enables parallel handling of the messages.
     pub fn set_delegate<D: ConsumerDelegate + 'static>(&self, delegate: D) {
-        let mut inner = self.inner.lock();
-        let mut status = self.status.lock();
+        let mut inner = self.lock_inner();
+        let mut status = self.status.write();
         while let Some(delivery) = inner.next_delivery() {
-            inner.executor.spawn(delegate.on_new_delivery(delivery));
+            self.internal_rpc
+                .spawn_infallible(delegate.on_new_delivery(delivery));
         }
-        inner.delegate = Some(Arc::new(Box::new(delegate)));
-        status.set_delegate();
+        status.set_delegate(Some(Arc::new(delegate)));
     }
 
     pub(crate) fn reset(&self) {
-        self.inner.lock().reset(self.options.no_ack);
+        self.lock_inner()
+            .reset(self.options.no_ack, self.status.delegate());
     }
 
     pub(crate) fn start_new_delivery(&self, delivery: Delivery) {
-        self.inner.lock().current_message = Some(delivery);
+        self.lock_inner().current_message = Some(delivery);
     }
 
     pub(crate) fn handle_content_header_frame(
@@ -246,51 +240,97 @@ impl Consumer {
         size: PayloadSize,
         properties: BasicProperties,
     ) {
-        self.inner
-            .lock()
-            .handle_content_header_frame(size, properties);
+        self.check_new_delivery(
+            self.lock_inner()
+                .handle_content_header_frame(size, properties),
+        );
     }
 
     pub(crate) fn handle_body_frame(&self, remaining_size: PayloadSize, payload: Vec<u8>) {
-        self.inner.lock().handle_body_frame(remaining_size, payload);
+        self.check_new_delivery(self.lock_inner().handle_body_frame(remaining_size, payload));
     }
 
     pub(crate) fn drop_prefetched_messages(&self) {
-        self.inner.lock().drop_prefetched_messages();
+        self.lock_inner()
+            .drop_prefetched_messages(self.status.delegate());
     }
 
     pub(crate) fn start_cancel(&self) {
-        self.status.lock().start_cancel();
+        self.status.write().start_cancel();
     }
 
     pub(crate) fn cancel(&self) {
-        self.inner.lock().cancel();
+        trace!(consumer_tag=%self.consumer_tag, "cancel");
+        let mut status = self.status.write();
+        self.dispatch(
+            Ok(None),
+            "failed to send cancel to consumer",
+            status.delegate(),
+        );
+        status.cancel();
+    }
+
+    pub(crate) fn send_error(&self, error: Error) {
+        trace!(consumer_tag=%self.consumer_tag, "send_error");
+        self.dispatch(
+            Err(error),
+            "failed to send error to consumer",
+            self.status.delegate(),
+        );
     }
 
     pub(crate) fn set_error(&self, error: Error) {
-        self.inner.lock().set_error(error);
+        trace!(consumer_tag=%self.consumer_tag, "set_error");
+        if let Err(cascading) = self.error.set(error.clone()) {
+            error!(%cascading, consumer_tag=%self.consumer_tag, "consumer already has an error");
+        }
+        self.send_error(error);
+        self.cancel();
     }
-}
 
-struct ConsumerInner {
-    status: ConsumerStatus,
-    current_message: Option<Delivery>,
-    deliveries_in: Sender<DeliveryResult>,
-    deliveries_out: Receiver<DeliveryResult>,
-    wakers: Wakers,
-    error: ErrorHolder,
-    tag: ShortString,
-    delegate: Option<Arc<Box<dyn ConsumerDelegate>>>,
-    executor: Arc<dyn FullExecutor + Send + Sync>,
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn next_delivery(&self) -> Option<DeliveryResult> {
+        let mut inner = self.lock_inner();
+        trace!(consumer_tag=%inner.tag, "consumer poll; acquired inner lock");
+        inner.next_delivery()
+    }
+
+    fn check_new_delivery(&self, delivery: Option<Delivery>) {
+        if let Some(delivery) = delivery {
+            self.dispatch(
+                Ok(Some(delivery)),
+                "failed to send delivery to consumer",
+                self.status.delegate(),
+            );
+        }
+    }
+
+    fn dispatch(
+        &self,
+        delivery: DeliveryResult,
+        error: &'static str,
+        delegate: Option<Arc<dyn ConsumerDelegate>>,
+    ) {
+        if let Some(delegate) = delegate {
+            self.internal_rpc
+                .spawn_infallible(delegate.on_new_delivery(delivery));
+        } else if let Err(err) = self.deliveries_in.send(delivery) {
+            error!(?err, error);
+        }
+        self.listener.notify();
+    }
 }
 
 impl fmt::Debug for Consumer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut debug = f.debug_struct("Consumer");
-        if let Some(inner) = self.inner.try_lock() {
+        if let Ok(inner) = self.inner.try_lock() {
             debug.field("tag", &inner.tag);
         }
-        if let Some(status) = self.status.try_lock() {
+        if let Some(status) = self.status.try_read() {
             debug.field("state", &status.state());
         }
         debug.finish()
@@ -305,29 +345,30 @@ impl Drop for Consumer {
     }
 }
 
-impl ConsumerInner {
+struct Inner {
+    current_message: Option<Delivery>,
+    deliveries_out: Receiver<DeliveryResult>,
+    internal_rpc: InternalRPCHandle,
+    tag: ShortString,
+}
+
+impl Inner {
     fn new(
-        status: ConsumerStatus,
         consumer_tag: ShortString,
-        executor: Arc<dyn FullExecutor + Send + Sync>,
+        deliveries_out: Receiver<DeliveryResult>,
+        internal_rpc: InternalRPCHandle,
     ) -> Self {
-        let (sender, receiver) = flume::unbounded();
         Self {
-            status,
             current_message: None,
-            deliveries_in: sender,
-            deliveries_out: receiver,
-            wakers: Wakers::default(),
-            error: ErrorHolder::default(),
+            deliveries_out,
+            internal_rpc,
             tag: consumer_tag,
-            delegate: None,
-            executor,
         }
     }
 
-    fn reset(&mut self, no_ack: bool) {
+    fn reset(&mut self, no_ack: bool, delegate: Option<Arc<dyn ConsumerDelegate>>) {
         if !no_ack {
-            while self.next_delivery().is_some() {}
+            self.drop_prefetched_messages(delegate);
         }
         self.current_message = None;
     }
@@ -336,149 +377,152 @@ impl ConsumerInner {
         self.deliveries_out.try_recv().ok()
     }
 
-    fn handle_content_header_frame(&mut self, size: PayloadSize, properties: BasicProperties) {
+    fn handle_content_header_frame(
+        &mut self,
+        size: PayloadSize,
+        properties: BasicProperties,
+    ) -> Option<Delivery> {
         if let Some(delivery) = self.current_message.as_mut() {
             delivery.properties = properties;
         }
-        if size == 0 {
-            self.new_delivery_complete();
-        }
+        self.check_new_delivery_complete(size == 0)
     }
 
-    fn handle_body_frame(&mut self, remaining_size: PayloadSize, payload: Vec<u8>) {
+    fn handle_body_frame(
+        &mut self,
+        remaining_size: PayloadSize,
+        payload: Vec<u8>,
+    ) -> Option<Delivery> {
         if let Some(delivery) = self.current_message.as_mut() {
             delivery.receive_content(payload);
         }
-        if remaining_size == 0 {
-            self.new_delivery_complete();
-        }
+        self.check_new_delivery_complete(remaining_size == 0)
     }
 
-    fn new_delivery_complete(&mut self) {
-        if let Some(delivery) = self.current_message.take() {
-            trace!(consumer_tag=%self.tag, "new_delivery");
-            if let Some(delegate) = self.delegate.as_ref() {
-                let delegate = delegate.clone();
-                self.executor
-                    .spawn(delegate.on_new_delivery(Ok(Some(delivery))));
-            } else {
-                self.deliveries_in
-                    .send(Ok(Some(delivery)))
-                    .expect("failed to send delivery to consumer");
-            }
-            self.wakers.wake();
+    fn check_new_delivery_complete(&mut self, complete: bool) -> Option<Delivery> {
+        if !complete {
+            return None;
         }
+        self.current_message
+            .take()
+            .inspect(|_| trace!(consumer_tag=%self.tag, "new_delivery"))
     }
 
-    fn drop_prefetched_messages(&mut self) {
+    fn drop_prefetched_messages(&mut self, delegate: Option<Arc<dyn ConsumerDelegate>>) {
         trace!(consumer_tag=%self.tag, "drop_prefetched_messages");
-        if let Some(delegate) = self.delegate.as_ref() {
-            let delegate = delegate.clone();
-            self.executor.spawn(delegate.drop_prefetched_messages());
+        if let Some(delegate) = delegate {
+            self.internal_rpc
+                .spawn_infallible(delegate.drop_prefetched_messages());
         }
-        while self.next_delivery().is_some() {}
-    }
-
-    fn cancel(&mut self) {
-        trace!(consumer_tag=%self.tag, "cancel");
-        let mut status = self.status.lock();
-        if let Some(delegate) = self.delegate.as_ref() {
-            let delegate = delegate.clone();
-            self.executor.spawn(delegate.on_new_delivery(Ok(None)));
-        } else {
-            self.deliveries_in
-                .send(Ok(None))
-                .expect("failed to send cancel to consumer");
+        while let Some(delivery) = self.next_delivery() {
+            if let Ok(Some(delivery)) = delivery {
+                delivery.acker.invalidate();
+            }
         }
-        self.wakers.wake();
-        status.cancel();
-    }
-
-    fn set_error(&mut self, error: Error) {
-        trace!(consumer_tag=%self.tag, "set_error");
-        self.error.set(error.clone());
-        if let Some(delegate) = self.delegate.as_ref() {
-            let delegate = delegate.clone();
-            self.executor.spawn(delegate.on_new_delivery(Err(error)));
-        } else {
-            self.deliveries_in
-                .send(Err(error))
-                .expect("failed to send error to consumer");
-        }
-        self.cancel();
     }
 }
 
 impl Stream for Consumer {
     type Item = Result<Delivery>;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         trace!("consumer poll_next");
-        let mut inner = self.inner.lock();
-        trace!(
-            consumer_tag=%inner.tag,
-            "consumer poll; acquired inner lock"
-        );
-        inner.wakers.register(cx.waker());
-        if let Some(delivery) = inner.next_delivery() {
-            match delivery {
-                Ok(Some(delivery)) => {
-                    trace!(
-                        consumer_tag=%inner.tag,
-                        delivery_tag=?delivery.delivery_tag,
-                        "delivery"
-                    );
-                    Poll::Ready(Some(Ok(delivery)))
-                }
-                Ok(None) => {
-                    trace!(consumer_tag=%inner.tag, "consumer canceled");
-                    Poll::Ready(None)
-                }
-                Err(error) => Poll::Ready(Some(Err(error))),
+        loop {
+            self.listener.arm();
+            let delivery = self.next_delivery();
+            if delivery.is_none() {
+                trace!(consumer_tag=%self.consumer_tag, "delivery; status=NotReady");
             }
-        } else {
-            trace!(consumer_tag=%inner.tag, "delivery; status=NotReady");
-            Poll::Pending
+            if let Some(delivery) = delivery {
+                self.listener.disarm();
+                return match delivery {
+                    Ok(Some(delivery)) => {
+                        trace!(
+                            consumer_tag=%self.consumer_tag,
+                            delivery_tag=?delivery.delivery_tag,
+                            "delivery"
+                        );
+                        Poll::Ready(Some(Ok(delivery)))
+                    }
+                    Ok(None) => {
+                        trace!(consumer_tag=%self.consumer_tag, "consumer canceled");
+                        Poll::Ready(None)
+                    }
+                    Err(error) => Poll::Ready(Some(Err(error))),
+                };
+            }
+            match self.listener.poll(cx) {
+                Poll::Ready(()) => {}
+                Poll::Pending => return Poll::Pending,
+            }
         }
     }
 }
 
 #[cfg(test)]
-mod futures_tests {
+mod test {
     use super::*;
 
-    use std::sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
+    use crate::{
+        ConnectionStatus, ErrorKind, auth::DefaultAuthProvider, frames::Frames,
+        heartbeat::Heartbeat, internal_rpc::InternalRPC, runtime, secret_update::SecretUpdate,
+        socket_state::SocketState, uri::AMQPUri,
     };
-    use std::task::{Context, Poll};
+
+    use std::{
+        sync::{
+            Arc,
+            atomic::{AtomicUsize, Ordering},
+        },
+        task::{Context, Poll, Wake, Waker},
+    };
 
     use futures_lite::stream::StreamExt;
-    use waker_fn::waker_fn;
+
+    struct Counter(AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn create_consumer(tag: &str, queue: &str) -> Consumer {
+        let uri = AMQPUri::default();
+        let status = ConnectionStatus::new(&uri);
+        let runtime = runtime::default_runtime().unwrap();
+        let heartbeat = Heartbeat::new(status.clone(), runtime.clone());
+        let auth_provider = Arc::new(DefaultAuthProvider::new(&uri));
+        let secret_update = SecretUpdate::new(status.clone(), runtime.clone(), auth_provider);
+        let socket_state = SocketState::default();
+        let internal_rpc = InternalRPC::new(
+            runtime,
+            heartbeat,
+            secret_update,
+            Frames::default(),
+            socket_state.handle(),
+        );
+        Consumer::new(
+            ShortString::from(tag),
+            internal_rpc.handle(),
+            None,
+            queue.into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+    }
 
     #[test]
     fn stream_on_cancel() {
-        let awoken_count = Arc::new(AtomicUsize::new(0));
-        let waker = {
-            let awoken_count = awoken_count.clone();
-            waker_fn(move || {
-                awoken_count.fetch_add(1, Ordering::SeqCst);
-            })
-        };
+        let awoken_count = Arc::new(Counter(AtomicUsize::new(0)));
+        let waker = Waker::from(awoken_count.clone());
         let mut cx = Context::from_waker(&waker);
 
-        let mut consumer = Consumer::new(
-            ShortString::from("test-consumer"),
-            Arc::new(async_global_executor_trait::AsyncGlobalExecutor),
-            None,
-            "test".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        );
+        let mut consumer = create_consumer("test-consumer", "test");
         {
             let mut next = consumer.next();
 
-            assert_eq!(awoken_count.load(Ordering::SeqCst), 0);
+            assert_eq!(awoken_count.0.load(Ordering::SeqCst), 0);
             assert_eq!(Pin::new(&mut next).poll(&mut cx), Poll::Pending);
         }
 
@@ -487,46 +531,34 @@ mod futures_tests {
         {
             let mut next = consumer.next();
 
-            assert_eq!(awoken_count.load(Ordering::SeqCst), 1);
+            assert_eq!(awoken_count.0.load(Ordering::SeqCst), 1);
             assert_eq!(Pin::new(&mut next).poll(&mut cx), Poll::Ready(None));
         }
     }
 
     #[test]
     fn stream_on_error() {
-        let awoken_count = Arc::new(AtomicUsize::new(0));
-        let waker = {
-            let awoken_count = awoken_count.clone();
-            waker_fn(move || {
-                awoken_count.fetch_add(1, Ordering::SeqCst);
-            })
-        };
+        let awoken_count = Arc::new(Counter(AtomicUsize::new(0)));
+        let waker = Waker::from(awoken_count.clone());
         let mut cx = Context::from_waker(&waker);
 
-        let mut consumer = Consumer::new(
-            ShortString::from("test-consumer"),
-            Arc::new(async_global_executor_trait::AsyncGlobalExecutor),
-            None,
-            "test".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        );
+        let mut consumer = create_consumer("test-consumer", "test");
         {
             let mut next = consumer.next();
 
-            assert_eq!(awoken_count.load(Ordering::SeqCst), 0);
+            assert_eq!(awoken_count.0.load(Ordering::SeqCst), 0);
             assert_eq!(Pin::new(&mut next).poll(&mut cx), Poll::Pending);
         }
 
-        consumer.set_error(Error::ChannelsLimitReached);
+        consumer.set_error(ErrorKind::ChannelsLimitReached.into());
 
         {
             let mut next = consumer.next();
 
-            assert_eq!(awoken_count.load(Ordering::SeqCst), 1);
+            assert_eq!(awoken_count.0.load(Ordering::SeqCst), 1);
             assert_eq!(
                 Pin::new(&mut next).poll(&mut cx),
-                Poll::Ready(Some(Err(Error::ChannelsLimitReached)))
+                Poll::Ready(Some(Err(ErrorKind::ChannelsLimitReached.into())))
             );
         }
     }

@@ -1,12 +1,12 @@
 use crate::{
     consumer_status::{ConsumerState, ConsumerStatus},
     internal_rpc::InternalRPCHandle,
-    types::ChannelId,
+    types::{ChannelId, ShortString},
 };
 
 pub(crate) struct ConsumerCanceler {
     channel_id: ChannelId,
-    consumer_tag: String,
+    consumer_tag: ShortString,
     status: ConsumerStatus,
     internal_rpc: InternalRPCHandle,
 }
@@ -14,7 +14,7 @@ pub(crate) struct ConsumerCanceler {
 impl ConsumerCanceler {
     pub(crate) fn new(
         channel_id: ChannelId,
-        consumer_tag: String,
+        consumer_tag: ShortString,
         status: ConsumerStatus,
         internal_rpc: InternalRPCHandle,
     ) -> Self {
@@ -29,8 +29,7 @@ impl ConsumerCanceler {
 
 impl Drop for ConsumerCanceler {
     fn drop(&mut self) {
-        let status = self.status.lock();
-        if status.state() == ConsumerState::Active {
+        if self.status.state() == ConsumerState::Active {
             self.internal_rpc.cancel_consumer(
                 self.channel_id,
                 self.consumer_tag.clone(),

@@ -1,27 +1,33 @@
 use crate::{
-    consumer::Consumer,
-    error_holder::ErrorHolder,
-    message::Delivery,
-    topology_internal::ConsumerDefinitionInternal,
-    types::{PayloadSize, ShortString},
     BasicProperties, Error,
+    consumer::Consumer,
+    message::Delivery,
+    shared::SharedRwLock,
+    types::{PayloadSize, ShortString},
 };
-use parking_lot::Mutex;
-use std::{borrow::Borrow, collections::HashMap, fmt, hash::Hash, sync::Arc};
+use std::{
+    borrow::Borrow,
+    collections::HashMap,
+    fmt,
+    hash::Hash,
+    sync::{RwLockReadGuard, RwLockWriteGuard},
+};
+
+type Inner = HashMap<ShortString, Consumer>;
 
 #[derive(Clone, Default)]
-pub(crate) struct Consumers(Arc<Mutex<HashMap<ShortString, Consumer>>>);
+pub(crate) struct Consumers(SharedRwLock<Inner>);
 
 impl Consumers {
     pub(crate) fn register(&self, tag: ShortString, consumer: Consumer) {
-        self.0.lock().insert(tag, consumer);
+        self.write().insert(tag, consumer);
     }
 
     pub(crate) fn deregister<S: Hash + Eq + ?Sized>(&self, consumer_tag: &S)
     where
         ShortString: Borrow<S>,
     {
-        if let Some(consumer) = self.0.lock().remove(consumer_tag) {
+        if let Some(consumer) = self.write().remove(consumer_tag) {
             consumer.cancel();
         }
     }
@@ -30,20 +36,20 @@ impl Consumers {
     where
         ShortString: Borrow<S>,
     {
-        if let Some(consumer) = self.0.lock().get(consumer_tag) {
+        if let Some(consumer) = self.read().get(consumer_tag) {
             consumer.start_cancel();
         }
     }
 
-    pub(crate) fn start_delivery<S: Hash + Eq + ?Sized, F: FnOnce(ErrorHolder) -> Delivery>(
+    pub(crate) fn start_delivery<S: Hash + Eq + ?Sized, F: FnOnce() -> Delivery>(
         &self,
         consumer_tag: &S,
         message: F,
     ) where
         ShortString: Borrow<S>,
     {
-        if let Some(consumer) = self.0.lock().get_mut(consumer_tag) {
-            consumer.start_new_delivery(message(consumer.error()));
+        if let Some(consumer) = self.read().get(consumer_tag) {
+            consumer.start_new_delivery(message());
         }
     }
 
@@ -55,7 +61,7 @@ impl Consumers {
     ) where
         ShortString: Borrow<S>,
     {
-        if let Some(consumer) = self.0.lock().get_mut(consumer_tag) {
+        if let Some(consumer) = self.read().get(consumer_tag) {
             consumer.handle_content_header_frame(size, properties);
         }
     }
@@ -68,48 +74,56 @@ impl Consumers {
     ) where
         ShortString: Borrow<S>,
     {
-        if let Some(consumer) = self.0.lock().get_mut(consumer_tag) {
+        if let Some(consumer) = self.read().get(consumer_tag) {
             consumer.handle_body_frame(remaining_size, payload);
         }
     }
 
     pub(crate) fn drop_prefetched_messages(&self) {
-        for consumer in self.0.lock().values() {
+        for consumer in self.read().values() {
             consumer.drop_prefetched_messages();
         }
     }
 
     pub(crate) fn start_cancel(&self) {
-        for consumer in self.0.lock().values() {
+        for consumer in self.read().values() {
             consumer.start_cancel();
         }
     }
 
     pub(crate) fn cancel(&self) {
-        for (_, consumer) in self.0.lock().drain() {
+        for (_, consumer) in self.write().drain() {
             consumer.cancel();
         }
     }
 
-    pub(crate) fn error(&self, error: Error) {
-        for (_, consumer) in self.0.lock().drain() {
-            consumer.set_error(error.clone());
+    pub(crate) fn error(&self, error: Error, recover: bool) {
+        for (_, consumer) in self.write().drain() {
+            if recover {
+                consumer.send_error(error.clone());
+            } else {
+                consumer.set_error(error.clone());
+            }
         }
     }
 
-    pub(crate) fn topology(&self) -> Vec<ConsumerDefinitionInternal> {
-        self.0
-            .lock()
-            .values()
-            .map(|consumer| ConsumerDefinitionInternal::new(consumer.clone()))
-            .collect()
+    pub(crate) fn topology(&self) -> Vec<Consumer> {
+        self.read().values().cloned().collect()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.0.read()
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.0.write()
     }
 }
 
 impl fmt::Debug for Consumers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut debug = f.debug_tuple("Consumers");
-        if let Some(consumers) = self.0.try_lock() {
+        if let Some(consumers) = self.0.try_read() {
             debug.field(&*consumers);
         }
         debug.finish()

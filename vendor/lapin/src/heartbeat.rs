@@ -1,84 +1,91 @@
-use crate::{channels::Channels, killswitch::KillSwitch, ConnectionStatus, Error};
-use executor_trait::FullExecutor;
-use parking_lot::Mutex;
-use reactor_trait::Reactor;
+use crate::{ConnectionStatus, ErrorKind, internal_rpc::InternalRPCHandle, killswitch::KillSwitch};
+use async_rs::{Runtime, traits::*};
 use std::{
     fmt,
-    sync::Arc,
+    sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
+use tracing::error;
 
 #[derive(Clone)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat<RK: RuntimeKit + Clone + Send + 'static> {
     connection_status: ConnectionStatus,
-    channels: Channels,
     killswitch: KillSwitch,
-    executor: Arc<dyn FullExecutor + Send + Sync>,
-    reactor: Arc<dyn Reactor + Send + Sync>,
+    runtime: Runtime<RK>,
     inner: Arc<Mutex<Inner>>,
 }
 
-impl Heartbeat {
-    pub(crate) fn new(
-        connection_status: ConnectionStatus,
-        channels: Channels,
-        executor: Arc<dyn FullExecutor + Send + Sync>,
-        reactor: Arc<dyn Reactor + Send + Sync>,
-    ) -> Self {
+impl<RK: RuntimeKit + Clone + Send + 'static> Heartbeat<RK> {
+    pub(crate) fn new(connection_status: ConnectionStatus, runtime: Runtime<RK>) -> Self {
         let killswitch = Default::default();
         let inner = Default::default();
         Self {
             connection_status,
-            channels,
             killswitch,
-            executor,
-            reactor,
+            runtime,
             inner,
         }
     }
 
     pub(crate) fn set_timeout(&self, timeout: Duration) {
-        self.inner.lock().timeout = Some(timeout);
+        self.lock_inner().timeout = Some(timeout);
     }
 
     pub(crate) fn killswitch(&self) -> KillSwitch {
         self.killswitch.clone()
     }
 
-    pub(crate) fn start(&self) {
+    pub(crate) fn start(&self, internal_rpc: InternalRPCHandle) {
         let heartbeat = self.clone();
-        self.executor.spawn(Box::pin(async move {
-            while let Some(dur) = heartbeat.poll_timeout() {
-                heartbeat.reactor.sleep(dur).await;
+        let poison = self.lock_inner().poison.clone();
+        self.runtime.spawn(async move {
+            while let Some(dur) = heartbeat.poll_timeout(&internal_rpc, &poison) {
+                heartbeat.runtime.sleep(dur).await;
             }
-        }));
+        });
     }
 
-    fn poll_timeout(&self) -> Option<Duration> {
+    fn poll_timeout(
+        &self,
+        internal_rpc: &InternalRPCHandle,
+        poison: &KillSwitch,
+    ) -> Option<Duration> {
+        if poison.killed() {
+            return None;
+        }
+
         if !self.connection_status.connected() {
             self.cancel();
             return None;
         }
 
-        self.inner
-            .lock()
-            .poll_timeout(&self.channels, &self.killswitch)
+        self.lock_inner()
+            .poll_timeout(internal_rpc, &self.killswitch)
     }
 
     pub(crate) fn update_last_write(&self) {
-        self.inner.lock().update_last_write();
+        self.lock_inner().update_last_write();
     }
 
-    pub(crate) fn update_last_read(&mut self) {
-        self.inner.lock().update_last_read();
+    pub(crate) fn update_last_read(&self) {
+        self.lock_inner().update_last_read();
     }
 
     pub(crate) fn cancel(&self) {
-        self.inner.lock().timeout = None;
+        self.lock_inner().cancel();
+    }
+
+    pub(crate) fn reset(&self) {
+        self.killswitch.reset();
+        self.lock_inner().reset();
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl fmt::Debug for Heartbeat {
+impl<RK: RuntimeKit + Clone + Send + 'static> fmt::Debug for Heartbeat<RK> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Heartbeat").finish()
     }
@@ -88,6 +95,7 @@ struct Inner {
     last_read: Instant,
     last_write: Instant,
     timeout: Option<Duration>,
+    poison: KillSwitch,
 }
 
 impl Default for Inner {
@@ -96,20 +104,28 @@ impl Default for Inner {
             last_read: Instant::now(),
             last_write: Instant::now(),
             timeout: None,
+            poison: KillSwitch::default(),
         }
     }
 }
 
 impl Inner {
-    fn poll_timeout(&mut self, channels: &Channels, killswitch: &KillSwitch) -> Option<Duration> {
+    fn poll_timeout(
+        &mut self,
+        internal_rpc: &InternalRPCHandle,
+        killswitch: &KillSwitch,
+    ) -> Option<Duration> {
         let timeout = self.timeout?;
 
         // The value stored in timeout is half the configured heartbeat value as the spec recommends to send heartbeats at twice the configured pace.
         // The specs tells us to close the connection after twice the configured interval has passed.
-        if Instant::now().duration_since(self.last_read) > 4 * timeout {
+        if Instant::now().duration_since(self.last_read) > timeout.saturating_mul(4) {
+            error!(
+                "We haven't received anything from the server for too long, closing connection."
+            );
             self.timeout = None;
             killswitch.kill();
-            channels.set_connection_error(Error::MissingHeartbeatError);
+            internal_rpc.set_connection_error(ErrorKind::MissingHeartbeatError.into());
             return None;
         }
 
@@ -119,7 +135,7 @@ impl Inner {
             .or_else(|| {
                 // Update last_write so that if we cannot write to the socket yet, we don't enqueue countless heartbeats
                 self.update_last_write();
-                channels.send_heartbeat();
+                internal_rpc.send_heartbeat();
                 Some(timeout)
             })
     }
@@ -130,5 +146,17 @@ impl Inner {
 
     fn update_last_read(&mut self) {
         self.last_read = Instant::now();
+    }
+
+    fn cancel(&mut self) {
+        self.timeout = None;
+        self.poison.kill();
+    }
+
+    fn reset(&mut self) {
+        self.cancel();
+        self.update_last_read();
+        self.update_last_write();
+        self.poison = KillSwitch::default();
     }
 }

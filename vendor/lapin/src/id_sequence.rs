@@ -11,9 +11,8 @@ pub(crate) struct IdSequence<T> {
     id: T,
 }
 
-impl<
-        T: Default + Copy + AddAssign<T> + Sub<Output = T> + PartialEq<T> + PartialOrd<T> + From<u8>,
-    > IdSequence<T>
+impl<T: Default + Copy + AddAssign<T> + Sub<Output = T> + PartialEq<T> + PartialOrd<T> + From<u8>>
+    IdSequence<T>
 {
     pub(crate) fn new(allow_zero: bool) -> Self {
         Self {
@@ -37,17 +36,15 @@ impl<
     }
 
     fn first(&self) -> T {
-        if self.allow_zero {
-            self.zero
-        } else {
-            self.one
-        }
+        if self.allow_zero { self.zero } else { self.one }
     }
 
     pub(crate) fn set_max(&mut self, max: T) {
         self.max = if max == self.zero { None } else { Some(max) };
     }
 
+    // When max is None the sequence increments without wrapping; callers that need
+    // bounded cycling (e.g. channel IDs) must call set_max() before the first next().
     pub(crate) fn next(&mut self) -> T {
         if !self.allow_zero && self.id == self.zero {
             self.id += self.one;

@@ -1,29 +1,32 @@
 use crate::{
+    AsyncTcpStream, ConnectionState, ConnectionStatus, Error, ErrorKind, Result,
     buffer::Buffer,
     channels::Channels,
-    connection_status::ConnectionState,
-    frames::Frames,
+    configuration::NegotiatedConfig,
+    frames::{FrameSending, Frames},
     heartbeat::Heartbeat,
     internal_rpc::InternalRPCHandle,
     killswitch::KillSwitch,
     protocol::{self, AMQPError, AMQPHardError},
-    socket_state::{SocketEvent, SocketState},
-    thread::ThreadHandle,
+    socket_state::SocketState,
+    thread::JoinHandle,
     types::FrameSize,
-    Configuration, ConnectionStatus, Error, PromiseResolver, Result,
+    uri::AMQPUri,
 };
-use amq_protocol::frame::{gen_frame, parse_frame, AMQPFrame, GenError};
-use reactor_trait::AsyncIOHandle;
+use amq_protocol::frame::{AMQPFrame, GenError, gen_frame, parse_frame};
+use async_rs::{Runtime, traits::*};
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder, Retryable};
+use futures_io::{AsyncRead, AsyncWrite};
 use std::{
     collections::VecDeque,
     io,
     pin::Pin,
     sync::Arc,
-    task::{Context, Poll, Waker},
+    task::{Context, Poll},
     thread::Builder as ThreadBuilder,
     time::Duration,
 };
-use tracing::{debug, error, trace, Level};
+use tracing::{Level, debug, error, trace};
 
 const FRAMES_STORAGE: usize = 32;
 
@@ -42,69 +45,90 @@ enum Status {
     Stop,
 }
 
-pub struct IoLoop {
+pub(crate) struct IoLoop<
+    RK: RuntimeKit + Clone + Send + 'static,
+    C: AsyncFn(AMQPUri, Runtime<RK>) -> Result<AsyncTcpStream<<RK as Reactor>::TcpStream>>
+        + Send
+        + Sync
+        + 'static,
+> {
     connection_status: ConnectionStatus,
-    configuration: Configuration,
+    configuration: NegotiatedConfig,
     channels: Channels,
     internal_rpc: InternalRPCHandle,
     frames: Frames,
-    heartbeat: Heartbeat,
     socket_state: SocketState,
-    connection_io_loop_handle: ThreadHandle,
-    stream: Pin<Box<dyn AsyncIOHandle + Send>>,
+    heartbeat: Heartbeat<RK>,
+    runtime: Runtime<RK>,
+    connect: C,
+    uri: AMQPUri,
+    backoff: ExponentialBuilder,
+    global_backoff: ExponentialBackoff,
     status: Status,
-    killswitch: KillSwitch,
     frame_size: FrameSize,
     receive_buffer: Buffer,
     send_buffer: Buffer,
-    serialized_frames: VecDeque<(FrameSize, Option<PromiseResolver<()>>)>,
+    serialized_frames: VecDeque<(FrameSize, FrameSending)>,
+    half_closed: bool,
+    first_connection: bool,
 }
 
-impl IoLoop {
-    pub(crate) async fn new(
+impl<
+    RK: RuntimeKit + Clone + Send + 'static,
+    C: AsyncFn(AMQPUri, Runtime<RK>) -> Result<AsyncTcpStream<<RK as Reactor>::TcpStream>>
+        + Send
+        + Sync
+        + 'static,
+> IoLoop<RK, C>
+{
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
         connection_status: ConnectionStatus,
-        configuration: Configuration,
+        configuration: NegotiatedConfig,
         channels: Channels,
         internal_rpc: InternalRPCHandle,
         frames: Frames,
         socket_state: SocketState,
-        connection_io_loop_handle: ThreadHandle,
-        stream: Pin<Box<dyn AsyncIOHandle + Send>>,
-        heartbeat: Heartbeat,
-    ) -> Result<Self> {
+        heartbeat: Heartbeat<RK>,
+        runtime: Runtime<RK>,
+        connect: C,
+        uri: AMQPUri,
+        backoff: ExponentialBuilder,
+    ) -> Self {
         let frame_size = std::cmp::max(
             protocol::constants::FRAME_MIN_SIZE,
             configuration.frame_max(),
         );
-        let killswitch = heartbeat.killswitch();
+        let global_backoff = backoff.build();
 
-        Ok(Self {
+        Self {
             connection_status,
             configuration,
             channels,
             internal_rpc,
             frames,
-            heartbeat,
             socket_state,
-            connection_io_loop_handle,
-            stream,
+            heartbeat,
+            runtime,
+            connect,
+            uri,
+            backoff,
+            global_backoff,
             status: Status::Initial,
-            killswitch,
             frame_size,
             receive_buffer: Buffer::with_capacity(FRAMES_STORAGE * frame_size as usize),
             send_buffer: Buffer::with_capacity(FRAMES_STORAGE * frame_size as usize),
             serialized_frames: VecDeque::default(),
-        })
+            half_closed: false,
+            first_connection: true,
+        }
     }
 
-    fn readable_waker(&self) -> Waker {
-        let socket_state_handle = self.socket_state.handle();
-        waker_fn::waker_fn(move || socket_state_handle.send(SocketEvent::Readable))
-    }
-
-    fn writable_waker(&self) -> Waker {
-        let socket_state_handle = self.socket_state.handle();
-        waker_fn::waker_fn(move || socket_state_handle.send(SocketEvent::Writable))
+    fn reset(&mut self) {
+        self.status = Status::Initial;
+        self.receive_buffer.reset();
+        self.send_buffer.reset();
+        self.socket_state.reset();
     }
 
     fn finish_setup(&mut self) -> Result<bool> {
@@ -118,10 +142,11 @@ impl IoLoop {
             let heartbeat = self.configuration.heartbeat();
             if heartbeat != 0 {
                 let heartbeat = Duration::from_millis(u64::from(heartbeat) * 500); // * 1000 (ms) / 2 (half the negotiated timeout)
-                self.heartbeat.set_timeout(heartbeat);
-                self.heartbeat.start();
+                self.internal_rpc.start_heartbeat(heartbeat);
             }
             self.status = Status::Connected;
+            self.global_backoff = self.backoff.build();
+            self.first_connection = false;
         }
         Ok(true)
     }
@@ -152,64 +177,134 @@ impl IoLoop {
         self.receive_buffer.available_data() > 0
     }
 
-    fn should_continue(&self) -> bool {
+    fn connecting(&self) -> bool {
+        self.status == Status::Initial
+    }
+
+    fn reconnecting(&self) -> bool {
+        self.connection_status.reconnecting()
+    }
+
+    fn should_continue(&self, connection_killswitch: &KillSwitch) -> bool {
+        if self.connection_status.errored() {
+            return false;
+        }
+
+        trace!(status=?self.status, connection_status=?self.connection_status.state(), internal_rpc_empty=%self.internal_rpc.is_empty(), frames_pending=%self.frames.has_pending(), conn_killed=%connection_killswitch.killed(), ser_frames_empty=%self.serialized_frames.is_empty(), "Should continue?");
+
         match self.status {
-            Status::Initial => !self.connection_status.errored(),
+            Status::Initial => !self.half_closed,
             Status::Stop => false,
             Status::Connected => {
                 self.connection_status.connected()
                     || self.connection_status.closing()
+                    || !self.internal_rpc.is_empty()
+                    || self.frames.has_pending()
+                    || !connection_killswitch.killed()
                     || !self.serialized_frames.is_empty()
             }
         }
     }
 
-    pub fn start(mut self) -> Result<()> {
+    pub(crate) fn start(mut self) -> Result<JoinHandle> {
+        let runtime = self.runtime.clone();
         let waker = self.socket_state.handle();
-        let handle = self.connection_io_loop_handle.clone();
         let connect_span = tracing::Span::current();
-        handle.register(
-            ThreadBuilder::new()
-                .name("lapin-io-loop".to_owned())
-                .spawn(move || {
-                    let loop_span = io_loop_span(connect_span);
-                    let _enter = loop_span.enter();
-                    let readable_waker = self.readable_waker();
-                    let mut readable_context = Context::from_waker(&readable_waker);
-                    let writable_waker = self.writable_waker();
-                    let mut writable_context = Context::from_waker(&writable_waker);
+        let handle = ThreadBuilder::new()
+            .name("lapin-io-loop".to_owned())
+            .spawn(move || {
+                let loop_span = io_loop_span(connect_span);
+                let _enter = loop_span.enter();
+                let connection_killswitch = self.channels.connection_killswitch();
+                let readable_waker = self.socket_state.readable_waker();
+                let mut readable_context = Context::from_waker(&readable_waker);
+                let writable_waker = self.socket_state.writable_waker();
+                let mut writable_context = Context::from_waker(&writable_waker);
+                let (mut stream, res) = loop {
+                    let connect = || (self.connect)(self.uri.clone(), self.runtime.clone());
+                    let runtime = self.runtime.clone();
+                    let connect = connect.retry(self.backoff).sleep(move |dur| runtime.sleep(dur));
+                    let mut stream = self.runtime.block_on(connect).inspect_err(|err| {
+                        trace!("Poison connection attempt");
+                        self.connection_status.poison(err.clone());
+                        self.frames.clear_connection_steps(err);
+                    })?;
+                    self.half_closed = false;
                     let mut res = Ok(());
-                    while self.should_continue() {
-                        if let Err(err) = self.run(&mut readable_context, &mut writable_context) {
-                            res = self.critical_error(err);
+
+                    while self.should_continue(&connection_killswitch) {
+                        if let Err(err) = self.run(Pin::new(&mut stream), &mut readable_context, &mut writable_context, &connection_killswitch) {
+                            let io_err = err.is_io_error();
+                            res = self.critical_error(&connection_killswitch, err);
+                            if self.connecting() && io_err {
+                                break;
+                            }
                         }
                     }
-                    self.heartbeat.cancel();
-                    self.clear_serialized_frames(
-                        self.frames.poison().unwrap_or_else(|| {
-                            Error::InvalidConnectionState(ConnectionState::Closed)
-                        }),
-                    );
-                    let internal_rpc = self.internal_rpc.clone();
-                    if self.killswitch.killed() {
-                        internal_rpc.register_internal_future(std::future::poll_fn(move |cx| {
-                            self.stream
-                                .as_mut()
-                                .poll_close(cx)
-                                .map(|res| res.map_err(From::from))
-                        }));
+
+                    let connecting = self.connecting();
+                    let reconnect = self.reconnecting();
+
+                    trace!(status=?self.status, connection_status=?self.connection_status.state(), "io_loop exiting for {}", if reconnect { "reconnection" } else if connecting { "connection" } else { "shutdown" });
+                    if self.first_connection && connecting && self.half_closed && res.is_ok() {
+                        let error = Error::from(io::Error::from(io::ErrorKind::ConnectionAborted));
+                        if self.frames.retry_connection_header() {
+                            // Before Connection.Start, retry the protocol header with
+                            // the same promise, including if it was only partly sent.
+                            res = Err(error);
+                        } else {
+                            // Later handshake stages may own asynchronous auth work;
+                            // do not carry that exchange onto a fresh TCP connection.
+                            self.channels.set_connection_error(error.clone());
+                            self.clear_serialized_frames(error.clone());
+                            break (stream, Err(error));
+                        }
                     }
-                    internal_rpc.stop();
-                    res
-                })?,
-        );
+                    self.clear_serialized_frames(self.frames.poison().or_else(|| res.clone().err()).unwrap_or(
+                        ErrorKind::InvalidConnectionState(ConnectionState::Closed).into(),
+                    ));
+
+                    if !connecting && !reconnect {
+                        break (stream, res);
+                    }
+
+                    let throttle = match self.global_backoff.next() {
+                        Some(throttle) => throttle,
+                        None => {
+                            error!("Exponential backoff attempts exhausted, aborting recovery");
+                            let error = res.err().unwrap_or_else(|| {
+                                io::Error::from(io::ErrorKind::ConnectionAborted).into()
+                            });
+                            self.channels.set_connection_error(error.clone());
+                            break (stream, Err(error));
+                        }
+                    };
+                    debug!("Throttling {:?} before reconnection to avoid flooding", throttle);
+                    std::thread::sleep(throttle);
+
+                    self.reset();
+                    if !self.first_connection {
+                        self.internal_rpc.start_channels_recovery();
+                    }
+                };
+
+                trace!(status=?self.status, connection_status=?self.connection_status.state(), "io_loop entering exit/cleanup phase");
+                self.internal_rpc.stop();
+                if self.heartbeat.killswitch().killed()
+                    && let Err(err) = self.runtime.block_on(std::future::poll_fn(move |cx| {
+                        Pin::new(&mut stream)
+                            .poll_close(cx)
+                    })) {
+                        error!(?err, "Failed to close IO stream");
+                    }
+                res
+            }).map_err(|err| Error::io(err, &runtime))?;
         waker.wake();
-        Ok(())
+        Ok(handle)
     }
 
     fn stop(&mut self) {
         self.status = Status::Stop;
-        self.heartbeat.cancel();
     }
 
     fn poll_socket_events(&mut self) {
@@ -222,10 +317,12 @@ impl IoLoop {
         }
     }
 
-    fn run(
+    fn run<T: AsyncRead + AsyncWrite + ?Sized>(
         &mut self,
+        mut stream: Pin<&mut T>,
         readable_context: &mut Context<'_>,
         writable_context: &mut Context<'_>,
+        connection_killswitch: &KillSwitch,
     ) -> Result<()> {
         trace!("io_loop run");
         self.poll_socket_events();
@@ -239,17 +336,18 @@ impl IoLoop {
             has_data=%self.has_data(),
             "io_loop do_run",
         );
-        if !self.can_read() && !self.can_write() && self.should_continue() {
+        if !self.can_read() && !self.can_write() && self.should_continue(connection_killswitch) {
+            trace!("io_loop cannot do anything for now, waiting for socket events.");
             self.socket_state.wait();
         }
         self.poll_socket_events();
-        self.attempt_flush(writable_context)?;
-        self.write(writable_context)?;
+        self.attempt_flush(stream.as_mut(), writable_context, connection_killswitch)?;
+        self.write(stream.as_mut(), writable_context, connection_killswitch)?;
         self.check_connection_state();
-        if self.should_continue() {
-            self.read(readable_context)?;
+        if self.should_continue(connection_killswitch) {
+            self.read(stream, readable_context, connection_killswitch)?;
         }
-        self.handle_frames()?;
+        self.handle_frames(connection_killswitch)?;
         self.check_connection_state();
         trace!(
             can_read=%self.socket_state.readable(),
@@ -261,67 +359,118 @@ impl IoLoop {
         Ok(())
     }
 
-    fn critical_error(&mut self, error: Error) -> Result<()> {
-        if let Some(resolver) = self.connection_status.connection_resolver() {
-            resolver.swear(Err(error.clone()));
+    fn critical_error(&mut self, connection_killswitch: &KillSwitch, error: Error) -> Result<()> {
+        if error.is_io_error() {
+            connection_killswitch.kill();
+        }
+        if self.channels.can_recover(&error) {
+            self.internal_rpc.init_connection_recovery(error.clone());
+            return Err(error);
+        }
+
+        if let Some(resolver) = self.frames.connection_resolver(0) {
+            resolver.reject(error.clone());
         }
         self.stop();
-        self.channels.set_connection_error(error.clone());
+        self.internal_rpc.set_connection_error(error.clone());
         self.clear_serialized_frames(error.clone());
         Err(error)
     }
 
     fn clear_serialized_frames(&mut self, error: Error) {
-        for (_, resolver) in std::mem::take(&mut self.serialized_frames) {
-            if let Some(resolver) = resolver {
-                trace!("We're quitting but had leftover frames, tag them as 'not sent' with current error");
-                resolver.swear(Err(error.clone()));
+        if !self.serialized_frames.is_empty() {
+            trace!(
+                "We're quitting but had leftover frames, tag them as 'not sent' with current error"
+            );
+            for (_, sending) in std::mem::take(&mut self.serialized_frames) {
+                sending.reject(error.clone());
             }
         }
     }
 
-    fn attempt_flush(&mut self, writable_context: &mut Context<'_>) -> Result<()> {
-        let res = self.flush(writable_context);
-        self.handle_io_result(res)
+    fn attempt_flush<T: AsyncWrite + ?Sized>(
+        &mut self,
+        stream: Pin<&mut T>,
+        writable_context: &mut Context<'_>,
+        connection_killswitch: &KillSwitch,
+    ) -> Result<()> {
+        let res = self.flush(stream, writable_context);
+        self.handle_io_result(connection_killswitch, res)
     }
 
-    fn handle_io_result(&mut self, result: Result<()>) -> Result<()> {
+    fn handle_io_result(
+        &mut self,
+        connection_killswitch: &KillSwitch,
+        result: Result<()>,
+    ) -> Result<()> {
         if let Err(e) = self.socket_state.handle_io_result(result) {
-            error!(error=?e, "error doing IO");
-            self.critical_error(e)?;
+            if e.is_runtime_shutdown_error() {
+                trace!(error=?e, "runtime shutdown error doing IO");
+            } else {
+                error!(error=?e, "error doing IO");
+            }
+            self.critical_error(connection_killswitch, e)?;
         }
         Ok(())
     }
 
-    fn flush(&mut self, writable_context: &mut Context<'_>) -> Result<()> {
-        let res = self.stream.as_mut().poll_flush(writable_context)?;
+    fn flush<T: AsyncWrite + ?Sized>(
+        &mut self,
+        stream: Pin<&mut T>,
+        writable_context: &mut Context<'_>,
+    ) -> Result<()> {
+        let res = stream
+            .poll_flush(writable_context)
+            .map_err(|err| Error::io(err, &self.runtime))?;
         self.socket_state.handle_write_poll(res);
         Ok(())
     }
 
-    fn write(&mut self, writable_context: &mut Context<'_>) -> Result<()> {
+    fn write<T: AsyncWrite + ?Sized>(
+        &mut self,
+        mut stream: Pin<&mut T>,
+        writable_context: &mut Context<'_>,
+        connection_killswitch: &KillSwitch,
+    ) -> Result<()> {
         while self.can_write() {
-            let res = self.write_to_stream(writable_context);
-            self.handle_io_result(res)?;
+            let res =
+                self.write_to_stream(stream.as_mut(), writable_context, connection_killswitch);
+            self.handle_io_result(connection_killswitch, res)?;
         }
         Ok(())
     }
 
-    fn read(&mut self, readable_context: &mut Context<'_>) -> Result<()> {
+    fn read<T: AsyncRead + ?Sized>(
+        &mut self,
+        mut stream: Pin<&mut T>,
+        readable_context: &mut Context<'_>,
+        connection_killswitch: &KillSwitch,
+    ) -> Result<()> {
         while self.can_read() {
-            let res = self.read_from_stream(readable_context);
-            self.handle_io_result(res)?;
+            let res =
+                self.read_from_stream(stream.as_mut(), readable_context, connection_killswitch);
+            let stop = res.as_ref().is_ok_and(|stop| *stop);
+            self.handle_io_result(connection_killswitch, res.map(|_| ()))?;
+            if stop {
+                break;
+            }
         }
         Ok(())
     }
 
-    fn write_to_stream(&mut self, writable_context: &mut Context<'_>) -> Result<()> {
-        self.flush(writable_context)?;
-        self.serialize()?;
+    fn write_to_stream<T: AsyncWrite + ?Sized>(
+        &mut self,
+        mut stream: Pin<&mut T>,
+        writable_context: &mut Context<'_>,
+        connection_killswitch: &KillSwitch,
+    ) -> Result<()> {
+        self.flush(stream.as_mut(), writable_context)?;
+        self.serialize(connection_killswitch)?;
 
         let res = self
             .send_buffer
-            .poll_write_to(writable_context, Pin::new(&mut self.stream))?;
+            .poll_write_to(writable_context, stream.as_mut())
+            .map_err(|err| Error::io(err, &self.runtime))?;
 
         if let Some(sz) = self.socket_state.handle_write_poll(res) {
             if sz > 0 {
@@ -332,16 +481,14 @@ impl IoLoop {
 
                 let mut written = sz as FrameSize;
                 while written > 0 {
-                    if let Some((to_write, resolver)) = self.serialized_frames.pop_front() {
+                    if let Some((to_write, sending)) = self.serialized_frames.pop_front() {
                         if written < to_write {
                             self.serialized_frames
-                                .push_front((to_write - written, resolver));
+                                .push_front((to_write - written, sending));
                             trace!("{} to write to complete this frame", to_write - written);
                             written = 0;
                         } else {
-                            if let Some(resolver) = resolver {
-                                resolver.swear(Ok(()));
-                            }
+                            sending.resolve();
                             written -= to_write;
                         }
                     } else {
@@ -358,7 +505,7 @@ impl IoLoop {
                     trace!("Still {} to write", self.send_buffer.available_data());
                 }
 
-                self.flush(writable_context)?;
+                self.flush(stream, writable_context)?;
             } else {
                 error!("Socket was writable but we wrote 0, marking as wouldblock");
                 self.socket_state.handle_write_poll::<()>(Poll::Pending);
@@ -367,14 +514,22 @@ impl IoLoop {
         Ok(())
     }
 
-    fn read_from_stream(&mut self, readable_context: &mut Context<'_>) -> Result<()> {
+    fn read_from_stream<T: AsyncRead + ?Sized>(
+        &mut self,
+        stream: Pin<&mut T>,
+        readable_context: &mut Context<'_>,
+        connection_killswitch: &KillSwitch,
+    ) -> Result<bool> {
         match self.connection_status.state() {
-            ConnectionState::Closed => Ok(()),
-            ConnectionState::Error => Err(Error::InvalidConnectionState(ConnectionState::Error)),
+            ConnectionState::Closed => Ok(true),
+            ConnectionState::Error => {
+                Err(ErrorKind::InvalidConnectionState(ConnectionState::Error).into())
+            }
             _ => {
                 let res = self
                     .receive_buffer
-                    .poll_read_from(readable_context, Pin::new(&mut self.stream))?;
+                    .poll_read_from(readable_context, stream)
+                    .map_err(|err| Error::io(err, &self.runtime))?;
 
                 if let Some(sz) = self.socket_state.handle_read_poll(res) {
                     if sz > 0 {
@@ -382,39 +537,66 @@ impl IoLoop {
 
                         trace!("read {} bytes", sz);
                         self.receive_buffer.fill(sz);
+                    } else if self.half_closed {
+                        return self.handle_half_closed_connection(false);
                     } else {
-                        error!("Socket was readable but we read 0. This usually means that the connection is half closed this mark it as broken");
-                        self.socket_state.handle_io_result(Err(io::Error::from(
-                            io::ErrorKind::ConnectionAborted,
-                        )
-                        .into()))?;
+                        error!(
+                            "Socket was readable but we read 0. This usually means that the connection is half closed, thus report it as broken."
+                        );
+                        self.half_closed = true;
+                        // Give a chance to parse and use frames we already read from socket before overriding the error with a custom one.
+                        if !self.handle_frames(connection_killswitch)?
+                            && self.internal_rpc.is_empty()
+                        {
+                            return self.handle_half_closed_connection(true);
+                        }
                     }
                 }
-                Ok(())
+                Ok(false)
             }
         }
     }
 
-    fn serialize(&mut self) -> Result<()> {
-        while let Some((next_msg, resolver)) = self.frames.pop(self.channels.flow()) {
+    fn handle_half_closed_connection(&mut self, first_event: bool) -> Result<bool> {
+        if self.reconnecting()
+            || self.connecting()
+            || self.channels.connection_killswitch().killed()
+        {
+            if first_event {
+                trace!(
+                    "We're in the process of recovering connection, quit reading socket to enter recovery"
+                );
+            }
+            return Ok(true);
+        }
+        self.socket_state
+            .handle_io_result(Err(io::Error::from(io::ErrorKind::ConnectionAborted).into()))?;
+        Ok(false)
+    }
+
+    fn serialize(&mut self, connection_killswitch: &KillSwitch) -> Result<()> {
+        while let Some(next_msg) = self.frames.pop(self.channels.flow()) {
             trace!(%next_msg, "will write to buffer");
             let checkpoint = self.send_buffer.checkpoint();
             let res = gen_frame(&next_msg)((&mut self.send_buffer).into());
             match res.map(|w| w.into_inner().1) {
                 Ok(sz) => self
                     .serialized_frames
-                    .push_back((sz as FrameSize, resolver)),
+                    .push_back(next_msg.into_serialized_frame(sz as FrameSize)),
                 Err(e) => {
                     self.send_buffer.rollback(checkpoint);
                     match e {
                         GenError::BufferTooSmall(_) => {
                             // Requeue msg
-                            self.frames.retry((next_msg, resolver));
+                            self.frames.retry(next_msg);
                             break;
                         }
                         e => {
                             error!(error=?e, "error generating frame");
-                            self.critical_error(Error::SerialisationError(Arc::new(e)))?;
+                            self.critical_error(
+                                connection_killswitch,
+                                ErrorKind::SerialisationError(Arc::new(e)).into(),
+                            )?;
                         }
                     }
                 }
@@ -423,18 +605,22 @@ impl IoLoop {
         Ok(())
     }
 
-    fn handle_frames(&mut self) -> Result<()> {
+    fn handle_frames(&mut self, connection_killswitch: &KillSwitch) -> Result<bool> {
+        let mut did_something = false;
         while self.can_parse() {
-            if let Some(frame) = self.parse()? {
-                self.channels.handle_frame(frame)?;
+            if let Some(frame) = self.parse(connection_killswitch)? {
+                self.channels
+                    .handle_frame(frame)
+                    .inspect_err(|err| self.internal_rpc.set_connection_error(err.clone()))?;
+                did_something = true;
             } else {
                 break;
             }
         }
-        Ok(())
+        Ok(did_something)
     }
 
-    fn parse(&mut self) -> Result<Option<AMQPFrame>> {
+    fn parse(&mut self, connection_killswitch: &KillSwitch) -> Result<Option<AMQPFrame>> {
         match parse_frame(self.receive_buffer.parsing_context()) {
             Ok((i, f)) => {
                 let consumed = self.receive_buffer.offset(i);
@@ -444,7 +630,10 @@ impl IoLoop {
                     // larger than the negotiated frame_max when dead-lettering grows x-death
                     // past it. Upstream closed the connection here, so one such message made
                     // its queue unreadable; it is read now, up to INCOMING_FRAME_CEILING.
-                    debug!(bytes = consumed, frame_max, "received a frame larger than frame_max");
+                    debug!(
+                        bytes = consumed,
+                        frame_max, "received a frame larger than frame_max"
+                    );
                 }
                 self.receive_buffer.consume(consumed);
                 Ok(Some(f))
@@ -452,8 +641,11 @@ impl IoLoop {
             Err(e) => {
                 if !e.is_incomplete() {
                     error!(error=?e, "parse error");
-                    self.critical_error(Error::ParsingError(e))?;
+                    self.critical_error(connection_killswitch, ErrorKind::ParsingError(e).into())?;
                 } else if let Some(header) = self.receive_buffer.peek::<7>() {
+                    // Patched for warren (README.md): a frame larger than the receive buffer
+                    // (32 frames of frame_max) could never complete; the buffer grows for it,
+                    // up to INCOMING_FRAME_CEILING.
                     // type (1), channel (2), payload size (4); then the payload and the
                     // frame-end octet.
                     let size = u32::from_be_bytes([header[3], header[4], header[5], header[6]]);
@@ -463,28 +655,26 @@ impl IoLoop {
                         INCOMING_FRAME_CEILING,
                         self.configuration.frame_max() as usize,
                     );
+                    let capacity = self.receive_buffer.available_space()
+                        + self.receive_buffer.available_data();
                     if frame > ceiling {
                         error!(bytes = frame, "received a frame over the ceiling");
                         let error = AMQPError::new(
                             AMQPHardError::FRAMEERROR.into(),
                             format!(
-                                "frame too large: {} bytes, over the {} bytes this client reads",
-                                frame, ceiling
+                                "frame too large: {frame} bytes, over the {ceiling} bytes this client reads"
                             )
                             .into(),
                         );
-                        self.internal_rpc.close_connection(
-                            error.get_id(),
-                            error.get_message().to_string(),
-                            0,
-                            0,
-                        );
-                        self.critical_error(Error::ProtocolError(error))?;
-                    } else if frame > self.receive_buffer.available_space() + self.receive_buffer.available_data() {
+                        self.channels
+                            .channel0()
+                            .report_protocol_violation(error, 0, 0)
+                            .or_else(|err| self.critical_error(connection_killswitch, err))?;
+                    } else if frame > capacity {
                         // Room for the whole frame and as much again, so that the frames after
                         // it keep flowing while it is parsed.
-                        let capacity = self.receive_buffer.available_space() + self.receive_buffer.available_data();
-                        self.receive_buffer.grow_for_frame(std::cmp::max(capacity, 2 * frame));
+                        self.receive_buffer
+                            .grow_for_frame(std::cmp::max(capacity, 2 * frame));
                     }
                 }
                 Ok(None)
@@ -497,7 +687,10 @@ impl IoLoop {
 ///
 /// Importantly, we drop the `connect_span` so it closes properly.
 fn io_loop_span(connect_span: tracing::Span) -> tracing::Span {
-    let span_level = connect_span.metadata().map_or(Level::ERROR, |m| *m.level());
+    let span_level = connect_span.metadata().map_or(Level::INFO, |m| *m.level());
+    // tracing::span! requires a const level, so we must match exhaustively instead of
+    // forwarding the level dynamically. The wildcard is intentionally absent so a future
+    // tracing Level addition produces a compile error rather than a silent wrong level.
     let span = match span_level {
         Level::TRACE => tracing::span!(Level::TRACE, "io_loop"),
         Level::DEBUG => tracing::span!(Level::DEBUG, "io_loop"),

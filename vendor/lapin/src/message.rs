@@ -1,11 +1,11 @@
 use crate::{
+    BasicProperties, Result,
     acker::Acker,
     error_holder::ErrorHolder,
     internal_rpc::InternalRPCHandle,
     protocol::AMQPError,
     types::ShortString,
     types::{ChannelId, DeliveryTag, MessageCount, ReplyCode},
-    BasicProperties, Result,
 };
 use std::ops::{Deref, DerefMut};
 
@@ -21,10 +21,6 @@ pub type DeliveryResult = Result<Option<Delivery>>;
 /// The message has to be acknowledged after processing by calling
 /// [`Acker::ack`], [`Acker::nack`] or [`Acker::reject`].
 /// (Multiple acknowledgments are also possible).
-///
-/// [`Acker::ack`]: ../struct.Acker.html#method.ack
-/// [`Acker::nack`]: ../struct.Acker.html#method.nack
-/// [`Acker::reject`]: ../struct.Acker.html#method.reject
 #[derive(Debug, PartialEq)]
 pub struct Delivery {
     /// The delivery tag of the message. Use this for
@@ -54,6 +50,28 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// Craft a new Delivery for mocking in integration testing
+    #[must_use]
+    pub fn mock(
+        delivery_tag: DeliveryTag,
+        exchange: ShortString,
+        routing_key: ShortString,
+        redelivered: bool,
+        data: Vec<u8>,
+    ) -> Self {
+        let mut this = Self::new(
+            0,
+            delivery_tag,
+            exchange,
+            routing_key,
+            redelivered,
+            None,
+            ErrorHolder::default(),
+        );
+        this.data = data;
+        this
+    }
+
     pub(crate) fn new(
         channel_id: ChannelId,
         delivery_tag: DeliveryTag,
@@ -61,7 +79,7 @@ impl Delivery {
         routing_key: ShortString,
         redelivered: bool,
         internal_rpc: Option<InternalRPCHandle>,
-        error: Option<ErrorHolder>,
+        poison: ErrorHolder,
     ) -> Self {
         Self {
             delivery_tag,
@@ -70,7 +88,7 @@ impl Delivery {
             redelivered,
             properties: BasicProperties::default(),
             data: Vec::default(),
-            acker: Acker::new(channel_id, delivery_tag, internal_rpc, error),
+            acker: Acker::new(channel_id, delivery_tag, internal_rpc, poison),
         }
     }
 
@@ -87,9 +105,16 @@ impl Deref for Delivery {
     }
 }
 
+/// A message retrieved via [`Channel::basic_get`].
+///
+/// Contains a [`Delivery`] plus the number of messages remaining in the queue.
+///
+/// [`Channel::basic_get`]: crate::Channel::basic_get
 #[derive(Debug, PartialEq)]
 pub struct BasicGetMessage {
+    /// The message payload and acknowledgement handle.
     pub delivery: Delivery,
+    /// Number of messages remaining in the queue after this one was retrieved.
     pub message_count: MessageCount,
 }
 
@@ -102,6 +127,7 @@ impl BasicGetMessage {
         redelivered: bool,
         message_count: MessageCount,
         internal_rpc: InternalRPCHandle,
+        poison: ErrorHolder,
     ) -> Self {
         Self {
             delivery: Delivery::new(
@@ -111,7 +137,7 @@ impl BasicGetMessage {
                 routing_key,
                 redelivered,
                 Some(internal_rpc),
-                None,
+                poison,
             ),
             message_count,
         }
@@ -132,10 +158,22 @@ impl DerefMut for BasicGetMessage {
     }
 }
 
+/// A message that was published but could not be routed and was returned by the broker.
+///
+/// Returned messages arise from mandatory or immediate publishes where no binding
+/// matched the routing key. Access them via [`Channel::wait_for_confirms`] or from
+/// the [`Confirmation`] resolved by a [`PublisherConfirm`].
+///
+/// [`Channel::wait_for_confirms`]: crate::Channel::wait_for_confirms
+/// [`Confirmation`]: crate::Confirmation
+/// [`PublisherConfirm`]: crate::PublisherConfirm
 #[derive(Debug, PartialEq)]
 pub struct BasicReturnMessage {
+    /// The returned message payload and metadata.
     pub delivery: Delivery,
+    /// AMQP reply code indicating why the message was returned.
     pub reply_code: ReplyCode,
+    /// Human-readable explanation for the return.
     pub reply_text: ShortString,
 }
 
@@ -145,14 +183,20 @@ impl BasicReturnMessage {
         routing_key: ShortString,
         reply_code: ReplyCode,
         reply_text: ShortString,
+        poison: ErrorHolder,
     ) -> Self {
+        let delivery = Delivery::new(0, 0, exchange, routing_key, false, None, poison);
+        // We cannot ack a returned message
+        delivery.acker.invalidate();
         Self {
-            delivery: Delivery::new(0, 0, exchange, routing_key, false, None, None),
+            delivery,
             reply_code,
             reply_text,
         }
     }
 
+    /// Extract the AMQP error that caused this message to be returned, if any.
+    #[must_use]
     pub fn error(&self) -> Option<AMQPError> {
         AMQPError::from_id(self.reply_code, self.reply_text.clone())
     }

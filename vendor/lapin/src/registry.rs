@@ -1,29 +1,22 @@
 use crate::{
     exchange::ExchangeKind,
     options::{ExchangeDeclareOptions, QueueDeclareOptions},
-    topology::{BindingDefinition, ExchangeDefinition},
-    topology_internal::QueueDefinitionInternal,
+    shared::SharedMutex,
+    topology::{ExchangeDefinition, QueueDefinition},
     types::{FieldTable, ShortString},
 };
-use parking_lot::Mutex;
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::MutexGuard};
 
 #[derive(Clone, Default)]
-pub(crate) struct Registry(Arc<Mutex<Inner>>);
+pub(crate) struct Registry(SharedMutex<Inner>);
 
 impl Registry {
     pub(crate) fn exchanges_topology(&self) -> Vec<ExchangeDefinition> {
-        self.0.lock().exchanges.values().cloned().collect()
+        self.lock_inner().exchanges.values().cloned().collect()
     }
 
-    pub(crate) fn queues_topology(&self, exclusive: bool) -> Vec<QueueDefinitionInternal> {
-        self.0
-            .lock()
-            .queues
-            .values()
-            .filter(|q| q.is_exclusive() == exclusive)
-            .cloned()
-            .collect()
+    pub(crate) fn queues_topology(&self) -> Vec<QueueDefinition> {
+        self.lock_inner().queues.values().cloned().collect()
     }
 
     pub(crate) fn register_exchange(
@@ -33,27 +26,19 @@ impl Registry {
         options: ExchangeDeclareOptions,
         arguments: FieldTable,
     ) {
-        let mut inner = self.0.lock();
+        let mut inner = self.lock_inner();
         if let Some(exchange) = inner.exchanges.get_mut(&name) {
-            exchange.kind = Some(kind);
-            exchange.options = Some(options);
-            exchange.arguments = Some(arguments);
+            exchange.set_declared(kind, options, arguments);
         } else {
             inner.exchanges.insert(
                 name.clone(),
-                ExchangeDefinition {
-                    name,
-                    kind: Some(kind),
-                    options: Some(options),
-                    arguments: Some(arguments),
-                    bindings: Vec::new(),
-                },
+                ExchangeDefinition::declared(name, kind, options, arguments),
             );
         }
     }
 
     pub(crate) fn deregister_exchange(&self, name: &str) {
-        self.0.lock().exchanges.remove(name);
+        self.lock_inner().exchanges.remove(name);
     }
 
     pub(crate) fn register_exchange_binding(
@@ -63,23 +48,11 @@ impl Registry {
         routing_key: ShortString,
         arguments: FieldTable,
     ) {
-        self.0
-            .lock()
+        self.lock_inner()
             .exchanges
             .entry(destination.clone())
-            .or_insert_with(|| ExchangeDefinition {
-                name: destination,
-                kind: None,
-                options: None,
-                arguments: None,
-                bindings: Vec::new(),
-            })
-            .bindings
-            .push(BindingDefinition {
-                source,
-                routing_key,
-                arguments,
-            });
+            .or_insert_with(|| ExchangeDefinition::undeclared(destination))
+            .register_binding(source, routing_key, arguments);
     }
 
     pub(crate) fn deregister_exchange_binding(
@@ -89,12 +62,8 @@ impl Registry {
         routing_key: &str,
         arguments: &FieldTable,
     ) {
-        if let Some(destination) = self.0.lock().exchanges.get_mut(destination) {
-            destination.bindings.retain(|binding| {
-                binding.source.as_str() != source
-                    || binding.routing_key.as_str() != routing_key
-                    || &binding.arguments != arguments
-            });
+        if let Some(destination) = self.lock_inner().exchanges.get_mut(destination) {
+            destination.deregister_binding(source, routing_key, arguments);
         }
     }
 
@@ -104,19 +73,19 @@ impl Registry {
         options: QueueDeclareOptions,
         arguments: FieldTable,
     ) {
-        let mut inner = self.0.lock();
+        let mut inner = self.lock_inner();
         if let Some(queue) = inner.queues.get_mut(&name) {
             queue.set_declared(options, arguments);
         } else {
             inner.queues.insert(
                 name.clone(),
-                QueueDefinitionInternal::declared(name, options, arguments),
+                QueueDefinition::declared(name, options, arguments),
             );
         }
     }
 
     pub(crate) fn deregister_queue(&self, name: &str) {
-        self.0.lock().queues.remove(name);
+        self.lock_inner().queues.remove(name);
     }
 
     pub(crate) fn register_queue_binding(
@@ -126,11 +95,10 @@ impl Registry {
         routing_key: ShortString,
         arguments: FieldTable,
     ) {
-        self.0
-            .lock()
+        self.lock_inner()
             .queues
             .entry(destination.clone())
-            .or_insert_with(|| QueueDefinitionInternal::undeclared(destination))
+            .or_insert_with(|| QueueDefinition::undeclared(destination))
             .register_binding(source, routing_key, arguments);
     }
 
@@ -141,14 +109,18 @@ impl Registry {
         routing_key: &str,
         arguments: &FieldTable,
     ) {
-        if let Some(destination) = self.0.lock().queues.get_mut(destination) {
+        if let Some(destination) = self.lock_inner().queues.get_mut(destination) {
             destination.deregister_binding(source, routing_key, arguments);
         }
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.0.lock()
     }
 }
 
 #[derive(Default)]
 struct Inner {
     exchanges: HashMap<ShortString, ExchangeDefinition>,
-    queues: HashMap<ShortString, QueueDefinitionInternal>,
+    queues: HashMap<ShortString, QueueDefinition>,
 }

@@ -1,19 +1,20 @@
 use crate::{
-    message::BasicReturnMessage, publisher_confirm::Confirmation, types::PayloadSize,
-    BasicProperties, Promise,
+    BasicProperties, Promise, message::BasicReturnMessage, publisher_confirm::Confirmation,
+    types::PayloadSize,
 };
-use parking_lot::Mutex;
-use std::{collections::VecDeque, fmt, sync::Arc};
+use std::{
+    collections::VecDeque,
+    fmt,
+    sync::{Arc, Mutex, MutexGuard},
+};
 use tracing::{trace, warn};
 
 #[derive(Clone, Default)]
-pub(crate) struct ReturnedMessages {
-    inner: Arc<Mutex<Inner>>,
-}
+pub(crate) struct ReturnedMessages(Arc<Mutex<Inner>>);
 
 impl ReturnedMessages {
     pub(crate) fn start_new_delivery(&self, message: BasicReturnMessage) {
-        self.inner.lock().current_message = Some(message);
+        self.lock_inner().current_message = Some(message);
     }
 
     pub(crate) fn handle_content_header_frame(
@@ -22,8 +23,7 @@ impl ReturnedMessages {
         properties: BasicProperties,
         confirm_mode: bool,
     ) {
-        self.inner
-            .lock()
+        self.lock_inner()
             .handle_content_header_frame(size, properties, confirm_mode);
     }
 
@@ -33,28 +33,35 @@ impl ReturnedMessages {
         payload: Vec<u8>,
         confirm_mode: bool,
     ) {
-        self.inner
-            .lock()
+        self.lock_inner()
             .handle_body_frame(remaining_size, payload, confirm_mode);
     }
 
     pub(crate) fn drain(&self) -> Vec<BasicReturnMessage> {
-        self.inner.lock().drain()
+        self.lock_inner().drain()
     }
 
     pub(crate) fn register_dropped_confirm(&self, promise: Promise<Confirmation>) {
-        self.inner.lock().register_dropped_confirm(promise);
+        self.lock_inner().register_dropped_confirm(promise);
     }
 
     pub(crate) fn get_waiting_message(&self) -> Option<BasicReturnMessage> {
-        self.inner.lock().waiting_messages.pop_front()
+        self.lock_inner().waiting_messages.pop_front()
+    }
+
+    pub(crate) fn clear_dropped_confirms(&self) {
+        self.lock_inner().dropped_confirms.clear();
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl fmt::Debug for ReturnedMessages {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut debug = f.debug_struct("ReturnedMessages");
-        if let Some(inner) = self.inner.try_lock() {
+        if let Ok(inner) = self.0.try_lock() {
             debug
                 .field("waiting_messages", &inner.waiting_messages)
                 .field("messages", &inner.messages)
@@ -65,7 +72,7 @@ impl fmt::Debug for ReturnedMessages {
 }
 
 #[derive(Default)]
-pub struct Inner {
+struct Inner {
     current_message: Option<BasicReturnMessage>,
     non_confirm_messages: Vec<BasicReturnMessage>,
     waiting_messages: VecDeque<BasicReturnMessage>,
@@ -113,20 +120,31 @@ impl Inner {
         }
     }
 
-    fn register_dropped_confirm(&mut self, promise: Promise<Confirmation>) {
+    fn process_dropped_confirm(
+        &mut self,
+        promise: Promise<Confirmation>,
+        messages: Option<&mut Vec<BasicReturnMessage>>,
+    ) {
+        let messages = messages.unwrap_or(&mut self.messages);
+
         if let Some(confirmation) = promise.try_wait() {
             if let Ok(Confirmation::Nack(Some(message))) | Ok(Confirmation::Ack(Some(message))) =
                 confirmation
             {
-                trace!("Dropped PublisherConfirm was carrying a message, storing it");
-                self.messages.push(*message);
+                trace!("PublisherConfirm was carrying a message, storing it");
+                messages.push(message);
             } else {
-                trace!("Dropped PublisherConfirm was ready but didn't carry a message, discarding");
+                trace!("PublisherConfirm was ready but didn't carry a message, discarding");
             }
         } else {
-            trace!("Storing dropped PublisherConfirm for further use");
+            trace!("PublisherConfirm wasn't ready yet, storing it for further use");
             self.dropped_confirms.push(promise);
         }
+    }
+
+    fn register_dropped_confirm(&mut self, promise: Promise<Confirmation>) {
+        trace!("Registering new dropped PublisherConfirm");
+        self.process_dropped_confirm(promise, None)
     }
 
     fn drain(&mut self) -> Vec<BasicReturnMessage> {
@@ -139,19 +157,7 @@ impl Inner {
         let before = self.dropped_confirms.len();
         if before != 0 {
             for promise in std::mem::take(&mut self.dropped_confirms) {
-                if let Some(confirmation) = promise.try_wait() {
-                    if let Ok(Confirmation::Nack(Some(message)))
-                    | Ok(Confirmation::Ack(Some(message))) = confirmation
-                    {
-                        trace!("PublisherConfirm was carrying a message, storing it");
-                        messages.push(*message);
-                    } else {
-                        trace!("PublisherConfirm was ready but didn't carry a message, discarding");
-                    }
-                } else {
-                    trace!("PublisherConfirm wasn't ready yet, storing it back");
-                    self.dropped_confirms.push(promise);
-                }
+                self.process_dropped_confirm(promise, Some(&mut messages))
             }
             trace!(
                 %before,

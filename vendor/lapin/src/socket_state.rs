@@ -1,7 +1,10 @@
 use crate::Result;
 use flume::{Receiver, Sender};
-use std::task::Poll;
-use tracing::trace;
+use std::{
+    sync::Arc,
+    task::{Poll, Wake, Waker},
+};
+use tracing::{error, trace};
 
 pub(crate) struct SocketState {
     readable: bool,
@@ -23,15 +26,20 @@ impl Default for SocketState {
 }
 
 #[derive(Clone)]
-pub struct SocketStateHandle {
+pub(crate) struct SocketStateHandle {
     sender: Sender<SocketEvent>,
 }
 
-#[derive(Debug)]
-pub enum SocketEvent {
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SocketEvent {
     Readable,
     Writable,
     Wake,
+}
+
+pub(crate) struct SocketStateWaker {
+    handle: SocketStateHandle,
+    event: SocketEvent,
 }
 
 impl SocketState {
@@ -44,7 +52,15 @@ impl SocketState {
     }
 
     pub(crate) fn wait(&mut self) {
-        self.handle_event(self.events.recv().expect("waiting for socket event failed"))
+        match self.events.recv() {
+            Ok(event) => self.handle_event(event),
+            Err(err) => error!(?err, "waiting for socket event failed"),
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.readable = true;
+        self.writable = true;
     }
 
     pub(crate) fn handle(&self) -> SocketStateHandle {
@@ -71,13 +87,17 @@ impl SocketState {
         }
     }
 
-    pub(crate) fn handle_io_result(&self, result: Result<()>) -> Result<()> {
+    pub(crate) fn handle_io_result(&mut self, result: Result<()>) -> Result<()> {
         if let Err(err) = result {
             if err.interrupted() {
                 self.handle.wake();
             } else if err.wouldblock() {
                 // ignore, let the reactor handle that
             } else {
+                if err.is_io_error() {
+                    self.readable = false;
+                    self.writable = false;
+                }
                 return Err(err);
             }
         }
@@ -98,14 +118,38 @@ impl SocketState {
             SocketEvent::Wake => {}
         }
     }
+
+    pub(crate) fn readable_waker(&self) -> Waker {
+        self.waker(SocketEvent::Readable)
+    }
+
+    pub(crate) fn writable_waker(&self) -> Waker {
+        self.waker(SocketEvent::Writable)
+    }
+
+    fn waker(&self, event: SocketEvent) -> Waker {
+        let handle = self.handle();
+        let waker = SocketStateWaker { handle, event };
+        Waker::from(Arc::new(waker))
+    }
 }
 
 impl SocketStateHandle {
-    pub fn send(&self, event: SocketEvent) {
+    pub(crate) fn send(&self, event: SocketEvent) {
         let _ = self.sender.send(event);
     }
 
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         self.send(SocketEvent::Wake);
+    }
+}
+
+impl Wake for SocketStateWaker {
+    fn wake(self: Arc<Self>) {
+        self.handle.send(self.event)
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.handle.send(self.event)
     }
 }

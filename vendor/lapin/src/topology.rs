@@ -1,127 +1,164 @@
 use crate::{
-    channel::Channel,
     consumer::Consumer,
     exchange::ExchangeKind,
-    options::{BasicConsumeOptions, ExchangeDeclareOptions, QueueDeclareOptions},
-    queue::Queue,
+    options::{ExchangeDeclareOptions, QueueDeclareOptions},
     types::{FieldTable, ShortString},
 };
-use serde::{Deserialize, Serialize};
-use std::ops::Deref;
 
-/// The current topology definition
-///
-/// This contains the list of exhanges, queues, bindings, channels and consumers
-/// declared on the current Connection.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct TopologyDefinition {
-    /// The exchanges declared in this topology.
-    #[serde(default)]
-    pub exchanges: Vec<ExchangeDefinition>,
-    /// The "global" (not exclusive) declared in this topology.
-    #[serde(default)]
-    pub queues: Vec<QueueDefinition>,
-    /// The channels declares in this topology
-    #[serde(default)]
-    pub channels: Vec<ChannelDefinition>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct ExchangeDefinition {
-    pub name: ShortString,
-    pub kind: Option<ExchangeKind>,
-    pub options: Option<ExchangeDeclareOptions>,
-    pub arguments: Option<FieldTable>,
-    #[serde(default)]
-    pub bindings: Vec<BindingDefinition>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct QueueDefinition {
-    pub name: ShortString,
-    pub options: Option<QueueDeclareOptions>,
-    pub arguments: Option<FieldTable>,
-    #[serde(default)]
-    pub bindings: Vec<BindingDefinition>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct BindingDefinition {
-    pub source: ShortString,
-    pub routing_key: ShortString,
-    #[serde(default)]
-    pub arguments: FieldTable,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct ChannelDefinition {
-    /// Exclusive queues need to be declared in a Channel.
-    /// This is the list of exclusive queues for this one.
-    #[serde(default)]
-    pub queues: Vec<QueueDefinition>,
-    pub consumers: Vec<ConsumerDefinition>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct ConsumerDefinition {
-    pub queue: ShortString,
-    #[serde(default)]
-    pub tag: ShortString,
-    #[serde(default)]
-    pub options: BasicConsumeOptions,
-    #[serde(default)]
-    pub arguments: FieldTable,
-}
-
-#[derive(Default)]
-pub struct RestoredTopology {
-    pub(crate) queues: Vec<Queue>,
-    pub(crate) channels: Vec<RestoredChannel>,
-}
-
-impl RestoredTopology {
-    pub fn queue(&self, index: usize) -> Queue {
-        self.queues[index].clone()
-    }
-
-    pub fn channel(&self, index: usize) -> RestoredChannel {
-        self.channels[index].clone()
-    }
-}
-
-#[derive(Clone)]
-pub struct RestoredChannel {
-    pub(crate) channel: Channel,
-    pub(crate) queues: Vec<Queue>,
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ChannelDefinition {
+    pub(crate) exchanges: Vec<ExchangeDefinition>,
+    pub(crate) queues: Vec<QueueDefinition>,
     pub(crate) consumers: Vec<Consumer>,
 }
 
-impl Deref for RestoredChannel {
-    type Target = Channel;
-
-    fn deref(&self) -> &Self::Target {
-        &self.channel
-    }
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BindingDefinition {
+    pub(crate) source: ShortString,
+    pub(crate) routing_key: ShortString,
+    pub(crate) arguments: FieldTable,
 }
 
-impl RestoredChannel {
-    pub(crate) fn new(channel: Channel) -> Self {
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ExchangeDefinition {
+    pub(crate) name: ShortString,
+    pub(crate) kind: Option<ExchangeKind>,
+    pub(crate) options: Option<ExchangeDeclareOptions>,
+    pub(crate) arguments: Option<FieldTable>,
+    pub(crate) bindings: Vec<BindingDefinition>,
+    pub(crate) is_declared: bool,
+}
+
+impl ExchangeDefinition {
+    pub(crate) fn declared(
+        name: ShortString,
+        kind: ExchangeKind,
+        options: ExchangeDeclareOptions,
+        arguments: FieldTable,
+    ) -> Self {
         Self {
-            channel,
-            queues: Vec::new(),
-            consumers: Vec::new(),
+            name,
+            kind: Some(kind),
+            options: Some(options),
+            arguments: Some(arguments),
+            bindings: Vec::new(),
+            is_declared: true,
         }
     }
 
-    pub fn into_inner(self) -> Channel {
-        self.channel
+    pub(crate) fn undeclared(name: ShortString) -> Self {
+        Self {
+            name,
+            kind: None,
+            options: None,
+            arguments: None,
+            bindings: Vec::new(),
+            is_declared: false,
+        }
     }
 
-    pub fn queue(&self, index: usize) -> Queue {
-        self.queues[index].clone()
+    pub(crate) fn set_declared(
+        &mut self,
+        kind: ExchangeKind,
+        options: ExchangeDeclareOptions,
+        arguments: FieldTable,
+    ) {
+        self.kind = Some(kind);
+        self.options = Some(options);
+        self.arguments = Some(arguments);
+        self.is_declared = true;
     }
 
-    pub fn consumer(&self, index: usize) -> Consumer {
-        self.consumers[index].clone()
+    pub(crate) fn register_binding(
+        &mut self,
+        source: ShortString,
+        routing_key: ShortString,
+        arguments: FieldTable,
+    ) {
+        self.bindings.push(BindingDefinition {
+            source,
+            routing_key,
+            arguments,
+        });
+    }
+
+    pub(crate) fn deregister_binding(
+        &mut self,
+        source: &str,
+        routing_key: &str,
+        arguments: &FieldTable,
+    ) {
+        self.bindings.retain(|binding| {
+            binding.source.as_str() != source
+                || binding.routing_key.as_str() != routing_key
+                || &binding.arguments != arguments
+        });
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct QueueDefinition {
+    pub(crate) name: ShortString,
+    pub(crate) options: Option<QueueDeclareOptions>,
+    pub(crate) arguments: Option<FieldTable>,
+    pub(crate) bindings: Vec<BindingDefinition>,
+    pub(crate) is_declared: bool,
+}
+
+impl QueueDefinition {
+    pub(crate) fn declared(
+        name: ShortString,
+        options: QueueDeclareOptions,
+        arguments: FieldTable,
+    ) -> Self {
+        Self {
+            name,
+            options: Some(options),
+            arguments: Some(arguments),
+            bindings: Vec::new(),
+            is_declared: true,
+        }
+    }
+
+    pub(crate) fn undeclared(name: ShortString) -> Self {
+        Self {
+            name,
+            options: None,
+            arguments: None,
+            bindings: Vec::new(),
+            is_declared: false,
+        }
+    }
+
+    pub(crate) fn set_declared(&mut self, options: QueueDeclareOptions, arguments: FieldTable) {
+        self.options = Some(options);
+        self.arguments = Some(arguments);
+        self.is_declared = true;
+    }
+
+    pub(crate) fn register_binding(
+        &mut self,
+        source: ShortString,
+        routing_key: ShortString,
+        arguments: FieldTable,
+    ) {
+        self.bindings.push(BindingDefinition {
+            source,
+            routing_key,
+            arguments,
+        });
+    }
+
+    pub(crate) fn deregister_binding(
+        &mut self,
+        source: &str,
+        routing_key: &str,
+        arguments: &FieldTable,
+    ) {
+        self.bindings.retain(|binding| {
+            binding.source.as_str() != source
+                || binding.routing_key.as_str() != routing_key
+                || &binding.arguments != arguments
+        });
     }
 }
