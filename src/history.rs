@@ -384,6 +384,7 @@ pub async fn find_queue(db: &Db, broker: &str, vhost: &str, name: &str) -> Resul
 /// One point of a resampled series.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct QueuePoint {
+    #[serde(flatten, serialize_with = "crate::web::times::ts")]
     pub ts: i64,
     pub ready: Option<i64>,
     pub unacked: Option<i64>,
@@ -593,6 +594,7 @@ pub async fn first_sample(
 /// One point of a broker's history.
 #[derive(Debug, Clone, Serialize)]
 pub struct BrokerPoint {
+    #[serde(flatten, serialize_with = "crate::web::times::ts")]
     pub ts: i64,
     pub ready: Option<i64>,
     pub unacked: Option<i64>,

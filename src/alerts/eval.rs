@@ -13,7 +13,7 @@ use super::value::{value, InflowTracker};
 use crate::metrics::QueueView;
 
 /// What one alert is about: a queue, or a whole broker for `broker_unreachable`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AlertKey {
     pub broker: String,
     /// `None` (with `queue`) for a broker-level alert.

@@ -49,6 +49,7 @@ pub async fn write(db: &Db, broker_id: i64, ts: i64, nodes: &[Node]) -> Result<(
 /// limits the maximum; `null` where no sample in the step had the value.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct NodePoint {
+    #[serde(flatten, serialize_with = "crate::web::times::ts")]
     pub ts: i64,
     pub samples: i64,
     pub running: Option<bool>,

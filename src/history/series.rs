@@ -66,6 +66,7 @@ pub fn choose(step: i64, from: i64, now: i64, windows: &Windows) -> Resolution {
 /// `null` where no poll had it (a gap, or unknown to the broker), never 0.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RollupPoint {
+    #[serde(flatten, serialize_with = "crate::web::times::ts")]
     pub ts: i64,
     /// Polls with values for this queue in the step.
     pub samples: i64,
