@@ -152,6 +152,8 @@ async fn the_description_is_openapi_3_1_and_names_every_api_route() {
         "/api/v1/users",
         "/api/v1/tokens",
         "/api/v1/silences",
+        "/api/v1/alerts",
+        "/api/v1/notifications/channels",
         "/api/v1/alerts/history",
         "/api/v1/notifications/deliveries",
         "/api/v1/audit",

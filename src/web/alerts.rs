@@ -364,7 +364,7 @@ async fn preview_json(State(state): State<AppState>, body: Bytes) -> Result<Json
 }
 
 /// A pending or firing alert with its rule's name and severity, and whether it is silenced.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AlertView {
     #[serde(flatten)]
     pub state: AlertState,

@@ -271,6 +271,10 @@ fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> 
     Some(match op.path {
         "/api/v1/users" => object_of_array("users", named::<crate::auth::User>(schemas)),
         "/api/v1/tokens" => object_of_array("tokens", named::<crate::auth::TokenInfo>(schemas)),
+        "/api/v1/alerts" => ArrayBuilder::new().items(named::<super::alerts::AlertView>(schemas)).into(),
+        "/api/v1/notifications/channels" => {
+            ArrayBuilder::new().items(named::<crate::alerts::notify::ChannelView>(schemas)).into()
+        }
         "/api/v1/silences" => ArrayBuilder::new().items(named::<store::Silence>(schemas)).into(),
         "/api/v1/alerts/history" => paged_or_array(named::<store::HistoryEntry>(schemas)),
         "/api/v1/notifications/deliveries" => paged_or_array(named::<DeliveryRecord>(schemas)),
