@@ -356,16 +356,16 @@ async fn every_list_pages_the_same_way() {
     .await;
 
     let queues = format!("/api/v1/queues?vhost={}&sort=name", common::encode(&vhost.name));
-    let id = |item: &Value| item["id"].clone();
-    let name = |item: &Value| item["name"].clone();
-    let lists: [(&str, &dyn Fn(&Value) -> Value, usize); 5] = [
-        (&queues, &name, 5),
-        ("/api/v1/audit", &id, 3),
-        ("/api/v1/alerts/history", &id, 3),
-        ("/api/v1/notifications/deliveries", &id, 3),
-        (&custody, &id, 5),
+    // Each list with what names an item in it, and how many items it has at least.
+    let lists = [
+        (queues.as_str(), "name", 5),
+        ("/api/v1/audit", "id", 3),
+        ("/api/v1/alerts/history", "id", 3),
+        ("/api/v1/notifications/deliveries", "id", 3),
+        (custody.as_str(), "id", 5),
     ];
     for (list, key, at_least) in lists {
+        let key = |item: &Value| item[key].clone();
         let all: Vec<Value> = read_every_page(&warren, list, 500).await.iter().map(key).collect();
         assert!(all.len() >= at_least, "{list}: {all:?}");
         let by_two: Vec<Value> = read_every_page(&warren, list, 2).await.iter().map(key).collect();
