@@ -55,12 +55,14 @@ pub(super) fn poll_interval_secs(state: &AppState, broker: &str) -> i64 {
     state.broker_config(broker).map(|b| b.poll_interval.as_secs() as i64).unwrap_or(10)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct BrokerHistory {
     pub broker: String,
     #[serde(flatten, serialize_with = "crate::web::times::from")]
+    #[schema(schema_with = crate::web::times::schema::from)]
     pub from: i64,
     #[serde(flatten, serialize_with = "crate::web::times::to")]
+    #[schema(schema_with = crate::web::times::schema::to)]
     pub to: i64,
     pub step: i64,
     /// `raw`: each point averages the polls in `(ts - step, ts]`; `1m` / `1h`: read from roll-ups,
@@ -186,14 +188,16 @@ async fn queue(
     Ok(Json(QueueJson { queue, stale, hung_consumer_connections }))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct QueueHistory {
     pub broker: String,
     pub vhost: String,
     pub name: String,
     #[serde(flatten, serialize_with = "crate::web::times::from")]
+    #[schema(schema_with = crate::web::times::schema::from)]
     pub from: i64,
     #[serde(flatten, serialize_with = "crate::web::times::to")]
+    #[schema(schema_with = crate::web::times::schema::to)]
     pub to: i64,
     pub step: i64,
     /// Which data the points come from: `raw` samples (each point the values in force at its
@@ -209,6 +213,27 @@ pub struct QueueHistory {
 pub enum QueuePoints {
     Raw(Vec<QueuePoint>),
     Rollup(Vec<RollupPoint>),
+}
+
+/// Raw points or roll-up points: `anyOf`, since an empty list is either (`oneOf` would refuse
+/// an empty answer; serde's untagged enum would derive that).
+impl utoipa::PartialSchema for QueuePoints {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder};
+        use utoipa::openapi::Ref;
+        AnyOfBuilder::new()
+            .item(ArrayBuilder::new().items(Ref::from_schema_name("QueuePoint")))
+            .item(ArrayBuilder::new().items(Ref::from_schema_name("RollupPoint")))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for QueuePoints {
+    fn schemas(schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+        use utoipa::PartialSchema;
+        schemas.push(("QueuePoint".to_string(), QueuePoint::schema()));
+        schemas.push(("RollupPoint".to_string(), RollupPoint::schema()));
+    }
 }
 
 impl QueuePoints {

@@ -69,13 +69,15 @@ async fn json(State(state): State<AppState>, Path(broker): Path<String>) -> Resu
     }))
 }
 
-#[derive(Serialize)]
-struct NodeHistoryJson {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct NodeHistoryJson {
     broker: String,
     node: String,
     #[serde(flatten, serialize_with = "crate::web::times::from")]
+    #[schema(schema_with = crate::web::times::schema::from)]
     from: i64,
     #[serde(flatten, serialize_with = "crate::web::times::to")]
+    #[schema(schema_with = crate::web::times::schema::to)]
     to: i64,
     step: i64,
     /// How the points were made, for the charts' caption.

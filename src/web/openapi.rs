@@ -271,6 +271,9 @@ fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> 
     Some(match op.path {
         "/api/v1/users" => object_of_array("users", named::<crate::auth::User>(schemas)),
         "/api/v1/tokens" => object_of_array("tokens", named::<crate::auth::TokenInfo>(schemas)),
+        "/api/v1/brokers/{broker}/history" => named::<super::api::BrokerHistory>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/history" => named::<super::api::QueueHistory>(schemas),
+        "/api/v1/brokers/{broker}/nodes/{node}/history" => named::<super::nodes::NodeHistoryJson>(schemas),
         "/api/v1/alerts" => ArrayBuilder::new().items(named::<super::alerts::AlertView>(schemas)).into(),
         "/api/v1/notifications/channels" => {
             ArrayBuilder::new().items(named::<crate::alerts::notify::ChannelView>(schemas)).into()
