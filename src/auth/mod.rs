@@ -94,7 +94,7 @@ impl FromStr for Role {
 }
 
 /// How a request proved who it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum How {
     /// A login session cookie (needs the CSRF token on state-changing requests).
