@@ -139,7 +139,7 @@ async fn main() {
             // As a request: within its time budget, on the matching threads.
             let budget = warren::dlq::budget::Matchers::new().request();
             let queue = ("local", VHOST, "orders.dlq");
-            let listing = custody::list(&db, &keeper, queue, &filter, 100, &budget).await.unwrap();
+            let listing = custody::list(&db, &keeper, queue, &filter, None, 100, &budget).await.unwrap();
             (started.elapsed().as_secs_f64(), listing.matching)
         }
     };

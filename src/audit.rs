@@ -14,7 +14,7 @@ use sqlx::Row;
 use crate::history::Db;
 
 /// What an entry is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// A move, delete or purge on a broker.
@@ -244,11 +244,13 @@ pub async fn get(db: &Db, id: i64) -> Result<Option<Record>, sqlx::Error> {
 /// What a caller who is not an admin sees instead of an account name.
 pub const HIDDEN: &str = "(hidden)";
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Record {
     pub id: i64,
     pub kind: Kind,
     /// Unix seconds; for an aggregated failed-login row, its first attempt.
+    #[serde(flatten, serialize_with = "crate::web::times::at")]
+    #[schema(schema_with = crate::web::times::schema::at)]
     pub at: i64,
     /// Who acted; for a login, the name typed.
     pub actor: String,
@@ -269,6 +271,8 @@ pub struct Record {
     /// Of those, how many the throttle refused before checking the password.
     pub throttled: i64,
     /// Aggregated rows: unix seconds of the latest attempt.
+    #[serde(flatten, serialize_with = "crate::web::times::last_at")]
+    #[schema(schema_with = crate::web::times::schema::last_at)]
     pub last_at: Option<i64>,
 }
 

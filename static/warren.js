@@ -265,14 +265,17 @@ var warrenCharts = [];
 
   // Data rows for uPlot: x = times, one row per series. `null` is a gap in the data (drawn as
   // one); `undefined` is a time only another source has (joined over, not a gap).
+  // A point's time in unix seconds, from its RFC 3339 `ts_rfc3339` (`ts`, unix seconds, is
+  // deprecated in the API and goes in the next release).
+  function pointSecs(p) { return p.ts_rfc3339 ? Date.parse(p.ts_rfc3339) / 1000 : p.ts; }
   function merge(bodies, names, compare) {
     var times = {};
-    bodies.forEach(function (b) { (b.points || []).forEach(function (p) { times[p.ts] = true; }); });
+    bodies.forEach(function (b) { (b.points || []).forEach(function (p) { times[pointSecs(p)] = true; }); });
     var xs = Object.keys(times).map(Number).sort(function (a, b) { return a - b; });
     var data = [xs];
     bodies.forEach(function (b, i) {
       var byTs = {};
-      (b.points || []).forEach(function (p) { byTs[p.ts] = p; });
+      (b.points || []).forEach(function (p) { byTs[pointSecs(p)] = p; });
       var series = compare ? [names[0]] : names;
       series.forEach(function (name) {
         data.push(xs.map(function (t) {

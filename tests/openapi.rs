@@ -146,6 +146,32 @@ async fn the_description_is_openapi_3_1_and_names_every_api_route() {
         }
     }
 
+    // Typed answers: these GETs describe their 200 by the type the handler answers, so
+    // schemathesis checks the shapes; the other operations still answer "any JSON value".
+    for path in [
+        "/api/v1/me",
+        "/api/v1/users",
+        "/api/v1/tokens",
+        "/api/v1/audit/{id}/messages",
+        "/api/v1/silences",
+        "/api/v1/alerts",
+        "/api/v1/notifications/channels",
+        "/api/v1/brokers/{broker}/history",
+        "/api/v1/queues/{broker}/{vhost}/{queue}/history",
+        "/api/v1/brokers/{broker}/nodes/{node}/history",
+        "/api/v1/alerts/history",
+        "/api/v1/notifications/deliveries",
+        "/api/v1/audit",
+    ] {
+        let schema = &doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        let typed = ["$ref", "type", "oneOf", "properties"].iter().any(|k| schema.get(k).is_some());
+        assert!(typed, "GET {path}: the 200 answer has a schema, not any value: {schema}");
+    }
+    let history = &doc["components"]["schemas"]["HistoryEntry"];
+    assert!(history["properties"]["rule_id"].is_object(), "{history}");
+    let token = doc["components"]["schemas"]["TokenInfo"].to_string();
+    assert!(token.contains("created_at_rfc3339") && token.contains("date-time"), "{token}");
+
     // The lists' query parameters, from the types the handlers parse.
     let names = |path: &str| -> Vec<String> {
         doc["paths"][path]["get"]["parameters"]
@@ -158,6 +184,17 @@ async fn the_description_is_openapi_3_1_and_names_every_api_route() {
     assert!(names("/api/v1/queues").contains(&"per_page".to_string()), "{:?}", names("/api/v1/queues"));
     assert!(names("/api/v1/audit").contains(&"before".to_string()), "{:?}", names("/api/v1/audit"));
     assert_eq!(names("/api/v1/queues/{broker}/{vhost}/{queue}/history"), ["from", "to", "range"]);
+    // Every list takes the same paging parameters.
+    for list in [
+        "/api/v1/queues",
+        "/api/v1/audit",
+        "/api/v1/alerts/history",
+        "/api/v1/notifications/deliveries",
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody",
+    ] {
+        let names = names(list);
+        assert!(names.contains(&"cursor".to_string()) && names.contains(&"limit".to_string()), "{list}: {names:?}");
+    }
 
     // A sample of real answers: statuses the description lists, errors in its shape.
     wait_for("orders listed by warren", Duration::from_secs(30), || async {
@@ -244,5 +281,288 @@ async fn schemathesis_finds_every_get_conforming() {
     assert!(run.status.success(), "schemathesis found failures:\n{said}");
     eprintln!("schemathesis took {:?}", started.elapsed());
 
+    warren.stop().await;
+}
+
+/// Follows `next_cursor` from the first page of `list` (a path, with its filters) at `limit`
+/// items a page, checking the envelope of each page, and returns every item read.
+async fn read_every_page(warren: &Warren, list: &str, limit: usize) -> Vec<Value> {
+    let join = if list.contains('?') { '&' } else { '?' };
+    let mut cursor = String::new();
+    let mut items = Vec::new();
+    for _ in 0..100 {
+        let (status, page) = warren.get_json(&format!("{list}{join}limit={limit}&cursor={cursor}")).await;
+        assert_eq!(status, 200, "{list} at cursor {cursor:?}: {page}");
+        assert_eq!(page["limit"], limit, "{list}: the page says its limit: {page}");
+        let got = page["items"].as_array().unwrap_or_else(|| panic!("{list}: items is an array: {page}"));
+        check_times(list, &page, &deprecated_in_docs());
+        assert!(got.len() <= limit, "{list}: {} items at limit {limit}", got.len());
+        items.extend(got.iter().cloned());
+        match &page["next_cursor"] {
+            Value::Null => return items,
+            Value::String(next) => {
+                assert!(got.len() == limit, "{list}: a page short of its limit has no next page: {page}");
+                cursor = next.clone();
+            }
+            other => panic!("{list}: next_cursor is a string or null: {other}"),
+        }
+    }
+    panic!("{list}: more than 100 pages")
+}
+
+/// Issue 36, case 8: every list of the API pages the same way. `?cursor=&limit=` (the first
+/// page with an empty cursor) answers `{"items", "next_cursor", "limit"}`; following
+/// `next_cursor` reads every item once, in the list's order; the same bad values are the same
+/// 400s. The deprecated parameters still answer as before (one release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_list_pages_the_same_way() {
+    use common::dead_letters::{dead_letter, numbered};
+    let vhost = TestVhost::create("paging").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(5)).await;
+    for name in ["q1", "q2", "q3"] {
+        declare(&channel, name, false).await;
+        common::publish(&channel, name, 1, Default::default()).await;
+    }
+    // Nothing listens on the hook: each test notification is a failed delivery, logged.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let toml = format!(
+        "[[alerts]]\nid = \"any\"\nname = \"Anything ready\"\nmetric = \"ready\"\ncomparator = \">\"\n\
+         threshold = 0\nseverity = \"info\"\n\n\
+         [[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\npoll_interval_secs = 1\n\n\
+         [[custody]]\nqueue = \"*.dlq\"\n\n\
+         [[notifications]]\nid = \"hook\"\nname = \"hook\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:{closed}/h\"\n",
+        vhost.name
+    );
+    let warren = Warren::start(&toml).await;
+    let custody = format!("/api/v1/queues/local/{}/work.dlq/custody", common::encode(&vhost.name));
+    for n in 0..3 {
+        let until = chrono::Utc::now() + chrono::Duration::hours(1);
+        let (status, body) = warren
+            .post_json(
+                "/api/v1/silences",
+                serde_json::json!({"rule_id": "any", "until": until, "comment": format!("s{n}")}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        warren.post_json("/api/v1/notifications/channels/hook/test", serde_json::json!({})).await;
+    }
+    wait_for("three queues firing, five records held", Duration::from_secs(60), || async {
+        let (_, history) = warren.get_json("/api/v1/alerts/history").await;
+        let (_, held) = warren.get_json(&custody).await;
+        let fired = history.as_array().map_or(0, |h| h.len());
+        if fired >= 3 && held["custody"]["counts"]["held"] == 5 {
+            Ok(())
+        } else {
+            Err(format!("{fired} phase changes, custody {}", held["custody"]["counts"]))
+        }
+    })
+    .await;
+
+    let queues = format!("/api/v1/queues?vhost={}&sort=name", common::encode(&vhost.name));
+    // Each list with what names an item in it, and how many items it has at least.
+    let lists = [
+        (queues.as_str(), "name", 5),
+        ("/api/v1/audit", "id", 3),
+        ("/api/v1/alerts/history", "id", 3),
+        ("/api/v1/notifications/deliveries", "id", 3),
+        (custody.as_str(), "id", 5),
+    ];
+    for (list, key, at_least) in lists {
+        let key = |item: &Value| item[key].clone();
+        let all: Vec<Value> = read_every_page(&warren, list, 500).await.iter().map(key).collect();
+        assert!(all.len() >= at_least, "{list}: {all:?}");
+        let by_two: Vec<Value> = read_every_page(&warren, list, 2).await.iter().map(key).collect();
+        // The logs grow while they are read (notifications are retried): entries newer than the
+        // first reading come first, and then the same entries, in the same order.
+        assert!(by_two.ends_with(&all), "{list}: two at a time reads every item once, in order: {by_two:?} {all:?}");
+        let unique: std::collections::HashSet<String> = by_two.iter().map(Value::to_string).collect();
+        assert_eq!(unique.len(), by_two.len(), "{list}: no item twice: {by_two:?}");
+        let join = if list.contains('?') { '&' } else { '?' };
+        for (bad, field) in [
+            ("cursor=x", "cursor:"),
+            ("cursor=-1", "cursor:"),
+            ("cursor=&limit=0", "limit:"),
+            ("cursor=&limit=501", "limit:"),
+            ("cursor=&limit=x", "limit:"),
+        ] {
+            let (status, body) = warren.get_json(&format!("{list}{join}{bad}")).await;
+            assert_eq!(status, 400, "{list}{join}{bad}: {body}");
+            assert_eq!(body["error"]["code"], "bad_request", "{list}{join}{bad}: {body}");
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(message.starts_with(field), "{list}{join}{bad}: {message}");
+        }
+    }
+
+    // The deprecated ways answer as they did, for one release: the bare arrays, and the
+    // queue list's pages by number beside its cursor.
+    for list in
+        ["/api/v1/audit?per_page=2", "/api/v1/alerts/history?limit=2", "/api/v1/notifications/deliveries?limit=2"]
+    {
+        let (status, body) = warren.get_json(list).await;
+        assert_eq!(status, 200, "{list}: {body}");
+        assert_eq!(body.as_array().map(Vec::len), Some(2), "{list}: {body}");
+    }
+    let (_, page) = warren.get_json(&format!("{queues}&page=2&per_page=2")).await;
+    // q1 q2 | q3 work | work.dlq
+    assert_eq!((page["page"].as_u64(), page["per_page"].as_u64(), page["total"].as_u64()), (Some(2), Some(2), Some(5)));
+    assert_eq!((page["items"][0]["name"].as_str(), page["next_cursor"].as_str()), (Some("q3"), Some("4")), "{page}");
+    let (status, _) = warren.get_json(&format!("{queues}&page=2&cursor=")).await;
+    assert_eq!(status, 400, "old and new paging mixed");
+    let (_, old) = warren.get_json(&format!("{custody}?limit=2")).await;
+    assert_eq!(
+        (old["custody"]["records"].as_array().map(Vec::len), old["items"].as_array().map(Vec::len)),
+        (Some(2), Some(2))
+    );
+
+    warren.stop().await;
+}
+
+/// Keys that name an instant: `ts`, `at`, `time`, `from`, `to`, `until`, `since`, `as_of`,
+/// `first_seen`, `last_seen`, and any ending in `_at`, `_ts`, `_since`, `_time`, `_as_of` or
+/// `_unix`.
+fn names_a_time(key: &str) -> bool {
+    ["ts", "at", "time", "from", "to", "until", "since", "as_of", "first_seen", "last_seen"].contains(&key)
+        || ["_at", "_ts", "_since", "_time", "_as_of", "_unix"].iter().any(|end| key.ends_with(end))
+}
+
+/// The unix-seconds keys docs/api.md lists as deprecated (the line that starts with
+/// "Deprecated unix-seconds fields:").
+fn deprecated_in_docs() -> Vec<String> {
+    let docs = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md")).unwrap();
+    let line = docs.lines().find(|l| l.starts_with("Deprecated unix-seconds fields:")).expect("docs/api.md lists them");
+    line.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// Every instant in `value` is an RFC 3339 string in UTC (`…Z`), but for the deprecated unix
+/// keys, each of which has its `_rfc3339` twin beside it saying the same instant. Returns how
+/// many times it checked.
+fn check_times(what: &str, value: &Value, deprecated: &[String]) -> usize {
+    let mut checked = 0;
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if names_a_time(key) && !v.is_null() {
+                    checked += 1;
+                    if let Some(secs) = v.as_i64() {
+                        assert!(deprecated.contains(key), "{what}: {key} is a number ({v}), not RFC 3339: {value}");
+                        let twin = map.get(&format!("{key}_rfc3339")).and_then(Value::as_str);
+                        let time = twin.unwrap_or_else(|| panic!("{what}: {key} has its twin: {value}"));
+                        let parsed = chrono::DateTime::parse_from_rfc3339(time).expect("RFC 3339");
+                        assert_eq!(parsed.timestamp(), secs, "{what}: {key} and its twin agree: {value}");
+                    } else if let Some(text) = v.as_str().filter(|_| !["from", "to"].contains(&key.as_str())) {
+                        // (An alert's `from` and `to` are phases, not times.)
+                        assert!(
+                            chrono::DateTime::parse_from_rfc3339(text).is_ok() && text.ends_with('Z'),
+                            "{what}: {key} is {text:?}, not RFC 3339 in UTC: {value}"
+                        );
+                    }
+                }
+                if key.ends_with("_rfc3339") && !v.is_null() {
+                    let text = v.as_str().unwrap_or_else(|| panic!("{what}: {key} is a string: {value}"));
+                    assert!(text.ends_with('Z') && chrono::DateTime::parse_from_rfc3339(text).is_ok(), "{what}: {key}");
+                }
+                // A message's own properties and headers are as the broker gave them (AMQP
+                // timestamps are unix seconds there): message data, not the API's fields.
+                if key != "properties" {
+                    checked += check_times(what, v, deprecated);
+                }
+            }
+        }
+        Value::Array(items) => checked += items.iter().map(|v| check_times(what, v, deprecated)).sum::<usize>(),
+        _ => {}
+    }
+    checked
+}
+
+/// Issue 36, case 8: one time format. No GET answer has an instant as a number but the
+/// deprecated unix-seconds fields docs/api.md lists (the same list as the code's), each with
+/// its RFC 3339 twin; every other instant is RFC 3339 in UTC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_time_in_an_answer_is_rfc3339() {
+    use common::dead_letters::{dead_letter, numbered};
+    let mut deprecated = deprecated_in_docs();
+    deprecated.sort();
+    let mut in_code: Vec<String> = warren::web::times::DEPRECATED_UNIX_KEYS.iter().map(|k| k.to_string()).collect();
+    in_code.sort();
+    assert_eq!(deprecated, in_code, "docs/api.md lists the deprecated unix keys the code writes");
+
+    let vhost = TestVhost::create("times").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(3)).await;
+    let toml = format!(
+        "[[alerts]]\nid = \"dead\"\nname = \"Dead letters\"\nmetric = \"ready\"\ncomparator = \">\"\n\
+         threshold = 0\nseverity = \"info\"\n\n\
+         [[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\npoll_interval_secs = 1\n",
+        vhost.name
+    );
+    let warren = Warren::start(&toml).await;
+    let queue = format!("/api/v1/queues/local/{}/work.dlq", common::encode(&vhost.name));
+    wait_for("the DLQ's alert firing", Duration::from_secs(60), || async {
+        let (_, alerts) = warren.get_json("/api/v1/alerts").await;
+        if alerts.as_array().is_some_and(|a| a.iter().any(|a| a["phase"] == "firing")) {
+            Ok(())
+        } else {
+            Err(alerts.to_string())
+        }
+    })
+    .await;
+    let (status, token) = warren.post_json("/api/v1/tokens", serde_json::json!({"name": "ci", "role": "viewer"})).await;
+    assert_eq!(status, 201, "{token}");
+    warren.snapshot(&vhost.name, "work.dlq", 3).await;
+    let until = chrono::Utc::now() + chrono::Duration::hours(1);
+    let (status, body) = warren
+        .post_json("/api/v1/silences", serde_json::json!({"rule_id": "dead", "until": until, "comment": "times"}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (_, audit) = warren.get_json("/api/v1/audit").await;
+    let entry = audit[0]["id"].as_i64().expect("an audit entry");
+
+    let gets = [
+        "/api/v1/me".to_string(),
+        "/api/v1/users".to_string(),
+        "/api/v1/tokens".to_string(),
+        "/api/v1/brokers".to_string(),
+        "/api/v1/brokers/local".to_string(),
+        "/api/v1/brokers/local/history?range=15m".to_string(),
+        "/api/v1/brokers/local/nodes".to_string(),
+        "/api/v1/brokers/local/connections".to_string(),
+        "/api/v1/brokers/local/channels".to_string(),
+        "/api/v1/brokers/local/exchanges".to_string(),
+        "/api/v1/queues".to_string(),
+        "/api/v1/queues?cursor=".to_string(),
+        queue.clone(),
+        format!("{queue}/history?range=15m"),
+        format!("{queue}/history?range=7d"),
+        format!("{queue}/consumers"),
+        format!("{queue}/routing"),
+        format!("{queue}/snapshot"),
+        "/api/v1/audit".to_string(),
+        "/api/v1/audit?cursor=".to_string(),
+        format!("/api/v1/audit/{entry}/messages"),
+        "/api/v1/alerts".to_string(),
+        "/api/v1/alerts/history".to_string(),
+        "/api/v1/alerts/rules".to_string(),
+        "/api/v1/silences".to_string(),
+        "/api/v1/notifications/channels".to_string(),
+        "/api/v1/notifications/deliveries".to_string(),
+    ];
+    let mut checked = 0;
+    for path in &gets {
+        let (status, body) = warren.get_json(path).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        checked += check_times(&format!("GET {path}"), &body, &deprecated);
+    }
+    // The node's history names the node the nodes listing gives.
+    let (_, nodes) = warren.get_json("/api/v1/brokers/local/nodes").await;
+    if let Some(node) = nodes["nodes"][0]["name"].as_str() {
+        let path = format!("/api/v1/brokers/local/nodes/{}/history?range=15m", common::encode(node));
+        let (status, body) = warren.get_json(&path).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        checked += check_times(&path, &body, &deprecated);
+    }
+    assert!(checked > 50, "{checked} times checked");
     warren.stop().await;
 }

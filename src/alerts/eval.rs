@@ -13,7 +13,7 @@ use super::value::{value, InflowTracker};
 use crate::metrics::QueueView;
 
 /// What one alert is about: a queue, or a whole broker for `broker_unreachable`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AlertKey {
     pub broker: String,
     /// `None` (with `queue`) for a broker-level alert.
@@ -62,7 +62,7 @@ impl fmt::Display for AlertKey {
 
 /// Where an alert is in its life. Only `pending` and `firing` alerts are kept; `inactive` and
 /// `resolved` appear in transitions only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AlertPhase {
     Inactive,
@@ -76,7 +76,7 @@ pub enum AlertPhase {
 
 /// One pending or firing alert, as the caller persists it so that a restart neither forgets a
 /// firing alert nor notifies it again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AlertState {
     pub rule_id: String,
     pub key: AlertKey,

@@ -295,7 +295,7 @@ pub async fn prune_history(db: &Db, cutoff: i64) -> Result<u64, sqlx::Error> {
     Ok(sqlx::query("delete from alert_history where at < ?").bind(cutoff).execute(db).await?.rows_affected())
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct HistoryEntry {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -308,12 +308,13 @@ pub struct HistoryEntry {
     pub silenced: bool,
 }
 
-/// The newest phase changes, newest first.
-pub async fn history(db: &Db, limit: i64) -> Result<Vec<HistoryEntry>, sqlx::Error> {
+/// The newest phase changes below the id `before` (all: none), newest first.
+pub async fn history(db: &Db, before: Option<i64>, limit: i64) -> Result<Vec<HistoryEntry>, sqlx::Error> {
     let rows = sqlx::query(
         "select id, at, rule_id, alert_key, from_phase, to_phase, value, note, silenced
-         from alert_history order by id desc limit ?",
+         from alert_history where id < ? order by id desc limit ?",
     )
+    .bind(before.unwrap_or(i64::MAX))
     .bind(limit)
     .fetch_all(db)
     .await?;
@@ -337,7 +338,7 @@ pub async fn history(db: &Db, limit: i64) -> Result<Vec<HistoryEntry>, sqlx::Err
 
 /// A silence: notifications of a rule (or of one of its alerts, or of every rule) are held back
 /// until a time. Alerts still change phase and show in the dashboard.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Silence {
     #[serde(default)]
     pub id: i64,
@@ -555,6 +556,6 @@ mod tests {
         record(&mut tx, &[(transition(1_000), false), (transition(5_000), false)], &[]).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(prune_history(&db, 2_000).await.unwrap(), 1);
-        assert_eq!(history(&db, 10).await.unwrap().len(), 1);
+        assert_eq!(history(&db, None, 10).await.unwrap().len(), 1);
     }
 }

@@ -47,7 +47,7 @@ pub use users::{
 };
 
 /// What a principal may do; each role includes the ones before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Reads everything a page or the API shows.
@@ -94,7 +94,7 @@ impl FromStr for Role {
 }
 
 /// How a request proved who it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum How {
     /// A login session cookie (needs the CSRF token on state-changing requests).

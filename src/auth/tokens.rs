@@ -28,14 +28,18 @@ impl fmt::Debug for NewToken {
 }
 
 /// A token as the admin pages list it: never the token itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct TokenInfo {
     pub id: i64,
     pub name: String,
     pub role: Role,
     pub created_by: String,
     /// Unix seconds, like `last_used_at` (to within a minute).
+    #[serde(flatten, serialize_with = "crate::web::times::created_at")]
+    #[schema(schema_with = crate::web::times::schema::created_at)]
     pub created_at: i64,
+    #[serde(flatten, serialize_with = "crate::web::times::last_used_at")]
+    #[schema(schema_with = crate::web::times::schema::last_used_at)]
     pub last_used_at: Option<i64>,
     pub revoked: bool,
 }

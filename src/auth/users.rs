@@ -20,11 +20,13 @@ pub const MIN_PASSWORD_LEN: usize = 12;
 pub const MAX_PASSWORD_LEN: usize = 1024;
 
 /// An account as the rest of warren sees it; the hash never leaves this file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct User {
     pub name: String,
     pub role: Role,
     /// Unix seconds.
+    #[serde(flatten, serialize_with = "crate::web::times::created_at")]
+    #[schema(schema_with = crate::web::times::schema::created_at)]
     pub created_at: i64,
     /// A disabled user cannot log in and has no sessions.
     pub disabled: bool,

@@ -116,7 +116,7 @@ pub async fn messages(db: &Db, id: i64) -> Result<Vec<MessageRecord>, sqlx::Erro
 }
 
 /// One message's fate as the audit log read it back.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MessageRecord {
     pub position: i64,
     pub message_id: Option<String>,

@@ -96,6 +96,7 @@ pub struct IntakeState {
     pub left: Vec<String>,
     /// When a stopped intake is tried again (unix seconds): a broker that went away or a
     /// database that refused a write may be back, and replays may have made room in the budget.
+    #[serde(flatten, serialize_with = "crate::web::times::retry_at")]
     pub retry_at: Option<i64>,
 }
 
@@ -680,6 +681,7 @@ pub struct Counts {
     pub replayed: u64,
     pub bytes: u64,
     /// When the oldest record still held (or claimed by a replay) was taken, unix seconds.
+    #[serde(flatten, serialize_with = "crate::web::times::oldest_taken_at")]
     pub oldest_taken_at: Option<i64>,
 }
 
@@ -717,6 +719,7 @@ pub async fn counts_by_queue(db: &Db, broker: &str) -> Result<HashMap<(String, S
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
     pub id: i64,
+    #[serde(flatten, serialize_with = "crate::web::times::received_at")]
     pub received_at: i64,
     pub message_id: Option<String>,
     pub reason: Option<String>,
@@ -736,7 +739,9 @@ pub struct Group {
     pub value: String,
     pub records: usize,
     /// When custody took in the first and the last of them, unix seconds.
+    #[serde(flatten, serialize_with = "crate::web::times::first_seen")]
     pub first_seen: i64,
+    #[serde(flatten, serialize_with = "crate::web::times::last_seen")]
     pub last_seen: i64,
     /// An error group's texts as recorded, with their records, most first (`VARIANTS_SHOWN` at
     /// most; `variant_count` says how many there are).
@@ -1186,6 +1191,7 @@ pub async fn list(
     custody: &Custody,
     (broker, vhost, queue): (&str, &str, &str),
     filter: &Filter,
+    after: Option<i64>,
     limit: usize,
     budget: &Budget,
 ) -> Result<Listing, SearchError> {
@@ -1244,21 +1250,26 @@ pub async fn list(
     let by_error =
         error_groups(errors.into_iter().filter_map(|(k, g)| Some((k?, g.records, g.first_seen, g.last_seen))));
 
+    // The page starts after the id `after` (the API's cursor); `matching` counts every match.
+    let after = after.unwrap_or(0);
     let records = if filter.is_empty() {
         let kept = (counts.held + counts.claimed) as usize;
-        (kept, records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, limit as i64, budget).await?)
+        let states = format!("state in ('held', 'claimed') and id > {after}");
+        (kept, records(db, (broker, vhost, queue), &states, filter, limit as i64, budget).await?)
     } else if filter.regex().is_some() {
         // Matched outside SQL: every match read once, counted, and the first `limit` kept.
         let mut all =
             records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, i64::MAX, budget).await?;
         let matching = all.len();
+        all.retain(|r| r.id > after);
         all.truncate(limit);
         (matching, all)
     } else {
         // One scan for the count and the page: a count and then the first `limit` read every
         // body twice when matches are rare (a text search reads 100 MB at 100,000 records).
         let ids = matching_ids(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter).await?;
-        (ids.len(), records_by_id(db, &ids[..ids.len().min(limit)]).await?)
+        let page: Vec<i64> = ids.iter().copied().filter(|id| *id > after).take(limit).collect();
+        (ids.len(), records_by_id(db, &page).await?)
     };
     let (matching, records) = records;
     Ok(Listing {

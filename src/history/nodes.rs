@@ -47,8 +47,10 @@ pub async fn write(db: &Db, broker_id: i64, ts: i64, nodes: &[Node]) -> Result<(
 /// One chart point: the node's values over `[ts, ts + step)`. Memory, descriptors, sockets,
 /// processes and run queue are the step's maximum, free disk its minimum (the worst moment),
 /// limits the maximum; `null` where no sample in the step had the value.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct NodePoint {
+    #[serde(flatten, serialize_with = "crate::web::times::ts")]
+    #[schema(schema_with = crate::web::times::schema::ts)]
     pub ts: i64,
     pub samples: i64,
     pub running: Option<bool>,

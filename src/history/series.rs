@@ -16,7 +16,7 @@ use super::rollup::{
 use super::{BrokerPoint, Db, StoredSample};
 
 /// What one point of a series stands for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub enum Resolution {
     /// Raw samples: each point is the value in force at its time.
     #[serde(rename = "raw")]
@@ -64,8 +64,10 @@ pub fn choose(step: i64, from: i64, now: i64, windows: &Windows) -> Resolution {
 
 /// One point of a roll-up series: the aggregates of the polls in `[ts, ts + step)`. Every value is
 /// `null` where no poll had it (a gap, or unknown to the broker), never 0.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct RollupPoint {
+    #[serde(flatten, serialize_with = "crate::web::times::ts")]
+    #[schema(schema_with = crate::web::times::schema::ts)]
     pub ts: i64,
     /// Polls with values for this queue in the step.
     pub samples: i64,

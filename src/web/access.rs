@@ -531,19 +531,28 @@ fn cookie_path(state: &AppState) -> &str {
 
 // ----- Accounts and tokens (JSON API, admin) -----
 
-async fn me(access: Access) -> Json<serde_json::Value> {
+/// Who is asking (`GET /api/v1/me`).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(super) struct MeJson {
+    name: String,
+    role: Role,
+    via: auth::How,
+    /// How the audit log names the caller (`token:<name>` for a token).
+    actor: String,
+    /// The session's CSRF token, for scripts that use a session: another site cannot read this
+    /// answer (no CORS), so it gives nothing away.
+    csrf_token: String,
+}
+
+async fn me(access: Access) -> Json<MeJson> {
     let p = &access.principal;
-    // The CSRF token too, for scripts that use a session: another site cannot read this answer
-    // (no CORS), so it gives nothing away.
-    Json(json!({"name": p.name, "role": p.role, "via": p.via, "actor": p.actor(), "csrf_token": access.csrf}))
+    Json(MeJson { name: p.name.clone(), role: p.role, via: p.via, actor: p.actor(), csrf_token: access.csrf })
 }
 
 async fn list_users(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    // A `User` is its name, role, creation time (with its RFC 3339 twin) and whether it is
+    // disabled: what this answer always listed.
     let users = auth::list_users(&state.db).await.map_err(account_error)?;
-    let users: Vec<_> = users
-        .iter()
-        .map(|u| json!({"name": u.name, "role": u.role, "created_at": u.created_at, "disabled": u.disabled}))
-        .collect();
     Ok(Json(json!({ "users": users })))
 }
 

@@ -370,7 +370,7 @@ async fn render_with(
                 (s.id, what, format::time(Some(s.until)), s.comment, s.created_by)
             })
             .collect(),
-        history: store::history(&state.db, 100)
+        history: store::history(&state.db, None, 100)
             .await?
             .into_iter()
             .map(|h| HistoryRow {

@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::query::{PageAt, Paged, Paging};
 use super::{ApiError, WebError};
 use crate::alerts::store::{self, Silence, Source, StoredRule};
 use crate::alerts::{self, notify, AlertKey, AlertState, Rule};
@@ -86,11 +87,15 @@ async fn test_channel(
     }
 }
 
-async fn deliveries(
-    State(state): State<AppState>,
-    Query(q): Query<Limit>,
-) -> Result<Json<Vec<notify::DeliveryRecord>>, ApiError> {
-    Ok(Json(notify::recent_deliveries(&state.db, q.limit.unwrap_or(200).clamp(1, 5000)).await?))
+async fn deliveries(State(state): State<AppState>, Query(q): Query<Limit>) -> Result<Response, ApiError> {
+    let db = &state.db;
+    match q.page()? {
+        Some(at) => {
+            let read = notify::deliveries_before(db, at.cursor, at.limit as i64 + 1).await?;
+            Ok(Json(Paged::from_one_more(read, at.limit, |d| d.id)).into_response())
+        }
+        None => Ok(Json(notify::recent_deliveries(db, q.old_limit()?).await?).into_response()),
+    }
 }
 
 /// Parses a JSON body. serde's message names the field ("unknown field `x`", "missing field
@@ -359,7 +364,7 @@ async fn preview_json(State(state): State<AppState>, body: Bytes) -> Result<Json
 }
 
 /// A pending or firing alert with its rule's name and severity, and whether it is silenced.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AlertView {
     #[serde(flatten)]
     pub state: AlertState,
@@ -403,17 +408,45 @@ async fn current(State(state): State<AppState>) -> Result<Json<Vec<AlertView>>, 
     Ok(Json(current_alerts(&state).await?))
 }
 
+/// `?cursor=&limit=` of the alert history and the delivery log, newest first.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub(super) struct Limit {
-    /// The newest this many (default 200, 1 to 5000).
-    limit: Option<i64>,
+    /// The `next_cursor` of the page before (empty: the newest page). With `cursor` the answer
+    /// is the `{"items", "next_cursor", "limit"}` envelope; without it, for one release more, a
+    /// bare array of the newest `limit` (default 200, up to 5000).
+    cursor: Option<String>,
+    /// Entries per page: 1 to 500 (default 100).
+    limit: Option<String>,
 }
 
-async fn history(
-    State(state): State<AppState>,
-    Query(q): Query<Limit>,
-) -> Result<Json<Vec<store::HistoryEntry>>, ApiError> {
-    Ok(Json(store::history(&state.db, q.limit.unwrap_or(200).clamp(1, 5000)).await?))
+impl Limit {
+    /// The page asked for, when the request pages by cursor.
+    fn page(&self) -> Result<Option<PageAt>, WebError> {
+        let paging = Paging { cursor: self.cursor.clone(), limit: self.limit.clone() };
+        paging.cursor_given().then(|| paging.validate()).transpose()
+    }
+
+    /// The deprecated `limit` of a bare array: 1 to 5000 (larger is taken as 5000), 200 unless
+    /// given, as it always was; not a number is a 400 (it was one before, from the framework).
+    fn old_limit(&self) -> Result<i64, WebError> {
+        match self.limit.as_deref().map(str::trim).filter(|l| !l.is_empty()) {
+            None => Ok(200),
+            Some(text) => text.parse::<i64>().map(|n| n.clamp(1, 5000)).map_err(|_| {
+                WebError::BadRequest(format!("limit: {:?} is not a whole number", crate::auth::shorten(text)))
+            }),
+        }
+    }
+}
+
+async fn history(State(state): State<AppState>, Query(q): Query<Limit>) -> Result<Response, ApiError> {
+    let db = &state.db;
+    match q.page()? {
+        Some(at) => {
+            let read = store::history(db, at.cursor, at.limit as i64 + 1).await?;
+            Ok(Json(Paged::from_one_more(read, at.limit, |e| e.id)).into_response())
+        }
+        None => Ok(Json(store::history(db, None, q.old_limit()?).await?).into_response()),
+    }
 }
 
 async fn silences(State(state): State<AppState>) -> Result<Json<Vec<Silence>>, ApiError> {

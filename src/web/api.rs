@@ -5,9 +5,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{json, Value};
 
-use super::query::{QueueQuery, RangeQuery, TimeRange};
+use super::query::{Paged, QueueQuery, RangeQuery, TimeRange};
 use super::{ApiError, WebError};
 use crate::history::rollup::Windows;
 use crate::history::series::{self, Resolution, RollupPoint};
@@ -57,10 +56,14 @@ pub(super) fn poll_interval_secs(state: &AppState, broker: &str) -> i64 {
     state.broker_config(broker).map(|b| b.poll_interval.as_secs() as i64).unwrap_or(10)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct BrokerHistory {
     pub broker: String,
+    #[serde(flatten, serialize_with = "crate::web::times::from")]
+    #[schema(schema_with = crate::web::times::schema::from)]
     pub from: i64,
+    #[serde(flatten, serialize_with = "crate::web::times::to")]
+    #[schema(schema_with = crate::web::times::schema::to)]
     pub to: i64,
     pub step: i64,
     /// `raw`: each point averages the polls in `(ts - step, ts]`; `1m` / `1h`: read from roll-ups,
@@ -120,14 +123,34 @@ fn stale_json(live: &BrokerLive) -> Option<StaleJson> {
     })
 }
 
-async fn queues(State(state): State<AppState>, Query(query): Query<QueueQuery>) -> Result<Json<Value>, ApiError> {
+/// The queue list: one page of the sorted snapshot, as every list (`items`, `next_cursor`,
+/// `limit`), with the count of matching queues and, deprecated for one release, `page` and
+/// `per_page`.
+#[derive(Serialize)]
+pub struct QueueList {
+    #[serde(flatten)]
+    pub page: Paged<QueueView>,
+    /// Queues matching the filters, on every page.
+    pub total: usize,
+    /// Deprecated (kept for one release): the page number of `page`/`per_page` paging.
+    #[serde(rename = "page")]
+    pub page_number: usize,
+    /// Deprecated (kept for one release): as `limit`.
+    pub per_page: usize,
+    pub stale: Vec<StaleJson>,
+}
+
+async fn queues(State(state): State<AppState>, Query(query): Query<QueueQuery>) -> Result<Json<QueueList>, ApiError> {
     let listing = query.validate()?;
     let live = state.live.snapshot();
     let (items, total) = listing.apply(&live);
     let stale: Vec<StaleJson> = live.iter().filter_map(stale_json).collect();
-    Ok(Json(
-        json!({"items": items, "total": total, "page": listing.page, "per_page": listing.per_page, "stale": stale}),
-    ))
+    // The cursor of a sorted snapshot is a position in it: the snapshot is sorted anew for each
+    // request, so there is no item to anchor on that keeps its place.
+    let end = listing.offset.saturating_add(items.len());
+    let next_cursor = (end < total).then(|| end.to_string());
+    let page = Paged { items, next_cursor, limit: listing.per_page };
+    Ok(Json(QueueList { page, total, page_number: listing.page, per_page: listing.per_page, stale }))
 }
 
 /// A queue by its names: live if the broker lists it, otherwise its last stored state if warren
@@ -166,12 +189,16 @@ async fn queue(
     Ok(Json(QueueJson { queue, stale, hung_consumer_connections }))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct QueueHistory {
     pub broker: String,
     pub vhost: String,
     pub name: String,
+    #[serde(flatten, serialize_with = "crate::web::times::from")]
+    #[schema(schema_with = crate::web::times::schema::from)]
     pub from: i64,
+    #[serde(flatten, serialize_with = "crate::web::times::to")]
+    #[schema(schema_with = crate::web::times::schema::to)]
     pub to: i64,
     pub step: i64,
     /// Which data the points come from: `raw` samples (each point the values in force at its
@@ -187,6 +214,27 @@ pub struct QueueHistory {
 pub enum QueuePoints {
     Raw(Vec<QueuePoint>),
     Rollup(Vec<RollupPoint>),
+}
+
+/// Raw points or roll-up points: `anyOf`, since an empty list is either (`oneOf` would refuse
+/// an empty answer; serde's untagged enum would derive that).
+impl utoipa::PartialSchema for QueuePoints {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder};
+        use utoipa::openapi::Ref;
+        AnyOfBuilder::new()
+            .item(ArrayBuilder::new().items(Ref::from_schema_name("QueuePoint")))
+            .item(ArrayBuilder::new().items(Ref::from_schema_name("RollupPoint")))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for QueuePoints {
+    fn schemas(schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+        use utoipa::PartialSchema;
+        schemas.push(("QueuePoint".to_string(), QueuePoint::schema()));
+        schemas.push(("RollupPoint".to_string(), RollupPoint::schema()));
+    }
 }
 
 impl QueuePoints {

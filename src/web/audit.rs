@@ -1,9 +1,10 @@
 //! The audit log as a page (`/audit`) and in the JSON API (`/api/v1/audit`): one kind or all,
 //! newest first, paged by entry id through the whole log, account names for admins only.
 //!
-//! The API answers a JSON array, as it always has, and points to the pages around it with a
-//! `Link` header (`rel="next"` older, `rel="prev"` newer, `rel="first"` the newest), so scripts
-//! that read the array keep working.
+//! The API pages as every list does (`?cursor=&limit=`, answering `{"items", "next_cursor",
+//! "limit"}`). Without `cursor` or `limit` it answers, for one release more, a JSON array as it
+//! always has, with the pages around it in a `Link` header (`rel="next"` older, `rel="prev"`
+//! newer, `rel="first"` the newest), so scripts that read the array keep working.
 
 use axum::extract::{Query, State};
 use axum::http::header;
@@ -12,6 +13,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use super::query::Paged;
 use super::{Access, ApiError, Me, WebError};
 use crate::audit::{self, Kind, Listing, Page, Record};
 use crate::auth::{shorten, Role};
@@ -29,15 +31,22 @@ pub fn router() -> Router<AppState> {
         .route("/audit", get(audit_page))
 }
 
-/// `?kind=&before=&after=&per_page=`, as text so that a bad value gets a 400 that says why.
+/// `?kind=&cursor=&limit=` (and, deprecated, `before=&after=&per_page=`), as text so that a bad
+/// value gets a 400 that says why.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 pub(super) struct AuditQuery {
     /// `action`, `login`, `account`, `alerts`, or `all` (the default).
     kind: Option<String>,
-    /// Entries older than this id (the `older` cursor of a page).
+    /// The `next_cursor` of the page before (empty: the newest page). With `cursor` or `limit`
+    /// the answer is the `{"items", "next_cursor", "limit"}` envelope.
+    cursor: Option<String>,
+    /// Entries per page: 1 to 500 (default 100).
+    limit: Option<String>,
+    /// Deprecated (kept for one release): entries older than this id; use `cursor`.
     before: Option<String>,
-    /// Entries newer than this id (the `newer` cursor of a page).
+    /// Deprecated (kept for one release): entries newer than this id.
     after: Option<String>,
+    /// Deprecated (kept for one release): as `limit`.
     per_page: Option<String>,
 }
 
@@ -46,6 +55,12 @@ fn given(value: &Option<String>) -> Option<&str> {
 }
 
 impl AuditQuery {
+    /// Whether the request pages as every list does (`cursor` or `limit`), rather than with
+    /// the deprecated `before`/`after`/`per_page` and a bare array.
+    fn pages_by_cursor(&self) -> bool {
+        self.cursor.is_some() || given(&self.limit).is_some()
+    }
+
     fn validate(&self) -> Result<Page, WebError> {
         let kind = match given(&self.kind) {
             None | Some("all") => None,
@@ -65,6 +80,16 @@ impl AuditQuery {
                 })
                 .transpose()
         };
+        if self.pages_by_cursor() {
+            if [&self.before, &self.after, &self.per_page].into_iter().any(|v| given(v).is_some()) {
+                return Err(WebError::BadRequest(
+                    "before, after and per_page (deprecated) or cursor and limit: not both".to_string(),
+                ));
+            }
+            let paging = super::query::Paging { cursor: self.cursor.clone(), limit: self.limit.clone() };
+            let at = paging.validate()?;
+            return Ok(Page { kind, before: at.cursor, after: None, per_page: at.limit as i64 });
+        }
         let (before, after) = (id("before", &self.before)?, id("after", &self.after)?);
         if before.is_some() && after.is_some() {
             return Err(WebError::BadRequest("before and after: give one of them, not both".to_string()));
@@ -127,6 +152,12 @@ async fn audit_api(
 ) -> Result<Response, ApiError> {
     let page = query.validate()?;
     let listing = read(&state, &page, access.principal.role, &access.principal.actor()).await?;
+    if query.pages_by_cursor() {
+        // An entry's id is its cursor: the next page is the entries below the last one.
+        let next_cursor = listing.older.map(|id| id.to_string());
+        let limit = page.per_page as usize;
+        return Ok(Json(Paged { items: listing.records, next_cursor, limit }).into_response());
+    }
     let (newest, newer, older) = neighbours(&state.href("/api/v1/audit"), &page, &listing);
     let links: Vec<String> = [(older, "next"), (newer, "prev"), (newest, "first")]
         .into_iter()

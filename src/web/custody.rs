@@ -44,13 +44,35 @@ pub fn router() -> Router<AppState> {
 /// messages beside it), so this bounds memory.
 const IMPORT_MAX_BYTES: usize = 64 << 20;
 
-/// Records listed, unless asked otherwise, and at most.
-const DEFAULT_LIMIT: usize = 100;
-const MAX_LIMIT: usize = 1000;
+/// Records listed without `cursor` (the deprecated way), unless asked otherwise, and at most.
+const OLD_DEFAULT_LIMIT: usize = 100;
+const OLD_MAX_LIMIT: usize = 1000;
 
-#[derive(Debug, Deserialize)]
-struct ListQuery {
-    limit: Option<usize>,
+/// `?cursor=&limit=` of the custody listing, oldest record first.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(super) struct ListQuery {
+    /// The `next_cursor` of the page before (empty: the first page). With `cursor`, `limit` is
+    /// 1 to 500 as on every list; without it, for one release more, up to 1000 (larger is
+    /// taken as 1000).
+    cursor: Option<String>,
+    /// Records per page (default 100).
+    limit: Option<String>,
+}
+
+impl ListQuery {
+    fn page(&self) -> Result<super::query::PageAt, WebError> {
+        let paging = super::query::Paging { cursor: self.cursor.clone(), limit: self.limit.clone() };
+        if paging.cursor_given() {
+            return paging.validate();
+        }
+        let limit = match self.limit.as_deref().map(str::trim).filter(|l| !l.is_empty()) {
+            None => OLD_DEFAULT_LIMIT,
+            Some(text) => text.parse::<usize>().map(|n| n.min(OLD_MAX_LIMIT)).map_err(|_| {
+                WebError::BadRequest(format!("limit: {:?} is not a whole number", crate::auth::shorten(text)))
+            })?,
+        };
+        Ok(super::query::PageAt { cursor: None, limit })
+    }
 }
 
 /// Refuses a role below the one that reads this queue's payloads and headers.
@@ -73,18 +95,28 @@ async fn listing(
     filter.check().map_err(WebError::BadRequest)?;
     let role = access.principal.role;
     super::restricted::check_filter(&state, role, (&broker, &vhost, &queue), &filter)?;
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
+    let at = query.page()?;
     let budget = state.matchers.request();
-    let mut listing = custody::list(&state.db, &state.custody, (&broker, &vhost, &queue), &filter, limit, &budget)
+    let place = (broker.as_str(), vhost.as_str(), queue.as_str());
+    // One record more than the page says whether there is a next page.
+    let mut listing = custody::list(&state.db, &state.custody, place, &filter, at.cursor, at.limit + 1, &budget)
         .await
         .map_err(|e| search_failed(&state, e))?;
+    let mut page = super::query::Paged::from_one_more(std::mem::take(&mut listing.records), at.limit, |r| r.id);
+    listing.records = std::mem::take(&mut page.items);
     if !super::restricted::may_read(&state, role, (&broker, &vhost, &queue)) {
         super::restricted::listing(&mut listing);
     }
+    // The page's items as the role may read them (after `restricted::listing`).
+    page.items.clone_from(&listing.records);
     let in_custody = custody::is_in_custody(&state.db, &state.config.custody, &broker, &vhost, &queue)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    // `custody.records` (deprecated, kept for one release) is `items` again.
     Ok(Json(json!({
+        "items": page.items,
+        "next_cursor": page.next_cursor,
+        "limit": page.limit,
         "in_custody": in_custody,
         "in_broker": view.broker_total(),
         "custody": listing,

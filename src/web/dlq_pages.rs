@@ -276,6 +276,7 @@ async fn custody_view(
         &state.custody,
         (&view.broker, &view.vhost, &view.name),
         filters,
+        None,
         CUSTODY_ROWS,
         budget,
     )

@@ -10,11 +10,11 @@ use axum::{Json, Router};
 use serde::Serialize;
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
 use utoipa::openapi::request_body::RequestBodyBuilder;
-use utoipa::openapi::schema::{ObjectBuilder, SchemaType};
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, SchemaType, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
-    ComponentsBuilder, ContentBuilder, InfoBuilder, OpenApi, OpenApiBuilder, Paths, Ref, Required, ResponseBuilder,
-    Schema, Tag,
+    ComponentsBuilder, ContentBuilder, InfoBuilder, OpenApi, OpenApiBuilder, Paths, Ref, RefOr, Required,
+    ResponseBuilder, Schema, Tag,
 };
 use utoipa::{PartialSchema, ToSchema};
 
@@ -162,10 +162,12 @@ const ERRORS_OF_POSTS: &[(&str, &str)] = &[
 /// The description, built anew per request (it is small; nothing is cached to go stale).
 pub fn document() -> OpenApi {
     let mut paths = Paths::new();
+    let mut schemas = Vec::new();
     for op in OPERATIONS {
-        paths.add_path_operation(op.path, vec![op.method.clone()], operation(op));
+        paths.add_path_operation(op.path, vec![op.method.clone()], operation(op, &mut schemas));
     }
     let components = ComponentsBuilder::new()
+        .schemas_from_iter(schemas)
         .schema("Error", ErrorBody::schema())
         .schema("ErrorDetail", ErrorDetail::schema())
         .schema("FieldError", FieldError::schema())
@@ -226,7 +228,69 @@ pub fn document() -> OpenApi {
     doc
 }
 
-fn operation(op: &Operation) -> utoipa::openapi::path::Operation {
+/// A reference to `T`'s schema, which goes into the components with the schemas it refers to.
+fn named<T: ToSchema>(schemas: &mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema> {
+    T::schemas(schemas);
+    schemas.push((T::name().into_owned(), T::schema()));
+    Ref::from_schema_name(T::name()).into()
+}
+
+/// `{"<key>": [T]}`.
+fn object_of_array(key: &str, item: RefOr<Schema>) -> RefOr<Schema> {
+    ObjectBuilder::new().property(key, ArrayBuilder::new().items(item)).required(key).into()
+}
+
+/// One page of a list (`query::Paged`): `{"items": [T], "next_cursor", "limit"}`.
+fn paged(item: RefOr<Schema>) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .property("items", ArrayBuilder::new().items(item))
+        .required("items")
+        .property(
+            "next_cursor",
+            ObjectBuilder::new()
+                .schema_type(SchemaType::Array(vec![Type::String, Type::Null]))
+                .description(Some("The `cursor` of the next page; `null` on the last one")),
+        )
+        .required("next_cursor")
+        .property("limit", ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(500)))
+        .required("limit")
+}
+
+/// A list that answers the page with `cursor` and, for one release more, a bare array without.
+fn paged_or_array(item: RefOr<Schema>) -> RefOr<Schema> {
+    OneOfBuilder::new().item(paged(item.clone())).item(ArrayBuilder::new().items(item)).into()
+}
+
+/// The schema of a successful answer, from the type the handler answers (`ToSchema`), where
+/// that type describes itself; `None`: still any JSON value.
+fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
+    use crate::alerts::{notify::DeliveryRecord, store};
+    if op.method != HttpMethod::Get {
+        return None;
+    }
+    Some(match op.path {
+        "/api/v1/users" => object_of_array("users", named::<crate::auth::User>(schemas)),
+        "/api/v1/tokens" => object_of_array("tokens", named::<crate::auth::TokenInfo>(schemas)),
+        "/api/v1/brokers/{broker}/history" => named::<super::api::BrokerHistory>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/history" => named::<super::api::QueueHistory>(schemas),
+        "/api/v1/brokers/{broker}/nodes/{node}/history" => named::<super::nodes::NodeHistoryJson>(schemas),
+        "/api/v1/me" => named::<super::access::MeJson>(schemas),
+        "/api/v1/audit/{id}/messages" => {
+            ArrayBuilder::new().items(named::<crate::dlq::audit::MessageRecord>(schemas)).into()
+        }
+        "/api/v1/alerts" => ArrayBuilder::new().items(named::<super::alerts::AlertView>(schemas)).into(),
+        "/api/v1/notifications/channels" => {
+            ArrayBuilder::new().items(named::<crate::alerts::notify::ChannelView>(schemas)).into()
+        }
+        "/api/v1/silences" => ArrayBuilder::new().items(named::<store::Silence>(schemas)).into(),
+        "/api/v1/alerts/history" => paged_or_array(named::<store::HistoryEntry>(schemas)),
+        "/api/v1/notifications/deliveries" => paged_or_array(named::<DeliveryRecord>(schemas)),
+        "/api/v1/audit" => paged_or_array(named::<crate::audit::Record>(schemas)),
+        _ => return None,
+    })
+}
+
+fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoipa::openapi::path::Operation {
     let id = format!(
         "{}{}",
         method_name(&op.method),
@@ -255,7 +319,12 @@ fn operation(op: &Operation) -> utoipa::openapi::path::Operation {
         "/api/v1/queues/{broker}/{vhost}/{queue}/custody/export" => ResponseBuilder::new()
             .description("The held messages, one JSON object a line")
             .content("application/x-ndjson", ContentBuilder::new().schema(Some(String::schema())).build()),
-        _ => ResponseBuilder::new().description("OK").content("application/json", any_json()),
+        _ => {
+            let schema = answer_schema(op, schemas).unwrap_or_else(|| any_value().into());
+            ResponseBuilder::new()
+                .description("OK")
+                .content("application/json", ContentBuilder::new().schema(Some(schema)).build())
+        }
     }
     .build();
     builder = builder.response("200", success);
@@ -310,6 +379,7 @@ fn query_parameters(op: &Operation) -> Vec<utoipa::openapi::path::Parameter> {
         | "/api/v1/queues/{broker}/{vhost}/{queue}/history" => super::query::RangeQuery::into_params(query),
         "/api/v1/audit" => super::audit::AuditQuery::into_params(query),
         "/api/v1/alerts/history" | "/api/v1/notifications/deliveries" => super::alerts::Limit::into_params(query),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => super::custody::ListQuery::into_params(query),
         _ => Vec::new(),
     }
 }

@@ -1,5 +1,9 @@
 //! Request parameters shared by the pages and the JSON API: queue filters, sorting, paging and
 //! time ranges.
+//!
+//! Every list of the API pages one way (docs/api.md, "Pagination"): `?limit=&cursor=`, answering
+//! `{"items", "next_cursor", "limit"}`; pass `next_cursor` back as `cursor` for the next page
+//! until it is `null`.
 
 use std::cmp::Ordering;
 
@@ -30,6 +34,87 @@ pub const SORT_KEYS: &[&str] = &[
     "oldest_age",
 ];
 
+/// Items of a list page unless `limit` says otherwise, and at most.
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 500;
+
+/// `?cursor=&limit=` of every list in the API, as text so that a bad value gets a 400 that says
+/// why. A request that names `cursor` (empty for the first page) pages the new way; one that does
+/// not keeps the list's old parameters and shape for one release (docs/api.md).
+#[derive(Debug, Clone, Default)]
+pub struct Paging {
+    /// Where to go on: the `next_cursor` of the page before, as it came (empty: the first page).
+    /// A list that answered a bare array answers the `{"items", "next_cursor", "limit"}` envelope
+    /// when `cursor` is given.
+    pub cursor: Option<String>,
+    /// Items per page: 1 to 500 (default 100).
+    pub limit: Option<String>,
+}
+
+/// A validated `Paging`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PageAt {
+    /// The cursor given; none on the first page.
+    pub cursor: Option<i64>,
+    pub limit: usize,
+}
+
+impl Paging {
+    /// Whether the request pages the new way (it names `cursor`, even empty).
+    pub fn cursor_given(&self) -> bool {
+        self.cursor.is_some()
+    }
+
+    /// `cursor` and `limit` as every list takes them: a cursor is a number this list gave
+    /// (`next_cursor`), a limit a whole number from 1 to `MAX_LIMIT`.
+    pub fn validate(&self) -> Result<PageAt, WebError> {
+        let cursor = match non_empty(&self.cursor) {
+            None => None,
+            Some(text) => Some(text.parse::<i64>().ok().filter(|c| *c >= 0).ok_or_else(|| {
+                WebError::BadRequest(format!(
+                    "cursor: {:?} is not a cursor of this list (pass next_cursor back as it came)",
+                    crate::auth::shorten(&text)
+                ))
+            })?),
+        };
+        Ok(PageAt { cursor, limit: limit_of(&self.limit, DEFAULT_LIMIT)? })
+    }
+}
+
+/// A `limit` from 1 to `MAX_LIMIT`, or `default` when none is given.
+fn limit_of(value: &Option<String>, default: usize) -> Result<usize, WebError> {
+    match non_empty(value) {
+        None => Ok(default),
+        Some(text) => text.parse::<usize>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
+            WebError::BadRequest(format!(
+                "limit: {:?} is not a whole number from 1 to {MAX_LIMIT}",
+                crate::auth::shorten(&text)
+            ))
+        }),
+    }
+}
+
+/// One page of a list, as every list of the API answers it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Paged<T> {
+    pub items: Vec<T>,
+    /// The `cursor` of the next page; `null` on the last one.
+    pub next_cursor: Option<String>,
+    /// The `limit` this page was read with.
+    pub limit: usize,
+}
+
+impl<T> Paged<T> {
+    /// A page from up to `limit + 1` items read in list order: the extra one, when there is one,
+    /// only says that there is a next page, which starts after the last item kept.
+    pub fn from_one_more(mut items: Vec<T>, limit: usize, cursor_of: impl Fn(&T) -> i64) -> Paged<T> {
+        let more = items.len() > limit;
+        items.truncate(limit);
+        let next_cursor = if more { items.last().map(|last| cursor_of(last).to_string()) } else { None };
+        Paged { items, next_cursor, limit }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
 pub struct QueueQuery {
     pub broker: Option<String>,
@@ -39,7 +124,15 @@ pub struct QueueQuery {
     pub dlq: Option<String>,
     pub sort: Option<String>,
     pub order: Option<String>,
+    /// The position to go on from: the `next_cursor` of the page before (empty: the first).
+    /// The list is sorted anew at each request, so a queue whose place changed between two
+    /// pages may be seen twice or not at all.
+    pub cursor: Option<String>,
+    /// Queues per page: 1 to 500 (default 100).
+    pub limit: Option<String>,
+    /// Deprecated (kept for one release): the page, from 1; use `cursor`.
     pub page: Option<String>,
+    /// Deprecated (kept for one release): queues per page, 1 to 500 (default 50); use `limit`.
     pub per_page: Option<String>,
 }
 
@@ -52,8 +145,12 @@ pub struct Listing {
     pub dlq_only: bool,
     pub sort: &'static str,
     pub descending: bool,
+    /// The page, from 1 (from `cursor`: the page the offset falls in).
     pub page: usize,
+    /// Queues per page (`limit` or `per_page`).
     pub per_page: usize,
+    /// Queues skipped before the page.
+    pub offset: usize,
 }
 
 /// The pairs of a urlencoded form or query string, keys and values decoded, in order (repeated
@@ -89,11 +186,27 @@ impl QueueQuery {
                     .ok_or_else(|| WebError::BadRequest(format!("{field}: {text:?} is not a whole number from 1"))),
             }
         };
-        let page = number("page", &self.page, 1)?;
-        let per_page = number("per_page", &self.per_page, DEFAULT_PER_PAGE)?;
-        if per_page > MAX_PER_PAGE {
-            return Err(WebError::BadRequest(format!("per_page: at most {MAX_PER_PAGE}")));
+        let paging = Paging { cursor: self.cursor.clone(), limit: self.limit.clone() };
+        // Without `cursor` or `limit` the list pages as it did (`page`, `per_page`, 50 a page),
+        // which the pages' links still use.
+        let new_style = paging.cursor_given() || non_empty(&self.limit).is_some();
+        if new_style && (non_empty(&self.page).is_some() || non_empty(&self.per_page).is_some()) {
+            return Err(WebError::BadRequest(
+                "page and per_page (deprecated) or cursor and limit: give one pair, not both".to_string(),
+            ));
         }
+        let (page, per_page, offset) = if !new_style {
+            let page = number("page", &self.page, 1)?;
+            let per_page = number("per_page", &self.per_page, DEFAULT_PER_PAGE)?;
+            if per_page > MAX_PER_PAGE {
+                return Err(WebError::BadRequest(format!("per_page: at most {MAX_PER_PAGE}")));
+            }
+            (page, per_page, (page - 1).saturating_mul(per_page))
+        } else {
+            let at = paging.validate()?;
+            let offset = usize::try_from(at.cursor.unwrap_or(0)).unwrap_or(usize::MAX);
+            (offset / at.limit + 1, at.limit, offset)
+        };
         let dlq_only = match non_empty(&self.dlq).as_deref() {
             None | Some("false") | Some("0") => false,
             Some("true") | Some("1") | Some("on") => true,
@@ -108,6 +221,7 @@ impl QueueQuery {
             descending,
             page,
             per_page,
+            offset,
         })
     }
 }
@@ -142,8 +256,7 @@ impl Listing {
             };
             primary.then_with(|| (&a.broker, &a.vhost, &a.name).cmp(&(&b.broker, &b.vhost, &b.name)))
         });
-        let start = (self.page - 1).saturating_mul(self.per_page);
-        let items = matching.into_iter().skip(start).take(self.per_page).cloned().collect();
+        let items = matching.into_iter().skip(self.offset).take(self.per_page).cloned().collect();
         (items, total)
     }
 }
@@ -289,6 +402,39 @@ mod tests {
         assert!(q.validate().is_err());
         let r = RangeQuery { from: Some("yesterday".into()), ..Default::default() };
         assert!(r.validate(Utc::now(), 10).unwrap_err().to_string().starts_with("from:"));
+    }
+
+    /// `cursor` and `limit` read the same for every list; the queue list keeps `page` and
+    /// `per_page` beside them for one release, but not mixed with them.
+    #[test]
+    fn paging_parameters_are_one_style() {
+        let paging = |cursor: Option<&str>, limit: Option<&str>| Paging {
+            cursor: cursor.map(str::to_string),
+            limit: limit.map(str::to_string),
+        };
+        assert_eq!(paging(Some(""), None).validate().unwrap(), PageAt { cursor: None, limit: DEFAULT_LIMIT });
+        assert_eq!(paging(Some("42"), Some("500")).validate().unwrap(), PageAt { cursor: Some(42), limit: 500 });
+        for (cursor, limit, field) in [
+            (Some("x"), None, "cursor:"),
+            (Some("-1"), None, "cursor:"),
+            (None, Some("0"), "limit:"),
+            (None, Some("501"), "limit:"),
+        ] {
+            let error = paging(cursor, limit).validate().unwrap_err().to_string();
+            assert!(error.starts_with(field), "{cursor:?} {limit:?}: {error}");
+        }
+        let q = QueueQuery { cursor: Some("120".into()), limit: Some("50".into()), ..Default::default() };
+        let listing = q.validate().unwrap();
+        assert_eq!((listing.offset, listing.per_page, listing.page), (120, 50, 3));
+        let q = QueueQuery { cursor: Some("".into()), page: Some("2".into()), ..Default::default() };
+        assert!(q.validate().is_err());
+        let q = QueueQuery { page: Some("2".into()), ..Default::default() };
+        assert_eq!(q.validate().unwrap().offset, DEFAULT_PER_PAGE);
+
+        let page = Paged::from_one_more(vec![9, 8, 7], 2, |n| *n);
+        assert_eq!((page.items, page.next_cursor), (vec![9, 8], Some("8".to_string())));
+        let page = Paged::from_one_more(vec![9, 8], 2, |n| *n);
+        assert_eq!(page.next_cursor, None);
     }
 
     #[test]

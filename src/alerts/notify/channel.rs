@@ -117,11 +117,12 @@ impl EmailSettings {
 }
 
 /// A channel as pages and API answers show it: no URL, no password.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ChannelView {
     pub id: String,
     pub name: String,
     #[serde(rename = "type")]
+    #[schema(value_type = String)]
     pub kind: &'static str,
     /// See [`NotificationChannel::display_target`].
     pub target: String,

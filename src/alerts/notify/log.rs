@@ -10,7 +10,7 @@ use crate::alerts::AlertKey;
 use crate::history::Db;
 
 /// How one attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Sent,
@@ -82,7 +82,7 @@ impl LogEntry {
 }
 
 /// A row of the delivery log, for the API and the page.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeliveryRecord {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -128,10 +128,16 @@ pub async fn prune(db: &Db, cutoff: i64) -> Result<u64, sqlx::Error> {
 
 /// The latest `limit` rows, newest first.
 pub async fn recent_deliveries(db: &Db, limit: i64) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
+    deliveries_before(db, None, limit).await
+}
+
+/// The latest `limit` rows below the id `before` (all: none), newest first: the API's pages.
+pub async fn deliveries_before(db: &Db, before: Option<i64>, limit: i64) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
     let rows = sqlx::query(
         "select id, at, channel_id, channel_name, kind, rule_id, alert_key, attempt, outcome, http_status, error \
-         from notification_log order by id desc limit ?",
+         from notification_log where id < ? order by id desc limit ?",
     )
+    .bind(before.unwrap_or(i64::MAX))
     .bind(limit)
     .fetch_all(db)
     .await?;
