@@ -249,8 +249,8 @@ pub struct Record {
     pub id: i64,
     pub kind: Kind,
     /// Unix seconds; for an aggregated failed-login row, its first attempt.
-    #[serde(flatten, serialize_with = "crate::web::times::at")]
-    #[schema(schema_with = crate::web::times::schema::at)]
+    #[serde(flatten, serialize_with = "crate::times::at")]
+    #[schema(schema_with = crate::times::schema::at)]
     pub at: i64,
     /// Who acted; for a login, the name typed.
     pub actor: String,
@@ -271,8 +271,8 @@ pub struct Record {
     /// Of those, how many the throttle refused before checking the password.
     pub throttled: i64,
     /// Aggregated rows: unix seconds of the latest attempt.
-    #[serde(flatten, serialize_with = "crate::web::times::last_at")]
-    #[schema(schema_with = crate::web::times::schema::last_at)]
+    #[serde(flatten, serialize_with = "crate::times::last_at")]
+    #[schema(schema_with = crate::times::schema::last_at)]
     pub last_at: Option<i64>,
 }
 

@@ -384,8 +384,8 @@ pub async fn find_queue(db: &Db, broker: &str, vhost: &str, name: &str) -> Resul
 /// One point of a resampled series.
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct QueuePoint {
-    #[serde(flatten, serialize_with = "crate::web::times::ts")]
-    #[schema(schema_with = crate::web::times::schema::ts)]
+    #[serde(flatten, serialize_with = "crate::times::ts")]
+    #[schema(schema_with = crate::times::schema::ts)]
     pub ts: i64,
     pub ready: Option<i64>,
     pub unacked: Option<i64>,
@@ -595,8 +595,8 @@ pub async fn first_sample(
 /// One point of a broker's history.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BrokerPoint {
-    #[serde(flatten, serialize_with = "crate::web::times::ts")]
-    #[schema(schema_with = crate::web::times::schema::ts)]
+    #[serde(flatten, serialize_with = "crate::times::ts")]
+    #[schema(schema_with = crate::times::schema::ts)]
     pub ts: i64,
     pub ready: Option<i64>,
     pub unacked: Option<i64>,

@@ -28,6 +28,7 @@ pub mod memory;
 pub mod metrics;
 pub mod poller;
 pub mod state;
+pub mod times;
 pub mod web;
 
 pub use state::Wings;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// do not name each other.
 const LAYERS: &[(&str, &[&str])] = &[
     ("the configuration: plain data, imports nothing of warren's", &["config"]),
+    ("the JSON form of times, which every answer type shares", &["times"]),
     ("what the broker says", &["broker"]),
     ("the values derived from it", &["metrics", "clients", "memory"]),
     ("what warren keeps: the database and the history in it", &["history"]),

@@ -484,7 +484,7 @@ async fn every_time_in_an_answer_is_rfc3339() {
     use common::dead_letters::{dead_letter, numbered};
     let mut deprecated = deprecated_in_docs();
     deprecated.sort();
-    let mut in_code: Vec<String> = warren::web::times::DEPRECATED_UNIX_KEYS.iter().map(|k| k.to_string()).collect();
+    let mut in_code: Vec<String> = warren::times::DEPRECATED_UNIX_KEYS.iter().map(|k| k.to_string()).collect();
     in_code.sort();
     assert_eq!(deprecated, in_code, "docs/api.md lists the deprecated unix keys the code writes");
 

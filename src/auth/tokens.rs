@@ -35,11 +35,11 @@ pub struct TokenInfo {
     pub role: Role,
     pub created_by: String,
     /// Unix seconds, like `last_used_at` (to within a minute).
-    #[serde(flatten, serialize_with = "crate::web::times::created_at")]
-    #[schema(schema_with = crate::web::times::schema::created_at)]
+    #[serde(flatten, serialize_with = "crate::times::created_at")]
+    #[schema(schema_with = crate::times::schema::created_at)]
     pub created_at: i64,
-    #[serde(flatten, serialize_with = "crate::web::times::last_used_at")]
-    #[schema(schema_with = crate::web::times::schema::last_used_at)]
+    #[serde(flatten, serialize_with = "crate::times::last_used_at")]
+    #[schema(schema_with = crate::times::schema::last_used_at)]
     pub last_used_at: Option<i64>,
     pub revoked: bool,
 }

@@ -25,8 +25,8 @@ pub struct User {
     pub name: String,
     pub role: Role,
     /// Unix seconds.
-    #[serde(flatten, serialize_with = "crate::web::times::created_at")]
-    #[schema(schema_with = crate::web::times::schema::created_at)]
+    #[serde(flatten, serialize_with = "crate::times::created_at")]
+    #[schema(schema_with = crate::times::schema::created_at)]
     pub created_at: i64,
     /// A disabled user cannot log in and has no sessions.
     pub disabled: bool,

@@ -67,7 +67,7 @@ pub struct Connection {
     pub node: Option<String>,
     /// Unix seconds (the broker says milliseconds).
     #[serde(default)]
-    #[serde(flatten, skip_deserializing, serialize_with = "crate::web::times::connected_at")]
+    #[serde(flatten, skip_deserializing, serialize_with = "crate::times::connected_at")]
     pub connected_at: Option<i64>,
 }
 

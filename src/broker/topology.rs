@@ -142,7 +142,7 @@ pub struct DeadLetterInfo {
     pub observed_at: Option<String>,
     /// Unix seconds of the newest death of the head message read then (`Seen::head_died_at`):
     /// the oldest dead letter's death, as of that read.
-    #[serde(flatten, serialize_with = "crate::web::times::observed_head_died_at")]
+    #[serde(flatten, serialize_with = "crate::times::observed_head_died_at")]
     pub observed_head_died_at: Option<i64>,
 }
 

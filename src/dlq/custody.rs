@@ -96,7 +96,7 @@ pub struct IntakeState {
     pub left: Vec<String>,
     /// When a stopped intake is tried again (unix seconds): a broker that went away or a
     /// database that refused a write may be back, and replays may have made room in the budget.
-    #[serde(flatten, serialize_with = "crate::web::times::retry_at")]
+    #[serde(flatten, serialize_with = "crate::times::retry_at")]
     pub retry_at: Option<i64>,
 }
 
@@ -681,7 +681,7 @@ pub struct Counts {
     pub replayed: u64,
     pub bytes: u64,
     /// When the oldest record still held (or claimed by a replay) was taken, unix seconds.
-    #[serde(flatten, serialize_with = "crate::web::times::oldest_taken_at")]
+    #[serde(flatten, serialize_with = "crate::times::oldest_taken_at")]
     pub oldest_taken_at: Option<i64>,
 }
 
@@ -719,7 +719,7 @@ pub async fn counts_by_queue(db: &Db, broker: &str) -> Result<HashMap<(String, S
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
     pub id: i64,
-    #[serde(flatten, serialize_with = "crate::web::times::received_at")]
+    #[serde(flatten, serialize_with = "crate::times::received_at")]
     pub received_at: i64,
     pub message_id: Option<String>,
     pub reason: Option<String>,
@@ -739,9 +739,9 @@ pub struct Group {
     pub value: String,
     pub records: usize,
     /// When custody took in the first and the last of them, unix seconds.
-    #[serde(flatten, serialize_with = "crate::web::times::first_seen")]
+    #[serde(flatten, serialize_with = "crate::times::first_seen")]
     pub first_seen: i64,
-    #[serde(flatten, serialize_with = "crate::web::times::last_seen")]
+    #[serde(flatten, serialize_with = "crate::times::last_seen")]
     pub last_seen: i64,
     /// An error group's texts as recorded, with their records, most first (`VARIANTS_SHOWN` at
     /// most; `variant_count` says how many there are).

@@ -49,7 +49,7 @@ pub struct SnapshotMessage {
     /// Sum of the `count` of every `x-death` entry.
     pub death_count: i64,
     /// Unix seconds of the first death (`x-death` entry of the first-death queue).
-    #[serde(flatten, serialize_with = "crate::web::times::first_death_at")]
+    #[serde(flatten, serialize_with = "crate::times::first_death_at")]
     pub first_death_at: Option<i64>,
     pub routing_key: String,
     pub exchange: String,
@@ -70,7 +70,7 @@ pub struct Death {
     pub reason: String,
     pub count: i64,
     /// Unix seconds of the first death for this (queue, reason).
-    #[serde(flatten, serialize_with = "crate::web::times::time")]
+    #[serde(flatten, serialize_with = "crate::times::time")]
     pub time: Option<i64>,
 }
 

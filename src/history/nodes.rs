@@ -49,8 +49,8 @@ pub async fn write(db: &Db, broker_id: i64, ts: i64, nodes: &[Node]) -> Result<(
 /// limits the maximum; `null` where no sample in the step had the value.
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct NodePoint {
-    #[serde(flatten, serialize_with = "crate::web::times::ts")]
-    #[schema(schema_with = crate::web::times::schema::ts)]
+    #[serde(flatten, serialize_with = "crate::times::ts")]
+    #[schema(schema_with = crate::times::schema::ts)]
     pub ts: i64,
     pub samples: i64,
     pub running: Option<bool>,

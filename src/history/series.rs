@@ -66,8 +66,8 @@ pub fn choose(step: i64, from: i64, now: i64, windows: &Windows) -> Resolution {
 /// `null` where no poll had it (a gap, or unknown to the broker), never 0.
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct RollupPoint {
-    #[serde(flatten, serialize_with = "crate::web::times::ts")]
-    #[schema(schema_with = crate::web::times::schema::ts)]
+    #[serde(flatten, serialize_with = "crate::times::ts")]
+    #[schema(schema_with = crate::times::schema::ts)]
     pub ts: i64,
     /// Polls with values for this queue in the step.
     pub samples: i64,

@@ -59,11 +59,11 @@ pub(super) fn poll_interval_secs(state: &AppState, broker: &str) -> i64 {
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct BrokerHistory {
     pub broker: String,
-    #[serde(flatten, serialize_with = "crate::web::times::from")]
-    #[schema(schema_with = crate::web::times::schema::from)]
+    #[serde(flatten, serialize_with = "crate::times::from")]
+    #[schema(schema_with = crate::times::schema::from)]
     pub from: i64,
-    #[serde(flatten, serialize_with = "crate::web::times::to")]
-    #[schema(schema_with = crate::web::times::schema::to)]
+    #[serde(flatten, serialize_with = "crate::times::to")]
+    #[schema(schema_with = crate::times::schema::to)]
     pub to: i64,
     pub step: i64,
     /// `raw`: each point averages the polls in `(ts - step, ts]`; `1m` / `1h`: read from roll-ups,
@@ -194,11 +194,11 @@ pub struct QueueHistory {
     pub broker: String,
     pub vhost: String,
     pub name: String,
-    #[serde(flatten, serialize_with = "crate::web::times::from")]
-    #[schema(schema_with = crate::web::times::schema::from)]
+    #[serde(flatten, serialize_with = "crate::times::from")]
+    #[schema(schema_with = crate::times::schema::from)]
     pub from: i64,
-    #[serde(flatten, serialize_with = "crate::web::times::to")]
-    #[schema(schema_with = crate::web::times::schema::to)]
+    #[serde(flatten, serialize_with = "crate::times::to")]
+    #[schema(schema_with = crate::times::schema::to)]
     pub to: i64,
     pub step: i64,
     /// Which data the points come from: `raw` samples (each point the values in force at its

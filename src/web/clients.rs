@@ -252,7 +252,7 @@ async fn page(
 struct ListingJson {
     broker: String,
     /// When the listing was made (unix seconds); `null` before the first one.
-    #[serde(flatten, serialize_with = "crate::web::times::as_of")]
+    #[serde(flatten, serialize_with = "crate::times::as_of")]
     as_of: Option<i64>,
     age_secs: Option<f64>,
     /// How often it is made now.

@@ -21,7 +21,6 @@ mod pages;
 mod prometheus;
 pub mod query;
 mod restricted;
-pub mod times;
 mod topology;
 
 /// The parsers of request input that live with their handlers, public so that the fuzz targets

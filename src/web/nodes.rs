@@ -52,7 +52,7 @@ struct NodesJson {
     /// One sentence per problem: a node down, a partition, a memory or disk alarm.
     problems: Vec<String>,
     /// When the nodes were read (unix seconds); `null` before the first read.
-    #[serde(flatten, serialize_with = "crate::web::times::as_of")]
+    #[serde(flatten, serialize_with = "crate::times::as_of")]
     as_of: Option<i64>,
     /// Why the last read failed; the nodes are then as of `as_of`.
     error: Option<String>,
@@ -74,11 +74,11 @@ async fn json(State(state): State<AppState>, Path(broker): Path<String>) -> Resu
 pub(super) struct NodeHistoryJson {
     broker: String,
     node: String,
-    #[serde(flatten, serialize_with = "crate::web::times::from")]
-    #[schema(schema_with = crate::web::times::schema::from)]
+    #[serde(flatten, serialize_with = "crate::times::from")]
+    #[schema(schema_with = crate::times::schema::from)]
     from: i64,
-    #[serde(flatten, serialize_with = "crate::web::times::to")]
-    #[schema(schema_with = crate::web::times::schema::to)]
+    #[serde(flatten, serialize_with = "crate::times::to")]
+    #[schema(schema_with = crate::times::schema::to)]
     to: i64,
     step: i64,
     /// How the points were made, for the charts' caption.

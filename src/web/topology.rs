@@ -84,7 +84,7 @@ const UNROUTABLE_SOURCE: &str = "return_unroutable + drop_unroutable of /api/vho
 struct ExchangesJson {
     broker: String,
     /// When the exchange listing was read (unix seconds); `null`: not yet.
-    #[serde(flatten, serialize_with = "crate::web::times::as_of")]
+    #[serde(flatten, serialize_with = "crate::times::as_of")]
     as_of: Option<i64>,
     /// How often it is read now.
     every_secs: Option<f64>,
@@ -292,7 +292,7 @@ pub struct RoutingJson {
     /// Routes past the page's limit, left out.
     pub left_out: usize,
     /// When the bindings were read (unix seconds).
-    #[serde(flatten, serialize_with = "crate::web::times::topology_as_of")]
+    #[serde(flatten, serialize_with = "crate::times::topology_as_of")]
     pub topology_as_of: Option<i64>,
     /// Where dead letters go: the exchange, key, what set it and the queues reached (`null`
     /// when the bindings are not known); `null` altogether: no dead-letter exchange.

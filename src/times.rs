@@ -2,7 +2,7 @@
 //! unix seconds keep them for one release (deprecated, docs/api.md "Times") and get a twin
 //! beside them, named `<field>_rfc3339`.
 //!
-//! A field marked `#[serde(flatten, serialize_with = "crate::web::times::<field>")]` writes both:
+//! A field marked `#[serde(flatten, serialize_with = "crate::times::<field>")]` writes both:
 //! its old key with the number as before and the twin with the same instant as RFC 3339 (`null`
 //! where the number is `null`, or is no time). One serializer per key, so the structs, their
 //! constructors and the code that reads the numbers stay as they are.
