@@ -18,7 +18,6 @@ pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod broker;
-pub mod clients;
 pub mod config;
 pub mod demo;
 pub mod dlq;
@@ -80,7 +79,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let state = build_state(config).await?;
     check_access(&state, listener.local_addr()?).await?;
-    let interrupted = dlq::audit::mark_interrupted(&state.db).await?;
+    let interrupted = dlq::fates::mark_interrupted(&state.db).await?;
     // Whatever the configuration says now: a record left claimed would be stranded.
     let reclaimed = dlq::custody::recover(&state.db).await?;
     dlq::custody::fill_error_groups(&state.db).await?;

@@ -11,7 +11,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the configuration: plain data, imports nothing of warren's", &["config"]),
     ("the JSON form of times, which every answer type shares", &["times"]),
     ("what the broker says", &["broker"]),
-    ("the values derived from it", &["metrics", "clients", "memory"]),
+    ("the values derived from it", &["metrics", "memory"]),
     ("what warren keeps: the database and the history in it", &["history"]),
     ("the audit log in that database, and what warren knows now (in memory)", &["audit", "live"]),
     ("who may do what", &["auth"]),

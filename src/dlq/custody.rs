@@ -1392,7 +1392,7 @@ pub async fn edit_and_replay(
     let mut properties = old.clone();
     if let Some(new) = &edit.headers {
         let table =
-            super::transfer::headers_edited(&old.headers().clone().unwrap_or_default(), old_headers_shown, new)?;
+            super::readable::headers_edited(&old.headers().clone().unwrap_or_default(), old_headers_shown, new)?;
         let mut names: Vec<&String> = old_headers_shown.keys().chain(new.keys()).collect();
         names.sort();
         names.dedup();

@@ -1,7 +1,7 @@
 //! Moves as background jobs: every requeue, move or delete runs outside the HTTP request, with
 //! live progress, a cancel, and a final report. The audit log records each job before it starts,
 //! checkpoints its progress every second, and records how it ended; a job cut short by a crash
-//! is marked `interrupted` at the next start (see `dlq::audit::mark_interrupted`).
+//! is marked `interrupted` at the next start (see `dlq::fates::mark_interrupted`).
 //!
 //! Every move goes through warren's own mover (`dlq`), never the broker's shovel: a shovel
 //! publishes without `mandatory` and the broker confirms what no queue took, so a target
@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::audit as moves;
 use super::browse::Snapshot;
 use super::custody::{self, ReplayRequest};
+use super::fates;
 use super::message::Filter;
 use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, Selection, Target, Wanted};
 use crate::audit;
@@ -291,7 +291,7 @@ impl JobStatus {
     /// A job known only from the audit log (it ran before warren restarted), with the report
     /// its recorded fates give: each message moved (and where), failed (and why), kept in a
     /// holding queue, or not found.
-    pub fn from_audit(r: audit::Record, fates: Vec<moves::MessageRecord>) -> JobStatus {
+    pub fn from_audit(r: audit::Record, fates: Vec<fates::MessageRecord>) -> JobStatus {
         let mut report = MoveReport::default();
         for f in fates {
             let (position, message_id) = (f.position.max(0) as usize, f.message_id);
@@ -686,7 +686,7 @@ async fn record_end(handles: &Handles, job: &Job, outcome: &str, counts: Progres
     let mut wait = Duration::from_millis(500);
     loop {
         let written =
-            moves::finish(&handles.db, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
+            fates::finish(&handles.db, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
                 .await;
         let e = match written {
             Ok(()) => {
@@ -728,7 +728,7 @@ async fn checkpoint_loop(handles: Handles, job: Arc<Job>, stop: CancellationToke
         if started && fates.is_empty() {
             continue;
         }
-        match moves::checkpoint(&handles.db, job.id, &fates).await {
+        match fates::checkpoint(&handles.db, job.id, &fates).await {
             Ok(()) => started = true,
             Err(e) => {
                 job.progress.put_back(fates);

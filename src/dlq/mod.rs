@@ -27,17 +27,18 @@
 //! - `jobs`: moves as background jobs, one per queue at a time, with the audit log's record.
 //!   Uses `mover`, `browse` and `audit`.
 
-pub mod audit;
 pub mod browse;
 pub mod budget;
 pub mod custody;
 pub mod expression;
+pub mod fates;
 pub mod framework;
 pub mod holding;
 pub mod jobs;
 pub mod message;
 pub mod mover;
 pub mod publish;
+pub mod readable;
 pub mod target;
 pub mod transfer;
 

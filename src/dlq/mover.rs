@@ -24,7 +24,7 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::audit::Fate;
+use super::fates::Fate;
 use super::holding::{self, Holding};
 use super::publish::{Identify, Publisher, Settled};
 use super::target::{copy_would_differ, Targets};

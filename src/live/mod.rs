@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::metrics::{BrokerRates, QueueView};
 
+pub mod clients;
 mod load;
 pub use load::{BrokerLoad, CallRecord, CallTotals, MetricSource, PrometheusState, RECENT_CALLS};
 
@@ -96,7 +97,7 @@ pub struct BrokerLive {
     pub load: BrokerLoad,
     /// The last listing of connections, channels and consumers (on a cadence of its own).
     #[serde(skip)]
-    pub clients: Option<Arc<crate::clients::ClientsLive>>,
+    pub clients: Option<Arc<crate::live::clients::ClientsLive>>,
     /// Connections opened plus closed per second, broker-wide (`/api/overview` churn counters);
     /// `None` when the broker does not count them (metrics collector off).
     pub connection_churn_per_sec: Option<f64>,

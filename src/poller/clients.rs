@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 
 use super::load;
 use super::{timed, Poller};
-use crate::clients::{ClientsLive, Listed};
+use crate::live::clients::{ClientsLive, Listed};
 use crate::live::MetricSource;
 use crate::metrics::STATS_STEP_SECS;
 

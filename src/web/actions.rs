@@ -93,8 +93,8 @@ pub async fn run_purge(
     let queue = (view.broker.as_ref(), view.vhost.as_ref(), view.name.as_ref());
     crate::dlq::browse::outdate(&state.db, &state.snapshots, queue, &what).await;
     match &outcome {
-        Ok(n) => crate::dlq::audit::finish(&state.db, audit_id, "done", *n as usize, 0, None, &[]).await?,
-        Err(e) => crate::dlq::audit::finish(&state.db, audit_id, "failed", 0, 0, Some(&e.to_string()), &[]).await?,
+        Ok(n) => crate::dlq::fates::finish(&state.db, audit_id, "done", *n as usize, 0, None, &[]).await?,
+        Err(e) => crate::dlq::fates::finish(&state.db, audit_id, "failed", 0, 0, Some(&e.to_string()), &[]).await?,
     }
     Ok((audit_id, outcome))
 }

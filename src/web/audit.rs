@@ -177,7 +177,7 @@ async fn messages_api(
     State(state): State<AppState>,
     access: Access,
     axum::extract::Path(id): axum::extract::Path<i64>,
-) -> Result<Json<Vec<crate::dlq::audit::MessageRecord>>, ApiError> {
+) -> Result<Json<Vec<crate::dlq::fates::MessageRecord>>, ApiError> {
     let Some(record) = crate::audit::get(&state.db, id).await? else {
         return Err(WebError::NotFound(format!("no audit entry {id}")).into());
     };
@@ -185,7 +185,7 @@ async fn messages_api(
         let queue = (record.broker.as_str(), record.vhost.as_str(), record.queue.as_str());
         super::restricted::require(&state, access.principal.role, queue, "the messages a content filter chose")?;
     }
-    Ok(Json(crate::dlq::audit::messages(&state.db, id).await?))
+    Ok(Json(crate::dlq::fates::messages(&state.db, id).await?))
 }
 
 struct AuditRow {

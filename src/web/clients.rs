@@ -17,7 +17,7 @@ use super::freshness::{Freshness, REFRESH_SECS};
 use super::{html, is_htmx, ApiError, PageError, WebError};
 use crate::broker::clients::{Channel, Connection};
 use crate::broker::management::encode_segment;
-use crate::clients::{ClientsLive, QueueConsumer};
+use crate::live::clients::{ClientsLive, QueueConsumer};
 use crate::live::BrokerLive;
 use crate::state::AppState;
 

@@ -276,7 +276,7 @@ fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> 
         "/api/v1/brokers/{broker}/nodes/{node}/history" => named::<super::nodes::NodeHistoryJson>(schemas),
         "/api/v1/me" => named::<super::access::MeJson>(schemas),
         "/api/v1/audit/{id}/messages" => {
-            ArrayBuilder::new().items(named::<crate::dlq::audit::MessageRecord>(schemas)).into()
+            ArrayBuilder::new().items(named::<crate::dlq::fates::MessageRecord>(schemas)).into()
         }
         "/api/v1/alerts" => ArrayBuilder::new().items(named::<super::alerts::AlertView>(schemas)).into(),
         "/api/v1/notifications/channels" => {
