@@ -1,4 +1,4 @@
-// `sqlx::migrate!` embeds migrations/ at compile time; without this, a change to a migration
+// `sqlx::migrate!` embeds migrations/sqlite/ at compile time; without this, a change to a migration
 // alone would not rebuild the crate. `WARREN_COMMIT` and `WARREN_COMMIT_DATE` (set by CI and
 // the image build) name the commit `--version` and `/metrics` report; without them they are
 // "unknown", never a stale value from an earlier build.

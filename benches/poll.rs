@@ -641,7 +641,7 @@ async fn seed_history(settings: &Settings, path: &Path) {
         .synchronous(SqliteSynchronous::Off)
         .pragma("cache_size", "-65536");
     let db = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.expect("open");
-    sqlx::migrate!("./migrations").run(&db).await.expect("migrations");
+    sqlx::migrate!("./migrations/sqlite").run(&db).await.expect("migrations");
     let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
     let model = Model::new(settings, t0);
     let start = t0 - settings.history_days as i64 * 86_400;

@@ -515,10 +515,10 @@ async fn the_audit_table_rebuild_keeps_every_entry_and_message_fate() {
     let path = dir.path().join("warren.db");
     let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true).foreign_keys(true);
     let old = sqlx::SqlitePool::connect_with(options).await.unwrap();
-    let all = sqlx::migrate!("./migrations");
+    let all = sqlx::migrate!("./migrations/sqlite");
     let before_alerts_kind = sqlx::migrate::Migrator {
         migrations: std::borrow::Cow::Owned(all.migrations.iter().filter(|m| m.version <= 16).cloned().collect()),
-        ..sqlx::migrate!("./migrations")
+        ..sqlx::migrate!("./migrations/sqlite")
     };
     before_alerts_kind.run(&old).await.unwrap();
     sqlx::query(

@@ -527,7 +527,9 @@ async fn error_groups_are_for_the_payload_role() {
 async fn cursor_pages_of_custody_hold_the_payload_role() {
     let (vhost, connection, _channel, warren, people) = setup("restrictcursor").await;
     let api = custody_api(&vhost);
-    for (name, session, may_read) in [("ada", &people.ada, true), ("otto", &people.otto, false), ("vera", &people.vera, false)] {
+    for (name, session, may_read) in
+        [("ada", &people.ada, true), ("otto", &people.otto, false), ("vera", &people.vera, false)]
+    {
         let mut cursor = String::new();
         let mut ids = Vec::new();
         for _ in 0..10 {

@@ -67,7 +67,7 @@ pub async fn open(path: &Path) -> Result<Db, sqlx::Error> {
         })
         .connect_with(options)
         .await?;
-    let migrator = sqlx::migrate!("./migrations");
+    let migrator = sqlx::migrate!("./migrations/sqlite");
     if let Err(e) = migrator.run(&pool).await {
         pool.close().await;
         return Err(match e {
