@@ -120,6 +120,16 @@ enum Command {
         #[command(flatten)]
         database: AccountsDatabase,
     },
+    /// Copy the database into an empty PostgreSQL database, creating its schema first (the start
+    /// of a move to PostgreSQL; warren does not run on it yet). Safe while warren runs: the copy
+    /// reads one consistent snapshot, and PostgreSQL keeps all of it or nothing.
+    CopyToPostgres {
+        /// The target, `postgres://USER@HOST:PORT/DATABASE` (a password in the URL, or in
+        /// PGPASSWORD or ~/.pgpass).
+        url: String,
+        #[command(flatten)]
+        database: AccountsDatabase,
+    },
     /// Manage API tokens for scripts (sent as `Authorization: Bearer wrn_...`).
     Token {
         #[command(flatten)]
@@ -221,7 +231,10 @@ fn main() -> ExitCode {
         Command::Version => ServeArgs::default().over(cli.serve),
         Command::Healthcheck { listen } => ServeArgs { listen: listen.clone(), ..ServeArgs::default() }.over(cli.serve),
         Command::Demo { broker, .. } => ServeArgs { broker: broker.clone(), ..ServeArgs::default() }.over(cli.serve),
-        Command::User { database, .. } | Command::Token { database, .. } | Command::Backup { database, .. } => {
+        Command::User { database, .. }
+        | Command::Token { database, .. }
+        | Command::Backup { database, .. }
+        | Command::CopyToPostgres { database, .. } => {
             let database = DatabaseArgs { database: database.database.clone() };
             ServeArgs { database, ..ServeArgs::default() }.over(cli.serve)
         }
@@ -267,6 +280,7 @@ fn main() -> ExitCode {
             Command::User { command, .. } => user(config, command).await,
             Command::Token { command, .. } => token(config, command).await,
             Command::Backup { path, .. } => backup(config, path).await,
+            Command::CopyToPostgres { url, .. } => copy_to_postgres(config, &url).await,
             Command::Version => Ok(()), // answered before the configuration is read
         }
     });
@@ -377,6 +391,30 @@ async fn backup(config: Config, to: PathBuf) -> anyhow::Result<()> {
         "{} copied to {} ({bytes} bytes, checked, {:.2} s)",
         config.database.display(),
         to.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+async fn copy_to_postgres(config: Config, url: &str) -> anyhow::Result<()> {
+    let db = warren::history::open(&config.database).await?;
+    let started = std::time::Instant::now();
+    let copied = async {
+        let pg = warren::history::postgres::open(url).await?;
+        let copied = warren::history::postgres::copy_from_sqlite(&db, &pg).await;
+        pg.close().await;
+        copied
+    }
+    .await;
+    db.close().await;
+    let copied = copied.map_err(|e| anyhow::anyhow!("copying {} to PostgreSQL: {e}", config.database.display()))?;
+    for (table, rows) in &copied {
+        println!("{table}: {rows} rows");
+    }
+    println!(
+        "{} copied to PostgreSQL ({} rows, counted on both sides, {:.2} s)",
+        config.database.display(),
+        copied.values().sum::<u64>(),
         started.elapsed().as_secs_f64()
     );
     Ok(())

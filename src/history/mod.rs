@@ -20,6 +20,7 @@ use crate::metrics::rate_from_milli;
 
 pub mod last_known;
 pub mod nodes;
+pub mod postgres;
 pub mod rollup;
 pub mod series;
 pub mod storage;
