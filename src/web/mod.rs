@@ -1,4 +1,5 @@
-//! HTTP: HTML pages, the JSON API, static assets, health checks. Routes are merged here.
+//! HTTP: HTML pages, the JSON API, static assets, health checks. Every router is merged here
+//! (each wing merges the routers of its files in its `mod.rs`).
 //!
 //! Inside `web/`, as in `src/`, every import points down (`tests/layers.rs` checks it):
 //!
@@ -11,7 +12,8 @@
 //!   page), `brokers/` (the overview, queues, nodes, clients, exchanges, a broker's load, their
 //!   JSON), `dlq/` (dead letters: snapshots, moves, custody, jobs); and the pages that stand
 //!   alone: `assets.rs`, `docs.rs`, `prometheus.rs`;
-//! - the top: this file, which merges every router, and `openapi.rs`, which describes them.
+//! - above the wings `openapi.rs`, which describes their API, and on top this file, which merges
+//!   every router.
 
 mod access;
 mod alerts;

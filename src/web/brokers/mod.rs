@@ -14,7 +14,7 @@ use axum::Router;
 
 use crate::state::AppState;
 
-pub mod api;
+mod api;
 mod chart_window;
 mod clients;
 mod compare;
