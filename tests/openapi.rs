@@ -15,13 +15,21 @@ use serde_json::Value;
 /// source as the compiler reads it (`.route("/api/v1/…", get(…).post(…))`), so the list the
 /// description is checked against is not one more copy kept by hand.
 fn routes_in_source() -> BTreeSet<(String, String)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/web");
-    let mut routes = BTreeSet::new();
-    for entry in std::fs::read_dir(&dir).expect("src/web") {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
+    // `src/web/` and its wings' folders (`src/web/dlq/`, ...).
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/web")];
+    let mut files = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src/web") {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
         }
+    }
+    let mut routes = BTreeSet::new();
+    for path in files {
         let source = std::fs::read_to_string(&path).unwrap();
         let mut rest = source.as_str();
         while let Some(at) = rest.find(".route(") {

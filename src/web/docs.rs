@@ -12,8 +12,11 @@ use axum::routing::get;
 use axum::Router;
 use pulldown_cmark::{CodeBlockKind, CowStr, Event, Options, Parser, Tag, TagEnd};
 
-use super::{html, Me, PageError, WebError};
 use crate::state::AppState;
+use crate::web::error::WebError;
+use crate::web::error_page::PageError;
+use crate::web::htmx::html;
+use crate::web::identity::Me;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/docs", get(contents)).route("/docs/{page}", get(page))

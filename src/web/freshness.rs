@@ -6,8 +6,8 @@
 
 use chrono::{DateTime, Utc};
 
-use super::format;
 use crate::live::BrokerLive;
+use crate::web::format;
 
 /// How often the live fragments ask for themselves again: the `hx-trigger="every 5s"` of
 /// their templates (a running job's page asks every second and says so itself).

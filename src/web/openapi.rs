@@ -7,7 +7,6 @@
 
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Serialize;
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, SchemaType, Type};
@@ -19,41 +18,11 @@ use utoipa::openapi::{
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::state::AppState;
+use crate::web::error::{ErrorBody, ErrorDetail, FieldError};
+use crate::web::{access, alerts, brokers, dlq, firing, query};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/openapi.json", get(|| async { Json(document()) }))
-}
-
-/// Every error of the API: `{"error": {"code", "message"}}`, with `fields` when input parsed
-/// but was not valid (422).
-#[derive(Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-impl ErrorBody {
-    pub fn new(code: &str, message: String, fields: Option<Vec<FieldError>>) -> ErrorBody {
-        ErrorBody { error: ErrorDetail { code: code.to_string(), message, fields } }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// What went wrong, for programs: `bad_request`, `unauthorized`, `forbidden`, `not_found`,
-    /// `method_not_allowed`, `conflict`, `too_large`, `unsupported_media_type`, `invalid`,
-    /// `too_many_requests`, `unavailable`, `storage`, `internal`.
-    pub code: String,
-    /// What went wrong, for people.
-    pub message: String,
-    /// One message per field that did not validate (422 only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fields: Option<Vec<FieldError>>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
 }
 
 /// One operation of the API: method, path as the router has it, what it does.
@@ -271,14 +240,14 @@ fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> 
     Some(match op.path {
         "/api/v1/users" => object_of_array("users", named::<crate::auth::User>(schemas)),
         "/api/v1/tokens" => object_of_array("tokens", named::<crate::auth::TokenInfo>(schemas)),
-        "/api/v1/brokers/{broker}/history" => named::<super::api::BrokerHistory>(schemas),
-        "/api/v1/queues/{broker}/{vhost}/{queue}/history" => named::<super::api::QueueHistory>(schemas),
-        "/api/v1/brokers/{broker}/nodes/{node}/history" => named::<super::nodes::NodeHistoryJson>(schemas),
-        "/api/v1/me" => named::<super::access::MeJson>(schemas),
+        "/api/v1/brokers/{broker}/history" => named::<brokers::history::BrokerHistory>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/history" => named::<brokers::history::QueueHistory>(schemas),
+        "/api/v1/brokers/{broker}/nodes/{node}/history" => named::<brokers::nodes::NodeHistoryJson>(schemas),
+        "/api/v1/me" => named::<access::accounts::MeJson>(schemas),
         "/api/v1/audit/{id}/messages" => {
             ArrayBuilder::new().items(named::<crate::dlq::fates::MessageRecord>(schemas)).into()
         }
-        "/api/v1/alerts" => ArrayBuilder::new().items(named::<super::alerts::AlertView>(schemas)).into(),
+        "/api/v1/alerts" => ArrayBuilder::new().items(named::<firing::AlertView>(schemas)).into(),
         "/api/v1/notifications/channels" => {
             ArrayBuilder::new().items(named::<crate::alerts::notify::ChannelView>(schemas)).into()
         }
@@ -373,13 +342,13 @@ fn query_parameters(op: &Operation) -> Vec<utoipa::openapi::path::Parameter> {
         return Vec::new();
     }
     match op.path {
-        "/api/v1/queues" => super::query::QueueQuery::into_params(query),
+        "/api/v1/queues" => query::QueueQuery::into_params(query),
         "/api/v1/brokers/{broker}/history"
         | "/api/v1/brokers/{broker}/nodes/{node}/history"
-        | "/api/v1/queues/{broker}/{vhost}/{queue}/history" => super::query::RangeQuery::into_params(query),
-        "/api/v1/audit" => super::audit::AuditQuery::into_params(query),
-        "/api/v1/alerts/history" | "/api/v1/notifications/deliveries" => super::alerts::Limit::into_params(query),
-        "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => super::custody::ListQuery::into_params(query),
+        | "/api/v1/queues/{broker}/{vhost}/{queue}/history" => query::RangeQuery::into_params(query),
+        "/api/v1/audit" => access::audit::AuditQuery::into_params(query),
+        "/api/v1/alerts/history" | "/api/v1/notifications/deliveries" => alerts::api::Limit::into_params(query),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => dlq::custody_api::ListQuery::into_params(query),
         _ => Vec::new(),
     }
 }

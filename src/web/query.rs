@@ -10,9 +10,9 @@ use std::cmp::Ordering;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Deserialize;
 
-use super::WebError;
 use crate::live::BrokerLive;
 use crate::metrics::QueueView;
+use crate::web::error::WebError;
 
 pub const DEFAULT_PER_PAGE: usize = 50;
 pub const MAX_PER_PAGE: usize = 500;

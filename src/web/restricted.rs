@@ -12,7 +12,6 @@
 
 use serde_json::Value;
 
-use super::WebError;
 use crate::audit;
 use crate::auth::Role;
 use crate::config::PayloadRole;
@@ -21,6 +20,8 @@ use crate::dlq::custody::Listing;
 use crate::dlq::jobs::JobStatus;
 use crate::dlq::message::{Filter, SnapshotMessage};
 use crate::state::AppState;
+use crate::web::error::WebError;
+use crate::web::identity::Me;
 
 /// What stands in for what was left out.
 pub const HIDDEN: &str = "(hidden: for the queue's payload role)";
@@ -39,7 +40,7 @@ pub fn may_read(state: &AppState, role: Role, queue: (&str, &str, &str)) -> bool
 }
 
 /// The role of whoever a page is for (an unidentified requester is a viewer).
-pub fn role_of(me: &super::Me) -> Role {
+pub fn role_of(me: &Me) -> Role {
     if me.admin {
         Role::Admin
     } else if me.operator {
@@ -174,4 +175,28 @@ pub async fn job(state: &AppState, role: Role, status: &mut JobStatus) -> Result
         }
     }
     Ok(())
+}
+
+/// Why `m`'s headers, payload and error are not shown to `me` (whoever a page is for), having
+/// left them out; `None` when `me` reads them.
+pub fn hidden_here(state: &AppState, me: &Me, queue: (&str, &str, &str), m: &mut SnapshotMessage) -> Option<String> {
+    if may_read_payloads(state, me, queue) {
+        return None;
+    }
+    message(m);
+    Some(format!(
+        "Headers, payload and error are shown to the {} role and above here; you are {}.",
+        payload_role_name(state, queue),
+        me.role
+    ))
+}
+
+/// The least role that reads this queue's payloads, as the pages name it.
+pub fn payload_role_name(state: &AppState, (broker, vhost, queue): (&str, &str, &str)) -> &'static str {
+    crate::dlq::custody::payload_role(&state.config.custody, broker, vhost, queue).as_str()
+}
+
+/// Whether `me` reads the payloads and headers of this queue's records in custody.
+pub fn may_read_payloads(state: &AppState, me: &Me, queue: (&str, &str, &str)) -> bool {
+    may_read(state, role_of(me), queue)
 }

@@ -1,42 +1,15 @@
-//! Alerts in the JSON API: rules (create, edit, delete, preview, export as config), the alerts
-//! pending and firing now, their history, and silences. Rules declared in the config file are
-//! listed but read-only.
+//! What the alerts page and the alerts API both do: check and save rules, preview what a rule
+//! would match, set and end silences, send a test notification, each change recorded in the
+//! audit log. The handlers of both (`page.rs`, `api.rs`) call these and nothing of each other.
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::json;
 
-use super::query::{PageAt, Paged, Paging};
-use super::{ApiError, WebError};
 use crate::alerts::store::{self, Silence, Source, StoredRule};
-use crate::alerts::{self, notify, AlertKey, AlertState, Rule};
+use crate::alerts::{self, AlertKey, Rule};
 use crate::state::AppState;
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/alerts", get(current))
-        .route("/api/v1/alerts/history", get(history))
-        .route("/api/v1/alerts/rules", get(rules).post(create_rule))
-        .route("/api/v1/alerts/rules/export", get(export))
-        .route("/api/v1/alerts/rules/preview", post(preview_json))
-        .route("/api/v1/alerts/rules/{id}", get(one_rule).post(update_rule))
-        .route("/api/v1/alerts/rules/{id}/delete", post(delete_rule))
-        .route("/api/v1/silences", get(silences).post(create_silence))
-        .route("/api/v1/silences/{id}/expire", post(expire_silence))
-        .route("/api/v1/notifications/channels", get(channels))
-        .route("/api/v1/notifications/channels/{id}/test", post(test_channel))
-        .route("/api/v1/notifications/deliveries", get(deliveries))
-}
-
-/// The configured channels, masked: no URL path, token or password.
-async fn channels(State(state): State<AppState>) -> Json<Vec<notify::ChannelView>> {
-    Json(state.notifier.channels().iter().map(notify::NotificationChannel::view).collect())
-}
+use crate::web::error::WebError;
+use crate::web::format;
 
 /// Sends a test notification to one channel now (one attempt, recorded in the delivery log),
 /// and records in the audit log who sent it and whether it was delivered.
@@ -72,38 +45,6 @@ async fn audit_alerts(
     Ok(())
 }
 
-async fn test_channel(
-    State(state): State<AppState>,
-    access: super::Access,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    match send_test(&state, &id, &access.principal.actor()).await? {
-        Ok(status) => Ok(Json(json!({"outcome": "sent", "http_status": status})).into_response()),
-        Err(error) => Ok((
-            StatusCode::BAD_GATEWAY,
-            Json(json!({"outcome": "failed", "error": {"code": "delivery_failed", "message": error}})),
-        )
-            .into_response()),
-    }
-}
-
-async fn deliveries(State(state): State<AppState>, Query(q): Query<Limit>) -> Result<Response, ApiError> {
-    let db = &state.db;
-    match q.page()? {
-        Some(at) => {
-            let read = notify::deliveries_before(db, at.cursor, at.limit as i64 + 1).await?;
-            Ok(Json(Paged::from_one_more(read, at.limit, |d| d.id)).into_response())
-        }
-        None => Ok(Json(notify::recent_deliveries(db, q.old_limit()?).await?).into_response()),
-    }
-}
-
-/// Parses a JSON body. serde's message names the field ("unknown field `x`", "missing field
-/// `metric`", "unknown variant `sideways`") with the line and column.
-pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, WebError> {
-    serde_json::from_slice(body).map_err(|e| WebError::Invalid(vec![("body".to_string(), e.to_string())]))
-}
-
 /// Checks a rule as the API and the forms receive it: its own validation, and that a broker
 /// it names is configured.
 pub fn check_rule(state: &AppState, rule: &Rule) -> Result<(), WebError> {
@@ -121,7 +62,7 @@ pub fn check_rule(state: &AppState, rule: &Rule) -> Result<(), WebError> {
     }
 }
 
-async fn find_rule(state: &AppState, id: &str) -> Result<StoredRule, WebError> {
+pub(super) async fn find_rule(state: &AppState, id: &str) -> Result<StoredRule, WebError> {
     store::all_rules(&state.config_rules, &state.db)
         .await?
         .into_iter()
@@ -138,14 +79,6 @@ pub fn read_only(source: Source) -> Option<&'static str> {
     }
 }
 
-async fn rules(State(state): State<AppState>) -> Result<Json<Vec<StoredRule>>, ApiError> {
-    Ok(Json(store::all_rules(&state.config_rules, &state.db).await?))
-}
-
-async fn one_rule(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<StoredRule>, ApiError> {
-    Ok(Json(find_rule(&state, &id).await?))
-}
-
 /// Creates a rule from the API or a form (`source` api), by `actor`.
 pub async fn save_new_rule(state: &AppState, rule: &Rule, actor: &str) -> Result<(), WebError> {
     check_rule(state, rule)?;
@@ -153,7 +86,7 @@ pub async fn save_new_rule(state: &AppState, rule: &Rule, actor: &str) -> Result
         return Err(WebError::Conflict(format!("a rule with id {:?} exists already", rule.id)));
     }
     store::save_rule(&state.db, rule).await?;
-    let detail = format!("rule {} created: {}", rule_name(rule), super::alert_pages::condition(rule));
+    let detail = format!("rule {} created: {}", rule_name(rule), condition(rule));
     audit_alerts(state, actor, "rule add", rule_request(rule), "done", detail).await
 }
 
@@ -222,12 +155,6 @@ fn rule_changes(old: &Rule, new: &Rule) -> String {
     }
 }
 
-async fn create_rule(State(state): State<AppState>, access: super::Access, body: Bytes) -> Result<Response, ApiError> {
-    let rule: Rule = parse(&body)?;
-    save_new_rule(&state, &rule, &access.principal.actor()).await?;
-    Ok((StatusCode::CREATED, Json(StoredRule { rule, source: Source::Api })).into_response())
-}
-
 /// Replaces rule `id` (one made in the UI or the API) with `rule`, by `actor`.
 pub async fn save_existing_rule(state: &AppState, id: &str, rule: &Rule, actor: &str) -> Result<(), WebError> {
     let existing = find_rule(state, id).await?;
@@ -241,17 +168,6 @@ pub async fn save_existing_rule(state: &AppState, id: &str, rule: &Rule, actor: 
     store::save_rule(&state.db, rule).await?;
     let detail = format!("rule {} edited: {}", rule_name(&existing.rule), rule_changes(&existing.rule, rule));
     audit_alerts(state, actor, "rule edit", rule_request(rule), "done", detail).await
-}
-
-async fn update_rule(
-    State(state): State<AppState>,
-    access: super::Access,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Result<Json<StoredRule>, ApiError> {
-    let rule: Rule = parse(&body)?;
-    save_existing_rule(&state, &id, &rule, &access.principal.actor()).await?;
-    Ok(Json(StoredRule { rule, source: Source::Api }))
 }
 
 /// Deletes rule `id` (one made in the UI or the API), by `actor`; false if there was none.
@@ -270,36 +186,6 @@ pub async fn remove_rule(state: &AppState, id: &str, actor: &str) -> Result<bool
     let detail = format!("rule {} deleted", rule_name(&existing.rule));
     audit_alerts(state, actor, "rule delete", rule_request(&existing.rule), "done", detail).await?;
     Ok(true)
-}
-
-async fn delete_rule(
-    State(state): State<AppState>,
-    access: super::Access,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    if !remove_rule(&state, &id, &access.principal.actor()).await? {
-        return Err(WebError::NotFound(format!("no alert rule with id {id:?}")).into());
-    }
-    Ok(Json(json!({"deleted": id})))
-}
-
-/// Every rule in the config file's format (`[[alerts]]` tables), to move rules made in the UI
-/// into configuration as code.
-async fn export(State(state): State<AppState>) -> Result<Response, ApiError> {
-    // The built-in rule is not exported: it exists whenever no broker_unreachable rule does.
-    let rules: Vec<Rule> = store::all_rules(&state.config_rules, &state.db)
-        .await?
-        .into_iter()
-        .filter(|r| r.source != Source::Builtin)
-        .map(|r| r.rule)
-        .collect();
-    #[derive(Serialize)]
-    struct File {
-        alerts: Vec<Rule>,
-    }
-    let text = toml::to_string(&File { alerts: rules })
-        .map_err(|e| WebError::BadRequest(format!("cannot export the rules as TOML: {e}")))?;
-    Ok(([(header::CONTENT_TYPE, "application/toml; charset=utf-8")], text).into_response())
 }
 
 /// One queue (or broker) a rule covers now, with its current value.
@@ -356,103 +242,6 @@ pub fn preview(state: &AppState, rule: &Rule) -> Vec<PreviewRow> {
     rows
 }
 
-async fn preview_json(State(state): State<AppState>, body: Bytes) -> Result<Json<serde_json::Value>, ApiError> {
-    let rule: Rule = parse(&body)?;
-    check_rule(&state, &rule)?;
-    let rows = preview(&state, &rule);
-    Ok(Json(json!({"matches": rows.len(), "holding": rows.iter().filter(|r| r.holds).count(), "queues": rows})))
-}
-
-/// A pending or firing alert with its rule's name and severity, and whether it is silenced.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct AlertView {
-    #[serde(flatten)]
-    pub state: AlertState,
-    pub rule_name: String,
-    pub severity: Option<alerts::Severity>,
-    pub silenced: bool,
-    /// When a channel last accepted a firing or reminder notification of the alert; `null`
-    /// until one did. (Before the outbox this was when the notification was queued; the field
-    /// keeps its name and now means what it says.)
-    pub notified_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// When the last firing or reminder notification was queued for the channels.
-    pub queued_at: Option<chrono::DateTime<chrono::Utc>>,
-}
-
-/// The pending and firing alerts as of the last evaluation, firing first.
-pub async fn current_alerts(state: &AppState) -> Result<Vec<AlertView>, WebError> {
-    let rules = store::all_rules(&state.config_rules, &state.db).await?;
-    let silences = store::silences(&state.db, true).await?;
-    let now = chrono::Utc::now();
-    let mut views: Vec<AlertView> = store::states(&state.db)
-        .await?
-        .into_iter()
-        .map(|stored| {
-            let s = stored.state;
-            let rule = rules.iter().find(|r| r.rule.id == s.rule_id);
-            AlertView {
-                rule_name: rule.map(|r| r.rule.name.clone()).unwrap_or_else(|| s.rule_id.clone()),
-                severity: rule.map(|r| r.rule.severity),
-                silenced: silences.iter().any(|x| x.covers(&s.rule_id, &s.key, now)),
-                notified_at: stored.delivered_at,
-                queued_at: stored.queued_at,
-                state: s,
-            }
-        })
-        .collect();
-    views.sort_by_key(|v| (v.state.phase != alerts::AlertPhase::Firing, v.state.active_since));
-    Ok(views)
-}
-
-async fn current(State(state): State<AppState>) -> Result<Json<Vec<AlertView>>, ApiError> {
-    Ok(Json(current_alerts(&state).await?))
-}
-
-/// `?cursor=&limit=` of the alert history and the delivery log, newest first.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub(super) struct Limit {
-    /// The `next_cursor` of the page before (empty: the newest page). With `cursor` the answer
-    /// is the `{"items", "next_cursor", "limit"}` envelope; without it, for one release more, a
-    /// bare array of the newest `limit` (default 200, up to 5000).
-    cursor: Option<String>,
-    /// Entries per page: 1 to 500 (default 100).
-    limit: Option<String>,
-}
-
-impl Limit {
-    /// The page asked for, when the request pages by cursor.
-    fn page(&self) -> Result<Option<PageAt>, WebError> {
-        let paging = Paging { cursor: self.cursor.clone(), limit: self.limit.clone() };
-        paging.cursor_given().then(|| paging.validate()).transpose()
-    }
-
-    /// The deprecated `limit` of a bare array: 1 to 5000 (larger is taken as 5000), 200 unless
-    /// given, as it always was; not a number is a 400 (it was one before, from the framework).
-    fn old_limit(&self) -> Result<i64, WebError> {
-        match self.limit.as_deref().map(str::trim).filter(|l| !l.is_empty()) {
-            None => Ok(200),
-            Some(text) => text.parse::<i64>().map(|n| n.clamp(1, 5000)).map_err(|_| {
-                WebError::BadRequest(format!("limit: {:?} is not a whole number", crate::auth::shorten(text)))
-            }),
-        }
-    }
-}
-
-async fn history(State(state): State<AppState>, Query(q): Query<Limit>) -> Result<Response, ApiError> {
-    let db = &state.db;
-    match q.page()? {
-        Some(at) => {
-            let read = store::history(db, at.cursor, at.limit as i64 + 1).await?;
-            Ok(Json(Paged::from_one_more(read, at.limit, |e| e.id)).into_response())
-        }
-        None => Ok(Json(store::history(db, None, q.old_limit()?).await?).into_response()),
-    }
-}
-
-async fn silences(State(state): State<AppState>) -> Result<Json<Vec<Silence>>, ApiError> {
-    Ok(Json(store::silences(&state.db, false).await?))
-}
-
 /// Validates and stores a silence set by `actor`.
 pub async fn add_silence(state: &AppState, mut silence: Silence, actor: &str) -> Result<Silence, WebError> {
     let mut fields = Vec::new();
@@ -483,7 +272,7 @@ pub async fn add_silence(state: &AppState, mut silence: Silence, actor: &str) ->
         "silence {} of {} until {}: {}",
         silence.id,
         silenced(&silence),
-        super::format::time(Some(silence.until)),
+        format::time(Some(silence.until)),
         silence.comment.trim()
     );
     audit_alerts(state, actor, "silence add", request, "done", detail).await?;
@@ -511,25 +300,19 @@ pub async fn end_silence(state: &AppState, id: i64, actor: &str) -> Result<bool,
     Ok(true)
 }
 
-async fn create_silence(
-    State(state): State<AppState>,
-    access: super::Access,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let silence: Silence = parse(&body)?;
-    let silence = add_silence(&state, silence, &access.principal.actor()).await?;
-    Ok((StatusCode::CREATED, Json(silence)).into_response())
-}
-
-async fn expire_silence(
-    State(state): State<AppState>,
-    access: super::Access,
-    Path(id): Path<i64>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    if !end_silence(&state, id, &access.principal.actor()).await? {
-        return Err(WebError::NotFound(format!("no silence with id {id}")).into());
+/// A rule's condition in words (metric, comparison, how long), as the page and the audit log say it.
+pub fn condition(rule: &Rule) -> String {
+    let mut text = rule.metric.as_str().to_string();
+    if let (Some(c), Some(t)) = (rule.comparator, rule.threshold) {
+        text = format!("{text} {} {t}", c.as_str());
     }
-    Ok(Json(json!({"expired": id})))
+    if rule.for_secs > 0 {
+        text = format!("{text} for {}", format::duration(rule.for_secs as f64));
+    }
+    if rule.keep_firing_for_secs > 0 {
+        text = format!("{text}, keep firing {}", format::duration(rule.keep_firing_for_secs as f64));
+    }
+    text
 }
 
 #[cfg(test)]

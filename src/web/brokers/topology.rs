@@ -11,17 +11,23 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::api::{broker_live, find_queue};
-use super::format;
-use super::freshness::{Freshness, REFRESH_SECS};
-use super::pages::queue_href;
-use super::{html, is_htmx, ApiError, PageError, WebError};
 use crate::broker::exchanges::ExchangeView;
 use crate::broker::management::encode_segment;
 use crate::broker::topology::routing::{routes_into, Route};
 use crate::live::BrokerLive;
 use crate::metrics::QueueView;
 use crate::state::AppState;
+use crate::web::error::ApiError;
+use crate::web::error::WebError;
+use crate::web::error_page::PageError;
+use crate::web::format;
+use crate::web::freshness::{Freshness, REFRESH_SECS};
+use crate::web::htmx::html;
+use crate::web::htmx::is_htmx;
+use crate::web::identity::Me;
+use crate::web::links::queue_href;
+use crate::web::lookup::broker_live;
+use crate::web::lookup::find_queue;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -180,7 +186,7 @@ struct ExchangesFragment {
 #[derive(Template)]
 #[template(path = "exchanges.html")]
 struct ExchangesPage {
-    me: super::Me,
+    me: Me,
     name: String,
     others: Vec<(String, String)>,
     fragment: String,
@@ -221,7 +227,7 @@ fn row(x: &ExchangeView) -> ExchangeRow {
 async fn page(
     State(state): State<AppState>,
     Path(broker): Path<String>,
-    me: super::Me,
+    me: Me,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let live = broker_live(&state, &broker)?;

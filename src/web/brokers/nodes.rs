@@ -11,17 +11,24 @@ use axum::{Json, Router};
 use chrono::Utc;
 use serde::Serialize;
 
-use super::api::broker_live;
-use super::format;
-use super::freshness::{Freshness, REFRESH_SECS};
-use super::pages::ChartWindow;
-use super::query::RangeQuery;
-use super::{html, is_htmx, ApiError, PageError, WebError};
+use super::chart_window::ChartWindow;
 use crate::broker::management::encode_segment;
 use crate::broker::nodes::{Node, NodesLive, DISK_READINGS_KEEP_SECS};
 use crate::history::nodes::NodePoint;
 use crate::live::BrokerLive;
 use crate::state::AppState;
+use crate::web::error::ApiError;
+use crate::web::error::WebError;
+use crate::web::error_page::PageError;
+use crate::web::format;
+use crate::web::freshness::{Freshness, REFRESH_SECS};
+use crate::web::htmx::html;
+use crate::web::htmx::is_htmx;
+use crate::web::identity::Me;
+use crate::web::links::nodes_href;
+use crate::web::lookup::broker_live;
+use crate::web::lookup::poll_interval_secs;
+use crate::web::query::RangeQuery;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -29,11 +36,6 @@ pub fn router() -> Router<AppState> {
         .route("/brokers/{broker}/nodes", get(page))
         .route("/api/v1/brokers/{broker}/nodes", get(json))
         .route("/api/v1/brokers/{broker}/nodes/{node}/history", get(history_json))
-}
-
-/// Where a broker's nodes page is.
-pub fn nodes_href(broker: &str) -> String {
-    format!("/brokers/{}/nodes", encode_segment(broker))
 }
 
 /// The nav's "Nodes": the first broker's nodes (the page links the others).
@@ -71,7 +73,7 @@ async fn json(State(state): State<AppState>, Path(broker): Path<String>) -> Resu
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub(super) struct NodeHistoryJson {
+pub struct NodeHistoryJson {
     broker: String,
     node: String,
     #[serde(flatten, serialize_with = "crate::times::from")]
@@ -94,7 +96,7 @@ async fn history_json(
     broker_live(&state, &broker)?;
     let broker_id =
         *state.broker_ids.get(&broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?;
-    let window = range.validate(Utc::now(), super::api::poll_interval_secs(&state, &broker))?;
+    let window = range.validate(Utc::now(), poll_interval_secs(&state, &broker))?;
     let points =
         crate::history::nodes::history(&state.db, broker_id, &node, window.from, window.to, window.step).await?;
     Ok(Json(NodeHistoryJson {
@@ -254,7 +256,7 @@ struct NodesFragment {
 #[derive(Template)]
 #[template(path = "nodes.html")]
 struct NodesPage {
-    me: super::Me,
+    me: Me,
     name: String,
     fragment: String,
     window: ChartWindow,
@@ -267,7 +269,7 @@ struct NodesPage {
 async fn page(
     State(state): State<AppState>,
     Path(broker): Path<String>,
-    me: super::Me,
+    me: Me,
     headers: HeaderMap,
     Query(range): Query<RangeQuery>,
     RawQuery(raw_query): RawQuery,

@@ -11,15 +11,21 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::api::{broker_live, find_queue};
-use super::format;
-use super::freshness::{Freshness, REFRESH_SECS};
-use super::{html, is_htmx, ApiError, PageError, WebError};
 use crate::broker::clients::{Channel, Connection};
 use crate::broker::management::encode_segment;
 use crate::live::clients::{ClientsLive, QueueConsumer};
 use crate::live::BrokerLive;
 use crate::state::AppState;
+use crate::web::error::ApiError;
+use crate::web::error::WebError;
+use crate::web::error_page::PageError;
+use crate::web::format;
+use crate::web::freshness::{Freshness, REFRESH_SECS};
+use crate::web::htmx::html;
+use crate::web::htmx::is_htmx;
+use crate::web::identity::Me;
+use crate::web::lookup::broker_live;
+use crate::web::lookup::find_queue;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -171,7 +177,7 @@ struct ClientsFragment {
 #[derive(Template)]
 #[template(path = "clients.html")]
 struct ClientsPage {
-    me: super::Me,
+    me: Me,
     broker: String,
     others: Vec<(String, String)>,
     fragment: String,
@@ -197,7 +203,7 @@ async fn page(
     State(state): State<AppState>,
     Path(broker): Path<String>,
     Query(filter): Query<VhostFilter>,
-    me: super::Me,
+    me: Me,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let live = broker_live(&state, &broker)?;

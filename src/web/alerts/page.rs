@@ -12,13 +12,21 @@ use axum::routing::{get, post};
 use axum::{Form, Router};
 use serde_json::{json, Map, Value};
 
-use super::alerts::{add_silence, check_rule, current_alerts, preview, save_new_rule};
-use super::pages::queue_href;
-use super::{format, html, is_htmx, PageError, WebError};
-use super::{Access, Me};
+use super::rules::{
+    add_silence, check_rule, condition, end_silence, preview, read_only, remove_rule, save_existing_rule,
+    save_new_rule, send_test,
+};
 use crate::alerts::store::{self, Silence};
 use crate::alerts::{AlertKey, Rule};
 use crate::state::AppState;
+use crate::web::error::WebError;
+use crate::web::error_page::PageError;
+use crate::web::firing::{alert_rows, AlertRow};
+use crate::web::format;
+use crate::web::freshness::{Freshness, REFRESH_SECS};
+use crate::web::htmx::{html, is_htmx};
+use crate::web::identity::{Access, Me};
+use crate::web::links::{nodes_href, queue_href};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -29,48 +37,6 @@ pub fn router() -> Router<AppState> {
         .route("/alerts/silences", post(silence_form))
         .route("/alerts/silences/{id}/expire", post(expire_form))
         .route("/alerts/channels/{id}/test", post(test_form))
-}
-
-/// A pending or firing alert as the page shows it (the overview and the queue page too).
-pub struct AlertRow {
-    pub rule: String,
-    pub rule_id: String,
-    pub severity: String,
-    pub phase: String,
-    pub what: String,
-    pub href: Option<String>,
-    pub since: String,
-    pub value: String,
-    pub silenced: bool,
-    pub key_json: String,
-}
-
-/// The alerts as rows, optionally only those of one queue.
-pub async fn alert_rows(state: &AppState, only: Option<&AlertKey>) -> Result<Vec<AlertRow>, WebError> {
-    Ok(current_alerts(state)
-        .await?
-        .into_iter()
-        .filter(|a| only.is_none_or(|k| *k == a.state.key))
-        .map(|a| {
-            let key = &a.state.key;
-            AlertRow {
-                rule: a.rule_name,
-                rule_id: a.state.rule_id.clone(),
-                severity: a.severity.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default(),
-                phase: format!("{:?}", a.state.phase).to_lowercase(),
-                what: key.to_string(),
-                href: match (&key.vhost, &key.queue) {
-                    (Some(v), Some(q)) => Some(queue_href(&key.broker, v, q)),
-                    _ if key.node.is_some() => Some(super::nodes::nodes_href(&key.broker)),
-                    _ => None,
-                },
-                since: format::time(Some(a.state.fired_at.unwrap_or(a.state.active_since))),
-                value: format::value(a.state.last_value),
-                silenced: a.silenced,
-                key_json: serde_json::to_string(key).unwrap_or_default(),
-            }
-        })
-        .collect())
 }
 
 struct RuleRow {
@@ -89,18 +55,15 @@ struct RuleRow {
 #[derive(Template)]
 #[template(path = "alerts_firing.html")]
 struct FiringFragment {
-    me: super::Me,
+    me: Me,
     alerts: Vec<AlertRow>,
     /// Alert states are warren's own, read for this answer.
-    freshness: super::freshness::Freshness,
+    freshness: Freshness,
 }
 
 async fn firing(state: &AppState, me: Me) -> Result<String, WebError> {
-    let fragment = FiringFragment {
-        me,
-        alerts: alert_rows(state, None).await?,
-        freshness: super::freshness::Freshness::rendered(super::freshness::REFRESH_SECS),
-    };
+    let fragment =
+        FiringFragment { me, alerts: alert_rows(state, None).await?, freshness: Freshness::rendered(REFRESH_SECS) };
     Ok(fragment.render()?)
 }
 
@@ -116,7 +79,7 @@ struct HistoryRow {
 #[derive(Template)]
 #[template(path = "alerts.html")]
 struct AlertsPage {
-    me: super::Me,
+    me: Me,
     firing: String,
     rules: Vec<RuleRow>,
     silences: Vec<(i64, String, String, String, String)>,
@@ -246,20 +209,6 @@ fn id_from(name: &str) -> String {
     id.trim_end_matches('-').chars().take(64).collect::<String>().trim_end_matches('-').to_string()
 }
 
-pub fn condition(rule: &Rule) -> String {
-    let mut text = rule.metric.as_str().to_string();
-    if let (Some(c), Some(t)) = (rule.comparator, rule.threshold) {
-        text = format!("{text} {} {t}", c.as_str());
-    }
-    if rule.for_secs > 0 {
-        text = format!("{text} for {}", format::duration(rule.for_secs as f64));
-    }
-    if rule.keep_firing_for_secs > 0 {
-        text = format!("{text}, keep firing {}", format::duration(rule.keep_firing_for_secs as f64));
-    }
-    text
-}
-
 fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
     // The preview needs the condition and the scope, not the id or the name: a blank form
     // previews instead of listing errors before anything was typed (issue 34, case 6).
@@ -283,7 +232,7 @@ fn preview_fragment(state: &AppState, form: &RuleForm) -> PreviewFragment {
                 .map(|r| {
                     let href = match (&r.key.vhost, &r.key.queue) {
                         (Some(v), Some(q)) => Some(queue_href(&r.key.broker, v, q)),
-                        _ if r.key.node.is_some() => Some(super::nodes::nodes_href(&r.key.broker)),
+                        _ if r.key.node.is_some() => Some(nodes_href(&r.key.broker)),
                         _ => None,
                     };
                     let value = format::value(r.value);
@@ -466,7 +415,7 @@ async fn page(
             let rules = store::all_rules(&state.config_rules, &state.db).await?;
             let found = rules.into_iter().find(|r| r.rule.id == id);
             let stored = found.ok_or_else(|| WebError::NotFound(format!("no alert rule with id {id:?}")))?;
-            if let Some(why) = super::alerts::read_only(stored.source) {
+            if let Some(why) = read_only(stored.source) {
                 return Err(WebError::Conflict(format!("rule {id:?} {why}")).into());
             }
             form_of(&stored.rule)
@@ -493,7 +442,7 @@ async fn create_form(
     let (me, actor) = (Me::of(&access), access.principal.actor());
     let saved = match form.rule() {
         Ok(rule) if form.editing.is_empty() => save_new_rule(&state, &rule, &actor).await,
-        Ok(rule) => super::alerts::save_existing_rule(&state, &form.editing, &rule, &actor).await,
+        Ok(rule) => save_existing_rule(&state, &form.editing, &rule, &actor).await,
         Err(e) => Err(e),
     };
     match saved {
@@ -519,7 +468,7 @@ async fn delete_form(
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
     // A rule that was gone already is what the form asked for: it says deleted, as before.
-    super::alerts::remove_rule(&state, &id, &access.principal.actor()).await?;
+    remove_rule(&state, &id, &access.principal.actor()).await?;
     Ok(done(&state, true, format!("Rule {id} deleted.")))
 }
 
@@ -588,7 +537,7 @@ async fn expire_form(
     access: Access,
     Path(id): Path<i64>,
 ) -> Result<Response, PageError> {
-    super::alerts::end_silence(&state, id, &access.principal.actor()).await?;
+    end_silence(&state, id, &access.principal.actor()).await?;
     Ok(done(&state, true, "Silence ended.".to_string()))
 }
 
@@ -598,7 +547,7 @@ async fn test_form(
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
     // Redirected, so that a reload shows the outcome again rather than sending another test.
-    Ok(match super::alerts::send_test(&state, &id, &access.principal.actor()).await? {
+    Ok(match send_test(&state, &id, &access.principal.actor()).await? {
         Ok(status) => {
             let status = status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
             done(&state, true, format!("Test notification sent to {id}{status}."))

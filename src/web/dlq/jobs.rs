@@ -9,11 +9,18 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::freshness::Freshness;
-use super::{format, html, is_htmx, ApiError, PageError, WebError};
 use crate::audit;
 use crate::dlq::jobs::{JobStatus, Method};
 use crate::state::AppState;
+use crate::web::error::ApiError;
+use crate::web::error::WebError;
+use crate::web::error_page::PageError;
+use crate::web::format;
+use crate::web::freshness::Freshness;
+use crate::web::htmx::html;
+use crate::web::htmx::is_htmx;
+use crate::web::identity::Access;
+use crate::web::identity::Me;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -40,13 +47,13 @@ pub async fn job_status(state: &AppState, id: i64) -> Result<JobStatus, WebError
 /// A job's status as `role` may read it (`restricted::job`): the API and the page alike.
 async fn job_status_for(state: &AppState, id: i64, role: crate::auth::Role) -> Result<JobStatus, WebError> {
     let mut status = job_status(state, id).await?;
-    super::restricted::job(state, role, &mut status).await?;
+    crate::web::restricted::job(state, role, &mut status).await?;
     Ok(status)
 }
 
 async fn job_json(
     State(state): State<AppState>,
-    access: super::Access,
+    access: Access,
     Path(id): Path<i64>,
 ) -> Result<Json<JobStatus>, ApiError> {
     Ok(Json(job_status_for(&state, id, access.principal.role).await?))
@@ -73,7 +80,7 @@ const SHOWN_ROWS: usize = 1000;
 #[derive(Template)]
 #[template(path = "job.html")]
 struct JobPage {
-    me: super::Me,
+    me: Me,
     title: String,
     back_href: String,
     fragment: String,
@@ -82,7 +89,7 @@ struct JobPage {
 #[derive(Template)]
 #[template(path = "job_progress.html")]
 struct JobFragment {
-    me: super::Me,
+    me: Me,
     freshness: Freshness,
     self_href: String,
     api_href: String,
@@ -114,7 +121,7 @@ struct JobFragment {
     from_audit_only: bool,
 }
 
-fn fragment(status: &JobStatus, me: super::Me) -> JobFragment {
+fn fragment(status: &JobStatus, me: Me) -> JobFragment {
     let p = status.progress;
     let id = |m: &Option<String>| m.clone().unwrap_or_else(|| format::UNKNOWN.to_string());
     let report = status.report.as_ref();
@@ -182,11 +189,11 @@ fn fragment(status: &JobStatus, me: super::Me) -> JobFragment {
 
 async fn page(
     State(state): State<AppState>,
-    me: super::Me,
+    me: Me,
     Path(id): Path<i64>,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
-    let status = job_status_for(&state, id, super::restricted::role_of(&me)).await?;
+    let status = job_status_for(&state, id, crate::web::restricted::role_of(&me)).await?;
     let fragment = fragment(&status, me.clone()).render()?;
     if is_htmx(&headers) {
         return Ok(html(fragment));

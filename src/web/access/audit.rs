@@ -13,11 +13,17 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::query::Paged;
-use super::{Access, ApiError, Me, WebError};
 use crate::audit::{self, Kind, Listing, Page, Record};
 use crate::auth::{shorten, Role};
 use crate::state::AppState;
+use crate::web::error::ApiError;
+use crate::web::error::WebError;
+use crate::web::error_page::PageError;
+use crate::web::htmx::html;
+use crate::web::htmx::is_htmx;
+use crate::web::identity::Access;
+use crate::web::identity::Me;
+use crate::web::query::Paged;
 
 /// Entries per page unless asked otherwise.
 pub const DEFAULT_PER_PAGE: i64 = 100;
@@ -34,7 +40,7 @@ pub fn router() -> Router<AppState> {
 /// `?kind=&cursor=&limit=` (and, deprecated, `before=&after=&per_page=`), as text so that a bad
 /// value gets a 400 that says why.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-pub(super) struct AuditQuery {
+pub struct AuditQuery {
     /// `action`, `login`, `account`, `alerts`, or `all` (the default).
     kind: Option<String>,
     /// The `next_cursor` of the page before (empty: the newest page). With `cursor` or `limit`
@@ -86,7 +92,7 @@ impl AuditQuery {
                     "before, after and per_page (deprecated) or cursor and limit: not both".to_string(),
                 ));
             }
-            let paging = super::query::Paging { cursor: self.cursor.clone(), limit: self.limit.clone() };
+            let paging = crate::web::query::Paging { cursor: self.cursor.clone(), limit: self.limit.clone() };
             let at = paging.validate()?;
             return Ok(Page { kind, before: at.cursor, after: None, per_page: at.limit as i64 });
         }
@@ -114,7 +120,7 @@ async fn read(state: &AppState, page: &Page, role: Role, own_actor: &str) -> Res
     if !role.allows(Role::Admin) {
         listing.records.iter_mut().for_each(|r| r.hide_account_names(own_actor));
     }
-    listing.records.iter_mut().for_each(|r| super::restricted::audit_record(state, role, r));
+    listing.records.iter_mut().for_each(|r| crate::web::restricted::audit_record(state, role, r));
     Ok(listing)
 }
 
@@ -181,9 +187,9 @@ async fn messages_api(
     let Some(record) = crate::audit::get(&state.db, id).await? else {
         return Err(WebError::NotFound(format!("no audit entry {id}")).into());
     };
-    if super::restricted::ids_hidden(&state, access.principal.role, &record) {
+    if crate::web::restricted::ids_hidden(&state, access.principal.role, &record) {
         let queue = (record.broker.as_str(), record.vhost.as_str(), record.queue.as_str());
-        super::restricted::require(&state, access.principal.role, queue, "the messages a content filter chose")?;
+        crate::web::restricted::require(&state, access.principal.role, queue, "the messages a content filter chose")?;
     }
     Ok(Json(crate::dlq::fates::messages(&state.db, id).await?))
 }
@@ -250,7 +256,7 @@ struct AuditPage {
 struct AuditEntries {
     /// The base path, before every URL (`AppState::base_path`).
     base: std::sync::Arc<str>,
-    freshness: super::freshness::Freshness,
+    freshness: crate::web::freshness::Freshness,
     /// Where htmx asks for this page again; `None` for a page that stays still.
     live_href: Option<String>,
     rows: Vec<AuditRow>,
@@ -274,7 +280,7 @@ fn shown_ids(ids: &serde_json::Value) -> String {
 }
 
 fn time(secs: i64) -> String {
-    super::format::time(chrono::DateTime::from_timestamp(secs, 0))
+    crate::web::format::time(chrono::DateTime::from_timestamp(secs, 0))
 }
 
 /// What the Detail column says: for a login, where from and (failures) how many; for an
@@ -357,10 +363,10 @@ async fn audit_page(
     me: Me,
     headers: axum::http::HeaderMap,
     Query(query): Query<AuditQuery>,
-) -> Result<Response, super::PageError> {
-    use super::freshness::{Freshness, REFRESH_SECS};
+) -> Result<Response, PageError> {
+    use crate::web::freshness::{Freshness, REFRESH_SECS};
     let page = query.validate()?;
-    let listing = read(&state, &page, super::restricted::role_of(&me), &me.name).await?;
+    let listing = read(&state, &page, crate::web::restricted::role_of(&me), &me.name).await?;
     let (newest_href, newer_href, older_href) = neighbours("/audit", &page, &listing);
     let newest = page.before.is_none() && page.after.is_none();
     let entries = AuditEntries {
@@ -377,8 +383,8 @@ async fn audit_page(
         older_href,
     };
     let fragment = askama::Template::render(&entries)?;
-    if super::is_htmx(&headers) {
-        return Ok(super::html(fragment));
+    if is_htmx(&headers) {
+        return Ok(html(fragment));
     }
     let filters = [
         (None, "all"),
@@ -396,5 +402,5 @@ async fn audit_page(
         })
         .collect();
     let html = askama::Template::render(&AuditPage { me, kinds, fragment })?;
-    Ok(super::html(html))
+    Ok(crate::web::htmx::html(html))
 }

@@ -11,13 +11,17 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::api::broker_live;
-use super::format;
-use super::freshness::{Freshness, REFRESH_SECS};
-use super::{html, is_htmx, ApiError, PageError};
 use crate::broker::management::encode_segment;
 use crate::live::BrokerLoad;
 use crate::state::AppState;
+use crate::web::error::ApiError;
+use crate::web::error_page::PageError;
+use crate::web::format;
+use crate::web::freshness::{Freshness, REFRESH_SECS};
+use crate::web::htmx::html;
+use crate::web::htmx::is_htmx;
+use crate::web::identity::Me;
+use crate::web::lookup::broker_live;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/brokers/{broker}", get(page)).route("/api/v1/brokers/{broker}", get(json))
@@ -115,13 +119,13 @@ struct LoadFragment {
 struct BrokerPage {
     name: String,
     fragment: String,
-    me: super::Me,
+    me: Me,
 }
 
 async fn page(
     State(state): State<AppState>,
     Path(broker): Path<String>,
-    me: super::Me,
+    me: Me,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let live = broker_live(&state, &broker)?;
