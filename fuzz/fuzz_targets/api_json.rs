@@ -1,4 +1,4 @@
-//! JSON request bodies of the API, as its handlers parse them (`web::alerts::parse`, axum's
+//! JSON request bodies of the API, as its handlers parse them (`web::alerts::api::parse`, axum's
 //! `Json`: both `serde_json`), and the checks that run before any I/O: an alert rule's validation,
 //! its scope over a queue and the description it would send; a move's plan check, as for a quorum
 //! queue with a delivery limit and for a classic queue; a silence and what it covers.

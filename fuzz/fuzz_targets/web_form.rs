@@ -12,7 +12,7 @@ use warren::alerts::AlertKey;
 use warren::auth::Role;
 use warren::web::input::{parse_requeue_form, safe_next, silence_hours, RuleForm};
 
-/// The login form's fields (`web::access::LoginForm`): only `next` is parsed beyond a string.
+/// The login form's fields (`web::access::login::LoginForm`): only `next` is parsed beyond a string.
 #[derive(Deserialize)]
 struct LoginForm {
     #[allow(dead_code)]
@@ -22,7 +22,7 @@ struct LoginForm {
     next: Option<String>,
 }
 
-/// The silence form's duration field (`web::alert_pages::SilenceForm`; its `key` is JSON, see
+/// The silence form's duration field (`web::alerts::page::SilenceForm`; its `key` is JSON, see
 /// the `api_json` target).
 #[derive(Deserialize)]
 struct HoursField {
