@@ -7,7 +7,7 @@
 //!   Pure; uses `framework`.
 //! - `mover`: the only code that takes messages off a queue: reading (`peek`) and moving, each
 //!   original acked only after its copy is confirmed and not returned (DOMAIN.md §6). Uses
-//!   `message`.
+//!   `message`. A folder, one file per idea (its `mod.rs` lists them).
 //! - `target`: the checks every path that puts messages back makes before its first publish
 //!   (the target exists, and does not drop its oldest when full unless the user accepted that),
 //!   and the words for a copy the broker refused. Used by `mover` and `custody`.
@@ -15,17 +15,18 @@
 //!   drop it (its delivery limit reached). Used by `mover`.
 //! - `browse`: snapshots of a queue's head, kept so that page views never read it again. Uses
 //!   `mover` and `message`.
-//! - `audit`: what became of each message of a move (its fate), recorded beside the audit log's
+//! - `fates`: what became of each message of a move (its fate), recorded beside the audit log's
 //!   row. Pure storage; `mover` reports fates in its type.
 //! - `custody`: dead letters taken into warren's database (intake acks only after a durable
 //!   commit), listed and grouped there, and replayed (a record marked replayed only after its
 //!   copy's confirm). Uses `message` and `mover`'s connection and message conversion.
+//!   A folder, one file per idea (its `mod.rs` lists them).
 //! - `expression`: a filter's regular expression, bounded in size, in what it reads, and in
 //!   time (checked as a long text is read). Pure.
 //! - `budget`: the time a filter's regular expression may take, off the async workers, stopped
 //!   when its request or job is. Used by `custody`, `mover` and the pages.
 //! - `jobs`: moves as background jobs, one per queue at a time, with the audit log's record.
-//!   Uses `mover`, `browse` and `audit`.
+//!   Uses `mover`, `browse` and `fates`.
 
 pub mod browse;
 pub mod budget;
