@@ -10,6 +10,12 @@
 //! at a slower cadence set by the broker CPU budget (`load::stats_interval`), sooner when the
 //! scrape shows queues the listing does not have. Without the plugin every poll is a listing,
 //! spaced by the same budget.
+//!
+//! A poll is a plan, then its execution: `plan` decides every queue call and where each metric
+//! comes from, `reads` carries the plan out (a failed scrape yields the next plan), `overlay`
+//! lays the scrape over the listing; then `track` derives the views, `routing` their roles,
+//! `rates` the vhosts' rates and the totals, and `report` what the broker page says. `cadence`
+//! and `load` space the calls by the broker CPU budget.
 
 mod cadence;
 mod clients;
