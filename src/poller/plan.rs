@@ -294,7 +294,9 @@ impl Source {
         match self {
             Source::Scrape => scrape,
             Source::Listing | Source::ListingAndPolicies => listing,
-            Source::ListingWhileUnmoved => "listing's while the head cannot have moved, else warren's estimate",
+            Source::ListingWhileUnmoved => {
+                "the listing's, kept while the head cannot have moved, else warren's estimate"
+            }
             Source::Kept => "not read this poll: the last reading stays",
             Source::Estimate => "warren's estimate",
             Source::Unknown => "unknown: no call this poll serves it",
