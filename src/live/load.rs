@@ -65,6 +65,8 @@ pub struct BrokerLoad {
     pub sources: Vec<MetricSource>,
     /// The calls of the last poll (`PollPlan`), in words.
     pub last_plan: String,
+    /// Where the last poll's queue metrics came from, as its plan decided: (metric, source).
+    pub last_plan_sources: Vec<(&'static str, &'static str)>,
     /// What the queue listing is for: with the plugin's counters only metadata.
     pub listing_role: &'static str,
     /// The configured poll interval, and the one in force (stretched when the broker is slow).

@@ -104,7 +104,7 @@ pub async fn seed(
         by_vhost.entry(view.vhost.clone()).or_default().push(i);
     }
     for (vhost, indexes) in &by_vhost {
-        let configs = super::queue_configs(&views, indexes, custody, broker, vhost);
+        let configs = super::routing::queue_configs(&views, indexes, custody, broker, vhost);
         let mut info = topology::analyse_with(&configs, topologies.get(&**vhost), &|q: &str| worked.words(vhost, q));
         for &i in indexes {
             let facts = info.remove(&*views[i].name);
@@ -117,7 +117,7 @@ pub async fn seed(
         .map(|name| VhostLive { name: name.to_string(), rates: Default::default(), counters: Default::default() })
         .collect();
     vhosts.sort_by(|a, b| a.name.cmp(&b.name));
-    let totals = super::totals(&views);
+    let totals = super::rates::totals(&views);
     tracing::info!(broker, queues = views.len(), %as_of, "showing the last known state until the first poll succeeds");
     live.update(broker, |b| {
         b.queues = Arc::new(views);

@@ -98,6 +98,7 @@ struct LoadFragment {
     base_interval: String,
     stretched: Option<String>,
     last_plan: String,
+    last_plan_sources: Vec<(&'static str, &'static str)>,
     listing_role: &'static str,
     stats_interval: String,
     stats_reason: String,
@@ -178,6 +179,7 @@ async fn page(
         stretched: l.stretched.clone(),
         // Before the first poll nothing is decided yet: say so rather than "every 0s: .".
         last_plan: if l.last_plan.is_empty() { "none yet".to_string() } else { l.last_plan.clone() },
+        last_plan_sources: l.last_plan_sources.clone(),
         listing_role: l.listing_role,
         stats_interval: if l.stats_interval_secs > 0.0 {
             format::duration(l.stats_interval_secs)
