@@ -133,13 +133,19 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
     let payload = format!("{{\"token\": \"{}\"}}", "Zm9vYmFy".repeat(60)).into_bytes();
     let mut messages = numbered(2);
     messages.push(("urn:message:7f9c2b4e-0a51-4c6e-9d3b-long-message-identifier-0001".to_string(), payload, headers));
-    dead_letter(&vhost, &channel, "work.dlq", false, messages).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, messages.clone()).await;
+    // The same dead letters in a DLQ warren keeps in custody, in a vhost of its own (issue 34,
+    // case 2: the browser in custody at both widths).
+    let held_vhost = TestVhost::create("layoutheld").await;
+    let held_connection = held_vhost.connect().await;
+    let held_channel = held_vhost.channel(&held_connection).await;
+    dead_letter(&held_vhost, &held_channel, "held.dlq", false, messages).await;
 
     let toml = format!(
         "[[alerts]]\nid = \"ready\"\nname = \"Anything ready\"\nmetric = \"ready\"\ncomparator = \">\"\n\
-         threshold = 0\nseverity = \"warning\"\n\n[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\n\
-         poll_interval_secs = 1\n",
-        vhost.name
+         threshold = 0\nseverity = \"warning\"\n\n[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}, {:?}]\n\
+         poll_interval_secs = 1\n\n[[custody]]\nqueue = \"held.dlq\"\n",
+        vhost.name, held_vhost.name
     );
     let warren = Warren::start(&toml).await;
     let encoded_vhost = warren::broker::management::encode_segment(&vhost.name);
@@ -156,6 +162,17 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
     let job = warren.run_move(&requeue, serde_json::json!({"selection": {"positions": [1]}})).await;
     let job_id = job["id"].as_i64().expect("a job id");
     warren.snapshot(&vhost.name, "work.dlq", 10).await;
+    let encoded_held_vhost = warren::broker::management::encode_segment(&held_vhost.name);
+    let custody = format!("/api/v1/queues/local/{encoded_held_vhost}/held.dlq/custody");
+    wait_for("held.dlq's dead letters in custody", Duration::from_secs(60), || async {
+        let (_, list) = warren.get_json(&custody).await;
+        if list["custody"]["counts"]["held"] == 3 {
+            Ok(())
+        } else {
+            Err(list.to_string())
+        }
+    })
+    .await;
 
     // An admin, so the login page has its form and /access its tables.
     let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
@@ -172,7 +189,7 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
     for width in widths {
         common::browser::emulate_phone(&client, width).await;
         client.goto(&warren.url("/login")).await.unwrap();
-        problems.extend(check_layout(&client, width, "login", "/login", &shots).await);
+        problems.extend(check_layout(&client, width, "login", "/login", &[], &shots).await);
     }
     client.find(Locator::Css("input[name=name]")).await.unwrap().send_keys("ada").await.unwrap();
     client
@@ -188,35 +205,52 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
     })
     .await;
 
-    let pages = [
-        ("overview", "/".to_string()),
-        ("queues", "/queues".to_string()),
-        ("dead-letters", "/queues?dlq=true".to_string()),
-        ("queue", format!("/queues/local/{encoded_vhost}/orders")),
+    // Issue 34, case 2: the columns each page is read by are on screen at both widths, not
+    // behind a sideways scroll (first match shown on the page, inside every box that scrolls).
+    const QUEUE_LIST: &[&str] = &[
+        "table.queues tbody td.name a",
+        "table.queues tbody .vhost",
+        "table.queues tbody td.ready",
+        "table.queues tbody td.unacked",
+    ];
+    const TRIAGE: &[&str] = &["table.messages td.died-in", "table.messages td.reason", "table.messages td.error-text"];
+    const CUSTODY_TRIAGE: &[&str] =
+        &["table.custody-records td.died-in", "table.custody-records td.reason", "table.custody-records td.error-text"];
+    let pages: [(&str, String, &[&str]); 17] = [
+        (
+            "overview",
+            "/".to_string(),
+            &["table.brokers td.ready", "table.brokers td.unacked", "table.brokers td.rates"],
+        ),
+        ("queues", "/queues".to_string(), QUEUE_LIST),
+        ("dead-letters", "/queues?dlq=true".to_string(), QUEUE_LIST),
+        ("queue", format!("/queues/local/{encoded_vhost}/orders"), &[]),
         (
             "long-queue",
             format!("/queues/local/{encoded_vhost}/{}", warren::broker::management::encode_segment(long_name)),
+            &[],
         ),
-        ("dlq", format!("/dlq/local/{encoded_vhost}/work.dlq")),
-        ("message", format!("/dlq/local/{encoded_vhost}/work.dlq/messages/2")),
-        ("alerts", "/alerts".to_string()),
-        ("audit", "/audit".to_string()),
-        ("broker", "/brokers/local".to_string()),
-        ("clients", "/brokers/local/clients".to_string()),
-        ("exchanges", "/brokers/local/exchanges".to_string()),
-        ("nodes", "/brokers/local/nodes".to_string()),
-        ("access", "/access".to_string()),
-        ("job", format!("/jobs/{job_id}")),
-        ("not-found", "/no-such-page".to_string()),
+        ("dlq", format!("/dlq/local/{encoded_vhost}/work.dlq"), TRIAGE),
+        ("dlq-custody", format!("/dlq/local/{encoded_held_vhost}/held.dlq"), CUSTODY_TRIAGE),
+        ("message", format!("/dlq/local/{encoded_vhost}/work.dlq/messages/2"), &[]),
+        ("alerts", "/alerts".to_string(), &["form.rule-editor input[name=queue]"]),
+        ("audit", "/audit".to_string(), &[]),
+        ("broker", "/brokers/local".to_string(), &[]),
+        ("clients", "/brokers/local/clients".to_string(), &[]),
+        ("exchanges", "/brokers/local/exchanges".to_string(), &[]),
+        ("nodes", "/brokers/local/nodes".to_string(), &[]),
+        ("access", "/access".to_string(), &[]),
+        ("job", format!("/jobs/{job_id}"), &[]),
+        ("not-found", "/no-such-page".to_string(), &[]),
     ];
     // Issue 34, must-have 3: axe-core on every page, in the light theme and the dark one, finds
     // no serious or critical violation (152 of `color-contrast` before, from one amber).
     let mut accessibility = Vec::new();
     for width in widths {
         common::browser::emulate_phone(&client, width).await;
-        for (name, path) in &pages {
+        for (name, path, must_show) in &pages {
             client.goto(&warren.url(path)).await.unwrap();
-            problems.extend(check_layout(&client, width, name, path, &shots).await);
+            problems.extend(check_layout(&client, width, name, path, must_show, &shots).await);
             if width.is_none() {
                 for v in common::browser::axe_violations(&client).await {
                     accessibility.push(format!("{name} ({path}), light: {v}"));
@@ -225,7 +259,7 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
         }
     }
     client.execute("localStorage.setItem('warren.theme', 'dark'); return true;", vec![]).await.unwrap();
-    for (name, path) in &pages {
+    for (name, path, _) in &pages {
         client.goto(&warren.url(path)).await.unwrap();
         let theme = client.execute("return document.documentElement.dataset.theme || '';", vec![]).await.unwrap();
         assert_eq!(theme, "dark", "{path}: the chosen theme applies");
@@ -281,11 +315,14 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
     client.close().await.unwrap();
     warren.stop().await;
     connection.close(0, "done".into()).await.ok();
+    held_connection.close(0, "done".into()).await.ok();
 }
 
 /// Waits for the page's charts, saves a full-page screenshot, and says what is wrong with the
-/// layout: a document wider than the window (it scrolls sideways), or on a phone a header taller
-/// than a line or two (the navigation stack the issue complains about).
+/// layout: a document wider than the window (it scrolls sideways); on a phone a header taller
+/// than a line or two (the navigation stack the issue complains about); one of `must_show` (the
+/// columns the page is read by) not on screen; an identifier broken inside a word; a form label
+/// split from its field across lines.
 ///
 /// The window's width is the layout viewport's (`clientWidth`), not `innerWidth`: a phone zooms
 /// out to show a page that is too wide, and `innerWidth` grows with it (to 1560 px on the
@@ -295,6 +332,7 @@ async fn check_layout(
     phone: Option<u32>,
     name: &str,
     path: &str,
+    must_show: &[&str],
     shots: &std::path::Path,
 ) -> Vec<String> {
     // Charts are drawn after their data arrives, at the width of their box: measure afterwards.
@@ -325,8 +363,71 @@ async fn check_layout(
     if phone.is_some() && header_height > 80 {
         problems.push(format!("{name} ({path}) at {label} px: the header is {header_height} px tall"));
     }
+    let off_screen = client.execute(OFF_SCREEN, vec![serde_json::json!(must_show)]).await.unwrap();
+    let broken = client.execute(BROKEN_INSIDE_A_WORD, vec![]).await.unwrap();
+    let split = client.execute(SPLIT_LABELS, vec![]).await.unwrap();
+    for (what, found) in
+        [("not on screen", off_screen), ("broken inside a word", broken), ("split from its field", split)]
+    {
+        for item in found.as_array().unwrap_or_else(|| panic!("{path}: {found}")) {
+            problems.push(format!("{name} ({path}) at {label} px: {what}: {}", item.as_str().unwrap_or_default()));
+        }
+    }
     problems
 }
+
+/// The selectors (`arguments[0]`) whose first shown match is not wholly inside the window and
+/// inside every box around it that scrolls or clips sideways.
+const OFF_SCREEN: &str = "
+    const out = [];
+    for (const selector of arguments[0]) {
+        const shown = [...document.querySelectorAll(selector)].filter(e => e.getClientRects().length > 0);
+        if (shown.length === 0) { out.push(selector + ': not shown'); continue; }
+        const rect = shown[0].getBoundingClientRect();
+        let left = 0, right = document.documentElement.clientWidth;
+        for (let box = shown[0].parentElement; box; box = box.parentElement) {
+            if (['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(box).overflowX)) {
+                const b = box.getBoundingClientRect();
+                left = Math.max(left, b.left); right = Math.min(right, b.right);
+            }
+        }
+        if (rect.left < left - 1 || rect.right > right + 1) {
+            out.push(`${selector}: ${Math.round(rect.left)}..${Math.round(rect.right)} px, the visible box is ${Math.round(left)}..${Math.round(right)}`);
+        }
+    }
+    return out;";
+
+/// Identifiers (`.ident`) whose text wraps to a new line after a character that is not one of
+/// the separators `|ident` breaks after: a break inside a word.
+const BROKEN_INSIDE_A_WORD: &str = "
+    const out = [];
+    for (const el of document.querySelectorAll('.ident')) {
+        if (el.getClientRects().length === 0) continue;
+        const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+        let top = null, before = '', node;
+        outer: while ((node = walker.nextNode())) {
+            for (let i = 0; i < node.length; i++) {
+                const range = document.createRange();
+                range.setStart(node, i); range.setEnd(node, i + 1);
+                const rect = range.getClientRects()[0];
+                if (!rect) continue;
+                if (top !== null && rect.top > top + 2 && !'.-_/:@ '.includes(before)) {
+                    out.push(`${el.textContent.slice(0, 90)}: after ${JSON.stringify(el.textContent.slice(0, i))}`);
+                    break outer;
+                }
+                top = rect.top; before = node.data[i];
+            }
+        }
+    }
+    return out;";
+
+/// Form labels that wrap their field but are laid out in more than one box: their text ends a
+/// line and the field starts the next, beside another label.
+const SPLIT_LABELS: &str = "
+    return [...document.querySelectorAll('form label')]
+        .filter(l => l.querySelector('input:not([type=checkbox]):not([type=radio]):not([type=hidden]), select'))
+        .filter(l => l.getClientRects().length > 1)
+        .map(l => l.textContent.trim().slice(0, 60));";
 
 /// Issue 19, item 14: the messages table's header has a box that ticks every message of the
 /// page, and the action buttons come before the table (not below 100 rows), within a phone's
@@ -407,7 +508,8 @@ async fn a_long_client_product_wraps_inside_its_cell() {
     for width in [None, Some(390)] {
         common::browser::emulate_phone(&client, width).await;
         client.goto(&warren.url("/brokers/local/clients")).await.unwrap();
-        problems.extend(check_layout(&client, width, "clients-long-product", "/brokers/local/clients", &shots).await);
+        problems
+            .extend(check_layout(&client, width, "clients-long-product", "/brokers/local/clients", &[], &shots).await);
     }
     assert!(problems.is_empty(), "layout problems (screenshots in {}):\n{}", shots.display(), problems.join("\n"));
     client.close().await.unwrap();

@@ -161,8 +161,12 @@ async fn a_delayed_retry_topology_reads_as_work_wait_and_dlq() {
     assert_eq!(wait_row["role"], "wait", "the list API carries the role too");
     let (_, overview) = warren.get_text("/").await;
     let rows = overview_dlq_rows(&overview);
-    assert!(rows.contains(">work.dlq</a>") && rows.contains("<td>work</td>"), "the DLQ, fed by work: {rows}");
-    assert!(!rows.contains(">work</a>") && !rows.contains(">work.wait</a>"), "work and work.wait are not DLQs: {rows}");
+    let link = |name: &str| format!(">{}</a>", common::ident(name));
+    assert!(rows.contains(&link("work.dlq")) && rows.contains("<td>work</td>"), "the DLQ, fed by work: {rows}");
+    assert!(
+        !rows.contains(&link("work")) && !rows.contains(&link("work.wait")),
+        "work and work.wait are not DLQs: {rows}"
+    );
     let (_, html) = warren.get_text(&format!("/queues?vhost={}", encode(&vhost.name))).await;
     assert_eq!(html.matches(">DLQ<").count(), 1, "one DLQ badge in the list");
     assert!(!html.contains(">no consumers<"), "no 'no consumers' badge on the DLQ or the wait queue");
@@ -564,7 +568,8 @@ async fn retry_roles_hold_before_the_consumer_connects_and_after_it_dies() {
     assert_eq!(html.matches(">DLQ<").count(), 1, "one DLQ badge in the list");
     let (_, overview) = warren.get_text("/").await;
     let rows = overview_dlq_rows(&overview);
-    assert!(rows.contains(">work.dlq</a>") && !rows.contains(">work</a>"), "{rows}");
+    let link = |name: &str| format!(">{}</a>", common::ident(name));
+    assert!(rows.contains(&link("work.dlq")) && !rows.contains(&link("work")), "{rows}");
 
     // A restart while the consumer is still down keeps the roles: what warren saw is stored.
     let warren = warren.restart().await;

@@ -223,6 +223,35 @@ impl askama::filters::Escaper for VisibleHtml {
     }
 }
 
+/// Template filters of warren's own (askama finds them as `filters::NAME` beside a template's
+/// type, so a module whose templates use one imports this module as `filters`).
+pub mod filters {
+    use askama::filters::{Escaper, Safe};
+
+    /// An identifier (a queue, vhost or exchange name, a message id) as HTML that breaks between
+    /// its parts and never inside one: a line break is allowed after `.`, `-`, `_`, `/`, `:` and
+    /// `@` (`<wbr>`, which a copy of the text leaves out), so "orders.fulfillment.dlq" wraps as
+    /// "orders." / "fulfillment.dlq", not "orders.fulfill" / "ment.dlq". The text is escaped as
+    /// every other value is (`VisibleHtml`).
+    pub fn ident<T: std::fmt::Display>(value: T, _: &dyn askama::Values) -> askama::Result<Safe<String>> {
+        let text = value.to_string();
+        let mut html = String::with_capacity(text.len() + 40);
+        html.push_str("<span class=\"ident\">");
+        let mut part = String::new();
+        for c in text.chars() {
+            part.push(c);
+            if matches!(c, '.' | '-' | '_' | '/' | ':' | '@') {
+                crate::web::format::VisibleHtml.write_escaped_str(&mut html, &part)?;
+                html.push_str("<wbr>");
+                part.clear();
+            }
+        }
+        crate::web::format::VisibleHtml.write_escaped_str(&mut html, &part)?;
+        html.push_str("</span>");
+        Ok(Safe(html))
+    }
+}
+
 /// C0 and C1 controls (but tab and line breaks), and the Unicode format characters that reorder
 /// or separate text: bidi embeddings, overrides, isolates and marks, line and paragraph separators.
 pub fn is_shown_escaped(c: char) -> bool {
@@ -284,6 +313,15 @@ mod tests {
         assert_eq!(s.lines, vec!["0,1.0 100.0,1.0".to_string()]);
         assert!(sparkline(&[None, None], 60).lines.is_empty());
         assert_eq!(sparkline(&[Some(1), Some(2)], 60).title, "Depth over the last hour");
+    }
+
+    #[test]
+    fn identifiers_break_after_their_separators_only_and_stay_escaped() {
+        let html = |s: &str| filters::ident(s, &()).unwrap().to_string();
+        let span = |inner: &str| format!("<span class=\"ident\">{inner}</span>");
+        assert_eq!(html("orders.fulfillment.dlq"), span("orders.<wbr>fulfillment.<wbr>dlq"));
+        assert_eq!(html("a<b>-\u{202e}c"), span("a&#60;b&#62;-<wbr>\\u{202e}c"));
+        assert_eq!(html("plain"), span("plain"));
     }
 
     #[test]

@@ -343,3 +343,18 @@ where
     }
     panic!("timed out after {deadline:?} waiting for {what}; last seen: {last}");
 }
+
+/// How a page writes an identifier (a queue, vhost or message id; `web::format::filters::ident`):
+/// in a `span.ident`, with a line break allowed after each `.`, `-`, `_`, `/`, `:` and `@`.
+/// Written out again here, so a test that looks for a name in a page's HTML checks the markup.
+#[allow(dead_code)]
+pub fn ident(name: &str) -> String {
+    let mut html = String::from("<span class=\"ident\">");
+    for c in name.chars() {
+        html.push(c);
+        if ".-_/:@".contains(c) {
+            html.push_str("<wbr>");
+        }
+    }
+    html + "</span>"
+}

@@ -24,6 +24,8 @@ use crate::web::htmx::is_htmx;
 use crate::web::identity::Access;
 use crate::web::identity::Me;
 use crate::web::query::Paged;
+// The templates' own filters (`|ident`).
+use crate::web::format::filters;
 
 /// Entries per page unless asked otherwise.
 pub const DEFAULT_PER_PAGE: i64 = 100;

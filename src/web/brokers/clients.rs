@@ -26,6 +26,8 @@ use crate::web::htmx::is_htmx;
 use crate::web::identity::Me;
 use crate::web::lookup::broker_live;
 use crate::web::lookup::find_queue;
+// The templates' own filters (`|ident`).
+use crate::web::format::filters;
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -21,6 +21,8 @@ use crate::web::freshness::{Freshness, REFRESH_SECS};
 use crate::web::htmx::{html, is_htmx};
 use crate::web::identity::Me;
 use crate::web::query::RangeQuery;
+// The templates' own filters (`|ident`).
+use crate::web::format::filters;
 
 struct BrokerRow {
     name: String,

@@ -18,6 +18,8 @@ use crate::web::freshness::{Freshness, REFRESH_SECS};
 use crate::web::htmx::{html, is_htmx};
 use crate::web::identity::Me;
 use crate::web::query::{Listing, QueueQuery, DEFAULT_PER_PAGE};
+// The templates' own filters (`|ident`).
+use crate::web::format::filters;
 
 struct SortLink {
     label: &'static str,

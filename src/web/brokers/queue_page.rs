@@ -26,6 +26,8 @@ use crate::web::identity::Me;
 use crate::web::links::queue_href;
 use crate::web::lookup::{broker_live, find_queue};
 use crate::web::query::RangeQuery;
+// The templates' own filters (`|ident`).
+use crate::web::format::filters;
 
 #[derive(Template)]
 #[template(path = "queue_stats.html")]

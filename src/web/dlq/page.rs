@@ -29,6 +29,8 @@ use crate::web::identity::Me;
 use crate::web::links::{dlq_href, queue_href};
 use crate::web::lookup::find_queue;
 use crate::web::restricted::{self, may_read_payloads, payload_role_name};
+// The templates' own filters (`|ident`).
+use crate::web::format::filters;
 
 #[derive(Template)]
 #[template(path = "dlq.html")]

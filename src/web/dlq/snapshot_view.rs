@@ -24,6 +24,9 @@ pub(super) struct SnapshotView {
     pub(super) queue_total: String,
     pub(super) any_error: bool,
     pub(super) rows: Vec<Row>,
+    /// Some message names a task or type (a framework's): the column shows only then, so a
+    /// narrow screen does not spend its width on an empty one.
+    pub(super) any_kind: bool,
     pub(super) shown: usize,
     /// A filter is set: "requeue all matching" is offered.
     pub(super) filtered: bool,
@@ -250,6 +253,7 @@ pub(super) fn snapshot_view(snapshot: &Snapshot, base: &str, f: &message::Filter
         queue_total: String::new(),
         any_error: snapshot.messages.iter().any(|m| m.error.is_some()),
         shown: rows.len(),
+        any_kind: rows.iter().any(|r| !r.kind.is_empty()),
         rows,
         filtered: !f.is_empty(),
         outdated: snapshot.outdated.clone(),
