@@ -56,7 +56,7 @@ pub enum CopyError {
     NotEmpty { table: String, rows: i64 },
     #[error("{0}")]
     Schema(String),
-    #[error("{table}: {copied} rows copied, but PostgreSQL counts {counted}")]
+    #[error("{table}: {copied} rows read from SQLite, but PostgreSQL counts {counted}")]
     Count { table: String, copied: u64, counted: i64 },
 }
 
@@ -118,7 +118,9 @@ pub async fn copy_from_sqlite(sqlite: &Db, pg: &PgPool) -> Result<BTreeMap<&'sta
                 batch.push(row);
             }
             if batch.len() == BATCH || (done && !batch.is_empty()) {
-                count += insert(&mut write, table, &names, columns, &batch).await?;
+                insert(&mut write, table, &names, columns, &batch).await?;
+                // Rows read from SQLite's snapshot, checked below against PostgreSQL's count.
+                count += batch.len() as u64;
                 batch.clear();
             }
             if done {
@@ -184,7 +186,7 @@ async fn insert(
     names: &str,
     columns: &[(String, Kind)],
     rows: &[sqlx::sqlite::SqliteRow],
-) -> Result<u64, CopyError> {
+) -> Result<(), CopyError> {
     let mut insert = QueryBuilder::new(format!("insert into {table} ({names}) "));
     let mut failed = None;
     insert.push_values(rows, |mut values, row| {
@@ -208,5 +210,6 @@ async fn insert(
     if let Some(e) = failed {
         return Err(e);
     }
-    Ok(insert.build().execute(&mut *write).await?.rows_affected())
+    insert.build().execute(&mut *write).await?;
+    Ok(())
 }
