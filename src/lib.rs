@@ -27,6 +27,7 @@ pub mod memory;
 pub mod metrics;
 pub mod poller;
 pub mod state;
+pub mod storage;
 pub mod times;
 pub mod web;
 
@@ -222,7 +223,7 @@ async fn storage_loop(state: AppState, cancel: CancellationToken) {
 /// Refuses to serve a non-loopback address without authentication, and says how to set it up
 /// when there is none.
 async fn check_access(state: &AppState, listen: std::net::SocketAddr) -> anyhow::Result<()> {
-    let users = auth::count_users(&state.db).await?;
+    let users = auth::count_users(&state.store).await?;
     let proxy = state.config.auth.proxy.is_some();
     auth::check_bind(listen, users > 0 || proxy).map_err(|message| anyhow::anyhow!(message))?;
     if users == 0 && !proxy {
@@ -291,7 +292,7 @@ async fn retention_cleanup(state: &AppState, broker_ids: &[i64], windows: histor
         Err(e) => tracing::error!(error = %e, "custody cleanup failed; will retry"),
     }
     // Expired sessions are refused when presented; this only keeps the table small.
-    match auth::purge_expired(&state.db, state.config.auth.session_idle, now).await {
+    match auth::purge_expired(&state.store, state.config.auth.session_idle, now).await {
         Ok(sessions) => tracing::debug!(sessions, "expired sessions removed"),
         Err(e) => tracing::error!(error = %e, "session cleanup failed; will retry"),
     }

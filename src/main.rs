@@ -309,7 +309,8 @@ fn read_password(name: &str) -> anyhow::Result<String> {
 
 async fn user(config: Config, command: UserCommand) -> anyhow::Result<()> {
     use warren::auth;
-    let db = warren::history::open(&config.database).await?;
+    let pool = warren::history::open(&config.database).await?;
+    let db = warren::storage::sqlite::store(pool.clone());
     // Account changes on the command line are audited like the Users page's, by the local
     // account that made them (issue 34, case 5: the first admin made here left no entry).
     let actor = format!("command line ({})", std::env::var("USER").unwrap_or_else(|_| "unknown user".into()));
@@ -350,13 +351,14 @@ async fn user(config: Config, command: UserCommand) -> anyhow::Result<()> {
             }
         }
     }
-    db.close().await;
+    pool.close().await;
     Ok(())
 }
 
 async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
     use warren::auth;
-    let db = warren::history::open(&config.database).await?;
+    let pool = warren::history::open(&config.database).await?;
+    let db = warren::storage::sqlite::store(pool.clone());
     match command {
         TokenCommand::Add { name, role } => {
             let role: auth::Role = role.parse()?;
@@ -376,7 +378,7 @@ async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
             println!("token {id} revoked");
         }
     }
-    db.close().await;
+    pool.close().await;
     Ok(())
 }
 

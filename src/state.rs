@@ -35,6 +35,9 @@ impl Wings {
 pub struct AppState {
     pub config: Arc<Config>,
     pub db: Db,
+    /// What warren keeps, behind the storage interface (`storage`): the parts moved there so far
+    /// read and write through it; `db` is SQLite's pool, which the rest still uses directly.
+    pub store: crate::storage::Store,
     pub live: Live,
     /// The alert rules of the file (`[[alerts]]`), as the alerts wing read them.
     pub config_rules: Arc<Vec<crate::alerts::Rule>>,
@@ -121,6 +124,7 @@ impl AppState {
         crate::dlq::jobs::Handles {
             config: self.config.clone(),
             db: self.db.clone(),
+            store: self.store.clone(),
             storage: self.storage.clone(),
             live: self.live.clone(),
             snapshots: self.snapshots.clone(),
@@ -154,6 +158,7 @@ impl AppState {
             gate,
             storage: storage.clone(),
             config: Arc::new(config),
+            store: crate::storage::sqlite::store(db.clone()),
             db,
             live: Live::new(&names),
             config_rules: Arc::new(wings.rules),

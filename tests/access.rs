@@ -37,7 +37,7 @@ async fn add_users(warren: &Warren, users: &[(&str, Role)]) {
     .await;
     let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
     for (name, role) in users {
-        auth::add_user(&db, name, *role, PASSWORD).await.unwrap();
+        auth::add_user(&warren::storage::sqlite::store(db.clone()), name, *role, PASSWORD).await.unwrap();
     }
     db.close().await;
 }

@@ -41,7 +41,7 @@ async fn database(warren: &Warren) -> warren::history::Db {
 async fn add_users(warren: &Warren, users: &[(&str, Role)]) {
     let db = database(warren).await;
     for (name, role) in users {
-        auth::add_user(&db, name, *role, PASSWORD).await.unwrap();
+        auth::add_user(&warren::storage::sqlite::store(db.clone()), name, *role, PASSWORD).await.unwrap();
     }
     db.close().await;
 }
@@ -233,7 +233,7 @@ async fn paging_reaches_entries_older_than_the_newest_500() {
             action: "purge",
             request: "{}".to_string(),
         };
-        let id = warren::audit::start(&db, entry).await.unwrap();
+        let id = warren::audit::start(&warren::storage::sqlite::store(db.clone()), entry).await.unwrap();
         warren::dlq::fates::finish(&db, id, "done", 1, 0, None, &[]).await.unwrap();
     }
     db.close().await;
@@ -577,7 +577,7 @@ async fn the_audit_table_rebuild_keeps_every_entry_and_message_fate() {
         outcome: "done",
         detail: "rule 'Queue backlog' (backlog) deleted".to_string(),
     };
-    assert_eq!(warren::audit::alerts(&db, change).await.unwrap(), 10);
+    assert_eq!(warren::audit::alerts(&warren::storage::sqlite::store(db.clone()), change).await.unwrap(), 10);
     sqlx::query("delete from audit_log where id = 7").execute(&db).await.unwrap();
     let left: i64 = sqlx::query_scalar("select count(*) from audit_messages").fetch_one(&db).await.unwrap();
     assert_eq!(left, 0, "the fates of a deleted entry go with it, as before");

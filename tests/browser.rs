@@ -176,7 +176,14 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
 
     // An admin, so the login page has its form and /access its tables.
     let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
-    warren::auth::add_user(&db, "ada", warren::auth::Role::Admin, "correct horse battery staple").await.unwrap();
+    warren::auth::add_user(
+        &warren::storage::sqlite::store(db.clone()),
+        "ada",
+        warren::auth::Role::Admin,
+        "correct horse battery staple",
+    )
+    .await
+    .unwrap();
     db.close().await;
 
     let (_driver, client) = common::browser::start().await;

@@ -60,7 +60,9 @@ async fn proxied(test: &str, style: Style) -> Proxied {
     warren.run_move(&requeue, serde_json::json!({"selection": {"positions": [1]}})).await;
     warren.snapshot(&vhost.name, "work.dlq", 10).await;
     let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
-    warren::auth::add_user(&db, "ada", warren::auth::Role::Admin, PASSWORD).await.unwrap();
+    warren::auth::add_user(&warren::storage::sqlite::store(db.clone()), "ada", warren::auth::Role::Admin, PASSWORD)
+        .await
+        .unwrap();
     db.close().await;
 
     let nginx = Nginx::start(port, warren.addr, style).await;

@@ -48,7 +48,7 @@ async fn people(warren: &Warren) -> People {
     .await;
     let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
     for (name, role) in [("ada", Role::Admin), ("otto", Role::Operator), ("vera", Role::Viewer)] {
-        auth::add_user(&db, name, role, PASSWORD).await.unwrap();
+        auth::add_user(&warren::storage::sqlite::store(db.clone()), name, role, PASSWORD).await.unwrap();
     }
     db.close().await;
     People { ada: login(warren, "ada").await, otto: login(warren, "otto").await, vera: login(warren, "vera").await }

@@ -11,7 +11,7 @@ use sha2::Sha256;
 
 use super::{count_users, AuthError, LoginThrottle, Principal, ProxyAuth};
 use crate::config::AuthConfig;
-use crate::history::Db;
+use crate::storage::Store;
 
 /// Shared by every request (in `AppState`).
 pub struct Gate {
@@ -43,11 +43,11 @@ impl Gate {
     /// Whether anyone must prove who they are: local users exist or a trusted proxy is set up.
     /// Without either, warren serves loopback requests anonymously (see `anonymous_allowed`).
     /// Users added while warren runs (API or `warren user add`) take effect at the next request.
-    pub async fn auth_configured(&self, db: &Db) -> Result<bool, AuthError> {
+    pub async fn auth_configured(&self, store: &Store) -> Result<bool, AuthError> {
         if self.proxy.is_some() || self.accounts_exist.load(Ordering::Relaxed) {
             return Ok(true);
         }
-        let exist = count_users(db).await? > 0;
+        let exist = count_users(store).await? > 0;
         if exist {
             self.accounts_exist.store(true, Ordering::Relaxed);
         }
@@ -114,7 +114,7 @@ mod tests {
 
     #[tokio::test]
     async fn logins_are_required_once_a_user_exists() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         let gate = Gate::new(AuthConfig::default(), None);
         assert!(!gate.auth_configured(&db).await.unwrap());
         add_user(&db, "alice", Role::Admin, "correct horse battery").await.unwrap();

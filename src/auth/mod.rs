@@ -221,10 +221,10 @@ pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
 
 /// A fresh database in its own directory, so tests run in parallel.
 #[cfg(test)]
-async fn test_db() -> (tempfile::TempDir, crate::history::Db) {
+async fn test_db() -> (tempfile::TempDir, crate::storage::Store, crate::history::Db) {
     let dir = tempfile::tempdir().unwrap();
-    let db = crate::history::open(&dir.path().join("warren.db")).await.unwrap();
-    (dir, db)
+    let pool = crate::history::open(&dir.path().join("warren.db")).await.unwrap();
+    (dir, crate::storage::sqlite::store(pool.clone()), pool)
 }
 
 #[cfg(test)]

@@ -11,10 +11,10 @@ use std::fmt;
 use std::time::Duration;
 
 use axum::http::{header, HeaderMap};
-use sqlx::Row;
 
 use super::{is_secret_shaped, random_secret, same_secret, secret_hash, AuthError, How, Principal, Role, User};
-use crate::history::Db;
+use crate::storage::accounts::NewSessionRow;
+use crate::storage::Store;
 
 /// The cookie that carries the session id.
 pub const SESSION_COOKIE: &str = "warren_session";
@@ -49,82 +49,64 @@ pub struct ActiveSession {
 }
 
 /// Starts a session for `user` (who just proved their password) at `now` (unix seconds).
-pub async fn create_session(db: &Db, user: &User, ttl: Duration, now: i64) -> Result<NewSession, AuthError> {
+pub async fn create_session(store: &Store, user: &User, ttl: Duration, now: i64) -> Result<NewSession, AuthError> {
     let cookie = random_secret();
     let csrf_token = random_secret();
     let expires_at = now.saturating_add(ttl.as_secs() as i64);
-    sqlx::query(
-        "insert into sessions (id_hash, user_name, csrf_token, created_at, expires_at, last_seen_at)
-         values (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(secret_hash(&cookie))
-    .bind(&user.name)
-    .bind(&csrf_token)
-    .bind(now)
-    .bind(expires_at)
-    .bind(now)
-    .execute(db)
-    .await?;
+    let id_hash = secret_hash(&cookie);
+    store
+        .insert_session(NewSessionRow {
+            id_hash: &id_hash,
+            user_name: &user.name,
+            csrf_token: &csrf_token,
+            created_at: now,
+            expires_at,
+        })
+        .await?;
     Ok(NewSession { cookie, csrf_token, expires_at })
 }
 
 /// The live session a cookie value names at `now`, with the user's current role; `None` for an
 /// unknown, expired, idle or disabled one (an ended session's row is deleted on the way).
-pub async fn session(db: &Db, cookie: &str, idle: Duration, now: i64) -> Result<Option<ActiveSession>, AuthError> {
+pub async fn session(
+    store: &Store,
+    cookie: &str,
+    idle: Duration,
+    now: i64,
+) -> Result<Option<ActiveSession>, AuthError> {
     if !is_secret_shaped(cookie) {
         return Ok(None);
     }
     let id_hash = secret_hash(cookie);
-    let row = sqlx::query(
-        "select s.user_name, s.csrf_token, s.expires_at, s.last_seen_at, u.role, u.disabled
-         from sessions s join users u on u.name = s.user_name
-         where s.id_hash = ?",
-    )
-    .bind(&id_hash)
-    .fetch_optional(db)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    let expires_at: i64 = row.try_get("expires_at")?;
-    let last_seen_at: i64 = row.try_get("last_seen_at")?;
-    let idle_until = last_seen_at.saturating_add(idle.as_secs() as i64);
-    if now >= expires_at || now >= idle_until || row.try_get::<bool, _>("disabled")? {
-        sqlx::query("delete from sessions where id_hash = ?").bind(&id_hash).execute(db).await?;
+    let Some(row) = store.session(&id_hash).await? else { return Ok(None) };
+    let idle_until = row.last_seen_at.saturating_add(idle.as_secs() as i64);
+    if now >= row.expires_at || now >= idle_until || row.disabled {
+        store.delete_session(&id_hash).await?;
         return Ok(None);
     }
-    if now - last_seen_at >= LAST_SEEN_EVERY_SECS {
-        sqlx::query("update sessions set last_seen_at = ? where id_hash = ?")
-            .bind(now)
-            .bind(&id_hash)
-            .execute(db)
-            .await?;
+    if now - row.last_seen_at >= LAST_SEEN_EVERY_SECS {
+        store.touch_session(&id_hash, now).await?;
     }
-    let role: Role = row.try_get::<String, _>("role")?.parse()?;
+    let role: Role = row.role.parse()?;
     Ok(Some(ActiveSession {
-        principal: Principal { name: row.try_get("user_name")?, role, via: How::Session },
-        csrf_token: row.try_get("csrf_token")?,
+        principal: Principal { name: row.user_name, role, via: How::Session },
+        csrf_token: row.csrf_token,
     }))
 }
 
 /// Logout: ends the session a cookie value names. Whether there was one.
-pub async fn end_session(db: &Db, cookie: &str) -> Result<bool, AuthError> {
-    let ended = sqlx::query("delete from sessions where id_hash = ?").bind(secret_hash(cookie)).execute(db).await?;
-    Ok(ended.rows_affected() > 0)
+pub async fn end_session(store: &Store, cookie: &str) -> Result<bool, AuthError> {
+    Ok(store.delete_session(&secret_hash(cookie)).await?)
 }
 
 /// Ends every session of a user ("log out everywhere"). How many there were.
-pub async fn end_user_sessions(db: &Db, name: &str) -> Result<u64, AuthError> {
-    let ended = sqlx::query("delete from sessions where user_name = ?").bind(name).execute(db).await?;
-    Ok(ended.rows_affected())
+pub async fn end_user_sessions(store: &Store, name: &str) -> Result<u64, AuthError> {
+    Ok(store.delete_user_sessions(name).await?)
 }
 
 /// Deletes sessions that expired or went idle by `now`, for a periodic cleanup. How many.
-pub async fn purge_expired(db: &Db, idle: Duration, now: i64) -> Result<u64, AuthError> {
-    let purged = sqlx::query("delete from sessions where expires_at <= ? or last_seen_at <= ?")
-        .bind(now)
-        .bind(now.saturating_sub(idle.as_secs() as i64))
-        .execute(db)
-        .await?;
-    Ok(purged.rows_affected())
+pub async fn purge_expired(store: &Store, idle: Duration, now: i64) -> Result<u64, AuthError> {
+    Ok(store.purge_sessions(now, now.saturating_sub(idle.as_secs() as i64)).await?)
 }
 
 /// Whether a request carries the session's CSRF token, compared in constant time. A missing or
@@ -167,6 +149,7 @@ pub fn session_cookie_from(headers: &HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
+    use sqlx::Row;
 
     use super::*;
     use crate::auth::{add_user, get_user, test_db};
@@ -175,16 +158,16 @@ mod tests {
     const IDLE: Duration = DEFAULT_SESSION_IDLE;
     const T0: i64 = 1_700_000_000;
 
-    async fn with_user(role: Role) -> (tempfile::TempDir, Db, User) {
-        let (dir, db) = test_db().await;
+    async fn with_user(role: Role) -> (tempfile::TempDir, Store, crate::history::Db, User) {
+        let (dir, db, pool) = test_db().await;
         add_user(&db, "alice", role, "correct horse battery").await.unwrap();
         let user = get_user(&db, "alice").await.unwrap().unwrap();
-        (dir, db, user)
+        (dir, db, pool, user)
     }
 
     #[tokio::test]
     async fn a_session_names_its_user_and_csrf_token() {
-        let (_dir, db, user) = with_user(Role::Operator).await;
+        let (_dir, db, _, user) = with_user(Role::Operator).await;
         let new = create_session(&db, &user, TTL, T0).await.unwrap();
         assert_eq!(new.expires_at, T0 + 12 * 3600);
         assert_ne!(new.cookie, new.csrf_token);
@@ -201,9 +184,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_database_holds_no_cookie_value() {
-        let (_dir, db, user) = with_user(Role::Viewer).await;
+        let (_dir, db, pool, user) = with_user(Role::Viewer).await;
         let new = create_session(&db, &user, TTL, T0).await.unwrap();
-        let rows = sqlx::query("select id_hash, user_name, csrf_token from sessions").fetch_all(&db).await.unwrap();
+        let rows = sqlx::query("select id_hash, user_name, csrf_token from sessions").fetch_all(&pool).await.unwrap();
         assert_eq!(rows.len(), 1);
         let id_hash: String = rows[0].get("id_hash");
         assert_eq!(id_hash, secret_hash(&new.cookie));
@@ -217,7 +200,7 @@ mod tests {
 
     #[tokio::test]
     async fn sessions_end_at_their_absolute_lifetime() {
-        let (_dir, db, user) = with_user(Role::Viewer).await;
+        let (_dir, db, pool, user) = with_user(Role::Viewer).await;
         let ttl = Duration::from_secs(3600);
         let new = create_session(&db, &user, ttl, T0).await.unwrap();
         // Active every ten minutes: the idle limit never hits, the lifetime does.
@@ -227,13 +210,13 @@ mod tests {
         assert!(session(&db, &new.cookie, IDLE, T0 + 3599).await.unwrap().is_some());
         assert!(session(&db, &new.cookie, IDLE, T0 + 3600).await.unwrap().is_none());
         // The row is gone, not just refused.
-        let left: i64 = sqlx::query_scalar("select count(*) from sessions").fetch_one(&db).await.unwrap();
+        let left: i64 = sqlx::query_scalar("select count(*) from sessions").fetch_one(&pool).await.unwrap();
         assert_eq!(left, 0);
     }
 
     #[tokio::test]
     async fn sessions_end_when_idle_and_requests_keep_them_alive() {
-        let (_dir, db, user) = with_user(Role::Viewer).await;
+        let (_dir, db, _, user) = with_user(Role::Viewer).await;
         let idle = Duration::from_secs(600);
         let new = create_session(&db, &user, TTL, T0).await.unwrap();
         // A request every 9 minutes keeps it alive past several idle periods.
@@ -249,9 +232,9 @@ mod tests {
 
     #[tokio::test]
     async fn last_seen_is_written_at_most_once_a_minute() {
-        let (_dir, db, user) = with_user(Role::Viewer).await;
+        let (_dir, db, pool, user) = with_user(Role::Viewer).await;
         let new = create_session(&db, &user, TTL, T0).await.unwrap();
-        let last_seen = || sqlx::query_scalar::<_, i64>("select last_seen_at from sessions").fetch_one(&db);
+        let last_seen = || sqlx::query_scalar::<_, i64>("select last_seen_at from sessions").fetch_one(&pool);
         session(&db, &new.cookie, IDLE, T0 + 59).await.unwrap().unwrap();
         assert_eq!(last_seen().await.unwrap(), T0);
         session(&db, &new.cookie, IDLE, T0 + 60).await.unwrap().unwrap();
@@ -260,16 +243,16 @@ mod tests {
 
     #[tokio::test]
     async fn the_role_is_read_at_each_request() {
-        let (_dir, db, user) = with_user(Role::Admin).await;
+        let (_dir, db, pool, user) = with_user(Role::Admin).await;
         let new = create_session(&db, &user, TTL, T0).await.unwrap();
-        sqlx::query("update users set role = 'viewer' where name = 'alice'").execute(&db).await.unwrap();
+        sqlx::query("update users set role = 'viewer' where name = 'alice'").execute(&pool).await.unwrap();
         let found = session(&db, &new.cookie, IDLE, T0 + 1).await.unwrap().unwrap();
         assert_eq!(found.principal.role, Role::Viewer);
     }
 
     #[tokio::test]
     async fn logout_and_purge() {
-        let (_dir, db, user) = with_user(Role::Viewer).await;
+        let (_dir, db, _, user) = with_user(Role::Viewer).await;
         let a = create_session(&db, &user, TTL, T0).await.unwrap();
         let b = create_session(&db, &user, TTL, T0).await.unwrap();
         assert!(end_session(&db, &a.cookie).await.unwrap());
@@ -286,7 +269,7 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_cookies_are_not_sessions() {
-        let (_dir, db, _user) = with_user(Role::Viewer).await;
+        let (_dir, db, _, _user) = with_user(Role::Viewer).await;
         for cookie in ["", "x", "' or 1=1 --", &"a".repeat(43), &"a".repeat(10_000)] {
             assert!(session(&db, cookie, IDLE, T0).await.unwrap().is_none());
         }

@@ -6,10 +6,9 @@ use std::fmt;
 
 use axum::http::{header, HeaderMap};
 use serde::Serialize;
-use sqlx::Row;
 
 use super::{check_name, is_secret_shaped, random_secret, secret_hash, AuthError, How, Principal, Role};
-use crate::history::Db;
+use crate::storage::Store;
 
 pub const TOKEN_PREFIX: &str = "wrn_";
 /// `last_used_at` is written at most this often.
@@ -46,75 +45,57 @@ pub struct TokenInfo {
 
 /// Creates a token named `name` (unique among live tokens; same rules as user names) with
 /// `role`, on behalf of `created_by` (the creator's audit actor).
-pub async fn create_token(db: &Db, name: &str, role: Role, created_by: &str, now: i64) -> Result<NewToken, AuthError> {
+pub async fn create_token(
+    store: &Store,
+    name: &str,
+    role: Role,
+    created_by: &str,
+    now: i64,
+) -> Result<NewToken, AuthError> {
     check_name(name)?;
     let token = format!("{TOKEN_PREFIX}{}", random_secret());
-    let inserted = sqlx::query_scalar(
-        "insert into api_tokens (name, role, token_hash, created_by, created_at) values (?, ?, ?, ?, ?) returning id",
-    )
-    .bind(name)
-    .bind(role.as_str())
-    .bind(secret_hash(&token))
-    .bind(created_by)
-    .bind(now)
-    .fetch_one(db)
-    .await;
-    match inserted {
-        Ok(id) => Ok(NewToken { id, token }),
-        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(AuthError::TokenExists(name.to_string())),
-        Err(e) => Err(e.into()),
+    match store.insert_token(name, role.as_str(), &secret_hash(&token), created_by, now).await? {
+        Some(id) => Ok(NewToken { id, token }),
+        None => Err(AuthError::TokenExists(name.to_string())),
     }
 }
 
 /// The principal a presented token stands for, if it is live; records when it was last used.
-pub async fn token(db: &Db, presented: &str, now: i64) -> Result<Option<Principal>, AuthError> {
+pub async fn token(store: &Store, presented: &str, now: i64) -> Result<Option<Principal>, AuthError> {
     if !presented.strip_prefix(TOKEN_PREFIX).is_some_and(is_secret_shaped) {
         return Ok(None);
     }
-    let token_hash = secret_hash(presented);
-    let row = sqlx::query("select id, name, role, last_used_at from api_tokens where token_hash = ? and revoked = 0")
-        .bind(&token_hash)
-        .fetch_optional(db)
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    let last_used_at: Option<i64> = row.try_get("last_used_at")?;
-    if last_used_at.is_none_or(|at| now - at >= LAST_USED_EVERY_SECS) {
-        sqlx::query("update api_tokens set last_used_at = ? where id = ?")
-            .bind(now)
-            .bind(row.try_get::<i64, _>("id")?)
-            .execute(db)
-            .await?;
+    let Some(live) = store.live_token(&secret_hash(presented)).await? else { return Ok(None) };
+    if live.last_used_at.is_none_or(|at| now - at >= LAST_USED_EVERY_SECS) {
+        store.touch_token(live.id, now).await?;
     }
-    let role: Role = row.try_get::<String, _>("role")?.parse()?;
-    Ok(Some(Principal { name: row.try_get("name")?, role, via: How::Token }))
+    let role: Role = live.role.parse()?;
+    Ok(Some(Principal { name: live.name, role, via: How::Token }))
 }
 
 /// Revokes a live token by id; its row stays for the record.
-pub async fn revoke_token(db: &Db, id: i64) -> Result<(), AuthError> {
-    let revoked =
-        sqlx::query("update api_tokens set revoked = 1 where id = ? and revoked = 0").bind(id).execute(db).await?;
-    if revoked.rows_affected() == 0 {
+pub async fn revoke_token(store: &Store, id: i64) -> Result<(), AuthError> {
+    if !store.revoke_token(id).await? {
         return Err(AuthError::NoSuchToken(id));
     }
     Ok(())
 }
 
 /// All tokens, live and revoked, oldest first.
-pub async fn list_tokens(db: &Db) -> Result<Vec<TokenInfo>, AuthError> {
-    let rows =
-        sqlx::query("select id, name, role, created_by, created_at, last_used_at, revoked from api_tokens order by id")
-            .fetch_all(db)
-            .await?;
-    rows.iter()
+pub async fn list_tokens(store: &Store) -> Result<Vec<TokenInfo>, AuthError> {
+    store
+        .tokens()
+        .await?
+        .into_iter()
         .map(|row| {
             Ok(TokenInfo {
-                id: row.try_get("id")?,
-                name: row.try_get("name")?,
-                role: row.try_get::<String, _>("role")?.parse()?,
-                created_by: row.try_get("created_by")?,
-                created_at: row.try_get("created_at")?,
-                last_used_at: row.try_get("last_used_at")?,
-                revoked: row.try_get("revoked")?,
+                role: row.role.parse()?,
+                id: row.id,
+                name: row.name,
+                created_by: row.created_by,
+                created_at: row.created_at,
+                last_used_at: row.last_used_at,
+                revoked: row.revoked,
             })
         })
         .collect()
@@ -130,6 +111,7 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
+    use sqlx::Row;
 
     use super::*;
     use crate::auth::test_db;
@@ -138,7 +120,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_token_stands_for_its_name_and_role() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         let new = create_token(&db, "deploy-script", Role::Operator, "alice", T0).await.unwrap();
         assert!(new.token.starts_with("wrn_"));
         assert_eq!(new.token.len(), 47);
@@ -151,10 +133,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_database_holds_no_token() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, pool) = test_db().await;
         let new = create_token(&db, "ci", Role::Viewer, "alice", T0).await.unwrap();
         let secret = new.token.strip_prefix(TOKEN_PREFIX).unwrap();
-        let rows = sqlx::query("select * from api_tokens").fetch_all(&db).await.unwrap();
+        let rows = sqlx::query("select * from api_tokens").fetch_all(&pool).await.unwrap();
         for row in &rows {
             for column in ["name", "role", "token_hash", "created_by"] {
                 let stored: String = row.get(column);
@@ -167,7 +149,7 @@ mod tests {
 
     #[tokio::test]
     async fn wrong_malformed_and_revoked_tokens_are_refused() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         let new = create_token(&db, "ci", Role::Admin, "alice", T0).await.unwrap();
         let bare = new.token.strip_prefix(TOKEN_PREFIX).unwrap();
         for wrong in ["", "wrn_", bare, &format!("wrn_{}", random_secret()), &format!("{}x", new.token), "wrn_' or 1=1"]
@@ -183,7 +165,7 @@ mod tests {
 
     #[tokio::test]
     async fn names_are_unique_among_live_tokens() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         let first = create_token(&db, "ci", Role::Viewer, "alice", T0).await.unwrap();
         assert!(matches!(create_token(&db, "ci", Role::Viewer, "bob", T0).await, Err(AuthError::TokenExists(_))));
         assert!(matches!(create_token(&db, "c i", Role::Viewer, "bob", T0).await, Err(AuthError::InvalidName(_))));
@@ -211,9 +193,9 @@ mod tests {
 
     #[tokio::test]
     async fn last_used_is_written_at_most_once_a_minute() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, pool) = test_db().await;
         let new = create_token(&db, "ci", Role::Viewer, "alice", T0).await.unwrap();
-        let last_used = || sqlx::query_scalar::<_, Option<i64>>("select last_used_at from api_tokens").fetch_one(&db);
+        let last_used = || sqlx::query_scalar::<_, Option<i64>>("select last_used_at from api_tokens").fetch_one(&pool);
         token(&db, &new.token, T0 + 1).await.unwrap().unwrap();
         token(&db, &new.token, T0 + 60).await.unwrap().unwrap();
         assert_eq!(last_used().await.unwrap(), Some(T0 + 1));

@@ -7,11 +7,11 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::Argon2;
 use rand::RngCore;
 use serde::Serialize;
-use sqlx::Row;
 
 use super::{check_name, shorten, AuthError, Role};
 use crate::audit;
-use crate::history::Db;
+use crate::storage::accounts::UserRow;
+use crate::storage::Store;
 
 /// Shorter passwords are refused (NIST SP 800-63B asks for at least 8; 12 leaves a margin for
 /// offline guessing after a database leak).
@@ -106,20 +106,11 @@ async fn dummy_hash() -> Result<String, AuthError> {
 
 /// Creates a user. The name is 1-64 letters, digits or `-_.@`; the password at least
 /// [`MIN_PASSWORD_LEN`] characters.
-pub async fn add_user(db: &Db, name: &str, role: Role, password: &str) -> Result<(), AuthError> {
+pub async fn add_user(store: &Store, name: &str, role: Role, password: &str) -> Result<(), AuthError> {
     check_name(name)?;
     check_password(password)?;
     let hash = hash_password(password).await?;
-    let added = sqlx::query(
-        "insert into users (name, role, password_hash, created_at) values (?, ?, ?, ?) on conflict (name) do nothing",
-    )
-    .bind(name)
-    .bind(role.as_str())
-    .bind(hash)
-    .bind(chrono::Utc::now().timestamp())
-    .execute(db)
-    .await?;
-    if added.rows_affected() == 0 {
+    if !store.insert_user(name, role.as_str(), &hash, chrono::Utc::now().timestamp()).await? {
         return Err(AuthError::UserExists(name.to_string()));
     }
     Ok(())
@@ -127,118 +118,77 @@ pub async fn add_user(db: &Db, name: &str, role: Role, password: &str) -> Result
 
 /// Replaces a user's password and ends all their sessions (a password change logs out
 /// everywhere, including whoever knew the old one); returns how many sessions it ended.
-pub async fn set_password(db: &Db, name: &str, password: &str) -> Result<u64, AuthError> {
+pub async fn set_password(store: &Store, name: &str, password: &str) -> Result<u64, AuthError> {
     check_password(password)?;
     let hash = hash_password(password).await?;
-    let mut tx = db.begin().await?;
-    let updated = sqlx::query("update users set password_hash = ? where name = ?")
-        .bind(hash)
-        .bind(name)
-        .execute(&mut *tx)
-        .await?;
-    if updated.rows_affected() == 0 {
-        return Err(AuthError::NoSuchUser(shorten(name)));
-    }
-    let ended = sqlx::query("delete from sessions where user_name = ?").bind(name).execute(&mut *tx).await?;
-    tx.commit().await?;
-    Ok(ended.rows_affected())
+    store.set_password_hash(name, &hash).await?.ok_or_else(|| AuthError::NoSuchUser(shorten(name)))
 }
 
-/// The condition that keeps at least one enabled admin other than `name` (bound twice).
-const NOT_LAST_ADMIN: &str = "(role != 'admin' or disabled != 0
-     or exists (select 1 from users other where other.role = 'admin' and other.disabled = 0 and other.name != ?))";
-
-/// Removes a user and (by cascade) their sessions. The last enabled admin cannot be removed, so
-/// the web UI cannot lock everyone out (`warren user add` on the command line always can add one).
-pub async fn remove_user(db: &Db, name: &str) -> Result<(), AuthError> {
-    let sql = format!("delete from users where name = ? and {NOT_LAST_ADMIN}");
-    let removed = sqlx::query(&sql).bind(name).bind(name).execute(db).await?;
-    if removed.rows_affected() == 0 {
-        return Err(not_changed(db, name).await?);
+/// Removes a user and their sessions. The last enabled admin cannot be removed, so the web UI
+/// cannot lock everyone out (`warren user add` on the command line always can add one).
+pub async fn remove_user(store: &Store, name: &str) -> Result<(), AuthError> {
+    if !store.remove_user(name).await? {
+        return Err(not_changed(store, name).await?);
     }
     Ok(())
 }
 
 /// Changes a user's role, read at their next request (issue 34, case 5: there was no way to, so
 /// the last admin could never hand over). The last enabled admin keeps the role.
-pub async fn set_role(db: &Db, name: &str, role: Role) -> Result<(), AuthError> {
-    let sql = format!("update users set role = ? where name = ? and (? = 'admin' or {NOT_LAST_ADMIN})");
-    let updated = sqlx::query(&sql).bind(role.as_str()).bind(name).bind(role.as_str()).bind(name).execute(db).await?;
-    if updated.rows_affected() == 0 {
-        return Err(not_changed(db, name).await?);
+pub async fn set_role(store: &Store, name: &str, role: Role) -> Result<(), AuthError> {
+    if !store.set_role(name, role.as_str()).await? {
+        return Err(not_changed(store, name).await?);
     }
     Ok(())
 }
 
 /// Disables (ending their sessions) or re-enables a user; the last enabled admin cannot be disabled.
-pub async fn set_disabled(db: &Db, name: &str, disabled: bool) -> Result<(), AuthError> {
-    let mut tx = db.begin().await?;
-    let sql = format!("update users set disabled = ? where name = ? and (? = 0 or {NOT_LAST_ADMIN})");
-    let updated = sqlx::query(&sql).bind(disabled).bind(name).bind(disabled).bind(name).execute(&mut *tx).await?;
-    if updated.rows_affected() == 0 {
-        drop(tx);
-        return Err(not_changed(db, name).await?);
+pub async fn set_disabled(store: &Store, name: &str, disabled: bool) -> Result<(), AuthError> {
+    if !store.set_disabled(name, disabled).await? {
+        return Err(not_changed(store, name).await?);
     }
-    if disabled {
-        sqlx::query("delete from sessions where user_name = ?").bind(name).execute(&mut *tx).await?;
-    }
-    tx.commit().await?;
     Ok(())
 }
 
 /// Why a guarded change touched no row: the user does not exist, or is the last admin.
-async fn not_changed(db: &Db, name: &str) -> Result<AuthError, AuthError> {
-    Ok(match get_user(db, name).await? {
+async fn not_changed(store: &Store, name: &str) -> Result<AuthError, AuthError> {
+    Ok(match get_user(store, name).await? {
         Some(_) => AuthError::LastAdmin(name.to_string()),
         None => AuthError::NoSuchUser(shorten(name)),
     })
 }
 
-fn user_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<User, AuthError> {
-    Ok(User {
-        name: row.try_get("name")?,
-        role: row.try_get::<String, _>("role")?.parse()?,
-        created_at: row.try_get("created_at")?,
-        disabled: row.try_get("disabled")?,
-    })
+fn user_from_row(row: UserRow) -> Result<User, AuthError> {
+    Ok(User { role: row.role.parse()?, name: row.name, created_at: row.created_at, disabled: row.disabled })
 }
 
-pub async fn get_user(db: &Db, name: &str) -> Result<Option<User>, AuthError> {
-    let row = sqlx::query("select name, role, created_at, disabled from users where name = ?")
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
-    row.as_ref().map(user_from_row).transpose()
+pub async fn get_user(store: &Store, name: &str) -> Result<Option<User>, AuthError> {
+    store.user(name).await?.map(user_from_row).transpose()
 }
 
 /// All users by name.
-pub async fn list_users(db: &Db) -> Result<Vec<User>, AuthError> {
-    let rows = sqlx::query("select name, role, created_at, disabled from users order by name").fetch_all(db).await?;
-    rows.iter().map(user_from_row).collect()
+pub async fn list_users(store: &Store) -> Result<Vec<User>, AuthError> {
+    store.users().await?.into_iter().map(user_from_row).collect()
 }
 
 /// How many accounts exist (enabled or not); zero means no local login is configured.
-pub async fn count_users(db: &Db) -> Result<i64, AuthError> {
-    Ok(sqlx::query_scalar("select count(*) from users").fetch_one(db).await?)
+pub async fn count_users(store: &Store) -> Result<i64, AuthError> {
+    Ok(store.count_users().await?)
 }
 
 /// The user if `password` is theirs and the account is enabled. An unknown name costs the same
 /// hash verification as a known one, and a disabled account is checked like an enabled one, so
 /// the answer time does not tell which names exist.
-pub async fn verify_password(db: &Db, name: &str, password: &str) -> Result<Option<User>, AuthError> {
+pub async fn verify_password(store: &Store, name: &str, password: &str) -> Result<Option<User>, AuthError> {
     if password.chars().count() > MAX_PASSWORD_LEN {
         return Ok(None);
     }
-    let row = sqlx::query("select name, role, created_at, disabled, password_hash from users where name = ?")
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
-    let Some(row) = row else {
+    let Some((row, hash)) = store.user_with_password(name).await? else {
         password_matches(password, dummy_hash().await?).await?;
         return Ok(None);
     };
-    let user = user_from_row(&row)?;
-    let matches = password_matches(password, row.try_get("password_hash")?).await?;
+    let user = user_from_row(row)?;
+    let matches = password_matches(password, hash).await?;
     Ok((matches && !user.disabled).then_some(user))
 }
 
@@ -255,14 +205,14 @@ pub enum LoginOutcome {
 /// Writes a login attempt to the audit log: a success as a row of its own, a failure counted in
 /// its source's row for the name and minute (`audit::login_failed`). The name is what was typed,
 /// shortened and without control characters: it is hostile input.
-pub async fn record_login(db: &Db, name: &str, peer: IpAddr, outcome: LoginOutcome) -> Result<(), AuthError> {
+pub async fn record_login(store: &Store, name: &str, peer: IpAddr, outcome: LoginOutcome) -> Result<(), AuthError> {
     let name = shorten(name);
     match outcome {
-        LoginOutcome::Success => audit::login_succeeded(db, &name, &peer.to_canonical().to_string()).await?,
+        LoginOutcome::Success => audit::login_succeeded(store, &name, &peer.to_canonical().to_string()).await?,
         LoginOutcome::Failed | LoginOutcome::Throttled => {
             let throttled = outcome == LoginOutcome::Throttled;
             let now = chrono::Utc::now().timestamp();
-            audit::login_failed(db, &name, &super::throttle::source(peer), throttled, now).await?
+            audit::login_failed(store, &name, &super::throttle::source(peer), throttled, now).await?
         }
     }
     Ok(())
@@ -278,7 +228,7 @@ mod tests {
 
     #[tokio::test]
     async fn add_and_verify() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         assert_eq!(count_users(&db).await.unwrap(), 0);
         add_user(&db, "alice", Role::Operator, PW).await.unwrap();
         assert_eq!(count_users(&db).await.unwrap(), 1);
@@ -293,11 +243,11 @@ mod tests {
 
     #[tokio::test]
     async fn passwords_are_stored_as_argon2id() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, pool) = test_db().await;
         add_user(&db, "alice", Role::Viewer, PW).await.unwrap();
         add_user(&db, "bob", Role::Viewer, PW).await.unwrap();
         let hashes: Vec<String> =
-            sqlx::query_scalar("select password_hash from users order by name").fetch_all(&db).await.unwrap();
+            sqlx::query_scalar("select password_hash from users order by name").fetch_all(&pool).await.unwrap();
         for hash in &hashes {
             assert!(hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{hash}");
             assert!(!hash.contains(PW));
@@ -315,7 +265,7 @@ mod tests {
 
     #[tokio::test]
     async fn add_user_validates() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         assert!(matches!(add_user(&db, "", Role::Admin, PW).await, Err(AuthError::InvalidName(_))));
         assert!(matches!(add_user(&db, "a b", Role::Admin, PW).await, Err(AuthError::InvalidName(_))));
         assert!(matches!(add_user(&db, "alice", Role::Admin, "elevenchars").await, Err(AuthError::PasswordTooShort)));
@@ -331,7 +281,7 @@ mod tests {
 
     #[tokio::test]
     async fn set_password_replaces_the_old_one_and_ends_sessions() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         add_user(&db, "alice", Role::Admin, PW).await.unwrap();
         let user = get_user(&db, "alice").await.unwrap().unwrap();
         let new = crate::auth::create_session(&db, &user, crate::auth::DEFAULT_SESSION_TTL, 1000).await.unwrap();
@@ -349,7 +299,7 @@ mod tests {
     #[tokio::test]
     async fn password_checks_run_a_few_at_a_time() {
         // 60 concurrent logins once ran 60 argon2 computations of 19 MiB each at once.
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         add_user(&db, "alice", Role::Admin, PW).await.unwrap();
         let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -379,7 +329,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_last_enabled_admin_stays() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         add_user(&db, "root", Role::Admin, PW).await.unwrap();
         add_user(&db, "ops", Role::Operator, PW).await.unwrap();
         assert!(matches!(remove_user(&db, "root").await, Err(AuthError::LastAdmin(_))));
@@ -408,7 +358,7 @@ mod tests {
 
     #[tokio::test]
     async fn disabled_users_cannot_log_in_and_lose_sessions() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         add_user(&db, "root", Role::Admin, PW).await.unwrap();
         add_user(&db, "alice", Role::Viewer, PW).await.unwrap();
         let alice = get_user(&db, "alice").await.unwrap().unwrap();
@@ -427,19 +377,19 @@ mod tests {
 
     #[tokio::test]
     async fn removing_a_user_ends_their_sessions() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, pool) = test_db().await;
         add_user(&db, "alice", Role::Viewer, PW).await.unwrap();
         let alice = get_user(&db, "alice").await.unwrap().unwrap();
         crate::auth::create_session(&db, &alice, crate::auth::DEFAULT_SESSION_TTL, 1000).await.unwrap();
         remove_user(&db, "alice").await.unwrap();
-        let left: i64 = sqlx::query_scalar("select count(*) from sessions").fetch_one(&db).await.unwrap();
+        let left: i64 = sqlx::query_scalar("select count(*) from sessions").fetch_one(&pool).await.unwrap();
         assert_eq!(left, 0);
         assert!(get_user(&db, "alice").await.unwrap().is_none());
     }
 
     #[tokio::test]
     async fn logins_go_to_the_audit_log() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         let peer: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
         record_login(&db, "alice", peer, LoginOutcome::Success).await.unwrap();
         record_login(&db, "evil\n<b>name", peer, LoginOutcome::Failed).await.unwrap();
@@ -462,7 +412,7 @@ mod tests {
 
     #[tokio::test]
     async fn failed_logins_from_ipv6_count_per_slash_64() {
-        let (_dir, db) = test_db().await;
+        let (_dir, db, _) = test_db().await;
         for peer in ["2001:db8:1:2::1", "2001:db8:1:2:ffff::9"] {
             record_login(&db, "alice", peer.parse().unwrap(), LoginOutcome::Failed).await.unwrap();
         }

@@ -42,6 +42,7 @@ const KEEP_JOBS: usize = 200;
 pub struct Handles {
     pub config: Arc<Config>,
     pub db: Db,
+    pub store: crate::storage::Store,
     /// Whether the database can be written; a job's audit row must be durable before it starts.
     pub storage: Arc<Storage>,
     /// The queues as the last poll saw them, for the targets where copies would stay for good.
@@ -508,7 +509,7 @@ async fn launch(
     // and loses them, so it is checked first.
     handles.storage.check(&handles.db).await.map_err(StartError::Storage)?;
     let (broker, vhost, queue) = (entry.broker.to_string(), entry.vhost.to_string(), entry.queue.to_string());
-    let id = audit::start(&handles.db, entry)
+    let id = audit::start(&handles.store, entry)
         .await
         .map_err(|e| StartError::Storage(handles.storage.failed("the audit log", &e)))?;
     let job = Arc::new(Job {

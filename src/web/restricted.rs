@@ -152,7 +152,7 @@ pub async fn job(state: &AppState, role: Role, status: &mut JobStatus) -> Result
     if may_read(state, role, (&status.broker, &status.vhost, &status.queue)) {
         return Ok(());
     }
-    let Some(mut record) = audit::get(&state.db, status.id).await? else { return Ok(()) };
+    let Some(mut record) = audit::get(&state.store, status.id).await? else { return Ok(()) };
     // A job known only from the audit log carries its entry's detail as its error: an edit's
     // diff, for one.
     if let (Some(error), Some(detail)) = (status.error.as_mut(), record.detail.as_ref()) {

@@ -56,7 +56,7 @@ async fn me(access: Access) -> Json<MeJson> {
 async fn list_users(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
     // A `User` is its name, role, creation time (with its RFC 3339 twin) and whether it is
     // disabled: what this answer always listed.
-    let users = auth::list_users(&state.db).await.map_err(account_error)?;
+    let users = auth::list_users(&state.store).await.map_err(account_error)?;
     Ok(Json(json!({ "users": users })))
 }
 
@@ -91,7 +91,7 @@ async fn audit_account(
     action: &str,
     request: serde_json::Value,
 ) -> Result<(), ApiError> {
-    crate::audit::account(&state.db, &access.principal.actor(), action, &request).await?;
+    crate::audit::account(&state.store, &access.principal.actor(), action, &request).await?;
     Ok(())
 }
 
@@ -100,7 +100,7 @@ async fn add_user(
     access: Access,
     Json(new): Json<NewUser>,
 ) -> Result<Response, ApiError> {
-    auth::add_user(&state.db, &new.name, new.role, &new.password).await.map_err(account_error)?;
+    auth::add_user(&state.store, &new.name, new.role, &new.password).await.map_err(account_error)?;
     audit_account(&state, &access, "user add", json!({"name": new.name, "role": new.role})).await?;
     Ok((StatusCode::CREATED, Json(json!({"name": new.name, "role": new.role}))).into_response())
 }
@@ -110,7 +110,7 @@ async fn remove_user(
     access: Access,
     Path(name): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    auth::remove_user(&state.db, &name).await.map_err(account_error)?;
+    auth::remove_user(&state.store, &name).await.map_err(account_error)?;
     audit_account(&state, &access, "user remove", json!({"name": name})).await?;
     Ok(Json(json!({"removed": name})))
 }
@@ -127,7 +127,7 @@ async fn set_role(
     Path(name): Path<String>,
     Json(body): Json<NewRole>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    auth::set_role(&state.db, &name, body.role).await.map_err(account_error)?;
+    auth::set_role(&state.store, &name, body.role).await.map_err(account_error)?;
     audit_account(&state, &access, "user role", json!({"name": name, "role": body.role})).await?;
     Ok(Json(json!({"name": name, "role": body.role})))
 }
@@ -146,13 +146,13 @@ async fn set_password(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     // The password change ends the sessions itself, in its transaction: counting them after it
     // found none and answered `sessions_ended: 0`.
-    let ended = auth::set_password(&state.db, &name, &body.password).await.map_err(account_error)?;
+    let ended = auth::set_password(&state.store, &name, &body.password).await.map_err(account_error)?;
     audit_account(&state, &access, "user password", json!({"name": name})).await?;
     Ok(Json(json!({"name": name, "sessions_ended": ended})))
 }
 
 async fn list_tokens(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    let tokens = auth::list_tokens(&state.db).await.map_err(account_error)?;
+    let tokens = auth::list_tokens(&state.store).await.map_err(account_error)?;
     Ok(Json(json!({ "tokens": tokens })))
 }
 
@@ -170,7 +170,7 @@ async fn add_token(
 ) -> Result<Response, ApiError> {
     let now = chrono::Utc::now().timestamp();
     let actor = access.principal.actor();
-    let token = auth::create_token(&state.db, &body.name, body.role, &actor, now).await.map_err(account_error)?;
+    let token = auth::create_token(&state.store, &body.name, body.role, &actor, now).await.map_err(account_error)?;
     audit_account(&state, &access, "token add", json!({"name": body.name, "role": body.role, "id": token.id})).await?;
     let answer = json!({"id": token.id, "name": body.name, "role": body.role, "token": token.token,
         "note": "shown once: warren keeps only its hash"});
@@ -182,7 +182,7 @@ async fn revoke_token(
     access: Access,
     Path(id): Path<i64>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    auth::revoke_token(&state.db, id).await.map_err(account_error)?;
+    auth::revoke_token(&state.store, id).await.map_err(account_error)?;
     audit_account(&state, &access, "token revoke", json!({"id": id})).await?;
     Ok(Json(json!({"revoked": id})))
 }
@@ -212,7 +212,7 @@ async fn render_access(
 ) -> Result<Response, PageError> {
     let page = AccessPage {
         me,
-        users: auth::list_users(&state.db)
+        users: auth::list_users(&state.store)
             .await
             .map_err(auth_error)?
             .into_iter()
@@ -221,7 +221,7 @@ async fn render_access(
                 (u, created)
             })
             .collect(),
-        tokens: auth::list_tokens(&state.db)
+        tokens: auth::list_tokens(&state.store)
             .await
             .map_err(auth_error)?
             .into_iter()
@@ -298,7 +298,7 @@ async fn add_user_form(
 ) -> Result<Response, PageError> {
     let done = async {
         let role: Role = form.role.parse()?;
-        auth::add_user(&state.db, &form.name, role, &form.password).await?;
+        auth::add_user(&state.store, &form.name, role, &form.password).await?;
         Ok(format!("User {} ({role}) created.", form.name))
     }
     .await;
@@ -323,7 +323,7 @@ async fn remove_user_form(
     if form.confirmed.as_deref() != Some("true") {
         return Ok(back_to_access(&state, (false, format!("User {name} was not removed: tick the box to confirm."))));
     }
-    let done = auth::remove_user(&state.db, &name).await.map(|()| format!("User {name} removed."));
+    let done = auth::remove_user(&state.store, &name).await.map(|()| format!("User {name} removed."));
     let notice = form_outcome(&state, &access, done, "user remove", json!({"name": name})).await?;
     Ok(back_to_access(&state, notice))
 }
@@ -341,7 +341,7 @@ async fn set_role_form(
 ) -> Result<Response, PageError> {
     let done = async {
         let role: Role = form.role.parse()?;
-        auth::set_role(&state.db, &name, role).await?;
+        auth::set_role(&state.store, &name, role).await?;
         Ok(format!("{name} is now {role}."))
     }
     .await;
@@ -363,7 +363,7 @@ async fn add_token_form(
     let now = chrono::Utc::now().timestamp();
     let created = async {
         let role: Role = form.role.parse()?;
-        auth::create_token(&state.db, &form.name, role, &access.principal.actor(), now).await
+        auth::create_token(&state.store, &form.name, role, &access.principal.actor(), now).await
     }
     .await;
     let (done, token) = match created {
@@ -383,7 +383,7 @@ async fn revoke_token_form(
     access: Access,
     Path(id): Path<i64>,
 ) -> Result<Response, PageError> {
-    let done = auth::revoke_token(&state.db, id).await.map(|()| format!("Token {id} revoked."));
+    let done = auth::revoke_token(&state.store, id).await.map(|()| format!("Token {id} revoked."));
     let notice = form_outcome(&state, &access, done, "token revoke", json!({"id": id})).await?;
     render_access(&state, Me::of(&access), Some(notice), None).await
 }

@@ -118,7 +118,7 @@ impl AuditQuery {
 /// Reads the page asked for, with account names hidden unless the caller is an admin, and
 /// what the caller's role may not read of a queue left out (`restricted::audit_record`).
 async fn read(state: &AppState, page: &Page, role: Role, own_actor: &str) -> Result<Listing, WebError> {
-    let mut listing = audit::list(&state.db, page).await?;
+    let mut listing = audit::list(&state.store, page).await?;
     if !role.allows(Role::Admin) {
         listing.records.iter_mut().for_each(|r| r.hide_account_names(own_actor));
     }
@@ -186,7 +186,7 @@ async fn messages_api(
     access: Access,
     axum::extract::Path(id): axum::extract::Path<i64>,
 ) -> Result<Json<Vec<crate::dlq::fates::MessageRecord>>, ApiError> {
-    let Some(record) = crate::audit::get(&state.db, id).await? else {
+    let Some(record) = crate::audit::get(&state.store, id).await? else {
         return Err(WebError::NotFound(format!("no audit entry {id}")).into());
     };
     if crate::web::restricted::ids_hidden(&state, access.principal.role, &record) {

@@ -153,7 +153,7 @@ async fn identify(
     now: i64,
 ) -> Result<(Principal, Option<String>), Refusal> {
     if let Some(presented) = auth::bearer_token(headers) {
-        return match auth::token(&state.db, presented, now).await.map_err(Refusal::Internal)? {
+        return match auth::token(&state.store, presented, now).await.map_err(Refusal::Internal)? {
             Some(principal) => Ok((principal, None)),
             None => Err(Refusal::Unauthenticated("the API token is unknown or revoked")),
         };
@@ -165,11 +165,11 @@ async fn identify(
     }
     if let Some(cookie) = auth::session_cookie_from(headers) {
         let idle = state.gate.config.session_idle;
-        if let Some(active) = auth::session(&state.db, cookie, idle, now).await.map_err(Refusal::Internal)? {
+        if let Some(active) = auth::session(&state.store, cookie, idle, now).await.map_err(Refusal::Internal)? {
             return Ok((active.principal, Some(active.csrf_token)));
         }
     }
-    if state.gate.auth_configured(&state.db).await.map_err(Refusal::Internal)? {
+    if state.gate.auth_configured(&state.store).await.map_err(Refusal::Internal)? {
         return Err(Refusal::Unauthenticated("log in first"));
     }
     if auth::anonymous_allowed(peer, headers) {

@@ -50,7 +50,7 @@ struct LoginQuery {
 }
 
 async fn login_page(State(state): State<AppState>, Query(query): Query<LoginQuery>) -> Result<Response, PageError> {
-    let login_off = !state.gate.auth_configured(&state.db).await.map_err(auth_error)?;
+    let login_off = !state.gate.auth_configured(&state.store).await.map_err(auth_error)?;
     let page = LoginPage {
         me: Me::public(&state),
         next: safe_next(query.next.as_deref()),
@@ -116,7 +116,7 @@ async fn login(
     }
     let throttled = state.gate.throttle().begin_login(peer, &form.name, std::time::Instant::now());
     if let Err(wait) = throttled {
-        auth::record_login(&state.db, &form.name, peer, LoginOutcome::Throttled).await.map_err(auth_error)?;
+        auth::record_login(&state.store, &form.name, peer, LoginOutcome::Throttled).await.map_err(auth_error)?;
         let mut response = page(
             StatusCode::TOO_MANY_REQUESTS,
             format!("Too many failed logins. Try again in {} seconds.", wait.as_secs().max(1)),
@@ -124,22 +124,22 @@ async fn login(
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
         return Ok(response);
     }
-    let Some(user) = auth::verify_password(&state.db, &form.name, &form.password).await.map_err(auth_error)? else {
-        auth::record_login(&state.db, &form.name, peer, LoginOutcome::Failed).await.map_err(auth_error)?;
+    let Some(user) = auth::verify_password(&state.store, &form.name, &form.password).await.map_err(auth_error)? else {
+        auth::record_login(&state.store, &form.name, peer, LoginOutcome::Failed).await.map_err(auth_error)?;
         return page(StatusCode::UNAUTHORIZED, "Wrong name or password.".into());
     };
     state.gate.throttle().login_succeeded(peer, &user.name);
-    auth::record_login(&state.db, &user.name, peer, LoginOutcome::Success).await.map_err(auth_error)?;
+    auth::record_login(&state.store, &user.name, peer, LoginOutcome::Success).await.map_err(auth_error)?;
     let ttl = state.gate.config.session_ttl;
     let session =
-        auth::create_session(&state.db, &user, ttl, chrono::Utc::now().timestamp()).await.map_err(auth_error)?;
+        auth::create_session(&state.store, &user, ttl, chrono::Utc::now().timestamp()).await.map_err(auth_error)?;
     let cookie = auth::session_cookie(&session.cookie, ttl, over_tls(&state, &headers), cookie_path(&state));
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to(&state.href(&next))).into_response())
 }
 
 async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, PageError> {
     if let Some(cookie) = auth::session_cookie_from(&headers) {
-        auth::end_session(&state.db, cookie).await.map_err(auth_error)?;
+        auth::end_session(&state.store, cookie).await.map_err(auth_error)?;
     }
     let cookie = auth::clear_session_cookie(over_tls(&state, &headers), cookie_path(&state));
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to(&state.href("/login"))).into_response())

@@ -41,7 +41,7 @@ async fn audit_alerts(
     detail: String,
 ) -> Result<(), WebError> {
     let change = crate::audit::AlertsChange { actor, action, request, outcome, detail };
-    crate::audit::alerts(&state.db, change).await?;
+    crate::audit::alerts(&state.store, change).await?;
     Ok(())
 }
 

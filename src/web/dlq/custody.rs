@@ -47,7 +47,7 @@ pub async fn edit_record(
         request: json!({"record": id, "edit": edit}).to_string(),
     };
     state.storage.check(&state.db).await.map_err(WebError::Storage)?;
-    let audit_id = audit::start(&state.db, entry)
+    let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let job = format!("audit-{audit_id}");
@@ -105,7 +105,7 @@ pub async fn delete_record(
         request: json!({"record": id}).to_string(),
     };
     state.storage.check(&state.db).await.map_err(WebError::Storage)?;
-    let audit_id = audit::start(&state.db, entry)
+    let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let outcome = custody::delete(&state.db, (broker, vhost, queue), id).await;
@@ -185,7 +185,7 @@ pub async fn start_custody(
         request: json!({"messages_in_broker": in_broker}).to_string(),
     };
     state.storage.check(&state.db).await.map_err(WebError::Storage)?;
-    let audit_id = audit::start(&state.db, entry)
+    let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let switched = custody::set_switch(&state.db, broker, vhost, queue, custody::Switch::On, actor).await;

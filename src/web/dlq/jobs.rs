@@ -36,7 +36,7 @@ pub async fn job_status(state: &AppState, id: i64) -> Result<JobStatus, WebError
     if let Some(job) = state.jobs.get(id) {
         return Ok(job.status());
     }
-    let record = audit::get(&state.db, id)
+    let record = audit::get(&state.store, id)
         .await?
         .filter(|r| r.action != "purge" && r.kind == audit::Kind::Action)
         .ok_or_else(|| WebError::NotFound(format!("no move with id {id}")))?;

@@ -52,7 +52,7 @@ pub(super) async fn run_purge(
         request: "{}".to_string(),
     };
     state.storage.check(&state.db).await.map_err(WebError::Storage)?;
-    let audit_id = audit::start(&state.db, entry)
+    let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let outcome = dlq::purge(config, &view.vhost, &view.name).await;

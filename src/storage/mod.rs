@@ -1,0 +1,39 @@
+//! What warren keeps, behind one interface with one implementation per backend (issue 33):
+//! SQLite, embedded, the default and all one binary needs; PostgreSQL, which several replicas
+//! can share. The interface is a trait only because there are two backends (atuin's server is
+//! the model): each backend is one implementation with its own SQL beside it and its own
+//! migrations folder (`migrations/sqlite/`, `migrations/postgres/`), and `tests/conformance.rs`
+//! runs the same tests against both. Not sqlx's `Any` driver: it loses the types, and its
+//! placeholders differ between the two.
+//!
+//! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`]),
+//! and [`Database`] is all of them; a backend implements each part in a file of its own. Its
+//! methods are the database's side of an operation: one call is one statement or one
+//! transaction, and what decides (password hashes, the last-admin rule's wording, the failed-login
+//! caps) stays in the feature that calls it.
+//!
+//! Moved behind it so far: accounts (users, sessions, API tokens) and the audit log. The rest of
+//! warren still uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only
+//! until every part is here.
+
+use std::sync::Arc;
+
+pub mod accounts;
+pub mod audit;
+pub mod postgres;
+pub mod sqlite;
+
+pub use accounts::Accounts;
+pub use audit::AuditLog;
+
+/// Everything warren keeps, on one backend.
+pub trait Database: Accounts + AuditLog + Send + Sync + 'static {
+    /// `sqlite` or `postgres`, for logs and errors.
+    fn backend(&self) -> &'static str;
+}
+
+/// The handle every part of warren shares.
+pub type Store = Arc<dyn Database>;
+
+/// What a backend returns: both are sqlx drivers, so their errors are one type.
+pub type Result<T> = std::result::Result<T, sqlx::Error>;

@@ -1,0 +1,45 @@
+//! The PostgreSQL backend, which several replicas can share. Its schema is
+//! `migrations/postgres/`, kept alike with SQLite's by `tests/schema.rs`.
+//!
+//! Where SQLite's one writer at a time makes a check and its change atomic, this backend locks
+//! what the check reads (the last-admin rule locks `users`), since concurrent transactions from
+//! other replicas would otherwise each pass the check.
+
+use std::sync::Arc;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+mod accounts;
+mod audit;
+
+/// warren's database in PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct Postgres {
+    pool: PgPool,
+}
+
+impl Postgres {
+    pub fn new(pool: PgPool) -> Postgres {
+        Postgres { pool }
+    }
+}
+
+impl super::Database for Postgres {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+}
+
+/// Connects to the database at `url` and brings its schema up to date. sqlx's migrator holds
+/// a PostgreSQL advisory lock while it runs, so replicas starting together migrate one at a time.
+pub async fn open(url: &str) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = url.parse()?;
+    let pool = PgPoolOptions::new().max_connections(4).connect_with(options).await?;
+    sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+    Ok(pool)
+}
+
+/// The store over an open PostgreSQL pool.
+pub fn store(pool: PgPool) -> super::Store {
+    Arc::new(Postgres::new(pool))
+}
