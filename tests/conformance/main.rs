@@ -1,0 +1,95 @@
+//! The storage interface's conformance suite (issue 33): every test here runs against both
+//! backends, SQLite in a temporary file and PostgreSQL in a database of its own on
+//! 127.0.0.1:5432, through `warren::storage::Store` and the parts of warren that use it. A
+//! behaviour one backend has and the other lacks fails here.
+//!
+//! One file per part behind the interface: accounts (users, sessions, tokens) and the audit log
+//! so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
+//! `PART::postgres::TEST` of each.
+
+use warren::storage::Store;
+
+mod accounts;
+mod audit;
+
+const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// One backend with a fresh database, dropped with it (a failed test's too).
+pub struct Backend {
+    pub store: Store,
+    _dir: Option<tempfile::TempDir>,
+    /// The PostgreSQL database to drop at the end.
+    database: Option<String>,
+}
+
+/// Numbers this process's PostgreSQL databases: short names, since PostgreSQL cuts identifiers
+/// at 63 bytes, and two tests whose names begin alike must not share a database.
+static DATABASES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl Backend {
+    pub async fn sqlite() -> Backend {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = warren::history::open(&dir.path().join("warren.db")).await.unwrap();
+        Backend { store: warren::storage::sqlite::store(pool), _dir: Some(dir), database: None }
+    }
+
+    /// A database of its own, so tests run in parallel. A missing server fails the test: it is
+    /// part of what CI sets up.
+    pub async fn postgres() -> Backend {
+        let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let database = format!("warren_conformance_{}_{n}", std::process::id());
+        admin(&format!("drop database if exists {database} with (force)")).await;
+        admin(&format!("create database {database}")).await;
+        let url = format!("postgres://postgres@127.0.0.1:5432/{database}");
+        let pool = warren::storage::postgres::open(&url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        Backend { store: warren::storage::postgres::store(pool), _dir: None, database: Some(database) }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let Some(database) = self.database.take() else { return };
+        // On a thread of its own: a test's runtime may be gone or inside a panic by now.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(admin(&format!("drop database if exists {database} with (force)")));
+        })
+        .join();
+        if dropped.is_err() && !std::thread::panicking() {
+            panic!("the test's PostgreSQL database could not be dropped");
+        }
+    }
+}
+
+async fn admin(sql: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(ADMIN_URL).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {ADMIN_URL} (every machine of this kind has one; .ci/run checks it): {e}")
+    });
+    sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// Each test, once per backend: `sqlite::name` and `postgres::name`.
+#[macro_export]
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let backend = $crate::Backend::sqlite().await;
+                    super::$name(&backend.store).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let backend = $crate::Backend::postgres().await;
+                    super::$name(&backend.store).await;
+                }
+            )*
+        }
+    };
+}
