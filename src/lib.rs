@@ -277,8 +277,8 @@ async fn retention_cleanup(state: &AppState, broker_ids: &[i64], windows: histor
     // is the record of who changed what on the brokers.
     let cutoff = now - state.config.retention.as_secs() as i64;
     let pruned = async {
-        let history = alerts::store::prune_history(&state.db, cutoff).await?;
-        let deliveries = alerts::notify::prune(&state.db, cutoff).await?;
+        let history = alerts::store::prune_history(&state.store, cutoff).await?;
+        let deliveries = alerts::notify::prune(&state.store, cutoff).await?;
         Ok::<_, sqlx::Error>((history, deliveries))
     };
     match pruned.await {

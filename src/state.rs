@@ -112,7 +112,7 @@ impl AppState {
     pub fn alerts(&self) -> crate::alerts::runner::Handles {
         crate::alerts::runner::Handles {
             config: self.config.clone(),
-            db: self.db.clone(),
+            db: self.store.clone(),
             live: self.live.clone(),
             config_rules: self.config_rules.clone(),
             notifier: self.notifier.clone(),
@@ -149,7 +149,8 @@ impl AppState {
             config_rules: wings.rules.clone(),
             public_url: config.public_url.clone(),
         };
-        let notifier = crate::alerts::notify::Dispatcher::with_alerts(http, db.clone(), Default::default(), alerts);
+        let store = crate::storage::sqlite::store(db.clone());
+        let notifier = crate::alerts::notify::Dispatcher::with_alerts(http, store.clone(), Default::default(), alerts);
         notifier.set_channels(wings.channels);
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone(), wings.proxy));
         let storage = Arc::new(crate::history::storage::Storage::new(&config.database));
@@ -158,7 +159,7 @@ impl AppState {
             gate,
             storage: storage.clone(),
             config: Arc::new(config),
-            store: crate::storage::sqlite::store(db.clone()),
+            store,
             db,
             live: Live::new(&names),
             config_rules: Arc::new(wings.rules),

@@ -22,7 +22,7 @@ use warren::alerts::notify::{
     NotificationChannel, NotificationKind, Outcome,
 };
 use warren::alerts::{AlertKey, Comparator, Metric, Rule, Scope, Severity};
-use warren::history::Db;
+use warren::storage::Store;
 
 /// In every receiver URL: it must never show up in the log table, the logs or `Debug`.
 const TOKEN: &str = "T0KEN-s3cr3t-4711";
@@ -104,10 +104,10 @@ fn firing() -> Notification {
 }
 
 /// A database of its own in a temporary directory, kept alive with it.
-async fn database() -> (tempfile::TempDir, Db) {
+async fn database() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let db = warren::history::open(&dir.path().join("warren.db")).await.unwrap();
-    (dir, db)
+    (dir, warren::storage::sqlite::store(db))
 }
 
 fn fast_policy() -> DeliveryPolicy {
@@ -121,7 +121,12 @@ fn fast_policy() -> DeliveryPolicy {
 }
 
 /// Waits until the delivery log holds rows of `channel` that satisfy `done`; returns them oldest first.
-async fn log_rows(db: &Db, channel: &str, what: &str, done: impl Fn(&[DeliveryRecord]) -> bool) -> Vec<DeliveryRecord> {
+async fn log_rows(
+    db: &Store,
+    channel: &str,
+    what: &str,
+    done: impl Fn(&[DeliveryRecord]) -> bool,
+) -> Vec<DeliveryRecord> {
     wait_for(what, Duration::from_secs(10), || async {
         let mut rows = recent_deliveries(db, 100).await.map_err(|e| e.to_string())?;
         rows.retain(|r| r.channel_id == channel);

@@ -132,7 +132,7 @@ use serde::{Deserialize, Serialize};
 pub use alertmanager::{AlertSource, AlertmanagerSettings};
 pub use channel::{ChannelKind, ChannelView, EmailSettings, NotificationChannel, SmtpSecurity};
 pub use dispatch::{DeliveryPolicy, Dispatcher};
-pub use log::{deliveries_before, prune, recent_deliveries, record, DeliveryRecord, LogEntry, Outcome};
+pub use log::{deliveries_before, prune, recent_deliveries, record, record_in, DeliveryRecord, LogEntry, Outcome};
 pub use message::WEBHOOK_VERSION;
 pub use outbox::{pending_deliveries, PendingDelivery};
 pub use send::{send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};

@@ -13,15 +13,15 @@ use super::notify::{Notification, NotificationKind};
 use super::store::{self, Silence};
 use super::{AlertKey, AlertPhase, AlertState, BrokerInput, Evaluator, Rule, Transition};
 use crate::config::Config;
-use crate::history::Db;
 use crate::live::Live;
+use crate::storage::Store;
 
 /// What the alert loop uses of warren's shared handles (`AppState::alerts` hands it over): the
 /// alerts sit below the state that holds them.
 #[derive(Clone)]
 pub struct Handles {
     pub config: std::sync::Arc<Config>,
-    pub db: Db,
+    pub db: Store,
     pub live: Live,
     /// The rules of the file (`[[alerts]]`), as the wing read them.
     pub config_rules: std::sync::Arc<Vec<super::Rule>>,
@@ -146,7 +146,7 @@ pub async fn evaluate_once(
         })
         .collect();
     let mut tx = handles.db.begin().await?;
-    store::record(&mut tx, &plan.history, &states).await?;
+    store::record(&mut *tx, &plan.history, &states).await?;
     let mut queued = Vec::with_capacity(plan.outgoing.len());
     for o in &plan.outgoing {
         let mut notification = o.notification();
@@ -158,7 +158,7 @@ pub async fn evaluate_once(
                 notification.description = format!("{}: {error}", notification.description);
             }
         }
-        queued.push(handles.notifier.enqueue(&mut tx, &notification).await?);
+        queued.push(handles.notifier.enqueue(&mut *tx, &notification).await?);
     }
     tx.commit().await?;
     handles.notifier.wake();

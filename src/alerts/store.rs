@@ -1,14 +1,13 @@
-//! Alert rules, states, history and silences in SQLite. Rules from the config file are not
+//! Alert rules, states, history and silences, kept through the storage interface. Rules from the config file are not
 //! stored: they are read from the configuration at every start.
 
 use std::collections::HashSet;
 
+use super::{AlertKey, AlertState, Rule, Transition};
+use crate::storage::alerts::{NewSilence, TransitionRow};
+use crate::storage::{Store, Transaction};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Row, SqliteConnection};
-
-use super::{AlertKey, AlertState, Rule, Transition};
-use crate::history::Db;
 
 /// Where a rule comes from: the config file (read-only) or the UI and API.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -115,13 +114,12 @@ fn key_json(key: &AlertKey) -> String {
 }
 
 /// Rules created in the UI or the API, by id.
-pub async fn api_rules(db: &Db) -> Result<Vec<Rule>, sqlx::Error> {
-    let rows = sqlx::query("select id, definition from alert_rules order by id").fetch_all(db).await?;
+pub async fn api_rules(store: &Store) -> Result<Vec<Rule>, sqlx::Error> {
+    let rows = store.rules().await?;
     let mut rules = Vec::with_capacity(rows.len());
     for row in rows {
-        let id: String = row.try_get("id")?;
-        let definition: String = row.try_get("definition")?;
-        match serde_json::from_str::<Rule>(&definition) {
+        let id = row.id;
+        match serde_json::from_str::<Rule>(&row.definition) {
             Ok(rule) => rules.push(rule),
             // A rule written by another version of warren: skip it rather than stop alerting.
             Err(e) => tracing::error!(rule = %id, error = %e, "a stored alert rule cannot be read; it is ignored"),
@@ -131,10 +129,10 @@ pub async fn api_rules(db: &Db) -> Result<Vec<Rule>, sqlx::Error> {
 }
 
 /// The config file's rules, then the stored ones.
-pub async fn all_rules(config_rules: &[Rule], db: &Db) -> Result<Vec<StoredRule>, sqlx::Error> {
+pub async fn all_rules(config_rules: &[Rule], store: &Store) -> Result<Vec<StoredRule>, sqlx::Error> {
     let mut all: Vec<StoredRule> =
         config_rules.iter().map(|r| StoredRule { rule: r.clone(), source: Source::Config }).collect();
-    all.extend(api_rules(db).await?.into_iter().map(|rule| StoredRule { rule, source: Source::Api }));
+    all.extend(api_rules(store).await?.into_iter().map(|rule| StoredRule { rule, source: Source::Api }));
     if !all.iter().any(|r| r.rule.metric == super::Metric::BrokerUnreachable) {
         all.push(StoredRule { rule: builtin_unreachable(), source: Source::Builtin });
     }
@@ -156,23 +154,13 @@ pub async fn all_rules(config_rules: &[Rule], db: &Db) -> Result<Vec<StoredRule>
 }
 
 /// Inserts or replaces a rule.
-pub async fn save_rule(db: &Db, rule: &Rule) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "insert into alert_rules (id, definition, updated_at) values (?, ?, ?)
-         on conflict (id) do update set definition = excluded.definition, updated_at = excluded.updated_at",
-    )
-    .bind(&rule.id)
-    .bind(serde_json::to_string(rule).expect("rules serialise"))
-    .bind(Utc::now().timestamp())
-    .execute(db)
-    .await?;
-    Ok(())
+pub async fn save_rule(store: &Store, rule: &Rule) -> Result<(), sqlx::Error> {
+    store.save_rule(&rule.id, &serde_json::to_string(rule).expect("rules serialise"), Utc::now().timestamp()).await
 }
 
 /// Deletes a rule; false if there was none. Its alerts end at the next evaluation.
-pub async fn delete_rule(db: &Db, id: &str) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query("delete from alert_rules where id = ?").bind(id).execute(db).await?;
-    Ok(done.rows_affected() > 0)
+pub async fn delete_rule(store: &Store, id: &str) -> Result<bool, sqlx::Error> {
+    store.delete_rule(id).await
 }
 
 /// A pending or firing alert as stored, with its notifications.
@@ -188,14 +176,13 @@ pub struct StoredState {
 }
 
 /// The pending and firing alerts as last evaluated.
-pub async fn states(db: &Db) -> Result<Vec<StoredState>, sqlx::Error> {
-    let rows = sqlx::query("select state, queued_at, delivered_at from alert_states").fetch_all(db).await?;
+pub async fn states(store: &Store) -> Result<Vec<StoredState>, sqlx::Error> {
+    let rows = store.alert_states().await?;
     let mut states = Vec::with_capacity(rows.len());
     let time = |t: Option<i64>| t.and_then(|t| DateTime::from_timestamp(t, 0));
     for row in rows {
-        let state: String = row.try_get("state")?;
-        let (queued_at, delivered_at) = (time(row.try_get("queued_at")?), time(row.try_get("delivered_at")?));
-        match serde_json::from_str(&state) {
+        let (queued_at, delivered_at) = (time(row.queued_at), time(row.delivered_at));
+        match serde_json::from_str(&row.state) {
             Ok(state) => states.push(StoredState { state, queued_at, delivered_at }),
             Err(e) => tracing::error!(error = %e, "a stored alert state cannot be read; it is dropped"),
         }
@@ -208,49 +195,33 @@ pub async fn states(db: &Db) -> Result<Vec<StoredState>, sqlx::Error> {
 /// exactly `states`, each with when it was last queued for notification. When a channel accepted
 /// one (`delivered_at`) is kept: the channels' tasks write it ([`mark_delivered`]).
 pub async fn record(
-    conn: &mut SqliteConnection,
+    tx: &mut dyn Transaction,
     transitions: &[(Transition, bool)],
     states: &[(AlertState, Option<DateTime<Utc>>)],
 ) -> Result<(), sqlx::Error> {
     for (t, silenced) in transitions {
-        sqlx::query(
-            "insert into alert_history (at, rule_id, alert_key, from_phase, to_phase, value, note, silenced)
-             values (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(t.at.timestamp())
-        .bind(&t.rule_id)
-        .bind(key_json(&t.key))
-        .bind(phase(t.from))
-        .bind(phase(t.to))
-        .bind(t.value)
-        .bind(&t.note)
-        .bind(*silenced)
-        .execute(&mut *conn)
+        tx.insert_transition(TransitionRow {
+            at: t.at.timestamp(),
+            rule_id: &t.rule_id,
+            alert_key: &key_json(&t.key),
+            from_phase: phase(t.from),
+            to_phase: phase(t.to),
+            value: t.value,
+            note: t.note.as_deref(),
+            silenced: *silenced,
+        })
         .await?;
     }
     // States change at most once per poll and there are few: those that ended go, the others
     // are written whole but for `delivered_at`.
     let kept: HashSet<(&str, String)> = states.iter().map(|(s, _)| (s.rule_id.as_str(), key_json(&s.key))).collect();
-    let stored: Vec<(String, String)> =
-        sqlx::query_as("select rule_id, alert_key from alert_states").fetch_all(&mut *conn).await?;
+    let stored = tx.state_keys().await?;
     for (rule_id, key) in stored.iter().filter(|(rule_id, key)| !kept.contains(&(rule_id.as_str(), key.clone()))) {
-        sqlx::query("delete from alert_states where rule_id = ? and alert_key = ?")
-            .bind(rule_id)
-            .bind(key)
-            .execute(&mut *conn)
-            .await?;
+        tx.delete_state(rule_id, key).await?;
     }
     for (s, queued_at) in states {
-        sqlx::query(
-            "insert into alert_states (rule_id, alert_key, state, queued_at) values (?, ?, ?, ?)
-             on conflict (rule_id, alert_key) do update set state = excluded.state, queued_at = excluded.queued_at",
-        )
-        .bind(&s.rule_id)
-        .bind(key_json(&s.key))
-        .bind(serde_json::to_string(s).expect("states serialise"))
-        .bind(queued_at.map(|t| t.timestamp()))
-        .execute(&mut *conn)
-        .await?;
+        let state = serde_json::to_string(s).expect("states serialise");
+        tx.upsert_state(&s.rule_id, &key_json(&s.key), &state, queued_at.map(|t| t.timestamp())).await?;
     }
     Ok(())
 }
@@ -261,23 +232,13 @@ pub async fn record(
 /// the new one as told. A firing accepted after its reminder was queued therefore waits for the
 /// reminder's delivery: late, never wrong.
 pub async fn mark_delivered(
-    conn: &mut SqliteConnection,
+    tx: &mut dyn Transaction,
     rule_id: &str,
     key: &AlertKey,
     planned_at: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "update alert_states set delivered_at = max(coalesce(delivered_at, 0), ?)
-         where rule_id = ? and alert_key = ? and queued_at = ?",
-    )
-    .bind(at.timestamp())
-    .bind(rule_id)
-    .bind(key_json(key))
-    .bind(planned_at.timestamp())
-    .execute(conn)
-    .await?;
-    Ok(())
+    tx.mark_delivered(rule_id, &key_json(key), planned_at.timestamp(), at.timestamp()).await
 }
 
 fn phase(p: super::AlertPhase) -> &'static str {
@@ -291,8 +252,8 @@ fn phase(p: super::AlertPhase) -> &'static str {
 
 /// Deletes phase changes older than `cutoff` (unix seconds); returns how many. The states of
 /// alerts still pending or firing are not history and stay.
-pub async fn prune_history(db: &Db, cutoff: i64) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query("delete from alert_history where at < ?").bind(cutoff).execute(db).await?.rows_affected())
+pub async fn prune_history(store: &Store, cutoff: i64) -> Result<u64, sqlx::Error> {
+    store.prune_alert_history(cutoff).await
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -309,31 +270,22 @@ pub struct HistoryEntry {
 }
 
 /// The newest phase changes below the id `before` (all: none), newest first.
-pub async fn history(db: &Db, before: Option<i64>, limit: i64) -> Result<Vec<HistoryEntry>, sqlx::Error> {
-    let rows = sqlx::query(
-        "select id, at, rule_id, alert_key, from_phase, to_phase, value, note, silenced
-         from alert_history where id < ? order by id desc limit ?",
-    )
-    .bind(before.unwrap_or(i64::MAX))
-    .bind(limit)
-    .fetch_all(db)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            let key: String = r.try_get("alert_key")?;
-            Ok(HistoryEntry {
-                id: r.try_get("id")?,
-                at: DateTime::from_timestamp(r.try_get("at")?, 0).unwrap_or_default(),
-                rule_id: r.try_get("rule_id")?,
-                key: serde_json::from_str(&key).unwrap_or(serde_json::Value::String(key)),
-                from: r.try_get("from_phase")?,
-                to: r.try_get("to_phase")?,
-                value: r.try_get("value")?,
-                note: r.try_get("note")?,
-                silenced: r.try_get("silenced")?,
-            })
+pub async fn history(store: &Store, before: Option<i64>, limit: i64) -> Result<Vec<HistoryEntry>, sqlx::Error> {
+    let rows = store.alert_history(before.unwrap_or(i64::MAX), limit).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| HistoryEntry {
+            id: r.id,
+            at: DateTime::from_timestamp(r.at, 0).unwrap_or_default(),
+            rule_id: r.rule_id,
+            key: serde_json::from_str(&r.alert_key).unwrap_or(serde_json::Value::String(r.alert_key)),
+            from: r.from_phase,
+            to: r.to_phase,
+            value: r.value,
+            note: r.note,
+            silenced: r.silenced,
         })
-        .collect()
+        .collect())
 }
 
 /// A silence: notifications of a rule (or of one of its alerts, or of every rule) are held back
@@ -360,56 +312,42 @@ impl Silence {
     }
 }
 
-pub async fn add_silence(db: &Db, s: &Silence) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "insert into silences (rule_id, alert_key, until, comment, created_by, created_at)
-         values (?, ?, ?, ?, ?, ?) returning id",
-    )
-    .bind(&s.rule_id)
-    .bind(s.key.as_ref().map(key_json))
-    // Whole seconds, rounded up: a silence asked to last until 12:00:07.4 must not end at 07.0
-    // and let a notification out early.
-    .bind(s.until.timestamp() + i64::from(s.until.timestamp_subsec_nanos() > 0))
-    .bind(&s.comment)
-    .bind(&s.created_by)
-    .bind(s.created_at.timestamp())
-    .fetch_one(db)
-    .await
+pub async fn add_silence(store: &Store, s: &Silence) -> Result<i64, sqlx::Error> {
+    let key = s.key.as_ref().map(key_json);
+    store
+        .insert_silence(NewSilence {
+            rule_id: s.rule_id.as_deref(),
+            alert_key: key.as_deref(),
+            // Whole seconds, rounded up: a silence asked to last until 12:00:07.4 must not end at
+            // 07.0 and let a notification out early.
+            until: s.until.timestamp() + i64::from(s.until.timestamp_subsec_nanos() > 0),
+            comment: &s.comment,
+            created_by: &s.created_by,
+            created_at: s.created_at.timestamp(),
+        })
+        .await
 }
 
 /// Ends a silence now; false if there was none.
-pub async fn expire_silence(db: &Db, id: i64) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query("update silences set until = min(until, ?) where id = ?")
-        .bind(Utc::now().timestamp())
-        .bind(id)
-        .execute(db)
-        .await?;
-    Ok(done.rows_affected() > 0)
+pub async fn expire_silence(store: &Store, id: i64) -> Result<bool, sqlx::Error> {
+    store.end_silence(id, Utc::now().timestamp()).await
 }
 
 /// Silences that have not ended (`active_only`) or the newest 200, newest first.
-pub async fn silences(db: &Db, active_only: bool) -> Result<Vec<Silence>, sqlx::Error> {
-    let rows = sqlx::query(
-        "select id, rule_id, alert_key, until, comment, created_by, created_at from silences
-         where until > ? order by id desc limit 200",
-    )
-    .bind(if active_only { Utc::now().timestamp() } else { i64::MIN })
-    .fetch_all(db)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            let key: Option<String> = r.try_get("alert_key")?;
-            Ok(Silence {
-                id: r.try_get("id")?,
-                rule_id: r.try_get("rule_id")?,
-                key: key.and_then(|k| serde_json::from_str(&k).ok()),
-                until: DateTime::from_timestamp(r.try_get("until")?, 0).unwrap_or_default(),
-                comment: r.try_get("comment")?,
-                created_by: r.try_get("created_by")?,
-                created_at: DateTime::from_timestamp(r.try_get("created_at")?, 0).unwrap_or_default(),
-            })
+pub async fn silences(store: &Store, active_only: bool) -> Result<Vec<Silence>, sqlx::Error> {
+    let rows = store.silences(if active_only { Utc::now().timestamp() } else { i64::MIN }).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Silence {
+            id: r.id,
+            rule_id: r.rule_id,
+            key: r.alert_key.and_then(|k| serde_json::from_str(&k).ok()),
+            until: DateTime::from_timestamp(r.until, 0).unwrap_or_default(),
+            comment: r.comment,
+            created_by: r.created_by,
+            created_at: DateTime::from_timestamp(r.created_at, 0).unwrap_or_default(),
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]
@@ -419,7 +357,7 @@ mod tests {
     #[tokio::test]
     async fn the_built_in_rules_exist_unless_one_on_their_metric_was_written() {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
+        let db = crate::storage::sqlite::store(crate::history::open(&dir.path().join("w.db")).await.unwrap());
         let rules = all_rules(&[], &db).await.unwrap();
         // The node rules have a test of their own.
         let ids = |rules: &[StoredRule]| {
@@ -462,7 +400,7 @@ mod tests {
     #[tokio::test]
     async fn the_built_in_node_rules_exist_unless_one_on_their_metric_was_written() {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
+        let db = crate::storage::sqlite::store(crate::history::open(&dir.path().join("w.db")).await.unwrap());
         let builtin = |rules: &[StoredRule]| {
             rules
                 .iter()
@@ -480,82 +418,5 @@ mod tests {
         let rules = all_rules(&[], &db).await.unwrap();
         assert!(!builtin(&rules).contains(&"builtin-fd-used".to_string()), "switched off by a rule of one's own");
         assert_eq!(builtin(&rules).len(), 5);
-    }
-
-    #[tokio::test]
-    async fn an_alert_counts_as_notified_once_its_latest_queued_notification_was_accepted() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
-        let at = |secs: i64| DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap();
-        let key = AlertKey::broker("b");
-        let state = AlertState {
-            rule_id: "r".into(),
-            key: key.clone(),
-            phase: super::super::AlertPhase::Firing,
-            active_since: at(0),
-            fired_at: Some(at(0)),
-            false_since: None,
-            last_value: None,
-            observed_at: at(0),
-        };
-        let write = |queued_at: Option<DateTime<Utc>>| {
-            let (db, state) = (db.clone(), state.clone());
-            async move {
-                let mut tx = db.begin().await.unwrap();
-                record(&mut tx, &[], &[(state, queued_at)]).await.unwrap();
-                tx.commit().await.unwrap();
-            }
-        };
-        let stored = || async {
-            states(&db).await.unwrap().into_iter().map(|s| (s.queued_at, s.delivered_at)).collect::<Vec<_>>()
-        };
-        let deliver = |planned: i64, delivered: i64| {
-            let (db, key) = (db.clone(), key.clone());
-            async move {
-                let mut conn = db.acquire().await.unwrap();
-                mark_delivered(&mut conn, "r", &key, at(planned), at(delivered)).await.unwrap();
-            }
-        };
-
-        write(Some(at(0))).await;
-        assert_eq!(stored().await, [(Some(at(0)), None)], "queued, not yet notified");
-        deliver(0, 3).await;
-        assert_eq!(stored().await, [(Some(at(0)), Some(at(3)))]);
-        write(Some(at(0))).await;
-        assert_eq!(stored().await, [(Some(at(0)), Some(at(3)))], "a later evaluation keeps the delivery");
-        // A reminder is queued; the firing accepted late by a slow channel is not it.
-        write(Some(at(100))).await;
-        deliver(0, 104).await;
-        assert_eq!(stored().await, [(Some(at(100)), Some(at(3)))]);
-        deliver(100, 101).await;
-        assert_eq!(stored().await, [(Some(at(100)), Some(at(101)))]);
-        // Resolved: the state goes, and a new firing of the same alert starts untold.
-        let mut tx = db.begin().await.unwrap();
-        record(&mut tx, &[], &[]).await.unwrap();
-        tx.commit().await.unwrap();
-        assert_eq!(stored().await, []);
-        write(None).await;
-        deliver(100, 200).await;
-        assert_eq!(stored().await, [(None, None)], "an old episode's delivery does not count");
-    }
-
-    #[tokio::test]
-    async fn old_history_is_pruned() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = crate::history::open(&dir.path().join("w.db")).await.unwrap();
-        let transition = |at: i64| Transition {
-            rule_id: "r".into(),
-            key: AlertKey::broker("b"),
-            from: super::super::AlertPhase::Inactive,
-            to: super::super::AlertPhase::Firing,
-            value: None,
-            at: DateTime::from_timestamp(at, 0).unwrap(),
-            note: None,
-        };
-        let mut tx = db.begin().await.unwrap();
-        record(&mut tx, &[(transition(1_000), false), (transition(5_000), false)], &[]).await.unwrap();
-        tx.commit().await.unwrap();
-        assert_eq!(prune_history(&db, 2_000).await.unwrap(), 1);
-        assert_eq!(history(&db, None, 10).await.unwrap().len(), 1);
     }
 }

@@ -6,30 +6,46 @@
 //! runs the same tests against both. Not sqlx's `Any` driver: it loses the types, and its
 //! placeholders differ between the two.
 //!
-//! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`]),
+//! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
+//! [`Alerts`]),
 //! and [`Database`] is all of them; a backend implements each part in a file of its own. Its
 //! methods are the database's side of an operation: one call is one statement or one
 //! transaction, and what decides (password hashes, the last-admin rule's wording, the failed-login
 //! caps) stays in the feature that calls it.
 //!
-//! Moved behind it so far: accounts (users, sessions, API tokens) and the audit log. The rest of
+//! Writes that must commit together (an alert evaluation's history, states and notifications)
+//! are made on a [`Transaction`], so the feature keeps its decisions between them.
+//!
+//! Moved behind it so far: accounts (users, sessions, API tokens), the audit log and alerts. The rest of
 //! warren still uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only
 //! until every part is here.
 
 use std::sync::Arc;
 
 pub mod accounts;
+pub mod alerts;
 pub mod audit;
 pub mod postgres;
 pub mod sqlite;
 
 pub use accounts::Accounts;
+pub use alerts::{AlertWrites, Alerts};
 pub use audit::AuditLog;
 
 /// Everything warren keeps, on one backend.
-pub trait Database: Accounts + AuditLog + Send + Sync + 'static {
+#[async_trait::async_trait]
+pub trait Database: Accounts + AuditLog + Alerts + Send + Sync + 'static {
     /// `sqlite` or `postgres`, for logs and errors.
     fn backend(&self) -> &'static str;
+    /// A transaction for the writes that go together ([`AlertWrites`]). Dropped without
+    /// [`Transaction::commit`], it rolls back.
+    async fn begin(&self) -> Result<Box<dyn Transaction>>;
+}
+
+/// Writes that commit together or not at all.
+#[async_trait::async_trait]
+pub trait Transaction: AlertWrites + Send {
+    async fn commit(self: Box<Self>) -> Result<()>;
 }
 
 /// The handle every part of warren shares.

@@ -29,10 +29,10 @@ pub struct AlertView {
 
 /// The pending and firing alerts as of the last evaluation, firing first.
 pub async fn current_alerts(state: &AppState) -> Result<Vec<AlertView>, WebError> {
-    let rules = store::all_rules(&state.config_rules, &state.db).await?;
-    let silences = store::silences(&state.db, true).await?;
+    let rules = store::all_rules(&state.config_rules, &state.store).await?;
+    let silences = store::silences(&state.store, true).await?;
     let now = chrono::Utc::now();
-    let mut views: Vec<AlertView> = store::states(&state.db)
+    let mut views: Vec<AlertView> = store::states(&state.store)
         .await?
         .into_iter()
         .map(|stored| {

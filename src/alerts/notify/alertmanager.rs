@@ -19,7 +19,7 @@ use super::{Notification, NotificationKind};
 use crate::alerts::runner::dashboard_url;
 use crate::alerts::{store, AlertPhase, FieldError, Rule};
 use crate::config::Secret;
-use crate::history::Db;
+use crate::storage::Store;
 
 /// The labels warren sets itself; static labels of a channel cannot replace them, or two alerts
 /// could share a fingerprint.
@@ -189,7 +189,7 @@ pub struct AlertSource {
 /// alert already told: letting it lapse would make Alertmanager report it resolved while it
 /// still fires; muting it there is an Alertmanager silence's job.
 pub(super) async fn still_firing(
-    db: &Db,
+    db: &Store,
     source: &AlertSource,
     channel: &NotificationChannel,
 ) -> Result<Vec<Notification>, sqlx::Error> {

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::Utc;
-use sqlx::SqliteConnection;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -19,8 +18,8 @@ use tokio_util::task::TaskTracker;
 use super::alertmanager::{self, AlertSource};
 use super::outbox::{self, PendingDelivery};
 use super::send::{resend_alertmanager, send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};
-use super::{record, ChannelKind, LogEntry, Notification, NotificationChannel, NotificationKind, Outcome};
-use crate::history::Db;
+use super::{record, record_in, ChannelKind, LogEntry, Notification, NotificationChannel, NotificationKind, Outcome};
+use crate::storage::{Store, Transaction};
 
 /// How hard the dispatcher tries.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,7 +99,7 @@ struct Worker {
 #[derive(Clone)]
 struct Delivery {
     http: reqwest::Client,
-    db: Db,
+    db: Store,
     policy: DeliveryPolicy,
     /// What an Alertmanager channel re-sends.
     alerts: Arc<AlertSource>,
@@ -113,13 +112,13 @@ const STOPPED: &str = "stopped during the attempt (warren shut down or the chann
 impl Dispatcher {
     /// A dispatcher with no channel yet; [`Dispatcher::set_channels`] starts them. `http` is
     /// the process's shared client, `db` where the outbox and the delivery log are.
-    pub fn new(http: reqwest::Client, db: Db, policy: DeliveryPolicy) -> Dispatcher {
+    pub fn new(http: reqwest::Client, db: Store, policy: DeliveryPolicy) -> Dispatcher {
         Dispatcher::with_alerts(http, db, policy, AlertSource::default())
     }
 
     /// As [`Dispatcher::new`], with the rules of the config file and warren's public address,
     /// which an Alertmanager channel needs to re-send the alerts that still fire.
-    pub fn with_alerts(http: reqwest::Client, db: Db, policy: DeliveryPolicy, alerts: AlertSource) -> Dispatcher {
+    pub fn with_alerts(http: reqwest::Client, db: Store, policy: DeliveryPolicy, alerts: AlertSource) -> Dispatcher {
         let delivery = Delivery { http, db, policy, alerts: Arc::new(alerts) };
         let workers = Mutex::new(Vec::new());
         Dispatcher {
@@ -184,7 +183,7 @@ impl Dispatcher {
     /// many took it. Never waits for a receiver. See [`Dispatcher::enqueue`] for a full channel.
     pub async fn notify(&self, n: &Notification) -> Result<usize, sqlx::Error> {
         let mut tx = self.inner.delivery.db.begin().await?;
-        let queued = self.enqueue(&mut tx, n).await?;
+        let queued = self.enqueue(&mut *tx, n).await?;
         tx.commit().await?;
         self.wake();
         Ok(queued)
@@ -195,13 +194,13 @@ impl Dispatcher {
     /// [`Dispatcher::wake`] once it is committed. A channel already holding `queue_capacity`
     /// rows (its receiver has been failing for a while) drops `n`, with a warning and a
     /// `dropped` row in the delivery log.
-    pub async fn enqueue(&self, conn: &mut SqliteConnection, n: &Notification) -> Result<usize, sqlx::Error> {
+    pub async fn enqueue(&self, tx: &mut dyn Transaction, n: &Notification) -> Result<usize, sqlx::Error> {
         let capacity = self.inner.delivery.policy.queue_capacity.max(1);
         let mut queued = 0;
         for channel in self.channels().iter().filter(|c| c.wants(n)) {
-            let waiting = outbox::waiting(conn, &channel.id).await?;
+            let waiting = outbox::waiting(tx, &channel.id).await?;
             if waiting < capacity {
-                outbox::insert(conn, channel, n, Utc::now()).await?;
+                outbox::insert(tx, channel, n, Utc::now()).await?;
                 queued += 1;
                 continue;
             }
@@ -213,8 +212,7 @@ impl Dispatcher {
                 alert = %n.key,
                 "notification dropped: {reason}"
             );
-            record(&mut *conn, &LogEntry { error: Some(reason), ..LogEntry::new(channel, n, 1, Outcome::Dropped) })
-                .await?;
+            record_in(tx, &LogEntry { error: Some(reason), ..LogEntry::new(channel, n, 1, Outcome::Dropped) }).await?;
         }
         Ok(queued)
     }
@@ -439,15 +437,15 @@ impl Delivery {
         match retry_in {
             Some(wait) => {
                 let next_at = entry.at + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX);
-                outbox::retry_later(&mut tx, pending.id, entry.attempt, next_at).await?;
+                outbox::retry_later(&mut *tx, pending.id, entry.attempt, next_at).await?;
             }
-            None => outbox::remove(&mut tx, pending.id).await?,
+            None => outbox::remove(&mut *tx, pending.id).await?,
         }
         let n = &pending.notification;
         if entry.outcome == Outcome::Sent && matches!(n.kind, NotificationKind::Firing | NotificationKind::Reminder) {
-            crate::alerts::store::mark_delivered(&mut tx, &n.rule_id, &n.key, n.at, entry.at).await?;
+            crate::alerts::store::mark_delivered(&mut *tx, &n.rule_id, &n.key, n.at, entry.at).await?;
         }
-        record(&mut *tx, entry).await?;
+        record_in(&mut *tx, entry).await?;
         tx.commit().await
     }
 

@@ -1,13 +1,12 @@
 //! The delivery log: one row per attempt, and one per notification that was never attempted
 //! or whose attempt warren abandoned, so an operator can see why a message did not arrive.
 
-use chrono::{DateTime, Utc};
-use serde::Serialize;
-use sqlx::Row;
-
 use super::{Notification, NotificationChannel, NotificationKind};
 use crate::alerts::AlertKey;
-use crate::history::Db;
+use crate::storage::alerts::LogRow;
+use crate::storage::{Store, Transaction};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 
 /// How one attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -97,77 +96,81 @@ pub struct DeliveryRecord {
     pub error: Option<String>,
 }
 
-/// Writes one row of the delivery log, on the pool or in a transaction (the outbox writes its
-/// rows and their log rows together).
-pub async fn record<'e>(db: impl sqlx::SqliteExecutor<'e>, entry: &LogEntry) -> Result<(), sqlx::Error> {
-    let alert_key = entry.alert_key.as_ref().map(|k| serde_json::to_string(k).expect("an alert key is plain data"));
-    sqlx::query(
-        "insert into notification_log \
-         (at, channel_id, channel_name, kind, rule_id, alert_key, attempt, outcome, http_status, error) \
-         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(entry.at.timestamp())
-    .bind(&entry.channel_id)
-    .bind(&entry.channel_name)
-    .bind(entry.kind.as_str())
-    .bind(&entry.rule_id)
-    .bind(alert_key)
-    .bind(entry.attempt)
-    .bind(entry.outcome.as_str())
-    .bind(entry.http_status)
-    .bind(&entry.error)
-    .execute(db)
-    .await?;
-    Ok(())
+impl LogEntry {
+    fn row(&self) -> LogRow {
+        LogRow {
+            id: 0,
+            at: self.at.timestamp(),
+            channel_id: self.channel_id.clone(),
+            channel_name: self.channel_name.clone(),
+            kind: self.kind.as_str().to_string(),
+            rule_id: self.rule_id.clone(),
+            alert_key: self.alert_key.as_ref().map(|k| serde_json::to_string(k).expect("an alert key is plain data")),
+            attempt: i64::from(self.attempt),
+            outcome: self.outcome.as_str().to_string(),
+            http_status: self.http_status.map(i64::from),
+            error: self.error.clone(),
+        }
+    }
+}
+
+/// Writes one row of the delivery log.
+pub async fn record(store: &Store, entry: &LogEntry) -> Result<(), sqlx::Error> {
+    store.insert_log(&entry.row()).await
+}
+
+/// Writes one row of the delivery log in a transaction (the outbox writes its rows and their
+/// log rows together).
+pub async fn record_in(tx: &mut dyn Transaction, entry: &LogEntry) -> Result<(), sqlx::Error> {
+    tx.insert_log(&entry.row()).await
 }
 
 /// Deletes rows older than `cutoff` (unix seconds); returns how many.
-pub async fn prune(db: &Db, cutoff: i64) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query("delete from notification_log where at < ?").bind(cutoff).execute(db).await?.rows_affected())
+pub async fn prune(store: &Store, cutoff: i64) -> Result<u64, sqlx::Error> {
+    store.prune_log(cutoff).await
 }
 
 /// The latest `limit` rows, newest first.
-pub async fn recent_deliveries(db: &Db, limit: i64) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
-    deliveries_before(db, None, limit).await
+pub async fn recent_deliveries(store: &Store, limit: i64) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
+    deliveries_before(store, None, limit).await
 }
 
 /// The latest `limit` rows below the id `before` (all: none), newest first: the API's pages.
-pub async fn deliveries_before(db: &Db, before: Option<i64>, limit: i64) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
-    let rows = sqlx::query(
-        "select id, at, channel_id, channel_name, kind, rule_id, alert_key, attempt, outcome, http_status, error \
-         from notification_log where id < ? order by id desc limit ?",
-    )
-    .bind(before.unwrap_or(i64::MAX))
-    .bind(limit)
-    .fetch_all(db)
-    .await?;
-    rows.iter().map(delivery_from_row).collect()
+pub async fn deliveries_before(
+    store: &Store,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
+    store.deliveries(before.unwrap_or(i64::MAX), limit).await?.into_iter().map(delivery_from_row).collect()
 }
 
-fn delivery_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<DeliveryRecord, sqlx::Error> {
+fn delivery_from_row(row: LogRow) -> Result<DeliveryRecord, sqlx::Error> {
     let decode =
         |column: &str, problem: String| sqlx::Error::ColumnDecode { index: column.to_string(), source: problem.into() };
-    let kind: String = row.try_get("kind")?;
-    let kind =
-        NotificationKind::parse(&kind).ok_or_else(|| decode("kind", format!("unknown notification kind {kind:?}")))?;
-    let outcome: String = row.try_get("outcome")?;
-    let outcome = Outcome::parse(&outcome).ok_or_else(|| decode("outcome", format!("unknown outcome {outcome:?}")))?;
-    let alert_key: Option<String> = row.try_get("alert_key")?;
+    let kind = NotificationKind::parse(&row.kind)
+        .ok_or_else(|| decode("kind", format!("unknown notification kind {:?}", row.kind)))?;
+    let outcome =
+        Outcome::parse(&row.outcome).ok_or_else(|| decode("outcome", format!("unknown outcome {:?}", row.outcome)))?;
     let alert_key =
-        alert_key.map(|k| serde_json::from_str(&k).map_err(|e| decode("alert_key", e.to_string()))).transpose()?;
-    let at: i64 = row.try_get("at")?;
+        row.alert_key.map(|k| serde_json::from_str(&k).map_err(|e| decode("alert_key", e.to_string()))).transpose()?;
+    let attempt =
+        u32::try_from(row.attempt).map_err(|_| decode("attempt", format!("{} is not an attempt", row.attempt)))?;
+    let http_status = row
+        .http_status
+        .map(|s| u16::try_from(s).map_err(|_| decode("http_status", format!("{s} is not an HTTP status"))))
+        .transpose()?;
     Ok(DeliveryRecord {
-        id: row.try_get("id")?,
-        at: DateTime::from_timestamp(at, 0).ok_or_else(|| decode("at", format!("{at} is not a time")))?,
-        channel_id: row.try_get("channel_id")?,
-        channel_name: row.try_get("channel_name")?,
+        id: row.id,
+        at: DateTime::from_timestamp(row.at, 0).ok_or_else(|| decode("at", format!("{} is not a time", row.at)))?,
+        channel_id: row.channel_id,
+        channel_name: row.channel_name,
         kind,
-        rule_id: row.try_get("rule_id")?,
+        rule_id: row.rule_id,
         alert_key,
-        attempt: row.try_get("attempt")?,
+        attempt,
         outcome,
-        http_status: row.try_get("http_status")?,
-        error: row.try_get("error")?,
+        http_status,
+        error: row.error,
     })
 }
 
@@ -179,7 +182,7 @@ mod tests {
     #[tokio::test]
     async fn rows_come_back_newest_first_with_their_fields() {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::history::open(&dir.path().join("log.db")).await.unwrap();
+        let db = crate::storage::sqlite::store(crate::history::open(&dir.path().join("log.db")).await.unwrap());
         let channel = NotificationChannel {
             id: "hook".to_string(),
             name: "Hook".to_string(),

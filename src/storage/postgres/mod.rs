@@ -7,9 +7,11 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 mod accounts;
+mod alerts;
 mod audit;
 
 /// warren's database in PostgreSQL.
@@ -24,9 +26,24 @@ impl Postgres {
     }
 }
 
+#[async_trait]
 impl super::Database for Postgres {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    async fn begin(&self) -> super::Result<Box<dyn super::Transaction>> {
+        Ok(Box::new(PgTx(self.pool.begin().await?)))
+    }
+}
+
+/// A transaction on the PostgreSQL pool.
+pub struct PgTx(sqlx::Transaction<'static, sqlx::Postgres>);
+
+#[async_trait]
+impl super::Transaction for PgTx {
+    async fn commit(self: Box<Self>) -> super::Result<()> {
+        self.0.commit().await
     }
 }
 

@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
 
 mod accounts;
+mod alerts;
 mod audit;
 
 /// warren's database in one SQLite file.
@@ -21,9 +23,24 @@ impl Sqlite {
     }
 }
 
+#[async_trait]
 impl super::Database for Sqlite {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    async fn begin(&self) -> super::Result<Box<dyn super::Transaction>> {
+        Ok(Box::new(SqliteTx(self.pool.begin().await?)))
+    }
+}
+
+/// A transaction on the SQLite pool.
+pub struct SqliteTx(sqlx::Transaction<'static, sqlx::Sqlite>);
+
+#[async_trait]
+impl super::Transaction for SqliteTx {
+    async fn commit(self: Box<Self>) -> super::Result<()> {
+        self.0.commit().await
     }
 }
 

@@ -59,7 +59,7 @@ async fn test_channel(
 }
 
 async fn deliveries(State(state): State<AppState>, Query(q): Query<Limit>) -> Result<Response, ApiError> {
-    let db = &state.db;
+    let db = &state.store;
     match q.page()? {
         Some(at) => {
             let read = notify::deliveries_before(db, at.cursor, at.limit as i64 + 1).await?;
@@ -76,7 +76,7 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, WebError>
 }
 
 async fn rules(State(state): State<AppState>) -> Result<Json<Vec<StoredRule>>, ApiError> {
-    Ok(Json(store::all_rules(&state.config_rules, &state.db).await?))
+    Ok(Json(store::all_rules(&state.config_rules, &state.store).await?))
 }
 
 async fn one_rule(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<StoredRule>, ApiError> {
@@ -115,7 +115,7 @@ async fn delete_rule(
 /// into configuration as code.
 async fn export(State(state): State<AppState>) -> Result<Response, ApiError> {
     // The built-in rule is not exported: it exists whenever no broker_unreachable rule does.
-    let rules: Vec<Rule> = store::all_rules(&state.config_rules, &state.db)
+    let rules: Vec<Rule> = store::all_rules(&state.config_rules, &state.store)
         .await?
         .into_iter()
         .filter(|r| r.source != Source::Builtin)
@@ -172,7 +172,7 @@ impl Limit {
 }
 
 async fn history(State(state): State<AppState>, Query(q): Query<Limit>) -> Result<Response, ApiError> {
-    let db = &state.db;
+    let db = &state.store;
     match q.page()? {
         Some(at) => {
             let read = store::history(db, at.cursor, at.limit as i64 + 1).await?;
@@ -183,7 +183,7 @@ async fn history(State(state): State<AppState>, Query(q): Query<Limit>) -> Resul
 }
 
 async fn silences(State(state): State<AppState>) -> Result<Json<Vec<Silence>>, ApiError> {
-    Ok(Json(store::silences(&state.db, false).await?))
+    Ok(Json(store::silences(&state.store, false).await?))
 }
 
 async fn create_silence(State(state): State<AppState>, access: Access, body: Bytes) -> Result<Response, ApiError> {

@@ -256,8 +256,8 @@ async fn render_with(
     error: Option<WebError>,
     notice: Option<crate::state::Notice>,
 ) -> Result<String, WebError> {
-    let rules = store::all_rules(&state.config_rules, &state.db).await?;
-    let silences = store::silences(&state.db, true).await?;
+    let rules = store::all_rules(&state.config_rules, &state.store).await?;
+    let silences = store::silences(&state.store, true).await?;
     let silenced = |rule_id: &str| -> Option<String> {
         let mut whole: Vec<String> = Vec::new();
         let mut some = 0;
@@ -319,7 +319,7 @@ async fn render_with(
                 (s.id, what, format::time(Some(s.until)), s.comment, s.created_by)
             })
             .collect(),
-        history: store::history(&state.db, None, 100)
+        history: store::history(&state.store, None, 100)
             .await?
             .into_iter()
             .map(|h| HistoryRow {
@@ -333,7 +333,7 @@ async fn render_with(
             .collect(),
         preview: preview_fragment(state, &form),
         channels: state.notifier.channels().iter().map(|c| c.view()).collect(),
-        deliveries: crate::alerts::notify::recent_deliveries(&state.db, 50)
+        deliveries: crate::alerts::notify::recent_deliveries(&state.store, 50)
             .await?
             .into_iter()
             .map(|d| {
@@ -412,7 +412,7 @@ async fn page(
     let notice = q.notice.and_then(|key| state.notices.take(&key));
     let form = match q.edit {
         Some(id) => {
-            let rules = store::all_rules(&state.config_rules, &state.db).await?;
+            let rules = store::all_rules(&state.config_rules, &state.store).await?;
             let found = rules.into_iter().find(|r| r.rule.id == id);
             let stored = found.ok_or_else(|| WebError::NotFound(format!("no alert rule with id {id:?}")))?;
             if let Some(why) = read_only(stored.source) {

@@ -63,7 +63,7 @@ pub fn check_rule(state: &AppState, rule: &Rule) -> Result<(), WebError> {
 }
 
 pub(super) async fn find_rule(state: &AppState, id: &str) -> Result<StoredRule, WebError> {
-    store::all_rules(&state.config_rules, &state.db)
+    store::all_rules(&state.config_rules, &state.store)
         .await?
         .into_iter()
         .find(|r| r.rule.id == id)
@@ -82,10 +82,10 @@ pub fn read_only(source: Source) -> Option<&'static str> {
 /// Creates a rule from the API or a form (`source` api), by `actor`.
 pub async fn save_new_rule(state: &AppState, rule: &Rule, actor: &str) -> Result<(), WebError> {
     check_rule(state, rule)?;
-    if store::all_rules(&state.config_rules, &state.db).await?.iter().any(|r| r.rule.id == rule.id) {
+    if store::all_rules(&state.config_rules, &state.store).await?.iter().any(|r| r.rule.id == rule.id) {
         return Err(WebError::Conflict(format!("a rule with id {:?} exists already", rule.id)));
     }
-    store::save_rule(&state.db, rule).await?;
+    store::save_rule(&state.store, rule).await?;
     let detail = format!("rule {} created: {}", rule_name(rule), condition(rule));
     audit_alerts(state, actor, "rule add", rule_request(rule), "done", detail).await
 }
@@ -165,7 +165,7 @@ pub async fn save_existing_rule(state: &AppState, id: &str, rule: &Rule, actor: 
         return Err(WebError::Invalid(vec![("id".into(), format!("cannot change (it is {id:?})"))]));
     }
     check_rule(state, rule)?;
-    store::save_rule(&state.db, rule).await?;
+    store::save_rule(&state.store, rule).await?;
     let detail = format!("rule {} edited: {}", rule_name(&existing.rule), rule_changes(&existing.rule, rule));
     audit_alerts(state, actor, "rule edit", rule_request(rule), "done", detail).await
 }
@@ -180,7 +180,7 @@ pub async fn remove_rule(state: &AppState, id: &str, actor: &str) -> Result<bool
     if let Some(why) = read_only(existing.source) {
         return Err(WebError::Conflict(format!("rule {id:?} {why}")));
     }
-    if !store::delete_rule(&state.db, id).await? {
+    if !store::delete_rule(&state.store, id).await? {
         return Ok(false);
     }
     let detail = format!("rule {} deleted", rule_name(&existing.rule));
@@ -266,7 +266,7 @@ pub async fn add_silence(state: &AppState, mut silence: Silence, actor: &str) ->
     }
     silence.created_by = actor.to_string();
     silence.created_at = chrono::Utc::now();
-    silence.id = store::add_silence(&state.db, &silence).await?;
+    silence.id = store::add_silence(&state.store, &silence).await?;
     let request = json!({"id": silence.id, "rule_id": silence.rule_id, "key": silence.key});
     let detail = format!(
         "silence {} of {} until {}: {}",
@@ -290,8 +290,8 @@ fn silenced(silence: &Silence) -> String {
 
 /// Ends silence `id` now, by `actor`; false if there was none.
 pub async fn end_silence(state: &AppState, id: i64, actor: &str) -> Result<bool, WebError> {
-    let silence = store::silences(&state.db, false).await?.into_iter().find(|s| s.id == id);
-    if !store::expire_silence(&state.db, id).await? {
+    let silence = store::silences(&state.store, false).await?.into_iter().find(|s| s.id == id);
+    if !store::expire_silence(&state.store, id).await? {
         return Ok(false);
     }
     let what = silence.as_ref().map(|s| format!(" of {}", silenced(s))).unwrap_or_default();

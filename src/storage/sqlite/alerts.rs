@@ -1,0 +1,338 @@
+use async_trait::async_trait;
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+
+use super::{Sqlite, SqliteTx};
+use crate::storage::alerts::{
+    AlertWrites, Alerts, HistoryRow, LogRow, NewOutboxRow, NewSilence, OutboxRow, RuleRow, SilenceRow, StateRow,
+    TransitionRow,
+};
+use crate::storage::Result;
+
+const OUTBOX: &str = "select id, channel_id, channel_name, kind, rule_id, alert_key, notification, attempts, \
+                      next_attempt_at, created_at from notification_outbox";
+
+fn outbox_row(row: &SqliteRow) -> Result<OutboxRow> {
+    Ok(OutboxRow {
+        id: row.try_get("id")?,
+        channel_id: row.try_get("channel_id")?,
+        channel_name: row.try_get("channel_name")?,
+        kind: row.try_get("kind")?,
+        rule_id: row.try_get("rule_id")?,
+        alert_key: row.try_get("alert_key")?,
+        notification: row.try_get("notification")?,
+        attempts: row.try_get("attempts")?,
+        next_attempt_at: row.try_get("next_attempt_at")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn log_row(row: &SqliteRow) -> Result<LogRow> {
+    Ok(LogRow {
+        id: row.try_get("id")?,
+        at: row.try_get("at")?,
+        channel_id: row.try_get("channel_id")?,
+        channel_name: row.try_get("channel_name")?,
+        kind: row.try_get("kind")?,
+        rule_id: row.try_get("rule_id")?,
+        alert_key: row.try_get("alert_key")?,
+        attempt: row.try_get("attempt")?,
+        outcome: row.try_get("outcome")?,
+        http_status: row.try_get("http_status")?,
+        error: row.try_get("error")?,
+    })
+}
+
+async fn insert_log<'e>(db: impl sqlx::SqliteExecutor<'e>, row: &LogRow) -> Result<()> {
+    sqlx::query(
+        "insert into notification_log \
+         (at, channel_id, channel_name, kind, rule_id, alert_key, attempt, outcome, http_status, error) \
+         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(row.at)
+    .bind(&row.channel_id)
+    .bind(&row.channel_name)
+    .bind(&row.kind)
+    .bind(&row.rule_id)
+    .bind(&row.alert_key)
+    .bind(row.attempt)
+    .bind(&row.outcome)
+    .bind(row.http_status)
+    .bind(&row.error)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Alerts for Sqlite {
+    async fn rules(&self) -> Result<Vec<RuleRow>> {
+        let rows = sqlx::query("select id, definition from alert_rules order by id").fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok(RuleRow { id: r.try_get("id")?, definition: r.try_get("definition")? })).collect()
+    }
+
+    async fn save_rule(&self, id: &str, definition: &str, updated_at: i64) -> Result<()> {
+        sqlx::query(
+            "insert into alert_rules (id, definition, updated_at) values (?, ?, ?)
+             on conflict (id) do update set definition = excluded.definition, updated_at = excluded.updated_at",
+        )
+        .bind(id)
+        .bind(definition)
+        .bind(updated_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_rule(&self, id: &str) -> Result<bool> {
+        Ok(sqlx::query("delete from alert_rules where id = ?").bind(id).execute(&self.pool).await?.rows_affected() > 0)
+    }
+
+    async fn alert_states(&self) -> Result<Vec<StateRow>> {
+        let rows = sqlx::query("select state, queued_at, delivered_at from alert_states").fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StateRow {
+                    state: r.try_get("state")?,
+                    queued_at: r.try_get("queued_at")?,
+                    delivered_at: r.try_get("delivered_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn alert_history(&self, before: i64, limit: i64) -> Result<Vec<HistoryRow>> {
+        let rows = sqlx::query(
+            "select id, at, rule_id, alert_key, from_phase, to_phase, value, note, silenced
+             from alert_history where id < ? order by id desc limit ?",
+        )
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(HistoryRow {
+                    id: r.try_get("id")?,
+                    at: r.try_get("at")?,
+                    rule_id: r.try_get("rule_id")?,
+                    alert_key: r.try_get("alert_key")?,
+                    from_phase: r.try_get("from_phase")?,
+                    to_phase: r.try_get("to_phase")?,
+                    value: r.try_get("value")?,
+                    note: r.try_get("note")?,
+                    silenced: r.try_get("silenced")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn prune_alert_history(&self, cutoff: i64) -> Result<u64> {
+        let done = sqlx::query("delete from alert_history where at < ?").bind(cutoff).execute(&self.pool).await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn insert_silence(&self, s: NewSilence<'_>) -> Result<i64> {
+        // Not `returning id`: see the audit log's insert.
+        let done = sqlx::query(
+            "insert into silences (rule_id, alert_key, until, comment, created_by, created_at)
+             values (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(s.rule_id)
+        .bind(s.alert_key)
+        .bind(s.until)
+        .bind(s.comment)
+        .bind(s.created_by)
+        .bind(s.created_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.last_insert_rowid())
+    }
+
+    async fn end_silence(&self, id: i64, now: i64) -> Result<bool> {
+        let done = sqlx::query("update silences set until = min(until, ?) where id = ?")
+            .bind(now)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn silences(&self, until_after: i64) -> Result<Vec<SilenceRow>> {
+        let rows = sqlx::query(
+            "select id, rule_id, alert_key, until, comment, created_by, created_at from silences
+             where until > ? order by id desc limit 200",
+        )
+        .bind(until_after)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(SilenceRow {
+                    id: r.try_get("id")?,
+                    rule_id: r.try_get("rule_id")?,
+                    alert_key: r.try_get("alert_key")?,
+                    until: r.try_get("until")?,
+                    comment: r.try_get("comment")?,
+                    created_by: r.try_get("created_by")?,
+                    created_at: r.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn outbox(&self) -> Result<Vec<OutboxRow>> {
+        sqlx::query(&format!("{OUTBOX} order by id")).fetch_all(&self.pool).await?.iter().map(outbox_row).collect()
+    }
+
+    async fn oldest_in_outbox(&self, channel_id: &str) -> Result<Option<OutboxRow>> {
+        let row = sqlx::query(&format!("{OUTBOX} where channel_id = ? order by id limit 1"))
+            .bind(channel_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(outbox_row).transpose()
+    }
+
+    async fn insert_log(&self, row: &LogRow) -> Result<()> {
+        insert_log(&self.pool, row).await
+    }
+
+    async fn deliveries(&self, before: i64, limit: i64) -> Result<Vec<LogRow>> {
+        let rows = sqlx::query(
+            "select id, at, channel_id, channel_name, kind, rule_id, alert_key, attempt, outcome, http_status, error \
+             from notification_log where id < ? order by id desc limit ?",
+        )
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(log_row).collect()
+    }
+
+    async fn prune_log(&self, cutoff: i64) -> Result<u64> {
+        let done = sqlx::query("delete from notification_log where at < ?").bind(cutoff).execute(&self.pool).await?;
+        Ok(done.rows_affected())
+    }
+}
+
+#[async_trait]
+impl AlertWrites for SqliteTx {
+    async fn insert_transition(&mut self, t: TransitionRow<'_>) -> Result<()> {
+        sqlx::query(
+            "insert into alert_history (at, rule_id, alert_key, from_phase, to_phase, value, note, silenced)
+             values (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(t.at)
+        .bind(t.rule_id)
+        .bind(t.alert_key)
+        .bind(t.from_phase)
+        .bind(t.to_phase)
+        .bind(t.value)
+        .bind(t.note)
+        .bind(t.silenced)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+
+    async fn state_keys(&mut self) -> Result<Vec<(String, String)>> {
+        sqlx::query_as("select rule_id, alert_key from alert_states").fetch_all(&mut *self.0).await
+    }
+
+    async fn delete_state(&mut self, rule_id: &str, alert_key: &str) -> Result<()> {
+        sqlx::query("delete from alert_states where rule_id = ? and alert_key = ?")
+            .bind(rule_id)
+            .bind(alert_key)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
+    }
+
+    async fn upsert_state(
+        &mut self,
+        rule_id: &str,
+        alert_key: &str,
+        state: &str,
+        queued_at: Option<i64>,
+    ) -> Result<()> {
+        sqlx::query(
+            "insert into alert_states (rule_id, alert_key, state, queued_at) values (?, ?, ?, ?)
+             on conflict (rule_id, alert_key) do update set state = excluded.state, queued_at = excluded.queued_at",
+        )
+        .bind(rule_id)
+        .bind(alert_key)
+        .bind(state)
+        .bind(queued_at)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+
+    async fn mark_delivered(&mut self, rule_id: &str, alert_key: &str, planned_at: i64, at: i64) -> Result<()> {
+        sqlx::query(
+            "update alert_states set delivered_at = max(coalesce(delivered_at, 0), ?)
+             where rule_id = ? and alert_key = ? and queued_at = ?",
+        )
+        .bind(at)
+        .bind(rule_id)
+        .bind(alert_key)
+        .bind(planned_at)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+
+    async fn outbox_waiting(&mut self, channel_id: &str) -> Result<i64> {
+        sqlx::query_scalar("select count(*) from notification_outbox where channel_id = ?")
+            .bind(channel_id)
+            .fetch_one(&mut *self.0)
+            .await
+    }
+
+    async fn insert_outbox(&mut self, row: NewOutboxRow<'_>) -> Result<()> {
+        sqlx::query(
+            "insert into notification_outbox \
+             (channel_id, channel_name, kind, rule_id, alert_key, notification, attempts, next_attempt_at, created_at) \
+             values (?, ?, ?, ?, ?, ?, 0, ?, ?)",
+        )
+        .bind(row.channel_id)
+        .bind(row.channel_name)
+        .bind(row.kind)
+        .bind(row.rule_id)
+        .bind(row.alert_key)
+        .bind(row.notification)
+        .bind(row.next_attempt_at)
+        .bind(row.created_at)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+
+    async fn outbox_row(&mut self, id: i64) -> Result<Option<OutboxRow>> {
+        let row = sqlx::query(&format!("{OUTBOX} where id = ?")).bind(id).fetch_optional(&mut *self.0).await?;
+        row.as_ref().map(outbox_row).transpose()
+    }
+
+    async fn outbox_rows(&mut self) -> Result<Vec<OutboxRow>> {
+        sqlx::query(&format!("{OUTBOX} order by id")).fetch_all(&mut *self.0).await?.iter().map(outbox_row).collect()
+    }
+
+    async fn delete_outbox(&mut self, id: i64) -> Result<()> {
+        sqlx::query("delete from notification_outbox where id = ?").bind(id).execute(&mut *self.0).await?;
+        Ok(())
+    }
+
+    async fn retry_outbox(&mut self, id: i64, attempts: i64, next_attempt_at: i64) -> Result<()> {
+        sqlx::query("update notification_outbox set attempts = ?, next_attempt_at = ? where id = ?")
+            .bind(attempts)
+            .bind(next_attempt_at)
+            .bind(id)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_log(&mut self, row: &LogRow) -> Result<()> {
+        insert_log(&mut *self.0, row).await
+    }
+}
