@@ -202,6 +202,21 @@ async fn the_description_is_openapi_3_1_and_names_every_api_route() {
     let token = doc["components"]["schemas"]["TokenInfo"].to_string();
     assert!(token.contains("created_at_rfc3339") && token.contains("date-time"), "{token}");
 
+    // A POST's success is the status it answers: 201 created, 202 started, else 200.
+    for (path, status) in [
+        ("/api/v1/alerts/rules", "201"),
+        ("/api/v1/silences", "201"),
+        ("/api/v1/queues/{broker}/{vhost}/{queue}/requeue", "202"),
+        ("/api/v1/jobs/{id}/cancel", "202"),
+        ("/api/v1/queues/{broker}/{vhost}/{queue}/purge", "200"),
+    ] {
+        let responses = doc["paths"][path]["post"]["responses"].as_object().unwrap();
+        let successes: Vec<&String> = responses.keys().filter(|s| s.starts_with('2')).collect();
+        assert_eq!(successes, [status], "POST {path}");
+    }
+    let rule_body = &doc["paths"]["/api/v1/alerts/rules"]["post"]["requestBody"]["content"]["application/json"];
+    assert_eq!(rule_body["schema"]["$ref"], "#/components/schemas/Rule", "{rule_body}");
+
     // The lists' query parameters, from the types the handlers parse.
     let names = |path: &str| -> Vec<String> {
         doc["paths"][path]["get"]["parameters"]
@@ -265,17 +280,18 @@ async fn the_description_is_openapi_3_1_and_names_every_api_route() {
 }
 
 /// schemathesis generates requests from the description for every GET operation and checks
-/// that none answers 5xx and that every status, content type and body conforms. The POSTs are
-/// left out: generated bodies would requeue, purge and delete (the test vhost would survive it,
-/// but the point of those checks is the shapes, which the GETs and the Rust tests of each
-/// action cover). warren runs with no user, so loopback requests are anonymous administrators;
-/// `.ci/run` installs schemathesis and a missing one fails here.
+/// that none answers 5xx and that every status, content type and body conforms. Of the POSTs,
+/// only two that change nothing are run (a rule's preview and a snapshot): generated bodies
+/// would requeue, purge and delete elsewhere (the test vhost would survive it, but the point of
+/// those checks is the shapes, which the Rust tests of each action cover). warren runs with no
+/// user, so loopback requests are anonymous administrators; `.ci/run` installs schemathesis and
+/// a missing one fails here.
 ///
 /// The answers have something in them to check: a consumer (connections, channels, consumers),
 /// a DLQ with a snapshot and a finished requeue (the snapshot, the job, the messages it moved),
 /// another in custody (the listing and a record), a firing alert, dead-letter routing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn schemathesis_finds_every_get_conforming() {
+async fn schemathesis_finds_every_answer_conforming() {
     use common::dead_letters::{dead_letter, numbered};
     let vhost = TestVhost::create("schemathesis").await;
     let connection = vhost.connect().await;
@@ -343,15 +359,41 @@ async fn schemathesis_finds_every_get_conforming() {
         vhost = vhost.name
     );
     std::fs::write(&config, parameters).unwrap();
-    let base = warren.url("");
     let started = std::time::Instant::now();
+    let said = schemathesis(&warren, &config, &["--include-method", "GET"]).await;
+    eprintln!("schemathesis on the GETs took {:?}", started.elapsed());
+    // Two POSTs that read and change nothing: a rule's preview and a snapshot (a read that
+    // gives every message back), so their typed bodies and answers are checked too.
+    let started = std::time::Instant::now();
+    schemathesis(
+        &warren,
+        &config,
+        &[
+            "--include-method",
+            "POST",
+            "--include-path-regex",
+            "/(alerts/rules/preview|queues/[^/]+/[^/]+/[^/]+/snapshot)$",
+        ],
+    )
+    .await;
+    eprintln!("schemathesis on two POSTs took {:?}", started.elapsed());
+    assert!(said.contains("32 selected"), "every GET was run: {said}");
+
+    warren.stop().await;
+}
+
+/// Runs schemathesis against `warren`'s description with `config` and `filters`, checking
+/// that no answer is a 5xx and every status, content type and body conforms; returns what
+/// it said.
+async fn schemathesis(warren: &Warren, config: &std::path::Path, filters: &[&str]) -> String {
+    let base = warren.url("");
     // Run in the test's directory: schemathesis keeps a `.schemathesis/` database where it runs.
     let run = tokio::process::Command::new("schemathesis")
         .current_dir(warren.dir.path())
         .arg("--config-file")
-        .arg(&config)
+        .arg(config)
         .args(["run", &format!("{base}/api/v1/openapi.json"), "--url", &base])
-        .args(["--include-method", "GET"])
+        .args(filters)
         .args([
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
@@ -361,10 +403,8 @@ async fn schemathesis_finds_every_get_conforming() {
         .await
         .unwrap_or_else(|e| panic!("schemathesis (PyPI; `.ci/run` installs it): {e}"));
     let said = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
-    assert!(run.status.success(), "schemathesis found failures:\n{said}");
-    eprintln!("schemathesis took {:?}", started.elapsed());
-
-    warren.stop().await;
+    assert!(run.status.success(), "schemathesis {filters:?} found failures:\n{said}");
+    said
 }
 
 /// Follows `next_cursor` from the first page of `list` (a path, with its filters) at `limit`

@@ -5,6 +5,7 @@
 //! `src/web/` and fails when a route is missing here or listed here without a router serving
 //! it. The error body is described from the type that writes it (`ErrorBody`).
 
+use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
@@ -22,7 +23,21 @@ use crate::web::error::{ErrorBody, ErrorDetail, FieldError};
 use crate::web::{access, alerts, brokers, dlq, firing, query};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/openapi.json", get(|| async { Json(document()) }))
+    Router::new().route(
+        "/api/v1/openapi.json",
+        get(|State(state): State<AppState>| async move { Json(document_at(&state.base_path)) }),
+    )
+}
+
+/// The description as served under `base_path` (the path of `public_url`): its one server is
+/// that path, so that a client resolves the operations' paths under it, as a proxy at a base
+/// path expects (without a server, a client resolves them at the host's root).
+fn document_at(base_path: &str) -> OpenApi {
+    let mut doc = document();
+    if !base_path.is_empty() {
+        doc.servers = Some(vec![utoipa::openapi::Server::new(base_path)]);
+    }
+    doc
 }
 
 /// One operation of the API: method, path as the router has it, what it does.
@@ -293,6 +308,83 @@ fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> 
     })
 }
 
+/// The status of a success: 201 for what a POST creates, 202 for what it starts (a job).
+fn success_status(op: &Operation) -> &'static str {
+    match (&op.method, op.path) {
+        (HttpMethod::Post, "/api/v1/users" | "/api/v1/tokens" | "/api/v1/alerts/rules" | "/api/v1/silences") => "201",
+        (
+            HttpMethod::Post,
+            "/api/v1/jobs/{id}/cancel"
+            | "/api/v1/queues/{broker}/{vhost}/{queue}/requeue"
+            | "/api/v1/queues/{broker}/{vhost}/{queue}/delete"
+            | "/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay"
+            | "/api/v1/queues/{broker}/{vhost}/{queue}/custody/release",
+        ) => "202",
+        _ => "200",
+    }
+}
+
+/// The answers of the POSTs that are typed so far (the others are any JSON value; docs/api.md
+/// lists them).
+fn post_answer(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
+    use crate::dlq::jobs::JobStatus;
+    if op.method != HttpMethod::Post {
+        return None;
+    }
+    let integer = || i64::schema();
+    let string = || String::schema();
+    let object = |fields: Vec<(&str, RefOr<Schema>)>| -> RefOr<Schema> {
+        fields
+            .into_iter()
+            .fold(ObjectBuilder::new(), |o, (name, schema)| o.property(name, schema).required(name))
+            .into()
+    };
+    Some(match op.path {
+        "/api/v1/users" => object(vec![("name", string()), ("role", named::<crate::auth::Role>(schemas))]),
+        "/api/v1/tokens" => object(vec![
+            ("id", integer()),
+            ("name", string()),
+            ("role", named::<crate::auth::Role>(schemas)),
+            ("token", string()),
+            ("note", string()),
+        ]),
+        "/api/v1/alerts/rules" | "/api/v1/alerts/rules/{id}" => stored_rule(schemas),
+        "/api/v1/alerts/rules/{id}/delete" => object(vec![("deleted", string())]),
+        "/api/v1/silences" => named::<crate::alerts::store::Silence>(schemas),
+        "/api/v1/jobs/{id}/cancel" => named::<JobStatus>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/snapshot" => named::<dlq::snapshot::SnapshotAnswer>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/requeue" | "/api/v1/queues/{broker}/{vhost}/{queue}/delete" => {
+            object(vec![("job", named::<JobStatus>(schemas)), ("status_url", string()), ("page_url", string())])
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/start" => {
+            object(vec![("in_custody", bool::schema()), ("audit_id", integer())])
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/release" => object(vec![
+            ("in_custody", bool::schema()),
+            ("audit_id", integer()),
+            ("job", nullable(named::<JobStatus>(schemas))),
+        ]),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay" => {
+            object(vec![("audit_id", integer()), ("job", nullable(named::<JobStatus>(schemas))), ("follow", string())])
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/delete" => {
+            object(vec![("deleted", integer()), ("audit_id", integer())])
+        }
+        _ => return None,
+    })
+}
+
+/// The request bodies that are typed so far: a rule, a snapshot's count and confirmation.
+fn request_body(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
+    Some(match op.path {
+        "/api/v1/alerts/rules" | "/api/v1/alerts/rules/{id}" | "/api/v1/alerts/rules/preview" => {
+            named::<crate::alerts::Rule>(schemas)
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/snapshot" => named::<dlq::snapshot::TakeRequest>(schemas),
+        _ => return None,
+    })
+}
+
 /// A rule with where it comes from (`store::StoredRule`: the rule flattened, and `source`).
 /// Put together here rather than derived: `Rule` refuses unknown fields, which its schema says
 /// as `additionalProperties: false`, and inside `allOf` that would refuse `source` too.
@@ -345,7 +437,6 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
                 .schema(Some(if integer_id(op.path, name) { i64::schema() } else { String::schema() })),
         );
     }
-    // The request bodies are not typed yet: any JSON value.
     let any_json = || ContentBuilder::new().schema(Some(any_value())).build();
     let success = match op.path {
         "/api/v1/alerts/rules/export" => ResponseBuilder::new()
@@ -355,14 +446,15 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
             .description("The held messages, one JSON object a line")
             .content("application/x-ndjson", ContentBuilder::new().schema(Some(String::schema())).build()),
         _ => {
-            let schema = answer_schema(op, schemas).unwrap_or_else(|| any_value().into());
+            let schema =
+                answer_schema(op, schemas).or_else(|| post_answer(op, schemas)).unwrap_or_else(|| any_value().into());
             ResponseBuilder::new()
                 .description("OK")
                 .content("application/json", ContentBuilder::new().schema(Some(schema)).build())
         }
     }
     .build();
-    builder = builder.response("200", success);
+    builder = builder.response(success_status(op), success);
     let error = |what: &str| {
         ResponseBuilder::new()
             .description(what)
@@ -373,10 +465,15 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
         builder = builder.response(*status, error(what));
     }
     if op.method == HttpMethod::Post {
+        // The bodies not typed yet are any JSON value (docs/api.md lists them).
+        let body = match request_body(op, schemas) {
+            Some(schema) => ContentBuilder::new().schema(Some(schema)).build(),
+            None => any_json(),
+        };
         builder = builder.request_body(Some(
             RequestBodyBuilder::new()
                 .description(Some("A JSON object; the pages send the same fields as a form"))
-                .content("application/json", any_json())
+                .content("application/json", body)
                 .build(),
         ));
         for (status, what) in ERRORS_OF_POSTS {
@@ -441,6 +538,8 @@ mod tests {
         let mut schemas = Vec::new();
         for op in super::OPERATIONS {
             super::answer_schema(op, &mut schemas);
+            super::post_answer(op, &mut schemas);
+            super::request_body(op, &mut schemas);
         }
         let mut by_name: BTreeMap<String, serde_json::Value> = BTreeMap::new();
         for (name, schema) in schemas {
@@ -449,6 +548,14 @@ mod tests {
             assert_eq!(*first, schema, "two schemas named {name}");
         }
         assert!(by_name.len() > 40, "{:?}", by_name.keys());
+    }
+
+    #[test]
+    fn behind_a_base_path_the_server_is_that_path() {
+        let doc = serde_json::to_value(super::document_at("/warren")).unwrap();
+        assert_eq!(doc["servers"], serde_json::json!([{"url": "/warren"}]));
+        let doc = serde_json::to_value(super::document_at("")).unwrap();
+        assert!(doc.get("servers").is_none(), "{}", doc["servers"]);
     }
 
     #[test]

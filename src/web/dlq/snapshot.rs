@@ -24,7 +24,7 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct TakeRequest {
     pub count: Option<usize>,
     /// Required for a quorum queue with a delivery limit.
