@@ -348,6 +348,10 @@ fn post_answer(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Op
             ("token", string()),
             ("note", string()),
         ]),
+        "/api/v1/users/{name}/delete" => object(vec![("removed", string())]),
+        "/api/v1/users/{name}/password" => object(vec![("name", string()), ("sessions_ended", integer())]),
+        "/api/v1/users/{name}/role" => object(vec![("name", string()), ("role", named::<crate::auth::Role>(schemas))]),
+        "/api/v1/tokens/{id}/revoke" => object(vec![("revoked", integer())]),
         "/api/v1/alerts/rules" | "/api/v1/alerts/rules/{id}" => stored_rule(schemas),
         "/api/v1/alerts/rules/{id}/delete" => object(vec![("deleted", string())]),
         "/api/v1/silences" => named::<crate::alerts::store::Silence>(schemas),
@@ -374,9 +378,15 @@ fn post_answer(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Op
     })
 }
 
-/// The request bodies that are typed so far: a rule, a snapshot's count and confirmation.
+/// The request bodies that are typed so far: accounts and tokens, a rule, a snapshot's count
+/// and confirmation.
 fn request_body(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
+    use crate::web::access::accounts::{NewPassword, NewRole, NewTokenRequest, NewUser};
     Some(match op.path {
+        "/api/v1/users" => named::<NewUser>(schemas),
+        "/api/v1/users/{name}/password" => named::<NewPassword>(schemas),
+        "/api/v1/users/{name}/role" => named::<NewRole>(schemas),
+        "/api/v1/tokens" => named::<NewTokenRequest>(schemas),
         "/api/v1/alerts/rules" | "/api/v1/alerts/rules/{id}" | "/api/v1/alerts/rules/preview" => {
             named::<crate::alerts::Rule>(schemas)
         }
