@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::broker::management::{OverviewStats, RawQueue};
 
 /// How warren knows a queue's inflow (`QueueView::inflow_rate`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InflowSource {
     /// The broker's publish counter: every message that arrives is published.
@@ -39,7 +39,7 @@ impl InflowSource {
 }
 
 /// How warren knows a queue's oldest-message age.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AgeSource {
     /// From the broker's `head_message_timestamp`, or the queue is empty.
@@ -98,7 +98,7 @@ pub struct QueueRates {
 }
 
 /// A queue as warren shows it: the API's queue object.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct QueueView {
     /// Names are shared (`Arc<str>`): between the views of one poll (broker, vhost, type,
     /// state) and with the poller's own record of the queue and the next poll's view (name).
@@ -675,7 +675,7 @@ impl BrokerCounters {
 }
 
 /// Broker-wide rates, messages per second.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BrokerRates {
     pub publish_rate: Option<f64>,
     pub confirm_rate: Option<f64>,

@@ -20,7 +20,7 @@ const MAX_DESCRIPTION_CHARS: usize = 2000;
 
 /// One alert rule. Call [`Rule::validate`] before handing it to the evaluator: the evaluator
 /// assumes a valid rule (a queue metric without a threshold, for example, simply never holds).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
     /// Stable identifier (letters, digits, `-`, `_`, `.`). A string rather than a database
@@ -59,7 +59,7 @@ pub struct Rule {
 /// character) over whole names, as for `vhosts_include` in the configuration, or regular
 /// expressions written `/.../`, which must match the whole name (anchored, as Prometheus label
 /// matchers are): `/orders\.(eu|us)/` matches `orders.eu` but not `orders.eu.dlq`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Scope {
     /// A broker name as configured; `None`: every broker.
@@ -142,7 +142,7 @@ impl Scope {
 }
 
 /// What a rule measures. Every metric but `broker_unreachable` is a per-queue value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
     Ready,
@@ -311,7 +311,7 @@ impl Metric {
 
 /// How the value is compared with the threshold. `==` and `!=` compare exactly, which suits
 /// counts (`consumers == 0`) and rarely rates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum Comparator {
     #[serde(rename = ">")]
     Gt,

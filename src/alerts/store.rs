@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 /// Where a rule comes from: the config file (read-only) or the UI and API.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(as = RuleSource)]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     Config,

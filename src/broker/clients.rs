@@ -35,7 +35,7 @@ ack_required,activity_status,active,exclusive";
 const MAX_CLIENT_TEXT: usize = 200;
 
 /// One AMQP connection.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct Connection {
     /// The broker's name for it: `peer:port -> local:port`.
     pub name: String,
@@ -68,6 +68,7 @@ pub struct Connection {
     /// Unix seconds (the broker says milliseconds).
     #[serde(default)]
     #[serde(flatten, skip_deserializing, serialize_with = "crate::times::connected_at")]
+    #[schema(schema_with = crate::times::schema::connected_at)]
     pub connected_at: Option<i64>,
 }
 
@@ -94,7 +95,7 @@ impl Connection {
 }
 
 /// One channel.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct Channel {
     pub name: String,
     #[serde(default, deserialize_with = "number")]
@@ -129,7 +130,7 @@ pub struct Channel {
 }
 
 /// One consumer of a queue.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct Consumer {
     pub queue: String,
     pub vhost: String,

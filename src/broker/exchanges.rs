@@ -81,7 +81,7 @@ impl RawExchange {
 }
 
 /// One exchange as the pages and the API show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ExchangeView {
     pub vhost: String,
     /// "" is the default exchange.

@@ -88,7 +88,7 @@ pub struct ManagementClient {
 
 /// Which management URL answers, and what went wrong with each one last: the broker page and
 /// `GET /api/v1/brokers` show it, so a failover never hides a node's errors.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
 pub struct Endpoints {
     /// The URL that answered the last request; `None` before the first request and when no
     /// URL answered it.
@@ -100,7 +100,7 @@ pub struct Endpoints {
 }
 
 /// One management URL's record.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
 pub struct EndpointHealth {
     pub url: String,
     /// When it last answered (any HTTP answer that is not a 5xx).
@@ -423,7 +423,7 @@ const VHOST_COLUMNS: &str = "name,message_stats.publish,message_stats.confirm,me
 message_stats.deliver_get,message_stats.redeliver,message_stats.return_unroutable,message_stats.drop_unroutable";
 
 /// One message as read for the DLQ browser, shaped like the management API's "get messages" answer.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, utoipa::ToSchema)]
 pub struct PeekedMessage {
     #[serde(default)]
     pub exchange: String,

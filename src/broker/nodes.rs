@@ -75,7 +75,7 @@ pub struct App {
 }
 
 /// One node as warren shows it (the API's `nodes` items). `None` is unknown, shown as "—".
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Node {
     pub name: String,
     pub running: Option<bool>,

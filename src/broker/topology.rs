@@ -98,7 +98,7 @@ pub struct VhostTopology {
 }
 
 /// Where a queue's dead letters go.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeadLetterTarget {
     /// The dead-letter exchange ("" is the default exchange).
     pub exchange: String,
@@ -113,7 +113,7 @@ pub struct DeadLetterTarget {
 }
 
 /// Dead-letter facts of one queue.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeadLetterInfo {
     /// A terminal dead-letter queue: some queue's dead letters end here (`role` is `dlq`). False
     /// for the work and wait queues of a retry loop, though each receives dead letters.
@@ -143,6 +143,7 @@ pub struct DeadLetterInfo {
     /// Unix seconds of the newest death of the head message read then (`Seen::head_died_at`):
     /// the oldest dead letter's death, as of that read.
     #[serde(flatten, serialize_with = "crate::times::observed_head_died_at")]
+    #[schema(schema_with = crate::times::schema::observed_head_died_at)]
     pub observed_head_died_at: Option<i64>,
 }
 

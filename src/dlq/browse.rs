@@ -23,7 +23,7 @@ pub const MAX_COUNT: usize = 1000;
 pub const PAYLOAD_LIMIT: usize = 64 * 1024;
 
 /// A bounded read of a queue's head.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Snapshot {
     pub taken_at: DateTime<Utc>,
     pub queue_type: String,

@@ -26,7 +26,8 @@ const MAX_BODY: usize = 256 * 1024;
 const MAX_ARGUMENTS: usize = 500;
 
 /// What a framework's format says about one message.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = FrameworkApp)]
 pub struct App {
     /// `celery`, `dramatiq`, `masstransit`, `nservicebus` or `spring`.
     pub framework: &'static str,
@@ -110,7 +111,8 @@ pub fn recognise(headers: Option<&Map<String, Value>>, body: &[u8]) -> Option<Ap
 }
 
 /// Why the application gave up on a message, as its framework recorded it in the headers.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = FrameworkError)]
 pub struct AppError {
     /// The exception's message.
     pub message: Option<String>,
@@ -123,7 +125,8 @@ pub struct AppError {
 /// Where the application says a message came from, on a copy it published into an error queue
 /// itself: such a copy has no `x-death` (the broker did not dead-letter it), so only these
 /// headers say where a replay should go (issue 17, must-have 3).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = FrameworkOrigin)]
 pub struct Origin {
     /// The queue it failed in, where the headers name one.
     pub queue: Option<String>,

@@ -188,7 +188,8 @@ impl MoveRequest {
 /// How a job is carried out: by warren's own mover (the only way to move messages since the
 /// broker's shovel was found to lose them; kept in the API, which showed `shovel` too), or by a
 /// replay of records from warren's custody.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(as = JobMethod)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     InProcess,
@@ -238,7 +239,7 @@ struct Finished {
 }
 
 /// A job as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct JobStatus {
     pub id: i64,
     pub broker: String,

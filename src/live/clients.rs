@@ -47,7 +47,7 @@ pub struct ClientsLive {
 }
 
 /// A queue's consumer with what the other listings say of its channel and connection.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct QueueConsumer {
     #[serde(flatten)]
     pub consumer: Consumer,

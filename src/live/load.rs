@@ -11,7 +11,7 @@ use serde::Serialize;
 pub const RECENT_CALLS: usize = 60;
 
 /// One HTTP call warren made to the broker.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CallRecord {
     pub at: DateTime<Utc>,
     /// `management` or `prometheus`.
@@ -26,7 +26,7 @@ pub struct CallRecord {
 }
 
 /// Totals per endpoint since warren started (for `/metrics`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct CallTotals {
     pub calls: u64,
     pub errors: u64,
@@ -35,7 +35,7 @@ pub struct CallTotals {
 }
 
 /// Which source serves one metric, and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct MetricSource {
     pub metric: &'static str,
     pub source: String,
@@ -45,7 +45,7 @@ pub struct MetricSource {
 }
 
 /// The Prometheus endpoint's state as the last check found it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct PrometheusState {
     /// `None`: turned off in the configuration.
     pub url: Option<String>,
@@ -59,7 +59,7 @@ pub struct PrometheusState {
 }
 
 /// What the broker page shows about warren's load on one broker.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct BrokerLoad {
     pub prometheus: PrometheusState,
     pub sources: Vec<MetricSource>,
@@ -90,6 +90,7 @@ pub struct BrokerLoad {
     pub rates_sampled_at: Option<DateTime<Utc>>,
     pub metadata_sampled_at: Option<DateTime<Utc>>,
     /// Newest first.
+    #[schema(value_type = Vec<CallRecord>)]
     pub calls: VecDeque<CallRecord>,
     pub totals: BTreeMap<String, CallTotals>,
     /// Listings made since start, by why each was made.

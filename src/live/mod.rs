@@ -80,7 +80,7 @@ impl Live {
 }
 
 /// What the dashboard knows about one broker right now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BrokerLive {
     pub name: String,
     pub status: BrokerStatus,
@@ -110,7 +110,7 @@ pub struct BrokerLive {
 }
 
 /// Rates of one vhost (publish, confirm, ack, deliver, redeliver, unroutable).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct VhostLive {
     pub name: String,
     pub rates: BrokerRates,
@@ -150,7 +150,7 @@ impl BrokerLive {
 }
 
 /// Health of the polling of one broker.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct BrokerStatus {
     /// `None` until the first poll finished.
     pub up: Option<bool>,
@@ -177,7 +177,7 @@ pub struct BrokerStatus {
 }
 
 /// Sums over the watched queues of a broker.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct BrokerTotals {
     pub queues: u64,
     pub ready: Option<u64>,

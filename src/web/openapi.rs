@@ -5,11 +5,12 @@
 //! `src/web/` and fails when a route is missing here or listed here without a router serving
 //! it. The error body is described from the type that writes it (`ErrorBody`).
 
+use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
 use utoipa::openapi::request_body::RequestBodyBuilder;
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, SchemaType, Type};
+use utoipa::openapi::schema::{AllOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, SchemaType, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
     ComponentsBuilder, ContentBuilder, InfoBuilder, OpenApi, OpenApiBuilder, Paths, Ref, RefOr, Required,
@@ -22,7 +23,21 @@ use crate::web::error::{ErrorBody, ErrorDetail, FieldError};
 use crate::web::{access, alerts, brokers, dlq, firing, query};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/openapi.json", get(|| async { Json(document()) }))
+    Router::new().route(
+        "/api/v1/openapi.json",
+        get(|State(state): State<AppState>| async move { Json(document_at(&state.base_path)) }),
+    )
+}
+
+/// The description as served under `base_path` (the path of `public_url`): its one server is
+/// that path, so that a client resolves the operations' paths under it, as a proxy at a base
+/// path expects (without a server, a client resolves them at the host's root).
+fn document_at(base_path: &str) -> OpenApi {
+    let mut doc = document();
+    if !base_path.is_empty() {
+        doc.servers = Some(vec![utoipa::openapi::Server::new(base_path)]);
+    }
+    doc
 }
 
 /// One operation of the API: method, path as the router has it, what it does.
@@ -230,33 +245,187 @@ fn paged_or_array(item: RefOr<Schema>) -> RefOr<Schema> {
     OneOfBuilder::new().item(paged(item.clone())).item(ArrayBuilder::new().items(item)).into()
 }
 
-/// The schema of a successful answer, from the type the handler answers (`ToSchema`), where
-/// that type describes itself; `None`: still any JSON value.
+/// The schema of a successful answer, from the type the handler answers (`ToSchema`); the
+/// answers a handler writes with `json!` are put together here from the types they hold.
+/// `None`: a POST, still any JSON value.
 fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
     use crate::alerts::{notify::DeliveryRecord, store};
+    use crate::dlq::custody::{Listing, Record};
+    use crate::web::brokers::{api, clients, load, nodes, topology};
     if op.method != HttpMethod::Get {
         return None;
     }
+    let array = |item: RefOr<Schema>| -> RefOr<Schema> { ArrayBuilder::new().items(item).into() };
     Some(match op.path {
+        "/api/v1/openapi.json" => openapi_document(),
         "/api/v1/users" => object_of_array("users", named::<crate::auth::User>(schemas)),
         "/api/v1/tokens" => object_of_array("tokens", named::<crate::auth::TokenInfo>(schemas)),
+        "/api/v1/brokers" => array(named::<api::BrokerJson>(schemas)),
+        "/api/v1/brokers/{broker}" => named::<load::BrokerLoadJson>(schemas),
         "/api/v1/brokers/{broker}/history" => named::<brokers::history::BrokerHistory>(schemas),
+        "/api/v1/brokers/{broker}/nodes" => named::<nodes::NodesJson>(schemas),
+        "/api/v1/brokers/{broker}/nodes/{node}/history" => named::<nodes::NodeHistoryJson>(schemas),
+        "/api/v1/brokers/{broker}/connections" => named::<clients::ConnectionsJson>(schemas),
+        "/api/v1/brokers/{broker}/channels" => named::<clients::ChannelsJson>(schemas),
+        "/api/v1/brokers/{broker}/exchanges" => named::<topology::ExchangesJson>(schemas),
+        "/api/v1/queues" => named::<api::QueueList>(schemas),
+        QUEUE => named::<api::QueueJson>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/history" => named::<brokers::history::QueueHistory>(schemas),
-        "/api/v1/brokers/{broker}/nodes/{node}/history" => named::<brokers::nodes::NodeHistoryJson>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/consumers" => named::<clients::ConsumersJson>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/routing" => named::<topology::RoutingJson>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/snapshot" => named::<dlq::snapshot::SnapshotAnswer>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => {
+            let record = named::<Record>(schemas);
+            paged(record)
+                .property("in_custody", bool::schema())
+                .required("in_custody")
+                .property("in_broker", nullable(u64::schema()))
+                .required("in_broker")
+                .property("custody", named::<Listing>(schemas))
+                .required("custody")
+                .into()
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}" => ObjectBuilder::new()
+            .property("record", named::<Record>(schemas))
+            .required("record")
+            // Left out when `payload_hidden`.
+            .property("message", named::<crate::dlq::message::SnapshotMessage>(schemas))
+            .property("payload_hidden", bool::schema())
+            .required("payload_hidden")
+            .into(),
+        "/api/v1/jobs/{id}" => named::<crate::dlq::jobs::JobStatus>(schemas),
         "/api/v1/me" => named::<access::accounts::MeJson>(schemas),
-        "/api/v1/audit/{id}/messages" => {
-            ArrayBuilder::new().items(named::<crate::dlq::fates::MessageRecord>(schemas)).into()
-        }
-        "/api/v1/alerts" => ArrayBuilder::new().items(named::<firing::AlertView>(schemas)).into(),
-        "/api/v1/notifications/channels" => {
-            ArrayBuilder::new().items(named::<crate::alerts::notify::ChannelView>(schemas)).into()
-        }
-        "/api/v1/silences" => ArrayBuilder::new().items(named::<store::Silence>(schemas)).into(),
-        "/api/v1/alerts/history" => paged_or_array(named::<store::HistoryEntry>(schemas)),
-        "/api/v1/notifications/deliveries" => paged_or_array(named::<DeliveryRecord>(schemas)),
         "/api/v1/audit" => paged_or_array(named::<crate::audit::Record>(schemas)),
+        "/api/v1/audit/{id}/messages" => array(named::<crate::dlq::fates::MessageRecord>(schemas)),
+        "/api/v1/alerts" => array(named::<firing::AlertView>(schemas)),
+        "/api/v1/alerts/history" => paged_or_array(named::<store::HistoryEntry>(schemas)),
+        "/api/v1/alerts/rules" => array(stored_rule(schemas)),
+        "/api/v1/alerts/rules/{id}" => stored_rule(schemas),
+        "/api/v1/silences" => array(named::<store::Silence>(schemas)),
+        "/api/v1/notifications/channels" => array(named::<crate::alerts::notify::ChannelView>(schemas)),
+        "/api/v1/notifications/deliveries" => paged_or_array(named::<DeliveryRecord>(schemas)),
         _ => return None,
     })
+}
+
+/// The status of a success: 201 for what a POST creates, 202 for what it starts (a job).
+fn success_status(op: &Operation) -> &'static str {
+    match (&op.method, op.path) {
+        (HttpMethod::Post, "/api/v1/users" | "/api/v1/tokens" | "/api/v1/alerts/rules" | "/api/v1/silences") => "201",
+        (
+            HttpMethod::Post,
+            "/api/v1/jobs/{id}/cancel"
+            | "/api/v1/queues/{broker}/{vhost}/{queue}/requeue"
+            | "/api/v1/queues/{broker}/{vhost}/{queue}/delete"
+            | "/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay"
+            | "/api/v1/queues/{broker}/{vhost}/{queue}/custody/release",
+        ) => "202",
+        _ => "200",
+    }
+}
+
+/// The answers of the POSTs that are typed so far (the others are any JSON value; docs/api.md
+/// lists them).
+fn post_answer(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
+    use crate::dlq::jobs::JobStatus;
+    if op.method != HttpMethod::Post {
+        return None;
+    }
+    let integer = || i64::schema();
+    let string = || String::schema();
+    let object = |fields: Vec<(&str, RefOr<Schema>)>| -> RefOr<Schema> {
+        fields
+            .into_iter()
+            .fold(ObjectBuilder::new(), |o, (name, schema)| o.property(name, schema).required(name))
+            .into()
+    };
+    Some(match op.path {
+        "/api/v1/users" => object(vec![("name", string()), ("role", named::<crate::auth::Role>(schemas))]),
+        "/api/v1/tokens" => object(vec![
+            ("id", integer()),
+            ("name", string()),
+            ("role", named::<crate::auth::Role>(schemas)),
+            ("token", string()),
+            ("note", string()),
+        ]),
+        "/api/v1/users/{name}/delete" => object(vec![("removed", string())]),
+        "/api/v1/users/{name}/password" => object(vec![("name", string()), ("sessions_ended", integer())]),
+        "/api/v1/users/{name}/role" => object(vec![("name", string()), ("role", named::<crate::auth::Role>(schemas))]),
+        "/api/v1/tokens/{id}/revoke" => object(vec![("revoked", integer())]),
+        "/api/v1/alerts/rules" | "/api/v1/alerts/rules/{id}" => stored_rule(schemas),
+        "/api/v1/alerts/rules/{id}/delete" => object(vec![("deleted", string())]),
+        "/api/v1/silences" => named::<crate::alerts::store::Silence>(schemas),
+        "/api/v1/jobs/{id}/cancel" => named::<JobStatus>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/snapshot" => named::<dlq::snapshot::SnapshotAnswer>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/requeue" | "/api/v1/queues/{broker}/{vhost}/{queue}/delete" => {
+            object(vec![("job", named::<JobStatus>(schemas)), ("status_url", string()), ("page_url", string())])
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/start" => {
+            object(vec![("in_custody", bool::schema()), ("audit_id", integer())])
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/release" => object(vec![
+            ("in_custody", bool::schema()),
+            ("audit_id", integer()),
+            ("job", nullable(named::<JobStatus>(schemas))),
+        ]),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay" => {
+            object(vec![("audit_id", integer()), ("job", nullable(named::<JobStatus>(schemas))), ("follow", string())])
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/delete" => {
+            object(vec![("deleted", integer()), ("audit_id", integer())])
+        }
+        _ => return None,
+    })
+}
+
+/// The request bodies that are typed so far: accounts and tokens, a rule, a snapshot's count
+/// and confirmation.
+fn request_body(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
+    use crate::web::access::accounts::{NewPassword, NewRole, NewTokenRequest, NewUser};
+    Some(match op.path {
+        "/api/v1/users" => named::<NewUser>(schemas),
+        "/api/v1/users/{name}/password" => named::<NewPassword>(schemas),
+        "/api/v1/users/{name}/role" => named::<NewRole>(schemas),
+        "/api/v1/tokens" => named::<NewTokenRequest>(schemas),
+        "/api/v1/alerts/rules" | "/api/v1/alerts/rules/{id}" | "/api/v1/alerts/rules/preview" => {
+            named::<crate::alerts::Rule>(schemas)
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/snapshot" => named::<dlq::snapshot::TakeRequest>(schemas),
+        _ => return None,
+    })
+}
+
+/// A rule with where it comes from (`store::StoredRule`: the rule flattened, and `source`).
+/// Put together here rather than derived: `Rule` refuses unknown fields, which its schema says
+/// as `additionalProperties: false`, and inside `allOf` that would refuse `source` too.
+fn stored_rule(schemas: &mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema> {
+    use crate::alerts::{store::Source, Rule};
+    let mut rule = Rule::schema();
+    Rule::schemas(schemas);
+    if let RefOr::T(Schema::Object(object)) = &mut rule {
+        object.additional_properties = None;
+    }
+    let source = ObjectBuilder::new().property("source", named::<Source>(schemas)).required("source");
+    schemas.push(("StoredRule".into(), AllOfBuilder::new().item(rule).item(source).into()));
+    Ref::from_schema_name("StoredRule").into()
+}
+
+/// `T` or `null`.
+fn nullable(schema: RefOr<Schema>) -> RefOr<Schema> {
+    OneOfBuilder::new().item(schema).item(ObjectBuilder::new().schema_type(Type::Null)).into()
+}
+
+/// This description: an OpenAPI 3.1 document, of which the keys every document has are checked
+/// here (the whole shape is OpenAPI's own schema, <https://spec.openapis.org/oas/3.1/schema>).
+fn openapi_document() -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .property("openapi", ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["3.1.0"])))
+        .required("openapi")
+        .property("info", ObjectBuilder::new().schema_type(Type::Object))
+        .required("info")
+        .property("paths", ObjectBuilder::new().schema_type(Type::Object))
+        .required("paths")
+        .into()
 }
 
 fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoipa::openapi::path::Operation {
@@ -278,8 +447,6 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
                 .schema(Some(if integer_id(op.path, name) { i64::schema() } else { String::schema() })),
         );
     }
-    // Typed schemas of the answers are still to come (each handler's type deriving ToSchema);
-    // until then a success is any JSON value, which the checks accept and nothing promises more.
     let any_json = || ContentBuilder::new().schema(Some(any_value())).build();
     let success = match op.path {
         "/api/v1/alerts/rules/export" => ResponseBuilder::new()
@@ -289,14 +456,15 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
             .description("The held messages, one JSON object a line")
             .content("application/x-ndjson", ContentBuilder::new().schema(Some(String::schema())).build()),
         _ => {
-            let schema = answer_schema(op, schemas).unwrap_or_else(|| any_value().into());
+            let schema =
+                answer_schema(op, schemas).or_else(|| post_answer(op, schemas)).unwrap_or_else(|| any_value().into());
             ResponseBuilder::new()
                 .description("OK")
                 .content("application/json", ContentBuilder::new().schema(Some(schema)).build())
         }
     }
     .build();
-    builder = builder.response("200", success);
+    builder = builder.response(success_status(op), success);
     let error = |what: &str| {
         ResponseBuilder::new()
             .description(what)
@@ -307,10 +475,15 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
         builder = builder.response(*status, error(what));
     }
     if op.method == HttpMethod::Post {
+        // The bodies not typed yet are any JSON value (docs/api.md lists them).
+        let body = match request_body(op, schemas) {
+            Some(schema) => ContentBuilder::new().schema(Some(schema)).build(),
+            None => any_json(),
+        };
         builder = builder.request_body(Some(
             RequestBodyBuilder::new()
                 .description(Some("A JSON object; the pages send the same fields as a form"))
-                .content("application/json", any_json())
+                .content("application/json", body)
                 .build(),
         ));
         for (status, what) in ERRORS_OF_POSTS {
@@ -366,6 +539,35 @@ fn path_parameters(path: &str) -> impl Iterator<Item = &str> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    /// Two types by one schema name would leave one of them described as the other (the
+    /// components are a map by name): each name stands for one schema.
+    #[test]
+    fn each_component_name_is_one_schema() {
+        let mut schemas = Vec::new();
+        for op in super::OPERATIONS {
+            super::answer_schema(op, &mut schemas);
+            super::post_answer(op, &mut schemas);
+            super::request_body(op, &mut schemas);
+        }
+        let mut by_name: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        for (name, schema) in schemas {
+            let schema = serde_json::to_value(schema).unwrap();
+            let first = by_name.entry(name.clone()).or_insert_with(|| schema.clone());
+            assert_eq!(*first, schema, "two schemas named {name}");
+        }
+        assert!(by_name.len() > 40, "{:?}", by_name.keys());
+    }
+
+    #[test]
+    fn behind_a_base_path_the_server_is_that_path() {
+        let doc = serde_json::to_value(super::document_at("/warren")).unwrap();
+        assert_eq!(doc["servers"], serde_json::json!([{"url": "/warren"}]));
+        let doc = serde_json::to_value(super::document_at("")).unwrap();
+        assert!(doc.get("servers").is_none(), "{}", doc["servers"]);
+    }
+
     #[test]
     fn every_path_parameter_is_declared_once() {
         let doc = serde_json::to_value(super::document()).unwrap();

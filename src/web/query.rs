@@ -95,7 +95,7 @@ fn limit_of(value: &Option<String>, default: usize) -> Result<usize, WebError> {
 }
 
 /// One page of a list, as every list of the API answers it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Paged<T> {
     pub items: Vec<T>,
     /// The `cursor` of the next page; `null` on the last one.

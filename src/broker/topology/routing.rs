@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::VhostTopology;
 
 /// One binding into the queue (or, in `upstream`, into the exchange of such a binding).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Route {
     /// The source exchange.
     pub exchange: String,
@@ -22,6 +22,7 @@ pub struct Route {
     pub arguments: Option<Map<String, Value>>,
     /// Exchanges bound to `exchange` (exchange-to-exchange bindings), one level up; always
     /// empty inside `upstream` itself.
+    #[schema(no_recursion)]
     pub upstream: Vec<Route>,
 }
 

@@ -43,7 +43,7 @@ const PREFETCH_UNKNOWN_SIZE: u16 = 16;
 const GATHER: Duration = Duration::from_millis(50);
 
 /// Intake of one queue, as the pages show it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct IntakeState {
     /// `running` or `stopped`.
     pub state: &'static str,
@@ -60,6 +60,7 @@ pub struct IntakeState {
     /// When a stopped intake is tried again (unix seconds): a broker that went away or a
     /// database that refused a write may be back, and replays may have made room in the budget.
     #[serde(flatten, serialize_with = "crate::times::retry_at")]
+    #[schema(schema_with = crate::times::schema::retry_at)]
     pub retry_at: Option<i64>,
 }
 

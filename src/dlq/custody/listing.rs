@@ -37,7 +37,8 @@ pub async fn message(
 }
 
 /// Counts of one queue's custody.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+#[schema(as = CustodyCounts)]
 pub struct Counts {
     pub held: u64,
     pub claimed: u64,
@@ -45,6 +46,7 @@ pub struct Counts {
     pub bytes: u64,
     /// When the oldest record still held (or claimed by a replay) was taken, unix seconds.
     #[serde(flatten, serialize_with = "crate::times::oldest_taken_at")]
+    #[schema(schema_with = crate::times::schema::oldest_taken_at)]
     pub oldest_taken_at: Option<i64>,
 }
 
@@ -80,15 +82,18 @@ pub async fn counts_by_queue(db: &Db, broker: &str) -> Result<HashMap<(String, S
 
 /// A triage group: the records sharing a reason, an original queue or an error's group
 /// (`framework::error_group`: its type and its message's fingerprint).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = CustodyGroup)]
 pub struct Group {
     /// "—" for records without one (no error groups of those).
     pub value: String,
     pub records: usize,
     /// When custody took in the first and the last of them, unix seconds.
     #[serde(flatten, serialize_with = "crate::times::first_seen")]
+    #[schema(schema_with = crate::times::schema::first_seen)]
     pub first_seen: i64,
     #[serde(flatten, serialize_with = "crate::times::last_seen")]
+    #[schema(schema_with = crate::times::schema::last_seen)]
     pub last_seen: i64,
     /// An error group's texts as recorded, with their records, most first (`VARIANTS_SHOWN` at
     /// most; `variant_count` says how many there are).
@@ -103,7 +108,8 @@ fn is_zero(n: &usize) -> bool {
 }
 
 /// One text of an error group, as the application recorded it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorVariant)]
 pub struct Variant {
     pub value: String,
     pub records: usize,
@@ -144,7 +150,8 @@ pub fn error_groups(errors: impl IntoIterator<Item = (String, usize, i64, i64)>)
 }
 
 /// What custody holds of a queue, filtered, with its groups over every held record.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = CustodyListing)]
 pub struct Listing {
     pub counts: Counts,
     pub intake: Option<IntakeState>,

@@ -14,10 +14,12 @@ use crate::dlq::message::{self, Filter};
 use crate::history::Db;
 
 /// One record as the list shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = CustodyRecord)]
 pub struct Record {
     pub id: i64,
     #[serde(flatten, serialize_with = "crate::times::received_at")]
+    #[schema(schema_with = crate::times::schema::received_at)]
     pub received_at: i64,
     pub message_id: Option<String>,
     pub reason: Option<String>,

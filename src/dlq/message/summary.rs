@@ -11,7 +11,7 @@ use crate::broker::management::PeekedMessage;
 use crate::dlq::framework::{self, App, AppError, Origin};
 
 /// One message of a snapshot, with its dead-letter facts decoded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SnapshotMessage {
     pub position: usize,
     /// What a selection names (`IdentityKey::token` of `identity`), so that a move takes the
@@ -48,6 +48,7 @@ pub struct SnapshotMessage {
     pub death_count: i64,
     /// Unix seconds of the first death (`x-death` entry of the first-death queue).
     #[serde(flatten, serialize_with = "crate::times::first_death_at")]
+    #[schema(schema_with = crate::times::schema::first_death_at)]
     pub first_death_at: Option<i64>,
     pub routing_key: String,
     pub exchange: String,
@@ -62,13 +63,14 @@ pub struct SnapshotMessage {
 }
 
 /// One `x-death` entry.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Death {
     pub queue: String,
     pub reason: String,
     pub count: i64,
     /// Unix seconds of the first death for this (queue, reason).
     #[serde(flatten, serialize_with = "crate::times::time")]
+    #[schema(schema_with = crate::times::schema::time)]
     pub time: Option<i64>,
 }
 

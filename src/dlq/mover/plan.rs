@@ -25,7 +25,7 @@ pub enum Selection {
 
 /// One message a selection names: the token the snapshot showed for it, which message it is,
 /// and where the snapshot showed it.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Wanted {
     /// As the snapshot showed it (`SnapshotMessage::fingerprint`): what a report names.
     pub fingerprint: String,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::plan::Wanted;
 use crate::dlq::fates::Fate;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Moved {
     pub position: usize,
     pub message_id: Option<String>,
@@ -18,7 +18,7 @@ pub struct Moved {
 
 /// A message that could not go back to the source without being dropped, kept in the
 /// source's holding queue instead (`holding`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Held {
     pub position: usize,
     pub message_id: Option<String>,
@@ -27,7 +27,7 @@ pub struct Held {
     pub delivery_count: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Failed {
     pub position: usize,
     pub message_id: Option<String>,
@@ -36,7 +36,7 @@ pub struct Failed {
 
 /// What a move did. Every message read and not in `moved` went back to the source queue, or,
 /// where giving it back would have been its last delivery, to the holding queue (`held`).
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default, utoipa::ToSchema)]
 pub struct MoveReport {
     pub moved: Vec<Moved>,
     pub failed: Vec<Failed>,
@@ -118,7 +118,7 @@ impl Progress {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ProgressCounts {
     pub expected: u64,
     pub read: u64,

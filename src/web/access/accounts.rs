@@ -60,8 +60,8 @@ async fn list_users(State(state): State<AppState>) -> Result<Json<serde_json::Va
     Ok(Json(json!({ "users": users })))
 }
 
-#[derive(Deserialize)]
-struct NewUser {
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(crate) struct NewUser {
     name: String,
     role: Role,
     password: String,
@@ -115,8 +115,8 @@ async fn remove_user(
     Ok(Json(json!({"removed": name})))
 }
 
-#[derive(Deserialize)]
-struct NewRole {
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(crate) struct NewRole {
     role: Role,
 }
 
@@ -132,8 +132,8 @@ async fn set_role(
     Ok(Json(json!({"name": name, "role": body.role})))
 }
 
-#[derive(Deserialize)]
-struct NewPassword {
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(crate) struct NewPassword {
     password: String,
 }
 
@@ -156,8 +156,8 @@ async fn list_tokens(State(state): State<AppState>) -> Result<Json<serde_json::V
     Ok(Json(json!({ "tokens": tokens })))
 }
 
-#[derive(Deserialize)]
-struct NewTokenRequest {
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(crate) struct NewTokenRequest {
     name: String,
     role: Role,
 }

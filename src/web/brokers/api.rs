@@ -24,7 +24,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// A broker as the API shows it: status, rates, totals; never its credentials.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct BrokerJson {
     pub management_url: String,
     pub poll_interval_secs: u64,
@@ -49,7 +49,7 @@ async fn brokers(State(state): State<AppState>) -> Json<Vec<BrokerJson>> {
 
 /// A broker whose numbers are not current: down since its last success, or showing the last
 /// known state from the database (`restored`) until its first poll of this run succeeds.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct StaleJson {
     pub broker: String,
     pub since: DateTime<Utc>,
@@ -69,7 +69,7 @@ fn stale_json(live: &BrokerLive) -> Option<StaleJson> {
 /// The queue list: one page of the sorted snapshot, as every list (`items`, `next_cursor`,
 /// `limit`), with the count of matching queues and, deprecated for one release, `page` and
 /// `per_page`.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct QueueList {
     #[serde(flatten)]
     pub page: Paged<QueueView>,
@@ -97,7 +97,7 @@ async fn queues(State(state): State<AppState>, Query(query): Query<QueueQuery>) 
 }
 
 /// A queue with whether its broker's numbers are current.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct QueueJson {
     #[serde(flatten)]
     pub queue: QueueView,

@@ -256,11 +256,12 @@ async fn page(
 }
 
 /// The listing's time, as every client answer of the API carries it.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ListingJson {
     broker: String,
     /// When the listing was made (unix seconds); `null` before the first one.
     #[serde(flatten, serialize_with = "crate::times::as_of")]
+    #[schema(schema_with = crate::times::schema::as_of)]
     as_of: Option<i64>,
     age_secs: Option<f64>,
     /// How often it is made now.
@@ -277,8 +278,8 @@ fn listing_json(live: &BrokerLive, now: DateTime<Utc>) -> ListingJson {
     }
 }
 
-#[derive(Serialize)]
-struct ConnectionsJson {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ConnectionsJson {
     #[serde(flatten)]
     listing: ListingJson,
     /// `null` when unknown (not listed yet, or the broker refused: `unknown_why`).
@@ -305,8 +306,8 @@ async fn connections_json(
     }))
 }
 
-#[derive(Serialize)]
-struct ChannelsJson {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ChannelsJson {
     #[serde(flatten)]
     listing: ListingJson,
     channels: Option<Vec<Channel>>,
@@ -330,8 +331,8 @@ async fn channels_json(
 pub const CHANNEL_UNACKED_NOTE: &str =
     "unacked messages are counted per channel: a channel's count spans every consumer on it, of this queue and others";
 
-#[derive(Serialize)]
-struct ConsumersJson {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ConsumersJson {
     #[serde(flatten)]
     listing: ListingJson,
     vhost: String,

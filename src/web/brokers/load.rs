@@ -28,8 +28,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The broker's load as JSON, with the age of each number in seconds.
-#[derive(Serialize)]
-struct BrokerLoadJson {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct BrokerLoadJson {
     broker: String,
     depth_age_secs: Option<f64>,
     rates_age_secs: Option<f64>,

@@ -14,18 +14,18 @@ use axum::Router;
 
 use crate::state::AppState;
 
-mod api;
+pub(crate) mod api;
 mod chart_window;
-mod clients;
+pub(crate) mod clients;
 mod compare;
 pub mod history;
-mod load;
+pub(crate) mod load;
 pub mod nodes;
 mod overview;
 mod queue_list;
 mod queue_page;
 mod queue_row;
-mod topology;
+pub(crate) mod topology;
 
 pub fn router() -> Router<AppState> {
     Router::new()

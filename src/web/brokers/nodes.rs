@@ -47,14 +47,15 @@ async fn first_broker(State(state): State<AppState>) -> Result<Redirect, PageErr
 
 // ----- JSON -----
 
-#[derive(Serialize)]
-struct NodesJson {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct NodesJson {
     broker: String,
     nodes: Vec<Node>,
     /// One sentence per problem: a node down, a partition, a memory or disk alarm.
     problems: Vec<String>,
     /// When the nodes were read (unix seconds); `null` before the first read.
     #[serde(flatten, serialize_with = "crate::times::as_of")]
+    #[schema(schema_with = crate::times::schema::as_of)]
     as_of: Option<i64>,
     /// Why the last read failed; the nodes are then as of `as_of`.
     error: Option<String>,

@@ -61,7 +61,7 @@ async fn first_broker(State(state): State<AppState>) -> Response {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct UnroutableJson {
     /// Messages per second over the watched vhosts; `null`: the broker does not give it.
     rate: Option<f64>,
@@ -73,11 +73,17 @@ struct UnroutableJson {
     lower_bound: bool,
     lower_bound_note: Option<&'static str>,
     /// Always `null`: see `note`.
+    #[schema(schema_with = always_null)]
     per_exchange: Option<()>,
     note: &'static str,
 }
 
-#[derive(Serialize)]
+/// The schema of a field that is always `null`.
+fn always_null() -> utoipa::openapi::Schema {
+    utoipa::openapi::schema::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::Null).into()
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
 struct VhostUnroutable {
     vhost: String,
     rate: Option<f64>,
@@ -86,11 +92,12 @@ struct VhostUnroutable {
 const UNROUTABLE_SOURCE: &str = "return_unroutable + drop_unroutable of /api/vhosts, counter deltas between \
     warren's polls, summed over the watched vhosts; unknown when the broker collects no message stats";
 
-#[derive(Serialize)]
-struct ExchangesJson {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ExchangesJson {
     broker: String,
     /// When the exchange listing was read (unix seconds); `null`: not yet.
     #[serde(flatten, serialize_with = "crate::times::as_of")]
+    #[schema(schema_with = crate::times::schema::as_of)]
     as_of: Option<i64>,
     /// How often it is read now.
     every_secs: Option<f64>,
@@ -285,7 +292,7 @@ async fn page(
 // ----- Routing into a queue -----
 
 /// What routes into a queue, and where its dead letters go.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct RoutingJson {
     pub broker: String,
     pub vhost: String,
@@ -299,6 +306,7 @@ pub struct RoutingJson {
     pub left_out: usize,
     /// When the bindings were read (unix seconds).
     #[serde(flatten, serialize_with = "crate::times::topology_as_of")]
+    #[schema(schema_with = crate::times::schema::topology_as_of)]
     pub topology_as_of: Option<i64>,
     /// Where dead letters go: the exchange, key, what set it and the queues reached (`null`
     /// when the bindings are not known); `null` altogether: no dead-letter exchange.
@@ -307,7 +315,7 @@ pub struct RoutingJson {
     pub dead_letter_warning: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct DefaultExchange {
     pub exchange: &'static str,
     pub routing_key: String,

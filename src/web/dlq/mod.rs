@@ -24,7 +24,7 @@ mod moves;
 mod page;
 mod requeue;
 mod search;
-mod snapshot;
+pub(crate) mod snapshot;
 mod snapshot_view;
 
 pub use requeue::{parse_requeue_form, RequeueForm};

@@ -24,7 +24,7 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/queues/{broker}/{vhost}/{queue}/snapshot", get(snapshot_json).post(take_json))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct TakeRequest {
     pub count: Option<usize>,
     /// Required for a quorum queue with a delivery limit.
@@ -91,14 +91,14 @@ async fn snapshot_json(
 /// A snapshot in the API, with its messages grouped by the cause of their error as the page's
 /// "By error" groups them (issue 31, must-have 6), from what the asker may read: below a
 /// restricting rule's role the errors are gone, and so are the groups.
-#[derive(Serialize)]
-struct SnapshotAnswer {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct SnapshotAnswer {
     #[serde(flatten)]
     snapshot: Snapshot,
     by_error: Vec<SnapshotErrorGroup>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct SnapshotErrorGroup {
     /// `framework::error_group`: the error's type and its message's fingerprint.
     group: String,
