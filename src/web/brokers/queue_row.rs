@@ -27,6 +27,8 @@ pub(super) struct QueueRow {
     pub(super) ack_rate: String,
     pub(super) redeliver_rate: String,
     pub(super) age: String,
+    /// What the age measures where that is not the plain age ("since first published").
+    pub(super) age_note: Option<&'static str>,
     pub(super) age_source: &'static str,
     pub(super) age_title: &'static str,
     /// Backlog trend: growing at a rate, or the time to drain.
@@ -106,6 +108,7 @@ pub(super) fn browsable(q: &QueueView) -> bool {
 }
 
 pub(super) fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow {
+    let (age, age_note) = format::age_parts(q);
     QueueRow {
         href: queue_href(&q.broker, &q.vhost, &q.name),
         dlq_href: browsable(q).then(|| {
@@ -127,13 +130,16 @@ pub(super) fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow
             InflowSource::PublishCounter => format::rate(q.publish_rate),
             // A lower bound of 0 says only that none were seen arriving (issue 34, case 6).
             InflowSource::DerivedLowerBound if q.inflow_rate == Some(0.0) => "none seen".to_string(),
+            // Above 0 but below what two decimals show: "≥ < 0.01/s" would read badly.
+            InflowSource::DerivedLowerBound if q.inflow_rate.is_some_and(|r| r < 0.005) => "> 0/s".to_string(),
             InflowSource::DerivedLowerBound => format!("≥ {}", format::rate(q.inflow_rate)),
             InflowSource::Unknown => format::UNKNOWN.to_string(),
         },
         deliver_rate: format::rate(q.deliver_rate),
         ack_rate: format::rate(q.ack_rate),
         redeliver_rate: format::rate(q.redeliver_rate),
-        age: format::age(q),
+        age,
+        age_note,
         age_source: q.oldest_age_source.as_str(),
         age_title: format::age_title(q),
         trend: match (q.time_to_drain_secs, q.backlog_growth_rate) {
