@@ -393,7 +393,10 @@ async fn alert_forms_redirect_with_a_notice_shown_once_and_the_firing_list_refre
     };
 
     let landing = form("/alerts/channels/hook/test", &[]).await;
-    assert!(landing.starts_with("/alerts/channels?notice="), "back to the channels page, where the button is: {landing}");
+    assert!(
+        landing.starts_with("/alerts/channels?notice="),
+        "back to the channels page, where the button is: {landing}"
+    );
     let shown = page(landing.clone()).await;
     assert!(shown.contains("Test notification sent to hook"), "{shown}");
     let again = page(landing).await;
@@ -547,7 +550,9 @@ async fn a_silenced_alert_offers_its_end_and_the_channels_page_shows_each_channe
     wait_for("a delivery logged on each channel", Duration::from_secs(30), || async {
         let (_, log) = warren.get_json("/api/v1/notifications/deliveries").await;
         let on = |id: &str| log.as_array().unwrap().iter().any(|d| d["channel_id"] == id);
-        (on("hook") && on("dead") && !receiver.of("firing", "any").is_empty()).then_some(()).ok_or_else(|| log.to_string())
+        (on("hook") && on("dead") && !receiver.of("firing", "any").is_empty())
+            .then_some(())
+            .ok_or_else(|| log.to_string())
     })
     .await;
     let (status, page) = warren.get_text("/alerts/channels").await;

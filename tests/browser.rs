@@ -282,7 +282,9 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
             // The queue list's last column, the depth sparkline, shows on a desktop only; the
             // wait queue's row is the one whose age is longest.
             let desktop_only: &[&str] = match (width, *name) {
-                (None, "queues") => &[r#"tr[data-queue="jobs.wait"] svg.spark"#, r#"tr[data-queue="jobs.wait"] td.age"#],
+                (None, "queues") => {
+                    &[r#"tr[data-queue="jobs.wait"] svg.spark"#, r#"tr[data-queue="jobs.wait"] td.age"#]
+                }
                 _ => &[],
             };
             let must_show: Vec<&str> = must_show.iter().chain(desktop_only).copied().collect();

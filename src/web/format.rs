@@ -94,9 +94,7 @@ const SINCE_FIRST_PUBLISHED: &str = "since first published";
 /// window (issue 34, case 2); the note goes on a line of its own below the number.
 pub fn age_parts(view: &QueueView) -> (String, Option<&'static str>) {
     match (view.oldest_age_secs, view.oldest_age_source) {
-        (Some(secs), AgeSource::Exact) if view.age_since_first_publish => {
-            (duration(secs), Some(SINCE_FIRST_PUBLISHED))
-        }
+        (Some(secs), AgeSource::Exact) if view.age_since_first_publish => (duration(secs), Some(SINCE_FIRST_PUBLISHED)),
         _ => (age(view), None),
     }
 }

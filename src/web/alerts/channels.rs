@@ -104,7 +104,13 @@ fn channel_rows(channels: &[notify::NotificationChannel], read: &[DeliveryRecord
                     None => none.clone(),
                 },
                 last_failure: mine().find(|d| failed(d.outcome)).map(|d| {
-                    format!("{} ({}, attempt {}): {}", format::time(Some(d.at)), outcome_words(d.outcome), d.attempt, detail(d))
+                    format!(
+                        "{} ({}, attempt {}): {}",
+                        format::time(Some(d.at)),
+                        outcome_words(d.outcome),
+                        d.attempt,
+                        detail(d)
+                    )
                 }),
                 severities: match view.min_severity {
                     Some(m) => format!("{} and above", format!("{m:?}").to_lowercase()),

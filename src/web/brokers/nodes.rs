@@ -399,7 +399,11 @@ mod tests {
             live.observe(vec![Node { disk_free: Some(free), ..n.clone() }], at);
         }
         let c = card("b", &n, &live, "range=1h");
-        assert!(c.disk_prediction.contains("at the trend of the last 3m (warren's readings start there)"), "{}", c.disk_prediction);
+        assert!(
+            c.disk_prediction.contains("at the trend of the last 3m (warren's readings start there)"),
+            "{}",
+            c.disk_prediction
+        );
         assert!(!c.disk_prediction.contains("last hour"), "{}", c.disk_prediction);
     }
 

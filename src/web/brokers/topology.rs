@@ -312,7 +312,10 @@ async fn page(
         .collect();
     let all_href = format!("/brokers/{}/exchanges", encode_segment(&live.name));
     let all_chosen = !vhost_choices.iter().any(|c| c.2);
-    Ok(html(ExchangesPage { me, name: live.name.clone(), others, vhost_choices, all_href, all_chosen, fragment }.render()?))
+    Ok(html(
+        ExchangesPage { me, name: live.name.clone(), others, vhost_choices, all_href, all_chosen, fragment }
+            .render()?,
+    ))
 }
 
 // ----- Routing into a queue -----

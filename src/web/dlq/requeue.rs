@@ -353,9 +353,7 @@ pub(super) async fn requeue_form(
             match form.target {
                 // The queues by name, as the snapshot shows them (issue 34, case 6: the page
                 // named the rule, not the queue).
-                FormTarget::OriginalQueue => {
-                    original_queues_in_words(&targets, matches!(form.scope, Scope::Selected))
-                }
+                FormTarget::OriginalQueue => original_queues_in_words(&targets, matches!(form.scope, Scope::Selected)),
                 FormTarget::OriginalExchange => {
                     "the exchange each message was first published to, with its original routing key".to_string()
                 }
