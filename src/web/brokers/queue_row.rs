@@ -132,6 +132,7 @@ pub(super) fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow
             InflowSource::DerivedLowerBound if q.inflow_rate == Some(0.0) => "none seen".to_string(),
             // Above 0 but below what two decimals show: "≥ < 0.01/s" would read badly.
             InflowSource::DerivedLowerBound if q.inflow_rate.is_some_and(|r| r < 0.005) => "> 0/s".to_string(),
+            InflowSource::DerivedLowerBound if q.inflow_rate.is_none() => format::UNKNOWN.to_string(),
             InflowSource::DerivedLowerBound => format!("≥ {}", format::rate(q.inflow_rate)),
             InflowSource::Unknown => format::UNKNOWN.to_string(),
         },
@@ -155,5 +156,32 @@ pub(super) fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow
         },
         sparkline,
         signals: signals(q),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::QueueNames;
+
+    /// Issue 34, case 6: a DLQ's inflow, derived from its depth and acks, read "≥ 0/s" when
+    /// idle and "≥ 0.00/s" when barely moving.
+    #[test]
+    fn a_derived_inflow_reads_as_what_was_seen() {
+        let names = QueueNames {
+            broker: "b".into(),
+            vhost: "/".into(),
+            name: "work.dlq".into(),
+            kind: "classic".into(),
+            state: None,
+        };
+        let mut q = QueueView::unknown(names, chrono::Utc::now());
+        q.inflow_source = InflowSource::DerivedLowerBound;
+        let inflow = |q: &QueueView| queue_row(q, format::Sparkline::default()).publish_rate;
+        for (rate, reads) in [(Some(0.0), "none seen"), (Some(0.004), "> 0/s"), (Some(2.5), "≥ 2.50/s"), (None, "—")]
+        {
+            q.inflow_rate = rate;
+            assert_eq!(inflow(&q), reads, "{rate:?}");
+        }
     }
 }
