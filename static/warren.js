@@ -338,6 +338,13 @@ var warrenCharts = [];
     return v.toLocaleString();
   }
 
+  // Byte axes tick at round binary values (16 GiB, 32 GiB, ...): uPlot's decimal steps put
+  // them at 69.8 / 46.6 / 23.3 GiB (issue 34, case 6).
+  var BYTE_INCRS = [];
+  [1, 1024, 1048576, 1073741824, 1099511627776].forEach(function (scale) {
+    [1, 2, 4, 8, 16, 32, 64, 128, 256, 512].forEach(function (m) { BYTE_INCRS.push(m * scale); });
+  });
+
   function makeChart(el) {
     var names = el.dataset.series.split(",");
     var sources = el.dataset.compare ? JSON.parse(el.dataset.compare) : [{ label: null, src: el.dataset.src }];
@@ -351,8 +358,14 @@ var warrenCharts = [];
 
     function options() {
       var labels = compare ? sources.map(function (s) { return s.label; }) : names.map(function (n) { return n.replace(/_/g, " "); });
+      var valueAxis = { label: unit, size: unit === "bytes" ? 76 : 60, values: function (u, splits) { return splits.map(function (v) { return compact(v, unit); }); },
+        stroke: function () { return warrenTheme.color("--fg"); }, grid: { stroke: function () { return warrenTheme.color("--line"); } },
+        ticks: { stroke: function () { return warrenTheme.color("--line"); } } };
+      if (unit === "bytes") { valueAxis.incrs = BYTE_INCRS; }
       return {
         width: Math.max(el.clientWidth, 280), height: 220,
+        // Room on the right for the last time label, which was cut off at the chart's edge.
+        padding: [null, 28, null, null],
         tzDate: function (ts) {
           var d = new Date(ts * 1000);
           return warrenClock.mode() === "utc" ? uPlot.tzDate(d, "Etc/UTC") : d;
@@ -363,9 +376,7 @@ var warrenCharts = [];
           { label: "time (" + warrenClock.zone(new Date()) + ")", values: tickFormat, labelSize: 20, space: 70,
             stroke: function () { return warrenTheme.color("--fg"); }, grid: { stroke: function () { return warrenTheme.color("--line"); } },
             ticks: { stroke: function () { return warrenTheme.color("--line"); } } },
-          { label: unit, size: unit === "bytes" ? 76 : 60, values: function (u, splits) { return splits.map(function (v) { return compact(v, unit); }); },
-            stroke: function () { return warrenTheme.color("--fg"); }, grid: { stroke: function () { return warrenTheme.color("--line"); } },
-            ticks: { stroke: function () { return warrenTheme.color("--line"); } } },
+          valueAxis,
         ],
         series: [{ label: "time", value: function (u, v) { return v == null ? "--" : warrenClock.format(v); } }]
           .concat(labels.map(function (label, i) {

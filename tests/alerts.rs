@@ -393,7 +393,10 @@ async fn alert_forms_redirect_with_a_notice_shown_once_and_the_firing_list_refre
     };
 
     let landing = form("/alerts/channels/hook/test", &[]).await;
-    assert!(landing.starts_with("/alerts?notice="), "{landing}");
+    assert!(
+        landing.starts_with("/alerts/channels?notice="),
+        "back to the channels page, where the button is: {landing}"
+    );
     let shown = page(landing.clone()).await;
     assert!(shown.contains("Test notification sent to hook"), "{shown}");
     let again = page(landing).await;
@@ -499,4 +502,76 @@ async fn pages_say_where_one_is_and_built_in_rules_are_explained_once() {
     assert_eq!((status, rule["name"].as_str()), (200, Some("Orders backlog > 1,000")), "{rule}");
     assert_eq!(page.matches("Rules marked \"built in\" exist while").count(), 1, "{page}");
     warren.stop().await;
+}
+
+/// Issue 34, cases 5 and 6: a silenced alert offers to end its silence, not a second one; the
+/// notice says the end the table says (it was a second early); the channels page lists each
+/// channel masked, with its last delivery and its last failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silenced_alert_offers_its_end_and_the_channels_page_shows_each_channels_deliveries() {
+    let vhost = TestVhost::create("silenceend").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    declare(&channel, "work", false).await;
+    let (receiver, hook) = Receiver::start(false).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead = format!("http://127.0.0.1:{closed}/hook/s3cr3t-token");
+    let warren = warren_notifying(&vhost.name, &[("hook", &hook), ("dead", &dead)], ANY_READY).await;
+    publish(&channel, "work", 1, BasicProperties::default()).await;
+    wait_for("the alert to fire", Duration::from_secs(20), || async {
+        match alert(&warren, "any", "work").await {
+            Some(a) if a["phase"] == "firing" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let firing = |page: &str| page.split("<div id=\"firing\"").nth(1).unwrap_or_default().to_string();
+    let (_, page) = warren.get_text("/alerts").await;
+    assert!(firing(&page).contains(">Silence</button>") && !firing(&page).contains("end-silence"), "{page}");
+
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let fields = [("rule_id", "any"), ("hours", "1"), ("comment", "deploying")];
+    let landing = http.post(warren.url("/alerts/silences")).form(&fields).send().await.unwrap();
+    let landing = landing.headers()["location"].to_str().unwrap().to_string();
+    let (_, page) = warren.get_text(&landing).await;
+    let until = page.split("Rule any silenced until ").nth(1).and_then(|t| t.split('.').next()).expect("a notice");
+    let silences = page.split("<h2>Silences</h2>").nth(1).expect("the silences table");
+    assert!(silences.contains(&format!("<td>{until}</td>")), "the table says the notice's end, {until}: {silences}");
+    let shown = firing(&page);
+    assert!(shown.contains("class=\"inline end-silence\"") && shown.contains(">End the rule&#39;s silence</button>"));
+    assert!(!shown.contains(">Silence</button>"), "a silenced alert is not offered a second silence: {shown}");
+    let end = shown.split("action=\"").nth(1).and_then(|a| a.split('"').next()).expect("the end form's action");
+    assert!(end.starts_with("/alerts/silences/") && end.ends_with("/expire"), "{end}");
+    assert_eq!(http.post(warren.url(end)).send().await.unwrap().status().as_u16(), 303);
+    let (_, page) = warren.get_text("/alerts").await;
+    assert!(firing(&page).contains(">Silence</button>"), "ended: {page}");
+
+    // The notification went to hook and failed on dead; the channels page says both.
+    wait_for("a delivery logged on each channel", Duration::from_secs(30), || async {
+        let (_, log) = warren.get_json("/api/v1/notifications/deliveries").await;
+        let on = |id: &str| log.as_array().unwrap().iter().any(|d| d["channel_id"] == id);
+        (on("hook") && on("dead") && !receiver.of("firing", "any").is_empty())
+            .then_some(())
+            .ok_or_else(|| log.to_string())
+    })
+    .await;
+    let (status, page) = warren.get_text("/alerts/channels").await;
+    assert_eq!(status, 200);
+    assert!(!page.contains("s3cr3t-token"), "no secret on the page: {page}");
+    let row = |id: &str| {
+        let start = page.find(&format!("<tr data-channel=\"{id}\">")).unwrap_or_else(|| panic!("{id}: {page}"));
+        page[start..start + page[start..].find("</tr>").unwrap()].to_string()
+    };
+    let (hook_row, dead_row) = (row("hook"), row("dead"));
+    assert!(hook_row.contains("<td>webhook</td>") && hook_row.contains(": sent</td>"), "{hook_row}");
+    assert!(hook_row.contains("none among the last 500 deliveries"), "no failure on hook: {hook_row}");
+    assert!(dead_row.contains("class=\"error\">") && dead_row.contains("attempt 1"), "dead's failure: {dead_row}");
+    assert!(dead_row.replace("<wbr>", "").contains(&format!("http://127.0.0.1:{closed}/…")), "masked: {dead_row}");
+    let (_, only) = warren.get_text("/alerts/channels?channel=dead").await;
+    let deliveries = only.split("<table class=\"grid deliveries\">").nth(1).expect("deliveries");
+    assert!(deliveries.contains("<td>dead</td>") && !deliveries.contains("<td>hook</td>"), "{deliveries}");
+    let (_, alerts) = warren.get_text("/alerts").await;
+    assert!(alerts.contains("2 channels are configured") && alerts.contains("href=\"/alerts/channels\""), "{alerts}");
+    warren.stop().await;
+    connection.close(0, "done".into()).await.ok();
 }

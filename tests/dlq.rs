@@ -788,6 +788,21 @@ async fn the_browser_form_confirms_before_requeueing() {
     let fingerprint = |i: usize| snapshot["messages"][i - 1]["fingerprint"].as_str().unwrap().to_string();
     let (_, page) = warren.get_text(&base).await;
     assert!(page.contains(&format!("name=\"message\" value=\"{}\"", fingerprint(3))), "{page}");
+    // Issue 34, case 6: a message's page leads to its neighbours and offers its own requeue
+    // and delete, through the same confirmation.
+    let (_, message) = warren.get_text(&format!("{base}/messages/3")).await;
+    for expected in [
+        format!("<a href=\"{base}/messages/2\" rel=\"prev\">"),
+        format!("<a href=\"{base}/messages/4\" rel=\"next\">"),
+        "message 3 of 10 of the snapshot".to_string(),
+        format!("action=\"{base}/requeue\" class=\"message-actions\""),
+        format!("name=\"message\" value=\"{}\"", fingerprint(3)),
+        "name=\"scope\" value=\"selected\">Requeue this message…</button>".to_string(),
+    ] {
+        assert!(message.contains(&expected), "{expected}: {message}");
+    }
+    let (_, first) = warren.get_text(&format!("{base}/messages/1")).await;
+    assert!(!first.contains("rel=\"prev\"") && first.contains("rel=\"next\""), "{first}");
     let selected = format!("message={}&message={}&scope=selected&target_queue=", fingerprint(3), fingerprint(5));
     let form = |body: String| {
         let request = warren.http.post(warren.url(&format!("{base}/requeue")));
@@ -800,12 +815,23 @@ async fn the_browser_form_confirms_before_requeueing() {
         page.contains("Confirm: requeue") && page.contains("the 2 messages at positions 3 (id m3), 5 (id m5)"),
         "{page}"
     );
+    // Issue 34, case 6: it names the queue they go to, not the rule that picks it.
+    assert!(page.contains("class=\"target\">queue &#34;work&#34;, where they last died"), "{page}");
     // A position alone is named with its message id too (issue 19, case 14).
     let page = form("position=3&scope=selected&target_queue=".to_string()).await.unwrap().text().await.unwrap();
     assert!(page.contains("the message at position 3 (id m3) of the snapshot"), "{page}");
     assert_eq!(depth(&channel, "work.dlq").await, 50, "asking moves nothing");
+    // A poll after the snapshot's reads, which held the messages unacked for a moment.
+    wait_for("50 ready at warren's last poll", Duration::from_secs(20), || async {
+        let q = warren.queue(&vhost.name, "work.dlq").await.ok_or("not listed")?;
+        (q["ready"] == 50).then_some(()).ok_or_else(|| q.to_string())
+    })
+    .await;
     let page = form("scope=purge&target_queue=".to_string()).await.unwrap().text().await.unwrap();
     assert!(page.contains("Confirm: purge") && page.contains("cannot be undone"), "{page}");
+    // Issue 34, case 6: how many it deletes, and a button unlike every other.
+    assert!(page.contains("all 50 ready messages (at the last poll)"), "{page}");
+    assert!(page.contains("class=\"danger\">Purge: delete for good</button>"), "{page}");
     assert_eq!(depth(&channel, "work.dlq").await, 50, "asking purges nothing");
 
     // Confirmed: the move starts and the browser is sent to its progress page.

@@ -107,6 +107,8 @@ async fn every_page_is_in_the_summary_and_served() {
     // The header of every page links the documentation.
     let (_, overview) = warren.get_text("/").await;
     assert!(overview.contains("href=\"/docs\">Docs</a>"), "the navigation links /docs: {overview}");
+    // Issue 34, case 7: "API" opened raw JSON; it opens the API's documentation.
+    assert!(overview.contains("href=\"/docs/api\">API</a>"), "the navigation's API link: {overview}");
     warren.stop().await;
 }
 

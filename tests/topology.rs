@@ -297,3 +297,39 @@ async fn unroutable_publishes_make_the_rate_known_and_fire_a_rule() {
     publishing.store(true, Ordering::Relaxed);
     warren.stop().await;
 }
+
+/// Issue 34, case 6: the exchanges page listed every watched vhost's exchanges on one page
+/// (5,861 px tall); it shows one vhost's when asked, links each vhost, and refreshes in place
+/// with the same choice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exchanges_page_shows_one_vhost_when_asked() {
+    let (first, second) = (TestVhost::create("xvhosta").await, TestVhost::create("xvhostb").await);
+    for (vhost, name) in [(&first, "first-events"), (&second, "second-events")] {
+        let connection = vhost.connect().await;
+        exchange(&vhost.channel(&connection).await, name, ExchangeKind::Topic).await;
+        connection.close(0, "done".into()).await.ok();
+    }
+    let toml = format!(
+        "[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}, {:?}]\npoll_interval_secs = 1\n",
+        first.name, second.name
+    );
+    let warren = Warren::start(&toml).await;
+    wait_for("both vhosts' exchanges listed", Duration::from_secs(30), || async {
+        let (_, body) = warren.get_json("/api/v1/brokers/local/exchanges").await;
+        let named = |name: &str| find(&body, name).is_object();
+        (named("first-events") && named("second-events")).then_some(()).ok_or_else(|| body.to_string())
+    })
+    .await;
+    let (_, all) = warren.get_text("/brokers/local/exchanges").await;
+    assert!(all.contains(r#"data-exchange="first-events""#) && all.contains(r#"data-exchange="second-events""#));
+    let only_second = format!("/brokers/local/exchanges?vhost={}", encode(&second.name));
+    assert!(all.contains(&format!("href=\"{only_second}\"")), "each vhost is linked: {all}");
+    let (status, page) = warren.get_text(&only_second).await;
+    assert_eq!(status, 200);
+    assert!(page.contains(r#"data-exchange="second-events""#), "{page}");
+    assert!(!page.contains(r#"data-exchange="first-events""#), "the other vhost's exchanges are left out: {page}");
+    assert!(page.contains(&format!("hx-get=\"{only_second}\"")), "the refresh keeps the choice: {page}");
+    let (_, page) = warren.get_text("/brokers/local/exchanges?vhost=no-such-vhost").await;
+    assert!(page.contains("No vhost no-such-vhost among the watched ones"), "{page}");
+    warren.stop().await;
+}

@@ -29,9 +29,17 @@ pub struct AlertView {
 
 /// The pending and firing alerts as of the last evaluation, firing first.
 pub async fn current_alerts(state: &AppState) -> Result<Vec<AlertView>, WebError> {
-    let rules = store::all_rules(&state.config_rules, &state.store).await?;
     let silences = store::silences(&state.store, true).await?;
-    let now = chrono::Utc::now();
+    alerts_under(state, &silences, chrono::Utc::now()).await
+}
+
+/// The pending and firing alerts, silenced by `silences` (the active ones).
+async fn alerts_under(
+    state: &AppState,
+    silences: &[store::Silence],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<AlertView>, WebError> {
+    let rules = store::all_rules(&state.config_rules, &state.store).await?;
     let mut views: Vec<AlertView> = store::states(&state.store)
         .await?
         .into_iter()
@@ -63,17 +71,35 @@ pub struct AlertRow {
     pub since: String,
     pub value: String,
     pub silenced: bool,
+    /// The silence that holds this alert's notifications back and the words of its button: a
+    /// silenced alert offers to end it, not to silence it again (issue 34, case 6).
+    pub silence: Option<(i64, &'static str)>,
     pub key_json: String,
 }
 
 /// The alerts as rows, optionally only those of one queue.
 pub async fn alert_rows(state: &AppState, only: Option<&AlertKey>) -> Result<Vec<AlertRow>, WebError> {
-    Ok(current_alerts(state)
+    let silences = store::silences(&state.store, true).await?;
+    let now = chrono::Utc::now();
+    Ok(alerts_under(state, &silences, now)
         .await?
         .into_iter()
         .filter(|a| only.is_none_or(|k| *k == a.state.key))
         .map(|a| {
             let key = &a.state.key;
+            // The narrowest silence first: ending it is what the row is about.
+            let silence = silences
+                .iter()
+                .filter(|s| s.covers(&a.state.rule_id, key, now))
+                .max_by_key(|s| (s.key.is_some(), s.rule_id.is_some()))
+                .map(|s| {
+                    let words = match (&s.rule_id, &s.key) {
+                        (_, Some(_)) => "End silence",
+                        (Some(_), None) => "End the rule's silence",
+                        (None, _) => "End the silence of every alert",
+                    };
+                    (s.id, words)
+                });
             AlertRow {
                 rule: a.rule_name,
                 rule_id: a.state.rule_id.clone(),
@@ -88,6 +114,7 @@ pub async fn alert_rows(state: &AppState, only: Option<&AlertKey>) -> Result<Vec
                 since: format::time(Some(a.state.fired_at.unwrap_or(a.state.active_since))),
                 value: format::value(a.state.last_value),
                 silenced: a.silenced,
+                silence,
                 key_json: serde_json::to_string(key).unwrap_or_default(),
             }
         })

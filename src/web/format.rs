@@ -49,6 +49,8 @@ pub fn rate(v: Option<f64>) -> String {
     match v {
         None => UNKNOWN.to_string(),
         Some(0.0) => "0/s".to_string(),
+        // Not "0.00/s" beside a badge that says messages arrive (issue 34, case 6).
+        Some(r) if r > 0.0 && r < 0.005 => "< 0.01/s".to_string(),
         Some(r) if r < 10.0 => format!("{r:.2}/s"),
         Some(r) if r < 100.0 => format!("{r:.1}/s"),
         Some(r) => format!("{}/s", group_thousands(r.round() as u64)),
@@ -77,10 +79,23 @@ pub fn age(view: &QueueView) -> String {
         }
         (Some(secs), AgeSource::Estimated) => format!("~{}", duration(secs)),
         (Some(secs), AgeSource::Exact) if view.age_since_first_publish => {
-            format!("{} since first published", duration(secs))
+            format!("{} {}", duration(secs), SINCE_FIRST_PUBLISHED)
         }
         (Some(secs), _) => duration(secs),
         (None, _) => UNKNOWN.to_string(),
+    }
+}
+
+/// What a wait queue's age measures, said after it (`age`, `age_parts`).
+const SINCE_FIRST_PUBLISHED: &str = "since first published";
+
+/// The age as `age` says it, split into the number and what it measures, for a table column:
+/// a column of "10s since first published" in one line widened the queue list past a 1400 px
+/// window (issue 34, case 2); the note goes on a line of its own below the number.
+pub fn age_parts(view: &QueueView) -> (String, Option<&'static str>) {
+    match (view.oldest_age_secs, view.oldest_age_source) {
+        (Some(secs), AgeSource::Exact) if view.age_since_first_publish => (duration(secs), Some(SINCE_FIRST_PUBLISHED)),
+        _ => (age(view), None),
     }
 }
 
@@ -274,6 +289,8 @@ mod tests {
         assert_eq!(count(Some(0)), "0");
         assert_eq!(count(Some(1234567)), "1,234,567");
         assert_eq!(rate(Some(12.345)), "12.3/s");
+        assert_eq!(rate(Some(0.004)), "< 0.01/s", "a rate above 0 does not read as 0");
+        assert_eq!(rate(Some(0.02)), "0.02/s");
     }
 
     #[test]

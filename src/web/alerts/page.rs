@@ -23,6 +23,7 @@ use crate::web::error::WebError;
 use crate::web::error_page::PageError;
 use crate::web::firing::{alert_rows, AlertRow};
 use crate::web::format;
+use crate::web::format::filters;
 use crate::web::freshness::{Freshness, REFRESH_SECS};
 use crate::web::htmx::{html, is_htmx};
 use crate::web::identity::{Access, Me};
@@ -87,8 +88,8 @@ struct AlertsPage {
     form: RuleForm,
     /// Every metric's name, for the form's choice.
     metrics: Vec<&'static str>,
-    channels: Vec<crate::alerts::notify::ChannelView>,
-    deliveries: Vec<(String, String, String, String, String, String)>,
+    /// How many channels are configured; the channels page lists them.
+    channels: usize,
     notice: Option<crate::state::Notice>,
     errors: HashMap<String, String>,
     error_list: Vec<(String, String)>,
@@ -332,26 +333,7 @@ async fn render_with(
             })
             .collect(),
         preview: preview_fragment(state, &form),
-        channels: state.notifier.channels().iter().map(|c| c.view()).collect(),
-        deliveries: crate::alerts::notify::recent_deliveries(&state.store, 50)
-            .await?
-            .into_iter()
-            .map(|d| {
-                (
-                    format::time(Some(d.at)),
-                    d.channel_name,
-                    d.kind.as_str().to_string(),
-                    d.alert_key.map(|k| k.to_string()).unwrap_or_default(),
-                    format!("{:?}", d.outcome).to_lowercase(),
-                    match (d.http_status, d.error) {
-                        (Some(s), Some(e)) => format!("HTTP {s}: {e}"),
-                        (Some(s), None) => format!("HTTP {s}"),
-                        (None, Some(e)) => e,
-                        (None, None) => String::new(),
-                    },
-                )
-            })
-            .collect(),
+        channels: state.notifier.channels().len(),
         notice,
         errors: error_list.iter().cloned().collect(),
         error_list,
@@ -427,7 +409,12 @@ async fn page(
 
 /// Post/redirect/get: back to the alerts page, which says once what the form did.
 fn done(state: &AppState, ok: bool, text: String) -> Response {
-    Redirect::to(&state.href(&format!("/alerts?notice={}", state.notices.put(ok, text)))).into_response()
+    done_on(state, "/alerts", ok, text)
+}
+
+/// The same, back to `page`.
+fn done_on(state: &AppState, page: &str, ok: bool, text: String) -> Response {
+    Redirect::to(&state.href(&format!("{page}?notice={}", state.notices.put(ok, text)))).into_response()
 }
 
 async fn preview_form(State(state): State<AppState>, Form(form): Form<RuleForm>) -> Result<Response, PageError> {
@@ -527,8 +514,7 @@ async fn silence_form(
         created_by: String::new(),
         created_at: chrono::Utc::now(),
     };
-    let until = format::time(Some(silence.until));
-    add_silence(&state, silence, &access.principal.actor()).await?;
+    let until = format::time(Some(add_silence(&state, silence, &access.principal.actor()).await?.until));
     Ok(done(&state, true, format!("{what} silenced until {until}.")))
 }
 
@@ -546,13 +532,14 @@ async fn test_form(
     access: Access,
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
-    // Redirected, so that a reload shows the outcome again rather than sending another test.
+    // Redirected, so that a reload shows the outcome again rather than sending another test;
+    // to the channels page, where the button is and the delivery shows.
     Ok(match send_test(&state, &id, &access.principal.actor()).await? {
         Ok(status) => {
             let status = status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
-            done(&state, true, format!("Test notification sent to {id}{status}."))
+            done_on(&state, "/alerts/channels", true, format!("Test notification sent to {id}{status}."))
         }
-        Err(e) => done(&state, false, format!("Test notification to {id} failed: {e}")),
+        Err(e) => done_on(&state, "/alerts/channels", false, format!("Test notification to {id} failed: {e}")),
     })
 }
 

@@ -264,6 +264,11 @@ pub async fn add_silence(state: &AppState, mut silence: Silence, actor: &str) ->
     if !fields.is_empty() {
         return Err(WebError::Invalid(fields));
     }
+    // The store keeps whole seconds, rounded up; the answer and the page's notice say the end
+    // it keeps (issue 34, case 6: the notice said a second before the table).
+    if silence.until.timestamp_subsec_nanos() > 0 {
+        silence.until = chrono::DateTime::from_timestamp(silence.until.timestamp() + 1, 0).unwrap_or(silence.until);
+    }
     silence.created_by = actor.to_string();
     silence.created_at = chrono::Utc::now();
     silence.id = store::add_silence(&state.store, &silence).await?;

@@ -188,7 +188,14 @@ fn card(broker: &str, node: &Node, nodes: &NodesLive, history_query: &str) -> No
     let now = Utc::now().timestamp();
     let disk_prediction = match node.running {
         Some(true) => match nodes.disk_free_predicted_secs(node, DISK_READINGS_KEEP_SECS, now) {
-            Some(secs) => format!("reaches the limit in about {} at the last hour's trend", format::duration(secs)),
+            Some(secs) => format!(
+                "reaches the limit in about {} at {}",
+                format::duration(secs),
+                trend_span(nodes, node, now).map_or("the last hour's trend".to_string(), |span| format!(
+                    "the trend of the last {} (warren's readings start there)",
+                    format::duration(span as f64)
+                ))
+            ),
             None if node.disk_free.is_some() => {
                 "not shrinking over the last hour (or under 5 readings): no prediction".to_string()
             }
@@ -363,9 +370,43 @@ pub fn summary(b: &BrokerLive) -> NodesSummary {
     NodesSummary { broker: b.name.clone(), href: nodes_href(&b.name), text, trouble: !n.problems.is_empty() }
 }
 
+/// How far back the readings a disk prediction fits go, when that is less than the hour it
+/// may use: "the last hour's trend" after three minutes of readings said more than there was
+/// (issue 34, case 6).
+fn trend_span(nodes: &NodesLive, node: &Node, now: i64) -> Option<i64> {
+    let first = nodes.disk_free_readings.get(&node.name)?.iter().find(|(t, _)| *t >= now - DISK_READINGS_KEEP_SECS)?.0;
+    // A minute's slack: readings come a poll apart and the oldest is dropped at an hour.
+    (now - first < DISK_READINGS_KEEP_SECS - 60).then_some(now - first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_prediction_says_how_far_back_its_readings_go() {
+        let n = Node {
+            name: "rabbit@a".into(),
+            running: Some(true),
+            disk_free: Some(1_000_000),
+            disk_free_limit: Some(100_000),
+            ..Node::default()
+        };
+        let now = Utc::now();
+        let mut live = NodesLive::default();
+        // Three minutes of readings, shrinking.
+        for (i, free) in [1_600_000u64, 1_450_000, 1_300_000, 1_150_000, 1_000_000].into_iter().enumerate() {
+            let at = now - chrono::Duration::seconds(180 - 45 * i as i64);
+            live.observe(vec![Node { disk_free: Some(free), ..n.clone() }], at);
+        }
+        let c = card("b", &n, &live, "range=1h");
+        assert!(
+            c.disk_prediction.contains("at the trend of the last 3m (warren's readings start there)"),
+            "{}",
+            c.disk_prediction
+        );
+        assert!(!c.disk_prediction.contains("last hour"), "{}", c.disk_prediction);
+    }
 
     #[test]
     fn values_read_against_their_limits() {

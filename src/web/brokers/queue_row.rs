@@ -27,6 +27,8 @@ pub(super) struct QueueRow {
     pub(super) ack_rate: String,
     pub(super) redeliver_rate: String,
     pub(super) age: String,
+    /// What the age measures where that is not the plain age ("since first published").
+    pub(super) age_note: Option<&'static str>,
     pub(super) age_source: &'static str,
     pub(super) age_title: &'static str,
     /// Backlog trend: growing at a rate, or the time to drain.
@@ -106,6 +108,7 @@ pub(super) fn browsable(q: &QueueView) -> bool {
 }
 
 pub(super) fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow {
+    let (age, age_note) = format::age_parts(q);
     QueueRow {
         href: queue_href(&q.broker, &q.vhost, &q.name),
         dlq_href: browsable(q).then(|| {
@@ -127,13 +130,17 @@ pub(super) fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow
             InflowSource::PublishCounter => format::rate(q.publish_rate),
             // A lower bound of 0 says only that none were seen arriving (issue 34, case 6).
             InflowSource::DerivedLowerBound if q.inflow_rate == Some(0.0) => "none seen".to_string(),
+            // Above 0 but below what two decimals show: "≥ < 0.01/s" would read badly.
+            InflowSource::DerivedLowerBound if q.inflow_rate.is_some_and(|r| r < 0.005) => "> 0/s".to_string(),
+            InflowSource::DerivedLowerBound if q.inflow_rate.is_none() => format::UNKNOWN.to_string(),
             InflowSource::DerivedLowerBound => format!("≥ {}", format::rate(q.inflow_rate)),
             InflowSource::Unknown => format::UNKNOWN.to_string(),
         },
         deliver_rate: format::rate(q.deliver_rate),
         ack_rate: format::rate(q.ack_rate),
         redeliver_rate: format::rate(q.redeliver_rate),
-        age: format::age(q),
+        age,
+        age_note,
         age_source: q.oldest_age_source.as_str(),
         age_title: format::age_title(q),
         trend: match (q.time_to_drain_secs, q.backlog_growth_rate) {
@@ -149,5 +156,32 @@ pub(super) fn queue_row(q: &QueueView, sparkline: format::Sparkline) -> QueueRow
         },
         sparkline,
         signals: signals(q),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::QueueNames;
+
+    /// Issue 34, case 6: a DLQ's inflow, derived from its depth and acks, read "≥ 0/s" when
+    /// idle and "≥ 0.00/s" when barely moving.
+    #[test]
+    fn a_derived_inflow_reads_as_what_was_seen() {
+        let names = QueueNames {
+            broker: "b".into(),
+            vhost: "/".into(),
+            name: "work.dlq".into(),
+            kind: "classic".into(),
+            state: None,
+        };
+        let mut q = QueueView::unknown(names, chrono::Utc::now());
+        q.inflow_source = InflowSource::DerivedLowerBound;
+        let inflow = |q: &QueueView| queue_row(q, format::Sparkline::default()).publish_rate;
+        for (rate, reads) in [(Some(0.0), "none seen"), (Some(0.004), "> 0/s"), (Some(2.5), "≥ 2.50/s"), (None, "—")]
+        {
+            q.inflow_rate = rate;
+            assert_eq!(inflow(&q), reads, "{rate:?}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! keeps (`TopologyLive`). Nothing here calls the broker.
 
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
@@ -21,6 +21,7 @@ use crate::web::error::ApiError;
 use crate::web::error::WebError;
 use crate::web::error_page::PageError;
 use crate::web::format;
+use crate::web::format::filters;
 use crate::web::freshness::{Freshness, REFRESH_SECS};
 use crate::web::htmx::html;
 use crate::web::htmx::is_htmx;
@@ -187,6 +188,8 @@ struct ExchangesFragment {
     broker_unroutable: String,
     lower_bound_note: Option<&'static str>,
     per_exchange_note: &'static str,
+    /// The vhost chosen, if one is.
+    only: Option<String>,
     vhosts: Vec<VhostSection>,
 }
 
@@ -196,6 +199,11 @@ struct ExchangesPage {
     me: Me,
     name: String,
     others: Vec<(String, String)>,
+    /// Each vhost: (name, its page, chosen).
+    vhost_choices: Vec<(String, String, bool)>,
+    all_href: String,
+    /// No vhost chosen: every vhost's exchanges show.
+    all_chosen: bool,
     fragment: String,
 }
 
@@ -231,13 +239,21 @@ fn row(x: &ExchangeView) -> ExchangeRow {
     }
 }
 
+#[derive(serde::Deserialize)]
+struct ExchangesQuery {
+    /// One vhost's exchanges only (issue 34, case 6: every vhost's made a page 5,861 px tall).
+    vhost: Option<String>,
+}
+
 async fn page(
     State(state): State<AppState>,
     Path(broker): Path<String>,
+    Query(q): Query<ExchangesQuery>,
     me: Me,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let live = broker_live(&state, &broker)?;
+    let only = q.vhost.filter(|v| !v.is_empty());
     let now = Utc::now();
     let t = &live.topology;
     let mut vhosts: Vec<VhostSection> = live
@@ -259,10 +275,25 @@ async fn page(
             }),
         }
     }
+    let vhost_choices: Vec<(String, String, bool)> = vhosts
+        .iter()
+        .map(|v| {
+            let href = format!("/brokers/{}/exchanges?vhost={}", encode_segment(&live.name), encode_segment(&v.name));
+            (v.name.clone(), href, only.as_ref() == Some(&v.name))
+        })
+        .collect();
+    if let Some(only) = &only {
+        vhosts.retain(|v| v.name == *only);
+    }
+    let self_href = match &only {
+        Some(v) => format!("/brokers/{}/exchanges?vhost={}", encode_segment(&live.name), encode_segment(v)),
+        None => format!("/brokers/{}/exchanges", encode_segment(&live.name)),
+    };
     let fragment = ExchangesFragment {
         base: state.base_path.clone(),
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
-        self_href: format!("/brokers/{}/exchanges", encode_segment(&live.name)),
+        self_href,
+        only: only.clone(),
         read_at: match t.exchanges_read_at {
             Some(at) => format!("{} ({})", format::time(Some(at)), format::ago(Some(at), now)),
             None => "not yet".to_string(),
@@ -286,7 +317,12 @@ async fn page(
         .filter(|b| b.name != live.name)
         .map(|b| (b.name.clone(), format!("/brokers/{}/exchanges", encode_segment(&b.name))))
         .collect();
-    Ok(html(ExchangesPage { me, name: live.name.clone(), others, fragment }.render()?))
+    let all_href = format!("/brokers/{}/exchanges", encode_segment(&live.name));
+    let all_chosen = !vhost_choices.iter().any(|c| c.2);
+    Ok(html(
+        ExchangesPage { me, name: live.name.clone(), others, vhost_choices, all_href, all_chosen, fragment }
+            .render()?,
+    ))
 }
 
 // ----- Routing into a queue -----

@@ -45,6 +45,19 @@ struct MessagePage {
     /// A snapshot's message, of a snapshot outdated by what ran since (`Snapshot::outdated`):
     /// the message may have left the queue.
     outdated: Option<String>,
+    /// A snapshot's message: the messages before and after it, and what an operator can do
+    /// with it (issue 34, case 6: the page had no action and no previous/next).
+    around: Option<Around>,
+}
+
+struct Around {
+    previous: Option<String>,
+    next: Option<String>,
+    /// "3 of 10".
+    place: String,
+    /// The message's fingerprint, for the requeue and delete forms (operators, and a snapshot
+    /// that is not outdated).
+    act_on: Option<String>,
 }
 
 fn snapshot_message(
@@ -92,9 +105,22 @@ pub(super) async fn message_page(
     let base = dlq_href(&broker, &vhost, &queue);
     let download_href = format!("{base}/messages/{position}/payload");
     let hidden = hidden_here(&state, &me, (&broker, &vhost, &queue), &mut m);
+    let operator = me.operator;
     let mut page = message_view(me, &queue, &base, &m, format!("Message {position}"), download_href, hidden);
+    let snapshot = state.snapshots.get(&broker, &vhost, &queue);
     // Issue 31, case 6: the message pages of an outdated snapshot did not say so.
-    page.outdated = state.snapshots.get(&broker, &vhost, &queue).and_then(|s| s.outdated.clone());
+    page.outdated = snapshot.as_ref().and_then(|s| s.outdated.clone());
+    if let Some(s) = &snapshot {
+        let at = |p: Option<usize>| {
+            p.filter(|p| s.messages.iter().any(|m| m.position == *p)).map(|p| format!("{base}/messages/{p}"))
+        };
+        page.around = Some(Around {
+            previous: at(position.checked_sub(1)),
+            next: at(position.checked_add(1)),
+            place: format!("{position} of {}", s.messages.len()),
+            act_on: (operator && s.outdated.is_none()).then(|| m.fingerprint.clone()),
+        });
+    }
     Ok(html(page.render()?))
 }
 
@@ -249,6 +275,7 @@ fn message_view(
         payload,
         truncated,
         outdated: None,
+        around: None,
     };
     if page.hidden.is_some() {
         // A framework's readable arguments are the payload too.

@@ -14,6 +14,7 @@ use crate::dlq::Target;
 use crate::state::AppState;
 use crate::web::error::WebError;
 use crate::web::error_page::PageError;
+use crate::web::format;
 use crate::web::htmx::html;
 use crate::web::identity::{Access, Me};
 use crate::web::links::dlq_href;
@@ -146,6 +147,8 @@ struct ActionPage {
     back_href: String,
     what: String,
     target: String,
+    /// A purge or a delete: nothing goes anywhere, and the button says so.
+    deletes: bool,
     duplicates_warning: bool,
     /// What the confirmation says about the queues the messages would go to.
     target_notes: Vec<TargetNote>,
@@ -184,15 +187,9 @@ struct TargetNote {
 /// The notes about each queue the selected messages would go to: a named queue, or the queues
 /// the snapshot shows them to have died in. From the last poll: the move checks again, as it
 /// goes, with the broker's answer of that moment.
-async fn target_notes(
-    state: &AppState,
-    view: &crate::metrics::QueueView,
-    form: &RequeueForm,
-) -> Result<Vec<TargetNote>, WebError> {
-    let request = move_request(form);
-    let targets = target_queue_names(state, view, &request.target, &request.selection).await?;
+fn target_notes(state: &AppState, view: &crate::metrics::QueueView, targets: &[String]) -> Vec<TargetNote> {
     let mut notes = Vec::new();
-    for name in targets {
+    for name in targets.iter().cloned() {
         let Some(q) = last_polled(state, view, &name) else {
             notes.push(TargetNote {
                 says: "does not exist (as of the last poll): messages that would go there fail and stay here".into(),
@@ -235,7 +232,7 @@ async fn target_notes(
             });
         }
     }
-    Ok(notes)
+    notes
 }
 
 /// The move the form asks for (the confirmation page posts it back with `confirm=true`).
@@ -287,6 +284,33 @@ fn selected_in_words(state: &AppState, view: &crate::metrics::QueueView, form: &
     }
 }
 
+/// What a purge deletes: the ready messages (a purge leaves those a consumer holds unacked),
+/// as many as the last poll counted.
+fn purge_in_words(view: &crate::metrics::QueueView) -> String {
+    let held = match view.unacked {
+        Some(n) if n > 0 => format!("; the {} unacked, held by a consumer, stay", format::count(Some(n))),
+        _ => String::new(),
+    };
+    match view.ready {
+        Some(n) => format!("all {} ready messages (at the last poll{held})", format::count(Some(n))),
+        None => format!("every ready message (how many is unknown: the last poll did not count them{held})"),
+    }
+}
+
+/// Where a requeue to the original queue sends the messages: the queues the snapshot shows
+/// them to have died in, by name. `whole`: every message moved is in the snapshot (a
+/// selection); for all or all matching, the snapshot shows some of them only.
+fn original_queues_in_words(targets: &[String], whole: bool) -> String {
+    const RULE: &str = "the queue each message last died in (its newest x-death entry)";
+    let names = targets.iter().map(|q| format!("{q:?}")).collect::<Vec<_>>().join(", ");
+    match targets {
+        [] => RULE.to_string(),
+        _ if !whole => format!("{RULE}: {names} for the messages of the snapshot"),
+        [one] => format!("queue {one:?}, where they last died (their newest x-death entry)"),
+        _ => format!("queues {names}, each message to the one it last died in (its newest x-death entry)"),
+    }
+}
+
 pub(super) async fn requeue_form(
     State(state): State<AppState>,
     access: Access,
@@ -300,6 +324,12 @@ pub(super) async fn requeue_form(
         crate::web::restricted::check_filter(&state, access.principal.role, (&broker, &vhost, &queue), &form.filter)?;
     }
     let deletes = matches!(form.scope, Scope::Purge | Scope::DeleteSelected);
+    let targets = if deletes {
+        Vec::new()
+    } else {
+        let request = move_request(&form);
+        target_queue_names(&state, &view, &request.target, &request.selection).await?
+    };
     let mut page = ActionPage {
         me: Me::of(&access),
         action: match form.scope {
@@ -310,26 +340,29 @@ pub(super) async fn requeue_form(
         },
         name: queue.clone(),
         back_href: dlq_href(&broker, &vhost, &queue),
+        // How many, as the last poll counted them (issue 34, case 6: the purge gave no count).
         what: match form.scope {
-            Scope::All | Scope::Purge => "every message".to_string(),
+            Scope::All => format!("every message ({} at the last poll)", format::count(view.total)),
+            Scope::Purge => purge_in_words(&view),
             Scope::Matching => format!("every message matching {}", form.filter.describe()),
             Scope::Selected | Scope::DeleteSelected => selected_in_words(&state, &view, &form),
         },
         target: if deletes {
-            "nowhere: they are deleted for good".to_string()
+            String::new()
         } else {
             match form.target {
-                FormTarget::OriginalQueue => {
-                    "the queue each message last died in (its newest x-death entry)".to_string()
-                }
+                // The queues by name, as the snapshot shows them (issue 34, case 6: the page
+                // named the rule, not the queue).
+                FormTarget::OriginalQueue => original_queues_in_words(&targets, matches!(form.scope, Scope::Selected)),
                 FormTarget::OriginalExchange => {
                     "the exchange each message was first published to, with its original routing key".to_string()
                 }
                 FormTarget::Queue => format!("queue {:?}", form.target_queue),
             }
         },
+        deletes,
         duplicates_warning: !deletes && form.target == FormTarget::OriginalExchange,
-        target_notes: if deletes { Vec::new() } else { target_notes(&state, &view, &form).await? },
+        target_notes: target_notes(&state, &view, &targets),
         form: FormEcho {
             positions: form.positions.clone(),
             messages: form.messages.clone(),
