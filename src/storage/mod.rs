@@ -20,14 +20,18 @@ use std::sync::Arc;
 
 pub mod accounts;
 pub mod audit;
+pub mod fates;
 pub mod postgres;
+pub mod snapshots;
 pub mod sqlite;
 
 pub use accounts::Accounts;
 pub use audit::AuditLog;
+pub use fates::Fates;
+pub use snapshots::Snapshots;
 
 /// Everything warren keeps, on one backend.
-pub trait Database: Accounts + AuditLog + Send + Sync + 'static {
+pub trait Database: Accounts + AuditLog + Fates + Snapshots + Send + Sync + 'static {
     /// `sqlite` or `postgres`, for logs and errors.
     fn backend(&self) -> &'static str;
 }

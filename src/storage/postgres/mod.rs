@@ -11,6 +11,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 mod accounts;
 mod audit;
+mod fates;
+mod snapshots;
 
 /// warren's database in PostgreSQL.
 #[derive(Debug, Clone)]

@@ -8,6 +8,8 @@ use sqlx::sqlite::SqlitePool;
 
 mod accounts;
 mod audit;
+mod fates;
+mod snapshots;
 
 /// warren's database in one SQLite file.
 #[derive(Debug, Clone)]
