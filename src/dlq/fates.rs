@@ -64,10 +64,7 @@ fn rows(fates: &[Fate]) -> Vec<NewFate<'_>> {
 /// What became of each message of action `id`, by position.
 pub async fn messages(store: &Store, id: i64) -> Result<Vec<MessageRecord>, sqlx::Error> {
     let fates = store.action_fates(id).await?;
-    Ok(fates
-        .into_iter()
-        .map(|StoredFate { position, message_id, outcome, detail }| MessageRecord { position, message_id, outcome, detail })
-        .collect())
+    Ok(fates.into_iter().map(MessageRecord::from).collect())
 }
 
 /// One message's fate as the audit log read it back.
@@ -77,6 +74,12 @@ pub struct MessageRecord {
     pub message_id: Option<String>,
     pub outcome: String,
     pub detail: String,
+}
+
+impl From<StoredFate> for MessageRecord {
+    fn from(f: StoredFate) -> MessageRecord {
+        MessageRecord { position: f.position, message_id: f.message_id, outcome: f.outcome, detail: f.detail }
+    }
 }
 
 /// Marks the actions a previous run left unfinished (it crashed or was killed); called at

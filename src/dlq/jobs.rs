@@ -686,9 +686,16 @@ async fn record_end(handles: &Handles, job: &Job, outcome: &str, counts: Progres
     let fates = job.progress.take_journal();
     let mut wait = Duration::from_millis(500);
     loop {
-        let written =
-            fates::finish(&handles.store, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
-                .await;
+        let written = fates::finish(
+            &handles.store,
+            job.id,
+            outcome,
+            counts.moved as usize,
+            counts.failed as usize,
+            detail,
+            &fates,
+        )
+        .await;
         let e = match written {
             Ok(()) => {
                 handles.storage.succeeded();

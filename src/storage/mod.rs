@@ -6,13 +6,14 @@
 //! runs the same tests against both. Not sqlx's `Any` driver: it loses the types, and its
 //! placeholders differ between the two.
 //!
-//! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`]),
-//! and [`Database`] is all of them; a backend implements each part in a file of its own. Its
-//! methods are the database's side of an operation: one call is one statement or one
-//! transaction, and what decides (password hashes, the last-admin rule's wording, the failed-login
-//! caps) stays in the feature that calls it.
+//! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
+//! [`Fates`], [`Snapshots`]), and [`Database`] is all of them; a backend implements each part in
+//! a file of its own. Its methods are the database's side of an operation: one call is one
+//! statement or one transaction, and what decides (password hashes, the last-admin rule's
+//! wording, the failed-login caps) stays in the feature that calls it.
 //!
-//! Moved behind it so far: accounts (users, sessions, API tokens) and the audit log. The rest of
+//! Moved behind it so far: accounts (users, sessions, API tokens), the audit log, the fates of
+//! the messages a move touched, and the dead-letter queues' stored snapshots. The rest of
 //! warren still uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only
 //! until every part is here.
 

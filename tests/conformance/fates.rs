@@ -13,7 +13,8 @@ crate::conformance!(
 );
 
 async fn requeue(store: &Store) -> i64 {
-    let entry = Entry { actor: "otto", broker: "b", vhost: "v", queue: "orders.dlq", action: "requeue", request: "{}".into() };
+    let entry =
+        Entry { actor: "otto", broker: "b", vhost: "v", queue: "orders.dlq", action: "requeue", request: "{}".into() };
     audit::start(store, entry).await.unwrap()
 }
 
@@ -49,9 +50,13 @@ async fn fates_read_back_by_position_in_the_order_written(store: &Store) {
     let other = requeue(store).await;
     // A position can have two fates (held, then moved from the holding queue): the order they
     // were written in is kept, across checkpoints too.
-    fates::checkpoint(store, id, &[Fate::new(5, Some("é ✓ 😀"), "held", "warren.holding"), moved(2, "b")]).await.unwrap();
+    fates::checkpoint(store, id, &[Fate::new(5, Some("é ✓ 😀"), "held", "warren.holding"), moved(2, "b")])
+        .await
+        .unwrap();
     fates::checkpoint(store, other, &[moved(1, "elsewhere")]).await.unwrap();
-    fates::finish(store, id, "done", 3, 0, None, &[moved(5, "é ✓ 😀"), Fate::new(2, Some("b"), "not_found", "")]).await.unwrap();
+    fates::finish(store, id, "done", 3, 0, None, &[moved(5, "é ✓ 😀"), Fate::new(2, Some("b"), "not_found", "")])
+        .await
+        .unwrap();
     let read: Vec<_> = fates::messages(store, id)
         .await
         .unwrap()
@@ -115,7 +120,9 @@ async fn thousands_of_fates_are_kept_in_one_finish(store: &Store) {
 /// there, and the action's end is written all the same.
 async fn a_message_id_with_a_nul_is_kept(store: &Store) {
     let id = requeue(store).await;
-    fates::finish(store, id, "done", 1, 0, Some("to a\0b"), &[Fate::new(1, Some("m\0x"), "moved", "q\0")]).await.unwrap();
+    fates::finish(store, id, "done", 1, 0, Some("to a\0b"), &[Fate::new(1, Some("m\0x"), "moved", "q\0")])
+        .await
+        .unwrap();
     let kept = if store.backend() == "postgres" { "m\u{FFFD}x" } else { "m\0x" };
     let read = fates::messages(store, id).await.unwrap();
     assert_eq!(read[0].message_id.as_deref(), Some(kept));

@@ -33,12 +33,14 @@ fn sorted(mut rows: Vec<StoredSnapshot>) -> Vec<StoredSnapshot> {
 async fn a_snapshot_reads_back_as_stored_and_is_replaced_whole(store: &Store) {
     // A message's JSON as browse writes it: an escaped NUL and binary text stay escapes.
     let first = stored("orders.dlq", r#"[{"identity":"a\u0000b","held_in":null,"message":{"payload":"\u00ff"}}]"#);
-    let other = StoredSnapshot { queue_type: "classic".into(), delivery_limit: None, note: None, ..stored("z.dlq", "[]") };
+    let other =
+        StoredSnapshot { queue_type: "classic".into(), delivery_limit: None, note: None, ..stored("z.dlq", "[]") };
     store.save_snapshot(&first).await.unwrap();
     store.save_snapshot(&other).await.unwrap();
     assert_eq!(sorted(store.snapshots().await.unwrap()), [first.clone(), other.clone()]);
 
-    let second = StoredSnapshot { taken_at: first.taken_at + 1, requested: 7, note: None, ..stored("orders.dlq", "[]") };
+    let second =
+        StoredSnapshot { taken_at: first.taken_at + 1, requested: 7, note: None, ..stored("orders.dlq", "[]") };
     store.save_snapshot(&second).await.unwrap();
     store.outdate_snapshot(("local", "/ä", "z.dlq"), "the purge of 3 messages at 10:02").await.unwrap();
     store.outdate_snapshot(("local", "/ä", "missing"), "nothing").await.unwrap();
@@ -52,7 +54,10 @@ async fn load_shows_each_snapshot_as_it_was_outdated_or_not(store: &Store) {
     let snapshots = Snapshots::default();
     assert_eq!(browse::load(store, &snapshots).await.unwrap(), 1, "the one that no longer reads is left out");
     let shown = snapshots.get("local", "/ä", "orders.dlq").unwrap();
-    assert_eq!((shown.taken_at.timestamp_millis(), shown.delivery_limit, shown.requested), (1_765_000_000_123, Some(20), 100));
+    assert_eq!(
+        (shown.taken_at.timestamp_millis(), shown.delivery_limit, shown.requested),
+        (1_765_000_000_123, Some(20), 100)
+    );
     assert_eq!(shown.outdated, None);
 
     browse::outdate(store, &snapshots, ("local", "/ä", "orders.dlq"), "the requeue of 4 messages at 10:01").await;

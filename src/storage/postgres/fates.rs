@@ -78,11 +78,12 @@ impl Fates for Postgres {
     }
 
     async fn mark_interrupted(&self, detail: &str) -> Result<u64> {
-        let done =
-            sqlx::query("update audit_log set outcome = 'interrupted', detail = $1 where outcome in ('started', 'running')")
-                .bind(text(detail))
-                .execute(&self.pool)
-                .await?;
+        let done = sqlx::query(
+            "update audit_log set outcome = 'interrupted', detail = $1 where outcome in ('started', 'running')",
+        )
+        .bind(text(detail))
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 }

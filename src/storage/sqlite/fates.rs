@@ -63,10 +63,12 @@ impl Fates for Sqlite {
     }
 
     async fn mark_interrupted(&self, detail: &str) -> Result<u64> {
-        let done = sqlx::query("update audit_log set outcome = 'interrupted', detail = ? where outcome in ('started', 'running')")
-            .bind(detail)
-            .execute(&self.pool)
-            .await?;
+        let done = sqlx::query(
+            "update audit_log set outcome = 'interrupted', detail = ? where outcome in ('started', 'running')",
+        )
+        .bind(detail)
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 }
