@@ -80,12 +80,12 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let state = build_state(config).await?;
     check_access(&state, listener.local_addr()?).await?;
-    let interrupted = dlq::fates::mark_interrupted(&state.db).await?;
+    let interrupted = dlq::fates::mark_interrupted(&state.store).await?;
     // Whatever the configuration says now: a record left claimed would be stranded.
     let reclaimed = dlq::custody::recover(&state.db).await?;
     dlq::custody::fill_error_groups(&state.db).await?;
     // The browser's snapshots as they were shown before the restart (outdated ones marked so).
-    let snapshots = dlq::browse::load(&state.db, &state.snapshots).await?;
+    let snapshots = dlq::browse::load(&state.store, &state.snapshots).await?;
     tracing::debug!(snapshots, "stored snapshots loaded");
     if reclaimed > 0 {
         tracing::warn!(records = reclaimed, "custody records claimed by an interrupted replay are held again");

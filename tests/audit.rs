@@ -234,7 +234,9 @@ async fn paging_reaches_entries_older_than_the_newest_500() {
             request: "{}".to_string(),
         };
         let id = warren::audit::start(&warren::storage::sqlite::store(db.clone()), entry).await.unwrap();
-        warren::dlq::fates::finish(&db, id, "done", 1, 0, None, &[]).await.unwrap();
+        warren::dlq::fates::finish(&warren::storage::sqlite::store(db.clone()), id, "done", 1, 0, None, &[])
+            .await
+            .unwrap();
     }
     db.close().await;
 

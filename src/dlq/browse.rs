@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
 
 use super::message::{summarize, IdentityKey, SnapshotMessage, REPUBLISHED};
 use super::mover::{self, MoveError};
 use crate::broker::management::PeekedMessage;
 use crate::broker::topology::Seen;
-use crate::history::Db;
 use crate::metrics::QueueView;
+use crate::storage::snapshots::StoredSnapshot;
+use crate::storage::Store;
 
 /// Messages in a snapshot unless asked otherwise, and at most.
 pub const DEFAULT_COUNT: usize = 100;
@@ -163,7 +163,7 @@ impl Snapshots {
 /// the broker drops or dead-letters it.
 pub async fn take(
     broker: &crate::config::BrokerConfig,
-    (db, snapshots): (&Db, &Snapshots),
+    (store, snapshots): (&Store, &Snapshots),
     view: &QueueView,
     count: usize,
     confirmed: bool,
@@ -210,7 +210,7 @@ pub async fn take(
         messages,
     });
     snapshots.put(&view.broker, &view.vhost, &view.name, snapshot.clone());
-    if let Err(e) = save(db, &view.broker, &view.vhost, &view.name, &snapshot).await {
+    if let Err(e) = save(store, &view.broker, &view.vhost, &view.name, &snapshot).await {
         // The snapshot is shown all the same; only a restart loses it.
         tracing::warn!(queue = %view.name, error = %e, "the snapshot could not be stored: a restart loses it");
     }
@@ -230,47 +230,35 @@ struct StoredMessage {
 }
 
 /// Stores `snapshot` as the queue's, replacing the one before.
-async fn save(db: &Db, broker: &str, vhost: &str, queue: &str, snapshot: &Snapshot) -> Result<(), sqlx::Error> {
+async fn save(store: &Store, broker: &str, vhost: &str, queue: &str, snapshot: &Snapshot) -> Result<(), sqlx::Error> {
     let messages: Vec<StoredMessage> = snapshot
         .messages
         .iter()
         .map(|m| StoredMessage { identity: m.identity.clone(), held_in: m.held_in.clone(), message: m.message.clone() })
         .collect();
-    let messages = serde_json::to_string(&messages).expect("messages serialise");
-    sqlx::query(
-        "insert or replace into dlq_snapshots \
-         (broker, vhost, queue, taken_at, queue_type, delivery_limit, requested, note, outdated, messages) \
-         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(broker)
-    .bind(vhost)
-    .bind(queue)
-    .bind(snapshot.taken_at.timestamp_millis())
-    .bind(&snapshot.queue_type)
-    .bind(snapshot.delivery_limit)
-    .bind(snapshot.requested as i64)
-    .bind(&snapshot.note)
-    .bind(&snapshot.outdated)
-    .bind(messages)
-    .execute(db)
-    .await?;
-    Ok(())
+    store
+        .save_snapshot(&StoredSnapshot {
+            broker: broker.to_string(),
+            vhost: vhost.to_string(),
+            queue: queue.to_string(),
+            taken_at: snapshot.taken_at.timestamp_millis(),
+            queue_type: snapshot.queue_type.clone(),
+            delivery_limit: snapshot.delivery_limit,
+            requested: snapshot.requested as i64,
+            note: snapshot.note.clone(),
+            outdated: snapshot.outdated.clone(),
+            messages: serde_json::to_string(&messages).expect("messages serialise"),
+        })
+        .await
 }
 
 /// Marks the queue's snapshot outdated by `what` (in memory and stored), after a move or purge
 /// that read or removed messages: it stays visible, but its positions and contents may have
 /// changed.
-pub async fn outdate(db: &Db, snapshots: &Snapshots, (broker, vhost, queue): (&str, &str, &str), what: &str) {
-    let Some(text) = snapshots.outdate(broker, vhost, queue, what) else { return };
-    let stored = sqlx::query("update dlq_snapshots set outdated = ? where broker = ? and vhost = ? and queue = ?")
-        .bind(text)
-        .bind(broker)
-        .bind(vhost)
-        .bind(queue)
-        .execute(db)
-        .await;
-    if let Err(e) = stored {
-        tracing::warn!(%queue, error = %e, "marking the stored snapshot outdated failed: a restart shows it current");
+pub async fn outdate(store: &Store, snapshots: &Snapshots, queue: (&str, &str, &str), what: &str) {
+    let Some(text) = snapshots.outdate(queue.0, queue.1, queue.2, what) else { return };
+    if let Err(e) = store.outdate_snapshot(queue, &text).await {
+        tracing::warn!(queue = %queue.2, error = %e, "marking the stored snapshot outdated failed: a restart shows it current");
     }
 }
 
@@ -294,16 +282,11 @@ fn outdated_by(before: Option<&str>, what: &str) -> String {
 }
 
 /// The installation's key of the snapshots' tokens (`instance_keys`), made on first use. Two
-/// processes starting on one new database both insert-or-ignore, and both read the winner.
-async fn stored_key(db: &Db) -> Result<IdentityKey, sqlx::Error> {
+/// processes starting on one new database both offer a key, and both read the winner.
+async fn stored_key(store: &Store) -> Result<IdentityKey, sqlx::Error> {
     let mut fresh = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut fresh);
-    sqlx::query("insert or ignore into instance_keys (name, key) values ('identity', ?)")
-        .bind(&fresh[..])
-        .execute(db)
-        .await?;
-    let key: Vec<u8> =
-        sqlx::query_scalar("select key from instance_keys where name = 'identity'").fetch_one(db).await?;
+    let key = store.identity_key(&fresh).await?;
     let key: [u8; 32] = key.try_into().map_err(|k: Vec<u8>| {
         sqlx::Error::Protocol(format!("the stored identity key has {} bytes, not 32", k.len()))
     })?;
@@ -313,22 +296,15 @@ async fn stored_key(db: &Db) -> Result<IdentityKey, sqlx::Error> {
 /// Loads the stored snapshots (at start): each as it was shown, outdated or not. A stored
 /// snapshot that no longer reads is skipped with a warning. Reads the installation's key of
 /// the tokens first (making it on the first start), so that they are those shown before.
-pub async fn load(db: &Db, snapshots: &Snapshots) -> Result<usize, sqlx::Error> {
-    let key = stored_key(db).await?;
+pub async fn load(store: &Store, snapshots: &Snapshots) -> Result<usize, sqlx::Error> {
+    let key = stored_key(store).await?;
     snapshots.lock().key = Some(key);
-    let rows = sqlx::query(
-        "select broker, vhost, queue, taken_at, queue_type, delivery_limit, requested, note, outdated, messages \
-         from dlq_snapshots",
-    )
-    .fetch_all(db)
-    .await?;
     let mut loaded = 0;
-    for row in rows {
-        let (broker, vhost, queue): (String, String, String) = (row.get(0), row.get(1), row.get(2));
-        let stored: Vec<StoredMessage> = match serde_json::from_str(row.get::<&str, _>(9)) {
+    for row in store.snapshots().await? {
+        let stored: Vec<StoredMessage> = match serde_json::from_str(&row.messages) {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(%queue, error = %e, "a stored snapshot does not read; it is left out");
+                tracing::warn!(queue = %row.queue, error = %e, "a stored snapshot does not read; it is left out");
                 continue;
             }
         };
@@ -341,18 +317,18 @@ pub async fn load(db: &Db, snapshots: &Snapshots) -> Result<usize, sqlx::Error> 
                 ..summarize(i + 1, s.identity, s.message)
             })
             .collect();
-        let taken_at = DateTime::from_timestamp_millis(row.get(3)).unwrap_or_default();
+        let taken_at = DateTime::from_timestamp_millis(row.taken_at).unwrap_or_default();
         let snapshot = Snapshot {
             seen: seen(taken_at, &messages),
             taken_at,
-            queue_type: row.get(4),
-            delivery_limit: row.get(5),
-            requested: row.get::<i64, _>(6).max(0) as usize,
-            note: row.get(7),
-            outdated: row.get(8),
+            queue_type: row.queue_type,
+            delivery_limit: row.delivery_limit,
+            requested: row.requested.max(0) as usize,
+            note: row.note,
+            outdated: row.outdated,
             messages,
         };
-        snapshots.put(&broker, &vhost, &queue, Arc::new(snapshot));
+        snapshots.put(&row.broker, &row.vhost, &row.queue, Arc::new(snapshot));
         loaded += 1;
     }
     Ok(loaded)

@@ -4,9 +4,9 @@
 //! with the final state, so a crash leaves counts and ids that agree (issue 16, case 7).
 
 use serde::Serialize;
-use sqlx::Row;
 
-use crate::history::Db;
+use crate::storage::fates::{Ending, NewFate, StoredFate};
+use crate::storage::Store;
 
 /// What became of one message of a move, as the audit log keeps it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -28,7 +28,7 @@ impl Fate {
 /// Records how an action ended, with the fates of the messages not yet checkpointed, in one
 /// transaction: either all of it is durable or none, and the caller tries again.
 pub async fn finish(
-    db: &Db,
+    store: &Store,
     id: i64,
     outcome: &str,
     moved: usize,
@@ -36,24 +36,8 @@ pub async fn finish(
     detail: Option<&str>,
     fates: &[Fate],
 ) -> Result<(), sqlx::Error> {
-    let mut tx = db.begin().await?;
-    insert_fates(&mut tx, id, fates).await?;
-    // The moved ids, checkpointed or not, in the order of their positions.
-    sqlx::query(
-        "update audit_log set outcome = ?1, moved = ?2, failed = ?3, detail = ?4,
-             message_ids = (select json_group_array(message_id) from
-                 (select message_id from audit_messages where audit_id = ?5 and outcome = 'moved'
-                  order by position, rowid))
-         where id = ?5",
-    )
-    .bind(outcome)
-    .bind(moved as i64)
-    .bind(failed as i64)
-    .bind(detail)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    let ending = Ending { audit_id: id, outcome, moved: moved as i64, failed: failed as i64, detail };
+    store.finish_action(ending, &rows(fates)).await?;
     tracing::info!(audit_id = id, outcome, moved, failed, "action ended");
     Ok(())
 }
@@ -61,58 +45,26 @@ pub async fn finish(
 /// Records the fates of the messages a running action settled since the last checkpoint (what a
 /// crash leaves behind), in one transaction with its counts, which are counted from those fates:
 /// an interrupted entry's counts and ids always agree.
-pub async fn checkpoint(db: &Db, id: i64, fates: &[Fate]) -> Result<(), sqlx::Error> {
-    let mut tx = db.begin().await?;
-    insert_fates(&mut tx, id, fates).await?;
-    sqlx::query(
-        "update audit_log set outcome = 'running',
-             moved = (select count(*) from audit_messages where audit_id = ?1 and outcome = 'moved'),
-             failed = (select count(*) from audit_messages where audit_id = ?1 and outcome = 'failed')
-         where id = ?1 and outcome in ('started', 'running')",
-    )
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await
+pub async fn checkpoint(store: &Store, id: i64, fates: &[Fate]) -> Result<(), sqlx::Error> {
+    store.checkpoint_action(id, &rows(fates)).await
 }
 
-async fn insert_fates(tx: &mut sqlx::SqliteConnection, id: i64, fates: &[Fate]) -> Result<(), sqlx::Error> {
-    // Many rows per statement: a second of a move is thousands of fates, and one statement per
-    // row made a checkpoint's write take a good part of the second it covers on a busy machine.
-    for chunk in fates.chunks(FATES_PER_STATEMENT) {
-        let rows = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-        let sql = format!("insert into audit_messages (audit_id, position, message_id, outcome, detail) values {rows}");
-        let mut query = sqlx::query(&sql);
-        for fate in chunk {
-            query =
-                query.bind(id).bind(fate.position as i64).bind(&fate.message_id).bind(fate.outcome).bind(&fate.detail);
-        }
-        query.execute(&mut *tx).await?;
-    }
-    Ok(())
-}
-
-/// Rows of one insert: five parameters each, far below SQLite's limit of 32,766.
-const FATES_PER_STATEMENT: usize = 500;
-
-/// What became of each message of action `id`, by position.
-pub async fn messages(db: &Db, id: i64) -> Result<Vec<MessageRecord>, sqlx::Error> {
-    let rows = sqlx::query(
-        "select position, message_id, outcome, detail from audit_messages where audit_id = ? order by position, rowid",
-    )
-    .bind(id)
-    .fetch_all(db)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(MessageRecord {
-                position: r.try_get("position")?,
-                message_id: r.try_get("message_id")?,
-                outcome: r.try_get("outcome")?,
-                detail: r.try_get("detail")?,
-            })
+fn rows(fates: &[Fate]) -> Vec<NewFate<'_>> {
+    fates
+        .iter()
+        .map(|f| NewFate {
+            position: f.position as i64,
+            message_id: f.message_id.as_deref(),
+            outcome: f.outcome,
+            detail: &f.detail,
         })
         .collect()
+}
+
+/// What became of each message of action `id`, by position.
+pub async fn messages(store: &Store, id: i64) -> Result<Vec<MessageRecord>, sqlx::Error> {
+    let fates = store.action_fates(id).await?;
+    Ok(fates.into_iter().map(MessageRecord::from).collect())
 }
 
 /// One message's fate as the audit log read it back.
@@ -124,16 +76,20 @@ pub struct MessageRecord {
     pub detail: String,
 }
 
+impl From<StoredFate> for MessageRecord {
+    fn from(f: StoredFate) -> MessageRecord {
+        MessageRecord { position: f.position, message_id: f.message_id, outcome: f.outcome, detail: f.detail }
+    }
+}
+
 /// Marks the actions a previous run left unfinished (it crashed or was killed); called at
 /// start, before any new action. Returns how many there were.
-pub async fn mark_interrupted(db: &Db) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(
-        "update audit_log set outcome = 'interrupted', detail = 'warren stopped during this action. Counts are from \
-         the last checkpoint. Messages warren held unacked went back to the source queue when its connection \
-         closed; a message copied but not yet acked can be in both queues (at-least-once), none is lost.'
-         where outcome in ('started', 'running')",
-    )
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected())
+pub async fn mark_interrupted(store: &Store) -> Result<u64, sqlx::Error> {
+    store
+        .mark_interrupted(
+            "warren stopped during this action. Counts are from the last checkpoint. Messages warren held \
+             unacked went back to the source queue when its connection closed; a message copied but not yet \
+             acked can be in both queues (at-least-once), none is lost.",
+        )
+        .await
 }

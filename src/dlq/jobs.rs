@@ -661,7 +661,7 @@ async fn run(handles: Handles, job: Arc<Job>, work: Work) {
             counts.moved,
             Utc::now().format("%Y-%m-%d %H:%M:%S UTC")
         );
-        super::browse::outdate(&handles.db, &handles.snapshots, (&job.broker, &job.vhost, &job.queue), &what).await;
+        super::browse::outdate(&handles.store, &handles.snapshots, (&job.broker, &job.vhost, &job.queue), &what).await;
     }
 
     let outcome = match &result {
@@ -687,9 +687,16 @@ async fn record_end(handles: &Handles, job: &Job, outcome: &str, counts: Progres
     let fates = job.progress.take_journal();
     let mut wait = Duration::from_millis(500);
     loop {
-        let written =
-            fates::finish(&handles.db, job.id, outcome, counts.moved as usize, counts.failed as usize, detail, &fates)
-                .await;
+        let written = fates::finish(
+            &handles.store,
+            job.id,
+            outcome,
+            counts.moved as usize,
+            counts.failed as usize,
+            detail,
+            &fates,
+        )
+        .await;
         let e = match written {
             Ok(()) => {
                 handles.storage.succeeded();
@@ -730,7 +737,7 @@ async fn checkpoint_loop(handles: Handles, job: Arc<Job>, stop: CancellationToke
         if started && fates.is_empty() {
             continue;
         }
-        match fates::checkpoint(&handles.db, job.id, &fates).await {
+        match fates::checkpoint(&handles.store, job.id, &fates).await {
             Ok(()) => started = true,
             Err(e) => {
                 job.progress.put_back(fates);

@@ -7,16 +7,16 @@
 //! placeholders differ between the two.
 //!
 //! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
-//! [`Alerts`]),
-//! and [`Database`] is all of them; a backend implements each part in a file of its own. Its
-//! methods are the database's side of an operation: one call is one statement or one
-//! transaction, and what decides (password hashes, the last-admin rule's wording, the failed-login
-//! caps) stays in the feature that calls it.
+//! [`Alerts`], [`Fates`], [`Snapshots`]), and [`Database`] is all of them; a backend implements
+//! each part in a file of its own. Its methods are the database's side of an operation: one call
+//! is one statement or one transaction, and what decides (password hashes, the last-admin rule's
+//! wording, the failed-login caps) stays in the feature that calls it.
 //!
 //! Writes that must commit together (an alert evaluation's history, states and notifications)
 //! are made on a [`Transaction`], so the feature keeps its decisions between them.
 //!
-//! Moved behind it so far: accounts (users, sessions, API tokens), the audit log and alerts. The rest of
+//! Moved behind it so far: accounts (users, sessions, API tokens), the audit log, alerts, the
+//! fates of the messages a move touched, and the dead-letter queues' stored snapshots. The rest of
 //! warren still uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only
 //! until every part is here.
 
@@ -25,16 +25,20 @@ use std::sync::Arc;
 pub mod accounts;
 pub mod alerts;
 pub mod audit;
+pub mod fates;
 pub mod postgres;
+pub mod snapshots;
 pub mod sqlite;
 
 pub use accounts::Accounts;
 pub use alerts::{AlertWrites, Alerts};
 pub use audit::AuditLog;
+pub use fates::Fates;
+pub use snapshots::Snapshots;
 
 /// Everything warren keeps, on one backend.
 #[async_trait::async_trait]
-pub trait Database: Accounts + AuditLog + Alerts + Send + Sync + 'static {
+pub trait Database: Accounts + AuditLog + Alerts + Fates + Snapshots + Send + Sync + 'static {
     /// `sqlite` or `postgres`, for logs and errors.
     fn backend(&self) -> &'static str;
     /// A transaction for the writes that go together ([`AlertWrites`]). Dropped without

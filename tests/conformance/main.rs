@@ -12,6 +12,8 @@ use warren::storage::Store;
 mod accounts;
 mod alerts;
 mod audit;
+mod fates;
+mod snapshots;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 

@@ -13,6 +13,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 mod accounts;
 mod alerts;
 mod audit;
+mod fates;
+mod snapshots;
 
 /// warren's database in PostgreSQL.
 #[derive(Debug, Clone)]

@@ -10,6 +10,8 @@ use sqlx::sqlite::SqlitePool;
 mod accounts;
 mod alerts;
 mod audit;
+mod fates;
+mod snapshots;
 
 /// warren's database in one SQLite file.
 #[derive(Debug, Clone)]

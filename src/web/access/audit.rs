@@ -193,7 +193,7 @@ async fn messages_api(
         let queue = (record.broker.as_str(), record.vhost.as_str(), record.queue.as_str());
         crate::web::restricted::require(&state, access.principal.role, queue, "the messages a content filter chose")?;
     }
-    Ok(Json(crate::dlq::fates::messages(&state.db, id).await?))
+    Ok(Json(crate::dlq::fates::messages(&state.store, id).await?))
 }
 
 struct AuditRow {

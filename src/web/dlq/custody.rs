@@ -69,11 +69,11 @@ pub async fn edit_record(
         Ok((to, diff)) => {
             let detail = json!({"record": id, "to": to, "diff": diff}).to_string();
             let fate = Fate::new(1, message_id.as_deref(), "moved", &format!("{to} (an edited copy)"));
-            crate::dlq::fates::finish(&state.db, audit_id, "done", 1, 0, Some(&detail), &[fate]).await
+            crate::dlq::fates::finish(&state.store, audit_id, "done", 1, 0, Some(&detail), &[fate]).await
         }
         Err(why) => {
             let fate = Fate::new(1, message_id.as_deref(), "failed", why);
-            crate::dlq::fates::finish(&state.db, audit_id, "failed", 0, 1, Some(why), &[fate]).await
+            crate::dlq::fates::finish(&state.store, audit_id, "failed", 0, 1, Some(why), &[fate]).await
         }
     };
     if let Err(e) = finished {
@@ -113,11 +113,11 @@ pub async fn delete_record(
         // A delete's fate is `moved` to nowhere, as the audit of a delete from a queue says it.
         Ok(message_id) => {
             let fate = Fate::new(1, message_id.as_deref(), "moved", "");
-            crate::dlq::fates::finish(&state.db, audit_id, "done", 1, 0, None, &[fate]).await
+            crate::dlq::fates::finish(&state.store, audit_id, "done", 1, 0, None, &[fate]).await
         }
         Err(why) => {
             let why = why.to_string();
-            crate::dlq::fates::finish(&state.db, audit_id, "failed", 0, 1, Some(&why), &[]).await
+            crate::dlq::fates::finish(&state.store, audit_id, "failed", 0, 1, Some(&why), &[]).await
         }
     };
     if let Err(e) = finished {
@@ -200,7 +200,7 @@ pub async fn start_custody(
         ),
         Err(e) => ("failed", format!("custody could not be recorded: {e}")),
     };
-    if let Err(e) = crate::dlq::fates::finish(&state.db, audit_id, outcome, 0, 0, Some(&detail), &[]).await {
+    if let Err(e) = crate::dlq::fates::finish(&state.store, audit_id, outcome, 0, 0, Some(&detail), &[]).await {
         tracing::error!(audit_id, error = %e, "recording the start of custody");
     }
     tracing::info!(audit_id, broker, vhost, queue, actor, "custody started");

@@ -241,7 +241,8 @@ async fn import(
         Ok(n) => ("done", *n, None),
         Err(e) => ("failed", 0, Some(e.to_string())),
     };
-    if let Err(e) = crate::dlq::fates::finish(&state.db, audit_id, result, imported, 0, detail.as_deref(), &[]).await {
+    if let Err(e) = crate::dlq::fates::finish(&state.store, audit_id, result, imported, 0, detail.as_deref(), &[]).await
+    {
         tracing::error!(audit_id, error = %e, "recording the end of a custody import");
     }
     match outcome {

@@ -40,7 +40,7 @@ pub async fn job_status(state: &AppState, id: i64) -> Result<JobStatus, WebError
         .await?
         .filter(|r| r.action != "purge" && r.kind == audit::Kind::Action)
         .ok_or_else(|| WebError::NotFound(format!("no move with id {id}")))?;
-    let fates = crate::dlq::fates::messages(&state.db, id).await?;
+    let fates = crate::dlq::fates::messages(&state.store, id).await?;
     Ok(JobStatus::from_audit(record, fates))
 }
 

@@ -62,10 +62,10 @@ pub(super) async fn run_purge(
     };
     let what = format!("{what} at {}", chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC"));
     let queue = (view.broker.as_ref(), view.vhost.as_ref(), view.name.as_ref());
-    crate::dlq::browse::outdate(&state.db, &state.snapshots, queue, &what).await;
+    crate::dlq::browse::outdate(&state.store, &state.snapshots, queue, &what).await;
     match &outcome {
-        Ok(n) => crate::dlq::fates::finish(&state.db, audit_id, "done", *n as usize, 0, None, &[]).await?,
-        Err(e) => crate::dlq::fates::finish(&state.db, audit_id, "failed", 0, 0, Some(&e.to_string()), &[]).await?,
+        Ok(n) => crate::dlq::fates::finish(&state.store, audit_id, "done", *n as usize, 0, None, &[]).await?,
+        Err(e) => crate::dlq::fates::finish(&state.store, audit_id, "failed", 0, 0, Some(&e.to_string()), &[]).await?,
     }
     Ok((audit_id, outcome))
 }

@@ -46,7 +46,7 @@ pub(super) async fn take(
     let broker = state.broker_config(&view.broker).expect("views come from configured brokers");
     browse::take(
         broker,
-        (&state.db, &state.snapshots),
+        (&state.store, &state.snapshots),
         view,
         request.count.unwrap_or(browse::DEFAULT_COUNT),
         request.confirmed(),

@@ -1,0 +1,115 @@
+use std::borrow::Cow;
+
+use async_trait::async_trait;
+use sqlx::Row;
+
+use super::Postgres;
+use crate::storage::fates::{Ending, Fates, NewFate, StoredFate, FATES_PER_STATEMENT};
+use crate::storage::Result;
+
+/// `text` as PostgreSQL's text can hold it: a NUL (which an AMQP message id may contain, and
+/// SQLite keeps) becomes U+FFFD, since PostgreSQL refuses the whole statement over one, and an
+/// action's fates that cannot be written leave its audit entry unfinished.
+pub(super) fn text(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+#[async_trait]
+impl Fates for Postgres {
+    async fn finish_action(&self, ending: Ending<'_>, fates: &[NewFate<'_>]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        insert_fates(&mut tx, ending.audit_id, fates).await?;
+        // The moved ids, checkpointed or not, in the order of their positions, and within one in
+        // the order written: the table has no rowid, and its rows are never updated, so their
+        // place in the heap (ctid) is the order of their inserts.
+        sqlx::query(
+            "update audit_log set outcome = $1, moved = $2, failed = $3, detail = $4,
+                 message_ids = (select coalesce(json_agg(message_id order by position, ctid), '[]'::json)::text
+                     from audit_messages where audit_id = $5 and outcome = 'moved')
+             where id = $5",
+        )
+        .bind(ending.outcome)
+        .bind(ending.moved)
+        .bind(ending.failed)
+        .bind(ending.detail.map(text))
+        .bind(ending.audit_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    }
+
+    async fn checkpoint_action(&self, audit_id: i64, fates: &[NewFate<'_>]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        insert_fates(&mut tx, audit_id, fates).await?;
+        sqlx::query(
+            "update audit_log set outcome = 'running',
+                 moved = (select count(*) from audit_messages where audit_id = $1 and outcome = 'moved'),
+                 failed = (select count(*) from audit_messages where audit_id = $1 and outcome = 'failed')
+             where id = $1 and outcome in ('started', 'running')",
+        )
+        .bind(audit_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
+    }
+
+    async fn action_fates(&self, audit_id: i64) -> Result<Vec<StoredFate>> {
+        let rows = sqlx::query(
+            "select position, message_id, outcome, detail from audit_messages where audit_id = $1
+             order by position, ctid",
+        )
+        .bind(audit_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredFate {
+                    position: r.try_get("position")?,
+                    message_id: r.try_get("message_id")?,
+                    outcome: r.try_get("outcome")?,
+                    detail: r.try_get("detail")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn mark_interrupted(&self, detail: &str) -> Result<u64> {
+        let done = sqlx::query(
+            "update audit_log set outcome = 'interrupted', detail = $1 where outcome in ('started', 'running')",
+        )
+        .bind(text(detail))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+async fn insert_fates(tx: &mut sqlx::PgConnection, audit_id: i64, fates: &[NewFate<'_>]) -> Result<()> {
+    for chunk in fates.chunks(FATES_PER_STATEMENT) {
+        let rows: Vec<String> = (0..chunk.len())
+            .map(|i| {
+                let p = i * 5;
+                format!("(${}, ${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4, p + 5)
+            })
+            .collect();
+        let sql = format!(
+            "insert into audit_messages (audit_id, position, message_id, outcome, detail) values {}",
+            rows.join(", ")
+        );
+        let mut query = sqlx::query(&sql);
+        for fate in chunk {
+            query = query
+                .bind(audit_id)
+                .bind(fate.position)
+                .bind(fate.message_id.map(text))
+                .bind(fate.outcome)
+                .bind(text(fate.detail));
+        }
+        query.execute(&mut *tx).await?;
+    }
+    Ok(())
+}
