@@ -59,6 +59,7 @@ const OPERATIONS: &[Operation] = &[
     get_op("/api/v1/brokers/{broker}", "brokers", "One broker: where each number comes from, cadences, calls"),
     get_op("/api/v1/brokers/{broker}/history", "brokers", "A broker's history over a time range"),
     get_op("/api/v1/brokers/{broker}/nodes", "brokers", "A broker's nodes against their limits"),
+    get_op("/api/v1/brokers/{broker}/advice", "brokers", "The advisor's findings on a broker (?rule=, ?severity=, ?vhost=)"),
     get_op("/api/v1/brokers/{broker}/nodes/{node}/history", "brokers", "A node's history"),
     get_op("/api/v1/brokers/{broker}/connections", "clients", "Connections"),
     get_op("/api/v1/brokers/{broker}/channels", "clients", "Channels"),
@@ -241,6 +242,7 @@ fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> 
         "/api/v1/users" => object_of_array("users", named::<crate::auth::User>(schemas)),
         "/api/v1/tokens" => object_of_array("tokens", named::<crate::auth::TokenInfo>(schemas)),
         "/api/v1/brokers/{broker}/history" => named::<brokers::history::BrokerHistory>(schemas),
+        "/api/v1/brokers/{broker}/advice" => named::<crate::advisor::Advice>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/history" => named::<brokers::history::QueueHistory>(schemas),
         "/api/v1/brokers/{broker}/nodes/{node}/history" => named::<brokers::nodes::NodeHistoryJson>(schemas),
         "/api/v1/me" => named::<access::accounts::MeJson>(schemas),
@@ -347,6 +349,7 @@ fn query_parameters(op: &Operation) -> Vec<utoipa::openapi::path::Parameter> {
         | "/api/v1/brokers/{broker}/nodes/{node}/history"
         | "/api/v1/queues/{broker}/{vhost}/{queue}/history" => query::RangeQuery::into_params(query),
         "/api/v1/audit" => access::audit::AuditQuery::into_params(query),
+        "/api/v1/brokers/{broker}/advice" => brokers::advisor::AdviceFilter::into_params(query),
         "/api/v1/alerts/history" | "/api/v1/notifications/deliveries" => alerts::api::Limit::into_params(query),
         "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => dlq::custody_api::ListQuery::into_params(query),
         _ => Vec::new(),
