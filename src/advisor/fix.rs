@@ -103,9 +103,14 @@ mod tests {
         q.effective_policy = std::sync::Arc::new(serde_json::from_str(r#"{"max-length":5,"ha-mode":"all"}"#).unwrap());
         let fix = for_queue(&q, "r", &[("dead-letter-exchange", "dlx".into())], &|k| k.starts_with("ha-"));
         assert_eq!(fix.pattern, "^it's\\.q$");
-        assert_eq!(Value::Object(fix.definition.clone()), serde_json::json!({"max-length":5,"dead-letter-exchange":"dlx"}));
+        assert_eq!(
+            Value::Object(fix.definition.clone()),
+            serde_json::json!({"max-length":5,"dead-letter-exchange":"dlx"})
+        );
         assert!(fix.command.contains("'^it'\\''s\\.q$'"), "{}", fix.command);
-        assert!(fix.command.starts_with("rabbitmqctl set_policy -p 'v' --apply-to queues --priority 100 'warren-r-it'\\''s.q'"));
+        assert!(fix
+            .command
+            .starts_with("rabbitmqctl set_policy -p 'v' --apply-to queues --priority 100 'warren-r-it'\\''s.q'"));
         assert!(fix.note.unwrap().contains("base"));
         let body: Value = serde_json::from_str(&fix.json).unwrap();
         assert_eq!(body["apply-to"], "queues");

@@ -232,14 +232,8 @@ fn evaluate(
     now: DateTime<Utc>,
     only: Option<(&str, &str)>,
 ) -> Advice {
-    let inputs = Inputs {
-        live,
-        snapshots,
-        settings,
-        now,
-        version: major_minor(live.status.rabbitmq_version.as_deref()),
-        only,
-    };
+    let inputs =
+        Inputs { live, snapshots, settings, now, version: major_minor(live.status.rabbitmq_version.as_deref()), only };
     let mut findings = Vec::new();
     let mut unknown = Vec::new();
     if live.status.last_success.is_none() && live.status.restored_from.is_none() {
@@ -252,7 +246,13 @@ fn evaluate(
     queues::evaluate(&inputs, &mut findings, &mut unknown);
     clients::evaluate(&inputs, &mut findings, &mut unknown);
     findings.sort_by(|a, b| {
-        (a.severity, &a.vhost, &a.queue, &a.connection, a.rule).cmp(&(b.severity, &b.vhost, &b.queue, &b.connection, b.rule))
+        (a.severity, &a.vhost, &a.queue, &a.connection, a.rule).cmp(&(
+            b.severity,
+            &b.vhost,
+            &b.queue,
+            &b.connection,
+            b.rule,
+        ))
     });
     let counts = RULES
         .iter()

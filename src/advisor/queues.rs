@@ -45,7 +45,14 @@ fn evidence(what: &str, value: impl Into<String>, source: impl Into<String>) -> 
 }
 
 /// A finding about queue `q` for rule `id`, with the rule's severity and text.
-fn finding(inputs: &Inputs, q: &QueueView, id: &'static str, title: String, evidence: Vec<Evidence>, fix: Fix) -> Finding {
+fn finding(
+    inputs: &Inputs,
+    q: &QueueView,
+    id: &'static str,
+    title: String,
+    evidence: Vec<Evidence>,
+    fix: Fix,
+) -> Finding {
     let rule = rule_by_id(id).expect("a rule of RULES");
     Finding {
         rule: id,
@@ -125,7 +132,8 @@ fn upgrade_blockers(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>, excl
             ),
             policy: (remaining > 0).then(|| for_queue(q, rules::CLASSIC_MIRRORING, &[], &|k| k.starts_with("ha-"))),
         };
-        let mut f = finding(inputs, q, rules::CLASSIC_MIRRORING, format!("{} is mirrored by {source}", q.name), evidence, fix);
+        let mut f =
+            finding(inputs, q, rules::CLASSIC_MIRRORING, format!("{} is mirrored by {source}", q.name), evidence, fix);
         f.blocks_upgrade = Some(
             "RabbitMQ 4.0 removed classic mirroring and refuses a policy with ha-* keys (measured on 4.0.5 and 4.3.6: \
              \"not recognised policy settings\")."
@@ -139,7 +147,8 @@ fn upgrade_blockers(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>, excl
         } else {
             Fix {
                 summary: "Remove queue-mode from the policy: classic queues v2 keep messages on disk already.".into(),
-                policy: (q.effective_policy.len() > 1).then(|| for_queue(q, rules::QUEUE_MODE, &[], &|k| k == "queue-mode")),
+                policy: (q.effective_policy.len() > 1)
+                    .then(|| for_queue(q, rules::QUEUE_MODE, &[], &|k| k == "queue-mode")),
             }
         };
         let evidence = vec![evidence("queue mode", text(mode.value), mode.source)];
@@ -161,7 +170,14 @@ fn upgrade_blockers(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>, excl
             }
         };
         let evidence = vec![evidence("queue version", "1", version.source)];
-        let mut f = finding(inputs, q, rules::QUEUE_VERSION_1, format!("{} uses classic queue storage v1", q.name), evidence, fix);
+        let mut f = finding(
+            inputs,
+            q,
+            rules::QUEUE_VERSION_1,
+            format!("{} uses classic queue storage v1", q.name),
+            evidence,
+            fix,
+        );
         f.blocks_upgrade = Some(
             "RabbitMQ 4.3 refuses x-queue-version=1 (measured on 4.3.6: \"unsupported queue version '1'\"); 4.0.5 \
              still accepted it."
@@ -220,14 +236,22 @@ fn delivery_limit(inputs: &Inputs, q: &QueueView) -> Option<(Option<i64>, String
     }
 }
 
-fn quorum(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>, counters_unknown: &mut bool, version_unknown: &mut bool) {
+fn quorum(
+    inputs: &Inputs,
+    q: &QueueView,
+    out: &mut Vec<Finding>,
+    counters_unknown: &mut bool,
+    version_unknown: &mut bool,
+) {
     let dlx = dead_letter_config(&q.arguments, &q.effective_policy);
     let limit = delivery_limit(inputs, q);
     let Some(dlx) = dlx else {
         match &limit {
             None => *version_unknown = true,
             Some((None, _)) if inputs.version.is_some_and(|v| v.0 >= 4) => {}
-            Some((None, _)) if q.arguments.contains_key("x-delivery-limit") || q.effective_policy.contains_key("delivery-limit") => {}
+            Some((None, _))
+                if q.arguments.contains_key("x-delivery-limit")
+                    || q.effective_policy.contains_key("delivery-limit") => {}
             Some((limit, source)) => {
                 let dlq = format!("{}.dlq", q.name);
                 let fix = Fix {
@@ -288,7 +312,12 @@ fn quorum(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>, counters_unkno
                         summary: "Set a delivery limit, so that a message failing every time goes to the dead-letter \
                                   target instead of round again."
                             .into(),
-                        policy: Some(for_queue(q, rules::DELIVERY_LIMIT_OFF, &[("delivery-limit", json!(20))], &keep_all)),
+                        policy: Some(for_queue(
+                            q,
+                            rules::DELIVERY_LIMIT_OFF,
+                            &[("delivery-limit", json!(20))],
+                            &keep_all,
+                        )),
                     };
                     let title = format!("{} redelivers without a delivery limit", q.name);
                     let mut f = finding(inputs, q, rules::DELIVERY_LIMIT_OFF, title, evidence, fix);
@@ -371,7 +400,8 @@ fn length_limit(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>) {
     };
     let role = q.dead_letters.role;
     let has_dlx = dead_letter_config(&q.arguments, &q.effective_policy).is_some();
-    let works = role == QueueRole::Work || (q.consumers.unwrap_or(0) > 0 && !matches!(role, QueueRole::Dlq | QueueRole::Wait));
+    let works =
+        role == QueueRole::Work || (q.consumers.unwrap_or(0) > 0 && !matches!(role, QueueRole::Dlq | QueueRole::Wait));
     if matches!(overflow, Overflow::DropHead { .. }) && works {
         let fix = if overflow_setting.as_ref().is_some_and(|s| s.by_argument) {
             redeclare("x-overflow")
@@ -386,7 +416,11 @@ fn length_limit(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>) {
         let mut evidence = vec![
             evidence("length limit", limit_text.clone(), "arguments and effective policy"),
             overflow_evidence.clone(),
-            evidence("dead-letter exchange", if has_dlx { "set" } else { "none: dropped messages are destroyed" }, "arguments and effective policy"),
+            evidence(
+                "dead-letter exchange",
+                if has_dlx { "set" } else { "none: dropped messages are destroyed" },
+                "arguments and effective policy",
+            ),
         ];
         if let Some(n) = q.consumers {
             evidence.push(super::queues::evidence("consumers", n.to_string(), "listing"));
@@ -449,7 +483,12 @@ fn dead_letter_queue(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>) {
         summary: "Name an owner who reads and replays or discards its messages (the DLQ browser), and give it a \
                   retention that says how long a failure matters: 14 days below."
             .into(),
-        policy: Some(for_queue(q, rules::DLQ_UNBOUNDED, &[("message-ttl", json!(14 * 24 * 3600 * 1000u64))], &keep_all)),
+        policy: Some(for_queue(
+            q,
+            rules::DLQ_UNBOUNDED,
+            &[("message-ttl", json!(14 * 24 * 3600 * 1000u64))],
+            &keep_all,
+        )),
     };
     let title = format!("{} keeps dead letters with no consumer and no retention", q.name);
     let mut f = finding(inputs, q, rules::DLQ_UNBOUNDED, title, evidence, fix);

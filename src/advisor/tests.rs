@@ -63,7 +63,10 @@ fn a_quorum_queue_without_dlx_drops_past_the_limit_on_4x_and_warns_on_3x() {
     let on4 = advise(&broker("4.0.5", vec![q.clone()]), None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
     let f = &on4.findings[0];
     assert_eq!((f.rule, f.severity), (rules::QUORUM_WITHOUT_DLX, Severity::Critical));
-    assert!(f.evidence.iter().any(|e| e.what == "delivery limit" && e.value == "20" && e.source == "RabbitMQ 4.x default"));
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.what == "delivery limit" && e.value == "20" && e.source == "RabbitMQ 4.x default"));
     let policy = f.fix.policy.as_ref().unwrap();
     assert_eq!(policy.definition["dead-letter-routing-key"], "orders.dlq");
     let on3 = advise(&broker("3.10.8", vec![q.clone()]), None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
@@ -88,7 +91,12 @@ fn upgrade_blockers_name_their_source() {
     let mut exclusive = queue("mine", "classic");
     exclusive.durable = Some(false);
     exclusive.exclusive = Some(true);
-    let advice = advise(&broker("3.10.8", vec![lazy, v1, transient, exclusive]), None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
+    let advice = advise(
+        &broker("3.10.8", vec![lazy, v1, transient, exclusive]),
+        None,
+        &Settings { hold_limit_secs: 60.0 },
+        Utc::now(),
+    );
     let fired: Vec<(&str, &str)> = advice.findings.iter().map(|f| (f.rule, f.queue.as_deref().unwrap())).collect();
     assert!(fired.contains(&(rules::QUEUE_MODE, "lazy")), "{fired:?}");
     assert!(fired.contains(&(rules::QUEUE_VERSION_1, "v1")), "{fired:?}");
@@ -154,5 +162,35 @@ fn every_rule_has_a_unique_id_and_two_sentences() {
     assert_eq!(ids.len(), RULES.len());
     for r in RULES {
         assert_eq!(r.why.matches(". ").count() + 1, 2, "{}: {}", r.id, r.why);
+    }
+}
+
+#[test]
+fn a_publisher_is_judged_once_its_channel_stats_settled() {
+    use crate::broker::clients::{Channel, Connection};
+    use crate::live::clients::{ClientsLive, Listed};
+    let listed_at = Utc::now();
+    let clients = |connected_secs_ago: i64| {
+        let connection: Connection = serde_json::from_value(json!({"name": "c1", "vhost": "v"})).unwrap();
+        let connection = Connection { connected_at: Some(listed_at.timestamp() - connected_secs_ago), ..connection };
+        let channel: Channel =
+            serde_json::from_value(json!({"name": "c1 (1)", "vhost": "v", "confirm": false})).unwrap();
+        let channel = Channel { connection: Some("c1".into()), published: Some(10), ..channel };
+        ClientsLive {
+            listed_at,
+            every_secs: 10.0,
+            cost_secs: 0.0,
+            connections: Listed::known(vec![connection]),
+            channels: Listed::known(vec![channel]),
+            consumers: Listed::known(vec![]),
+        }
+    };
+    for (age, fires) in [(5, false), (60, true)] {
+        let mut live = broker("4.0.5", vec![]);
+        live.clients = Some(Arc::new(clients(age)));
+        let advice = advise(&live, None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
+        let found = advice.findings.iter().any(|f| f.rule == rules::NO_CONFIRMS);
+        assert_eq!(found, fires, "a connection {age} s old: {:?}", advice.findings);
+        assert!(advice.ran(rules::NO_CONFIRMS));
     }
 }

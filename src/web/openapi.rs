@@ -59,7 +59,7 @@ const OPERATIONS: &[Operation] = &[
     get_op("/api/v1/brokers/{broker}", "brokers", "One broker: where each number comes from, cadences, calls"),
     get_op("/api/v1/brokers/{broker}/history", "brokers", "A broker's history over a time range"),
     get_op("/api/v1/brokers/{broker}/nodes", "brokers", "A broker's nodes against their limits"),
-    get_op("/api/v1/brokers/{broker}/advice", "brokers", "The advisor's findings on a broker (?rule=, ?severity=, ?vhost=)"),
+    get_op("/api/v1/brokers/{broker}/advice", "brokers", "The advisor's findings on a broker"),
     get_op("/api/v1/brokers/{broker}/nodes/{node}/history", "brokers", "A node's history"),
     get_op("/api/v1/brokers/{broker}/connections", "clients", "Connections"),
     get_op("/api/v1/brokers/{broker}/channels", "clients", "Channels"),

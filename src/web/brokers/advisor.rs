@@ -182,7 +182,8 @@ pub struct QueueAdvice {
 
 /// The advisor's section of a queue's page.
 pub fn queue_section(state: &AppState, live: &BrokerLive, vhost: &str, queue: &str) -> Result<String, WebError> {
-    let advice = advisor::advise_queue(live, Some(&state.snapshots), &settings(state, &live.name), Utc::now(), (vhost, queue));
+    let advice =
+        advisor::advise_queue(live, Some(&state.snapshots), &settings(state, &live.name), Utc::now(), (vhost, queue));
     Ok(QueueAdvice {
         base: state.base_path.clone(),
         rows: advice.findings.iter().map(|f| finding_row(&live.name, f)).collect(),
