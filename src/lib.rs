@@ -14,6 +14,7 @@ pub const VERSION_LINE: &str = concat!(
     ")"
 );
 
+pub mod advisor;
 pub mod alerts;
 pub mod audit;
 pub mod auth;

@@ -108,6 +108,8 @@ pub struct QueueView {
     #[serde(rename = "type")]
     pub kind: Arc<str>,
     pub durable: Option<bool>,
+    /// Owned by one connection (`None`: not listed, as in a view restored from the database).
+    pub exclusive: Option<bool>,
     pub state: Option<Arc<str>>,
     pub ready: Option<u64>,
     pub unacked: Option<u64>,
@@ -220,6 +222,7 @@ impl QueueView {
             name: names.name,
             kind: names.kind,
             durable: None,
+            exclusive: None,
             state: names.state,
             ready: None,
             unacked: None,
@@ -429,6 +432,7 @@ pub fn queue_view_named(
     let (oldest_age_secs, oldest_age_source) = exact_age(total, head_ts, now);
     QueueView {
         durable: raw.durable,
+        exclusive: raw.exclusive,
         ready: raw.messages_ready,
         unacked: raw.messages_unacknowledged,
         total,

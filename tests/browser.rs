@@ -252,7 +252,7 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
     const TRIAGE: &[&str] = &["table.messages td.died-in", "table.messages td.reason", "table.messages td.error-text"];
     const CUSTODY_TRIAGE: &[&str] =
         &["table.custody-records td.died-in", "table.custody-records td.reason", "table.custody-records td.error-text"];
-    let pages: [(&str, String, &[&str]); 17] = [
+    let pages: [(&str, String, &[&str]); 18] = [
         (
             "overview",
             "/".to_string(),
@@ -275,6 +275,7 @@ async fn every_page_fits_a_phone_and_a_desktop_without_sideways_scrolling() {
         ("clients", "/brokers/local/clients".to_string(), &[]),
         ("exchanges", "/brokers/local/exchanges".to_string(), &[]),
         ("nodes", "/brokers/local/nodes".to_string(), &[]),
+        ("advisor", "/brokers/local/advisor".to_string(), &["article.finding h3"]),
         ("access", "/access".to_string(), &[]),
         ("job", format!("/jobs/{job_id}"), &[]),
         ("not-found", "/no-such-page".to_string(), &[]),

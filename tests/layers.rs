@@ -20,7 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("who may do what", &["auth"]),
     ("dead letters: snapshots, moves, custody", &["dlq"]),
     ("the pollers, which feed `live` and read the dead-letter wing's marks", &["poller"]),
-    ("alerts over what the pollers found", &["alerts"]),
+    ("alerts and the advisor, over what the pollers found", &["alerts", "advisor"]),
     ("the handles every handler shares", &["state"]),
     ("the pages and the API; the demo brokers", &["web", "demo"]),
     ("the binary", &["lib", "main"]),

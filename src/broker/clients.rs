@@ -24,7 +24,7 @@ pub const CONNECTION_COLUMNS: &str = "name,user,vhost,peer_host,peer_port,client
 recv_oct_details.rate,send_oct_details.rate,node,connected_at";
 
 pub const CHANNEL_COLUMNS: &str = "name,number,vhost,user,node,connection_details.name,connection_details.peer_host,\
-prefetch_count,global_prefetch_count,messages_unacknowledged,consumer_count,confirm,state";
+prefetch_count,global_prefetch_count,messages_unacknowledged,consumer_count,confirm,state,message_stats.publish";
 
 pub const CONSUMER_COLUMNS: &str = "queue.name,queue.vhost,consumer_tag,channel_details.name,\
 channel_details.connection_name,channel_details.peer_host,channel_details.peer_port,prefetch_count,\
@@ -127,6 +127,11 @@ pub struct Channel {
     pub confirm: Option<bool>,
     #[serde(default, deserialize_with = "text")]
     pub state: Option<String>,
+    /// Messages published on this channel since it opened (`message_stats.publish`): `Some(0)`
+    /// when the listing has stats but none for publishing (the broker omits a counter that never
+    /// moved), `None` when the listing has no stats at all.
+    #[serde(default)]
+    pub published: Option<u64>,
 }
 
 /// One consumer of a queue.
@@ -179,6 +184,8 @@ struct RawConnection {
 struct RawChannel {
     #[serde(default)]
     connection_details: Value,
+    #[serde(default)]
+    message_stats: Value,
     #[serde(flatten)]
     rest: serde_json::Map<String, Value>,
 }
@@ -256,6 +263,12 @@ pub fn channels_from(body: Value) -> Result<Vec<Channel>, BrokerError> {
         let Ok(mut c) = serde_json::from_value::<Channel>(Value::Object(raw.rest)) else { continue };
         c.connection = short_text(raw.connection_details.get("name"));
         c.peer_host = short_text(raw.connection_details.get("peer_host"));
+        c.published = match &raw.message_stats {
+            Value::Object(stats) => Some(stats.get("publish").and_then(Value::as_u64).unwrap_or(0)),
+            // 3.x writes an empty proplist as `[]`.
+            Value::Array(items) if items.is_empty() => Some(0),
+            _ => None,
+        };
         out.push(c);
     }
     Ok(out)

@@ -27,12 +27,12 @@ pub fn encode_segment(s: &str) -> String {
 pub const PAGE_SIZE: usize = 500;
 
 /// Fields asked of `/api/queues`: what warren stores and shows, nothing more (DOMAIN.md §2).
-pub const QUEUE_COLUMNS: &str = "name,vhost,type,durable,state,arguments,policy,effective_policy_definition,\
+pub const QUEUE_COLUMNS: &str = "name,vhost,type,durable,exclusive,state,arguments,policy,effective_policy_definition,\
 messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,delivery_limit,\
 message_stats.publish,message_stats.deliver_get,message_stats.ack,message_stats.redeliver";
 
 /// What a metadata listing asks for (`queues_metadata`).
-const METADATA_COLUMNS: &str = "name,vhost,type,durable,state,arguments";
+const METADATA_COLUMNS: &str = "name,vhost,type,durable,exclusive,state,arguments";
 
 const OVERVIEW_COLUMNS: &str = "cluster_name,rabbitmq_version,management_version,disable_stats,\
 message_stats,queue_totals,object_totals,churn_rates,node,erlang_version";
@@ -539,6 +539,8 @@ pub struct RawQueue {
     #[serde(rename = "type")]
     pub kind: Option<String>,
     pub durable: Option<bool>,
+    /// Owned by one connection and deleted with it (the advisor's transient non-exclusive rule).
+    pub exclusive: Option<bool>,
     pub state: Option<String>,
     /// Shared between queues and polls (`poller::shared::SharedMaps`): most queues of a broker
     /// have one of a few argument maps and effective policies.

@@ -246,8 +246,16 @@ pub fn delivery_limit(q: &RawQueue, since_4_0: bool) -> Option<i64> {
 /// The delivery limit an argument or a policy sets: the lower of the two, unless either is
 /// negative (no limit), which then wins, as measured on 4.0.5.
 fn configured_delivery_limit(q: &RawQueue) -> Option<i64> {
-    let argument = q.arguments.as_ref().and_then(|a| a.get("x-delivery-limit")).and_then(Value::as_i64);
-    let policy = q.effective_policy_definition.as_ref().and_then(|p| p.get("delivery-limit")).and_then(Value::as_i64);
+    let empty = Map::new();
+    let args = q.arguments.as_deref().unwrap_or(&empty);
+    configured_delivery_limit_of(args, q.effective_policy_definition.as_deref().unwrap_or(&empty))
+}
+
+/// As `configured_delivery_limit`, from a queue's arguments and effective policy; negative is
+/// "no limit".
+pub fn configured_delivery_limit_of(args: &Map<String, Value>, policy: &Map<String, Value>) -> Option<i64> {
+    let argument = args.get("x-delivery-limit").and_then(Value::as_i64);
+    let policy = policy.get("delivery-limit").and_then(Value::as_i64);
     match (policy, argument) {
         (Some(p), Some(a)) if p < 0 || a < 0 => Some(p.max(a)),
         (Some(p), Some(a)) => Some(p.min(a)),

@@ -168,6 +168,7 @@ mod tests {
             consumer_count: Some(consumers),
             confirm: Some(false),
             state: Some("running".into()),
+            published: None,
         }
     }
 

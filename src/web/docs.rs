@@ -26,6 +26,7 @@ pub fn router() -> Router<AppState> {
 /// missing and that each is in `SUMMARY.md`).
 const PAGES: &[(&str, &str)] = &[
     ("SUMMARY", include_str!("../../docs/SUMMARY.md")),
+    ("advisor", include_str!("../../docs/advisor.md")),
     ("alerts", include_str!("../../docs/alerts.md")),
     ("api", include_str!("../../docs/api.md")),
     ("benchmarks", include_str!("../../docs/benchmarks.md")),

@@ -112,7 +112,9 @@ pub fn section(path: &str, query: &str) -> &'static str {
         "alerts" => "alerts",
         "audit" | "jobs" => "audit",
         "access" => "access",
+        "advisor" => "advisor",
         "brokers" if path.ends_with("/nodes") => "nodes",
+        "brokers" if path.ends_with("/advisor") => "advisor",
         "brokers" => "overview",
         _ => "",
     }

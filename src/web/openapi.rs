@@ -74,6 +74,7 @@ const OPERATIONS: &[Operation] = &[
     get_op("/api/v1/brokers/{broker}", "brokers", "One broker: where each number comes from, cadences, calls"),
     get_op("/api/v1/brokers/{broker}/history", "brokers", "A broker's history over a time range"),
     get_op("/api/v1/brokers/{broker}/nodes", "brokers", "A broker's nodes against their limits"),
+    get_op("/api/v1/brokers/{broker}/advice", "brokers", "The advisor's findings on a broker"),
     get_op("/api/v1/brokers/{broker}/nodes/{node}/history", "brokers", "A node's history"),
     get_op("/api/v1/brokers/{broker}/connections", "clients", "Connections"),
     get_op("/api/v1/brokers/{broker}/channels", "clients", "Channels"),
@@ -270,6 +271,7 @@ fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> 
         "/api/v1/brokers/{broker}/exchanges" => named::<topology::ExchangesJson>(schemas),
         "/api/v1/queues" => named::<api::QueueList>(schemas),
         QUEUE => named::<api::QueueJson>(schemas),
+        "/api/v1/brokers/{broker}/advice" => named::<crate::advisor::Advice>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/history" => named::<brokers::history::QueueHistory>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/consumers" => named::<clients::ConsumersJson>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/routing" => named::<topology::RoutingJson>(schemas),
@@ -520,6 +522,7 @@ fn query_parameters(op: &Operation) -> Vec<utoipa::openapi::path::Parameter> {
         | "/api/v1/brokers/{broker}/nodes/{node}/history"
         | "/api/v1/queues/{broker}/{vhost}/{queue}/history" => query::RangeQuery::into_params(query),
         "/api/v1/audit" => access::audit::AuditQuery::into_params(query),
+        "/api/v1/brokers/{broker}/advice" => brokers::advisor::AdviceFilter::into_params(query),
         "/api/v1/alerts/history" | "/api/v1/notifications/deliveries" => alerts::api::Limit::into_params(query),
         "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => dlq::custody_api::ListQuery::into_params(query),
         _ => Vec::new(),

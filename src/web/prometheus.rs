@@ -27,7 +27,31 @@ pub fn router() -> Router<AppState> {
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let brokers = state.live.snapshot();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render(&brokers))
+    let mut text = render(&brokers);
+    render_advisor(&mut text, &state, &brokers);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
+}
+
+/// `warren_advisor_findings{broker,rule,severity}`: the advisor's findings now, every rule and
+/// severity of each broker (0 included, so a series does not vanish when a finding clears),
+/// except the rules that did not run for lack of an input (no data, not 0).
+fn render_advisor(out: &mut String, state: &AppState, brokers: &[BrokerLive]) {
+    let f = Family {
+        name: "warren_advisor_findings",
+        help: "Findings of the advisor by rule and severity (docs/advisor.md); absent where the rule's inputs are unknown.",
+    };
+    header(out, &f);
+    for live in brokers {
+        let settings = crate::advisor::Settings::of(state.broker_config(&live.name));
+        let advice = crate::advisor::advise(live, Some(&state.snapshots), &settings, chrono::Utc::now());
+        for rule in crate::advisor::RULES.iter().filter(|r| advice.ran(r.id)) {
+            for severity in crate::advisor::Severity::ALL {
+                let n = advice.findings.iter().filter(|x| x.rule == rule.id && x.severity == severity).count();
+                let labels = [("broker", live.name.as_str()), ("rule", rule.id), ("severity", severity.as_str())];
+                sample(out, f.name, &labels, n as f64);
+            }
+        }
+    }
 }
 
 /// Escapes a label value: backslash, double quote and newline (the format's three escapes).

@@ -121,6 +121,8 @@ struct BrokerPage {
     name: String,
     fragment: String,
     me: Me,
+    /// The broker's advisor page (`advisor.rs`).
+    advisor_href: String,
 }
 
 async fn page(
@@ -240,5 +242,6 @@ async fn page(
     if is_htmx(&headers) {
         return Ok(html(fragment));
     }
-    Ok(html(BrokerPage { name: live.name, fragment, me }.render()?))
+    let advisor_href = super::advisor::advisor_href(&live.name);
+    Ok(html(BrokerPage { name: live.name, fragment, me, advisor_href }.render()?))
 }

@@ -14,6 +14,7 @@ use axum::Router;
 
 use crate::state::AppState;
 
+pub mod advisor;
 pub(crate) mod api;
 mod chart_window;
 pub(crate) mod clients;
@@ -34,6 +35,7 @@ pub fn router() -> Router<AppState> {
         .route("/queues/{broker}/{vhost}/{queue}", get(queue_page::queue))
         .route("/compare", get(compare::compare))
         .merge(api::router())
+        .merge(advisor::router())
         .merge(history::router())
         .merge(nodes::router())
         .merge(clients::router())

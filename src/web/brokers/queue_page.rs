@@ -60,6 +60,8 @@ struct QueuePage {
     dead_letter: DeadLetterView,
     dlq_href: String,
     routing: RoutingView,
+    /// The advisor's findings for this queue (`advisor::queue_section`).
+    advice: String,
 }
 
 struct QueueLink {
@@ -253,6 +255,7 @@ pub(super) async fn queue(
         health: health(&view),
         dead_letter: dead_letter_view(&view),
         routing: topology::routing_view(&live, &view),
+        advice: super::advisor::queue_section(&state, &live, &vhost, &name)?,
         dlq_href: format!("/dlq/{}/{}/{}", encode_segment(&broker), encode_segment(&vhost), encode_segment(&name)),
     };
     Ok(html(page.render()?))

@@ -1,0 +1,306 @@
+//! The advisor's pages and API (issue 35): a broker's findings, most severe first, filterable
+//! by rule and severity, with counts (`/brokers/{broker}/advisor`), and the same as JSON
+//! (`/api/v1/brokers/{broker}/advice`). The queue page shows a queue's own findings through
+//! `queue_section`. Every view evaluates the rules over the poller's last results in memory:
+//! nothing here asks the broker.
+//!
+//! Viewers read it like the queue list: the findings name queues, settings and counters, never
+//! a message's payload or headers (a retry queue's TTLs are message properties, which every
+//! role reads in a snapshot too).
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::Utc;
+use serde::Deserialize;
+
+use crate::advisor::{self, Advice, Finding, Severity, RULES};
+use crate::broker::management::encode_segment;
+use crate::live::BrokerLive;
+use crate::state::AppState;
+use crate::web::error::{ApiError, WebError};
+use crate::web::error_page::PageError;
+use crate::web::format;
+use crate::web::freshness::{Freshness, REFRESH_SECS};
+use crate::web::htmx::{html, is_htmx};
+use crate::web::identity::Me;
+use crate::web::links::queue_href;
+use crate::web::lookup::broker_live;
+// The templates' own filters (`|ident`).
+use crate::web::format::filters;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/advisor", get(first_broker))
+        .route("/brokers/{broker}/advisor", get(page))
+        .route("/api/v1/brokers/{broker}/advice", get(json))
+}
+
+/// Where a broker's advisor page is.
+pub fn advisor_href(broker: &str) -> String {
+    format!("/brokers/{}/advisor", encode_segment(broker))
+}
+
+/// `?rule=&severity=&vhost=`: which findings to list (the counts are over all of them).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+pub struct AdviceFilter {
+    /// A rule's id (`quorum-without-dlx`); an unknown one is refused (400).
+    pub rule: Option<String>,
+    /// `critical`, `warning` or `notice`; anything else is refused (400).
+    pub severity: Option<String>,
+    /// Findings of this vhost only.
+    pub vhost: Option<String>,
+}
+
+/// The filter, checked: an unknown rule or severity is a mistake the user should see, not an
+/// empty list that looks like "all clear".
+struct Checked {
+    rule: Option<&'static str>,
+    severity: Option<Severity>,
+    vhost: Option<String>,
+}
+
+impl AdviceFilter {
+    fn check(self) -> Result<Checked, WebError> {
+        let nonempty = |v: Option<String>| v.filter(|s| !s.is_empty());
+        let rule = match nonempty(self.rule) {
+            None => None,
+            Some(r) => Some(advisor::rule_by_id(&r).map(|r| r.id).ok_or_else(|| {
+                let known: Vec<&str> = RULES.iter().map(|r| r.id).collect();
+                WebError::BadRequest(format!("no advisor rule {r:?}; the rules are {}", known.join(", ")))
+            })?),
+        };
+        let severity = match nonempty(self.severity) {
+            None => None,
+            Some(s) => Some(Severity::parse(&s).ok_or_else(|| {
+                WebError::BadRequest(format!("no severity {s:?}; the severities are critical, warning, notice"))
+            })?),
+        };
+        Ok(Checked { rule, severity, vhost: nonempty(self.vhost) })
+    }
+}
+
+impl Checked {
+    fn keeps(&self, f: &Finding) -> bool {
+        self.rule.is_none_or(|r| f.rule == r)
+            && self.severity.is_none_or(|s| f.severity == s)
+            && self.vhost.as_ref().is_none_or(|v| f.vhost == *v)
+    }
+}
+
+fn settings(state: &AppState, broker: &str) -> advisor::Settings {
+    advisor::Settings::of(state.broker_config(broker))
+}
+
+/// A broker's advice now.
+pub fn advice(state: &AppState, live: &BrokerLive) -> Advice {
+    advisor::advise(live, Some(&state.snapshots), &settings(state, &live.name), Utc::now())
+}
+
+async fn json(
+    State(state): State<AppState>,
+    Path(broker): Path<String>,
+    Query(filter): Query<AdviceFilter>,
+) -> Result<Json<Advice>, ApiError> {
+    let filter = filter.check()?;
+    let live = broker_live(&state, &broker)?;
+    let mut advice = advice(&state, &live);
+    advice.findings.retain(|f| filter.keeps(f));
+    Ok(Json(advice))
+}
+
+async fn first_broker(State(state): State<AppState>) -> Result<Response, PageError> {
+    let first =
+        state.live.snapshot().into_iter().next().ok_or_else(|| WebError::NotFound("no broker configured".into()))?;
+    Ok(Redirect::to(&state.href(&advisor_href(&first.name))).into_response())
+}
+
+/// One finding as the page shows it.
+pub struct FindingRow {
+    pub rule: &'static str,
+    pub severity: &'static str,
+    pub title: String,
+    pub vhost: String,
+    pub queue_href: Option<String>,
+    pub queue: Option<String>,
+    pub connection: Option<String>,
+    pub evidence: Vec<advisor::Evidence>,
+    pub why: &'static str,
+    pub fix: String,
+    pub policy_command: Option<String>,
+    pub policy_json: Option<String>,
+    pub policy_note: Option<String>,
+    pub blocks_upgrade: Option<String>,
+    /// "queue metadata 4s ago, clients 12s ago".
+    pub inputs: String,
+}
+
+fn inputs_text(inputs: &[advisor::InputAge]) -> String {
+    inputs
+        .iter()
+        .map(|i| match i.age_secs {
+            Some(secs) => format!("{} {} ago", i.input, format::duration(secs)),
+            None => format!("{} of unknown age", i.input),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn finding_row(broker: &str, f: &Finding) -> FindingRow {
+    FindingRow {
+        rule: f.rule,
+        severity: f.severity.as_str(),
+        title: f.title.clone(),
+        vhost: f.vhost.clone(),
+        queue_href: f.queue.as_ref().map(|q| queue_href(broker, &f.vhost, q)),
+        queue: f.queue.clone(),
+        connection: f.connection.clone(),
+        evidence: f.evidence.clone(),
+        why: f.why,
+        fix: f.fix.summary.clone(),
+        policy_command: f.fix.policy.as_ref().map(|p| p.command.clone()),
+        policy_json: f.fix.policy.as_ref().map(|p| p.json.clone()),
+        policy_note: f.fix.policy.as_ref().and_then(|p| p.note.clone()),
+        blocks_upgrade: f.blocks_upgrade.clone(),
+        inputs: inputs_text(&f.inputs),
+    }
+}
+
+/// A queue's findings, for its page.
+#[derive(Template)]
+#[template(path = "_advice.html")]
+pub struct QueueAdvice {
+    pub base: std::sync::Arc<str>,
+    pub rows: Vec<FindingRow>,
+    /// Rules that said nothing because an input was unknown, with why.
+    pub unknown: Vec<String>,
+    pub advisor_href: String,
+}
+
+/// The advisor's section of a queue's page.
+pub fn queue_section(state: &AppState, live: &BrokerLive, vhost: &str, queue: &str) -> Result<String, WebError> {
+    let advice =
+        advisor::advise_queue(live, Some(&state.snapshots), &settings(state, &live.name), Utc::now(), (vhost, queue));
+    Ok(QueueAdvice {
+        base: state.base_path.clone(),
+        rows: advice.findings.iter().map(|f| finding_row(&live.name, f)).collect(),
+        unknown: advice.unknown.iter().map(|u| format!("{} ({}): {}", u.input, u.why, u.rules.join(", "))).collect(),
+        advisor_href: advisor_href(&live.name),
+    }
+    .render()?)
+}
+
+struct CountRow {
+    rule: &'static str,
+    title: &'static str,
+    findings: String,
+    href: String,
+    current: bool,
+}
+
+#[derive(Template)]
+#[template(path = "advisor_findings.html")]
+struct Fragment {
+    base: std::sync::Arc<str>,
+    freshness: Freshness,
+    self_href: String,
+    all_href: String,
+    counts: Vec<CountRow>,
+    severities: Vec<(String, &'static str, usize, bool)>,
+    rows: Vec<FindingRow>,
+    shown: usize,
+    total: usize,
+    unknown: Vec<String>,
+    inputs: String,
+    version: String,
+    filtered: bool,
+}
+
+#[derive(Template)]
+#[template(path = "advisor.html")]
+struct Page {
+    me: Me,
+    broker: String,
+    others: Vec<(String, String)>,
+    fragment: String,
+}
+
+async fn page(
+    State(state): State<AppState>,
+    Path(broker): Path<String>,
+    Query(filter): Query<AdviceFilter>,
+    me: Me,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    let filter = filter.check()?;
+    let live = broker_live(&state, &broker)?;
+    let advice = advice(&state, &live);
+    let href = advisor_href(&live.name);
+    let with = |rule: Option<&str>, severity: Option<&str>| {
+        let mut query = Vec::new();
+        if let Some(r) = rule {
+            query.push(format!("rule={}", encode_segment(r)));
+        }
+        if let Some(s) = severity {
+            query.push(format!("severity={s}"));
+        }
+        if let Some(v) = &filter.vhost {
+            query.push(format!("vhost={}", encode_segment(v)));
+        }
+        if query.is_empty() {
+            href.clone()
+        } else {
+            format!("{href}?{}", query.join("&"))
+        }
+    };
+    let severity = filter.severity.map(Severity::as_str);
+    let counts = advice
+        .counts
+        .iter()
+        .map(|c| CountRow {
+            rule: c.rule,
+            title: c.title,
+            findings: if c.ran { c.findings.to_string() } else { format!("{} (unknown)", format::UNKNOWN) },
+            href: with(Some(c.rule), severity),
+            current: filter.rule == Some(c.rule),
+        })
+        .collect();
+    let severities = advice
+        .by_severity()
+        .iter()
+        .map(|(s, n)| (with(filter.rule, Some(s.as_str())), s.as_str(), *n, filter.severity == Some(*s)))
+        .collect();
+    let rows: Vec<FindingRow> =
+        advice.findings.iter().filter(|f| filter.keeps(f)).map(|f| finding_row(&live.name, f)).collect();
+    let fragment = Fragment {
+        base: state.base_path.clone(),
+        freshness: Freshness::polled(&[&live], REFRESH_SECS),
+        self_href: with(filter.rule, severity),
+        all_href: href.clone(),
+        counts,
+        severities,
+        shown: rows.len(),
+        total: advice.findings.len(),
+        rows,
+        unknown: advice.unknown.iter().map(|u| format!("{} ({}): {}", u.input, u.why, u.rules.join(", "))).collect(),
+        inputs: inputs_text(&advice.inputs),
+        version: advice.rabbitmq_version.clone().unwrap_or_else(|| "unknown".into()),
+        filtered: filter.rule.is_some() || filter.severity.is_some() || filter.vhost.is_some(),
+    }
+    .render()
+    .map_err(WebError::from)?;
+    if is_htmx(&headers) {
+        return Ok(html(fragment));
+    }
+    let others = state
+        .live
+        .snapshot()
+        .into_iter()
+        .filter(|b| b.name != live.name)
+        .map(|b| (advisor_href(&b.name), b.name))
+        .collect();
+    Ok(html(Page { me, broker: live.name.clone(), others, fragment }.render().map_err(WebError::from)?))
+}
