@@ -67,7 +67,9 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     for broker in &config.brokers {
         ids.insert(broker.name.clone(), history::broker_id(&db, &broker.name).await?);
     }
-    Ok(AppState::new(config, wings, db, ids))
+    let state = AppState::new(config, wings, db, ids);
+    state.gate.use_stored_csrf_key(&state.store).await?;
+    Ok(state)
 }
 
 /// Runs warren on `listener` until `shutdown` completes: one poller per broker, the history

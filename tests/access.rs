@@ -549,6 +549,36 @@ async fn a_trusted_proxy_header_is_believed_only_from_the_proxy() {
     elsewhere.stop().await;
 }
 
+/// A proxy user's CSRF token is signed with the installation's key, kept in the database: a form
+/// opened before a restart still posts after it, as it would through another replica on the same
+/// database (issue 33). Before, each process signed with a key of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_users_csrf_token_outlives_a_restart() {
+    let config = "[[brokers]]\nname = \"local\"\nvhosts_include = [\"warren-none\"]\n\
+                  [auth.proxy]\nheader = \"X-Forwarded-User\"\nrole_header = \"X-Forwarded-Role\"\n\
+                  trusted = [\"127.0.0.1/32\"]\n";
+    let as_bob = |request: reqwest::RequestBuilder| {
+        request.header("x-forwarded-user", "bob").header("x-forwarded-role", "operator")
+    };
+    let warren = Warren::start(config).await;
+    let me: Value = as_bob(client().get(warren.url("/api/v1/me"))).send().await.unwrap().json().await.unwrap();
+    let token = me["csrf_token"].as_str().expect("a CSRF token").to_string();
+    let warren = warren.restart().await;
+    let preview = |csrf: &str| {
+        as_bob(client().post(warren.url("/api/v1/alerts/rules/preview")))
+            .header("x-csrf-token", csrf)
+            // A browser's request: scripts without it are not asked for the token.
+            .header("sec-fetch-site", "same-origin")
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+    };
+    assert_eq!(preview("not-the-token").await.unwrap().status(), 403, "a wrong token is refused");
+    let status = preview(&token).await.unwrap().status();
+    assert_ne!(status, 403, "the token from before the restart is taken");
+    warren.stop().await;
+}
+
 /// The real binary: on 0.0.0.0 without users it refuses to start and says what to do; after
 /// `warren user add` it starts.
 #[test]

@@ -2,7 +2,7 @@
 //! and the CSRF tokens of principals without a session.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -19,9 +19,10 @@ pub struct Gate {
     /// `[auth.proxy]`, as the auth wing read it.
     pub proxy: Option<ProxyAuth>,
     pub throttle: Mutex<LoginThrottle>,
-    /// Signs the CSRF tokens of proxy and anonymous principals; new at every start, so a page
-    /// opened before a restart must be reloaded before its forms work again.
-    csrf_key: [u8; 32],
+    /// Signs the CSRF tokens of proxy and anonymous principals: the installation's, read from the
+    /// database at start ([`Gate::use_stored_csrf_key`]), so a form opened before a restart or
+    /// served by another replica still posts; random until then.
+    csrf_key: RwLock<[u8; 32]>,
     /// Once a local user exists, logins stay required until restart (a removed last user does
     /// not silently open the dashboard).
     accounts_exist: AtomicBool,
@@ -35,7 +36,7 @@ impl Gate {
             config,
             proxy,
             throttle: Mutex::new(LoginThrottle::new()),
-            csrf_key,
+            csrf_key: RwLock::new(csrf_key),
             accounts_exist: AtomicBool::new(false),
         }
     }
@@ -54,11 +55,25 @@ impl Gate {
         Ok(exist)
     }
 
+    /// Signs with the installation's key (`instance_keys`, made on the first start; every
+    /// replica on one database reads the same) instead of this process's random one.
+    pub async fn use_stored_csrf_key(&self, store: &Store) -> Result<(), AuthError> {
+        let mut fresh = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut fresh);
+        let key = store.instance_key("csrf", &fresh).await?;
+        let key: [u8; 32] = key.try_into().map_err(|k: Vec<u8>| {
+            sqlx::Error::Protocol(format!("the stored CSRF key has {} bytes, not 32", k.len()))
+        })?;
+        *self.csrf_key.write().unwrap_or_else(|p| p.into_inner()) = key;
+        Ok(())
+    }
+
     /// The CSRF token of a principal that has no session (a proxy user, or anonymous on
-    /// loopback): HMAC-SHA256 of its audit name under this process's key. Stateless, so a proxy
-    /// user needs no row in the database.
+    /// loopback): HMAC-SHA256 of its audit name under the installation's key. Stateless, so a
+    /// proxy user needs no row in the database.
     pub fn csrf_token_for(&self, principal: &Principal) -> String {
-        let mac = hmac_sha256(&self.csrf_key, format!("csrf\0{}", principal.actor()).as_bytes());
+        let key = *self.csrf_key.read().unwrap_or_else(|p| p.into_inner());
+        let mac = hmac_sha256(&key, format!("csrf\0{}", principal.actor()).as_bytes());
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac)
     }
 
@@ -110,6 +125,21 @@ mod tests {
         assert_eq!(gate.csrf_token_for(&alice), gate.csrf_token_for(&alice));
         assert_ne!(gate.csrf_token_for(&alice), gate.csrf_token_for(&bob));
         assert_ne!(gate.csrf_token_for(&alice), Gate::new(AuthConfig::default(), None).csrf_token_for(&alice));
+    }
+
+    /// Two processes on one database (a restart, or two replicas) sign alike once each has read
+    /// the stored key; before, each signs with its own.
+    #[tokio::test]
+    async fn processes_on_one_database_share_the_csrf_key() {
+        let (_dir, db, _) = test_db().await;
+        let alice = Principal { name: "alice".into(), role: Role::Admin, via: How::Proxy };
+        let (first, second) = (Gate::new(AuthConfig::default(), None), Gate::new(AuthConfig::default(), None));
+        assert_ne!(first.csrf_token_for(&alice), second.csrf_token_for(&alice));
+        first.use_stored_csrf_key(&db).await.unwrap();
+        second.use_stored_csrf_key(&db).await.unwrap();
+        assert_eq!(first.csrf_token_for(&alice), second.csrf_token_for(&alice));
+        let identity = db.instance_key("identity", &[0; 32]).await.unwrap();
+        assert_ne!(identity, db.instance_key("csrf", &[0; 32]).await.unwrap(), "a key of its own");
     }
 
     #[tokio::test]

@@ -286,7 +286,7 @@ fn outdated_by(before: Option<&str>, what: &str) -> String {
 async fn stored_key(store: &Store) -> Result<IdentityKey, sqlx::Error> {
     let mut fresh = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut fresh);
-    let key = store.identity_key(&fresh).await?;
+    let key = store.instance_key("identity", &fresh).await?;
     let key: [u8; 32] = key.try_into().map_err(|k: Vec<u8>| {
         sqlx::Error::Protocol(format!("the stored identity key has {} bytes, not 32", k.len()))
     })?;

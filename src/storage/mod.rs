@@ -44,6 +44,10 @@ pub trait Database: Accounts + AuditLog + Alerts + Fates + Snapshots + Send + Sy
     /// A transaction for the writes that go together ([`AlertWrites`]). Dropped without
     /// [`Transaction::commit`], it rolls back.
     async fn begin(&self) -> Result<Box<dyn Transaction>>;
+    /// A secret of the installation (`instance_keys`): `fresh` stored under `name` if there was
+    /// none, else the one stored. Processes starting together on one new database, and replicas
+    /// sharing one, all read the same one.
+    async fn instance_key(&self, name: &str, fresh: &[u8]) -> Result<Vec<u8>>;
 }
 
 /// Writes that commit together or not at all.

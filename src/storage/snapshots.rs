@@ -31,7 +31,4 @@ pub trait Snapshots {
     async fn outdate_snapshot(&self, queue: (&str, &str, &str), text: &str) -> Result<()>;
     /// Every stored snapshot.
     async fn snapshots(&self) -> Result<Vec<StoredSnapshot>>;
-    /// The installation's key of the snapshots' tokens: `fresh` stored if there was none, else
-    /// the one stored. Processes starting together on one new database all read the same one.
-    async fn identity_key(&self, fresh: &[u8]) -> Result<Vec<u8>>;
 }

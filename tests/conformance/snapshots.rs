@@ -74,10 +74,10 @@ async fn load_shows_each_snapshot_as_it_was_outdated_or_not(store: &Store) {
 async fn processes_starting_together_share_one_identity_key(store: &Store) {
     let offers = (0..8u8).map(|i| {
         let store = store.clone();
-        tokio::spawn(async move { store.identity_key(&[i; 32]).await.unwrap() })
+        tokio::spawn(async move { store.instance_key("identity", &[i; 32]).await.unwrap() })
     });
     let keys: Vec<Vec<u8>> = futures_util::future::join_all(offers).await.into_iter().map(Result::unwrap).collect();
     assert_eq!(keys[0].len(), 32);
     assert!(keys.iter().all(|k| *k == keys[0]), "every process reads the one stored: {keys:?}");
-    assert_eq!(store.identity_key(&[99; 32]).await.unwrap(), keys[0], "kept for good");
+    assert_eq!(store.instance_key("identity", &[99; 32]).await.unwrap(), keys[0], "kept for good");
 }

@@ -37,6 +37,17 @@ impl super::Database for Postgres {
     async fn begin(&self) -> super::Result<Box<dyn super::Transaction>> {
         Ok(Box::new(PgTx(self.pool.begin().await?)))
     }
+
+    async fn instance_key(&self, name: &str, fresh: &[u8]) -> super::Result<Vec<u8>> {
+        // A second process inserting at the same time waits for the first's commit here, then
+        // inserts nothing: both read the first's key.
+        sqlx::query("insert into instance_keys (name, key) values ($1, $2) on conflict (name) do nothing")
+            .bind(name)
+            .bind(fresh)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query_scalar("select key from instance_keys where name = $1").bind(name).fetch_one(&self.pool).await
+    }
 }
 
 /// A transaction on the PostgreSQL pool.

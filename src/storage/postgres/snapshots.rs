@@ -68,14 +68,4 @@ impl Snapshots for Postgres {
             })
             .collect()
     }
-
-    async fn identity_key(&self, fresh: &[u8]) -> Result<Vec<u8>> {
-        // A second process inserting at the same time waits for the first's commit here, then
-        // inserts nothing: both read the first's key.
-        sqlx::query("insert into instance_keys (name, key) values ('identity', $1) on conflict (name) do nothing")
-            .bind(fresh)
-            .execute(&self.pool)
-            .await?;
-        sqlx::query_scalar("select key from instance_keys where name = 'identity'").fetch_one(&self.pool).await
-    }
 }

@@ -34,6 +34,15 @@ impl super::Database for Sqlite {
     async fn begin(&self) -> super::Result<Box<dyn super::Transaction>> {
         Ok(Box::new(SqliteTx(self.pool.begin().await?)))
     }
+
+    async fn instance_key(&self, name: &str, fresh: &[u8]) -> super::Result<Vec<u8>> {
+        sqlx::query("insert or ignore into instance_keys (name, key) values (?, ?)")
+            .bind(name)
+            .bind(fresh)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query_scalar("select key from instance_keys where name = ?").bind(name).fetch_one(&self.pool).await
+    }
 }
 
 /// A transaction on the SQLite pool.

@@ -63,12 +63,4 @@ impl Snapshots for Sqlite {
             })
             .collect()
     }
-
-    async fn identity_key(&self, fresh: &[u8]) -> Result<Vec<u8>> {
-        sqlx::query("insert or ignore into instance_keys (name, key) values ('identity', ?)")
-            .bind(fresh)
-            .execute(&self.pool)
-            .await?;
-        sqlx::query_scalar("select key from instance_keys where name = 'identity'").fetch_one(&self.pool).await
-    }
 }
