@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::Result;
 
 /// A user's row, without the password hash.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct UserRow {
     pub name: String,
     pub role: String,
@@ -26,7 +26,7 @@ pub struct NewSessionRow<'a> {
 }
 
 /// A session found by its id's hash, with its user's current role and state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SessionRow {
     pub user_name: String,
     pub csrf_token: String,
@@ -37,7 +37,7 @@ pub struct SessionRow {
 }
 
 /// A live token found by its hash.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct LiveToken {
     pub id: i64,
     pub name: String,
@@ -46,7 +46,7 @@ pub struct LiveToken {
 }
 
 /// A token as listed, live or revoked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct TokenRow {
     pub id: i64,
     pub name: String,

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use super::Result;
 
 /// A rule written in the UI or the API: its id and definition (JSON).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct RuleRow {
     pub id: String,
     pub definition: String,
@@ -20,7 +20,7 @@ pub struct RuleRow {
 
 /// A pending or firing alert: its state (JSON) and, in unix seconds, when its last firing or
 /// reminder was queued and when a channel last accepted one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct StateRow {
     pub state: String,
     pub queued_at: Option<i64>,
@@ -42,7 +42,7 @@ pub struct TransitionRow<'a> {
 }
 
 /// A phase change as read.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct HistoryRow {
     pub id: i64,
     pub at: i64,
@@ -68,7 +68,7 @@ pub struct NewSilence<'a> {
 }
 
 /// A silence as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SilenceRow {
     pub id: i64,
     pub rule_id: Option<String>,
@@ -80,7 +80,7 @@ pub struct SilenceRow {
 }
 
 /// A notification waiting for a channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct OutboxRow {
     pub id: i64,
     pub channel_id: String,
@@ -112,7 +112,7 @@ pub struct NewOutboxRow<'a> {
 }
 
 /// A row of the delivery log, to write (`id` unused) or as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct LogRow {
     pub id: i64,
     /// Unix seconds.

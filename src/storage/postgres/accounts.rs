@@ -1,6 +1,5 @@
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
-use sqlx::{Postgres as Pg, Row, Transaction};
+use sqlx::{FromRow, Postgres as Pg, Row, Transaction};
 
 use super::Postgres;
 use crate::storage::accounts::{Accounts, LiveToken, NewSessionRow, SessionRow, TokenRow, UserRow};
@@ -9,15 +8,6 @@ use crate::storage::Result;
 /// The condition that keeps at least one enabled admin other than `name` (`$2`).
 const NOT_LAST_ADMIN: &str = "(role != 'admin' or disabled
      or exists (select 1 from users other where other.role = 'admin' and not other.disabled and other.name != $2))";
-
-fn user(row: &PgRow) -> Result<UserRow> {
-    Ok(UserRow {
-        name: row.try_get("name")?,
-        role: row.try_get("role")?,
-        created_at: row.try_get("created_at")?,
-        disabled: row.try_get("disabled")?,
-    })
-}
 
 /// A transaction in which no other transaction changes `users` until it ends, so that the
 /// last-admin check and the change it guards are one step (two replicas each demoting one of
@@ -95,7 +85,7 @@ impl Accounts for Postgres {
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(user).transpose()
+        row.as_ref().map(UserRow::from_row).transpose()
     }
 
     async fn user_with_password(&self, name: &str) -> Result<Option<(UserRow, String)>> {
@@ -103,14 +93,14 @@ impl Accounts for Postgres {
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|row| Ok((user(&row)?, row.try_get("password_hash")?))).transpose()
+        row.map(|row| Ok((UserRow::from_row(&row)?, row.try_get("password_hash")?))).transpose()
     }
 
     async fn users(&self) -> Result<Vec<UserRow>> {
         let rows = sqlx::query("select name, role, created_at, disabled from users order by name")
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(user).collect()
+        rows.iter().map(UserRow::from_row).collect()
     }
 
     async fn count_users(&self) -> Result<i64> {
@@ -141,17 +131,7 @@ impl Accounts for Postgres {
         .bind(id_hash)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|row| {
-            Ok(SessionRow {
-                user_name: row.try_get("user_name")?,
-                csrf_token: row.try_get("csrf_token")?,
-                expires_at: row.try_get("expires_at")?,
-                last_seen_at: row.try_get("last_seen_at")?,
-                role: row.try_get("role")?,
-                disabled: row.try_get("disabled")?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(SessionRow::from_row).transpose()
     }
 
     async fn touch_session(&self, id_hash: &str, now: i64) -> Result<()> {
@@ -214,15 +194,7 @@ impl Accounts for Postgres {
                 .bind(token_hash)
                 .fetch_optional(&self.pool)
                 .await?;
-        row.map(|row| {
-            Ok(LiveToken {
-                id: row.try_get("id")?,
-                name: row.try_get("name")?,
-                role: row.try_get("role")?,
-                last_used_at: row.try_get("last_used_at")?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(LiveToken::from_row).transpose()
     }
 
     async fn touch_token(&self, id: i64, now: i64) -> Result<()> {
@@ -248,18 +220,6 @@ impl Accounts for Postgres {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TokenRow {
-                    id: row.try_get("id")?,
-                    name: row.try_get("name")?,
-                    role: row.try_get("role")?,
-                    created_by: row.try_get("created_by")?,
-                    created_at: row.try_get("created_at")?,
-                    last_used_at: row.try_get("last_used_at")?,
-                    revoked: row.try_get("revoked")?,
-                })
-            })
-            .collect()
+        rows.iter().map(TokenRow::from_row).collect()
     }
 }

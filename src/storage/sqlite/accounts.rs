@@ -1,6 +1,5 @@
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
-use sqlx::Row;
+use sqlx::{FromRow, Row};
 
 use super::Sqlite;
 use crate::storage::accounts::{Accounts, LiveToken, NewSessionRow, SessionRow, TokenRow, UserRow};
@@ -9,15 +8,6 @@ use crate::storage::Result;
 /// The condition that keeps at least one enabled admin other than `name` (bound twice).
 const NOT_LAST_ADMIN: &str = "(role != 'admin' or disabled != 0
      or exists (select 1 from users other where other.role = 'admin' and other.disabled = 0 and other.name != ?))";
-
-fn user(row: &SqliteRow) -> Result<UserRow> {
-    Ok(UserRow {
-        name: row.try_get("name")?,
-        role: row.try_get("role")?,
-        created_at: row.try_get("created_at")?,
-        disabled: row.try_get("disabled")?,
-    })
-}
 
 #[async_trait]
 impl Accounts for Sqlite {
@@ -80,7 +70,7 @@ impl Accounts for Sqlite {
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(user).transpose()
+        row.as_ref().map(UserRow::from_row).transpose()
     }
 
     async fn user_with_password(&self, name: &str) -> Result<Option<(UserRow, String)>> {
@@ -88,14 +78,14 @@ impl Accounts for Sqlite {
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|row| Ok((user(&row)?, row.try_get("password_hash")?))).transpose()
+        row.map(|row| Ok((UserRow::from_row(&row)?, row.try_get("password_hash")?))).transpose()
     }
 
     async fn users(&self) -> Result<Vec<UserRow>> {
         let rows = sqlx::query("select name, role, created_at, disabled from users order by name")
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(user).collect()
+        rows.iter().map(UserRow::from_row).collect()
     }
 
     async fn count_users(&self) -> Result<i64> {
@@ -127,17 +117,7 @@ impl Accounts for Sqlite {
         .bind(id_hash)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|row| {
-            Ok(SessionRow {
-                user_name: row.try_get("user_name")?,
-                csrf_token: row.try_get("csrf_token")?,
-                expires_at: row.try_get("expires_at")?,
-                last_seen_at: row.try_get("last_seen_at")?,
-                role: row.try_get("role")?,
-                disabled: row.try_get("disabled")?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(SessionRow::from_row).transpose()
     }
 
     async fn touch_session(&self, id_hash: &str, now: i64) -> Result<()> {
@@ -199,15 +179,7 @@ impl Accounts for Sqlite {
                 .bind(token_hash)
                 .fetch_optional(&self.pool)
                 .await?;
-        row.map(|row| {
-            Ok(LiveToken {
-                id: row.try_get("id")?,
-                name: row.try_get("name")?,
-                role: row.try_get("role")?,
-                last_used_at: row.try_get("last_used_at")?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(LiveToken::from_row).transpose()
     }
 
     async fn touch_token(&self, id: i64, now: i64) -> Result<()> {
@@ -233,18 +205,6 @@ impl Accounts for Sqlite {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TokenRow {
-                    id: row.try_get("id")?,
-                    name: row.try_get("name")?,
-                    role: row.try_get("role")?,
-                    created_by: row.try_get("created_by")?,
-                    created_at: row.try_get("created_at")?,
-                    last_used_at: row.try_get("last_used_at")?,
-                    revoked: row.try_get("revoked")?,
-                })
-            })
-            .collect()
+        rows.iter().map(TokenRow::from_row).collect()
     }
 }

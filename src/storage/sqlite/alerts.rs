@@ -1,6 +1,5 @@
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
-use sqlx::Row;
+use sqlx::FromRow;
 
 use super::{Sqlite, SqliteTx};
 use crate::storage::alerts::{
@@ -11,37 +10,6 @@ use crate::storage::Result;
 
 const OUTBOX: &str = "select id, channel_id, channel_name, kind, rule_id, alert_key, notification, attempts, \
                       next_attempt_at, created_at from notification_outbox";
-
-fn outbox_row(row: &SqliteRow) -> Result<OutboxRow> {
-    Ok(OutboxRow {
-        id: row.try_get("id")?,
-        channel_id: row.try_get("channel_id")?,
-        channel_name: row.try_get("channel_name")?,
-        kind: row.try_get("kind")?,
-        rule_id: row.try_get("rule_id")?,
-        alert_key: row.try_get("alert_key")?,
-        notification: row.try_get("notification")?,
-        attempts: row.try_get("attempts")?,
-        next_attempt_at: row.try_get("next_attempt_at")?,
-        created_at: row.try_get("created_at")?,
-    })
-}
-
-fn log_row(row: &SqliteRow) -> Result<LogRow> {
-    Ok(LogRow {
-        id: row.try_get("id")?,
-        at: row.try_get("at")?,
-        channel_id: row.try_get("channel_id")?,
-        channel_name: row.try_get("channel_name")?,
-        kind: row.try_get("kind")?,
-        rule_id: row.try_get("rule_id")?,
-        alert_key: row.try_get("alert_key")?,
-        attempt: row.try_get("attempt")?,
-        outcome: row.try_get("outcome")?,
-        http_status: row.try_get("http_status")?,
-        error: row.try_get("error")?,
-    })
-}
 
 async fn insert_log<'e>(db: impl sqlx::SqliteExecutor<'e>, row: &LogRow) -> Result<()> {
     sqlx::query(
@@ -68,7 +36,7 @@ async fn insert_log<'e>(db: impl sqlx::SqliteExecutor<'e>, row: &LogRow) -> Resu
 impl Alerts for Sqlite {
     async fn rules(&self) -> Result<Vec<RuleRow>> {
         let rows = sqlx::query("select id, definition from alert_rules order by id").fetch_all(&self.pool).await?;
-        rows.iter().map(|r| Ok(RuleRow { id: r.try_get("id")?, definition: r.try_get("definition")? })).collect()
+        rows.iter().map(RuleRow::from_row).collect()
     }
 
     async fn save_rule(&self, id: &str, definition: &str, updated_at: i64) -> Result<()> {
@@ -90,15 +58,7 @@ impl Alerts for Sqlite {
 
     async fn alert_states(&self) -> Result<Vec<StateRow>> {
         let rows = sqlx::query("select state, queued_at, delivered_at from alert_states").fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(StateRow {
-                    state: r.try_get("state")?,
-                    queued_at: r.try_get("queued_at")?,
-                    delivered_at: r.try_get("delivered_at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(StateRow::from_row).collect()
     }
 
     async fn alert_history(&self, before: i64, limit: i64) -> Result<Vec<HistoryRow>> {
@@ -110,21 +70,7 @@ impl Alerts for Sqlite {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(HistoryRow {
-                    id: r.try_get("id")?,
-                    at: r.try_get("at")?,
-                    rule_id: r.try_get("rule_id")?,
-                    alert_key: r.try_get("alert_key")?,
-                    from_phase: r.try_get("from_phase")?,
-                    to_phase: r.try_get("to_phase")?,
-                    value: r.try_get("value")?,
-                    note: r.try_get("note")?,
-                    silenced: r.try_get("silenced")?,
-                })
-            })
-            .collect()
+        rows.iter().map(HistoryRow::from_row).collect()
     }
 
     async fn prune_alert_history(&self, cutoff: i64) -> Result<u64> {
@@ -166,23 +112,16 @@ impl Alerts for Sqlite {
         .bind(until_after)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(SilenceRow {
-                    id: r.try_get("id")?,
-                    rule_id: r.try_get("rule_id")?,
-                    alert_key: r.try_get("alert_key")?,
-                    until: r.try_get("until")?,
-                    comment: r.try_get("comment")?,
-                    created_by: r.try_get("created_by")?,
-                    created_at: r.try_get("created_at")?,
-                })
-            })
-            .collect()
+        rows.iter().map(SilenceRow::from_row).collect()
     }
 
     async fn outbox(&self) -> Result<Vec<OutboxRow>> {
-        sqlx::query(&format!("{OUTBOX} order by id")).fetch_all(&self.pool).await?.iter().map(outbox_row).collect()
+        sqlx::query(&format!("{OUTBOX} order by id"))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(OutboxRow::from_row)
+            .collect()
     }
 
     async fn oldest_in_outbox(&self, channel_id: &str) -> Result<Option<OutboxRow>> {
@@ -190,7 +129,7 @@ impl Alerts for Sqlite {
             .bind(channel_id)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(outbox_row).transpose()
+        row.as_ref().map(OutboxRow::from_row).transpose()
     }
 
     async fn insert_log(&self, row: &LogRow) -> Result<()> {
@@ -206,7 +145,7 @@ impl Alerts for Sqlite {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(log_row).collect()
+        rows.iter().map(LogRow::from_row).collect()
     }
 
     async fn prune_log(&self, cutoff: i64) -> Result<u64> {
@@ -310,11 +249,16 @@ impl AlertWrites for SqliteTx {
 
     async fn outbox_row(&mut self, id: i64) -> Result<Option<OutboxRow>> {
         let row = sqlx::query(&format!("{OUTBOX} where id = ?")).bind(id).fetch_optional(&mut *self.0).await?;
-        row.as_ref().map(outbox_row).transpose()
+        row.as_ref().map(OutboxRow::from_row).transpose()
     }
 
     async fn outbox_rows(&mut self) -> Result<Vec<OutboxRow>> {
-        sqlx::query(&format!("{OUTBOX} order by id")).fetch_all(&mut *self.0).await?.iter().map(outbox_row).collect()
+        sqlx::query(&format!("{OUTBOX} order by id"))
+            .fetch_all(&mut *self.0)
+            .await?
+            .iter()
+            .map(OutboxRow::from_row)
+            .collect()
     }
 
     async fn delete_outbox(&mut self, id: i64) -> Result<()> {
