@@ -24,6 +24,7 @@ use crate::live::BrokerLive;
 
 /// How soon a finding needs attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
+#[schema(as = AdviceSeverity)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Messages are lost or stranded now, or will be at the next failure.

@@ -59,7 +59,8 @@ impl Handles {
 
 /// Which messages, as the API and the forms name them. Single messages are named as a snapshot
 /// showed them, and a move takes exactly those (`Selection::Messages`).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
+#[schema(as = MoveSelection)]
 #[serde(rename_all = "snake_case")]
 pub enum Choice {
     /// Positions in the queue's current snapshot (1 = the oldest it showed).
@@ -160,7 +161,7 @@ impl Choice {
 }
 
 /// What to move, as the API and the forms ask for it.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct MoveRequest {
     pub selection: Choice,
     #[serde(default)]

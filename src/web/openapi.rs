@@ -57,6 +57,21 @@ const fn post_op(path: &'static str, tag: &'static str, summary: &'static str) -
 }
 
 const QUEUE: &str = "/api/v1/queues/{broker}/{vhost}/{queue}";
+const IMPORT: &str = "/api/v1/queues/{broker}/{vhost}/{queue}/custody/import";
+
+/// The POSTs whose handlers read no body: what they act on is in the path.
+const WITHOUT_BODY: &[&str] = &[
+    "/api/v1/users/{name}/delete",
+    "/api/v1/tokens/{id}/revoke",
+    "/api/v1/alerts/rules/{id}/delete",
+    "/api/v1/silences/{id}/expire",
+    "/api/v1/notifications/channels/{id}/test",
+    "/api/v1/jobs/{id}/cancel",
+    "/api/v1/queues/{broker}/{vhost}/{queue}/purge",
+    "/api/v1/queues/{broker}/{vhost}/{queue}/custody/start",
+    "/api/v1/queues/{broker}/{vhost}/{queue}/custody/release",
+    "/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/delete",
+];
 
 /// Every route of `/api/v1` (the routers in `src/web/`; `tests/openapi.rs` compares the two).
 const OPERATIONS: &[Operation] = &[
@@ -94,7 +109,7 @@ const OPERATIONS: &[Operation] = &[
     post_op("/api/v1/queues/{broker}/{vhost}/{queue}/custody/release", "custody", "Release held messages"),
     post_op("/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay", "custody", "Publish held messages again"),
     get_op("/api/v1/queues/{broker}/{vhost}/{queue}/custody/export", "custody", "Export held messages"),
-    post_op("/api/v1/queues/{broker}/{vhost}/{queue}/custody/import", "custody", "Import messages into custody"),
+    post_op(IMPORT, "custody", "Import messages into custody"),
     get_op("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}", "custody", "One held message"),
     post_op("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/edit", "custody", "Edit a held message"),
     post_op("/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/delete", "custody", "Delete a held message"),
@@ -326,8 +341,7 @@ fn success_status(op: &Operation) -> &'static str {
     }
 }
 
-/// The answers of the POSTs that are typed so far (the others are any JSON value; docs/api.md
-/// lists them).
+/// The answers of the POSTs, from the types they hold (the handlers write them with `json!`).
 fn post_answer(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
     use crate::dlq::jobs::JobStatus;
     if op.method != HttpMethod::Post {
@@ -376,14 +390,38 @@ fn post_answer(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Op
         "/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/delete" => {
             object(vec![("deleted", integer()), ("audit_id", integer())])
         }
+        // A purge that the broker refused is a 502 with the error and `audit_id`.
+        "/api/v1/queues/{broker}/{vhost}/{queue}/purge" => {
+            object(vec![("outcome", constant("done")), ("purged", integer()), ("audit_id", integer())])
+        }
+        "/api/v1/alerts/rules/preview" => object(vec![
+            ("matches", integer()),
+            ("holding", integer()),
+            ("queues", ArrayBuilder::new().items(preview_row(schemas)).into()),
+        ]),
+        "/api/v1/silences/{id}/expire" => object(vec![("expired", integer())]),
+        // A delivery that failed is a 502 with the error and `outcome: "failed"`; `http_status`
+        // is `null` for a channel that answers no HTTP status.
+        "/api/v1/notifications/channels/{id}/test" => {
+            object(vec![("outcome", constant("sent")), ("http_status", nullable(integer()))])
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/edit" => object(vec![
+            ("audit_id", integer()),
+            ("to", string()),
+            ("diff", named::<crate::dlq::custody::EditDiff>(schemas)),
+        ]),
+        IMPORT => object(vec![("imported", integer()), ("audit_id", integer())]),
         _ => return None,
     })
 }
 
-/// The request bodies that are typed so far: accounts and tokens, a rule, a snapshot's count
-/// and confirmation.
+/// The JSON request bodies, from the types the handlers parse; `None` for the POSTs that read no
+/// body (`WITHOUT_BODY`) and for the import, whose JSON lines are described in `operation`.
 fn request_body(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Option<RefOr<Schema>> {
     use crate::web::access::accounts::{NewPassword, NewRole, NewTokenRequest, NewUser};
+    if op.method != HttpMethod::Post {
+        return None;
+    }
     Some(match op.path {
         "/api/v1/users" => named::<NewUser>(schemas),
         "/api/v1/users/{name}/password" => named::<NewPassword>(schemas),
@@ -393,6 +431,17 @@ fn request_body(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> O
             named::<crate::alerts::Rule>(schemas)
         }
         "/api/v1/queues/{broker}/{vhost}/{queue}/snapshot" => named::<dlq::snapshot::TakeRequest>(schemas),
+        "/api/v1/silences" => named::<crate::alerts::store::Silence>(schemas),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/requeue" => named::<crate::dlq::jobs::MoveRequest>(schemas),
+        // `actions::DeleteRequest`: only a selection (the target is none).
+        "/api/v1/queues/{broker}/{vhost}/{queue}/delete" => ObjectBuilder::new()
+            .property("selection", named::<crate::dlq::jobs::Choice>(schemas))
+            .required("selection")
+            .into(),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/replay" => {
+            named::<crate::dlq::custody::ReplayRequest>(schemas)
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/{id}/edit" => named::<crate::dlq::custody::Edit>(schemas),
         _ => return None,
     })
 }
@@ -410,6 +459,24 @@ fn stored_rule(schemas: &mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema> {
     let source = ObjectBuilder::new().property("source", named::<Source>(schemas)).required("source");
     schemas.push(("StoredRule".into(), AllOfBuilder::new().item(rule).item(source).into()));
     Ref::from_schema_name("StoredRule").into()
+}
+
+/// A row of a rule's preview (`alerts::rules::PreviewRow`): a queue or broker the rule covers,
+/// its value now (`null`: the broker did not give it) and whether the condition holds.
+fn preview_row(schemas: &mut Vec<(String, RefOr<Schema>)>) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .property("key", named::<crate::alerts::AlertKey>(schemas))
+        .required("key")
+        .property("value", nullable(f64::schema()))
+        .required("value")
+        .property("holds", bool::schema())
+        .required("holds")
+        .into()
+}
+
+/// The one string `value`.
+fn constant(value: &str) -> RefOr<Schema> {
+    ObjectBuilder::new().schema_type(Type::String).enum_values(Some([value])).into()
 }
 
 /// `T` or `null`.
@@ -449,7 +516,6 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
                 .schema(Some(if integer_id(op.path, name) { i64::schema() } else { String::schema() })),
         );
     }
-    let any_json = || ContentBuilder::new().schema(Some(any_value())).build();
     let success = match op.path {
         "/api/v1/alerts/rules/export" => ResponseBuilder::new()
             .description("The rules as TOML, as `[[alerts]]` tables of the configuration file")
@@ -458,6 +524,7 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
             .description("The held messages, one JSON object a line")
             .content("application/x-ndjson", ContentBuilder::new().schema(Some(String::schema())).build()),
         _ => {
+            // An operation not typed is any JSON value, which `tests/openapi.rs` refuses.
             let schema =
                 answer_schema(op, schemas).or_else(|| post_answer(op, schemas)).unwrap_or_else(|| any_value().into());
             ResponseBuilder::new()
@@ -477,17 +544,28 @@ fn operation(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> utoi
         builder = builder.response(*status, error(what));
     }
     if op.method == HttpMethod::Post {
-        // The bodies not typed yet are any JSON value (docs/api.md lists them).
-        let body = match request_body(op, schemas) {
-            Some(schema) => ContentBuilder::new().schema(Some(schema)).build(),
-            None => any_json(),
+        let body = match (request_body(op, schemas), op.path) {
+            (Some(schema), _) => Some(
+                RequestBodyBuilder::new()
+                    .description(Some("A JSON object; the pages send the same fields as a form"))
+                    .content("application/json", ContentBuilder::new().schema(Some(schema)).build()),
+            ),
+            // Read by hand: one JSON object a line, as the export writes them.
+            (None, IMPORT) => Some(
+                RequestBodyBuilder::new()
+                    .description(Some("The messages as JSON lines, one object a line, as the export writes them"))
+                    .content("application/x-ndjson", ContentBuilder::new().schema(Some(String::schema())).build()),
+            ),
+            // Anything else is any JSON value, which `tests/openapi.rs` refuses.
+            (None, path) if !WITHOUT_BODY.contains(&path) => Some(
+                RequestBodyBuilder::new()
+                    .content("application/json", ContentBuilder::new().schema(Some(any_value())).build()),
+            ),
+            (None, _) => None,
         };
-        builder = builder.request_body(Some(
-            RequestBodyBuilder::new()
-                .description(Some("A JSON object; the pages send the same fields as a form"))
-                .content("application/json", body)
-                .build(),
-        ));
+        if let Some(body) = body {
+            builder = builder.request_body(Some(body.required(Some(Required::True)).build()));
+        }
         for (status, what) in ERRORS_OF_POSTS {
             builder = builder.response(*status, error(what));
         }
@@ -524,7 +602,12 @@ fn query_parameters(op: &Operation) -> Vec<utoipa::openapi::path::Parameter> {
         "/api/v1/audit" => access::audit::AuditQuery::into_params(query),
         "/api/v1/brokers/{broker}/advice" => brokers::advisor::AdviceFilter::into_params(query),
         "/api/v1/alerts/history" | "/api/v1/notifications/deliveries" => alerts::api::Limit::into_params(query),
-        "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => dlq::custody_api::ListQuery::into_params(query),
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => {
+            let mut parameters = crate::dlq::message::Filter::into_params(query);
+            parameters.extend(dlq::custody_api::ListQuery::into_params(query));
+            parameters
+        }
+        "/api/v1/queues/{broker}/{vhost}/{queue}/custody/export" => crate::dlq::message::Filter::into_params(query),
         _ => Vec::new(),
     }
 }

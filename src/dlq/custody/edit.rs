@@ -19,7 +19,8 @@ use crate::history::Db;
 
 /// An admin's change to one record, replayed as a new copy (issue 18, must-have 5; off unless
 /// the queue's `[[custody]]` rule says `edit = true`).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[schema(as = CustodyEdit)]
 pub struct Edit {
     /// The new body, as text; none: unchanged.
     #[serde(default)]
@@ -27,6 +28,7 @@ pub struct Edit {
     /// Every header, as the browser shows them (a header left as it was keeps its AMQP type);
     /// none: unchanged.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub headers: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     pub target: CustodyTarget,
@@ -40,7 +42,8 @@ pub struct Edit {
 
 /// What an edit changed: each header added, changed or removed (name, before, after), and the
 /// body before and after when it changed (as text, lossy for bytes that are not UTF-8).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+#[schema(as = CustodyEditDiff)]
 pub struct EditDiff {
     pub headers: Vec<(String, Option<serde_json::Value>, Option<serde_json::Value>)>,
     pub body: Option<(String, String)>,

@@ -39,7 +39,7 @@ pub async fn recover(db: &Db) -> Result<u64, sqlx::Error> {
 }
 
 /// Which records a replay takes.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CustodySelection {
     All,
@@ -48,7 +48,7 @@ pub enum CustodySelection {
 }
 
 /// Where a replay sends each record.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CustodyTarget {
     /// The queue it last died in (or its framework names), through the default exchange.
@@ -57,7 +57,8 @@ pub enum CustodyTarget {
     Queue(String),
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+#[schema(as = CustodyReplayRequest)]
 pub struct ReplayRequest {
     pub selection: CustodySelection,
     #[serde(default)]

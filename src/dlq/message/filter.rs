@@ -15,7 +15,8 @@ use crate::dlq::expression::Expression;
 /// fields match everything. Used by the browser over a snapshot, by the mover over a whole
 /// queue ("requeue all matching"), and in SQL over custody (`dlq::custody`), which means the
 /// same.
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, Serialize, utoipa::ToSchema, utoipa::IntoParams)]
+#[schema(as = MessageFilter)]
 pub struct Filter {
     #[serde(default)]
     pub reason: Option<String>,

@@ -39,7 +39,8 @@ pub struct Wanted {
 }
 
 /// Where moved messages go.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default, utoipa::ToSchema)]
+#[schema(as = MoveTarget)]
 #[serde(rename_all = "snake_case")]
 pub enum Target {
     /// The queue the message last died in (`last_death_queue`), through the default exchange.
