@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::rules::{self, rule_by_id};
-use super::{Evidence, Finding, Fix, Inputs, UnknownInput};
+use super::{evidence, Evidence, Finding, Fix, Inputs, UnknownInput};
 use crate::broker::topology::dead_letter_config;
 use crate::live::clients::{ClientsLive, QueueConsumer};
 use crate::metrics::QueueView;
@@ -20,10 +20,7 @@ const CONFIRM_SETTLES_SECS: i64 = 15;
 
 const CONSUMER_RULES: [&str; 3] = [rules::AUTO_ACK, rules::UNLIMITED_PREFETCH, rules::SINGLE_HOLDER];
 
-fn evidence(what: &str, value: impl Into<String>, source: impl Into<String>) -> Evidence {
-    Evidence { what: what.to_string(), value: value.into(), source: source.into() }
-}
-
+/// A finding about queue `q` for rule `id`, from the inputs this file reads.
 fn finding(
     inputs: &Inputs,
     q: &QueueView,
@@ -32,20 +29,7 @@ fn finding(
     evidence: Vec<Evidence>,
     fix: Fix,
 ) -> Finding {
-    let rule = rule_by_id(id).expect("a rule of RULES");
-    Finding {
-        rule: id,
-        severity: rule.severity,
-        title,
-        vhost: q.vhost.to_string(),
-        queue: Some(q.name.to_string()),
-        connection: None,
-        evidence,
-        why: rule.why,
-        fix,
-        blocks_upgrade: None,
-        inputs: inputs.ages(&["clients", "queue metadata"]),
-    }
+    super::queue_finding(inputs, q, id, title, evidence, fix, &["clients", "queue metadata"])
 }
 
 /// A consumer as evidence: its tag and connection.

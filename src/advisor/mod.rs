@@ -287,5 +287,36 @@ impl Advice {
     }
 }
 
+pub(crate) fn evidence(what: &str, value: impl Into<String>, source: impl Into<String>) -> Evidence {
+    Evidence { what: what.to_string(), value: value.into(), source: source.into() }
+}
+
+/// A finding about queue `q` for rule `id`, with the rule's severity and text, and the ages of
+/// the inputs it was read from.
+fn queue_finding(
+    inputs: &Inputs,
+    q: &crate::metrics::QueueView,
+    id: &'static str,
+    title: String,
+    evidence: Vec<Evidence>,
+    fix: Fix,
+    read_from: &[&'static str],
+) -> Finding {
+    let rule = rules::rule_by_id(id).expect("a rule of RULES");
+    Finding {
+        rule: id,
+        severity: rule.severity,
+        title,
+        vhost: q.vhost.to_string(),
+        queue: Some(q.name.to_string()),
+        connection: None,
+        evidence,
+        why: rule.why,
+        fix,
+        blocks_upgrade: None,
+        inputs: inputs.ages(read_from),
+    }
+}
+
 #[cfg(test)]
 mod tests;

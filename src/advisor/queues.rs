@@ -4,8 +4,8 @@
 use serde_json::{json, Map, Value};
 
 use super::fix::{for_queue, keep_all};
-use super::rules::{self, rule_by_id};
-use super::{Evidence, Finding, Fix, Inputs, Severity, UnknownInput};
+use super::rules;
+use super::{evidence, Evidence, Finding, Fix, Inputs, Severity, UnknownInput};
 use crate::broker::policies::{configured_delivery_limit_of, overflow_of, Overflow, DEFAULT_DELIVERY_LIMIT_4X};
 use crate::broker::topology::{dead_letter_config, message_ttl_ms, QueueRole};
 use crate::metrics::QueueView;
@@ -40,11 +40,7 @@ fn text(v: &Value) -> String {
     }
 }
 
-fn evidence(what: &str, value: impl Into<String>, source: impl Into<String>) -> Evidence {
-    Evidence { what: what.to_string(), value: value.into(), source: source.into() }
-}
-
-/// A finding about queue `q` for rule `id`, with the rule's severity and text.
+/// A finding about queue `q` for rule `id`, from the inputs this file reads.
 fn finding(
     inputs: &Inputs,
     q: &QueueView,
@@ -53,20 +49,7 @@ fn finding(
     evidence: Vec<Evidence>,
     fix: Fix,
 ) -> Finding {
-    let rule = rule_by_id(id).expect("a rule of RULES");
-    Finding {
-        rule: id,
-        severity: rule.severity,
-        title,
-        vhost: q.vhost.to_string(),
-        queue: Some(q.name.to_string()),
-        connection: None,
-        evidence,
-        why: rule.why,
-        fix,
-        blocks_upgrade: None,
-        inputs: inputs.ages(&["queue metadata"]),
-    }
+    super::queue_finding(inputs, q, id, title, evidence, fix, &["queue metadata"])
 }
 
 fn redeclare(what: &str) -> Fix {
