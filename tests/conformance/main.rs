@@ -13,6 +13,8 @@ mod accounts;
 mod alerts;
 mod audit;
 mod fates;
+mod leases;
+mod logins;
 mod snapshots;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";

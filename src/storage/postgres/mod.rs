@@ -14,6 +14,8 @@ mod accounts;
 mod alerts;
 mod audit;
 mod fates;
+mod leases;
+mod logins;
 mod snapshots;
 
 /// warren's database in PostgreSQL.
