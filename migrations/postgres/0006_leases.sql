@@ -1,5 +1,5 @@
 -- Leases that divide work between replicas (issue 33, must-have 3; storage::Leases); see
--- migrations/sqlite/0025. Expiry is computed from PostgreSQL's clock (clock_timestamp()), so
+-- migrations/sqlite/0028. Expiry is computed from PostgreSQL's clock (clock_timestamp()), so
 -- replicas whose clocks disagree still agree on who holds what.
 create table leases (
     name       text   primary key,
