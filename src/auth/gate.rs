@@ -30,12 +30,7 @@ impl Gate {
     pub fn new(config: AuthConfig, proxy: Option<ProxyAuth>) -> Gate {
         let mut csrf_key = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut csrf_key);
-        Gate {
-            config,
-            proxy,
-            csrf_key: RwLock::new(csrf_key),
-            accounts_exist: AtomicBool::new(false),
-        }
+        Gate { config, proxy, csrf_key: RwLock::new(csrf_key), accounts_exist: AtomicBool::new(false) }
     }
 
     /// Whether anyone must prove who they are: local users exist or a trusted proxy is set up.

@@ -15,6 +15,7 @@ mod audit;
 mod fates;
 mod leases;
 mod logins;
+mod replicas;
 mod snapshots;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";

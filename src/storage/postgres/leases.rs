@@ -34,14 +34,12 @@ impl Leases for Postgres {
     }
 
     async fn release_lease(&self, held: &Held) -> Result<()> {
-        sqlx::query(&format!(
-            "update leases set expires_at = {NOW_MS} where name = $1 and holder = $2 and epoch = $3"
-        ))
-        .bind(&held.name)
-        .bind(&held.holder)
-        .bind(held.epoch)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(&format!("update leases set expires_at = {NOW_MS} where name = $1 and holder = $2 and epoch = $3"))
+            .bind(&held.name)
+            .bind(&held.holder)
+            .bind(held.epoch)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

@@ -119,13 +119,13 @@ async fn login(
     let counted = match counted {
         Ok(counted) => counted,
         Err(wait) => {
-        auth::record_login(&state.store, &form.name, peer, LoginOutcome::Throttled).await.map_err(auth_error)?;
-        let mut response = page(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("Too many failed logins. Try again in {} seconds.", wait.as_secs().max(1)),
-        )?;
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
-        return Ok(response);
+            auth::record_login(&state.store, &form.name, peer, LoginOutcome::Throttled).await.map_err(auth_error)?;
+            let mut response = page(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("Too many failed logins. Try again in {} seconds.", wait.as_secs().max(1)),
+            )?;
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+            return Ok(response);
         }
     };
     let Some(user) = auth::verify_password(&state.store, &form.name, &form.password).await.map_err(auth_error)? else {
