@@ -14,7 +14,10 @@ mod accounts;
 mod alerts;
 mod audit;
 mod fates;
+mod nodes;
+mod samples;
 mod snapshots;
+mod topology;
 
 /// warren's database in PostgreSQL.
 #[derive(Debug, Clone)]
@@ -47,6 +50,16 @@ impl super::Database for Postgres {
             .execute(&self.pool)
             .await?;
         sqlx::query_scalar("select key from instance_keys where name = $1").bind(name).fetch_one(&self.pool).await
+    }
+
+    async fn probe(&self, at: i64) -> super::Result<i64> {
+        sqlx::query_scalar(
+            "insert into storage_probe (id, at) values (1, $1) on conflict (id) do update set at = excluded.at
+             returning at",
+        )
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await
     }
 }
 

@@ -11,7 +11,10 @@ mod accounts;
 mod alerts;
 mod audit;
 mod fates;
+mod nodes;
+mod samples;
 mod snapshots;
+mod topology;
 
 /// warren's database in one SQLite file.
 #[derive(Debug, Clone)]
@@ -42,6 +45,16 @@ impl super::Database for Sqlite {
             .execute(&self.pool)
             .await?;
         sqlx::query_scalar("select key from instance_keys where name = ?").bind(name).fetch_one(&self.pool).await
+    }
+
+    async fn probe(&self, at: i64) -> super::Result<i64> {
+        sqlx::query_scalar(
+            "insert into storage_probe (id, at) values (1, ?) on conflict (id) do update set at = excluded.at
+             returning at",
+        )
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await
     }
 }
 
