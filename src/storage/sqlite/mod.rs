@@ -48,13 +48,16 @@ impl super::Database for Sqlite {
     }
 
     async fn probe(&self, at: i64) -> super::Result<i64> {
-        sqlx::query_scalar(
-            "insert into storage_probe (id, at) values (1, ?) on conflict (id) do update set at = excluded.at
-             returning at",
-        )
-        .bind(at)
-        .fetch_one(&self.pool)
-        .await
+        // Not `returning` in autocommit: SQLite hands the row over before the commit, and the
+        // commit's failure (a full disk, tests/storage.rs) comes after the one row read.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("insert into storage_probe (id, at) values (1, ?) on conflict (id) do update set at = excluded.at")
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        let written = sqlx::query_scalar("select at from storage_probe where id = 1").fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(written)
     }
 }
 
