@@ -56,10 +56,12 @@ impl super::Database for Postgres {
         // One transaction: another replica's probe waits on the row, so the value read back is
         // this write's, and a commit the server cannot make is this check's error.
         let mut tx = self.pool.begin().await?;
-        sqlx::query("insert into storage_probe (id, at) values (1, $1) on conflict (id) do update set at = excluded.at")
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "insert into storage_probe (id, at) values (1, $1) on conflict (id) do update set at = excluded.at",
+        )
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
         let written = sqlx::query_scalar("select at from storage_probe where id = 1").fetch_one(&mut *tx).await?;
         tx.commit().await?;
         Ok(written)
