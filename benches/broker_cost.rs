@@ -210,7 +210,8 @@ async fn run() {
     let config = Config::from_toml(&toml).expect("bench config");
     let broker = config.brokers[0].clone();
     let db = history::open(&config.database).await.expect("open db");
-    let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
+    let store = warren::storage::sqlite::store(db.clone());
+    let broker_id = history::broker_id(&store, BROKER).await.expect("broker id");
 
     let per_call = per_call_costs(&broker, pid, ticks).await;
     if rounds == 0 {
@@ -231,7 +232,7 @@ async fn run() {
         // the window starts that long after, so that a window as long as the listing interval
         // (300 s on 4.x) holds one listing as warren running for days would, not one per window.
         let live = Live::new(&[BROKER.to_string()]);
-        let poller = Poller::new(broker.clone(), db.clone(), live.clone(), broker_id)
+        let poller = Poller::new(broker.clone(), db.clone(), store.clone(), live.clone(), broker_id)
             .await
             .expect("poller")
             .show_last_known()

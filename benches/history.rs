@@ -216,7 +216,7 @@ async fn run(setup: Setup) {
             poll_ms: 80,
         };
         let t = Instant::now();
-        let new_ids = history::write_poll(&db, &write).await.expect("write_poll");
+        let new_ids = history::write_poll(&state.store, &write).await.expect("write_poll");
         write_secs += t.elapsed().as_secs_f64();
         if k == 0 {
             ids = new_ids;

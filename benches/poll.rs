@@ -642,7 +642,7 @@ async fn seed_history(settings: &Settings, path: &Path) {
         .pragma("cache_size", "-65536");
     let db = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.expect("open");
     sqlx::migrate!("./migrations/sqlite").run(&db).await.expect("migrations");
-    let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
+    let broker_id = history::broker_id(&warren::storage::sqlite::store(db.clone()), BROKER).await.expect("broker id");
     let model = Model::new(settings, t0);
     let start = t0 - settings.history_days as i64 * 86_400;
     sqlx::query("create temp table seed (id integer primary key, busy integer, ready integer, consumers integer, head_ts integer, publish integer, inc integer)")
@@ -978,12 +978,13 @@ async fn bench(settings: Settings) {
     });
     let memory_at_start = memory_status();
     let db = history::open(&config.database).await.expect("open db");
+    let store = warren::storage::sqlite::store(db.clone());
     let broker = config.brokers[0].clone();
-    let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
+    let broker_id = history::broker_id(&store, BROKER).await.expect("broker id");
     let live = Live::new(&[BROKER.to_string()]);
     let load_started = Instant::now();
     // As warren starts: the stored queues loaded, then shown as the last known state.
-    let mut poller = Poller::new(broker, db.clone(), live.clone(), broker_id)
+    let mut poller = Poller::new(broker, db.clone(), store.clone(), live.clone(), broker_id)
         .await
         .expect("poller")
         .show_last_known()
@@ -1285,7 +1286,8 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("storage.db");
     let db = history::open(&path).await.expect("open db");
-    let broker_id = history::broker_id(&db, BROKER).await.expect("broker id");
+    let store = warren::storage::sqlite::store(db.clone());
+    let broker_id = history::broker_id(&store, BROKER).await.expect("broker id");
     let busy_count = model.queues.iter().filter(|q| q.busy).count();
     // Idle queues answer the same bytes every poll: parse them once; busy ones every step.
     let parse = |json: &str| -> RawQueue { serde_json::from_str(json).expect("queue parses") };
@@ -1342,7 +1344,7 @@ async fn storage_phase(settings: &Settings, model: &Model, idle: &[String]) -> V
         write.broker.queues = queues as i64;
         let rows = write.samples.len() + write.new_samples.len();
         let (c0, w0) = (process_cpu_ns(), Instant::now());
-        let ids = history::write_poll(&db, &write).await.expect("write_poll");
+        let ids = history::write_poll(&store, &write).await.expect("write_poll");
         let wall_ms = w0.elapsed().as_secs_f64() * 1e3;
         let cpu_ms = (process_cpu_ns() - c0) as f64 / 1e6;
         for (&i, id) in new_queues.iter().zip(ids) {

@@ -65,8 +65,9 @@ pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database.display()))?;
     let mut ids = HashMap::new();
+    let store = storage::sqlite::store(db.clone());
     for broker in &config.brokers {
-        ids.insert(broker.name.clone(), history::broker_id(&db, &broker.name).await?);
+        ids.insert(broker.name.clone(), history::broker_id(&store, &broker.name).await?);
     }
     let state = AppState::new(config, wings, db, ids);
     state.gate.use_stored_csrf_key(&state.store).await?;
@@ -102,7 +103,7 @@ pub async fn run(
 
     for broker in state.config.brokers.iter().cloned() {
         let id = state.broker_ids[&broker.name];
-        let poller = poller::Poller::new(broker, state.db.clone(), state.live.clone(), id)
+        let poller = poller::Poller::new(broker, state.db.clone(), state.store.clone(), state.live.clone(), id)
             .await?
             .report_storage_to(state.storage.clone())
             .watch_dead_letter_work(
@@ -220,7 +221,7 @@ async fn storage_loop(state: AppState, cancel: CancellationToken) {
             _ = tokio::time::sleep(STORAGE_CHECK_EVERY) => {}
         }
         // A failure is recorded and logged by the check; pages and /readyz show it.
-        let _ = state.storage.check(&state.db).await;
+        let _ = state.storage.check(&*state.store).await;
     }
 }
 
@@ -273,7 +274,7 @@ async fn retention_cleanup(state: &AppState, broker_ids: &[i64], windows: histor
         Ok(removed) => tracing::debug!(removed, "history cleanup done"),
         Err(e) => tracing::error!(error = %e, "history cleanup failed; will retry"),
     }
-    match history::nodes::prune(&state.db, now, windows).await {
+    match history::nodes::prune(&state.store, now, windows).await {
         Ok(removed) => tracing::debug!(removed, "node history thinned"),
         Err(e) => tracing::error!(error = %e, "node history cleanup failed; will retry"),
     }

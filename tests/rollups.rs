@@ -86,7 +86,7 @@ async fn write_history(f: &Fixture, start: i64, end: i64, down: impl Fn(i64) -> 
                 }
                 last[i] = Some((ts, sample));
             }
-            let new_ids = history::write_poll(&f.state.db, &write).await.unwrap();
+            let new_ids = history::write_poll(&f.state.store, &write).await.unwrap();
             if ids.is_empty() {
                 ids = new_ids;
             }

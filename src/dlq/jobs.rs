@@ -509,7 +509,7 @@ async fn launch(
 ) -> Result<Arc<Job>, StartError> {
     // The row must be durable before anything moves: a file deleted under warren takes writes
     // and loses them, so it is checked first.
-    handles.storage.check(&handles.db).await.map_err(StartError::Storage)?;
+    handles.storage.check(&*handles.store).await.map_err(StartError::Storage)?;
     let (broker, vhost, queue) = (entry.broker.to_string(), entry.vhost.to_string(), entry.queue.to_string());
     let id = audit::start(&handles.store, entry)
         .await

@@ -737,7 +737,7 @@ pub async fn prune(db: &Db, now: i64, windows: Windows, broker_ids: &[i64]) -> R
     let minute_cutoff = (now - windows.minute_secs).min(hour_done).min(minute_done);
     let hour_cutoff = now - windows.hour_secs;
 
-    let mut removed = super::prune(db, raw_cutoff).await?;
+    let mut removed = super::prune(&crate::storage::sqlite::store(db.clone()), raw_cutoff).await?;
     let ids: Vec<i64> = sqlx::query_scalar("select id from queues").fetch_all(db).await?;
     for (level, cutoff) in [(Level::Minute, minute_cutoff), (Level::Hour, hour_cutoff)] {
         let table = level.queue_table();

@@ -19,12 +19,14 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::Db;
+use crate::storage::Database;
 
 /// The database file and what is known of its health.
 #[derive(Debug)]
 pub struct Storage {
-    path: PathBuf,
+    /// The SQLite file; `None` on PostgreSQL, whose files are the server's to keep (a server that
+    /// lost them fails the write check).
+    path: Option<PathBuf>,
     /// The file's absolute path as the kernel names it in `/proc/self/fd` (`open_but_deleted`).
     absolute: Option<PathBuf>,
     /// (device, inode) of the file when warren opened it.
@@ -46,11 +48,16 @@ impl Storage {
     /// Remembers which file the database is, right after it was opened.
     pub fn new(path: &Path) -> Storage {
         Storage {
-            path: path.to_path_buf(),
+            path: Some(path.to_path_buf()),
             absolute: std::fs::canonicalize(path).ok(),
             identity: identity(path),
             last_problem: Mutex::new(None),
         }
+    }
+
+    /// A database on a server (PostgreSQL): no file here to check, only writes.
+    pub fn server() -> Storage {
+        Storage { path: None, absolute: None, identity: None, last_problem: Mutex::new(None) }
     }
 
     /// The last fault seen, unless a check or write has succeeded since.
@@ -87,18 +94,19 @@ impl Storage {
     }
 
     /// Checks the file and makes one write; `Err` holds the fault in words.
-    pub async fn check(&self, db: &Db) -> Result<(), String> {
+    pub async fn check(&self, db: &dyn Database) -> Result<(), String> {
         self.file_check()?;
-        let probe = sqlx::query(
-            "insert into storage_probe (id, at) values (1, ?) on conflict (id) do update set at = excluded.at",
-        )
-        .bind(Utc::now().timestamp_millis())
-        .execute(db)
-        .await;
-        match probe {
-            Ok(_) => {
+        let at = Utc::now().timestamp_millis();
+        match db.probe(at).await {
+            Ok(written) if written == at => {
                 self.set(None);
                 Ok(())
+            }
+            // The statement answered with a value other than the one it was given: whatever
+            // holds the data is not keeping what it is told.
+            Ok(written) => {
+                let error = sqlx::Error::Protocol(format!("the write check wrote {at} and read back {written}"));
+                Err(self.failed("the write check", &error))
             }
             Err(e) => Err(self.failed("the write check", &e)),
         }
@@ -119,6 +127,7 @@ impl Storage {
     }
 
     fn file_problem(&self) -> Option<String> {
+        let file = self.path.as_ref()?;
         if let Some(deleted) = self.absolute.as_deref().and_then(open_but_deleted) {
             return Some(format!(
                 "{} was deleted while warren runs and SQLite still writes to it: what warren writes now is lost \
@@ -126,8 +135,8 @@ impl Storage {
                 deleted.display()
             ));
         }
-        let path = self.path.display();
-        match (std::fs::metadata(&self.path), self.identity) {
+        let path = file.display();
+        match (std::fs::metadata(file), self.identity) {
             (Err(e), _) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
                 "the database file {path} was deleted while warren runs: what warren writes now is lost when it \
                  stops; restart warren to start a new database, or restore the file"

@@ -15,13 +15,14 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 
 use super::track::{FifoBreak, QueueKey, Tracked};
-use crate::history::{self, Db};
+use crate::history;
 use crate::metrics::{AgeSource, Estimate, QueueView, STATS_STEP_SECS};
+use crate::storage::Store;
 
 /// Estimates ages in place for every view whose age is unknown and that has messages.
 /// Unchanged targets reuse the cached result, so idle queues cost no query.
 pub async fn estimate_ages(
-    db: &Db,
+    store: &Store,
     queues: &mut HashMap<QueueKey, Tracked>,
     views: &mut [QueueView],
     poll_interval_secs: f64,
@@ -42,15 +43,22 @@ pub async fn estimate_ages(
         let estimate = match tracked.estimate {
             Some((cached_target, estimate)) if cached_target == target => estimate,
             _ => {
-                let (mut estimate, settled) =
-                    estimate_one(db, id, tracked, target, total as i64, published as i64 + slack, poll_interval_secs)
-                        .await?;
+                let (mut estimate, settled) = estimate_one(
+                    store,
+                    id,
+                    tracked,
+                    target,
+                    total as i64,
+                    published as i64 + slack,
+                    poll_interval_secs,
+                )
+                .await?;
                 // No publish counter accounts for the messages (dead letters arrive without one):
                 // the depth history may still tell when the oldest arrived (issue 31, case 6: a
                 // filling DLQ's age was unknown in 46 of 47 polls until someone browsed it).
                 if estimate == Estimate::Impossible && view.ack_rate.is_none_or(|r| r == 0.0) {
                     if let Some(by_depth) =
-                        estimate_from_depth(db, id, tracked.incarnation_since, total, poll_interval_secs).await?
+                        estimate_from_depth(store, id, tracked.incarnation_since, total, poll_interval_secs).await?
                     {
                         estimate = by_depth;
                     }
@@ -170,27 +178,14 @@ const DEPTH_ROWS: i64 = 20_000;
 /// arrived after that, and the oldest is the first (a FIFO queue's head). Removals would take
 /// the oldest first and make this an overstatement, so any sign of one leaves the age unknown.
 async fn estimate_from_depth(
-    db: &Db,
+    store: &Store,
     queue_id: i64,
     since: i64,
     total: u64,
     poll_interval_secs: f64,
 ) -> Result<Option<Estimate>, sqlx::Error> {
-    let (empty_at,): (Option<i64>,) = sqlx::query_as(
-        "select max(ts) from queue_samples where queue_id = ? and ts >= ? and ready = 0 and unacked = 0",
-    )
-    .bind(queue_id)
-    .bind(since)
-    .fetch_one(db)
-    .await?;
-    let rows: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = sqlx::query_as(
-        "select ts, ready, unacked, ack_rate_m from queue_samples where queue_id = ? and ts > ? order by ts limit ?",
-    )
-    .bind(queue_id)
-    .bind(empty_at.unwrap_or(since - 1))
-    .bind(DEPTH_ROWS + 1)
-    .fetch_all(db)
-    .await?;
+    let empty_at = store.last_seen_empty(queue_id, since).await?;
+    let rows = store.depths_after(queue_id, empty_at.unwrap_or(since - 1), DEPTH_ROWS + 1).await?;
     Ok(arrival_from_depth(empty_at, &rows, total, poll_interval_secs))
 }
 
@@ -226,7 +221,7 @@ fn arrival_from_depth(
 }
 
 async fn estimate_one(
-    db: &Db,
+    store: &Store,
     queue_id: i64,
     tracked: &Tracked,
     target: i64,
@@ -243,7 +238,7 @@ async fn estimate_one(
     // A recent crossing (a backlog younger than the last rows written) needs no query.
     let crossing = match tracked.recent_crossing(since, target) {
         Some(found) => Some(found),
-        None => history::publish_crossing(db, queue_id, since, target).await?,
+        None => history::publish_crossing(store, queue_id, since, target).await?,
     };
     if let Some((_, next)) = crossing {
         // `next` is absent when the crossing poll is the one being written now.
@@ -256,7 +251,7 @@ async fn estimate_one(
     // present when the history starts, plus everything published since, can account for the
     // messages present now; otherwise the counter does not see this queue's inflow.
     // (`published` includes the lag slack.)
-    match history::first_sample(db, queue_id, since).await? {
+    match history::first_sample(store, queue_id, since).await? {
         Some((first_ts, Some(first_published), Some(first_total)))
             if first_total + (published - first_published) >= total =>
         {

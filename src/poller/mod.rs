@@ -52,6 +52,7 @@ use crate::config::BrokerConfig;
 use crate::history::{self, Db, KnownQueue};
 use crate::live::{BrokerLoad, CallRecord, Live, PrometheusState};
 use crate::metrics::{rate_to_milli, BrokerCounters, CounterWindow};
+use crate::storage::Store;
 
 pub use self::track::{keyframe_due, KEYFRAME_SECS};
 
@@ -59,7 +60,10 @@ pub use self::track::{keyframe_due, KEYFRAME_SECS};
 pub struct Poller {
     broker: BrokerConfig,
     client: ManagementClient,
+    /// SQLite's pool, for the custody counts that are not behind the storage interface yet.
     db: Db,
+    /// The history and everything else behind the storage interface.
+    store: Store,
     live: Live,
     broker_id: i64,
     queues: HashMap<QueueKey, Tracked>,
@@ -177,14 +181,20 @@ pub enum PollError {
 impl Poller {
     /// Loads what the database knows of this broker's queues, so that a restart does not
     /// rewrite every queue's sample.
-    pub async fn new(broker: BrokerConfig, db: Db, live: Live, broker_id: i64) -> Result<Self, sqlx::Error> {
+    pub async fn new(
+        broker: BrokerConfig,
+        db: Db,
+        store: Store,
+        live: Live,
+        broker_id: i64,
+    ) -> Result<Self, sqlx::Error> {
         // Sized once: a map grown by doubling holds both tables while it moves (34 MB at 50,000).
-        let known = history::count_known_queues(&db, broker_id).await?;
+        let known = history::count_known_queues(&store, broker_id).await?;
         let mut queues = HashMap::with_capacity(usize::try_from(known).unwrap_or(0));
         // The same rows are the last known state the pages show until the first poll succeeds
         // (`show_last_known`).
         let mut last_known = Vec::new();
-        history::known_queues(&db, broker_id, |k| {
+        history::known_queues(&store, broker_id, |k| {
             if k.deleted_at.is_none() && broker.watches_vhost(&k.meta.vhost) {
                 last_known.push(k.clone());
             }
@@ -192,7 +202,7 @@ impl Poller {
             queues.insert(key, tracked);
         })
         .await?;
-        let worked = worked::Worked::load(&db, broker_id).await?;
+        let worked = worked::Worked::load(&store, broker_id).await?;
         let client = ManagementClient::new(&broker);
         let management = client.endpoints();
         live.update(&broker.name, |b| b.status.management = management);
@@ -215,6 +225,7 @@ impl Poller {
             broker,
             client,
             db,
+            store,
             live,
             broker_id,
             queues,
@@ -256,7 +267,7 @@ impl Poller {
     /// consumers out as the polls do.
     pub async fn show_last_known(mut self) -> Result<Self, sqlx::Error> {
         let known = std::mem::take(&mut self.last_known);
-        restore::seed(&self.db, &self.live, &self.broker.name, self.broker_id, known, &self.custody, &self.worked)
+        restore::seed(&self.store, &self.live, &self.broker.name, self.broker_id, known, &self.custody, &self.worked)
             .await?;
         Ok(self)
     }
@@ -420,8 +431,14 @@ impl Poller {
         let (mut views, marks, gone) =
             track::derive(&mut self.queues, &mut self.maps, raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
         bytes += self.apply_topology(&mut views, &marks, fetched, &mut calls.other).await;
-        estimate::estimate_ages(&self.db, &mut self.queues, &mut views, self.broker.poll_interval.as_secs_f64(), now)
-            .await?;
+        estimate::estimate_ages(
+            &self.store,
+            &mut self.queues,
+            &mut views,
+            self.broker.poll_interval.as_secs_f64(),
+            now,
+        )
+        .await?;
         let mut requeued: HashMap<String, Vec<(String, DateTime<Utc>)>> = HashMap::new();
         for ((vhost, queue), at) in self.jobs.as_ref().map(|j| j.requeued_into(&self.broker.name)).unwrap_or_default() {
             requeued.entry(queue).or_default().push((vhost, at));
@@ -485,7 +502,7 @@ impl Poller {
             poll_ms: poll_ms as i64,
         };
         let samples_written = write.samples.len() + write.new_samples.len();
-        let ids = history::write_poll(&self.db, &write).await?;
+        let ids = history::write_poll(&self.store, &write).await?;
         crate::memory::release_sqlite_freed_memory();
         track::commit(&mut self.queues, &mut views, &marks, &write, &ids, &gone);
 

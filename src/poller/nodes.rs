@@ -22,7 +22,7 @@ impl Poller {
             // The disk prediction's readings survive a restart: seeded once from the history.
             let since = now.timestamp() - DISK_READINGS_KEEP_SECS;
             let mut seed = std::collections::HashMap::<String, std::collections::VecDeque<(i64, u64)>>::new();
-            for (node, ts, free) in history::nodes::disk_free_since(&self.db, self.broker_id, since).await? {
+            for (node, ts, free) in history::nodes::disk_free_since(&self.store, self.broker_id, since).await? {
                 seed.entry(node).or_default().push_back((ts, free));
             }
             self.nodes.disk_free_readings = std::sync::Arc::new(seed);
@@ -37,7 +37,7 @@ impl Poller {
                     .as_deref()
                     .map(|n| (n, overview.rabbitmq_version.as_deref(), overview.erlang_version.as_deref()));
                 let nodes: Vec<Node> = raw.into_iter().map(|r| Node::from_raw(r, answering)).collect();
-                history::nodes::write(&self.db, self.broker_id, now.timestamp(), &nodes).await?;
+                history::nodes::write(&self.store, self.broker_id, now.timestamp(), &nodes).await?;
                 self.nodes.observe(nodes, now);
                 Ok(size)
             }

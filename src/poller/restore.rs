@@ -20,9 +20,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::broker::topology;
-use crate::history::{self, Db, KnownQueue};
+use crate::history::{self, KnownQueue};
 use crate::live::{Live, VhostLive};
 use crate::metrics::{exact_age, rate_from_milli, QueueNames, QueueView};
+use crate::storage::Store;
 
 /// A stored queue as a view: its metadata and its last stored sample, whose values held at
 /// `as_of` (samples are written only when a value changes). Rates are the stored ones; the
@@ -83,7 +84,7 @@ pub fn stored_view(broker: &str, known: KnownQueue, as_of: DateTime<Utc>) -> Que
 /// marked as restored from the broker's last successful poll. Nothing when the broker was never
 /// polled successfully: then there is no state to show.
 pub async fn seed(
-    db: &Db,
+    store: &Store,
     live: &Live,
     broker: &str,
     broker_id: i64,
@@ -91,14 +92,14 @@ pub async fn seed(
     custody: &[crate::config::CustodyRule],
     worked: &super::worked::Worked,
 ) -> Result<(), sqlx::Error> {
-    let Some(last_poll) = history::last_known::last_poll_at(db, broker_id).await? else { return Ok(()) };
+    let Some(last_poll) = history::last_known::last_poll_at(store, broker_id).await? else { return Ok(()) };
     let as_of = DateTime::from_timestamp(last_poll, 0).unwrap_or_default();
     let mut views: Vec<QueueView> = known.into_iter().map(|k| stored_view(broker, k, as_of)).collect();
     for view in &mut views {
         // Not measured by this run: unknown, never the last minute before the stop shown as now.
         (view.publish_rate, view.deliver_rate, view.ack_rate, view.redeliver_rate) = (None, None, None, None);
     }
-    let topologies = history::last_known::topologies(db, broker_id).await?;
+    let topologies = history::last_known::topologies(store, broker_id).await?;
     let mut by_vhost: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
     for (i, view) in views.iter().enumerate() {
         by_vhost.entry(view.vhost.clone()).or_default().push(i);

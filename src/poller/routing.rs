@@ -93,7 +93,7 @@ impl Poller {
             // filled: issue 17, case 5).
             let now = chrono::Utc::now().timestamp();
             for i in working {
-                self.worked.record(&self.db, self.broker_id, vhost, &views[i].name, now).await;
+                self.worked.record(&self.store, self.broker_id, vhost, &views[i].name, now).await;
             }
             let fed: HashSet<String> = indexes
                 .iter()
@@ -140,7 +140,7 @@ impl Poller {
                 if changed {
                     let at = Utc::now().timestamp();
                     if let Err(e) =
-                        history::last_known::store_topology(&self.db, self.broker_id, vhost, &topology, at).await
+                        history::last_known::store_topology(&self.store, self.broker_id, vhost, &topology, at).await
                     {
                         tracing::warn!(broker = %self.broker.name, %vhost, error = %e, "keeping the topology failed");
                     }

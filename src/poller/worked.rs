@@ -6,9 +6,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::Row;
-
-use crate::history::Db;
+use crate::storage::Store;
 
 /// A stored sighting is refreshed at most this often: the reason shows when warren last saw
 /// the consumers, to the minute, and a poll every few seconds need not write it each time.
@@ -21,15 +19,9 @@ pub struct Worked {
 }
 
 impl Worked {
-    pub async fn load(db: &Db, broker_id: i64) -> Result<Worked, sqlx::Error> {
-        let rows = sqlx::query("select vhost, queue, seen_at from roles_worked_queues where broker_id = ?")
-            .bind(broker_id)
-            .fetch_all(db)
-            .await?;
-        let mut seen = HashMap::with_capacity(rows.len());
-        for row in rows {
-            seen.insert((row.try_get("vhost")?, row.try_get("queue")?), row.try_get("seen_at")?);
-        }
+    pub async fn load(store: &Store, broker_id: i64) -> Result<Worked, sqlx::Error> {
+        let rows = store.worked_queues(broker_id).await?;
+        let seen = rows.into_iter().map(|w| ((w.vhost, w.queue), w.seen_at)).collect();
         Ok(Worked { seen })
     }
 
@@ -42,23 +34,13 @@ impl Worked {
 
     /// Records that the queue has consumers now and processes messages (its role is `work`).
     /// A failed write is logged: the sighting is still kept in memory for this run.
-    pub async fn record(&mut self, db: &Db, broker_id: i64, vhost: &str, queue: &str, now: i64) {
+    pub async fn record(&mut self, store: &Store, broker_id: i64, vhost: &str, queue: &str, now: i64) {
         let key = (vhost.to_string(), queue.to_string());
         if self.seen.get(&key).is_some_and(|at| now - *at < REFRESH_SECS) {
             return;
         }
         self.seen.insert(key, now);
-        let written = sqlx::query(
-            "insert into roles_worked_queues (broker_id, vhost, queue, seen_at) values (?, ?, ?, ?) \
-             on conflict (broker_id, vhost, queue) do update set seen_at = excluded.seen_at",
-        )
-        .bind(broker_id)
-        .bind(vhost)
-        .bind(queue)
-        .bind(now)
-        .execute(db)
-        .await;
-        if let Err(error) = written {
+        if let Err(error) = store.record_worked(broker_id, vhost, queue, now).await {
             tracing::warn!(vhost, queue, %error, "could not store that the queue has consumers; kept for this run");
         }
     }

@@ -7,16 +7,19 @@
 //! placeholders differ between the two.
 //!
 //! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
-//! [`Alerts`], [`Fates`], [`Logins`], [`Snapshots`]), and [`Database`] is all of them; a backend implements
-//! each part in a file of its own. Its methods are the database's side of an operation: one call
-//! is one statement or one transaction, and what decides (password hashes, the last-admin rule's
+//! [`Alerts`], [`Fates`], [`Leases`], [`Logins`], [`Snapshots`], the history's [`Samples`],
+//! [`Nodes`] and [`Topology`]), and [`Database`] is all of them; a backend implements each part
+//! in a file of its own. Its methods are the database's side of an operation: one call is one
+//! statement or one transaction, and what decides (password hashes, the last-admin rule's
 //! wording, the failed-login caps) stays in the feature that calls it.
 //!
 //! Writes that must commit together (an alert evaluation's history, states and notifications)
 //! are made on a [`Transaction`], so the feature keeps its decisions between them.
 //!
 //! Moved behind it so far: accounts (users, sessions, API tokens), the login throttle's
-//! failures, the audit log, alerts, the fates of the messages a move touched, and the dead-letter queues' stored snapshots. The rest of
+//! failures, the audit log, alerts, the fates of the messages a move touched, the dead-letter
+//! queues' stored snapshots, the leases that divide work between replicas, and the history's
+//! raw samples, nodes and topology (not yet its roll-ups). The rest of
 //! warren still uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only
 //! until every part is here.
 
@@ -28,9 +31,12 @@ pub mod audit;
 pub mod fates;
 pub mod leases;
 pub mod logins;
+pub mod nodes;
 pub mod postgres;
+pub mod samples;
 pub mod snapshots;
 pub mod sqlite;
+pub mod topology;
 
 pub use accounts::Accounts;
 pub use alerts::{AlertWrites, Alerts};
@@ -38,11 +44,16 @@ pub use audit::AuditLog;
 pub use fates::Fates;
 pub use leases::{Fence, Held, Leases};
 pub use logins::Logins;
+pub use nodes::Nodes;
+pub use samples::Samples;
 pub use snapshots::Snapshots;
+pub use topology::Topology;
 
 /// Everything warren keeps, on one backend.
 #[async_trait::async_trait]
-pub trait Database: Accounts + AuditLog + Alerts + Fates + Leases + Logins + Snapshots + Send + Sync + 'static {
+pub trait Database:
+    Accounts + AuditLog + Alerts + Fates + Leases + Logins + Snapshots + Samples + Nodes + Topology + Send + Sync + 'static
+{
     /// `sqlite` or `postgres`, for logs and errors.
     fn backend(&self) -> &'static str;
     /// A transaction for the writes that go together ([`AlertWrites`]). Dropped without
@@ -52,6 +63,10 @@ pub trait Database: Accounts + AuditLog + Alerts + Fates + Leases + Logins + Sna
     /// none, else the one stored. Processes starting together on one new database, and replicas
     /// sharing one, all read the same one.
     async fn instance_key(&self, name: &str, fresh: &[u8]) -> Result<Vec<u8>>;
+    /// The write check (`history::storage`): the one row of `storage_probe` set to `at` (unix
+    /// milliseconds) in a transaction of its own, so a full disk, a read-only database or a lost
+    /// server shows up as what it is; returns the row's value as written.
+    async fn probe(&self, at: i64) -> Result<i64>;
 }
 
 /// Writes that commit together or not at all.

@@ -28,7 +28,7 @@ pub async fn find_queue(state: &AppState, broker: &str, vhost: &str, name: &str)
         return Ok(q.clone());
     }
     let not_found = || WebError::NotFound(format!("no queue {name:?} in vhost {vhost:?} on broker {broker:?}"));
-    let known = history::find_queue(&state.db, broker, vhost, name).await?.ok_or_else(not_found)?;
+    let known = history::find_queue(&state.store, broker, vhost, name).await?.ok_or_else(not_found)?;
     let ts = known.last_sample.map(|(ts, _)| ts).unwrap_or_default();
     let as_of = DateTime::from_timestamp(known.deleted_at.unwrap_or(ts), 0).unwrap_or_default();
     Ok(crate::poller::restore::stored_view(broker, known, as_of))

@@ -126,7 +126,7 @@ async fn healthz() -> &'static str {
 /// The database can be written (the file is the one opened, and a write goes through) and every
 /// broker has been polled at least once.
 async fn readyz(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
-    let database = state.storage.check(&state.db).await;
+    let database = state.storage.check(&*state.store).await;
     let brokers = state.live.snapshot();
     let waiting: Vec<&str> =
         brokers.iter().filter(|b| b.status.last_attempt.is_none()).map(|b| b.name.as_str()).collect();

@@ -3,8 +3,8 @@
 //! 127.0.0.1:5432, through `warren::storage::Store` and the parts of warren that use it. A
 //! behaviour one backend has and the other lacks fails here.
 //!
-//! One file per part behind the interface: accounts (users, sessions, tokens), alerts and the
-//! audit log so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
+//! One file per part behind the interface: accounts (users, sessions, tokens), alerts, the
+//! audit log, fates, snapshots, the history's samples, nodes and topology so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
 //! `PART::postgres::TEST` of each.
 
 use warren::storage::Store;
@@ -15,8 +15,11 @@ mod audit;
 mod fates;
 mod leases;
 mod logins;
+mod nodes;
 mod replicas;
+mod samples;
 mod snapshots;
+mod topology;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 

@@ -241,7 +241,7 @@ async fn intake(
     // delivery of each message's budget on a quorum queue at every retry.
     custody
         .storage
-        .check(db)
+        .check(&crate::storage::sqlite::Sqlite::new(db.clone()))
         .await
         .map_err(|e| format!("{e}: intake did not start, the messages stay in the broker"))?;
     let mut kept = bytes_kept(db, id).await.map_err(|e| format!("reading custody's size: {e}"))?;

@@ -16,7 +16,10 @@ mod audit;
 mod fates;
 mod leases;
 mod logins;
+mod nodes;
+mod samples;
 mod snapshots;
+mod topology;
 
 /// warren's database in PostgreSQL.
 #[derive(Debug, Clone)]
@@ -49,6 +52,21 @@ impl super::Database for Postgres {
             .execute(&self.pool)
             .await?;
         sqlx::query_scalar("select key from instance_keys where name = $1").bind(name).fetch_one(&self.pool).await
+    }
+
+    async fn probe(&self, at: i64) -> super::Result<i64> {
+        // One transaction: another replica's probe waits on the row, so the value read back is
+        // this write's, and a commit the server cannot make is this check's error.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "insert into storage_probe (id, at) values (1, $1) on conflict (id) do update set at = excluded.at",
+        )
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        let written = sqlx::query_scalar("select at from storage_probe where id = 1").fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(written)
     }
 }
 

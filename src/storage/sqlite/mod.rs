@@ -13,7 +13,10 @@ mod audit;
 mod fates;
 mod leases;
 mod logins;
+mod nodes;
+mod samples;
 mod snapshots;
+mod topology;
 
 /// warren's database in one SQLite file.
 #[derive(Debug, Clone)]
@@ -44,6 +47,19 @@ impl super::Database for Sqlite {
             .execute(&self.pool)
             .await?;
         sqlx::query_scalar("select key from instance_keys where name = ?").bind(name).fetch_one(&self.pool).await
+    }
+
+    async fn probe(&self, at: i64) -> super::Result<i64> {
+        // Not `returning` in autocommit: SQLite hands the row over before the commit, and the
+        // commit's failure (a full disk, tests/storage.rs) comes after the one row read.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("insert into storage_probe (id, at) values (1, ?) on conflict (id) do update set at = excluded.at")
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        let written = sqlx::query_scalar("select at from storage_probe where id = 1").fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(written)
     }
 }
 

@@ -55,7 +55,7 @@ pub async fn load_broker_history(
     let (resolution, step) = resolution_for(state, &range);
     let TimeRange { from, to, .. } = range;
     let points = match resolution {
-        Resolution::Raw => history::broker_history(&state.db, id, from, to, step).await?,
+        Resolution::Raw => history::broker_history(&state.store, id, from, to, step).await?,
         _ => series::broker_series(&state.db, id, resolution, from, to, step).await?,
     };
     Ok(BrokerHistory { broker: broker.to_string(), from, to, step, resolution, points })
@@ -138,13 +138,13 @@ pub async fn load_queue_history(
     let range = range.validate(Utc::now(), interval)?;
     let (resolution, step) = resolution_for(state, &range);
     let TimeRange { from, to, .. } = range;
-    let known = history::find_queue(&state.db, broker, vhost, name).await?.ok_or_else(|| {
+    let known = history::find_queue(&state.store, broker, vhost, name).await?.ok_or_else(|| {
         WebError::NotFound(format!("no history for queue {name:?} in vhost {vhost:?} on broker {broker:?}"))
     })?;
     let broker_id = state.broker_ids[broker];
     let points = match resolution {
         Resolution::Raw => {
-            QueuePoints::Raw(history::queue_history(&state.db, broker_id, known.id, from, to, step, interval).await?)
+            QueuePoints::Raw(history::queue_history(&state.store, broker_id, known.id, from, to, step, interval).await?)
         }
         _ => QueuePoints::Rollup(
             series::queue_series(

@@ -99,7 +99,7 @@ async fn history_json(
         *state.broker_ids.get(&broker).ok_or_else(|| WebError::NotFound(format!("no broker named {broker:?}")))?;
     let window = range.validate(Utc::now(), poll_interval_secs(&state, &broker))?;
     let points =
-        crate::history::nodes::history(&state.db, broker_id, &node, window.from, window.to, window.step).await?;
+        crate::history::nodes::history(&state.store, broker_id, &node, window.from, window.to, window.step).await?;
     Ok(Json(NodeHistoryJson {
         note: format!(
             "A point per {}: the highest memory, descriptors, sockets, processes and run queue in it, the lowest free disk. \

@@ -114,7 +114,7 @@ pub(super) async fn queues(
     // Depth sparklines over the last hour, one database read for the whole page.
     let now = Utc::now().timestamp();
     let id_list: Vec<i64> = items.iter().filter_map(|q| q.id).collect();
-    let series = history::depth_sparklines(&state.db, &id_list, now - 3600, now, 60).await?;
+    let series = history::depth_sparklines(&state.store, &id_list, now - 3600, now, 60).await?;
     let rows = items
         .iter()
         .map(|q| {

@@ -46,7 +46,7 @@ pub async fn edit_record(
         action: "custody edit",
         request: json!({"record": id, "edit": edit}).to_string(),
     };
-    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
@@ -104,7 +104,7 @@ pub async fn delete_record(
         action: "custody delete",
         request: json!({"record": id}).to_string(),
     };
-    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
@@ -184,7 +184,7 @@ pub async fn start_custody(
         action: "custody start",
         request: json!({"messages_in_broker": in_broker}).to_string(),
     };
-    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;

@@ -225,7 +225,7 @@ async fn import(
         action: "custody import",
         request: json!({"lines": count, "bytes": body.len()}).to_string(),
     };
-    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;

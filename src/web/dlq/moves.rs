@@ -51,7 +51,7 @@ pub(super) async fn run_purge(
         action: "purge",
         request: "{}".to_string(),
     };
-    state.storage.check(&state.db).await.map_err(WebError::Storage)?;
+    state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
