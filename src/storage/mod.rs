@@ -7,18 +7,20 @@
 //! placeholders differ between the two.
 //!
 //! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
-//! [`Alerts`], [`Fates`], [`Logins`], [`Snapshots`]), and [`Database`] is all of them; a backend implements
-//! each part in a file of its own. Its methods are the database's side of an operation: one call
-//! is one statement or one transaction, and what decides (password hashes, the last-admin rule's
-//! wording, the failed-login caps) stays in the feature that calls it.
+//! [`Alerts`], [`Fates`], [`Logins`], [`Snapshots`], the history's [`Samples`] and [`Rollups`]),
+//! and [`Database`] is all of them; a backend implements each part in a file of its own. Its methods
+//! are the database's side of an operation: one call is one statement or one transaction, and
+//! what decides (password hashes, the last-admin rule's wording, the failed-login caps) stays in
+//! the feature that calls it.
 //!
 //! Writes that must commit together (an alert evaluation's history, states and notifications)
 //! are made on a [`Transaction`], so the feature keeps its decisions between them.
 //!
 //! Moved behind it so far: accounts (users, sessions, API tokens), the login throttle's
-//! failures, the audit log, alerts, the fates of the messages a move touched, and the dead-letter queues' stored snapshots. The rest of
-//! warren still uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only
-//! until every part is here.
+//! failures, the audit log, alerts, the fates of the messages a move touched, the dead-letter
+//! queues' stored snapshots, and the history's roll-ups with the reads its chart series make (of
+//! its raw samples, only their type and pruning so far). The rest of warren still uses SQLite's
+//! pool (`history::Db`) directly, and warren runs on SQLite only until every part is here.
 
 use std::sync::Arc;
 
@@ -29,6 +31,8 @@ pub mod fates;
 pub mod leases;
 pub mod logins;
 pub mod postgres;
+pub mod rollups;
+pub mod samples;
 pub mod snapshots;
 pub mod sqlite;
 
@@ -38,11 +42,15 @@ pub use audit::AuditLog;
 pub use fates::Fates;
 pub use leases::{Fence, Held, Leases};
 pub use logins::Logins;
+pub use rollups::Rollups;
+pub use samples::Samples;
 pub use snapshots::Snapshots;
 
 /// Everything warren keeps, on one backend.
 #[async_trait::async_trait]
-pub trait Database: Accounts + AuditLog + Alerts + Fates + Leases + Logins + Snapshots + Send + Sync + 'static {
+pub trait Database:
+    Accounts + AuditLog + Alerts + Fates + Leases + Logins + Rollups + Samples + Snapshots + Send + Sync + 'static
+{
     /// `sqlite` or `postgres`, for logs and errors.
     fn backend(&self) -> &'static str;
     /// A transaction for the writes that go together ([`AlertWrites`]). Dropped without

@@ -13,6 +13,8 @@ mod audit;
 mod fates;
 mod leases;
 mod logins;
+mod rollups;
+mod samples;
 mod snapshots;
 
 /// warren's database in one SQLite file.
