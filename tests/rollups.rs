@@ -124,7 +124,7 @@ async fn hourly_rollups_hold_min_max_avg_last_gaps_and_unknowns() {
     let down = |ts: i64| ts >= start + 3600 && ts < start + 5400;
     let polls = write_history(&f, start, start + 3 * 3600, down).await;
     let cancel = CancellationToken::new();
-    rollup::roll_up(&f.state.db, f.broker_id, now, &cancel).await.unwrap();
+    rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
 
     // The idle queue costs one row (its first hour); later hours are derived from it.
     let rows: Vec<(String, i64)> = sqlx::query_as(
@@ -197,7 +197,7 @@ async fn minute_rollups_and_the_live_tail_agree_with_raw_samples() {
     let before = get(&f, &path).await;
     assert_eq!(before["resolution"], "1m", "{before}");
     let cancel = CancellationToken::new();
-    rollup::roll_up(&f.state.db, f.broker_id, now, &cancel).await.unwrap();
+    rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
     let after = get(&f, &path).await;
     assert_eq!(before["points"], after["points"]);
 
@@ -228,7 +228,7 @@ async fn minute_rollups_and_the_live_tail_agree_with_raw_samples() {
     };
     let first = dump().await;
     sqlx::query("delete from rollup_progress").execute(&f.state.db).await.unwrap();
-    rollup::roll_up(&f.state.db, f.broker_id, now, &cancel).await.unwrap();
+    rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
     assert_eq!(first, dump().await);
 }
 
@@ -248,12 +248,12 @@ async fn pruning_keeps_what_is_not_rolled_up_and_the_value_in_force() {
         }
     };
     // Nothing rolled up yet: raw samples stay even though they are past their window.
-    rollup::prune(&f.state.db, now, windows, &[f.broker_id]).await.unwrap();
+    rollup::prune(&f.state.store, now, windows, &[f.broker_id]).await.unwrap();
     assert!(count("queue_samples").await > 0);
 
     let cancel = CancellationToken::new();
-    rollup::roll_up(&f.state.db, f.broker_id, now, &cancel).await.unwrap();
-    rollup::prune(&f.state.db, now, windows, &[f.broker_id]).await.unwrap();
+    rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
+    rollup::prune(&f.state.store, now, windows, &[f.broker_id]).await.unwrap();
     assert_eq!(count("queue_samples").await, 0);
     // Minutes are past their 7-day window, but each queue keeps its latest minute row: the idle
     // queue's value is still in force.
@@ -269,7 +269,7 @@ async fn pruning_keeps_what_is_not_rolled_up_and_the_value_in_force() {
 
     // A queue deleted longer ago than the retention loses its last rows and its record.
     sqlx::query("update queues set deleted_at = ? where name = 'idle'").bind(start + 7200).execute(&db).await.unwrap();
-    rollup::prune(&f.state.db, now + 40 * 86_400, windows, &[f.broker_id]).await.unwrap();
+    rollup::prune(&f.state.store, now + 40 * 86_400, windows, &[f.broker_id]).await.unwrap();
     let names: Vec<String> = sqlx::query_scalar("select name from queues order by name").fetch_all(&db).await.unwrap();
     assert_eq!(names, vec!["busy".to_string(), "unknown".to_string()]);
     assert!(count("queue_rollups_1h").await > 0, "the others keep the row still in force");

@@ -17,6 +17,7 @@ use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, 
 use sqlx::Row;
 
 use crate::metrics::rate_from_milli;
+use crate::storage::Store;
 
 pub mod last_known;
 pub mod nodes;
@@ -112,21 +113,7 @@ pub async fn backup(db: &Db, to: &Path) -> Result<u64, sqlx::Error> {
     Ok(std::fs::metadata(to)?.len())
 }
 
-/// The stored values of one queue sample. Equality decides whether a new row is needed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
-pub struct StoredSample {
-    pub ready: Option<i64>,
-    pub unacked: Option<i64>,
-    pub consumers: Option<i64>,
-    pub publish_count: Option<i64>,
-    pub publish_rate_m: Option<i64>,
-    pub deliver_rate_m: Option<i64>,
-    pub ack_rate_m: Option<i64>,
-    pub redeliver_rate_m: Option<i64>,
-    pub head_ts: Option<i64>,
-    pub est_oldest_ts: Option<i64>,
-    pub est_bound: Option<i64>,
-}
+pub use crate::storage::samples::StoredSample;
 
 /// A queue's metadata row; written when it first appears or when any of it changes.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -677,23 +664,8 @@ pub async fn broker_history(
 
 /// Deletes raw samples and broker polls older than `before` (unix seconds). Called by
 /// [`rollup::prune`], which decides how far raw data may go.
-pub async fn prune(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
-    let mut removed = 0;
-    // queue_samples is keyed by (queue_id, ts) and has no index on ts alone (it would cost more
-    // bytes per sample than the sample): delete queue by queue, in batches, each a short write.
-    let ids: Vec<i64> = sqlx::query_scalar("select id from queues").fetch_all(db).await?;
-    for batch in ids.chunks(200) {
-        let list = serde_json::to_string(batch).expect("ids serialise");
-        removed +=
-            sqlx::query("delete from queue_samples where queue_id in (select value from json_each(?)) and ts < ?")
-                .bind(list)
-                .bind(before)
-                .execute(db)
-                .await?
-                .rows_affected();
-    }
-    removed += sqlx::query("delete from broker_samples where ts < ?").bind(before).execute(db).await?.rows_affected();
-    Ok(removed)
+pub async fn prune(store: &Store, before: i64) -> Result<u64, sqlx::Error> {
+    store.prune_samples(before).await
 }
 
 #[cfg(test)]
