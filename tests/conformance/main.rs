@@ -3,8 +3,8 @@
 //! 127.0.0.1:5432, through `warren::storage::Store` and the parts of warren that use it. A
 //! behaviour one backend has and the other lacks fails here.
 //!
-//! One file per part behind the interface: accounts (users, sessions, tokens), alerts and the
-//! audit log so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
+//! One file per part behind the interface: accounts (users, sessions, tokens), alerts, the
+//! audit log, fates, snapshots and the history's roll-ups so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
 //! `PART::postgres::TEST` of each.
 
 use warren::storage::Store;
@@ -16,6 +16,7 @@ mod fates;
 mod leases;
 mod logins;
 mod replicas;
+mod rollups;
 mod snapshots;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -23,9 +24,18 @@ const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// One backend with a fresh database, dropped with it (a failed test's too).
 pub struct Backend {
     pub store: Store,
+    /// The same database's pool, for what is not behind the interface yet.
+    pub pool: Pool,
     _dir: Option<tempfile::TempDir>,
     /// The PostgreSQL database to drop at the end.
     database: Option<String>,
+}
+
+/// A backend's own pool. The roll-ups' tests write the raw samples they roll up with it, since
+/// the samples' write path is not behind the interface yet.
+pub enum Pool {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
 }
 
 /// Numbers this process's PostgreSQL databases: short names, since PostgreSQL cuts identifiers
@@ -36,7 +46,12 @@ impl Backend {
     pub async fn sqlite() -> Backend {
         let dir = tempfile::tempdir().unwrap();
         let pool = warren::history::open(&dir.path().join("warren.db")).await.unwrap();
-        Backend { store: warren::storage::sqlite::store(pool), _dir: Some(dir), database: None }
+        Backend {
+            store: warren::storage::sqlite::store(pool.clone()),
+            pool: Pool::Sqlite(pool),
+            _dir: Some(dir),
+            database: None,
+        }
     }
 
     /// A database of its own, so tests run in parallel. A missing server fails the test: it is
@@ -48,7 +63,12 @@ impl Backend {
         admin(&format!("create database {database}")).await;
         let url = format!("postgres://postgres@127.0.0.1:5432/{database}");
         let pool = warren::storage::postgres::open(&url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
-        Backend { store: warren::storage::postgres::store(pool), _dir: None, database: Some(database) }
+        Backend {
+            store: warren::storage::postgres::store(pool.clone()),
+            pool: Pool::Postgres(pool),
+            _dir: None,
+            database: Some(database),
+        }
     }
 }
 
@@ -75,9 +95,30 @@ async fn admin(sql: &str) {
     sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
-/// Each test, once per backend: `sqlite::name` and `postgres::name`.
+/// Each test, once per backend: `sqlite::name` and `postgres::name`. With `with_pool:` first,
+/// each test takes the backend's [`Pool`] too.
 #[macro_export]
 macro_rules! conformance {
+    (with_pool: $($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let backend = $crate::Backend::sqlite().await;
+                    super::$name(&backend.store, &backend.pool).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let backend = $crate::Backend::postgres().await;
+                    super::$name(&backend.store, &backend.pool).await;
+                }
+            )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $(
