@@ -114,6 +114,7 @@ pub async fn backup(db: &Db, to: &Path) -> Result<u64, sqlx::Error> {
 }
 
 pub use crate::storage::samples::StoredSample;
+use crate::storage::samples::{sample_from_row, SAMPLE_COLUMNS};
 
 /// A queue's metadata row; written when it first appears or when any of it changes.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -172,25 +173,6 @@ pub async fn broker_id(db: &Db, name: &str) -> Result<i64, sqlx::Error> {
     sqlx::query("insert into brokers (name) values (?) on conflict (name) do nothing").bind(name).execute(db).await?;
     sqlx::query_scalar("select id from brokers where name = ?").bind(name).fetch_one(db).await
 }
-
-fn sample_from_row(row: &sqlx::sqlite::SqliteRow, offset: usize) -> Result<StoredSample, sqlx::Error> {
-    Ok(StoredSample {
-        ready: row.try_get(offset)?,
-        unacked: row.try_get(offset + 1)?,
-        consumers: row.try_get(offset + 2)?,
-        publish_count: row.try_get(offset + 3)?,
-        publish_rate_m: row.try_get(offset + 4)?,
-        deliver_rate_m: row.try_get(offset + 5)?,
-        ack_rate_m: row.try_get(offset + 6)?,
-        redeliver_rate_m: row.try_get(offset + 7)?,
-        head_ts: row.try_get(offset + 8)?,
-        est_oldest_ts: row.try_get(offset + 9)?,
-        est_bound: row.try_get(offset + 10)?,
-    })
-}
-
-const SAMPLE_COLUMNS: &str = "ready, unacked, consumers, publish_count, publish_rate_m, deliver_rate_m, ack_rate_m, \
-redeliver_rate_m, head_ts, est_oldest_ts, est_bound";
 
 fn meta_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<QueueMeta, sqlx::Error> {
     Ok(QueueMeta {

@@ -15,6 +15,8 @@ mod audit;
 mod fates;
 mod leases;
 mod logins;
+#[path = "../common/queue_history.rs"]
+mod queue_history;
 mod replicas;
 mod rollups;
 mod snapshots;

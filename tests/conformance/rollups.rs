@@ -10,9 +10,10 @@
 use tokio_util::sync::CancellationToken;
 use warren::history::rollup::{self, Level, Windows, GRACE_SECS, HOUR_SECS};
 use warren::history::series::{self, Resolution, RollupPoint};
-use warren::history::{self, BrokerPoint, BrokerSample, PollWrite, QueueMeta, StoredSample};
+use warren::history::{self, BrokerPoint, PollWrite};
 use warren::storage::Store;
 
+use crate::queue_history::{busy_ready, expected_busy, Polls, POLL, QUEUES};
 use crate::Pool;
 
 crate::conformance!(
@@ -22,30 +23,8 @@ crate::conformance!(
     pruning_keeps_each_window_and_the_value_in_force,
 );
 
-const POLL: i64 = 10;
 /// An hour's start, a while ago: the clock here is virtual.
 const START: i64 = 1_699_999_200;
-
-/// The queues of the synthetic history: a busy one, an idle one, one whose depth is unknown.
-const QUEUES: [&str; 3] = ["busy", "idle", "unknown"];
-
-fn busy_ready(poll: i64) -> i64 {
-    (poll * 7) % 23
-}
-
-fn samples_at(poll: i64) -> [StoredSample; 3] {
-    let busy = StoredSample {
-        ready: Some(busy_ready(poll)),
-        unacked: Some(1),
-        consumers: Some(2),
-        // The first poll of a queue has no rate yet.
-        publish_rate_m: (poll > 0).then_some(1000 + (poll % 3) * 500),
-        ..StoredSample::default()
-    };
-    let idle = StoredSample { ready: Some(5), unacked: Some(0), consumers: Some(0), ..StoredSample::default() };
-    let unknown = StoredSample { consumers: Some(1), ..StoredSample::default() };
-    [busy, idle, unknown]
-}
 
 /// A broker's written history: its id, its queues' ids (as [`QUEUES`]) and its polls.
 struct Written {
@@ -145,54 +124,22 @@ async fn write_poll(pool: &Pool, write: &PollWrite) -> Vec<i64> {
 }
 
 /// Polls every 10 s over `[START, end)` of a new broker, except where `down` says it was
-/// unreachable; rows written as the poller writes them (on change, and an hourly keyframe).
-/// The broker's depth is known (1) and its unacked count is not.
+/// unreachable; its poll time alternates between 5 and 6 ms.
 async fn write_history(pool: &Pool, name: &str, end: i64, down: impl Fn(i64) -> bool) -> Written {
     let broker_id = broker(pool, name).await;
-    let mut ids: Vec<i64> = Vec::new();
-    let mut last: Vec<Option<(i64, StoredSample)>> = vec![None; 3];
+    let mut history = Polls::new(START);
     let mut polls = Vec::new();
     let mut ts = START;
     while ts < end {
         if !down(ts) {
-            let poll = (ts - START) / POLL;
-            let mut write = PollWrite { broker_id, ts, ..PollWrite::default() };
-            write.broker = BrokerSample { queues: 3, ready: Some(1), poll_ms: 5 + poll % 2, ..BrokerSample::default() };
-            for (i, sample) in samples_at(poll).into_iter().enumerate() {
-                if last[i].is_some_and(|(at, s)| s == sample && ts - at < 3600) {
-                    continue;
-                }
-                if ids.is_empty() {
-                    let meta = QueueMeta {
-                        vhost: "v".into(),
-                        name: QUEUES[i].into(),
-                        kind: "classic".into(),
-                        ..QueueMeta::default()
-                    };
-                    write.upserts.push(meta);
-                    write.new_samples.push((i, sample));
-                } else {
-                    write.samples.push((ids[i], sample));
-                }
-                last[i] = Some((ts, sample));
-            }
-            let new_ids = write_poll(pool, &write).await;
-            if ids.is_empty() {
-                ids = new_ids;
-            }
+            let mut write = history.write(broker_id, ts);
+            write.broker.poll_ms = 5 + (ts / POLL) % 2;
+            history.written(write_poll(pool, &write).await);
             polls.push(ts);
         }
         ts += POLL;
     }
-    Written { broker_id, ids, polls }
-}
-
-/// (min, max, average, polls) of the busy queue's depth over the polls in `[from, to)`.
-fn expected_busy(polls: &[i64], from: i64, to: i64) -> (i64, i64, f64, i64) {
-    let values: Vec<i64> =
-        polls.iter().filter(|&&p| p >= from && p < to).map(|p| busy_ready((p - START) / POLL)).collect();
-    let avg = values.iter().sum::<i64>() as f64 / values.len() as f64;
-    (*values.iter().min().unwrap(), *values.iter().max().unwrap(), avg, values.len() as i64)
+    Written { broker_id, ids: history.ids, polls }
 }
 
 async fn queue_series(store: &Store, w: &Written, queue: usize, resolution: Resolution, to: i64) -> Vec<RollupPoint> {
@@ -238,7 +185,7 @@ async fn minutes_and_hours_hold_the_values_in_force_at_each_poll(store: &Store, 
             assert_eq!((point.samples, point.ready, point.coverage), (0, None, 0.0), "minute {m} is a gap");
             continue;
         }
-        let (min, max, avg, n) = expected_busy(&w.polls, from, from + 60);
+        let (min, max, avg, n) = expected_busy(START, &w.polls, from, from + 60);
         assert_eq!((point.samples, point.ready_min, point.ready_max), (n, Some(min), Some(max)), "minute {m}");
         assert!((point.ready.unwrap() - avg).abs() < 0.001, "minute {m}: {:?} vs {avg}", point.ready);
         assert_eq!(point.coverage, 1.0);
@@ -248,7 +195,7 @@ async fn minutes_and_hours_hold_the_values_in_force_at_each_poll(store: &Store, 
     assert_eq!(hours.len(), 3);
     for (h, point) in hours.iter().enumerate() {
         let from = START + h as i64 * 3600;
-        let (min, max, avg, n) = expected_busy(&w.polls, from, from + 3600);
+        let (min, max, avg, n) = expected_busy(START, &w.polls, from, from + 3600);
         assert_eq!((point.ts, point.samples, point.ready_min, point.ready_max), (from, n, Some(min), Some(max)));
         assert!((point.ready.unwrap() - avg).abs() < 0.001, "hour {h}: {:?} vs {avg}", point.ready);
         let last_poll = w.polls.iter().filter(|&&p| p < from + 3600).max().unwrap();
