@@ -8,10 +8,10 @@
 //!
 //! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
 //! [`Alerts`], [`Fates`], [`Logins`], [`Snapshots`], the history's [`Samples`] and [`Rollups`]),
-//! and [`Database`] is all of them; a backend implements each part in a file of its own. Its methods
-//! are the database's side of an operation: one call is one statement or one transaction, and
-//! what decides (password hashes, the last-admin rule's wording, the failed-login caps) stays in
-//! the feature that calls it.
+//! and [`Database`] is all of them; a backend implements each part in a file of its own. Its
+//! methods are the database's side of an operation: one call is one statement or one
+//! transaction, and what decides (password hashes, the last-admin rule's wording, the
+//! failed-login caps) stays in the feature that calls it.
 //!
 //! Writes that must commit together (an alert evaluation's history, states and notifications)
 //! are made on a [`Transaction`], so the feature keeps its decisions between them.

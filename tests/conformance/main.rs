@@ -4,8 +4,8 @@
 //! behaviour one backend has and the other lacks fails here.
 //!
 //! One file per part behind the interface: accounts (users, sessions, tokens), alerts, the
-//! audit log, fates, snapshots and the history's roll-ups so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
-//! `PART::postgres::TEST` of each.
+//! audit log, fates, snapshots and the history's roll-ups so far. Each file lists its tests in
+//! `conformance!`, which makes `PART::sqlite::TEST` and `PART::postgres::TEST` of each.
 
 use warren::storage::Store;
 
