@@ -224,12 +224,12 @@ async fn run(setup: Setup) {
         // The retention loop: roll up every 10 virtual minutes, prune every virtual hour.
         if (k + 1) % 60 == 0 {
             let t = Instant::now();
-            rollup::roll_up(&db, broker_id, ts + POLL_SECS, &cancel).await.expect("roll_up");
+            rollup::roll_up(&state.store, broker_id, ts + POLL_SECS, &cancel).await.expect("roll_up");
             rollup_secs += t.elapsed().as_secs_f64();
         }
         if (k + 1) % 360 == 0 {
             let t = Instant::now();
-            rollup::prune(&db, ts + POLL_SECS, windows, &[broker_id]).await.expect("prune");
+            rollup::prune(&state.store, ts + POLL_SECS, windows, &[broker_id]).await.expect("prune");
             prune_secs += t.elapsed().as_secs_f64();
         }
         if k % 8640 == 8639 {
@@ -238,8 +238,8 @@ async fn run(setup: Setup) {
     }
     let end = start + polls * POLL_SECS;
     let t = Instant::now();
-    rollup::roll_up(&db, broker_id, end, &cancel).await.expect("roll_up");
-    rollup::prune(&db, end, windows, &[broker_id]).await.expect("prune");
+    rollup::roll_up(&state.store, broker_id, end, &cancel).await.expect("roll_up");
+    rollup::prune(&state.store, end, windows, &[broker_id]).await.expect("prune");
     rollup_secs += t.elapsed().as_secs_f64();
     let phase_s_secs = started.elapsed().as_secs_f64();
 
@@ -263,7 +263,7 @@ async fn run(setup: Setup) {
     bulk_hours(&db, broker_id, &ids, &setup, chart_start, start).await;
     let bulk_secs = t.elapsed().as_secs_f64();
     // Everything up to the present rolled up, as the running loop would have it.
-    rollup::roll_up(&db, broker_id, chrono::Utc::now().timestamp(), &cancel).await.expect("roll_up");
+    rollup::roll_up(&state.store, broker_id, chrono::Utc::now().timestamp(), &cancel).await.expect("roll_up");
 
     let busy: Vec<i64> = (0..setup.queues).filter(|&i| setup.busy(i)).collect();
     let idle: Vec<i64> = (0..setup.queues).filter(|&i| !setup.busy(i)).collect();

@@ -250,7 +250,7 @@ async fn retention_loop(state: AppState, cancel: CancellationToken) {
     loop {
         let now = chrono::Utc::now().timestamp();
         for &id in &broker_ids {
-            match history::rollup::roll_up(&state.db, id, now, &cancel).await {
+            match history::rollup::roll_up(&state.store, id, now, &cancel).await {
                 Ok(buckets) => tracing::debug!(broker_id = id, buckets, "history roll-up done"),
                 Err(e) => tracing::error!(broker_id = id, error = %e, "history roll-up failed; will retry"),
             }
@@ -270,7 +270,7 @@ async fn retention_loop(state: AppState, cancel: CancellationToken) {
 }
 
 async fn retention_cleanup(state: &AppState, broker_ids: &[i64], windows: history::rollup::Windows, now: i64) {
-    match history::rollup::prune(&state.db, now, windows, broker_ids).await {
+    match history::rollup::prune(&state.store, now, windows, broker_ids).await {
         Ok(removed) => tracing::debug!(removed, "history cleanup done"),
         Err(e) => tracing::error!(error = %e, "history cleanup failed; will retry"),
     }

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Request;
+use common::queue_history::{busy_ready, expected_busy, Polls, POLL};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
-use warren::history::{self, rollup, BrokerSample, PollWrite, QueueMeta, StoredSample};
+use warren::history::{self, rollup};
 use warren::state::AppState;
-
-const POLL: i64 = 10;
 
 /// (queue id, bucket, samples, ready average in milli, last ready) of a stored minute.
 type RollupRow = (i64, i64, i64, Option<i64>, Option<i64>);
@@ -35,61 +34,15 @@ async fn fixture() -> Fixture {
     Fixture { _dir: dir, state, broker_id }
 }
 
-/// The queues of the synthetic history: a busy one, an idle one, one whose depth is unknown.
-const QUEUES: [&str; 3] = ["busy", "idle", "unknown"];
-
-fn busy_ready(poll: i64) -> i64 {
-    (poll * 7) % 23
-}
-
-fn samples_at(poll: i64) -> [StoredSample; 3] {
-    let busy = StoredSample {
-        ready: Some(busy_ready(poll)),
-        unacked: Some(1),
-        consumers: Some(2),
-        // The first poll of a queue has no rate yet.
-        publish_rate_m: (poll > 0).then_some(1000 + (poll % 3) * 500),
-        ..StoredSample::default()
-    };
-    let idle = StoredSample { ready: Some(5), unacked: Some(0), consumers: Some(0), ..StoredSample::default() };
-    let unknown = StoredSample { consumers: Some(1), ..StoredSample::default() };
-    [busy, idle, unknown]
-}
-
-/// Polls every 10 s over `[start, end)`, except where `down` says the broker was unreachable;
-/// rows are written as the poller writes them (on change, and an hourly keyframe).
+/// Polls every 10 s over `[start, end)`, except where `down` says the broker was unreachable.
 async fn write_history(f: &Fixture, start: i64, end: i64, down: impl Fn(i64) -> bool) -> Vec<i64> {
-    let mut ids: Vec<i64> = Vec::new();
-    let mut last: Vec<Option<(i64, StoredSample)>> = vec![None; 3];
+    let mut history = Polls::new(start);
     let mut polls = Vec::new();
     let mut ts = start;
     while ts < end {
         if !down(ts) {
-            let poll = (ts - start) / POLL;
-            let mut write = PollWrite { broker_id: f.broker_id, ts, ..PollWrite::default() };
-            write.broker = BrokerSample { queues: 3, ready: Some(1), poll_ms: 5, ..BrokerSample::default() };
-            for (i, sample) in samples_at(poll).into_iter().enumerate() {
-                let due = last[i].is_none_or(|(at, s)| s != sample || ts - at >= 3600);
-                if !due {
-                    continue;
-                }
-                if ids.is_empty() {
-                    write.upserts.push(QueueMeta {
-                        vhost: "v".into(),
-                        name: QUEUES[i].into(),
-                        kind: "classic".into(),
-                        ..QueueMeta::default()
-                    });
-                    write.new_samples.push((i, sample));
-                } else {
-                    write.samples.push((ids[i], sample));
-                }
-                last[i] = Some((ts, sample));
-            }
-            let new_ids = history::write_poll(&f.state.store, &write).await.unwrap();
-            if ids.is_empty() {
-                ids = new_ids;
-            }
+            let write = history.write(f.broker_id, ts);
+            history.written(history::write_poll(&f.state.store, &write).await.unwrap());
             polls.push(ts);
         }
         ts += POLL;
@@ -106,14 +59,6 @@ async fn get(f: &Fixture, path: &str) -> Value {
     serde_json::from_slice(&axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap()
 }
 
-/// (min, max, average) of the busy queue's depth over the polls in `[from, to)`.
-fn expected_busy(start: i64, polls: &[i64], from: i64, to: i64) -> (i64, i64, f64, usize) {
-    let values: Vec<i64> =
-        polls.iter().filter(|&&p| p >= from && p < to).map(|p| busy_ready((p - start) / POLL)).collect();
-    let avg = values.iter().sum::<i64>() as f64 / values.len() as f64;
-    (*values.iter().min().unwrap(), *values.iter().max().unwrap(), avg, values.len())
-}
-
 #[tokio::test]
 async fn hourly_rollups_hold_min_max_avg_last_gaps_and_unknowns() {
     let f = fixture().await;
@@ -124,7 +69,7 @@ async fn hourly_rollups_hold_min_max_avg_last_gaps_and_unknowns() {
     let down = |ts: i64| ts >= start + 3600 && ts < start + 5400;
     let polls = write_history(&f, start, start + 3 * 3600, down).await;
     let cancel = CancellationToken::new();
-    rollup::roll_up(&f.state.db, f.broker_id, now, &cancel).await.unwrap();
+    rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
 
     // The idle queue costs one row (its first hour); later hours are derived from it.
     let rows: Vec<(String, i64)> = sqlx::query_as(
@@ -145,7 +90,7 @@ async fn hourly_rollups_hold_min_max_avg_last_gaps_and_unknowns() {
         let from = start + h as i64 * 3600;
         let (min, max, avg, n) = expected_busy(start, &polls, from, from + 3600);
         assert_eq!(point["ts"], from);
-        assert_eq!(point["samples"], n as i64, "hour {h}");
+        assert_eq!(point["samples"], n, "hour {h}");
         assert_eq!((point["ready_min"].as_i64(), point["ready_max"].as_i64()), (Some(min), Some(max)), "hour {h}");
         assert!((point["ready"].as_f64().unwrap() - avg).abs() < 0.001, "hour {h}: {} vs {avg}", point["ready"]);
         let last_poll = polls.iter().filter(|&&p| p < from + 3600).max().unwrap();
@@ -197,7 +142,7 @@ async fn minute_rollups_and_the_live_tail_agree_with_raw_samples() {
     let before = get(&f, &path).await;
     assert_eq!(before["resolution"], "1m", "{before}");
     let cancel = CancellationToken::new();
-    rollup::roll_up(&f.state.db, f.broker_id, now, &cancel).await.unwrap();
+    rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
     let after = get(&f, &path).await;
     assert_eq!(before["points"], after["points"]);
 
@@ -210,7 +155,7 @@ async fn minute_rollups_and_the_live_tail_agree_with_raw_samples() {
             continue;
         }
         let (min, max, avg, n) = expected_busy(start, &polls, from, from + 60);
-        assert_eq!(point["samples"], n as i64);
+        assert_eq!(point["samples"], n);
         assert_eq!((point["ready_min"].as_i64(), point["ready_max"].as_i64()), (Some(min), Some(max)));
         assert!((point["ready"].as_f64().unwrap() - avg).abs() < 0.001);
     }
@@ -228,7 +173,7 @@ async fn minute_rollups_and_the_live_tail_agree_with_raw_samples() {
     };
     let first = dump().await;
     sqlx::query("delete from rollup_progress").execute(&f.state.db).await.unwrap();
-    rollup::roll_up(&f.state.db, f.broker_id, now, &cancel).await.unwrap();
+    rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
     assert_eq!(first, dump().await);
 }
 
@@ -248,12 +193,12 @@ async fn pruning_keeps_what_is_not_rolled_up_and_the_value_in_force() {
         }
     };
     // Nothing rolled up yet: raw samples stay even though they are past their window.
-    rollup::prune(&f.state.db, now, windows, &[f.broker_id]).await.unwrap();
+    rollup::prune(&f.state.store, now, windows, &[f.broker_id]).await.unwrap();
     assert!(count("queue_samples").await > 0);
 
     let cancel = CancellationToken::new();
-    rollup::roll_up(&f.state.db, f.broker_id, now, &cancel).await.unwrap();
-    rollup::prune(&f.state.db, now, windows, &[f.broker_id]).await.unwrap();
+    rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
+    rollup::prune(&f.state.store, now, windows, &[f.broker_id]).await.unwrap();
     assert_eq!(count("queue_samples").await, 0);
     // Minutes are past their 7-day window, but each queue keeps its latest minute row: the idle
     // queue's value is still in force.
@@ -269,7 +214,7 @@ async fn pruning_keeps_what_is_not_rolled_up_and_the_value_in_force() {
 
     // A queue deleted longer ago than the retention loses its last rows and its record.
     sqlx::query("update queues set deleted_at = ? where name = 'idle'").bind(start + 7200).execute(&db).await.unwrap();
-    rollup::prune(&f.state.db, now + 40 * 86_400, windows, &[f.broker_id]).await.unwrap();
+    rollup::prune(&f.state.store, now + 40 * 86_400, windows, &[f.broker_id]).await.unwrap();
     let names: Vec<String> = sqlx::query_scalar("select name from queues order by name").fetch_all(&db).await.unwrap();
     assert_eq!(names, vec!["busy".to_string(), "unknown".to_string()]);
     assert!(count("queue_rollups_1h").await > 0, "the others keep the row still in force");

@@ -17,8 +17,6 @@ use serde::Serialize;
 use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::metrics::rate_from_milli;
-/// For the roll-ups, which still read raw samples on SQLite's pool.
-pub(crate) use crate::storage::samples::{sample_from_row, SAMPLE_COLUMNS};
 pub use crate::storage::samples::{BrokerSample, KnownQueue, PollWrite, QueueMeta, StoredSample};
 use crate::storage::Store;
 

@@ -9,56 +9,26 @@
 //! [`held`] (the previous bucket's last values, one sample per poll), so idle queues cost none.
 //!
 //! The step is incremental and idempotent: each broker and resolution has a watermark in
-//! `rollup_progress`, written in the same transaction as the rows it covers; rows are written with
-//! `insert or replace`, so redoing a bucket after a crash gives the same rows.
+//! `rollup_progress`, written in the same transaction as the rows it covers; a row replaces any of
+//! the same bucket, so redoing a bucket after a crash gives the same rows.
+//!
+//! What is computed here is the same on every backend; the reads and the writes are
+//! [`crate::storage::Rollups`]'s.
 
 use std::collections::HashMap;
 
-use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 
-use super::{sample_from_row, Db, StoredSample, SAMPLE_COLUMNS};
+use super::StoredSample;
+use crate::storage::rollups::Cutoffs;
+pub use crate::storage::rollups::{Gauge, Level, QueueRollup, Rate, HOUR_SECS, MINUTE_SECS};
+use crate::storage::Store;
 
-pub const MINUTE_SECS: i64 = 60;
-pub const HOUR_SECS: i64 = 3600;
 /// A bucket is rolled up once its end is this far in the past: a poll stamps its rows with the
 /// time it started and commits them when it ends (pages of queues, up to the request timeout).
 pub const GRACE_SECS: i64 = 120;
 /// Raw samples are read an hour at a time (a busy queue has 360 rows in an hour at 10 s).
 const MINUTES_PER_STEP: i64 = 60;
-
-/// Min, max and average of a count (depth, consumers); the average in milli-units.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Gauge {
-    pub min: Option<i64>,
-    pub max: Option<i64>,
-    pub avg_m: Option<i64>,
-}
-
-/// Average and maximum of a rate, both in milli-messages per second (as stored raw).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Rate {
-    pub avg_m: Option<i64>,
-    pub max_m: Option<i64>,
-}
-
-/// One queue's aggregates over one bucket (or over several merged ones).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct QueueRollup {
-    /// Polls at which the queue had values in force.
-    pub samples: i64,
-    pub ready: Gauge,
-    pub unacked: Gauge,
-    pub consumers: Gauge,
-    pub publish_rate: Rate,
-    pub deliver_rate: Rate,
-    pub ack_rate: Rate,
-    pub redeliver_rate: Rate,
-    /// The oldest message's greatest age at any of those polls.
-    pub age_max_secs: Option<i64>,
-    /// The values in force at the end of the bucket (carried into the next one).
-    pub last: StoredSample,
-}
 
 /// The oldest-message age at `ts` for a stored sample, as the raw history computes it: 0 for a
 /// queue known to be empty, else from the head timestamp or warren's estimate.
@@ -262,7 +232,7 @@ pub fn minutes_from_raw(
 }
 
 /// A broker's poll count and last poll time in each bucket (buckets without a poll are absent).
-pub type BrokerBuckets = HashMap<i64, (i64, i64)>;
+pub type BucketPollss = HashMap<i64, (i64, i64)>;
 
 /// Fills `[start, end)` in steps of `bucket_secs` from stored rows and, where a bucket has no
 /// row, [`held`] of the value carried from before (`prev`). Buckets without a broker poll and no
@@ -273,7 +243,7 @@ pub fn fill_buckets(
     bucket_secs: i64,
     mut prev: StoredSample,
     stored: &HashMap<i64, QueueRollup>,
-    broker: &BrokerBuckets,
+    broker: &BucketPollss,
 ) -> Vec<(i64, QueueRollup)> {
     let mut out = Vec::new();
     let mut bucket = start;
@@ -292,337 +262,134 @@ pub fn fill_buckets(
     out
 }
 
-const ROLLUP_COLUMNS: &str = "samples, ready_min, ready_max, ready_avg_m, unacked_min, unacked_max, unacked_avg_m, \
-consumers_min, consumers_max, consumers_avg_m, publish_rate_avg_m, publish_rate_max_m, deliver_rate_avg_m, \
-deliver_rate_max_m, ack_rate_avg_m, ack_rate_max_m, redeliver_rate_avg_m, redeliver_rate_max_m, age_max_secs, \
-ready, unacked, consumers, publish_count, publish_rate_m, deliver_rate_m, ack_rate_m, redeliver_rate_m, head_ts, \
-est_oldest_ts, est_bound";
-
-fn rollup_from_row(row: &sqlx::sqlite::SqliteRow, o: usize) -> Result<QueueRollup, sqlx::Error> {
-    let gauge = |i: usize| -> Result<Gauge, sqlx::Error> {
-        Ok(Gauge { min: row.try_get(o + i)?, max: row.try_get(o + i + 1)?, avg_m: row.try_get(o + i + 2)? })
-    };
-    let rate = |i: usize| -> Result<Rate, sqlx::Error> {
-        Ok(Rate { avg_m: row.try_get(o + i)?, max_m: row.try_get(o + i + 1)? })
-    };
-    Ok(QueueRollup {
-        samples: row.try_get(o)?,
-        ready: gauge(1)?,
-        unacked: gauge(4)?,
-        consumers: gauge(7)?,
-        publish_rate: rate(10)?,
-        deliver_rate: rate(12)?,
-        ack_rate: rate(14)?,
-        redeliver_rate: rate(16)?,
-        age_max_secs: row.try_get(o + 18)?,
-        last: sample_from_row(row, o + 19)?,
-    })
-}
-
-fn rollup_values(id: i64, bucket: i64, r: &QueueRollup) -> [Option<i64>; 32] {
-    let l = &r.last;
-    [
-        Some(id),
-        Some(bucket),
-        Some(r.samples),
-        r.ready.min,
-        r.ready.max,
-        r.ready.avg_m,
-        r.unacked.min,
-        r.unacked.max,
-        r.unacked.avg_m,
-        r.consumers.min,
-        r.consumers.max,
-        r.consumers.avg_m,
-        r.publish_rate.avg_m,
-        r.publish_rate.max_m,
-        r.deliver_rate.avg_m,
-        r.deliver_rate.max_m,
-        r.ack_rate.avg_m,
-        r.ack_rate.max_m,
-        r.redeliver_rate.avg_m,
-        r.redeliver_rate.max_m,
-        r.age_max_secs,
-        l.ready,
-        l.unacked,
-        l.consumers,
-        l.publish_count,
-        l.publish_rate_m,
-        l.deliver_rate_m,
-        l.ack_rate_m,
-        l.redeliver_rate_m,
-        l.head_ts,
-        l.est_oldest_ts,
-        l.est_bound,
-    ]
-}
-
-/// The two roll-up resolutions and their tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Minute,
-    Hour,
-}
-
-impl Level {
-    pub fn secs(self) -> i64 {
-        match self {
-            Level::Minute => MINUTE_SECS,
-            Level::Hour => HOUR_SECS,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Level::Minute => "1m",
-            Level::Hour => "1h",
-        }
-    }
-    fn queue_table(self) -> &'static str {
-        match self {
-            Level::Minute => "queue_rollups_1m",
-            Level::Hour => "queue_rollups_1h",
-        }
-    }
-    fn broker_table(self) -> &'static str {
-        match self {
-            Level::Minute => "broker_rollups_1m",
-            Level::Hour => "broker_rollups_1h",
-        }
-    }
-}
-
-/// Every bucket of `broker_id` before this is rolled up at `level` (None: nothing yet).
-pub async fn done_until(db: &Db, broker_id: i64, level: Level) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar("select done_until from rollup_progress where broker_id = ? and resolution = ?")
-        .bind(broker_id)
-        .bind(level.name())
-        .fetch_optional(db)
-        .await
-}
-
-/// Successful poll times of a broker in `[from, to)`, ascending.
-pub async fn polls_between(db: &Db, broker_id: i64, from: i64, to: i64) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar("select ts from broker_samples where broker_id = ? and ts >= ? and ts < ? order by ts")
-        .bind(broker_id)
-        .bind(from)
-        .bind(to)
-        .fetch_all(db)
-        .await
-}
-
 /// The broker's stored buckets at `level` in `[from, to)`.
 pub async fn broker_buckets(
-    db: &Db,
+    store: &Store,
     broker_id: i64,
     level: Level,
     from: i64,
     to: i64,
-) -> Result<BrokerBuckets, sqlx::Error> {
-    let sql = format!(
-        "select bucket, samples, last_ts from {} where broker_id = ? and bucket >= ? and bucket < ?",
-        level.broker_table()
-    );
-    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(&sql).bind(broker_id).bind(from).bind(to).fetch_all(db).await?;
-    Ok(rows.into_iter().map(|(b, n, last)| (b, (n, last))).collect())
+) -> Result<BucketPollss, sqlx::Error> {
+    let rows = store.bucket_polls(broker_id, level, from, to).await?;
+    Ok(rows.into_iter().map(|b| (b.bucket, (b.polls, b.last_poll_ts))).collect())
+}
+
+/// Rows read from a queue's latest row before `from` on: that row's value (the one in force
+/// when the range starts), and the rows from `from` on.
+fn in_force_and_after<T: Copy>(rows: Vec<(i64, T)>, from: i64) -> (Option<T>, Vec<(i64, T)>) {
+    let prev = rows.iter().take_while(|(at, _)| *at < from).last().map(|(_, value)| *value);
+    (prev, rows.into_iter().filter(|(at, _)| *at >= from).collect())
 }
 
 /// One queue's stored rows at `level` in `[from, to)`, and the last values of its latest row
 /// before `from` (the value in force when the range starts).
 pub async fn queue_rows(
-    db: &Db,
+    store: &Store,
     queue_id: i64,
     level: Level,
     from: i64,
     to: i64,
 ) -> Result<(Option<StoredSample>, HashMap<i64, QueueRollup>), sqlx::Error> {
-    let table = level.queue_table();
-    let sql = format!(
-        "select bucket, {ROLLUP_COLUMNS} from {table} where queue_id = ?1 and bucket >=
-           coalesce((select max(bucket) from {table} where queue_id = ?1 and bucket < ?2), ?2) and bucket < ?3
-         order by bucket"
-    );
-    let rows = sqlx::query(&sql).bind(queue_id).bind(from).bind(to).fetch_all(db).await?;
-    let mut prev = None;
-    let mut stored = HashMap::new();
-    for row in &rows {
-        let bucket: i64 = row.try_get(0)?;
-        let rollup = rollup_from_row(row, 1)?;
-        if bucket < from {
-            prev = Some(rollup.last);
-        } else {
-            stored.insert(bucket, rollup);
-        }
-    }
-    Ok((prev, stored))
+    let (prev, rows) = in_force_and_after(store.queue_rollups(queue_id, level, from, to).await?, from);
+    Ok((prev.map(|r| r.last), rows.into_iter().collect()))
 }
 
 /// One queue's raw samples in `[from, to)`, and its latest sample before `from`.
 pub async fn raw_rows(
-    db: &Db,
+    store: &Store,
     queue_id: i64,
     from: i64,
     to: i64,
 ) -> Result<(Option<StoredSample>, Vec<(i64, StoredSample)>), sqlx::Error> {
-    let sql = format!(
-        "select ts, {SAMPLE_COLUMNS} from queue_samples where queue_id = ?1 and ts >=
-           coalesce((select max(ts) from queue_samples where queue_id = ?1 and ts < ?2), ?2) and ts < ?3
-         order by ts"
-    );
-    let rows = sqlx::query(&sql).bind(queue_id).bind(from).bind(to).fetch_all(db).await?;
-    let mut prev = None;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let ts: i64 = row.try_get(0)?;
-        let sample = sample_from_row(row, 1)?;
-        if ts < from {
-            prev = Some(sample);
-        } else {
-            out.push((ts, sample));
-        }
-    }
-    Ok((prev, out))
+    Ok(in_force_and_after(store.queue_samples_from(queue_id, from, to).await?, from))
 }
 
 /// Rolls up every complete bucket of one broker: minutes from raw samples up to `now` minus
 /// [`GRACE_SECS`], then hours from minutes. Stops early (between transactions) when `cancel`
 /// fires. Returns the number of buckets rolled up.
-pub async fn roll_up(db: &Db, broker_id: i64, now: i64, cancel: &CancellationToken) -> Result<u64, sqlx::Error> {
+pub async fn roll_up(store: &Store, broker_id: i64, now: i64, cancel: &CancellationToken) -> Result<u64, sqlx::Error> {
     let mut done = 0;
     let minute_limit = (now - GRACE_SECS).div_euclid(MINUTE_SECS) * MINUTE_SECS;
-    let mut minute_wm = match done_until(db, broker_id, Level::Minute).await? {
+    let mut minute_wm = match store.rolled_up_until(broker_id, Level::Minute).await? {
         Some(wm) => wm,
-        None => {
-            // First run (or first data): start at the oldest poll, so existing history is
-            // rolled up too.
-            let first: Option<i64> = sqlx::query_scalar("select min(ts) from broker_samples where broker_id = ?")
-                .bind(broker_id)
-                .fetch_one(db)
-                .await?;
-            match first {
-                Some(ts) => ts.div_euclid(MINUTE_SECS) * MINUTE_SECS,
-                None => return Ok(0),
-            }
-        }
+        // First run (or first data): start at the oldest poll, so existing history is rolled
+        // up too.
+        None => match store.oldest_poll(broker_id).await? {
+            Some(ts) => ts.div_euclid(MINUTE_SECS) * MINUTE_SECS,
+            None => return Ok(0),
+        },
     };
     while minute_wm < minute_limit && !cancel.is_cancelled() {
         let end = (minute_wm + MINUTES_PER_STEP * MINUTE_SECS).min(minute_limit);
-        roll_up_minutes(db, broker_id, minute_wm, end).await?;
+        roll_up_minutes(store, broker_id, minute_wm, end).await?;
         done += ((end - minute_wm) / MINUTE_SECS) as u64;
         minute_wm = end;
     }
 
     let hour_limit = minute_wm.div_euclid(HOUR_SECS) * HOUR_SECS;
-    let mut hour_wm = match done_until(db, broker_id, Level::Hour).await? {
+    let mut hour_wm = match store.rolled_up_until(broker_id, Level::Hour).await? {
         Some(wm) => wm,
-        None => {
-            let first: Option<i64> =
-                sqlx::query_scalar("select min(bucket) from broker_rollups_1m where broker_id = ?")
-                    .bind(broker_id)
-                    .fetch_one(db)
-                    .await?;
-            match first {
-                Some(ts) => ts.div_euclid(HOUR_SECS) * HOUR_SECS,
-                None => return Ok(done),
-            }
-        }
+        None => match store.oldest_minute(broker_id).await? {
+            Some(ts) => ts.div_euclid(HOUR_SECS) * HOUR_SECS,
+            None => return Ok(done),
+        },
     };
     while hour_wm < hour_limit && !cancel.is_cancelled() {
-        roll_up_hour(db, broker_id, hour_wm).await?;
+        roll_up_hour(store, broker_id, hour_wm).await?;
         done += 1;
         hour_wm += HOUR_SECS;
     }
     Ok(done)
 }
 
-/// Latest raw sample before `before` of each of these queues.
-async fn raw_in_force(db: &Db, queue_ids: &[i64], before: i64) -> Result<HashMap<i64, StoredSample>, sqlx::Error> {
-    let sql = format!(
-        "select j.value, {SAMPLE_COLUMNS} from json_each(?1) j
-         join queue_samples s on s.queue_id = j.value
-           and s.ts = (select max(ts) from queue_samples where queue_id = j.value and ts < ?2)"
-    );
-    let ids = serde_json::to_string(queue_ids).expect("ids serialise");
-    let rows = sqlx::query(&sql).bind(ids).bind(before).fetch_all(db).await?;
-    rows.iter().map(|r| Ok((r.try_get(0)?, sample_from_row(r, 1)?))).collect()
-}
-
-/// Minutes `[start, end)` of one broker from raw samples, in one transaction.
-async fn roll_up_minutes(db: &Db, broker_id: i64, start: i64, end: i64) -> Result<(), sqlx::Error> {
-    let polls = polls_between(db, broker_id, start, end).await?;
-    let sql = format!(
-        "select s.queue_id, s.ts, {SAMPLE_COLUMNS} from queues q
-         join queue_samples s on s.queue_id = q.id and s.ts >= ?2 and s.ts < ?3
-         where q.broker_id = ?1 order by s.queue_id, s.ts"
-    );
-    let rows = sqlx::query(&sql).bind(broker_id).bind(start).bind(end).fetch_all(db).await?;
+/// Minutes `[start, end)` of one broker from raw samples, written in one transaction.
+async fn roll_up_minutes(store: &Store, broker_id: i64, start: i64, end: i64) -> Result<(), sqlx::Error> {
+    let polls = store.polls_between(broker_id, start, end).await?;
     let mut by_queue: HashMap<i64, Vec<(i64, StoredSample)>> = HashMap::new();
-    for row in &rows {
-        by_queue.entry(row.try_get(0)?).or_default().push((row.try_get(1)?, sample_from_row(row, 2)?));
+    for (queue_id, ts, sample) in store.broker_queue_samples(broker_id, start, end).await? {
+        by_queue.entry(queue_id).or_default().push((ts, sample));
     }
     // Queues without rows in the range held their value at every poll: they match `held` and
     // need no row, so only queues with rows are computed.
     let ids: Vec<i64> = by_queue.keys().copied().collect();
-    let mut prev = raw_in_force(db, &ids, start).await?;
-    let mut broker: BrokerBuckets = HashMap::new();
+    let mut prev: HashMap<i64, StoredSample> = store.samples_in_force(&ids, start).await?.into_iter().collect();
+    let mut broker: BucketPollss = HashMap::new();
     for &poll in &polls {
         let entry = broker.entry(poll.div_euclid(MINUTE_SECS) * MINUTE_SECS).or_insert((0, poll));
         entry.0 += 1;
         entry.1 = poll;
     }
-    let mut values = Vec::new();
-    for (queue_id, rows) in &by_queue {
+    let mut rows = Vec::new();
+    for (queue_id, samples) in &by_queue {
         let queue_prev = prev.remove(queue_id);
         let mut carried = queue_prev.unwrap_or_default();
-        for (bucket, rollup) in minutes_from_raw(start, end, queue_prev, rows, &polls) {
+        for (bucket, rollup) in minutes_from_raw(start, end, queue_prev, samples, &polls) {
             let (n, last_ts) = broker.get(&bucket).copied().unwrap_or((0, bucket));
             if rollup != held(carried, n, last_ts) {
-                values.push(rollup_values(*queue_id, bucket, &rollup));
+                rows.push((*queue_id, bucket, rollup));
             }
             carried = rollup.last;
         }
     }
-    let mut tx = db.begin().await?;
-    insert_rollups(&mut tx, Level::Minute, &values).await?;
-    roll_up_broker(&mut tx, broker_id, Level::Minute, start, end).await?;
-    set_done_until(&mut tx, broker_id, Level::Minute, end).await?;
-    tx.commit().await
+    store.save_rollups(broker_id, Level::Minute, start, end, &rows).await
 }
 
-/// The hour starting at `start` of one broker, from its minute roll-ups, in one transaction.
-async fn roll_up_hour(db: &Db, broker_id: i64, start: i64) -> Result<(), sqlx::Error> {
+/// The hour starting at `start` of one broker, from its minute roll-ups, written in one
+/// transaction.
+async fn roll_up_hour(store: &Store, broker_id: i64, start: i64) -> Result<(), sqlx::Error> {
     let end = start + HOUR_SECS;
-    let minutes = broker_buckets(db, broker_id, Level::Minute, start, end).await?;
-    let sql = format!(
-        "select r.queue_id, r.bucket, {ROLLUP_COLUMNS} from queues q
-         join queue_rollups_1m r on r.queue_id = q.id and r.bucket >= ?2 and r.bucket < ?3
-         where q.broker_id = ?1 order by r.queue_id, r.bucket"
-    );
-    let rows = sqlx::query(&sql).bind(broker_id).bind(start).bind(end).fetch_all(db).await?;
+    let minutes = broker_buckets(store, broker_id, Level::Minute, start, end).await?;
     let mut by_queue: HashMap<i64, HashMap<i64, QueueRollup>> = HashMap::new();
-    for row in &rows {
-        by_queue.entry(row.try_get(0)?).or_default().insert(row.try_get(1)?, rollup_from_row(row, 2)?);
+    for (queue_id, bucket, rollup) in store.broker_queue_minutes(broker_id, start, end).await? {
+        by_queue.entry(queue_id).or_default().insert(bucket, rollup);
     }
     // The value in force at the start of the hour: the last values of each queue's latest minute
     // row before it (queues without minute rows in the hour held it throughout).
-    let sql = "select q.id, r.ready, r.unacked, r.consumers, r.publish_count, r.publish_rate_m, r.deliver_rate_m,
-                r.ack_rate_m, r.redeliver_rate_m, r.head_ts, r.est_oldest_ts, r.est_bound
-         from queues q join queue_rollups_1m r on r.queue_id = q.id
-           and r.bucket = (select max(bucket) from queue_rollups_1m where queue_id = q.id and bucket < ?2)
-         where q.broker_id = ?1 and q.id in (select value from json_each(?3))";
     let ids: Vec<i64> = by_queue.keys().copied().collect();
-    let prev_rows = sqlx::query(sql)
-        .bind(broker_id)
-        .bind(start)
-        .bind(serde_json::to_string(&ids).expect("ids serialise"))
-        .fetch_all(db)
-        .await?;
-    let mut prev: HashMap<i64, StoredSample> = HashMap::new();
-    for row in &prev_rows {
-        prev.insert(row.try_get(0)?, sample_from_row(row, 1)?);
-    }
+    let prev: HashMap<i64, StoredSample> = store.minutes_in_force(broker_id, &ids, start).await?.into_iter().collect();
     let polls: i64 = minutes.values().map(|(n, _)| n).sum();
     let last_poll = minutes.values().map(|(_, last)| *last).max().unwrap_or(start);
-    let mut values = Vec::new();
+    let mut rows = Vec::new();
     for (queue_id, stored) in &by_queue {
         let carried = prev.get(queue_id).copied().unwrap_or_default();
         let mut acc = Acc::starting_with(carried);
@@ -631,75 +398,10 @@ async fn roll_up_hour(db: &Db, broker_id: i64, start: i64) -> Result<(), sqlx::E
         }
         let rollup = acc.finish();
         if rollup != held(carried, polls, last_poll) {
-            values.push(rollup_values(*queue_id, start, &rollup));
+            rows.push((*queue_id, start, rollup));
         }
     }
-    let mut tx = db.begin().await?;
-    insert_rollups(&mut tx, Level::Hour, &values).await?;
-    roll_up_broker(&mut tx, broker_id, Level::Hour, start, end).await?;
-    set_done_until(&mut tx, broker_id, Level::Hour, end).await?;
-    tx.commit().await
-}
-
-async fn insert_rollups(
-    tx: &mut sqlx::SqliteConnection,
-    level: Level,
-    values: &[[Option<i64>; 32]],
-) -> Result<(), sqlx::Error> {
-    // As write_poll: rows travel as JSON arrays, one statement per 5,000, unpacked by SQLite.
-    let columns: String = (0..32).map(|i| format!("value ->> {i}")).collect::<Vec<_>>().join(", ");
-    let sql = format!(
-        "insert or replace into {} (queue_id, bucket, {ROLLUP_COLUMNS}) select {columns} from json_each(?)",
-        level.queue_table()
-    );
-    for chunk in values.chunks(5000) {
-        let json = serde_json::to_string(chunk).expect("roll-ups serialise");
-        sqlx::query(&sql).bind(json).execute(&mut *tx).await?;
-    }
-    Ok(())
-}
-
-/// Broker-wide buckets straight from broker_samples (one row per poll, so this is cheap).
-async fn roll_up_broker(
-    tx: &mut sqlx::SqliteConnection,
-    broker_id: i64,
-    level: Level,
-    start: i64,
-    end: i64,
-) -> Result<(), sqlx::Error> {
-    let sql = format!(
-        "insert or replace into {}
-           (broker_id, bucket, samples, last_ts, ready_avg, ready_max, unacked_avg, unacked_max, consumers_avg,
-            queues_last, publish_rate_avg_m, confirm_rate_avg_m, ack_rate_avg_m, deliver_rate_avg_m,
-            redeliver_rate_avg_m, unroutable_rate_avg_m, poll_ms_avg, poll_ms_max)
-         select ?1, b, n, last_ts, ready_avg, ready_max, unacked_avg, unacked_max, consumers_avg,
-                (select queues from broker_samples l where l.broker_id = ?1 and l.ts = g.last_ts),
-                p, c, a, d, r, u, poll_avg, poll_max
-         from (select (ts / ?4) * ?4 as b, count(*) as n, max(ts) as last_ts, avg(ready) as ready_avg,
-                      max(ready) as ready_max, avg(unacked) as unacked_avg, max(unacked) as unacked_max,
-                      avg(consumers) as consumers_avg, avg(publish_rate_m) as p, avg(confirm_rate_m) as c,
-                      avg(ack_rate_m) as a, avg(deliver_rate_m) as d, avg(redeliver_rate_m) as r,
-                      avg(unroutable_rate_m) as u, avg(poll_ms) as poll_avg, max(poll_ms) as poll_max
-               from broker_samples where broker_id = ?1 and ts >= ?2 and ts < ?3 group by b) g",
-        level.broker_table()
-    );
-    sqlx::query(&sql).bind(broker_id).bind(start).bind(end).bind(level.secs()).execute(&mut *tx).await?;
-    Ok(())
-}
-
-async fn set_done_until(
-    tx: &mut sqlx::SqliteConnection,
-    broker_id: i64,
-    level: Level,
-    until: i64,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("insert or replace into rollup_progress (broker_id, resolution, done_until) values (?, ?, ?)")
-        .bind(broker_id)
-        .bind(level.name())
-        .bind(until)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
+    store.save_rollups(broker_id, Level::Hour, start, end, &rows).await
 }
 
 /// How long each resolution is kept, in seconds.
@@ -724,53 +426,20 @@ impl Windows {
 /// window, minute rows older than theirs, hour rows older than the retention. Nothing is deleted
 /// that is not rolled up yet, and each queue keeps its latest roll-up row before a cutoff, the
 /// value still in force for a queue idle since. Returns the rows deleted.
-pub async fn prune(db: &Db, now: i64, windows: Windows, broker_ids: &[i64]) -> Result<u64, sqlx::Error> {
+pub async fn prune(store: &Store, now: i64, windows: Windows, broker_ids: &[i64]) -> Result<u64, sqlx::Error> {
     // Raw samples feed the minute roll-up, and the hour roll-up reads broker polls: keep them
     // until both are done, plus an hour so the value in force (an hourly keyframe) is still there.
     let mut hour_done = i64::MAX;
     let mut minute_done = i64::MAX;
     for &id in broker_ids {
-        hour_done = hour_done.min(done_until(db, id, Level::Hour).await?.unwrap_or(i64::MIN));
-        minute_done = minute_done.min(done_until(db, id, Level::Minute).await?.unwrap_or(i64::MIN));
+        hour_done = hour_done.min(store.rolled_up_until(id, Level::Hour).await?.unwrap_or(i64::MIN));
+        minute_done = minute_done.min(store.rolled_up_until(id, Level::Minute).await?.unwrap_or(i64::MIN));
     }
     let raw_cutoff = (now - windows.raw_secs).min(hour_done.saturating_sub(HOUR_SECS));
     let minute_cutoff = (now - windows.minute_secs).min(hour_done).min(minute_done);
     let hour_cutoff = now - windows.hour_secs;
-
-    let mut removed = super::prune(&crate::storage::sqlite::store(db.clone()), raw_cutoff).await?;
-    let ids: Vec<i64> = sqlx::query_scalar("select id from queues").fetch_all(db).await?;
-    for (level, cutoff) in [(Level::Minute, minute_cutoff), (Level::Hour, hour_cutoff)] {
-        let table = level.queue_table();
-        let sql = format!(
-            "delete from {table} where queue_id in (select value from json_each(?1)) and bucket < ?2
-               and bucket < (select max(bucket) from {table} r where r.queue_id = {table}.queue_id and r.bucket < ?2)"
-        );
-        for batch in ids.chunks(200) {
-            let list = serde_json::to_string(batch).expect("ids serialise");
-            removed += sqlx::query(&sql).bind(list).bind(cutoff).execute(db).await?.rows_affected();
-        }
-        let sql = format!("delete from {} where bucket < ?", level.broker_table());
-        removed += sqlx::query(&sql).bind(cutoff).execute(db).await?.rows_affected();
-    }
-    // A queue gone for longer than the retention has no value in force any more: its last rows
-    // go too, and then the queue itself.
-    for level in [Level::Minute, Level::Hour] {
-        let sql = format!(
-            "delete from {} where queue_id in (select id from queues where deleted_at < ?)",
-            level.queue_table()
-        );
-        removed += sqlx::query(&sql).bind(hour_cutoff).execute(db).await?.rows_affected();
-    }
-    sqlx::query(
-        "delete from queues where deleted_at < ?1
-           and not exists (select 1 from queue_samples where queue_id = queues.id)
-           and not exists (select 1 from queue_rollups_1m where queue_id = queues.id)
-           and not exists (select 1 from queue_rollups_1h where queue_id = queues.id)",
-    )
-    .bind(hour_cutoff)
-    .execute(db)
-    .await?;
-    Ok(removed)
+    let removed = super::prune(store, raw_cutoff).await?;
+    Ok(removed + store.prune_rollups(Cutoffs { minute: minute_cutoff, hour: hour_cutoff }).await?)
 }
 
 #[cfg(test)]
@@ -869,7 +538,7 @@ mod tests {
         let s = sample(3, None);
         let mut stored = HashMap::new();
         stored.insert(120, held(sample(6, None), 6, 170));
-        let broker: BrokerBuckets = [(0, (6, 50)), (120, (6, 170)), (180, (6, 230))].into_iter().collect();
+        let broker: BucketPollss = [(0, (6, 50)), (120, (6, 170)), (180, (6, 230))].into_iter().collect();
         let cells = fill_buckets(0, 240, 60, s, &stored, &broker);
         let buckets: Vec<i64> = cells.iter().map(|c| c.0).collect();
         assert_eq!(buckets, vec![0, 120, 180], "minute 60 had no poll: a gap");

@@ -10,10 +10,12 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::rollup::{
-    broker_buckets, done_until, fill_buckets, minutes_from_raw, polls_between, queue_rows, raw_rows, Acc, Level,
-    QueueRollup, Windows, HOUR_SECS, MINUTE_SECS,
+    broker_buckets, fill_buckets, minutes_from_raw, queue_rows, raw_rows, Acc, Level, QueueRollup, Windows, HOUR_SECS,
+    MINUTE_SECS,
 };
-use super::{BrokerPoint, Db, StoredSample};
+use super::{BrokerPoint, StoredSample};
+use crate::storage::rollups::{MetricSums, BROKER_METRICS};
+use crate::storage::Store;
 
 /// What one point of a series stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -147,11 +149,11 @@ fn level_of(resolution: Resolution) -> Level {
 
 /// Where stored roll-ups end and computing from finer data begins: (end of stored `level`
 /// buckets, end of stored minutes), both within `[start, end]`.
-async fn regions(db: &Db, broker_id: i64, level: Level, start: i64, end: i64) -> Result<(i64, i64), sqlx::Error> {
-    let minute_done = done_until(db, broker_id, Level::Minute).await?.unwrap_or(start).clamp(start, end);
+async fn regions(store: &Store, broker_id: i64, level: Level, start: i64, end: i64) -> Result<(i64, i64), sqlx::Error> {
+    let minute_done = store.rolled_up_until(broker_id, Level::Minute).await?.unwrap_or(start).clamp(start, end);
     let level_done = match level {
         Level::Minute => minute_done,
-        Level::Hour => done_until(db, broker_id, Level::Hour).await?.unwrap_or(start).clamp(start, minute_done),
+        Level::Hour => store.rolled_up_until(broker_id, Level::Hour).await?.unwrap_or(start).clamp(start, minute_done),
     };
     Ok((level_done, minute_done))
 }
@@ -160,7 +162,7 @@ async fn regions(db: &Db, broker_id: i64, level: Level, start: i64, end: i64) ->
 /// resolution's bucket), aligned to multiples of `step`.
 #[allow(clippy::too_many_arguments)]
 pub async fn queue_series(
-    db: &Db,
+    store: &Store,
     broker_id: i64,
     queue_id: i64,
     deleted_at: Option<i64>,
@@ -173,22 +175,22 @@ pub async fn queue_series(
     let level = level_of(resolution);
     let start = from.div_euclid(step) * step;
     let end = (to + MINUTE_SECS).div_euclid(MINUTE_SECS) * MINUTE_SECS;
-    let (level_done, minute_done) = regions(db, broker_id, level, start, end).await?;
+    let (level_done, minute_done) = regions(store, broker_id, level, start, end).await?;
 
     let mut cells: Vec<(i64, QueueRollup)> = Vec::new();
     if level_done > start {
-        let (prev, stored) = queue_rows(db, queue_id, level, start, level_done).await?;
-        let broker = broker_buckets(db, broker_id, level, start, level_done).await?;
+        let (prev, stored) = queue_rows(store, queue_id, level, start, level_done).await?;
+        let broker = broker_buckets(store, broker_id, level, start, level_done).await?;
         cells.extend(fill_buckets(start, level_done, level.secs(), prev.unwrap_or_default(), &stored, &broker));
     }
     if minute_done > level_done {
-        let (prev, stored) = queue_rows(db, queue_id, Level::Minute, level_done, minute_done).await?;
-        let broker = broker_buckets(db, broker_id, Level::Minute, level_done, minute_done).await?;
+        let (prev, stored) = queue_rows(store, queue_id, Level::Minute, level_done, minute_done).await?;
+        let broker = broker_buckets(store, broker_id, Level::Minute, level_done, minute_done).await?;
         cells.extend(fill_buckets(level_done, minute_done, MINUTE_SECS, prev.unwrap_or_default(), &stored, &broker));
     }
     if end > minute_done {
-        let (prev, rows) = raw_rows(db, queue_id, minute_done, end).await?;
-        let polls = polls_between(db, broker_id, minute_done, end).await?;
+        let (prev, rows) = raw_rows(store, queue_id, minute_done, end).await?;
+        let polls = store.polls_between(broker_id, minute_done, end).await?;
         cells.extend(minutes_from_raw(minute_done, end, prev, &rows, &polls));
     }
     // Older history may lack the row written at a deletion; the queue's own record still says.
@@ -230,100 +232,25 @@ fn points_of(
     points
 }
 
-const BROKER_METRICS: usize = 9;
+/// Sums and counts per point of each broker metric.
+type BrokerSums = HashMap<i64, MetricSums>;
 
-/// Sums and counts per point of each broker metric: ready, unacked, six rates (milli), poll_ms.
-type BrokerSums = HashMap<i64, [(f64, f64); BROKER_METRICS]>;
-
-async fn add_broker_rollups(
-    db: &Db,
-    sums: &mut BrokerSums,
-    table: &str,
-    broker_id: i64,
-    range: (i64, i64),
-    start: i64,
-    step: i64,
-) -> Result<(), sqlx::Error> {
-    let columns = [
-        "ready_avg",
-        "unacked_avg",
-        "publish_rate_avg_m",
-        "confirm_rate_avg_m",
-        "ack_rate_avg_m",
-        "deliver_rate_avg_m",
-        "redeliver_rate_avg_m",
-        "unroutable_rate_avg_m",
-        "poll_ms_avg",
-    ];
-    let aggregates: Vec<String> = columns
-        .iter()
-        .map(|c| format!("total({c} * samples), total(case when {c} is not null then samples end)"))
-        .collect();
-    let sql = format!(
-        "select (bucket - ?4) / ?5 as p, {} from {table} where broker_id = ?1 and bucket >= ?2 and bucket < ?3 group by p",
-        aggregates.join(", ")
-    );
-    add_sums(db, sums, &sql, broker_id, range, start, step).await
-}
-
-async fn add_broker_raw(
-    db: &Db,
-    sums: &mut BrokerSums,
-    broker_id: i64,
-    range: (i64, i64),
-    start: i64,
-    step: i64,
-) -> Result<(), sqlx::Error> {
-    let columns = [
-        "ready",
-        "unacked",
-        "publish_rate_m",
-        "confirm_rate_m",
-        "ack_rate_m",
-        "deliver_rate_m",
-        "redeliver_rate_m",
-        "unroutable_rate_m",
-        "poll_ms",
-    ];
-    // `count` is an integer, which sqlx does not read as f64 (a 500 on every range that reaches
-    // raw polls through this path, 24 h and 7 d on a database not rolled up yet).
-    let aggregates: Vec<String> = columns.iter().map(|c| format!("total({c}), cast(count({c}) as real)")).collect();
-    let sql = format!(
-        "select (ts - ?4) / ?5 as p, {} from broker_samples where broker_id = ?1 and ts >= ?2 and ts < ?3 group by p",
-        aggregates.join(", ")
-    );
-    add_sums(db, sums, &sql, broker_id, range, start, step).await
-}
-
-async fn add_sums(
-    db: &Db,
-    sums: &mut BrokerSums,
-    sql: &str,
-    broker_id: i64,
-    (from, to): (i64, i64),
-    start: i64,
-    step: i64,
-) -> Result<(), sqlx::Error> {
-    use sqlx::Row;
-    if to <= from {
-        return Ok(());
-    }
-    let rows = sqlx::query(sql).bind(broker_id).bind(from).bind(to).bind(start).bind(step).fetch_all(db).await?;
-    for row in &rows {
-        let entry = sums.entry(row.try_get(0)?).or_insert([(0.0, 0.0); BROKER_METRICS]);
-        for (i, (sum, count)) in entry.iter_mut().enumerate() {
-            *sum += row.try_get::<f64, _>(1 + 2 * i)?;
-            *count += row.try_get::<f64, _>(2 + 2 * i)?;
+/// Adds a part of the range, read by the backend as (point, sums) rows, to the sums.
+fn add_sums(sums: &mut BrokerSums, rows: Vec<(i64, MetricSums)>) {
+    for (point, row) in rows {
+        let entry = sums.entry(point).or_insert([(0.0, 0.0); BROKER_METRICS]);
+        for ((sum, count), (row_sum, row_count)) in entry.iter_mut().zip(row) {
+            *sum += row_sum;
+            *count += row_count;
         }
     }
-    Ok(())
 }
 
 /// A broker's series over `[from, to]` from its roll-ups (and raw polls for the part not rolled
 /// up yet): averages per step of `step` seconds, aligned to multiples of `step`; a step without
 /// a successful poll is a gap.
 pub async fn broker_series(
-    db: &Db,
+    store: &Store,
     broker_id: i64,
     resolution: Resolution,
     from: i64,
@@ -333,15 +260,20 @@ pub async fn broker_series(
     let level = level_of(resolution);
     let start = from.div_euclid(step) * step;
     let end = to + 1;
-    let (level_done, minute_done) = regions(db, broker_id, level, start, end).await?;
+    let (level_done, minute_done) = regions(store, broker_id, level, start, end).await?;
     let mut sums = BrokerSums::new();
-    let table = match level {
-        Level::Minute => "broker_rollups_1m",
-        Level::Hour => "broker_rollups_1h",
-    };
-    add_broker_rollups(db, &mut sums, table, broker_id, (start, level_done), start, step).await?;
-    add_broker_rollups(db, &mut sums, "broker_rollups_1m", broker_id, (level_done, minute_done), start, step).await?;
-    add_broker_raw(db, &mut sums, broker_id, (minute_done, end), start, step).await?;
+    // Stored buckets up to their watermark, then stored minutes, then the raw polls not rolled
+    // up yet; an empty part reads nothing.
+    if level_done > start {
+        add_sums(&mut sums, store.broker_rollup_sums(broker_id, level, (start, level_done), start, step).await?);
+    }
+    if minute_done > level_done {
+        let minutes = (level_done, minute_done);
+        add_sums(&mut sums, store.broker_rollup_sums(broker_id, Level::Minute, minutes, start, step).await?);
+    }
+    if end > minute_done {
+        add_sums(&mut sums, store.broker_poll_sums(broker_id, (minute_done, end), start, step).await?);
+    }
 
     let mut points = Vec::new();
     let mut p = 0;

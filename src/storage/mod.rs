@@ -8,18 +8,18 @@
 //!
 //! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
 //! [`Alerts`], [`Fates`], [`Leases`], [`Logins`], [`Snapshots`], the history's [`Samples`],
-//! [`Nodes`] and [`Topology`]), and [`Database`] is all of them; a backend implements each part
-//! in a file of its own. Its methods are the database's side of an operation: one call is one
-//! statement or one transaction, and what decides (password hashes, the last-admin rule's
-//! wording, the failed-login caps) stays in the feature that calls it.
+//! [`Rollups`], [`Nodes`] and [`Topology`]), and [`Database`] is all of them; a backend
+//! implements each part in a file of its own. Its methods are the database's side of an
+//! operation: one call is one statement or one transaction, and what decides (password hashes,
+//! the last-admin rule's wording, the failed-login caps) stays in the feature that calls it.
 //!
 //! Writes that must commit together (an alert evaluation's history, states and notifications)
 //! are made on a [`Transaction`], so the feature keeps its decisions between them.
 //!
 //! Moved behind it so far: accounts (users, sessions, API tokens), the login throttle's
 //! failures, the audit log, alerts, the fates of the messages a move touched, the dead-letter
-//! queues' stored snapshots, the leases that divide work between replicas, and the history's
-//! raw samples, nodes and topology (not yet its roll-ups). The rest of
+//! queues' stored snapshots, the leases that divide work between replicas, and the history
+//! (raw samples, roll-ups and the chart series' reads, nodes and topology). The rest of
 //! warren still uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only
 //! until every part is here.
 
@@ -33,6 +33,7 @@ pub mod leases;
 pub mod logins;
 pub mod nodes;
 pub mod postgres;
+pub mod rollups;
 pub mod samples;
 pub mod snapshots;
 pub mod sqlite;
@@ -45,6 +46,7 @@ pub use fates::Fates;
 pub use leases::{Fence, Held, Leases};
 pub use logins::Logins;
 pub use nodes::Nodes;
+pub use rollups::Rollups;
 pub use samples::Samples;
 pub use snapshots::Snapshots;
 pub use topology::Topology;
@@ -52,7 +54,20 @@ pub use topology::Topology;
 /// Everything warren keeps, on one backend.
 #[async_trait::async_trait]
 pub trait Database:
-    Accounts + AuditLog + Alerts + Fates + Leases + Logins + Snapshots + Samples + Nodes + Topology + Send + Sync + 'static
+    Accounts
+    + AuditLog
+    + Alerts
+    + Fates
+    + Leases
+    + Logins
+    + Nodes
+    + Rollups
+    + Samples
+    + Snapshots
+    + Topology
+    + Send
+    + Sync
+    + 'static
 {
     /// `sqlite` or `postgres`, for logs and errors.
     fn backend(&self) -> &'static str;

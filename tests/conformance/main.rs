@@ -4,7 +4,8 @@
 //! behaviour one backend has and the other lacks fails here.
 //!
 //! One file per part behind the interface: accounts (users, sessions, tokens), alerts, the
-//! audit log, fates, snapshots, the history's samples, nodes and topology so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
+//! audit log, fates, snapshots, the history's samples, roll-ups, nodes and topology so far.
+//! Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
 //! `PART::postgres::TEST` of each.
 
 use warren::storage::Store;
@@ -16,7 +17,10 @@ mod fates;
 mod leases;
 mod logins;
 mod nodes;
+#[path = "../common/queue_history.rs"]
+mod queue_history;
 mod replicas;
+mod rollups;
 mod samples;
 mod snapshots;
 mod topology;
@@ -26,9 +30,18 @@ const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// One backend with a fresh database, dropped with it (a failed test's too).
 pub struct Backend {
     pub store: Store,
+    /// The same database's pool, for what is not behind the interface yet.
+    pub pool: Pool,
     _dir: Option<tempfile::TempDir>,
     /// The PostgreSQL database to drop at the end.
     database: Option<String>,
+}
+
+/// A backend's own pool. The roll-ups' tests write the raw samples they roll up with it, since
+/// the samples' write path is not behind the interface yet.
+pub enum Pool {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
 }
 
 /// Numbers this process's PostgreSQL databases: short names, since PostgreSQL cuts identifiers
@@ -39,7 +52,12 @@ impl Backend {
     pub async fn sqlite() -> Backend {
         let dir = tempfile::tempdir().unwrap();
         let pool = warren::history::open(&dir.path().join("warren.db")).await.unwrap();
-        Backend { store: warren::storage::sqlite::store(pool), _dir: Some(dir), database: None }
+        Backend {
+            store: warren::storage::sqlite::store(pool.clone()),
+            pool: Pool::Sqlite(pool),
+            _dir: Some(dir),
+            database: None,
+        }
     }
 
     /// A database of its own, so tests run in parallel. A missing server fails the test: it is
@@ -51,7 +69,12 @@ impl Backend {
         admin(&format!("create database {database}")).await;
         let url = format!("postgres://postgres@127.0.0.1:5432/{database}");
         let pool = warren::storage::postgres::open(&url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
-        Backend { store: warren::storage::postgres::store(pool), _dir: None, database: Some(database) }
+        Backend {
+            store: warren::storage::postgres::store(pool.clone()),
+            pool: Pool::Postgres(pool),
+            _dir: None,
+            database: Some(database),
+        }
     }
 }
 
@@ -78,9 +101,30 @@ async fn admin(sql: &str) {
     sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
-/// Each test, once per backend: `sqlite::name` and `postgres::name`.
+/// Each test, once per backend: `sqlite::name` and `postgres::name`. With `with_pool:` first,
+/// each test takes the backend's [`Pool`] too.
 #[macro_export]
 macro_rules! conformance {
+    (with_pool: $($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let backend = $crate::Backend::sqlite().await;
+                    super::$name(&backend.store, &backend.pool).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let backend = $crate::Backend::postgres().await;
+                    super::$name(&backend.store, &backend.pool).await;
+                }
+            )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $(

@@ -17,6 +17,7 @@ mod fates;
 mod leases;
 mod logins;
 mod nodes;
+mod rollups;
 mod samples;
 mod snapshots;
 mod topology;

@@ -14,6 +14,7 @@ mod fates;
 mod leases;
 mod logins;
 mod nodes;
+mod rollups;
 mod samples;
 mod snapshots;
 mod topology;

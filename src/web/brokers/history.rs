@@ -56,7 +56,7 @@ pub async fn load_broker_history(
     let TimeRange { from, to, .. } = range;
     let points = match resolution {
         Resolution::Raw => history::broker_history(&state.store, id, from, to, step).await?,
-        _ => series::broker_series(&state.db, id, resolution, from, to, step).await?,
+        _ => series::broker_series(&state.store, id, resolution, from, to, step).await?,
     };
     Ok(BrokerHistory { broker: broker.to_string(), from, to, step, resolution, points })
 }
@@ -148,7 +148,7 @@ pub async fn load_queue_history(
         }
         _ => QueuePoints::Rollup(
             series::queue_series(
-                &state.db,
+                &state.store,
                 broker_id,
                 known.id,
                 known.deleted_at,
