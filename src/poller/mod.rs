@@ -427,7 +427,11 @@ impl Poller {
             requeued.entry(queue).or_default().push((vhost, at));
         }
         estimate::apply_fifo_breaks(&mut self.queues, &mut views, &requeued, ctx.counters.is_some(), now);
-        match crate::dlq::custody::counts_by_queue(&self.db, &self.broker.name).await {
+        let custody = match &self.intakes {
+            Some(intakes) => crate::dlq::custody::counts_by_queue(intakes.store(), &self.broker.name).await,
+            None => Ok(HashMap::new()),
+        };
+        match custody {
             Ok(custody) if !custody.is_empty() => {
                 for view in views.iter_mut() {
                     if let Some(c) = custody.get(&(view.vhost.to_string(), view.name.to_string())) {

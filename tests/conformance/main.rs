@@ -3,15 +3,16 @@
 //! 127.0.0.1:5432, through `warren::storage::Store` and the parts of warren that use it. A
 //! behaviour one backend has and the other lacks fails here.
 //!
-//! One file per part behind the interface: accounts (users, sessions, tokens), alerts and the
-//! audit log so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
-//! `PART::postgres::TEST` of each.
+//! One file per part behind the interface: accounts (users, sessions, tokens), alerts, the
+//! audit log, custody, fates and snapshots so far. Each file lists its tests in `conformance!`,
+//! which makes `PART::sqlite::TEST` and `PART::postgres::TEST` of each.
 
 use warren::storage::Store;
 
 mod accounts;
 mod alerts;
 mod audit;
+mod custody;
 mod fates;
 mod snapshots;
 
