@@ -111,7 +111,8 @@ pub struct Poller {
     snapshots: Option<crate::dlq::browse::Snapshots>,
     /// The moves: which queues they put messages into, and when (`estimate::apply_fifo_breaks`).
     jobs: Option<crate::dlq::jobs::Jobs>,
-    /// The custody intakes, whose states the views carry (`custody_intake_stopped`).
+    /// The custody intakes, whose states the views carry (`custody_intake_stopped`), and whose
+    /// store holds custody's counts of each queue.
     intakes: Option<crate::dlq::custody::Custody>,
     /// The queues in warren's custody: their intake is a consumer of warren's own, which says
     /// nothing about what the queue is for (`apply_topology`).
