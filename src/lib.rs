@@ -27,6 +27,7 @@ pub mod live;
 pub mod memory;
 pub mod metrics;
 pub mod poller;
+pub mod replicas;
 pub mod state;
 pub mod storage;
 pub mod times;

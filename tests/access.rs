@@ -515,6 +515,12 @@ async fn password_guessing_is_throttled_and_every_login_is_audited() {
     assert!(logins.iter().all(|(actor, outcome, _, _)| actor == "ada" && outcome == "failed"), "{logins:?}");
     let counts = logins.iter().fold((0, 0), |(n, t), (_, _, attempts, throttled)| (n + attempts, t + throttled));
     assert_eq!(counts, (auth::FREE_FAILURES as i64 + 1, 1), "{logins:?}");
+
+    // The failures are in the database: a restart (or another replica on it) does not grant a
+    // fresh burst of guesses.
+    let warren = warren.restart().await;
+    let again = client().post(warren.url("/login")).form(&[("name", "ada"), ("password", PASSWORD)]).send();
+    assert_eq!(again.await.unwrap().status().as_u16(), 429, "still throttled after a restart");
     warren.stop().await;
 }
 

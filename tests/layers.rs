@@ -15,7 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("what the broker says", &["broker"]),
     ("the values derived from it", &["metrics", "memory"]),
     ("what warren keeps: one interface, a SQLite and a PostgreSQL implementation", &["storage"]),
-    ("the history in that database", &["history"]),
+    ("the history in that database; which replica does which work", &["history", "replicas"]),
     ("the audit log in that database, and what warren knows now (in memory)", &["audit", "live"]),
     ("who may do what", &["auth"]),
     ("dead letters: snapshots, moves, custody", &["dlq"]),

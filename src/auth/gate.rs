@@ -1,15 +1,14 @@
-//! The running server's authentication state: whether logins are required, the login throttle,
-//! and the CSRF tokens of principals without a session.
+//! The running server's authentication state: whether logins are required, and the CSRF tokens of principals without a session.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use super::{count_users, AuthError, LoginThrottle, Principal, ProxyAuth};
+use super::{count_users, AuthError, Principal, ProxyAuth};
 use crate::config::AuthConfig;
 use crate::storage::Store;
 
@@ -18,7 +17,6 @@ pub struct Gate {
     pub config: AuthConfig,
     /// `[auth.proxy]`, as the auth wing read it.
     pub proxy: Option<ProxyAuth>,
-    pub throttle: Mutex<LoginThrottle>,
     /// Signs the CSRF tokens of proxy and anonymous principals: the installation's, read from the
     /// database at start ([`Gate::use_stored_csrf_key`]), so a form opened before a restart or
     /// served by another replica still posts; random until then.
@@ -32,13 +30,7 @@ impl Gate {
     pub fn new(config: AuthConfig, proxy: Option<ProxyAuth>) -> Gate {
         let mut csrf_key = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut csrf_key);
-        Gate {
-            config,
-            proxy,
-            throttle: Mutex::new(LoginThrottle::new()),
-            csrf_key: RwLock::new(csrf_key),
-            accounts_exist: AtomicBool::new(false),
-        }
+        Gate { config, proxy, csrf_key: RwLock::new(csrf_key), accounts_exist: AtomicBool::new(false) }
     }
 
     /// Whether anyone must prove who they are: local users exist or a trusted proxy is set up.
@@ -75,11 +67,6 @@ impl Gate {
         let key = *self.csrf_key.read().unwrap_or_else(|p| p.into_inner());
         let mac = hmac_sha256(&key, format!("csrf\0{}", principal.actor()).as_bytes());
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac)
-    }
-
-    /// Locks the throttle, surviving a panic in another holder (its state is still usable).
-    pub fn throttle(&self) -> std::sync::MutexGuard<'_, LoginThrottle> {
-        self.throttle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

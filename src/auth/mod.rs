@@ -11,8 +11,8 @@
 //!   slow hash would add nothing).
 //! - A session lasts at most [`DEFAULT_SESSION_TTL`] (12 h) and ends after [`DEFAULT_SESSION_IDLE`]
 //!   (2 h) without a request; every state-changing request carries the session's CSRF token.
-//! - Login throttling is in memory ([`LoginThrottle`]): it resets when warren restarts, which
-//!   gives a guesser one fresh burst of five tries per restart at most.
+//! - Login throttling counts failures in the database ([`begin_login`]): a restart grants no
+//!   fresh burst of guesses, and replicas sharing a database throttle together.
 //! - Without any authentication configured warren only serves on loopback ([`check_bind`]).
 
 mod gate;
@@ -39,7 +39,7 @@ pub use sessions::{
     session_cookie, session_cookie_from, ActiveSession, NewSession, CSRF_FIELD, CSRF_HEADER, DEFAULT_SESSION_IDLE,
     DEFAULT_SESSION_TTL, SESSION_COOKIE,
 };
-pub use throttle::{LoginThrottle, FIRST_DELAY, FREE_FAILURES, MAX_DELAY, WINDOW};
+pub use throttle::{begin_login, login_succeeded, Counted, FIRST_DELAY, FREE_FAILURES, MAX_DELAY, WINDOW};
 pub use tokens::{bearer_token, create_token, list_tokens, revoke_token, token, NewToken, TokenInfo, TOKEN_PREFIX};
 pub use users::{
     add_user, count_users, get_user, list_users, record_login, remove_user, set_disabled, set_password, set_role,

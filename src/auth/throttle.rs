@@ -8,13 +8,16 @@
 //! name's count (not the address's: one good account must not buy unlimited guesses at others).
 //! IPv6 clients are keyed by their /64, which one host usually has to itself.
 //!
-//! The state is in memory: it resets when warren restarts, which grants at most one fresh burst
-//! of five guesses per restart; keeping it in SQLite would put a write on every failed login for
-//! little more. Memory is bounded: at most [`MAX_KEYS`] keys, stale ones dropped first.
+//! The failures are kept in the database (`storage::Logins`), so that a restart does not grant
+//! a fresh burst of guesses and replicas sharing one database throttle together (issue 33,
+//! must-have 2); this module is the policy and the keys. Each attempt forgets the failures that
+//! left the window, which bounds what is kept to the attempts of the last 15 minutes, each of
+//! which cost a password hash.
 
-use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::storage::Store;
 
 /// Failures that cost nothing within the window.
 pub const FREE_FAILURES: usize = 5;
@@ -24,17 +27,6 @@ pub const WINDOW: Duration = Duration::from_secs(15 * 60);
 pub const FIRST_DELAY: Duration = Duration::from_secs(60);
 /// The longest refusal.
 pub const MAX_DELAY: Duration = Duration::from_secs(15 * 60);
-/// Keys kept at most; beyond that the stalest are forgotten.
-const MAX_KEYS: usize = 100_000;
-/// Failures kept per key: enough to reach the longest delay.
-const KEPT_FAILURES: usize = 16;
-
-/// The throttle's state; the web layer keeps one behind a mutex.
-#[derive(Debug, Default)]
-pub struct LoginThrottle {
-    /// Recent failures per key, oldest first.
-    failures: HashMap<String, VecDeque<Instant>>,
-}
 
 /// How long a key with `failures` recent failures is refused after the latest one.
 fn delay(failures: usize) -> Option<Duration> {
@@ -43,8 +35,22 @@ fn delay(failures: usize) -> Option<Duration> {
     Some(doubled.min(MAX_DELAY))
 }
 
+/// `Ok` if a key with `failures` (unix milliseconds, oldest first) may try at `now`, else how
+/// long it must wait.
+pub fn check(failures: &[i64], now: i64) -> Result<(), Duration> {
+    let window = WINDOW.as_millis() as i64;
+    let recent: Vec<i64> = failures.iter().copied().filter(|at| now.saturating_sub(*at) < window).collect();
+    let (Some(delay), Some(latest)) = (delay(recent.len()), recent.last()) else { return Ok(()) };
+    let until = latest.saturating_add(delay.as_millis() as i64);
+    if until <= now {
+        Ok(())
+    } else {
+        Err(Duration::from_millis((until - now) as u64))
+    }
+}
+
 fn user_key(name: &str) -> String {
-    // A name longer than any valid one is hostile; its hash bounds the memory it takes.
+    // A name longer than any valid one is hostile; its hash bounds what it takes to keep.
     if name.len() > 64 {
         format!("user#{}", super::secret_hash(name))
     } else {
@@ -68,82 +74,36 @@ fn addr_key(peer: IpAddr) -> String {
     format!("addr:{}", source(peer))
 }
 
-impl LoginThrottle {
-    pub fn new() -> Self {
-        Self::default()
-    }
+/// An attempt let through by [`begin_login`]: what [`login_succeeded`] takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    at: i64,
+}
 
-    /// `Ok` if `key` may try now, else how long it must wait.
-    pub fn check(&self, key: &str, now: Instant) -> Result<(), Duration> {
-        let Some(failures) = self.failures.get(key) else { return Ok(()) };
-        let recent: Vec<&Instant> = failures.iter().filter(|at| now.saturating_duration_since(**at) < WINDOW).collect();
-        let (Some(delay), Some(latest)) = (delay(recent.len()), recent.last()) else { return Ok(()) };
-        let wait = (**latest + delay).saturating_duration_since(now);
-        if wait.is_zero() {
-            Ok(())
-        } else {
-            Err(wait)
-        }
-    }
+/// Before checking a password at `now` (unix milliseconds): refuses with the longer wait if the
+/// user name or the address is throttled, else counts the attempt as failed on both until
+/// [`login_succeeded`] says otherwise, in one step no other attempt on any replica interleaves
+/// with.
+pub async fn begin_login(
+    store: &Store,
+    peer: IpAddr,
+    user: &str,
+    now: i64,
+) -> Result<Result<Counted, Duration>, sqlx::Error> {
+    let (user, addr) = (user_key(user), addr_key(peer));
+    let decide = |failures: &[Vec<i64>]| {
+        let waits = failures.iter().filter_map(|f| check(f, now).err());
+        waits.max().map_or(Ok(()), Err)
+    };
+    let since = now.saturating_sub(WINDOW.as_millis() as i64);
+    let decided = store.attempt_login(&[&user, &addr], now, since, &decide).await?;
+    Ok(decided.map(|()| Counted { at: now }))
+}
 
-    pub fn record_failure(&mut self, key: &str, now: Instant) {
-        if !self.failures.contains_key(key) && self.failures.len() >= MAX_KEYS {
-            self.make_room(now);
-        }
-        let failures = self.failures.entry(key.to_string()).or_default();
-        failures.retain(|at| now.saturating_duration_since(*at) < WINDOW);
-        if failures.len() == KEPT_FAILURES {
-            failures.pop_front();
-        }
-        failures.push_back(now);
-    }
-
-    pub fn record_success(&mut self, key: &str) {
-        self.failures.remove(key);
-    }
-
-    /// Before checking a password: refuses (with the longer wait) if the user name or the
-    /// address is throttled, else counts the attempt as failed on both until
-    /// [`LoginThrottle::login_succeeded`] says otherwise. Counting first means concurrent attempts
-    /// cannot all slip past the check while their passwords are being hashed.
-    pub fn begin_login(&mut self, peer: IpAddr, user: &str, now: Instant) -> Result<(), Duration> {
-        let (user, addr) = (user_key(user), addr_key(peer));
-        match (self.check(&user, now), self.check(&addr, now)) {
-            (Ok(()), Ok(())) => {
-                self.record_failure(&user, now);
-                self.record_failure(&addr, now);
-                Ok(())
-            }
-            (Err(a), Err(b)) => Err(a.max(b)),
-            (Err(wait), _) | (_, Err(wait)) => Err(wait),
-        }
-    }
-
-    /// After a correct password: clears the user name's failures and takes back the attempt
-    /// [`LoginThrottle::begin_login`] counted against the address.
-    pub fn login_succeeded(&mut self, peer: IpAddr, user: &str) {
-        self.record_success(&user_key(user));
-        let addr = addr_key(peer);
-        if let Some(failures) = self.failures.get_mut(&addr) {
-            failures.pop_back();
-            if failures.is_empty() {
-                self.failures.remove(&addr);
-            }
-        }
-    }
-
-    /// Drops keys without a recent failure; if that is not enough, the one that failed longest ago.
-    fn make_room(&mut self, now: Instant) {
-        self.failures
-            .retain(|_, failures| failures.back().is_some_and(|at| now.saturating_duration_since(*at) < WINDOW));
-        if self.failures.len() >= MAX_KEYS {
-            let stalest =
-                self.failures.iter().min_by_key(|(_, failures)| failures.back().copied()).map(|(k, _)| k.clone());
-            if let Some(key) = stalest {
-                self.failures.remove(&key);
-            }
-        }
-    }
+/// After a correct password: clears the user name's failures and takes back the attempt
+/// [`begin_login`] counted against the address.
+pub async fn login_succeeded(store: &Store, peer: IpAddr, user: &str, counted: Counted) -> Result<(), sqlx::Error> {
+    store.login_succeeded(&user_key(user), &addr_key(peer), counted.at).await
 }
 
 #[cfg(test)]
@@ -151,6 +111,7 @@ mod tests {
     use super::*;
 
     const MIN: Duration = Duration::from_secs(60);
+    const MIN_MS: i64 = 60_000;
 
     #[test]
     fn the_delay_schedule() {
@@ -164,100 +125,47 @@ mod tests {
 
     #[test]
     fn five_failures_are_free_then_delays_grow() {
-        let mut throttle = LoginThrottle::new();
-        let t0 = Instant::now();
+        let mut failures = Vec::new();
+        let t0 = 1_000_000_000_000;
         for i in 0..4 {
-            throttle.record_failure("k", t0 + Duration::from_secs(i));
-            assert_eq!(throttle.check("k", t0 + Duration::from_secs(i)), Ok(()));
+            failures.push(t0 + i * 1000);
+            assert_eq!(check(&failures, t0 + i * 1000), Ok(()));
         }
-        let fifth = t0 + Duration::from_secs(4);
-        throttle.record_failure("k", fifth);
-        assert_eq!(throttle.check("k", fifth), Err(MIN));
-        assert_eq!(throttle.check("k", fifth + Duration::from_secs(59)), Err(Duration::from_secs(1)));
-        assert_eq!(throttle.check("k", fifth + MIN), Ok(()));
+        let fifth = t0 + 4000;
+        failures.push(fifth);
+        assert_eq!(check(&failures, fifth), Err(MIN));
+        assert_eq!(check(&failures, fifth + 59_000), Err(Duration::from_secs(1)));
+        assert_eq!(check(&failures, fifth + MIN_MS), Ok(()));
 
         // Each further failure doubles the wait.
-        let mut at = fifth + MIN;
+        let mut at = fifth + MIN_MS;
         for wait_minutes in [2, 4, 8] {
-            throttle.record_failure("k", at);
-            assert_eq!(throttle.check("k", at), Err(MIN * wait_minutes));
-            at += MIN * wait_minutes;
-            assert_eq!(throttle.check("k", at), Ok(()));
+            failures.push(at);
+            assert_eq!(check(&failures, at), Err(MIN * wait_minutes as u32));
+            at += MIN_MS * wait_minutes;
+            assert_eq!(check(&failures, at), Ok(()));
         }
         // Failures older than the window no longer count: at `at` (15 min after the fifth) the
         // first five have left it, three remain, so the next one is free.
-        throttle.record_failure("k", at);
-        assert_eq!(throttle.check("k", at), Ok(()));
+        failures.push(at);
+        assert_eq!(check(&failures, at), Ok(()));
     }
 
     #[test]
     fn failures_far_apart_never_throttle() {
-        let mut throttle = LoginThrottle::new();
-        let t0 = Instant::now();
+        let mut failures = Vec::new();
         for i in 0..50 {
-            let at = t0 + Duration::from_secs(4 * 60) * i;
-            assert_eq!(throttle.check("k", at), Ok(()), "attempt {i}");
-            throttle.record_failure("k", at);
+            let at = i * 4 * MIN_MS;
+            assert_eq!(check(&failures, at), Ok(()), "attempt {i}");
+            failures.push(at);
         }
     }
 
     #[test]
     fn the_longest_wait_is_fifteen_minutes() {
-        let mut throttle = LoginThrottle::new();
-        let t0 = Instant::now();
-        for i in 0..30 {
-            throttle.record_failure("k", t0 + Duration::from_millis(i));
-        }
-        let latest = t0 + Duration::from_millis(29);
-        assert_eq!(throttle.check("k", latest), Err(MAX_DELAY));
-        assert_eq!(throttle.check("k", latest + MAX_DELAY), Ok(()));
-    }
-
-    #[test]
-    fn success_clears_a_key_and_keys_are_separate() {
-        let mut throttle = LoginThrottle::new();
-        let now = Instant::now();
-        for _ in 0..5 {
-            throttle.record_failure("a", now);
-        }
-        assert!(throttle.check("a", now).is_err());
-        assert_eq!(throttle.check("b", now), Ok(()));
-        throttle.record_success("a");
-        assert_eq!(throttle.check("a", now), Ok(()));
-    }
-
-    #[test]
-    fn logins_are_throttled_per_user_and_per_address() {
-        let mut throttle = LoginThrottle::new();
-        let now = Instant::now();
-        let attacker: IpAddr = "192.0.2.1".parse().unwrap();
-        let other: IpAddr = "192.0.2.2".parse().unwrap();
-        // Five wrong passwords for alice from one address.
-        for _ in 0..5 {
-            throttle.begin_login(attacker, "alice", now).unwrap();
-        }
-        assert_eq!(throttle.begin_login(attacker, "bob", now), Err(MIN), "the address is throttled");
-        assert_eq!(throttle.begin_login(other, "alice", now), Err(MIN), "the user name is throttled");
-        throttle.begin_login(other, "bob", now).unwrap();
-        throttle.login_succeeded(other, "bob");
-        assert_eq!(throttle.check("addr:192.0.2.2", now), Ok(()));
-        assert!(!throttle.failures.contains_key("addr:192.0.2.2"));
-    }
-
-    #[test]
-    fn a_good_login_does_not_clear_the_address() {
-        let mut throttle = LoginThrottle::new();
-        let now = Instant::now();
-        let peer: IpAddr = "192.0.2.1".parse().unwrap();
-        for name in ["a", "b", "c", "d"] {
-            throttle.begin_login(peer, name, now).unwrap();
-        }
-        throttle.begin_login(peer, "mine", now).unwrap();
-        throttle.login_succeeded(peer, "mine");
-        assert_eq!(throttle.check("user:mine", now), Ok(()));
-        // Four failures stay on the address: one more and it is throttled.
-        throttle.begin_login(peer, "e", now).unwrap();
-        assert_eq!(throttle.begin_login(peer, "f", now), Err(MIN));
+        let failures: Vec<i64> = (0..30).collect();
+        assert_eq!(check(&failures, 29), Err(MAX_DELAY));
+        assert_eq!(check(&failures, 29 + MAX_DELAY.as_millis() as i64), Ok(()));
     }
 
     #[test]
@@ -271,27 +179,9 @@ mod tests {
     }
 
     #[test]
-    fn hostile_names_take_bounded_memory() {
+    fn hostile_names_take_bounded_room() {
         let long = "x".repeat(1_000_000);
         assert_eq!(user_key(&long).len(), "user#".len() + 64);
         assert_eq!(user_key("alice"), "user:alice");
-    }
-
-    #[test]
-    fn memory_is_bounded() {
-        let mut throttle = LoginThrottle::new();
-        let t0 = Instant::now();
-        for i in 0..MAX_KEYS {
-            throttle.failures.insert(format!("k{i}"), VecDeque::from([t0]));
-        }
-        // Everything is recent: the stalest goes.
-        throttle.failures.insert("old".into(), VecDeque::from([t0 - Duration::from_secs(1)]));
-        throttle.failures.remove("k0");
-        throttle.record_failure("new", t0);
-        assert_eq!(throttle.failures.len(), MAX_KEYS);
-        assert!(!throttle.failures.contains_key("old"));
-        // Later, stale keys are dropped all at once.
-        throttle.record_failure("newer", t0 + WINDOW);
-        assert_eq!(throttle.failures.len(), 1);
     }
 }

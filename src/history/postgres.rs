@@ -41,6 +41,8 @@ const TABLES: &[&str] = &[
     "dlq_snapshots",
     "storage_probe",
     "instance_keys",
+    "login_failures",
+    "leases",
 ];
 
 /// Rows per insert: the widest table has 32 columns and an insert takes at most 65,535 values.

@@ -7,7 +7,7 @@
 //! placeholders differ between the two.
 //!
 //! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
-//! [`Alerts`], [`Custody`], [`Fates`], [`Snapshots`]), and [`Database`] is all of them; a backend implements
+//! [`Alerts`], [`Custody`], [`Fates`], [`Logins`], [`Snapshots`]), and [`Database`] is all of them; a backend implements
 //! each part in a file of its own. Its methods are the database's side of an operation: one call
 //! is one statement or one transaction, and what decides (password hashes, the last-admin rule's
 //! wording, the failed-login caps) stays in the feature that calls it.
@@ -15,10 +15,11 @@
 //! Writes that must commit together (an alert evaluation's history, states and notifications)
 //! are made on a [`Transaction`], so the feature keeps its decisions between them.
 //!
-//! Moved behind it so far: accounts (users, sessions, API tokens), the audit log, alerts, the
-//! fates of the messages a move touched, the dead-letter queues' stored snapshots, and custody
-//! (its records and switches). The rest of warren still uses SQLite's pool (`history::Db`)
-//! directly, and warren runs on SQLite only until every part is here.
+//! Moved behind it so far: accounts (users, sessions, API tokens), the login throttle's
+//! failures, the audit log, alerts, the fates of the messages a move touched, the dead-letter
+//! queues' stored snapshots, and custody (its records and switches). The rest of warren still
+//! uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only until every part
+//! is here.
 
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ pub mod alerts;
 pub mod audit;
 pub mod custody;
 pub mod fates;
+pub mod leases;
+pub mod logins;
 pub mod postgres;
 pub mod snapshots;
 pub mod sqlite;
@@ -36,11 +39,15 @@ pub use alerts::{AlertWrites, Alerts};
 pub use audit::AuditLog;
 pub use custody::{Custody, CustodyWrites};
 pub use fates::Fates;
+pub use leases::{Fence, Held, Leases};
+pub use logins::Logins;
 pub use snapshots::Snapshots;
 
 /// Everything warren keeps, on one backend.
 #[async_trait::async_trait]
-pub trait Database: Accounts + AuditLog + Alerts + Custody + Fates + Snapshots + Send + Sync + 'static {
+pub trait Database:
+    Accounts + AuditLog + Alerts + Custody + Fates + Leases + Logins + Snapshots + Send + Sync + 'static
+{
     /// `sqlite` or `postgres`, for logs and errors.
     fn backend(&self) -> &'static str;
     /// A transaction for the writes that go together ([`AlertWrites`]). Dropped without
@@ -54,7 +61,7 @@ pub trait Database: Accounts + AuditLog + Alerts + Custody + Fates + Snapshots +
 
 /// Writes that commit together or not at all.
 #[async_trait::async_trait]
-pub trait Transaction: AlertWrites + CustodyWrites + Send {
+pub trait Transaction: AlertWrites + CustodyWrites + Fence + Send {
     async fn commit(self: Box<Self>) -> Result<()>;
 }
 

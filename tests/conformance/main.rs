@@ -14,6 +14,9 @@ mod alerts;
 mod audit;
 mod custody;
 mod fates;
+mod leases;
+mod logins;
+mod replicas;
 mod snapshots;
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";

@@ -64,16 +64,35 @@ pub async fn move_messages(
     let connection = connect(broker, vhost).await?;
     let outcome = async {
         let management = ManagementClient::new(broker);
-        let mut mover = Mover::open(&connection, management, vhost, queue, plan, progress, prefetch).await?;
+        let opened = Mover::open(&connection, management, vhost, queue, plan, progress, prefetch);
+        // Nothing is read before the mover is open, so a broker that does not answer its
+        // channel openings and checks refuses the move rather than leaving the job running.
+        let mut mover = tokio::time::timeout(OPEN_WAIT, opened).await.map_err(|_| {
+            MoveError::Refused(format!(
+                "the broker did not open the move's channels and answer its checks within {} s; nothing was read",
+                OPEN_WAIT.as_secs()
+            ))
+        })??;
         mover.run(cancel).await?;
         mover.finish().await
     }
     .await;
-    if let Err(e) = connection.close(200, "done".into()).await {
-        tracing::warn!(error = %e, "closing the mover's AMQP connection");
+    // Everything read is settled by now (acked, or handed back in order). A close the broker
+    // does not confirm must not keep the job running either: the socket is dropped with it.
+    match tokio::time::timeout(CLOSE_WAIT, connection.close(200, "done".into())).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "closing the mover's AMQP connection"),
+        Err(_) => tracing::warn!(wait = ?CLOSE_WAIT, "the broker did not confirm the close of the mover's connection"),
     }
     outcome
 }
+
+/// How long opening a move (its channels, the target's and the source's checks, each of which
+/// has the management API's own timeout) may take.
+const OPEN_WAIT: Duration = Duration::from_secs(60);
+
+/// How long the close of a mover's connection may take.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// The prefetch for a consumer that reads `queue` whole: as many messages of the queue's
 /// average size as fit in [`MOVE_MEMORY`] (from the management API's `message_bytes_ready`).

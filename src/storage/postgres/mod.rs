@@ -15,6 +15,8 @@ mod alerts;
 mod audit;
 mod custody;
 mod fates;
+mod leases;
+mod logins;
 mod snapshots;
 
 /// warren's database in PostgreSQL.

@@ -12,6 +12,8 @@ mod alerts;
 mod audit;
 mod custody;
 mod fates;
+mod leases;
+mod logins;
 mod snapshots;
 
 /// warren's database in one SQLite file.

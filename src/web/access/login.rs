@@ -114,21 +114,25 @@ async fn login(
     if !same_origin(&headers) {
         return page(StatusCode::FORBIDDEN, "This login form was sent from another site.".into());
     }
-    let throttled = state.gate.throttle().begin_login(peer, &form.name, std::time::Instant::now());
-    if let Err(wait) = throttled {
-        auth::record_login(&state.store, &form.name, peer, LoginOutcome::Throttled).await.map_err(auth_error)?;
-        let mut response = page(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("Too many failed logins. Try again in {} seconds.", wait.as_secs().max(1)),
-        )?;
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
-        return Ok(response);
-    }
+    let now = chrono::Utc::now().timestamp_millis();
+    let counted = auth::begin_login(&state.store, peer, &form.name, now).await.map_err(WebError::Database)?;
+    let counted = match counted {
+        Ok(counted) => counted,
+        Err(wait) => {
+            auth::record_login(&state.store, &form.name, peer, LoginOutcome::Throttled).await.map_err(auth_error)?;
+            let mut response = page(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("Too many failed logins. Try again in {} seconds.", wait.as_secs().max(1)),
+            )?;
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+            return Ok(response);
+        }
+    };
     let Some(user) = auth::verify_password(&state.store, &form.name, &form.password).await.map_err(auth_error)? else {
         auth::record_login(&state.store, &form.name, peer, LoginOutcome::Failed).await.map_err(auth_error)?;
         return page(StatusCode::UNAUTHORIZED, "Wrong name or password.".into());
     };
-    state.gate.throttle().login_succeeded(peer, &user.name);
+    auth::login_succeeded(&state.store, peer, &user.name, counted).await.map_err(WebError::Database)?;
     auth::record_login(&state.store, &user.name, peer, LoginOutcome::Success).await.map_err(auth_error)?;
     let ttl = state.gate.config.session_ttl;
     let session =
