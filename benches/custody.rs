@@ -106,13 +106,14 @@ async fn main() {
 
     // Intake.
     let storage = std::sync::Arc::new(warren::history::storage::Storage::new(&dir.path().join("warren.db")));
-    let keeper = Custody::new(storage);
+    let store = warren::storage::sqlite::store(db.clone());
+    let keeper = Custody::new(store.clone(), storage);
     let cancel = CancellationToken::new();
     let started = Instant::now();
     let queues = std::iter::once((VHOST.to_string(), "orders.dlq".to_string()));
     custody::start_intakes(&keeper, &db, &rules, &HashMap::new(), &broker, queues, &cancel);
     loop {
-        let counts = custody::counts_by_queue(&db, "local").await.unwrap();
+        let counts = custody::counts_by_queue(&store, "local").await.unwrap();
         let held = counts.get(&(VHOST.to_string(), "orders.dlq".to_string())).map(|c| c.held).unwrap_or(0);
         if held as usize >= n {
             break;
@@ -133,13 +134,13 @@ async fn main() {
 
     // Listing, groups and search, as the API computes them.
     let list_secs = |filter: Filter| {
-        let (db, keeper) = (db.clone(), keeper.clone());
+        let (store, keeper) = (store.clone(), keeper.clone());
         async move {
             let started = Instant::now();
             // As a request: within its time budget, on the matching threads.
             let budget = warren::dlq::budget::Matchers::new().request();
             let queue = ("local", VHOST, "orders.dlq");
-            let listing = custody::list(&db, &keeper, queue, &filter, None, 100, &budget).await.unwrap();
+            let listing = custody::list(&store, &keeper, queue, &filter, None, 100, &budget).await.unwrap();
             (started.elapsed().as_secs_f64(), listing.matching)
         }
     };
@@ -181,7 +182,7 @@ async fn main() {
     };
     let started = Instant::now();
     let report = custody::replay(
-        &db,
+        &store,
         &broker,
         (VHOST, "orders.dlq"),
         &request,

@@ -87,8 +87,8 @@ pub async fn run(
     check_access(&state, listener.local_addr()?).await?;
     let interrupted = dlq::fates::mark_interrupted(&state.store).await?;
     // Whatever the configuration says now: a record left claimed would be stranded.
-    let reclaimed = dlq::custody::recover(&state.db).await?;
-    dlq::custody::fill_error_groups(&state.db).await?;
+    let reclaimed = dlq::custody::recover(&state.store).await?;
+    dlq::custody::fill_error_groups(&state.store).await?;
     // The browser's snapshots as they were shown before the restart (outdated ones marked so).
     let snapshots = dlq::browse::load(&state.store, &state.snapshots).await?;
     tracing::debug!(snapshots, "stored snapshots loaded");
@@ -186,7 +186,7 @@ const CUSTODY_SCAN_EVERY: Duration = Duration::from_secs(2);
 async fn custody_loop(state: AppState, cancel: CancellationToken) {
     loop {
         for broker in &state.config.brokers {
-            let switched = match dlq::custody::switches(&state.db, &broker.name).await {
+            let switched = match dlq::custody::switches(&state.store, &broker.name).await {
                 Ok(switched) => switched,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading custody switches");
@@ -292,7 +292,7 @@ async fn retention_cleanup(state: &AppState, broker_ids: &[i64], windows: histor
     }
     // Replayed custody records: kept as long as the rest of the history, so "what did we replay
     // last Tuesday" has an answer.
-    match dlq::custody::prune_replayed(&state.db, cutoff).await {
+    match dlq::custody::prune_replayed(&state.store, cutoff).await {
         Ok(records) => tracing::debug!(records, "replayed custody records removed"),
         Err(e) => tracing::error!(error = %e, "custody cleanup failed; will retry"),
     }

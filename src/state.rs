@@ -154,6 +154,7 @@ impl AppState {
         notifier.set_channels(wings.channels);
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone(), wings.proxy));
         let storage = Arc::new(crate::history::storage::Storage::new(&config.database));
+        let custody = crate::dlq::custody::Custody::new(store.clone(), storage.clone());
         AppState {
             base_path: config.base_path().into(),
             gate,
@@ -166,7 +167,7 @@ impl AppState {
             broker_ids: Arc::new(broker_ids),
             snapshots: Snapshots::default(),
             jobs: crate::dlq::jobs::Jobs::default(),
-            custody: crate::dlq::custody::Custody::new(storage.clone()),
+            custody,
             notifier,
             notices: Notices::default(),
             matchers: crate::dlq::budget::Matchers::new(),

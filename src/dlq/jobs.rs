@@ -625,7 +625,7 @@ async fn run(handles: Handles, job: Arc<Job>, work: Work) {
                     progress: &job.progress,
                     cancel: &job.cancel,
                 };
-                custody::replay(&handles.db, &broker, queue, request, &run).await.map(replay_report)
+                custody::replay(&handles.store, &broker, queue, request, &run).await.map(replay_report)
             }
         };
         moving.cancel();

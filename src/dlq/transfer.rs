@@ -12,14 +12,14 @@ use base64::Engine;
 use lapin::BasicProperties;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sqlx::Row;
 
 use super::budget::Budget;
 use super::custody::{self, decode_properties, Taken};
 use super::message::Filter;
 use super::mover::peeked_parts;
 use super::readable::{properties_from_json, short_string};
-use crate::history::Db;
+use crate::storage::custody::StoredMessage;
+use crate::storage::Store;
 
 /// One record as a line.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -58,45 +58,33 @@ const EXPORT_CHUNK: usize = 200;
 
 /// The ids of the records of a queue held in custody that `filter` matches, oldest first.
 pub async fn export_ids(
-    db: &Db,
+    store: &Store,
     queue: (&str, &str, &str),
     filter: &Filter,
     budget: &Budget,
 ) -> Result<Vec<i64>, custody::SearchError> {
-    Ok(custody::matching(db, queue, filter, budget).await?.into_iter().map(|r| r.id).collect())
+    Ok(custody::matching(store, queue, filter, budget).await?.into_iter().map(|r| r.id).collect())
 }
 
 /// The lines of the records `ids` (at most `EXPORT_CHUNK` at a time is what callers ask for).
-pub async fn export_lines(db: &Db, ids: &[i64]) -> Result<Vec<String>, sqlx::Error> {
+pub async fn export_lines(store: &Store, ids: &[i64]) -> Result<Vec<String>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let marks = vec!["?"; ids.len()].join(", ");
-    let sql = format!(
-        "select id, received_at, exchange, routing_key, message_id, reason, original_queue, error, properties,
-         properties_json, body from custody_messages where id in ({marks}) order by id"
-    );
-    let mut query = sqlx::query(&sql);
-    for id in ids {
-        query = query.bind(id);
-    }
-    let rows = query.fetch_all(db).await?;
-    Ok(rows
-        .iter()
-        .map(|row| {
-            let properties: Vec<u8> = row.get(8);
-            let shown: String = row.get(9);
-            let body: Vec<u8> = row.get(10);
+    let messages = store.custody_messages(ids).await?;
+    Ok(messages
+        .into_iter()
+        .map(|StoredMessage { record, exchange, properties, properties_json, body }| {
             let line = Line {
-                record: Some(row.get(0)),
-                received_at: Some(row.get(1)),
-                exchange: row.get(2),
-                routing_key: row.get(3),
-                message_id: row.get(4),
-                reason: row.get(5),
-                original_queue: row.get(6),
-                error: row.get(7),
-                properties: serde_json::from_str(&shown).unwrap_or_default(),
+                record: Some(record.id),
+                received_at: Some(record.received_at),
+                exchange,
+                routing_key: record.routing_key,
+                message_id: record.message_id,
+                reason: record.reason,
+                original_queue: record.original_queue,
+                error: record.error,
+                properties: serde_json::from_str(&properties_json).unwrap_or_default(),
                 amqp_properties: Some(B64.encode(properties)),
                 body: B64.encode(body),
             };

@@ -115,7 +115,8 @@ pub struct Poller {
     snapshots: Option<crate::dlq::browse::Snapshots>,
     /// The moves: which queues they put messages into, and when (`estimate::apply_fifo_breaks`).
     jobs: Option<crate::dlq::jobs::Jobs>,
-    /// The custody intakes, whose states the views carry (`custody_intake_stopped`).
+    /// The custody intakes, whose states the views carry (`custody_intake_stopped`), and whose
+    /// store holds custody's counts of each queue.
     intakes: Option<crate::dlq::custody::Custody>,
     /// The queues in warren's custody: their intake is a consumer of warren's own, which says
     /// nothing about what the queue is for (`apply_topology`).
@@ -444,7 +445,11 @@ impl Poller {
             requeued.entry(queue).or_default().push((vhost, at));
         }
         estimate::apply_fifo_breaks(&mut self.queues, &mut views, &requeued, ctx.counters.is_some(), now);
-        match crate::dlq::custody::counts_by_queue(&self.db, &self.broker.name).await {
+        let custody = match &self.intakes {
+            Some(intakes) => crate::dlq::custody::counts_by_queue(intakes.store(), &self.broker.name).await,
+            None => Ok(HashMap::new()),
+        };
+        match custody {
             Ok(custody) if !custody.is_empty() => {
                 for view in views.iter_mut() {
                     if let Some(c) = custody.get(&(view.vhost.to_string(), view.name.to_string())) {

@@ -7,27 +7,27 @@
 //! placeholders differ between the two.
 //!
 //! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
-//! [`Alerts`], [`Fates`], [`Leases`], [`Logins`], [`Snapshots`], the history's [`Samples`],
-//! [`Rollups`], [`Nodes`] and [`Topology`]), and [`Database`] is all of them; a backend
-//! implements each part in a file of its own. Its methods are the database's side of an
+//! [`Alerts`], [`Custody`], [`Fates`], [`Leases`], [`Logins`], [`Snapshots`], the history's
+//! [`Samples`], [`Rollups`], [`Nodes`] and [`Topology`]), and [`Database`] is all of them; a
+//! backend implements each part in a file of its own. Its methods are the database's side of an
 //! operation: one call is one statement or one transaction, and what decides (password hashes,
 //! the last-admin rule's wording, the failed-login caps) stays in the feature that calls it.
 //!
 //! Writes that must commit together (an alert evaluation's history, states and notifications)
 //! are made on a [`Transaction`], so the feature keeps its decisions between them.
 //!
-//! Moved behind it so far: accounts (users, sessions, API tokens), the login throttle's
+//! Behind it: accounts (users, sessions, API tokens), the login throttle's
 //! failures, the audit log, alerts, the fates of the messages a move touched, the dead-letter
-//! queues' stored snapshots, the leases that divide work between replicas, and the history
-//! (raw samples, roll-ups and the chart series' reads, nodes and topology). The rest of
-//! warren still uses SQLite's pool (`history::Db`) directly, and warren runs on SQLite only
-//! until every part is here.
+//! queues' stored snapshots, custody (its records and switches), the leases that divide work
+//! between replicas, and the history (raw samples, roll-ups and the chart series' reads, nodes
+//! and topology).
 
 use std::sync::Arc;
 
 pub mod accounts;
 pub mod alerts;
 pub mod audit;
+pub mod custody;
 pub mod fates;
 pub mod leases;
 pub mod logins;
@@ -42,6 +42,7 @@ pub mod topology;
 pub use accounts::Accounts;
 pub use alerts::{AlertWrites, Alerts};
 pub use audit::AuditLog;
+pub use custody::{Custody, CustodyWrites};
 pub use fates::Fates;
 pub use leases::{Fence, Held, Leases};
 pub use logins::Logins;
@@ -57,6 +58,7 @@ pub trait Database:
     Accounts
     + AuditLog
     + Alerts
+    + Custody
     + Fates
     + Leases
     + Logins
@@ -86,7 +88,7 @@ pub trait Database:
 
 /// Writes that commit together or not at all.
 #[async_trait::async_trait]
-pub trait Transaction: AlertWrites + Fence + Send {
+pub trait Transaction: AlertWrites + CustodyWrites + Fence + Send {
     async fn commit(self: Box<Self>) -> Result<()>;
 }
 

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
 
 use super::copy::{decode_properties, encode_properties, with_custody_id, CUSTODY_ID_HEADER};
 use super::replay::{claim, settle, CustodyTarget};
@@ -15,7 +14,8 @@ use crate::config::BrokerConfig;
 use crate::dlq::mover::{connect, peeked_parts};
 use crate::dlq::publish::{Identify, Publisher};
 use crate::dlq::target::Targets;
-use crate::history::Db;
+use crate::storage::custody::StoredMessage;
+use crate::storage::Store;
 
 /// An admin's change to one record, replayed as a new copy (issue 18, must-have 5; off unless
 /// the queue's `[[custody]]` rule says `edit = true`).
@@ -54,35 +54,26 @@ pub struct EditDiff {
 /// is confirmed it is marked replayed (`replayed_to` says it was an edited copy) and kept like
 /// any replayed record. Returns where the copy went and what changed.
 pub async fn edit_and_replay(
-    db: &Db,
+    store: &Store,
     broker: &BrokerConfig,
     (vhost, queue): (&str, &str),
     id: i64,
     edit: &Edit,
     (job, stranding): (&str, HashMap<String, String>),
 ) -> Result<(String, EditDiff), String> {
-    let row = sqlx::query(
-        "select properties, body, original_queue, state from custody_messages
-         where broker = ? and vhost = ? and queue = ? and id = ?",
-    )
-    .bind(&broker.name)
-    .bind(vhost)
-    .bind(queue)
-    .bind(id)
-    .fetch_optional(db)
-    .await
-    .map_err(|e| e.to_string())?
-    .ok_or_else(|| format!("no record {id} in the custody of {queue:?}"))?;
-    let state: String = row.get(3);
-    if state != "held" {
-        return Err(format!("record {id} is {state}: only a held record is edited and replayed"));
+    let StoredMessage { record, properties, body: old_body, .. } = store
+        .custody_message((&broker.name, vhost, queue), id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no record {id} in the custody of {queue:?}"))?;
+    if record.state != "held" {
+        return Err(format!("record {id} is {}: only a held record is edited and replayed", record.state));
     }
-    let old = decode_properties(row.get::<&[u8], _>(0))?;
-    let old_body: Vec<u8> = row.get(1);
+    let old = decode_properties(&properties)?;
     let to = match &edit.target {
         CustodyTarget::Queue(name) => name.clone(),
-        CustodyTarget::OriginalQueue => row
-            .get::<Option<String>, _>(2)
+        CustodyTarget::OriginalQueue => record
+            .original_queue
             .ok_or("no x-death or framework header names the queue it died in: name a target queue")?,
     };
     if to == queue {
@@ -121,7 +112,7 @@ pub async fn edit_and_replay(
     let mut targets = Targets::new(ManagementClient::new(broker), vhost, edit.accept_drop_head).refusing(stranding);
     targets.check(&to).await?;
     let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
-    if claim(db, job, &[id]).await.map_err(|e| e.to_string())?.is_empty() {
+    if claim(store, job, &[id]).await.map_err(|e| e.to_string())?.is_empty() {
         let _ = connection.close(200, "claimed elsewhere".into()).await;
         return Err(format!("record {id} was claimed by another replay meanwhile"));
     }
@@ -137,11 +128,11 @@ pub async fn edit_and_replay(
     let _ = connection.close(200, "edited copy replayed".into()).await;
     match published {
         Ok(()) => {
-            settle(db, &[(id, format!("{to} (an edited copy)"))], &[]).await.map_err(|e| e.to_string())?;
+            settle(store, &[(id, format!("{to} (an edited copy)"))], &[]).await.map_err(|e| e.to_string())?;
             Ok((to, diff))
         }
         Err(why) => {
-            settle(db, &[], &[id]).await.map_err(|e| e.to_string())?;
+            settle(store, &[], &[id]).await.map_err(|e| e.to_string())?;
             Err(why)
         }
     }

@@ -27,6 +27,7 @@ use crate::config::{BrokerConfig, CustodyRule};
 use crate::dlq::mover::connect;
 use crate::history::storage::Storage;
 use crate::history::Db;
+use crate::storage::Store;
 
 /// Deliveries taken per commit, at most (and the consumer's prefetch).
 const BATCH: usize = 200;
@@ -74,14 +75,21 @@ pub struct Custody {
     /// Each running intake's own cancel, for a release.
     stops: Arc<Mutex<HashMap<QueueId, CancellationToken>>>,
     tasks: TaskTracker,
+    /// Where every intake keeps what it takes, and the poller reads custody's counts.
+    store: Store,
     /// Checked before every ack: a commit into a database file that was deleted or replaced
     /// succeeds and is lost at the next start.
     storage: Arc<Storage>,
 }
 
 impl Custody {
-    pub fn new(storage: Arc<Storage>) -> Custody {
-        Custody { states: Arc::default(), stops: Arc::default(), tasks: TaskTracker::new(), storage }
+    pub fn new(store: Store, storage: Arc<Storage>) -> Custody {
+        Custody { states: Arc::default(), stops: Arc::default(), tasks: TaskTracker::new(), store, storage }
+    }
+
+    /// The store the intakes keep their records in.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     fn set(&self, id: &QueueId, f: impl FnOnce(&mut IntakeState)) {
@@ -134,7 +142,9 @@ impl Custody {
 
 /// Starts intake for every queue of `queues` (broker, vhost, name) in custody (`in_custody`) that
 /// has none running, and again `RETRY_AFTER_SECS` after one stopped (a broker that went away, a
-/// failed write, the budget): the page says why it stopped and when it is tried again.
+/// failed write, the budget): the page says why it stopped and when it is tried again. `db` is
+/// for the storage's health check (`history::storage`, SQLite's file) alone: the records go to
+/// `custody`'s store.
 pub fn start_intakes(
     custody: &Custody,
     db: &Db,
@@ -244,7 +254,7 @@ async fn intake(
         .check(&crate::storage::sqlite::Sqlite::new(db.clone()))
         .await
         .map_err(|e| format!("{e}: intake did not start, the messages stay in the broker"))?;
-    let mut kept = bytes_kept(db, id).await.map_err(|e| format!("reading custody's size: {e}"))?;
+    let mut kept = bytes_kept(&custody.store, id).await.map_err(|e| format!("reading custody's size: {e}"))?;
     // What a run before this one left unacked went back to the queue when its channel closed.
     custody.set(id, |s| {
         s.left_count = 0;
@@ -340,7 +350,7 @@ async fn intake(
         if let Err(e) = custody.storage.file_check() {
             break Err(format!("{e}: intake stopped, the batch stays in the broker"));
         }
-        if let Err(e) = commit(db, id, &batch).await {
+        if let Err(e) = commit(&custody.store, id, &batch).await {
             custody.storage.failed("custody intake", &e);
             break Err(format!("the database refused the batch ({e}): intake stopped, the batch stays in the broker"));
         }

@@ -5,33 +5,26 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
-use sqlx::Row;
 
 use super::copy::decode_properties;
 use super::intake::{Custody, IntakeState};
-use super::search::{matching_ids, record, records, records_by_id, Record, SearchError, RECORD_COLUMNS};
+use super::search::{matching_ids, records, Record, SearchError};
 use crate::dlq::budget::Budget;
 use crate::dlq::message::{self, Filter, SnapshotMessage};
 use crate::dlq::mover::peeked_parts;
-use crate::history::Db;
+use crate::storage::custody::{States, StoredMessage};
+use crate::storage::Store;
 
 /// One record with its message: what the record page shows, and the payload it offers.
 pub async fn message(
-    db: &Db,
-    (broker, vhost, queue): (&str, &str, &str),
+    store: &Store,
+    queue: (&str, &str, &str),
     id: i64,
 ) -> Result<Option<(Record, SnapshotMessage, Vec<u8>)>, sqlx::Error> {
-    let sql = format!(
-        "select {RECORD_COLUMNS}, exchange, properties, body from custody_messages
-         where broker = ? and vhost = ? and queue = ? and id = ?"
-    );
-    let Some(row) = sqlx::query(&sql).bind(broker).bind(vhost).bind(queue).bind(id).fetch_optional(db).await? else {
+    let Some(StoredMessage { record, exchange, properties, body, .. }) = store.custody_message(queue, id).await? else {
         return Ok(None);
     };
-    let record = record(&row);
-    let exchange: String = row.get(10);
-    let properties = decode_properties(row.get::<&[u8], _>(11)).unwrap_or_default();
-    let body: Vec<u8> = row.get(12);
+    let properties = decode_properties(&properties).unwrap_or_default();
     let shown = peeked_parts((&exchange, &record.routing_key), record.redelivered, &properties, &body, usize::MAX);
     Ok(Some((record, message::summarize(id.max(0) as usize, String::new(), shown), body)))
 }
@@ -51,27 +44,19 @@ pub struct Counts {
 }
 
 /// Every queue's custody counts of a broker, by (vhost, queue): for the poller.
-pub async fn counts_by_queue(db: &Db, broker: &str) -> Result<HashMap<(String, String), Counts>, sqlx::Error> {
-    let rows = sqlx::query(
-        "select vhost, queue, state, count(*), coalesce(sum(size), 0), min(received_at)
-         from custody_messages where broker = ? group by vhost, queue, state",
-    )
-    .bind(broker)
-    .fetch_all(db)
-    .await?;
+pub async fn counts_by_queue(store: &Store, broker: &str) -> Result<HashMap<(String, String), Counts>, sqlx::Error> {
     let mut out: HashMap<(String, String), Counts> = HashMap::new();
-    for row in rows {
-        let c = out.entry((row.get(0), row.get(1))).or_default();
-        let (n, bytes) = (row.get::<i64, _>(3).max(0) as u64, row.get::<i64, _>(4).max(0) as u64);
-        match row.get::<String, _>(2).as_str() {
+    for tally in store.custody_counts(broker).await? {
+        let c = out.entry((tally.vhost, tally.queue)).or_default();
+        let (n, bytes) = (tally.records.max(0) as u64, tally.bytes.max(0) as u64);
+        match tally.state.as_str() {
             "held" => c.held = n,
             "claimed" => c.claimed = n,
             _ => c.replayed = n,
         }
-        if row.get::<String, _>(2) != "replayed" {
+        if tally.state != "replayed" {
             c.bytes += bytes;
-            let taken: Option<i64> = row.get(5);
-            c.oldest_taken_at = match (c.oldest_taken_at, taken) {
+            c.oldest_taken_at = match (c.oldest_taken_at, tally.first_at) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -171,7 +156,7 @@ pub struct Listing {
 /// (`Filter::matches`); its text search looks in the body and in every property, headers
 /// included, ignoring the case of ASCII letters.
 pub async fn list(
-    db: &Db,
+    store: &Store,
     custody: &Custody,
     (broker, vhost, queue): (&str, &str, &str),
     filter: &Filter,
@@ -179,24 +164,13 @@ pub async fn list(
     limit: usize,
     budget: &Budget,
 ) -> Result<Listing, SearchError> {
-    // One scan of the covering index (in its order: no sort) gives the counts, the sizes and
-    // every group; a query per group plus the broker-wide counts read it five times (269 ms at
-    // 100,000 records).
-    let rows = sqlx::query(
-        "select state, reason, original_queue, error, count(*), coalesce(sum(size), 0), min(received_at),
-         max(received_at) from custody_messages where broker = ? and vhost = ? and queue = ?
-         group by state, reason, original_queue, error",
-    )
-    .bind(broker)
-    .bind(vhost)
-    .bind(queue)
-    .fetch_all(db)
-    .await?;
+    // One scan gives the counts, the sizes and every group.
+    let tallies = store.custody_triage((broker, vhost, queue)).await?;
     let mut counts = Counts::default();
     let mut groups: [HashMap<Option<String>, Group>; 3] = Default::default();
-    for row in &rows {
-        let n = row.get::<i64, _>(4).max(0) as u64;
-        match row.get::<&str, _>(0) {
+    for tally in tallies {
+        let n = tally.records.max(0) as u64;
+        match tally.state.as_str() {
             "held" => counts.held += n,
             "claimed" => counts.claimed += n,
             _ => {
@@ -204,10 +178,9 @@ pub async fn list(
                 continue;
             }
         }
-        counts.bytes += row.get::<i64, _>(5).max(0) as u64;
-        let (first, last): (i64, i64) = (row.get(6), row.get(7));
-        for (i, by) in groups.iter_mut().enumerate() {
-            let value: Option<String> = row.get(i + 1);
+        counts.bytes += tally.bytes.max(0) as u64;
+        let (first, last) = (tally.first_at.unwrap_or_default(), tally.last_at.unwrap_or_default());
+        for (by, value) in groups.iter_mut().zip([tally.reason, tally.original_queue, tally.error]) {
             let group = by.entry(value.clone()).or_insert_with(|| Group {
                 value: value.unwrap_or_else(|| "—".to_string()),
                 records: 0,
@@ -235,15 +208,14 @@ pub async fn list(
         error_groups(errors.into_iter().filter_map(|(k, g)| Some((k?, g.records, g.first_seen, g.last_seen))));
 
     // The page starts after the id `after` (the API's cursor); `matching` counts every match.
+    let place = (broker, vhost, queue);
     let after = after.unwrap_or(0);
     let records = if filter.is_empty() {
         let kept = (counts.held + counts.claimed) as usize;
-        let states = format!("state in ('held', 'claimed') and id > {after}");
-        (kept, records(db, (broker, vhost, queue), &states, filter, limit as i64, budget).await?)
+        (kept, records(store, place, filter, (States::Kept, Some(after)), limit as i64, budget).await?)
     } else if filter.regex().is_some() {
         // Matched outside SQL: every match read once, counted, and the first `limit` kept.
-        let mut all =
-            records(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter, i64::MAX, budget).await?;
+        let mut all = records(store, place, filter, (States::Kept, None), i64::MAX, budget).await?;
         let matching = all.len();
         all.retain(|r| r.id > after);
         all.truncate(limit);
@@ -251,9 +223,9 @@ pub async fn list(
     } else {
         // One scan for the count and the page: a count and then the first `limit` read every
         // body twice when matches are rare (a text search reads 100 MB at 100,000 records).
-        let ids = matching_ids(db, (broker, vhost, queue), "state in ('held', 'claimed')", filter).await?;
+        let ids = matching_ids(store, place, filter).await?;
         let page: Vec<i64> = ids.iter().copied().filter(|id| *id > after).take(limit).collect();
-        (ids.len(), records_by_id(db, &page).await?)
+        (ids.len(), store.custody_records_by_id(&page).await?)
     };
     let (matching, records) = records;
     Ok(Listing {

@@ -4,7 +4,7 @@
 //!
 //! The invariants, each where it is kept:
 //! - **Intake never loses a message** (`intake`): a delivery is acked only after its row is
-//!   committed with `synchronous = FULL`; a commit that fails, or the size budget, stops intake
+//!   committed (SQLite's `synchronous = FULL`, or PostgreSQL); a commit that fails, or the size budget, stops intake
 //!   and hands the batch back to the broker unacked. At worst a duplicate.
 //! - **A record is replayed once** (`replay`): claimed first (`held` -> `claimed`, guarded by
 //!   the state), marked `replayed` only after its copy's confirm came without a return; a record
@@ -17,7 +17,10 @@
 //! - `switch`: which queues are in custody (the rules, an admin's switch) and on what terms.
 //! - `store`: a message as a row, rows written in one durable transaction (intake's batches,
 //!   imports) and taken out (delete, retention).
-//! - `search`: the records a filter matches, in SQL and on the budget's threads.
+//! - `search`: the records a filter matches, in the store and on the budget's threads.
+//!
+//! The SQL is the store's (`storage::custody`, one implementation per backend); what decides
+//! stays here.
 //! - `intake`: consuming a queue into the store, acking only what was committed; `Custody`, the
 //!   handle of every intake.
 //! - `listing`: counts, triage groups and records as the pages and the API show them.

@@ -10,12 +10,10 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 
 use super::copy::{decode_properties, with_custody_id, CUSTODY_ID_HEADER};
 use super::search::{records, Record};
-use super::store::placeholders;
 use crate::broker::management::ManagementClient;
 use crate::config::BrokerConfig;
 use crate::dlq::budget::Budget;
@@ -23,7 +21,8 @@ use crate::dlq::message::Filter;
 use crate::dlq::mover::{connect, Progress};
 use crate::dlq::publish::{Identify, Publisher, Settled};
 use crate::dlq::target::Targets;
-use crate::history::Db;
+use crate::storage::custody::States;
+use crate::storage::Store;
 
 /// Copies published, and settled, together. Two batches are in flight at most (one published
 /// while the one before is settled): a crash leaves at most 1,000 copies sent and not marked,
@@ -31,11 +30,10 @@ use crate::history::Db;
 const REPLAY_BATCH: usize = 500;
 
 /// Resets records a crash left claimed: no replay runs at start.
-pub async fn recover(db: &Db) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query("update custody_messages set state = 'held', job = null where state = 'claimed'")
-        .execute(db)
-        .await?;
-    Ok(done.rows_affected())
+/// (With several replicas on one PostgreSQL this would hand back another replica's running
+/// claims: it waits for the claim expiry of issue 33's leases.)
+pub async fn recover(store: &Store) -> Result<u64, sqlx::Error> {
+    store.recover_claims().await
 }
 
 /// Which records a replay takes.
@@ -85,70 +83,17 @@ pub struct ReplayReport {
     pub not_sent: usize,
 }
 
-/// Claims the selected held records for `job`; returns the ids it got. The state guard makes a
-/// record claimable once: a second replay of the same records claims none of them.
-pub(super) async fn claim(db: &Db, job: &str, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
-    // A statement per chunk, not per record: 100,000 single-row statements took seconds.
-    let mut got = Vec::new();
-    for chunk in ids.chunks(500) {
-        let marks = placeholders(chunk.len());
-        let sql = format!(
-            "update custody_messages set state = 'claimed', job = ? where state = 'held' and id in ({marks})
-             returning id"
-        );
-        let mut query = sqlx::query_scalar::<_, i64>(&sql).bind(job);
-        for id in chunk {
-            query = query.bind(id);
-        }
-        got.extend(query.fetch_all(db).await?);
-    }
-    got.sort_unstable();
-    Ok(got)
+/// Claims the selected held records for `job`; returns the ids it got. The store's state
+/// guard makes a record claimable once: a second replay of the same records, in this process
+/// or another, claims none of them.
+pub(super) async fn claim(store: &Store, job: &str, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
+    store.claim_records(job, ids).await
 }
 
-pub(super) async fn settle(db: &Db, replayed: &[(i64, String)], failed: &[i64]) -> Result<(), sqlx::Error> {
-    let mut tx = db.begin().await?;
-    let now = Utc::now().timestamp();
-    // One statement per target (most replays have one or a few), not one per record.
-    let mut by_target: HashMap<&str, Vec<i64>> = HashMap::new();
-    for (record, to) in replayed {
-        by_target.entry(to.as_str()).or_default().push(*record);
-    }
-    for (to, records) in by_target {
-        for chunk in records.chunks(500) {
-            let marks = placeholders(chunk.len());
-            let sql = format!(
-                "update custody_messages set state = 'replayed', replayed_at = ?, replayed_to = ? where id in ({marks})"
-            );
-            let mut query = sqlx::query(&sql).bind(now).bind(to);
-            for id in chunk {
-                query = query.bind(id);
-            }
-            query.execute(&mut *tx).await?;
-        }
-    }
-    for chunk in failed.chunks(500) {
-        let marks = placeholders(chunk.len());
-        let sql = format!("update custody_messages set state = 'held', job = null where id in ({marks})");
-        let mut query = sqlx::query(&sql);
-        for id in chunk {
-            query = query.bind(id);
-        }
-        query.execute(&mut *tx).await?;
-    }
-    tx.commit().await
-}
-
-/// Hands back to `held` what `job` still has claimed: records it had not sent when it stopped
-/// (cancelled, or failed part way). A copy sent and not confirmed may then be replayed again: a
-/// duplicate, never a loss.
-async fn unclaim(db: &Db, job: &str) -> Result<u64, sqlx::Error> {
-    let done =
-        sqlx::query("update custody_messages set state = 'held', job = null where job = ? and state = 'claimed'")
-            .bind(job)
-            .execute(db)
-            .await?;
-    Ok(done.rows_affected())
+/// Marks `replayed` (record, where its copy went) replayed now and `failed` held again, in one
+/// transaction.
+pub(super) async fn settle(store: &Store, replayed: &[(i64, String)], failed: &[i64]) -> Result<(), sqlx::Error> {
+    store.settle_records(replayed, failed, Utc::now().timestamp()).await
 }
 
 /// Replays the selected records of `queue`'s custody. Each target queue is checked before the
@@ -157,14 +102,17 @@ async fn unclaim(db: &Db, job: &str) -> Result<u64, sqlx::Error> {
 /// audit log's checkpoints); `cancel` stops it between two batches. Whatever way it ends, the
 /// records it claimed and did not settle go back to `held`.
 pub async fn replay(
-    db: &Db,
+    store: &Store,
     broker: &BrokerConfig,
     (vhost, queue): (&str, &str),
     request: &ReplayRequest,
     run: &ReplayRun<'_>,
 ) -> Result<ReplayReport, String> {
-    let result = replay_claimed(db, broker, (vhost, queue), request, run).await;
-    let handed_back = unclaim(db, run.job).await;
+    let result = replay_claimed(store, broker, (vhost, queue), request, run).await;
+    // Hands back to `held` what `job` still has claimed: records it had not sent when it stopped
+    // (cancelled, or failed part way). A copy sent and not confirmed may then be replayed again:
+    // a duplicate, never a loss.
+    let handed_back = store.unclaim_records(run.job).await;
     let mut report = result?;
     // Unclaimed now, or by `recover` at the next start if this write failed too.
     if let Ok(n) = handed_back {
@@ -186,7 +134,7 @@ pub struct ReplayRun<'a> {
 }
 
 async fn replay_claimed(
-    db: &Db,
+    store: &Store,
     broker: &BrokerConfig,
     (vhost, queue): (&str, &str),
     request: &ReplayRequest,
@@ -198,7 +146,7 @@ async fn replay_claimed(
         CustodySelection::Matching(filter) => filter,
         _ => &all_filter,
     };
-    let found = records(db, (&id.0, &id.1, &id.2), "state = 'held'", filter, i64::MAX, &Budget::job(cancel))
+    let found = records(store, (&id.0, &id.1, &id.2), filter, (States::Held, None), i64::MAX, &Budget::job(cancel))
         .await
         .map_err(|e| e.to_string())?;
     let chosen: Vec<&Record> = match &request.selection {
@@ -250,7 +198,7 @@ async fn replay_claimed(
     }
     let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
     let wanted: Vec<i64> = routes.iter().map(|(h, _)| h.id).collect();
-    let claimed: HashSet<i64> = claim(db, job, &wanted).await.map_err(|e| e.to_string())?.into_iter().collect();
+    let claimed: HashSet<i64> = claim(store, job, &wanted).await.map_err(|e| e.to_string())?.into_iter().collect();
     let routes: Vec<(&Record, String)> = routes.into_iter().filter(|(h, _)| claimed.contains(&h.id)).collect();
 
     progress.settled(&report.failed[..], &[]);
@@ -267,12 +215,12 @@ async fn replay_claimed(
             report.cancelled = true;
             break;
         }
-        let unsent = send_batch(db, &mut publisher, batch).await?;
+        let unsent = send_batch(store, &mut publisher, batch).await?;
         let settled = publisher.end_batch().await.map_err(channel_failed)?;
-        record_settled(db, settled, unsent, &mut report, progress).await?;
+        record_settled(store, settled, unsent, &mut report, progress).await?;
     }
     let settled = publisher.settle_all().await.map_err(channel_failed)?;
-    record_settled(db, settled, Vec::new(), &mut report, progress).await?;
+    record_settled(store, settled, Vec::new(), &mut report, progress).await?;
     publisher.close("replayed").await;
     let _ = connection.close(200, "replayed".into()).await;
     Ok(report)
@@ -284,12 +232,12 @@ type Replaying = (i64, Option<String>);
 /// Publishes a batch; returns (record, message id, why) of those that could not be published
 /// at all (their row went missing, its properties cannot be read, or lapin would not send it).
 async fn send_batch(
-    db: &Db,
+    store: &Store,
     publisher: &mut Publisher<Replaying>,
     batch: &[(&Record, String)],
 ) -> Result<Vec<(i64, Option<String>, String)>, String> {
     let ids: Vec<i64> = batch.iter().map(|(h, _)| h.id).collect();
-    let mut bodies = bodies(db, &ids).await.map_err(|e| e.to_string())?;
+    let mut bodies = store.replay_parts(&ids).await.map_err(|e| e.to_string())?;
     let mut unsent = Vec::new();
     for (h, to) in batch {
         let Some((properties, body)) = bodies.remove(&h.id) else {
@@ -316,7 +264,7 @@ async fn send_batch(
 /// Marks each settled record replayed (confirmed, not returned) or back to held, in one
 /// transaction, and counts them.
 async fn record_settled(
-    db: &Db,
+    store: &Store,
     settled: Vec<Settled<Replaying>>,
     mut failed: Vec<(i64, Option<String>, String)>,
     report: &mut ReplayReport,
@@ -331,25 +279,9 @@ async fn record_settled(
     }
     let marks: Vec<(i64, String)> = replayed.iter().map(|(id, _, to)| (*id, to.clone())).collect();
     let back: Vec<i64> = failed.iter().map(|(id, _, _)| *id).collect();
-    settle(db, &marks, &back).await.map_err(|e| e.to_string())?;
+    settle(store, &marks, &back).await.map_err(|e| e.to_string())?;
     progress.settled(&failed, &replayed);
     report.failed.extend(failed);
     report.replayed.extend(replayed);
     Ok(())
-}
-
-async fn bodies(db: &Db, ids: &[i64]) -> Result<HashMap<i64, (Vec<u8>, Vec<u8>)>, sqlx::Error> {
-    let mut out = HashMap::with_capacity(ids.len());
-    for chunk in ids.chunks(500) {
-        let marks = placeholders(chunk.len());
-        let sql = format!("select id, properties, body from custody_messages where id in ({marks})");
-        let mut query = sqlx::query(&sql);
-        for id in chunk {
-            query = query.bind(id);
-        }
-        for row in query.fetch_all(db).await? {
-            out.insert(row.get(0), (row.get(1), row.get(2)));
-        }
-    }
-    Ok(out)
 }

@@ -5,35 +5,34 @@
 
 use chrono::Utc;
 use lapin::BasicProperties;
-use sqlx::Row;
 
 use super::copy::encode_properties;
 use super::switch::budget;
 use crate::config::CustodyRule;
 use crate::dlq::message::{self, SnapshotMessage};
 use crate::dlq::mover::peeked_parts;
-use crate::history::Db;
+use crate::storage::custody::{Deleted, NewRecord, Queue};
+use crate::storage::Store;
 
 /// (broker, vhost, queue)
 pub(super) type QueueId = (String, String, String);
 
+/// `id` as the store names a queue.
+pub(super) fn place(id: &QueueId) -> Queue<'_> {
+    (&id.0, &id.1, &id.2)
+}
+
 /// Gives records taken in before their error's group was kept (migration 0023) their group,
 /// so that a filter by group finds them too. Reads only the error texts; once, at start.
-pub async fn fill_error_groups(db: &Db) -> Result<u64, sqlx::Error> {
-    let rows: Vec<(i64, String)> =
-        sqlx::query_as("select id, error from custody_messages where error_group is null and error is not null")
-            .fetch_all(db)
-            .await?;
-    let mut tx = db.begin().await?;
-    for (id, error) in &rows {
-        sqlx::query("update custody_messages set error_group = ? where id = ?")
-            .bind(crate::dlq::framework::error_group(error))
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(rows.len() as u64)
+pub async fn fill_error_groups(store: &Store) -> Result<u64, sqlx::Error> {
+    let groups: Vec<(i64, String)> = store
+        .ungrouped_errors()
+        .await?
+        .into_iter()
+        .map(|(id, error)| (id, crate::dlq::framework::error_group(&error)))
+        .collect();
+    store.set_error_groups(&groups).await?;
+    Ok(groups.len() as u64)
 }
 
 /// One delivery (or imported message) as a row: made by intake and by `dlq::transfer`.
@@ -50,12 +49,34 @@ pub struct Taken {
     /// Which message it is (`message::identity`): intake flags a redelivered message only
     /// when custody already holds one with the same fingerprint.
     fingerprint: String,
+    /// The application's error (`message::error_line`) and its group, read from the summary.
+    error: Option<String>,
+    error_group: Option<String>,
 }
 
 impl Taken {
     /// Bytes it holds for the custody's budget: body and properties.
     pub(in crate::dlq) fn size(&self) -> u64 {
         (self.body.len() + self.properties.len()) as u64
+    }
+
+    /// It as the store writes it.
+    pub(super) fn record(&self) -> NewRecord<'_> {
+        NewRecord {
+            exchange: &self.exchange,
+            routing_key: &self.routing_key,
+            properties: &self.properties,
+            properties_json: &self.properties_json,
+            body: &self.body,
+            size: self.size() as i64,
+            message_id: self.summary.message_id.as_deref(),
+            reason: self.summary.reason.as_deref(),
+            original_queue: self.summary.original_queue.as_deref(),
+            error: self.error.as_deref(),
+            error_group: self.error_group.as_deref(),
+            redelivered: self.redelivered,
+            fingerprint: &self.fingerprint,
+        }
     }
 }
 
@@ -75,6 +96,7 @@ pub(in crate::dlq) fn kept(
     // What the row keeps of the summary is its id, death and error; the payload's text (a
     // second copy of the body) goes now, not with the batch.
     summary.message.payload = String::new();
+    let (error, error_group) = (message::error_line(&summary), message::error_group(&summary));
     Ok(Taken {
         tag,
         exchange: route.0.to_string(),
@@ -85,69 +107,21 @@ pub(in crate::dlq) fn kept(
         summary,
         redelivered,
         fingerprint,
+        error,
+        error_group,
     })
 }
 
 /// Bytes a queue's records hold in custody (not yet replayed).
-pub(super) async fn bytes_kept(db: &Db, id: &QueueId) -> Result<u64, sqlx::Error> {
-    let row = sqlx::query(
-        "select coalesce(sum(size), 0) from custody_messages
-         where broker = ? and vhost = ? and queue = ? and state in ('held', 'claimed')",
-    )
-    .bind(&id.0)
-    .bind(&id.1)
-    .bind(&id.2)
-    .fetch_one(db)
-    .await?;
-    Ok(row.get::<i64, _>(0).max(0) as u64)
+pub(super) async fn bytes_kept(store: &Store, id: &QueueId) -> Result<u64, sqlx::Error> {
+    store.custody_bytes(place(id)).await
 }
 
-/// Commits a batch so that it survives power loss (the pool's `synchronous = FULL`).
-pub(super) async fn commit(db: &Db, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Error> {
-    let mut tx = db.begin().await?;
-    let now = Utc::now().timestamp();
-    for t in batch {
-        insert(&mut tx, id, now, t).await?;
-    }
-    tx.commit().await
-}
-
-async fn insert(conn: &mut sqlx::SqliteConnection, id: &QueueId, now: i64, t: &Taken) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "insert into custody_messages (broker, vhost, queue, received_at, exchange, routing_key, properties,
-         properties_json, body, size, message_id, reason, original_queue, error, redelivered, body_nul,
-         fingerprint, error_group)
-         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                 ?15 and exists (select 1 from custody_messages
-                                 where broker = ?1 and vhost = ?2 and queue = ?3 and fingerprint = ?17),
-                 ?16, ?17, ?18)",
-    )
-    .bind(&id.0)
-    .bind(&id.1)
-    .bind(&id.2)
-    .bind(now)
-    .bind(&t.exchange)
-    .bind(&t.routing_key)
-    .bind(&t.properties)
-    .bind(&t.properties_json)
-    .bind(&t.body)
-    .bind(t.size() as i64)
-    .bind(&t.summary.message_id)
-    .bind(&t.summary.reason)
-    .bind(&t.summary.original_queue)
-    .bind(message::error_line(&t.summary))
-    .bind(t.redelivered)
-    .bind(t.body.contains(&0))
-    .bind(&t.fingerprint)
-    .bind(message::error_group(&t.summary))
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// `?, ?, ...`: `n` placeholders for an `in (...)` list (the callers keep lists to 500).
-pub(super) fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(", ")
+/// Commits a batch so that it survives power loss (SQLite's `synchronous = FULL`, a
+/// PostgreSQL commit).
+pub(super) async fn commit(store: &Store, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Error> {
+    let records: Vec<NewRecord<'_>> = batch.iter().map(Taken::record).collect();
+    store.keep_records(place(id), Utc::now().timestamp(), &records).await
 }
 
 /// Why an import kept nothing.
@@ -167,7 +141,7 @@ pub enum ImportError {
 /// the first batch is made: only one batch is in memory at a time, and all go in one
 /// transaction, committed as intake commits.
 pub async fn import<B>(
-    db: &Db,
+    store: &Store,
     rules: &[CustodyRule],
     (broker, vhost, queue): (&str, &str, &str),
     (count, adding): (usize, u64),
@@ -178,18 +152,17 @@ where
 {
     let id = (broker.to_string(), vhost.to_string(), queue.to_string());
     let budget = budget(rules, broker, vhost, queue);
-    let kept = bytes_kept(db, &id).await?;
+    let kept = bytes_kept(store, &id).await?;
     if kept + adding > budget {
         return Err(ImportError::Budget { kept, adding, budget });
     }
-    let mut tx = db.begin().await?;
+    let mut tx = store.begin().await?;
     let now = Utc::now().timestamp();
     let mut imported = 0;
     for batch in batches {
         let batch = batch.map_err(ImportError::Changed)?;
-        for t in &batch {
-            insert(&mut tx, &id, now, t).await?;
-        }
+        let records: Vec<NewRecord<'_>> = batch.iter().map(Taken::record).collect();
+        tx.keep_records(place(&id), now, &records).await?;
         imported += batch.len();
     }
     if imported != count {
@@ -200,12 +173,8 @@ where
 }
 
 /// Records of replays older than this many seconds are deleted (the global retention).
-pub async fn prune_replayed(db: &Db, before: i64) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query("delete from custody_messages where state = 'replayed' and replayed_at < ?")
-        .bind(before)
-        .execute(db)
-        .await?;
-    Ok(done.rows_affected())
+pub async fn prune_replayed(store: &Store, before: i64) -> Result<u64, sqlx::Error> {
+    store.prune_replayed(before).await
 }
 
 /// Why a record was not deleted.
@@ -223,35 +192,10 @@ pub enum DeleteError {
 /// Deletes one held record (an admin's way out for a record that can never be replayed);
 /// returns its message id. The state guard is the one `claim` uses, so a record a replay has
 /// claimed is never deleted under it.
-pub async fn delete(
-    db: &Db,
-    (broker, vhost, queue): (&str, &str, &str),
-    id: i64,
-) -> Result<Option<String>, DeleteError> {
-    let deleted = sqlx::query_scalar::<_, Option<String>>(
-        "delete from custody_messages where broker = ? and vhost = ? and queue = ? and id = ? and state = 'held'
-         returning message_id",
-    )
-    .bind(broker)
-    .bind(vhost)
-    .bind(queue)
-    .bind(id)
-    .fetch_optional(db)
-    .await?;
-    if let Some(message_id) = deleted {
-        return Ok(message_id);
+pub async fn delete(store: &Store, queue: (&str, &str, &str), id: i64) -> Result<Option<String>, DeleteError> {
+    match store.delete_held(queue, id).await? {
+        Deleted::Deleted(message_id) => Ok(message_id),
+        Deleted::NotHeld(state) => Err(DeleteError::NotHeld { id, state }),
+        Deleted::NotFound => Err(DeleteError::NotFound(id)),
     }
-    let state = sqlx::query_scalar::<_, String>(
-        "select state from custody_messages where broker = ? and vhost = ? and queue = ? and id = ?",
-    )
-    .bind(broker)
-    .bind(vhost)
-    .bind(queue)
-    .bind(id)
-    .fetch_optional(db)
-    .await?;
-    Err(match state {
-        Some(state) => DeleteError::NotHeld { id, state },
-        None => DeleteError::NotFound(id),
-    })
 }

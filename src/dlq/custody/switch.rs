@@ -5,10 +5,9 @@
 use std::collections::HashMap;
 
 use chrono::Utc;
-use sqlx::Row;
 
 use crate::config::CustodyRule;
-use crate::history::Db;
+use crate::storage::Store;
 
 /// What an admin decided for one queue, over the rules (`custody_queues`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,43 +17,28 @@ pub enum Switch {
 }
 
 /// The admins' decisions of a broker's queues, by (vhost, queue).
-pub async fn switches(db: &Db, broker: &str) -> Result<HashMap<(String, String), Switch>, sqlx::Error> {
-    let rows = sqlx::query("select vhost, queue, state from custody_queues where broker = ?")
-        .bind(broker)
-        .fetch_all(db)
-        .await?;
+pub async fn switches(store: &Store, broker: &str) -> Result<HashMap<(String, String), Switch>, sqlx::Error> {
+    let rows = store.custody_switches(broker).await?;
     Ok(rows
         .into_iter()
-        .map(|r| {
-            let switch = if r.get::<String, _>(2) == "on" { Switch::On } else { Switch::Released };
-            ((r.get(0), r.get(1)), switch)
+        .map(|(vhost, queue, state)| {
+            let switch = if state == "on" { Switch::On } else { Switch::Released };
+            ((vhost, queue), switch)
         })
         .collect())
 }
 
 /// Records an admin's decision for a queue.
 pub async fn set_switch(
-    db: &Db,
+    store: &Store,
     broker: &str,
     vhost: &str,
     queue: &str,
     switch: Switch,
     by: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "insert into custody_queues (broker, vhost, queue, state, changed_at, changed_by) values (?, ?, ?, ?, ?, ?)
-         on conflict (broker, vhost, queue) do update set state = excluded.state, changed_at = excluded.changed_at,
-         changed_by = excluded.changed_by",
-    )
-    .bind(broker)
-    .bind(vhost)
-    .bind(queue)
-    .bind(if switch == Switch::On { "on" } else { "released" })
-    .bind(Utc::now().timestamp())
-    .bind(by)
-    .execute(db)
-    .await?;
-    Ok(())
+    let state = if switch == Switch::On { "on" } else { "released" };
+    store.set_custody_switch((broker, vhost, queue), state, Utc::now().timestamp(), by).await
 }
 
 /// Whether a queue is in custody: an admin switched it on, or a rule names it and no admin
@@ -69,13 +53,13 @@ pub fn in_custody(rules: &[CustodyRule], switch: Option<Switch>, broker: &str, v
 
 /// Whether one queue is in custody now (`in_custody`, with the admins' decision read fresh).
 pub async fn is_in_custody(
-    db: &Db,
+    store: &Store,
     rules: &[CustodyRule],
     broker: &str,
     vhost: &str,
     queue: &str,
 ) -> Result<bool, sqlx::Error> {
-    let switch = switches(db, broker).await?.remove(&(vhost.to_string(), queue.to_string()));
+    let switch = switches(store, broker).await?.remove(&(vhost.to_string(), queue.to_string()));
     Ok(in_custody(rules, switch, broker, vhost, queue))
 }
 

@@ -68,12 +68,8 @@ impl PartialEq for CompiledRegex {
 /// person wrote. SQLite refuses a LIKE pattern over 50,000 bytes with an error of its own.
 pub const FILTER_FIELD_MAX_BYTES: usize = 4096;
 
-/// One step of a JSON path.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PathStep {
-    Key(String),
-    Index(usize),
-}
+/// One step of a JSON path (the store's type: custody's search hands it to SQL).
+pub use crate::storage::custody::PathStep;
 
 /// Reads `order.items[0].sku` (a leading `$.` or `$` is allowed). Keys are what lies between
 /// the dots; a `"` in a key cannot be written in SQLite's path syntax, and is refused.
@@ -112,18 +108,6 @@ pub fn parse_json_path(path: &str) -> Result<Vec<PathStep>, String> {
         }
     }
     Ok(steps)
-}
-
-/// The path as SQLite's JSON functions read it: `$."order"."items"[0]."sku"`.
-pub fn sqlite_json_path(steps: &[PathStep]) -> String {
-    let mut out = String::from("$");
-    for step in steps {
-        match step {
-            PathStep::Key(k) => out.push_str(&format!(".\"{k}\"")),
-            PathStep::Index(i) => out.push_str(&format!("[{i}]")),
-        }
-    }
-    out
 }
 
 /// A JSON value as the filters compare it: a string as it is, anything else as its JSON text.
@@ -568,8 +552,9 @@ mod tests {
             assert!(parse_json_path(bad).is_err(), "{bad:?}");
         }
         let steps = parse_json_path("$.order.items[0][2].sku").unwrap();
-        assert_eq!(sqlite_json_path(&steps), r#"$."order"."items"[0][2]."sku""#);
-        assert_eq!(sqlite_json_path(&parse_json_path("[3].a").unwrap()), r#"$[3]."a""#);
+        let key = |k: &str| PathStep::Key(k.to_string());
+        assert_eq!(steps, [key("order"), key("items"), PathStep::Index(0), PathStep::Index(2), key("sku")]);
+        assert_eq!(parse_json_path("[3].a").unwrap(), [PathStep::Index(3), key("a")]);
         // A regex that does not compile matches nothing where `check` was skipped.
         let bad = filter(&[("regex", "(")]);
         assert!(!bad.matches(&summarize(

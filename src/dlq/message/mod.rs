@@ -15,7 +15,7 @@ mod payload;
 mod summary;
 
 pub use crate::dlq::expression::Expression;
-pub use filter::{json_text, parse_json_path, sqlite_json_path, Filter, PathStep, FILTER_FIELD_MAX_BYTES};
+pub use filter::{json_text, parse_json_path, Filter, PathStep, FILTER_FIELD_MAX_BYTES};
 pub use payload::{payload, payload_bytes, render_payload};
 pub use summary::{
     error_group, error_line, identity, summarize, Death, IdentityKey, SnapshotMessage, BROKER_BOOKKEEPING_HEADERS,

@@ -13,6 +13,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 mod accounts;
 mod alerts;
 mod audit;
+mod custody;
 mod fates;
 mod leases;
 mod logins;

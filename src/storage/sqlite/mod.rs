@@ -10,6 +10,7 @@ use sqlx::sqlite::SqlitePool;
 mod accounts;
 mod alerts;
 mod audit;
+mod custody;
 mod fates;
 mod leases;
 mod logins;

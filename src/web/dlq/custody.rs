@@ -56,11 +56,11 @@ pub async fn edit_record(
     } else {
         crate::dlq::jobs::strandings(&state.live, (broker, vhost, queue))
     };
-    let outcome = custody::edit_and_replay(&state.db, &config, (vhost, queue), id, &edit, (&job, stranding)).await;
+    let outcome = custody::edit_and_replay(&state.store, &config, (vhost, queue), id, &edit, (&job, stranding)).await;
     if let Ok((to, _)) = &outcome {
         state.jobs.put_into(broker, vhost, std::iter::once(to.as_str()));
     }
-    let message_id = custody::message(&state.db, (broker, vhost, queue), id)
+    let message_id = custody::message(&state.store, (broker, vhost, queue), id)
         .await
         .ok()
         .flatten()
@@ -92,7 +92,7 @@ pub async fn delete_record(
     actor: &str,
 ) -> Result<i64, WebError> {
     find_queue(state, broker, vhost, queue).await?;
-    custody::message(&state.db, (broker, vhost, queue), id)
+    custody::message(&state.store, (broker, vhost, queue), id)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?
         .ok_or_else(|| WebError::NotFound(format!("no record {id} in the custody of {queue:?}")))?;
@@ -108,7 +108,7 @@ pub async fn delete_record(
     let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
-    let outcome = custody::delete(&state.db, (broker, vhost, queue), id).await;
+    let outcome = custody::delete(&state.store, (broker, vhost, queue), id).await;
     let finished = match &outcome {
         // A delete's fate is `moved` to nowhere, as the audit of a delete from a queue says it.
         Ok(message_id) => {
@@ -188,7 +188,7 @@ pub async fn start_custody(
     let audit_id = audit::start(&state.store, entry)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
-    let switched = custody::set_switch(&state.db, broker, vhost, queue, custody::Switch::On, actor).await;
+    let switched = custody::set_switch(&state.store, broker, vhost, queue, custody::Switch::On, actor).await;
     let (outcome, detail) = match &switched {
         Ok(()) => (
             "done",
@@ -233,7 +233,7 @@ impl ConfirmPage {
         action: &'static str,
     ) -> Result<ConfirmPage, WebError> {
         let view = find_queue(state, broker, vhost, queue).await?;
-        let counts = custody::counts_by_queue(&state.db, broker)
+        let counts = custody::counts_by_queue(&state.store, broker)
             .await
             .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
         let held = counts.get(&(vhost.to_string(), queue.to_string())).map_or(0, |c| c.held + c.claimed);
@@ -260,7 +260,7 @@ pub async fn release_custody(
     actor: &str,
 ) -> Result<i64, WebError> {
     find_queue(state, broker, vhost, queue).await?;
-    custody::set_switch(&state.db, broker, vhost, queue, custody::Switch::Released, actor)
+    custody::set_switch(&state.store, broker, vhost, queue, custody::Switch::Released, actor)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("recording custody", &e)))?;
     state.custody.stop(broker, vhost, queue).await;

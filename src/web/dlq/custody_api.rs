@@ -91,7 +91,7 @@ async fn listing(
     let budget = state.matchers.request();
     let place = (broker.as_str(), vhost.as_str(), queue.as_str());
     // One record more than the page says whether there is a next page.
-    let mut listing = custody::list(&state.db, &state.custody, place, &filter, at.cursor, at.limit + 1, &budget)
+    let mut listing = custody::list(&state.store, &state.custody, place, &filter, at.cursor, at.limit + 1, &budget)
         .await
         .map_err(|e| search_failed(&state, e))?;
     let mut page = crate::web::query::Paged::from_one_more(std::mem::take(&mut listing.records), at.limit, |r| r.id);
@@ -101,7 +101,7 @@ async fn listing(
     }
     // The page's items as the role may read them (after `restricted::listing`).
     page.items.clone_from(&listing.records);
-    let in_custody = custody::is_in_custody(&state.db, &state.config.custody, &broker, &vhost, &queue)
+    let in_custody = custody::is_in_custody(&state.store, &state.config.custody, &broker, &vhost, &queue)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
     // `custody.records` (deprecated, kept for one release) is `items` again.
@@ -127,14 +127,14 @@ async fn export(
     find_queue(&state, &broker, &vhost, &queue).await?;
     payloads_for(&state, &access, (&broker, &vhost, &queue))?;
     filter.check().map_err(WebError::BadRequest)?;
-    let ids = transfer::export_ids(&state.db, (&broker, &vhost, &queue), &filter, &state.matchers.request())
+    let ids = transfer::export_ids(&state.store, (&broker, &vhost, &queue), &filter, &state.matchers.request())
         .await
         .map_err(|e| search_failed(&state, e))?;
     let (lines, received) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(4);
-    let db = state.db.clone();
+    let store = state.store.clone();
     tokio::spawn(async move {
         for chunk in transfer::export_chunks(&ids) {
-            let sent = match transfer::export_lines(&db, chunk).await {
+            let sent = match transfer::export_lines(&store, chunk).await {
                 Ok(chunk) => lines.send(Ok(chunk.into_iter().map(|l| l + "\n").collect())).await,
                 // The client sees the export cut off, never a short file that looks whole.
                 Err(e) => lines.send(Err(std::io::Error::other(e))).await,
@@ -164,7 +164,7 @@ async fn record(
     access: Access,
     Path((broker, vhost, queue, id)): Path<(String, String, String, i64)>,
 ) -> Result<Response, ApiError> {
-    let found = custody::message(&state.db, (&broker, &vhost, &queue), id)
+    let found = custody::message(&state.store, (&broker, &vhost, &queue), id)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
     let Some((mut record, message, _)) = found else {
@@ -230,7 +230,7 @@ async fn import(
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("the audit log", &e)))?;
     let outcome = custody::import(
-        &state.db,
+        &state.store,
         &state.config.custody,
         (&broker, &vhost, &queue),
         (count, adding),

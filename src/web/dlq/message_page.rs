@@ -171,7 +171,7 @@ async fn custody_record(
     queue: &str,
     id: i64,
 ) -> Result<(crate::dlq::custody::Record, SnapshotMessage, Vec<u8>), WebError> {
-    crate::dlq::custody::message(&state.db, (broker, vhost, queue), id)
+    crate::dlq::custody::message(&state.store, (broker, vhost, queue), id)
         .await
         .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?
         .ok_or_else(|| WebError::NotFound(format!("no record {id} in the custody of {queue:?}")))

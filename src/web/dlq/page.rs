@@ -123,7 +123,7 @@ async fn custody_view(
     budget: &Budget,
 ) -> Result<Option<CustodyView>, WebError> {
     let active =
-        crate::dlq::custody::is_in_custody(&state.db, &state.config.custody, &view.broker, &view.vhost, &view.name)
+        crate::dlq::custody::is_in_custody(&state.store, &state.config.custody, &view.broker, &view.vhost, &view.name)
             .await
             .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
     if !active && view.custody_held.is_none() {
@@ -138,7 +138,7 @@ async fn custody_view(
         &readable
     };
     let mut listing = crate::dlq::custody::list(
-        &state.db,
+        &state.store,
         &state.custody,
         (&view.broker, &view.vhost, &view.name),
         filters,
