@@ -232,7 +232,7 @@ async fn run() {
         // the window starts that long after, so that a window as long as the listing interval
         // (300 s on 4.x) holds one listing as warren running for days would, not one per window.
         let live = Live::new(&[BROKER.to_string()]);
-        let poller = Poller::new(broker.clone(), db.clone(), store.clone(), live.clone(), broker_id)
+        let poller = Poller::new(broker.clone(), store.clone(), live.clone(), broker_id)
             .await
             .expect("poller")
             .show_last_known()

@@ -111,7 +111,7 @@ async fn main() {
     let cancel = CancellationToken::new();
     let started = Instant::now();
     let queues = std::iter::once((VHOST.to_string(), "orders.dlq".to_string()));
-    custody::start_intakes(&keeper, &db, &rules, &HashMap::new(), &broker, queues, &cancel);
+    custody::start_intakes(&keeper, &rules, &HashMap::new(), &broker, queues, &cancel);
     loop {
         let counts = custody::counts_by_queue(&store, "local").await.unwrap();
         let held = counts.get(&(VHOST.to_string(), "orders.dlq".to_string())).map(|c| c.held).unwrap_or(0);

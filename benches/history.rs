@@ -161,7 +161,7 @@ async fn run(setup: Setup) {
     let windows = rollup::Windows::from_config(&config);
     let state = warren::build_state(config).await.expect("state");
     let broker_id = state.broker_ids["bench"];
-    let db = state.db.clone();
+    let db = history::open(&db_path).await.expect("the same file, for the measures and the bulk writes");
 
     // Phase S: the last `days` days, poll by poll, through warren's write, roll-up and prune.
     let now = chrono::Utc::now().timestamp();

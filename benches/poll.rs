@@ -984,7 +984,7 @@ async fn bench(settings: Settings) {
     let live = Live::new(&[BROKER.to_string()]);
     let load_started = Instant::now();
     // As warren starts: the stored queues loaded, then shown as the last known state.
-    let mut poller = Poller::new(broker, db.clone(), store.clone(), live.clone(), broker_id)
+    let mut poller = Poller::new(broker, store.clone(), live.clone(), broker_id)
         .await
         .expect("poller")
         .show_last_known()

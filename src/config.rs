@@ -21,8 +21,11 @@ pub use sources::{Environment, Source, Sources};
 pub struct Config {
     /// Address the web server listens on.
     pub listen: SocketAddr,
-    /// SQLite database file; created if missing.
+    /// SQLite database file; created if missing. Unused when `database_url` names PostgreSQL.
     pub database: PathBuf,
+    /// PostgreSQL's URL (`postgres://...`), a database several replicas can share; `None`: the
+    /// SQLite file at `database`. A secret: it holds the password.
+    pub database_url: Option<Secret>,
     /// Where people reach warren (behind a proxy, say): notifications link back to the alert's
     /// page with it, and its path is the prefix of every URL warren writes (`base_path`).
     /// `None`: notifications carry no link.
@@ -276,6 +279,7 @@ pub struct Overrides {
     pub config_path: Option<PathBuf>,
     pub listen: Option<String>,
     pub database: Option<PathBuf>,
+    pub database_url: Option<String>,
     pub retention_days: Option<u64>,
     pub management_url: Option<String>,
     pub user: Option<String>,
@@ -291,6 +295,8 @@ pub struct Overrides {
 struct FileConfig {
     listen: Option<String>,
     database: Option<PathBuf>,
+    /// `database_url_env` and `database_url_file` are resolved to this in `sources`.
+    database_url: Option<String>,
     public_url: Option<String>,
     retention_days: Option<u64>,
     raw_retention_hours: Option<u64>,
@@ -400,9 +406,10 @@ impl Config {
             invalid(if path == "." { "config".to_string() } else { path }, message)
         })?;
         let config = Config::build(file, overrides)?;
-        let flags: [(&str, &'static str, bool); 3] = [
+        let flags: [(&str, &'static str, bool); 4] = [
             ("listen", "--listen", overrides.listen.is_some()),
             ("database", "--database", overrides.database.is_some()),
+            ("database_url", "--database-url", overrides.database_url.is_some()),
             ("retention_days", "--retention-days", overrides.retention_days.is_some()),
         ];
         let broker_flags: [(&str, &'static str, bool); 4] = [
@@ -430,10 +437,9 @@ impl Config {
             .parse()
             .map_err(|_| invalid("listen", format!("{listen_text:?} is not an address like 127.0.0.1:8080")))?;
 
-        let database = overrides.database.clone().or(file.database).unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE));
-        if database.as_os_str().is_empty() {
-            return Err(invalid("database", "must not be empty"));
-        }
+        let database_given = overrides.database.clone().or(file.database);
+        let (database, database_url) =
+            database_location(database_given, overrides.database_url.clone().or(file.database_url))?;
         let public_url = match file.public_url.filter(|u| !u.trim().is_empty()) {
             None => None,
             Some(text) => Some(parse_public_url(&text)?),
@@ -501,6 +507,7 @@ impl Config {
         Ok(Config {
             listen,
             database,
+            database_url,
             public_url,
             retention: Duration::from_secs(retention_days * 86_400),
             raw_retention: Duration::from_secs(raw_retention_hours * 3600),
@@ -536,7 +543,12 @@ impl Config {
         let days = |d: Duration| d.as_secs() / 86_400;
         let mut root = Map::new();
         root.insert("listen".into(), json!(self.listen.to_string()));
-        root.insert("database".into(), json!(self.database.display().to_string()));
+        match &self.database_url {
+            None => {
+                root.insert("database".into(), json!(self.database.display().to_string()));
+            }
+            Some(_) => left_out.push(("the database URL".into(), "database_url".into())),
+        }
         if let Some(url) = &self.public_url {
             root.insert("public_url".into(), json!(url.as_str()));
         }
@@ -653,6 +665,36 @@ impl Config {
         out.push_str(&body);
         out
     }
+}
+
+/// Where warren keeps its data: `database` (a SQLite file), or `database_url`: `sqlite:PATH`
+/// (the same as `database = PATH`) or `postgres://...` / `postgresql://...`. Errors never
+/// show the URL, which may hold a password.
+fn database_location(database: Option<PathBuf>, url: Option<String>) -> Result<(PathBuf, Option<Secret>), ConfigError> {
+    let url = url.filter(|u| !u.trim().is_empty());
+    let sqlite = |path: PathBuf| {
+        if path.as_os_str().is_empty() {
+            return Err(invalid("database", "must not be empty"));
+        }
+        Ok((path, None))
+    };
+    let Some(url) = url else { return sqlite(database.unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE))) };
+    if let Some(path) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+        if database.is_some() {
+            return Err(invalid("database_url", "names a SQLite file and database is set too; give one"));
+        }
+        return sqlite(PathBuf::from(path));
+    }
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(invalid("database_url", "must start with sqlite: (a file) or postgres:// (PostgreSQL)"));
+    }
+    if reqwest::Url::parse(&url).is_err() {
+        return Err(invalid(
+            "database_url",
+            "is not a valid postgres:// URL (the value is not shown: it may hold a password)",
+        ));
+    }
+    Ok((database.unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE)), Some(Secret::new(url))))
 }
 
 /// warren's address as people reach it: http or https, with a host, and nothing after the
@@ -1120,6 +1162,34 @@ mod tests {
         let env = [("WARREN_BROKER_PROD_TLS_CA_FILE", "/nonexistent/ca.pem")];
         let err = with_env("[[brokers]]\nname = \"prod\"\n", &env).unwrap_err().to_string();
         assert!(err.contains("brokers[0].tls.ca_file") && err.contains("cannot read /nonexistent/ca.pem"), "{err}");
+    }
+
+    /// Issue 33, must-have 1: `database_url` names PostgreSQL (a secret: from a file or a
+    /// named variable too, never printed) or a SQLite file.
+    #[test]
+    fn database_url_names_postgres_or_a_sqlite_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("db-url");
+        std::fs::write(&secret, "postgres://warren:pw-in-file@db.example/warren\n").unwrap();
+        let config = with_env("", &[("WARREN_DATABASE_URL_FILE", secret.to_str().unwrap())]).unwrap();
+        assert_eq!(
+            config.database_url.as_ref().map(Secret::expose),
+            Some("postgres://warren:pw-in-file@db.example/warren")
+        );
+        assert!(!config.to_toml().contains("pw-in-file"), "{}", config.to_toml());
+
+        let config = with_env("database_url_env = \"PG\"\n", &[("PG", "postgresql://h/w")]).unwrap();
+        assert_eq!(config.database_url.as_ref().map(Secret::expose), Some("postgresql://h/w"));
+
+        let config = with_env("database_url = \"sqlite:/var/lib/warren/w.db\"\n", &[]).unwrap();
+        assert_eq!((config.database, config.database_url.is_none()), (PathBuf::from("/var/lib/warren/w.db"), true));
+        let config = with_env("", &[]).unwrap();
+        assert_eq!((config.database, config.database_url.is_none()), (PathBuf::from("warren.db"), true));
+
+        let err = with_env("database = \"a.db\"\ndatabase_url = \"sqlite:b.db\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("database_url") && err.contains("give one"), "{err}");
+        let err = with_env("database_url = \"mysql://u:hunter2@h/w\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("database_url") && err.contains("postgres://") && !err.contains("hunter2"), "{err}");
     }
 
     /// Issue 36, case 3: every secret takes a literal, `<field>_file` or `<field>_env`, in the

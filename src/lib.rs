@@ -58,18 +58,81 @@ const ROLLUP_EVERY: Duration = Duration::from_secs(60);
 /// How often the retention cleanup runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
 
+/// Opens what warren keeps: the SQLite file, or the PostgreSQL database `database_url` names,
+/// its schema brought up to date under sqlx's advisory lock (replicas starting together migrate
+/// one at a time).
+pub async fn open_store(config: &Config) -> anyhow::Result<storage::Store> {
+    match &config.database_url {
+        // sqlx's errors name the host and database, never the password.
+        Some(url) => match storage::postgres::open(url.expose()).await {
+            Ok(pool) => Ok(storage::postgres::store(pool)),
+            Err(e) => Err(anyhow::anyhow!("cannot open the PostgreSQL database of database_url: {e}")),
+        },
+        None => match history::open(&config.database).await {
+            Ok(pool) => Ok(storage::sqlite::store(pool)),
+            Err(e) => Err(anyhow::anyhow!("cannot open database {}: {e}", config.database.display())),
+        },
+    }
+}
+
+/// The lease of the one warren on a PostgreSQL database. Until the pollers divide their work
+/// by leases (`replicas`), a second process would poll and notify twice, and its start would
+/// mark the first one's running moves interrupted and hand its claimed custody records back, to
+/// be replayed twice. SQLite's file has one process by construction.
+const SOLE_LEASE: &str = "sole process";
+const SOLE_LEASE_TIME: Duration = Duration::from_secs(30);
+
+async fn take_sole_lease(store: &storage::Store) -> anyhow::Result<Option<storage::Held>> {
+    if store.backend() != "postgres" {
+        return Ok(None);
+    }
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "warren".into());
+    // Unique per start: a process that runs warren twice (the tests do) is two holders.
+    let holder = format!("{host} (pid {}, start {:08x})", std::process::id(), rand::random::<u32>());
+    if let Some(held) = store.take_lease(SOLE_LEASE, &holder, SOLE_LEASE_TIME).await? {
+        return Ok(Some(held));
+    }
+    let now = store.database_now().await?;
+    let other = store.leases().await?.into_iter().find(|l| l.name == SOLE_LEASE);
+    let (who, secs) = other.map(|l| (l.holder, (l.expires_at - now).max(0) / 1000 + 1)).unwrap_or_default();
+    anyhow::bail!(
+        "another warren ({who}) runs on this PostgreSQL database, and several replicas are not supported yet \
+         (docs/operations.md); if it stopped without a clean shutdown, its lease ends in {secs} s"
+    )
+}
+
+/// Renews the sole lease until `cancel`, then lets it go. Lost to another process (this one was
+/// paused past it), it stops this process.
+async fn keep_sole_lease(store: storage::Store, held: storage::Held, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(SOLE_LEASE_TIME / 3) => {}
+        }
+        match store.take_lease(SOLE_LEASE, &held.holder, SOLE_LEASE_TIME).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::error!("another warren took this PostgreSQL database over: this one stops");
+                cancel.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "renewing this process's lease on the database"),
+        }
+    }
+    if let Err(e) = store.release_lease(&held).await {
+        tracing::warn!(error = %e, "letting go of this process's lease on the database; it runs out in 30 s");
+    }
+}
+
 /// Opens the database and builds the shared state (tests call this too).
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     let wings = Wings::read(&config)?;
-    let db = history::open(&config.database)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", config.database.display()))?;
+    let store = open_store(&config).await?;
     let mut ids = HashMap::new();
-    let store = storage::sqlite::store(db.clone());
     for broker in &config.brokers {
         ids.insert(broker.name.clone(), history::broker_id(&store, &broker.name).await?);
     }
-    let state = AppState::new(config, wings, db, ids);
+    let state = AppState::new(config, wings, store, ids);
     state.gate.use_stored_csrf_key(&state.store).await?;
     Ok(state)
 }
@@ -85,6 +148,8 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let state = build_state(config).await?;
     check_access(&state, listener.local_addr()?).await?;
+    // Before anything of a previous run is marked or handed back: that run may still be going.
+    let sole = take_sole_lease(&state.store).await?;
     let interrupted = dlq::fates::mark_interrupted(&state.store).await?;
     // Whatever the configuration says now: a record left claimed would be stranded.
     let reclaimed = dlq::custody::recover(&state.store).await?;
@@ -100,10 +165,13 @@ pub async fn run(
     }
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
+    if let Some(held) = sole {
+        tracker.spawn(keep_sole_lease(state.store.clone(), held, cancel.clone()));
+    }
 
     for broker in state.config.brokers.iter().cloned() {
         let id = state.broker_ids[&broker.name];
-        let poller = poller::Poller::new(broker, state.db.clone(), state.store.clone(), state.live.clone(), id)
+        let poller = poller::Poller::new(broker, state.store.clone(), state.live.clone(), id)
             .await?
             .report_storage_to(state.storage.clone())
             .watch_dead_letter_work(
@@ -174,7 +242,7 @@ pub async fn run(
             }
         },
     };
-    state.db.close().await;
+    state.store.close().await;
     served?.map_err(Into::into)
 }
 
@@ -199,8 +267,8 @@ async fn custody_loop(state: AppState, cancel: CancellationToken) {
             }
             let Some(live) = state.live.broker(&broker.name) else { continue };
             let queues = live.queues.iter().filter(|q| !q.deleted).map(|q| (q.vhost.to_string(), q.name.to_string()));
-            let (rules, db) = (&state.config.custody, &state.db);
-            dlq::custody::start_intakes(&state.custody, db, rules, &switched, broker, queues, &cancel);
+            let rules = &state.config.custody;
+            dlq::custody::start_intakes(&state.custody, rules, &switched, broker, queues, &cancel);
         }
         tokio::select! {
             _ = cancel.cancelled() => return,

@@ -52,6 +52,10 @@ struct DatabaseArgs {
     /// SQLite database file (default warren.db); also WARREN_DATABASE.
     #[arg(long)]
     database: Option<PathBuf>,
+    /// postgres://... (or sqlite:PATH) instead of the SQLite file; also WARREN_DATABASE_URL
+    /// (or _FILE, _ENV), which keeps its password out of the process list.
+    #[arg(long)]
+    database_url: Option<String>,
 }
 
 /// `--database` for `user`, `token` and `backup`, anywhere after them (`warren user add ada --database x`).
@@ -60,6 +64,9 @@ struct AccountsDatabase {
     /// SQLite database file (default warren.db); also WARREN_DATABASE.
     #[arg(long, global = true)]
     database: Option<PathBuf>,
+    /// postgres://... (or sqlite:PATH) instead of the SQLite file; also WARREN_DATABASE_URL.
+    #[arg(long, global = true)]
+    database_url: Option<String>,
 }
 
 /// How to reach the (single) broker.
@@ -147,7 +154,10 @@ impl ServeArgs {
             listen: self.listen.or(under.listen),
             retention_days: self.retention_days.or(under.retention_days),
             poll_interval_secs: self.poll_interval_secs.or(under.poll_interval_secs),
-            database: DatabaseArgs { database: self.database.database.or(under.database.database) },
+            database: DatabaseArgs {
+                database: self.database.database.or(under.database.database),
+                database_url: self.database.database_url.or(under.database.database_url),
+            },
             broker: BrokerArgs {
                 management_url: self.broker.management_url.or(under.broker.management_url),
                 user: self.broker.user.or(under.broker.user),
@@ -235,7 +245,8 @@ fn main() -> ExitCode {
         | Command::Token { database, .. }
         | Command::Backup { database, .. }
         | Command::CopyToPostgres { database, .. } => {
-            let database = DatabaseArgs { database: database.database.clone() };
+            let database =
+                DatabaseArgs { database: database.database.clone(), database_url: database.database_url.clone() };
             ServeArgs { database, ..ServeArgs::default() }.over(cli.serve)
         }
     };
@@ -243,6 +254,7 @@ fn main() -> ExitCode {
         config_path: cli.config,
         listen: flags.listen,
         database: flags.database.database,
+        database_url: flags.database.database_url,
         retention_days: flags.retention_days,
         management_url: flags.broker.management_url,
         user: flags.broker.user,
@@ -309,8 +321,7 @@ fn read_password(name: &str) -> anyhow::Result<String> {
 
 async fn user(config: Config, command: UserCommand) -> anyhow::Result<()> {
     use warren::auth;
-    let pool = warren::history::open(&config.database).await?;
-    let db = warren::storage::sqlite::store(pool.clone());
+    let db = warren::open_store(&config).await?;
     // Account changes on the command line are audited like the Users page's, by the local
     // account that made them (issue 34, case 5: the first admin made here left no entry).
     let actor = format!("command line ({})", std::env::var("USER").unwrap_or_else(|_| "unknown user".into()));
@@ -324,7 +335,10 @@ async fn user(config: Config, command: UserCommand) -> anyhow::Result<()> {
             let password = read_password(&name)?;
             auth::add_user(&db, &name, role, &password).await?;
             audit("user add", serde_json::json!({"name": name, "role": role})).await?;
-            println!("user {name} ({role}) created in {}", config.database.display());
+            match config.database_url {
+                None => println!("user {name} ({role}) created in {}", config.database.display()),
+                Some(_) => println!("user {name} ({role}) created in the PostgreSQL database of database_url"),
+            }
             println!("warren now requires logins; it may also listen on addresses other than loopback");
         }
         UserCommand::Passwd { name } => {
@@ -351,14 +365,13 @@ async fn user(config: Config, command: UserCommand) -> anyhow::Result<()> {
             }
         }
     }
-    pool.close().await;
+    db.close().await;
     Ok(())
 }
 
 async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
     use warren::auth;
-    let pool = warren::history::open(&config.database).await?;
-    let db = warren::storage::sqlite::store(pool.clone());
+    let db = warren::open_store(&config).await?;
     match command {
         TokenCommand::Add { name, role } => {
             let role: auth::Role = role.parse()?;
@@ -378,11 +391,16 @@ async fn token(config: Config, command: TokenCommand) -> anyhow::Result<()> {
             println!("token {id} revoked");
         }
     }
-    pool.close().await;
+    db.close().await;
     Ok(())
 }
 
 async fn backup(config: Config, to: PathBuf) -> anyhow::Result<()> {
+    // PostgreSQL has its own tools, which also copy a live database consistently.
+    anyhow::ensure!(
+        config.database_url.is_none(),
+        "warren backup copies a SQLite file; for PostgreSQL use pg_dump (docs/operations.md)"
+    );
     let db = warren::history::open(&config.database).await?;
     let started = std::time::Instant::now();
     let copied = warren::history::backup(&db, &to).await;

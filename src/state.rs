@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::dlq::browse::Snapshots;
-use crate::history::Db;
 use crate::live::Live;
 
 /// Each wing's part of the configuration in the wing's own types, read and checked before
@@ -34,9 +33,7 @@ impl Wings {
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<Config>,
-    pub db: Db,
-    /// What warren keeps, behind the storage interface (`storage`): the parts moved there so far
-    /// read and write through it; `db` is SQLite's pool, which the rest still uses directly.
+    /// What warren keeps: SQLite or PostgreSQL, behind the storage interface (`storage`).
     pub store: crate::storage::Store,
     pub live: Live,
     /// The alert rules of the file (`[[alerts]]`), as the alerts wing read them.
@@ -123,7 +120,6 @@ impl AppState {
     pub fn dlq(&self) -> crate::dlq::jobs::Handles {
         crate::dlq::jobs::Handles {
             config: self.config.clone(),
-            db: self.db.clone(),
             store: self.store.clone(),
             storage: self.storage.clone(),
             live: self.live.clone(),
@@ -139,7 +135,7 @@ impl AppState {
         format!("{}{path}", self.base_path)
     }
 
-    pub fn new(config: Config, wings: Wings, db: Db, broker_ids: HashMap<String, i64>) -> Self {
+    pub fn new(config: Config, wings: Wings, store: crate::storage::Store, broker_ids: HashMap<String, i64>) -> Self {
         let names: Vec<String> = config.brokers.iter().map(|b| b.name.clone()).collect();
         let http = reqwest::Client::builder()
             .user_agent(concat!("warren/", env!("CARGO_PKG_VERSION")))
@@ -149,11 +145,15 @@ impl AppState {
             config_rules: wings.rules.clone(),
             public_url: config.public_url.clone(),
         };
-        let store = crate::storage::sqlite::store(db.clone());
         let notifier = crate::alerts::notify::Dispatcher::with_alerts(http, store.clone(), Default::default(), alerts);
         notifier.set_channels(wings.channels);
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone(), wings.proxy));
-        let storage = Arc::new(crate::history::storage::Storage::new(&config.database));
+        // The file checks (deleted, replaced) are SQLite's; a server's faults show in the probe.
+        let storage = match config.database_url {
+            None => crate::history::storage::Storage::new(&config.database),
+            Some(_) => crate::history::storage::Storage::server(),
+        };
+        let storage = Arc::new(storage);
         let custody = crate::dlq::custody::Custody::new(store.clone(), storage.clone());
         AppState {
             base_path: config.base_path().into(),
@@ -161,7 +161,6 @@ impl AppState {
             storage: storage.clone(),
             config: Arc::new(config),
             store,
-            db,
             live: Live::new(&names),
             config_rules: Arc::new(wings.rules),
             broker_ids: Arc::new(broker_ids),

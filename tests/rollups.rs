@@ -22,6 +22,8 @@ type RollupRow = (i64, i64, i64, Option<i64>, Option<i64>);
 struct Fixture {
     _dir: tempfile::TempDir,
     state: AppState,
+    /// The same SQLite file, for the rows the tests read and change directly.
+    db: sqlx::SqlitePool,
     broker_id: i64,
 }
 
@@ -31,7 +33,8 @@ async fn fixture() -> Fixture {
         format!("database = {:?}\n[[brokers]]\nname = \"local\"\n", dir.path().join("w.db").display().to_string());
     let state = warren::build_state(warren::config::Config::from_toml(&toml).unwrap()).await.unwrap();
     let broker_id = state.broker_ids["local"];
-    Fixture { _dir: dir, state, broker_id }
+    let db = warren::history::open(&dir.path().join("w.db")).await.unwrap();
+    Fixture { _dir: dir, state, db, broker_id }
 }
 
 /// Polls every 10 s over `[start, end)`, except where `down` says the broker was unreachable.
@@ -75,7 +78,7 @@ async fn hourly_rollups_hold_min_max_avg_last_gaps_and_unknowns() {
     let rows: Vec<(String, i64)> = sqlx::query_as(
         "select q.name, count(*) from queue_rollups_1h r join queues q on q.id = r.queue_id group by q.name order by 1",
     )
-    .fetch_all(&f.state.db)
+    .fetch_all(&f.db)
     .await
     .unwrap();
     assert_eq!(rows, vec![("busy".to_string(), 3), ("idle".to_string(), 1), ("unknown".to_string(), 1)]);
@@ -166,13 +169,13 @@ async fn minute_rollups_and_the_live_tail_agree_with_raw_samples() {
         let rows: Vec<RollupRow> = sqlx::query_as(
             "select queue_id, bucket, samples, ready_avg_m, ready from queue_rollups_1m order by queue_id, bucket",
         )
-        .fetch_all(&f.state.db)
+        .fetch_all(&f.db)
         .await
         .unwrap();
         rows
     };
     let first = dump().await;
-    sqlx::query("delete from rollup_progress").execute(&f.state.db).await.unwrap();
+    sqlx::query("delete from rollup_progress").execute(&f.db).await.unwrap();
     rollup::roll_up(&f.state.store, f.broker_id, now, &cancel).await.unwrap();
     assert_eq!(first, dump().await);
 }
@@ -184,7 +187,7 @@ async fn pruning_keeps_what_is_not_rolled_up_and_the_value_in_force() {
     let start = (now - 10 * 86_400).div_euclid(3600) * 3600;
     write_history(&f, start, start + 2 * 3600, |_| false).await;
     let windows = rollup::Windows::from_config(&f.state.config);
-    let db = f.state.db.clone();
+    let db = f.db.clone();
     let count = |table: &'static str| {
         let db = db.clone();
         async move {
@@ -205,7 +208,7 @@ async fn pruning_keeps_what_is_not_rolled_up_and_the_value_in_force() {
     let minute_rows: i64 = sqlx::query_scalar(
         "select count(*) from queue_rollups_1m r join queues q on q.id = r.queue_id where q.name = 'idle'",
     )
-    .fetch_one(&f.state.db)
+    .fetch_one(&f.db)
     .await
     .unwrap();
     assert_eq!(minute_rows, 1);

@@ -134,6 +134,7 @@ use Kind::*;
 const TOP: &[(&str, Kind)] = &[
     ("listen", Text),
     ("database", Text),
+    ("database_url", Secret),
     ("public_url", Text),
     ("retention_days", Integer),
     ("minute_retention_days", Integer),
@@ -190,6 +191,8 @@ const CHANNEL: &[(&str, Kind)] = &[
 ];
 
 /// The secrets: these fields take `<field>`, `<field>_file` or `<field>_env`, one of them.
+/// Top-level secrets: a PostgreSQL URL holds its password.
+const TOP_SECRETS: &[&str] = &["database_url"];
 const BROKER_SECRETS: &[&str] = &["password"];
 const CHANNEL_SECRETS: &[&str] = &["url", "password"];
 
@@ -475,6 +478,9 @@ fn for_each_secret(
     table: &mut Table,
     mut f: impl FnMut(String, &mut Table, &str) -> Result<(), ConfigError>,
 ) -> Result<(), ConfigError> {
+    for field in TOP_SECRETS {
+        f(String::new(), table, field)?;
+    }
     for (list, fields) in [("brokers", BROKER_SECRETS), ("notifications", CHANNEL_SECRETS)] {
         let Some(Value::Array(entries)) = table.get_mut(list) else { continue };
         for (index, entry) in entries.iter_mut().enumerate() {
@@ -495,7 +501,8 @@ fn resolve_secrets(table: &mut Table, env: &Environment, sources: &mut Sources) 
             .into_iter()
             .filter(|form| entry.contains_key(form))
             .collect();
-        let path = format!("{entry_path}.{field}");
+        let under = |key: &str| if entry_path.is_empty() { key.to_string() } else { format!("{entry_path}.{key}") };
+        let path = under(field);
         if forms.len() > 1 {
             return Err(invalid(
                 path,
@@ -506,7 +513,7 @@ fn resolve_secrets(table: &mut Table, env: &Environment, sources: &mut Sources) 
         if form == field {
             return Ok(());
         }
-        let form_path = format!("{entry_path}.{form}");
+        let form_path = under(form);
         let Some(Value::String(named)) = entry.remove(form) else {
             return Err(invalid(form_path, "must be a string"));
         };

@@ -24,7 +24,6 @@ use super::mover::{self, MoveError, MoveReport, Plan, Progress, ProgressCounts, 
 use crate::audit;
 use crate::config::{BrokerConfig, Config};
 use crate::history::storage::Storage;
-use crate::history::Db;
 use crate::live::Live;
 use crate::metrics::QueueView;
 
@@ -41,7 +40,6 @@ const KEEP_JOBS: usize = 200;
 #[derive(Clone)]
 pub struct Handles {
     pub config: Arc<Config>,
-    pub db: Db,
     pub store: crate::storage::Store,
     /// Whether the database can be written; a job's audit row must be durable before it starts.
     pub storage: Arc<Storage>,

@@ -49,7 +49,7 @@ use crate::broker::management::{BrokerError, ManagementClient, Overview, RawQueu
 use crate::broker::prometheus::PrometheusClient;
 use crate::broker::topology::VhostTopology;
 use crate::config::BrokerConfig;
-use crate::history::{self, Db, KnownQueue};
+use crate::history::{self, KnownQueue};
 use crate::live::{BrokerLoad, CallRecord, Live, PrometheusState};
 use crate::metrics::{rate_to_milli, BrokerCounters, CounterWindow};
 use crate::storage::Store;
@@ -60,9 +60,7 @@ pub use self::track::{keyframe_due, KEYFRAME_SECS};
 pub struct Poller {
     broker: BrokerConfig,
     client: ManagementClient,
-    /// SQLite's pool, for the custody counts that are not behind the storage interface yet.
-    db: Db,
-    /// The history and everything else behind the storage interface.
+    /// The history and everything else warren keeps.
     store: Store,
     live: Live,
     broker_id: i64,
@@ -182,13 +180,7 @@ pub enum PollError {
 impl Poller {
     /// Loads what the database knows of this broker's queues, so that a restart does not
     /// rewrite every queue's sample.
-    pub async fn new(
-        broker: BrokerConfig,
-        db: Db,
-        store: Store,
-        live: Live,
-        broker_id: i64,
-    ) -> Result<Self, sqlx::Error> {
+    pub async fn new(broker: BrokerConfig, store: Store, live: Live, broker_id: i64) -> Result<Self, sqlx::Error> {
         // Sized once: a map grown by doubling holds both tables while it moves (34 MB at 50,000).
         let known = history::count_known_queues(&store, broker_id).await?;
         let mut queues = HashMap::with_capacity(usize::try_from(known).unwrap_or(0));
@@ -225,7 +217,6 @@ impl Poller {
         Ok(Poller {
             broker,
             client,
-            db,
             store,
             live,
             broker_id,

@@ -84,6 +84,8 @@ pub trait Database:
     /// milliseconds) in a transaction of its own, so a full disk, a read-only database or a lost
     /// server shows up as what it is; returns the row's value as written.
     async fn probe(&self, at: i64) -> Result<i64>;
+    /// Closes the pool once its connections are back (the last step of a shutdown).
+    async fn close(&self);
 }
 
 /// Writes that commit together or not at all.

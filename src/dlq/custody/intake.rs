@@ -26,7 +26,6 @@ use super::switch::{budget, in_custody, Switch};
 use crate::config::{BrokerConfig, CustodyRule};
 use crate::dlq::mover::connect;
 use crate::history::storage::Storage;
-use crate::history::Db;
 use crate::storage::Store;
 
 /// Deliveries taken per commit, at most (and the consumer's prefetch).
@@ -142,12 +141,9 @@ impl Custody {
 
 /// Starts intake for every queue of `queues` (broker, vhost, name) in custody (`in_custody`) that
 /// has none running, and again `RETRY_AFTER_SECS` after one stopped (a broker that went away, a
-/// failed write, the budget): the page says why it stopped and when it is tried again. `db` is
-/// for the storage's health check (`history::storage`, SQLite's file) alone: the records go to
-/// `custody`'s store.
+/// failed write, the budget): the page says why it stopped and when it is tried again.
 pub fn start_intakes(
     custody: &Custody,
-    db: &Db,
     rules: &[CustodyRule],
     switched: &HashMap<(String, String), Switch>,
     broker: &BrokerConfig,
@@ -175,9 +171,9 @@ pub fn start_intakes(
         });
         let own = cancel.child_token();
         custody.stops.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), own.clone());
-        let (custody2, db, broker, cancel) = (custody.clone(), db.clone(), broker.clone(), own);
+        let (custody2, broker, cancel) = (custody.clone(), broker.clone(), own);
         custody.tasks.spawn(async move {
-            let outcome = intake(&custody2, &db, &broker, &id, max_bytes, &cancel).await;
+            let outcome = intake(&custody2, &broker, &id, max_bytes, &cancel).await;
             let reason = match outcome {
                 Ok(()) => "warren stopped".to_string(),
                 Err(e) => e,
@@ -241,7 +237,6 @@ fn taken(delivery: lapin::message::Delivery) -> Result<Taken, String> {
 /// closes: a quorum queue counts that as a delivery, once.
 async fn intake(
     custody: &Custody,
-    db: &Db,
     broker: &BrokerConfig,
     id: &QueueId,
     max_bytes: u64,
@@ -251,7 +246,7 @@ async fn intake(
     // delivery of each message's budget on a quorum queue at every retry.
     custody
         .storage
-        .check(&crate::storage::sqlite::Sqlite::new(db.clone()))
+        .check(&*custody.store)
         .await
         .map_err(|e| format!("{e}: intake did not start, the messages stay in the broker"))?;
     let mut kept = bytes_kept(&custody.store, id).await.map_err(|e| format!("reading custody's size: {e}"))?;

@@ -45,6 +45,10 @@ impl super::Database for Postgres {
         Ok(Box::new(PgTx(self.pool.begin().await?)))
     }
 
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
     async fn instance_key(&self, name: &str, fresh: &[u8]) -> super::Result<Vec<u8>> {
         // A second process inserting at the same time waits for the first's commit here, then
         // inserts nothing: both read the first's key.
@@ -86,7 +90,9 @@ impl super::Transaction for PgTx {
 /// a PostgreSQL advisory lock while it runs, so replicas starting together migrate one at a time.
 pub async fn open(url: &str) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;
-    let pool = PgPoolOptions::new().max_connections(4).connect_with(options).await?;
+    // Polls, intakes, moves, the pages and the API at once; three replicas take 30 of
+    // PostgreSQL's default 100.
+    let pool = PgPoolOptions::new().max_connections(10).connect_with(options).await?;
     sqlx::migrate!("./migrations/postgres").run(&pool).await?;
     Ok(pool)
 }

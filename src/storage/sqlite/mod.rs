@@ -42,6 +42,10 @@ impl super::Database for Sqlite {
         Ok(Box::new(SqliteTx(self.pool.begin().await?)))
     }
 
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
     async fn instance_key(&self, name: &str, fresh: &[u8]) -> super::Result<Vec<u8>> {
         sqlx::query("insert or ignore into instance_keys (name, key) values (?, ?)")
             .bind(name)
