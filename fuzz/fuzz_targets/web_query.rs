@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
         filter.describe();
         // A JSON path, a regular expression: refused with a reason or usable, never a panic.
         if filter.check().is_ok() {
-            filter.json_steps().map(|steps| warren::dlq::message::sqlite_json_path(&steps));
+            filter.json_steps().map(|steps| warren::storage::sqlite::json_path(&steps));
             filter.regex();
         }
         filter.form_fields();

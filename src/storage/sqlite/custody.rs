@@ -376,8 +376,9 @@ fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-/// The path as SQLite's JSON functions read it: `$."order"."items"[0]."sku"`.
-fn json_path(steps: &[PathStep]) -> String {
+/// The path as SQLite's JSON functions read it: `$."order"."items"[0]."sku"` (public for the
+/// fuzz target of web queries, which builds it from every filter it parses).
+pub fn json_path(steps: &[PathStep]) -> String {
     let mut out = String::from("$");
     for step in steps {
         match step {

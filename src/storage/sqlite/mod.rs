@@ -20,6 +20,8 @@ mod samples;
 mod snapshots;
 mod topology;
 
+pub use custody::json_path;
+
 /// warren's database in one SQLite file.
 #[derive(Debug, Clone)]
 pub struct Sqlite {
