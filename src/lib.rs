@@ -86,9 +86,7 @@ async fn take_sole_lease(store: &storage::Store) -> anyhow::Result<Option<storag
     if store.backend() != "postgres" {
         return Ok(None);
     }
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "warren".into());
-    // Unique per start: a process that runs warren twice (the tests do) is two holders.
-    let holder = format!("{host} (pid {}, start {:08x})", std::process::id(), rand::random::<u32>());
+    let holder = replicas::holder_id();
     if let Some(held) = store.take_lease(SOLE_LEASE, &holder, SOLE_LEASE_TIME).await? {
         return Ok(Some(held));
     }

@@ -33,6 +33,13 @@ pub fn broker_work(broker: &str) -> String {
 
 const HEARTBEAT_PREFIX: &str = "replica:";
 
+/// A lease holder's name, unique per start (a process that runs warren twice, as the tests do,
+/// is two holders) and readable in an error: host, pid and a random part.
+pub fn holder_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "warren".into());
+    format!("{host} (pid {}, start {:08x})", std::process::id(), rand::thread_rng().gen::<u32>())
+}
+
 /// This process as one of the replicas.
 pub struct Replica {
     id: String,
@@ -51,8 +58,7 @@ pub struct Replica {
 
 impl Replica {
     pub fn new(store: Store, ttl: Duration, work: Vec<String>) -> Arc<Replica> {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "warren".into());
-        let id = format!("{host}-{}-{:08x}", std::process::id(), rand::thread_rng().gen::<u32>());
+        let id = holder_id();
         let (held, heartbeat) = (RwLock::new(BTreeMap::new()), RwLock::new(None));
         Arc::new(Replica { id, store, ttl, work, held, heartbeat })
     }
