@@ -56,6 +56,9 @@ pub struct AppState {
     pub notices: Notices,
     /// The threads and time filters' regular expressions match in, and their stop at shutdown.
     pub matchers: crate::dlq::budget::Matchers,
+    /// This process as one of the replicas on the database: which brokers' work it holds now
+    /// (`replicas`). On SQLite it is the only one and holds all of it.
+    pub replica: Arc<crate::replicas::Replica>,
     /// The path of `public_url` (`Config::base_path`), kept once: every link of every page
     /// starts with it.
     pub base_path: Arc<str>,
@@ -155,7 +158,10 @@ impl AppState {
         };
         let storage = Arc::new(storage);
         let custody = crate::dlq::custody::Custody::new(store.clone(), storage.clone());
+        let work = names.iter().map(|b| crate::replicas::broker_work(b)).chain([crate::replicas::HOUSEKEEPING.into()]);
+        let replica = crate::replicas::Replica::new(store.clone(), config.lease_time, work.collect());
         AppState {
+            replica,
             base_path: config.base_path().into(),
             gate,
             storage: storage.clone(),

@@ -140,6 +140,7 @@ const TOP: &[(&str, Kind)] = &[
     ("minute_retention_days", Integer),
     ("raw_retention_hours", Integer),
     ("alert_repeat_secs", Integer),
+    ("lease_secs", Integer),
     ("alerts", Toml),
     ("custody", Toml),
     ("auth.session_ttl_secs", Integer),
