@@ -75,53 +75,6 @@ pub async fn open_store(config: &Config) -> anyhow::Result<storage::Store> {
     }
 }
 
-/// The lease of the one warren on a PostgreSQL database. Until the pollers divide their work
-/// by leases (`replicas`), a second process would poll and notify twice, and its start would
-/// mark the first one's running moves interrupted and hand its claimed custody records back, to
-/// be replayed twice. SQLite's file has one process by construction.
-const SOLE_LEASE: &str = "sole process";
-const SOLE_LEASE_TIME: Duration = Duration::from_secs(30);
-
-async fn take_sole_lease(store: &storage::Store) -> anyhow::Result<Option<storage::Held>> {
-    if store.backend() != "postgres" {
-        return Ok(None);
-    }
-    let holder = replicas::holder_id();
-    if let Some(held) = store.take_lease(SOLE_LEASE, &holder, SOLE_LEASE_TIME).await? {
-        return Ok(Some(held));
-    }
-    let now = store.database_now().await?;
-    let other = store.leases().await?.into_iter().find(|l| l.name == SOLE_LEASE);
-    let (who, secs) = other.map(|l| (l.holder, (l.expires_at - now).max(0) / 1000 + 1)).unwrap_or_default();
-    anyhow::bail!(
-        "another warren ({who}) runs on this PostgreSQL database, and several replicas are not supported yet \
-         (docs/operations.md); if it stopped without a clean shutdown, its lease ends in {secs} s"
-    )
-}
-
-/// Renews the sole lease until `cancel`, then lets it go. Lost to another process (this one was
-/// paused past it), it stops this process.
-async fn keep_sole_lease(store: storage::Store, held: storage::Held, cancel: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep(SOLE_LEASE_TIME / 3) => {}
-        }
-        match store.take_lease(SOLE_LEASE, &held.holder, SOLE_LEASE_TIME).await {
-            Ok(Some(_)) => {}
-            Ok(None) => {
-                tracing::error!("another warren took this PostgreSQL database over: this one stops");
-                cancel.cancel();
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, "renewing this process's lease on the database"),
-        }
-    }
-    if let Err(e) = store.release_lease(&held).await {
-        tracing::warn!(error = %e, "letting go of this process's lease on the database; it runs out in 30 s");
-    }
-}
-
 /// Opens the database and builds the shared state (tests call this too).
 pub async fn build_state(config: Config) -> anyhow::Result<AppState> {
     let wings = Wings::read(&config)?;
@@ -146,8 +99,6 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let state = build_state(config).await?;
     check_access(&state, listener.local_addr()?).await?;
-    // Before anything of a previous run is marked or handed back: that run may still be going.
-    let sole = take_sole_lease(&state.store).await?;
     let interrupted = dlq::fates::mark_interrupted(&state.store).await?;
     // Whatever the configuration says now: a record left claimed would be stranded.
     let reclaimed = dlq::custody::recover(&state.store).await?;
@@ -163,24 +114,16 @@ pub async fn run(
     }
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
-    if let Some(held) = sole {
-        tracker.spawn(keep_sole_lease(state.store.clone(), held, cancel.clone()));
+    // The first round before the pollers start, so that the first poll need not wait for it.
+    // The leases are let go last, after the work under them stopped.
+    if let Err(e) = state.replica.round().await {
+        tracing::warn!(error = %e, "leases: the first round failed; the next is in a third of the lease time");
     }
+    let leases_cancel = CancellationToken::new();
+    let leases = tokio::spawn(state.replica.clone().run(leases_cancel.clone()));
 
     for broker in state.config.brokers.iter().cloned() {
-        let id = state.broker_ids[&broker.name];
-        let poller = poller::Poller::new(broker, state.store.clone(), state.live.clone(), id)
-            .await?
-            .report_storage_to(state.storage.clone())
-            .watch_dead_letter_work(
-                state.snapshots.clone(),
-                state.jobs.clone(),
-                state.config.custody.clone(),
-                state.custody.clone(),
-            )
-            .show_last_known()
-            .await?;
-        tracker.spawn(poller.run(cancel.child_token()));
+        tracker.spawn(broker_loop(state.clone(), broker, cancel.child_token()));
     }
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));
     tracker.spawn(storage_loop(state.clone(), cancel.child_token()));
@@ -226,6 +169,11 @@ pub async fn run(
     }
     // Intake hands back what it holds unacked while the database is still open.
     state.custody.shutdown(SHUTDOWN_DEADLINE).await;
+    // Nothing works under the leases any more: the other replicas may take them at once.
+    leases_cancel.cancel();
+    if tokio::time::timeout(SHUTDOWN_DEADLINE, leases).await.is_err() {
+        tracing::warn!("leases were not let go within {SHUTDOWN_DEADLINE:?}; they run out");
+    }
     // After the alert loop, before the database closes: an attempt in flight is abandoned and
     // logged; what waits in the outbox stays there for the next start.
     state.notifier.shutdown(SHUTDOWN_DEADLINE).await;
@@ -244,14 +192,99 @@ pub async fn run(
     served?.map_err(Into::into)
 }
 
+/// How often a replica checks whether it holds a broker's lease (then it polls the broker), and
+/// shows what the holder wrote while it does not.
+const LEASE_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// One broker's work on this replica: polling it while this replica holds its lease, and
+/// otherwise showing what the replica that holds it wrote to the database, once per poll
+/// interval. A poller starts afresh from the database at each takeover: what it tracks in
+/// memory (counters, listings) is of its own polls.
+async fn broker_loop(state: AppState, broker: config::BrokerConfig, cancel: CancellationToken) {
+    let work = replicas::broker_work(&broker.name);
+    let id = state.broker_ids[&broker.name];
+    let mut followed_at: Option<tokio::time::Instant> = None;
+    loop {
+        if state.replica.held(&work).is_some() {
+            state.live.update(&broker.name, |b| b.status.polled_by = None);
+            match start_poller(&state, &broker, id).await {
+                Ok(poller) => poller.run(cancel.child_token()).await,
+                Err(e) => tracing::error!(broker = broker.name, error = %e, "cannot start polling; will retry"),
+            }
+            followed_at = None;
+        } else if followed_at.is_none_or(|at| at.elapsed() >= broker.poll_interval) {
+            followed_at = Some(tokio::time::Instant::now());
+            if let Err(e) = follow(&state, &broker, id).await {
+                tracing::warn!(broker = broker.name, error = %e, "cannot read what the replica that polls it wrote");
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(LEASE_CHECK_EVERY) => {}
+        }
+    }
+}
+
+async fn start_poller(state: &AppState, broker: &config::BrokerConfig, id: i64) -> Result<poller::Poller, sqlx::Error> {
+    poller::Poller::new(broker.clone(), state.store.clone(), state.live.clone(), id)
+        .await?
+        .report_storage_to(state.storage.clone())
+        .watch_dead_letter_work(
+            state.snapshots.clone(),
+            state.jobs.clone(),
+            state.config.custody.clone(),
+            state.custody.clone(),
+        )
+        .under_lease(state.replica.clone())
+        .show_last_known()
+        .await
+}
+
+/// Shows what the replica that holds `broker`'s lease wrote: recent (within three poll intervals,
+/// and at least 30 s) reads as up; older says since when nothing came.
+async fn follow(state: &AppState, broker: &config::BrokerConfig, id: i64) -> Result<(), sqlx::Error> {
+    let work = replicas::broker_work(&broker.name);
+    let now_ms = state.store.database_now().await?;
+    let holder = state.store.leases().await?.into_iter().find(|l| l.name == work && l.expires_at > now_ms);
+    let polled_by = match holder {
+        Some(lease) => lease.holder,
+        None => "none holds its lease now; one takes it within a lease time".into(),
+    };
+    let as_of = poller::restore::follow(&state.store, &state.live, broker, id, &state.config.custody).await?;
+    let recent = (broker.poll_interval * 3).max(Duration::from_secs(30));
+    let fresh = as_of.is_some_and(|t| (chrono::Utc::now() - t).to_std().unwrap_or_default() <= recent);
+    state.live.update(&broker.name, |b| {
+        let s = &mut b.status;
+        s.up = as_of.map(|_| fresh).filter(|fresh| *fresh);
+        s.error = None;
+        s.restored_from = None;
+        s.last_success = as_of;
+        s.last_attempt = as_of;
+        s.down_since = None;
+        s.consecutive_failures = 0;
+        s.polled_by = Some(polled_by);
+    });
+    Ok(())
+}
+
 /// How often new queues are looked for that a `[[custody]]` rule names.
 const CUSTODY_SCAN_EVERY: Duration = Duration::from_secs(2);
 
 /// Starts custody intake for every queue a `[[custody]]` rule names, as the polls find them,
-/// and again a while after one stopped (`dlq::custody::start_intakes`).
+/// and again a while after one stopped (`dlq::custody::start_intakes`). Intake runs on the
+/// replica that holds the broker's lease, and stops when the lease goes: what it held unacked
+/// goes back to the queue, for the next holder's intake (it acks only what it committed).
 async fn custody_loop(state: AppState, cancel: CancellationToken) {
+    let mut intakes: HashMap<String, CancellationToken> = HashMap::new();
     loop {
         for broker in &state.config.brokers {
+            if state.replica.held(&replicas::broker_work(&broker.name)).is_none() {
+                if let Some(stop) = intakes.remove(&broker.name) {
+                    stop.cancel();
+                }
+                continue;
+            }
+            let cancel = intakes.entry(broker.name.clone()).or_insert_with(|| cancel.child_token()).clone();
             let switched = match dlq::custody::switches(&state.store, &broker.name).await {
                 Ok(switched) => switched,
                 Err(e) => {
@@ -314,6 +347,13 @@ async fn retention_loop(state: AppState, cancel: CancellationToken) {
     let windows = history::rollup::Windows::from_config(&state.config);
     let mut last_cleanup: Option<tokio::time::Instant> = None;
     loop {
+        // Once for all replicas: the one that holds the lease.
+        while state.replica.held(replicas::HOUSEKEEPING).is_none() {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(LEASE_CHECK_EVERY) => {}
+            }
+        }
         let now = chrono::Utc::now().timestamp();
         for &id in &broker_ids {
             match history::rollup::roll_up(&state.store, id, now, &cancel).await {

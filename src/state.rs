@@ -116,6 +116,7 @@ impl AppState {
             live: self.live.clone(),
             config_rules: self.config_rules.clone(),
             notifier: self.notifier.clone(),
+            replica: self.replica.clone(),
         }
     }
 

@@ -8,46 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::dead_letters::{dead_letter, drain_ids, numbered};
+use common::postgres::Database;
 use common::{encode, wait_for, TestVhost, Warren};
 use serde_json::json;
-
-const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-/// A PostgreSQL database of its own, dropped at the end.
-struct Database {
-    name: String,
-}
-
-impl Database {
-    async fn create(test: &str) -> Database {
-        let name = format!("warren_it_{test}_{}", std::process::id());
-        admin(&format!("drop database if exists {name} with (force)")).await;
-        admin(&format!("create database {name}")).await;
-        Database { name }
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let sql = format!("drop database if exists {} with (force)", self.name);
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(admin(&sql))
-        })
-        .join();
-    }
-}
-
-async fn admin(sql: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(ADMIN_URL)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {ADMIN_URL} (.ci/run checks it): {e}"));
-    sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warren_runs_on_postgres_polls_keeps_history_and_requeues_by_identity() {
@@ -123,47 +86,4 @@ async fn warren_runs_on_postgres_polls_keeps_history_and_requeues_by_identity() 
     assert_eq!(status, 401, "logins are required now");
     warren.stop().await;
     connection.close(0, "done".into()).await.ok();
-}
-
-/// Until the pollers divide their work between replicas, one warren per PostgreSQL database: a
-/// second one would mark the first one's running moves interrupted and hand its claimed custody
-/// records back at its start. It is refused, naming the one that runs; after a clean stop the
-/// next starts at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_warren_on_one_postgres_database_is_refused() {
-    let database = Database::create("sole").await;
-    let toml = format!(
-        "database_url = {:?}\n[[brokers]]\nname = \"local\"\nvhosts_include = [\"warren-none\"]\n",
-        database.url()
-    );
-    let first = Warren::start(&toml).await;
-    wait_for("the first warren to serve", Duration::from_secs(30), || async {
-        let (status, _) = first.get_json("/api/v1/brokers").await;
-        if status == 200 {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
-    let second = || async {
-        let config = warren::config::Config::from_toml(&format!("listen = \"127.0.0.1:0\"\n{toml}")).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let run = tokio::spawn(warren::run(config, listener, async move {
-            let _ = stopped.await;
-        }));
-        (run, stop)
-    };
-    let (run, _stop) = second().await;
-    let refused = tokio::time::timeout(Duration::from_secs(30), run).await.expect("refused at once").unwrap();
-    let error = format!("{:#}", refused.expect_err("a second warren on the same database"));
-    assert!(error.contains("another warren") && error.contains("pid"), "{error}");
-
-    first.stop().await;
-    let (run, stop) = second().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(!run.is_finished(), "the next warren starts once the first let go: {:?}", run.await);
-    stop.send(()).unwrap();
-    run.await.unwrap().unwrap();
 }

@@ -204,6 +204,16 @@ impl Evaluator {
         &self.rules
     }
 
+    /// Keeps the alerts of the brokers `keep` names and forgets the others' (another replica
+    /// evaluates those now), then takes `states` over: the stored alerts of brokers this one
+    /// evaluates from now on, as the replica before it left them.
+    pub fn hand_over(&mut self, keep: impl Fn(&str) -> bool, states: Vec<AlertState>) {
+        self.states.retain(|(_, key), _| keep(&key.broker));
+        for s in states.into_iter().filter(|s| matches!(s.phase, AlertPhase::Pending | AlertPhase::Firing)) {
+            self.states.insert((s.rule_id.clone(), s.key.clone()), s);
+        }
+    }
+
     /// Every pending and firing alert, to persist or show.
     pub fn states(&self) -> Vec<AlertState> {
         self.states.values().cloned().collect()

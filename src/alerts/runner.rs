@@ -3,7 +3,7 @@
 //! alert) and the notifications to send (in the outbox) in one transaction. The channels' tasks
 //! deliver from the outbox; this loop never waits for a receiver.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -26,6 +26,8 @@ pub struct Handles {
     /// The rules of the file (`[[alerts]]`), as the wing read them.
     pub config_rules: std::sync::Arc<Vec<super::Rule>>,
     pub notifier: super::notify::Dispatcher,
+    /// Which brokers this replica evaluates: those whose leases it holds (`replicas`).
+    pub replica: std::sync::Arc<crate::replicas::Replica>,
 }
 
 /// What to tell about one alert.
@@ -50,22 +52,18 @@ pub struct Outgoing {
     pub note: Option<String>,
 }
 
-/// Runs until `cancel`: one evaluation after each poll of any broker.
+/// Runs until `cancel`: one evaluation after each poll of any broker. The alerts of a broker are
+/// evaluated by the replica that holds its lease; a replica that takes a broker over continues
+/// from the states the previous one stored (`Evaluator::hand_over`).
 pub async fn run(handles: Handles, cancel: CancellationToken) {
-    let restored = match store::states(&handles.db).await {
-        Ok(states) => states.into_iter().map(|s| s.state).collect(),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read the alert states; starting from none");
-            Vec::new()
-        }
-    };
-    let mut evaluator = Evaluator::restore(Vec::new(), restored);
+    let mut evaluator = Evaluator::new(Vec::new());
+    let mut evaluated = BTreeSet::new();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = handles.live.next_poll() => {}
         }
-        if let Err(e) = evaluate_once(&handles, &mut evaluator, Utc::now()).await {
+        if let Err(e) = evaluate_once(&handles, &mut evaluator, &mut evaluated, Utc::now()).await {
             tracing::error!(error = %e, "alert evaluation failed; will retry after the next poll");
         }
     }
@@ -102,21 +100,44 @@ impl Outgoing {
 }
 
 /// One evaluation: rules from the config and the database, the live data of every broker
-/// polled at least once, silences applied. Its history, states and notifications (in the
-/// outbox, for the dispatcher's current channels) are written in one transaction, so a crash
-/// either keeps all or loses the evaluation, which the next poll redoes. Returns what was queued.
+/// polled at least once whose lease this replica holds, silences applied. Its history, states
+/// and notifications (in the outbox, for the dispatcher's current channels) are written in one
+/// transaction fenced with those leases, so a crash either keeps all or loses the evaluation,
+/// which the next poll redoes, and a replica that lost a lease writes nothing of it. Returns
+/// what was queued. `evaluated`: the brokers the previous evaluation was for.
 pub async fn evaluate_once(
     handles: &Handles,
     evaluator: &mut Evaluator,
+    evaluated: &mut BTreeSet<String>,
     now: DateTime<Utc>,
 ) -> Result<Vec<Outgoing>, sqlx::Error> {
+    let leases: BTreeMap<String, crate::storage::Held> = handles
+        .config
+        .brokers
+        .iter()
+        .filter_map(|b| Some((b.name.clone(), handles.replica.held(&crate::replicas::broker_work(&b.name))?)))
+        .collect();
+    let held: BTreeSet<String> = leases.keys().cloned().collect();
+    if held != *evaluated {
+        // Brokers taken over continue from what their previous replica stored.
+        let taken: Vec<AlertState> = store::states(&handles.db)
+            .await?
+            .into_iter()
+            .map(|s| s.state)
+            .filter(|s| held.contains(&s.key.broker) && !evaluated.contains(&s.key.broker))
+            .collect();
+        evaluator.hand_over(|broker| held.contains(broker) && evaluated.contains(broker), taken);
+        *evaluated = held.clone();
+    }
     let rules: Vec<Rule> =
         store::all_rules(&handles.config_rules, &handles.db).await?.into_iter().map(|r| r.rule).collect();
     evaluator.set_rules(rules.clone());
     let live = handles.live.snapshot();
     // A broker not polled yet is left out: "up with no queues" would read as every queue gone.
+    // So is one this replica does not hold: "a broker missing holds everything".
     let inputs: Vec<BrokerInput> = live
         .iter()
+        .filter(|b| held.contains(&b.name))
         .filter_map(|b| {
             b.status.up.map(|up| BrokerInput {
                 name: &b.name,
@@ -146,7 +167,16 @@ pub async fn evaluate_once(
         })
         .collect();
     let mut tx = handles.db.begin().await?;
-    store::record(&mut *tx, &plan.history, &states).await?;
+    for lease in leases.values() {
+        if !tx.fence(lease).await? {
+            // Dropped: rolled back. The replica that took the broker evaluates it from the
+            // states stored before this evaluation, so nothing it found is lost.
+            tracing::warn!(lease = lease.name, "alert evaluation not kept: another replica took a broker's lease");
+            *evaluated = BTreeSet::new();
+            return Ok(Vec::new());
+        }
+    }
+    store::record(&mut *tx, &plan.history, &states, &held).await?;
     let mut queued = Vec::with_capacity(plan.outgoing.len());
     for o in &plan.outgoing {
         let mut notification = o.notification();

@@ -195,10 +195,14 @@ pub async fn states(store: &Store) -> Result<Vec<StoredState>, sqlx::Error> {
 /// notifications to the outbox): its transitions go to the history, and the stored states become
 /// exactly `states`, each with when it was last queued for notification. When a channel accepted
 /// one (`delivered_at`) is kept: the channels' tasks write it ([`mark_delivered`]).
+///
+/// Only the states of `brokers` are this evaluation's: with several replicas, each evaluates
+/// the brokers whose leases it holds, and the others' stored states are theirs to change.
 pub async fn record(
     tx: &mut dyn Transaction,
     transitions: &[(Transition, bool)],
     states: &[(AlertState, Option<DateTime<Utc>>)],
+    brokers: &std::collections::BTreeSet<String>,
 ) -> Result<(), sqlx::Error> {
     for (t, silenced) in transitions {
         tx.insert_transition(TransitionRow {
@@ -217,7 +221,11 @@ pub async fn record(
     // are written whole but for `delivered_at`.
     let kept: HashSet<(&str, String)> = states.iter().map(|(s, _)| (s.rule_id.as_str(), key_json(&s.key))).collect();
     let stored = tx.state_keys().await?;
-    for (rule_id, key) in stored.iter().filter(|(rule_id, key)| !kept.contains(&(rule_id.as_str(), key.clone()))) {
+    // A key that does not parse is no replica's: the one that evaluates whatever it names, or
+    // none, would never delete it.
+    let ours = |key: &str| serde_json::from_str::<AlertKey>(key).map_or(true, |k| brokers.contains(&k.broker));
+    let ended = stored.iter().filter(|(rule_id, key)| ours(key) && !kept.contains(&(rule_id.as_str(), key.clone())));
+    for (rule_id, key) in ended {
         tx.delete_state(rule_id, key).await?;
     }
     for (s, queued_at) in states {

@@ -135,7 +135,17 @@ pub async fn known_queues(
 
 /// Applies one poll's writes in a single transaction; returns the ids of `upserts`, in order.
 pub async fn write_poll(store: &Store, write: &PollWrite) -> Result<Vec<i64>, sqlx::Error> {
-    store.write_poll(write).await
+    Ok(store.write_poll(write, None).await?.unwrap_or_default())
+}
+
+/// `write_poll` under the poller's lease on its broker: `None` when the lease was lost (another
+/// replica polls the broker now), and nothing was written.
+pub async fn write_poll_fenced(
+    store: &Store,
+    write: &PollWrite,
+    held: &crate::storage::Held,
+) -> Result<Option<Vec<i64>>, sqlx::Error> {
+    store.write_poll(write, Some(held)).await
 }
 
 /// A queue found by its names, with its id, for history reads and deleted queues.

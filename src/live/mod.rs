@@ -139,7 +139,9 @@ impl BrokerLive {
     /// Whether the data shown is older than the latest poll attempt (the broker is down), or
     /// is the last known state from the database, not polled by this run at all.
     pub fn stale_since(&self) -> Option<DateTime<Utc>> {
-        if let Some(restored) = self.status.restored_from {
+        if self.status.polled_by.is_some() && self.status.up != Some(true) {
+            self.status.last_success.or(Some(DateTime::UNIX_EPOCH))
+        } else if let Some(restored) = self.status.restored_from {
             Some(restored)
         } else if self.status.up == Some(false) {
             self.status.last_success
@@ -162,6 +164,9 @@ pub struct BrokerStatus {
     /// last successful poll before warren started (`poller::restore`); cleared by this run's
     /// first successful poll.
     pub restored_from: Option<DateTime<Utc>>,
+    /// Another replica polls this broker (its id, or why none does): what shows is what that
+    /// replica wrote to the database, as of `last_success`, and `up` says whether that is recent.
+    pub polled_by: Option<String>,
     /// First failed poll of the current outage.
     pub down_since: Option<DateTime<Utc>>,
     pub next_poll_at: Option<DateTime<Utc>>,

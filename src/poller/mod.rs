@@ -130,6 +130,9 @@ pub struct Poller {
     /// The watched queues as stored, until `show_last_known` shows them (warren's start calls
     /// it; until then they are held here).
     last_known: Vec<KnownQueue>,
+    /// This replica and the name of its lease on this broker (`under_lease`): a poll writes only
+    /// while the lease holds, fenced with its epoch. `None` (tests, benchmarks): unfenced.
+    lease: Option<(Arc<crate::replicas::Replica>, String)>,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -175,6 +178,9 @@ pub enum PollError {
     Broker(#[from] BrokerError),
     #[error("storage error: {0}")]
     Storage(#[from] sqlx::Error),
+    /// This replica no longer holds the broker's lease: another polls it now.
+    #[error("another replica took this broker's polling over")]
+    LeaseLost,
 }
 
 impl Poller {
@@ -251,6 +257,7 @@ impl Poller {
             nodes_seeded: false,
             last_known,
             worked,
+            lease: None,
         })
     }
 
@@ -262,6 +269,22 @@ impl Poller {
         restore::seed(&self.store, &self.live, &self.broker.name, self.broker_id, known, &self.custody, &self.worked)
             .await?;
         Ok(self)
+    }
+
+    /// Polls only while `replica` holds this broker's lease (`replicas::broker_work`), and
+    /// writes each poll in a transaction fenced with it: a replica paused past its lease writes
+    /// nothing after another took over.
+    pub fn under_lease(mut self, replica: Arc<crate::replicas::Replica>) -> Self {
+        self.lease = Some((replica, crate::replicas::broker_work(&self.broker.name)));
+        self
+    }
+
+    /// The lease this poller works under, while it holds; `Ok(None)` without one.
+    fn lease(&self) -> Result<Option<crate::storage::Held>, PollError> {
+        match &self.lease {
+            None => Ok(None),
+            Some((replica, work)) => replica.held(work).map(Some).ok_or(PollError::LeaseLost),
+        }
     }
 
     /// Reports the database's health to `storage`: a history write that fails is a fault of
@@ -293,11 +316,19 @@ impl Poller {
         loop {
             let started = Instant::now();
             let attempt_at = Utc::now();
+            // No call to the broker without the lease: another replica polls it.
+            if self.lease().is_err() {
+                return;
+            }
             let outcome = tokio::select! {
                 _ = cancel.cancelled() => return,
                 outcome = self.poll_once() => outcome,
             };
             let delay = match outcome {
+                Err(PollError::LeaseLost) => {
+                    tracing::warn!(broker = %self.broker.name, "lost the lease on this broker: another replica polls it");
+                    return;
+                }
                 Ok(_) => {
                     failures = 0;
                     if let Some(storage) = &self.storage {
@@ -498,7 +529,10 @@ impl Poller {
             poll_ms: poll_ms as i64,
         };
         let samples_written = write.samples.len() + write.new_samples.len();
-        let ids = history::write_poll(&self.store, &write).await?;
+        let ids = match self.lease()? {
+            None => history::write_poll(&self.store, &write).await?,
+            Some(held) => history::write_poll_fenced(&self.store, &write, &held).await?.ok_or(PollError::LeaseLost)?,
+        };
         crate::memory::release_sqlite_freed_memory();
         track::commit(&mut self.queues, &mut views, &marks, &write, &ids, &gone);
 

@@ -99,6 +99,57 @@ pub async fn seed(
         // Not measured by this run: unknown, never the last minute before the stop shown as now.
         (view.publish_rate, view.deliver_rate, view.ack_rate, view.redeliver_rate) = (None, None, None, None);
     }
+    let (views, totals, vhosts) = with_roles(store, broker, broker_id, views, custody, worked).await?;
+    tracing::info!(broker, queues = views.len(), %as_of, "showing the last known state until the first poll succeeds");
+    live.update(broker, |b| {
+        b.queues = Arc::new(views);
+        b.totals = totals;
+        b.vhosts = vhosts;
+        b.status.restored_from = Some(as_of);
+    });
+    Ok(())
+}
+
+/// Shows what another replica's polls of `broker` wrote (`follow`): the last stored sample of
+/// each watched queue, its rates as that poll measured them, as of that poll. `None` when the
+/// broker was never polled.
+pub async fn follow(
+    store: &Store,
+    live: &Live,
+    broker: &crate::config::BrokerConfig,
+    broker_id: i64,
+    custody: &[crate::config::CustodyRule],
+) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    let Some(last_poll) = history::last_known::last_poll_at(store, broker_id).await? else { return Ok(None) };
+    let as_of = DateTime::from_timestamp(last_poll, 0).unwrap_or_default();
+    let mut known = Vec::new();
+    history::known_queues(store, broker_id, |k| {
+        if k.deleted_at.is_none() && broker.watches_vhost(&k.meta.vhost) {
+            known.push(k);
+        }
+    })
+    .await?;
+    let views = known.into_iter().map(|k| stored_view(&broker.name, k, as_of)).collect();
+    let worked = super::worked::Worked::load(store, broker_id).await?;
+    let (views, totals, vhosts) = with_roles(store, &broker.name, broker_id, views, custody, &worked).await?;
+    live.update(&broker.name, |b| {
+        b.queues = Arc::new(views);
+        b.totals = totals;
+        b.vhosts = vhosts;
+    });
+    Ok(Some(as_of))
+}
+
+/// `views` with their dead-letter roles from each vhost's last stored topology, sorted, with
+/// their totals and vhosts.
+async fn with_roles(
+    store: &Store,
+    broker: &str,
+    broker_id: i64,
+    mut views: Vec<QueueView>,
+    custody: &[crate::config::CustodyRule],
+    worked: &super::worked::Worked,
+) -> Result<(Vec<QueueView>, crate::live::BrokerTotals, Vec<VhostLive>), sqlx::Error> {
     let topologies = history::last_known::topologies(store, broker_id).await?;
     let mut by_vhost: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
     for (i, view) in views.iter().enumerate() {
@@ -119,12 +170,5 @@ pub async fn seed(
         .collect();
     vhosts.sort_by(|a, b| a.name.cmp(&b.name));
     let totals = super::rates::totals(&views);
-    tracing::info!(broker, queues = views.len(), %as_of, "showing the last known state until the first poll succeeds");
-    live.update(broker, |b| {
-        b.queues = Arc::new(views);
-        b.totals = totals;
-        b.vhosts = vhosts;
-        b.status.restored_from = Some(as_of);
-    });
-    Ok(())
+    Ok((views, totals, vhosts))
 }

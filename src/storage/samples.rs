@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use serde::Serialize;
 
-use super::Result;
+use super::{Held, Result};
 
 /// The stored values of one queue sample. Equality decides whether a new row is needed.
 /// A value the broker did not give is `None`, stored as null: unknown, never 0.
@@ -179,7 +179,9 @@ pub trait Samples {
     /// at once: 50,000 queues' rows held together cost the process its memory high-water mark).
     async fn known_queues(&self, broker_id: i64, each: &mut (dyn FnMut(KnownQueue) + Send)) -> Result<()>;
     /// One poll's writes in one transaction; returns the ids of `write.upserts`, in order.
-    async fn write_poll(&self, write: &PollWrite) -> Result<Vec<i64>>;
+    /// Under `fence` (the poller's lease on its broker), the transaction first checks the lease
+    /// (`Fence`) and writes nothing when it was lost: `None`.
+    async fn write_poll(&self, write: &PollWrite, fence: Option<&Held>) -> Result<Option<Vec<i64>>>;
     /// A queue found by its names, with its last stored sample.
     async fn find_queue(&self, broker: &str, vhost: &str, name: &str) -> Result<Option<KnownQueue>>;
     /// The queue's samples in `[from, to]`, led by the one in force at `from`, by time.

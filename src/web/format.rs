@@ -203,6 +203,12 @@ pub fn sparkline(series: &[Option<i64>], step: i64) -> Sparkline {
 pub fn stale_note(b: &crate::live::BrokerLive) -> Option<String> {
     let at = time(Some(b.stale_since()?));
     let s = &b.status;
+    if let Some(replica) = &s.polled_by {
+        return Some(match s.last_success {
+            Some(_) => format!("polled by another replica ({replica}), whose last poll in the database is from {at}"),
+            None => format!("polled by another replica ({replica}), which has not written a poll yet"),
+        });
+    }
     Some(match (s.restored_from, s.up, &s.error) {
         (Some(_), Some(false), Some(error)) => {
             format!("last known state from {at}; the broker has not answered since warren started: {error}")

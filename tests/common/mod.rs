@@ -8,6 +8,7 @@ pub mod browser;
 pub mod cluster;
 pub mod dead_letters;
 pub mod nginx;
+pub mod postgres;
 pub mod queue_history;
 pub mod tls;
 

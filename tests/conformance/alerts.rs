@@ -14,6 +14,7 @@ crate::conformance!(
     silences_round_up_end_early_and_list,
     the_outbox_keeps_order_and_attempts_and_a_dropped_transaction_writes_nothing,
     the_delivery_log_pages_and_prunes,
+    an_evaluation_replaces_only_the_states_of_its_own_brokers,
 );
 
 fn at(secs: i64) -> DateTime<Utc> {
@@ -65,7 +66,7 @@ async fn an_alert_counts_as_notified_once_its_latest_queued_notification_was_acc
         let state = state.clone();
         async move {
             let mut tx = store.begin().await.unwrap();
-            store::record(&mut *tx, &[], &[(state, queued_at)]).await.unwrap();
+            store::record(&mut *tx, &[], &[(state, queued_at)], &evaluates(["b"])).await.unwrap();
             tx.commit().await.unwrap();
         }
     };
@@ -99,12 +100,40 @@ async fn an_alert_counts_as_notified_once_its_latest_queued_notification_was_acc
     assert_eq!(stored().await, [(Some(at(100)), Some(at(101)))]);
     // Resolved: the state goes, and a new firing of the same alert starts untold.
     let mut tx = store.begin().await.unwrap();
-    store::record(&mut *tx, &[], &[]).await.unwrap();
+    store::record(&mut *tx, &[], &[], &evaluates(["b"])).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(stored().await, []);
     write(None).await;
     deliver(100, 200).await;
     assert_eq!(stored().await, [(None, None)], "an old episode's delivery does not count");
+}
+
+/// The brokers an evaluation is for.
+fn evaluates<const N: usize>(brokers: [&str; N]) -> std::collections::BTreeSet<String> {
+    brokers.into_iter().map(String::from).collect()
+}
+
+/// With several replicas, each evaluation stores the states of the brokers it evaluates and
+/// leaves the others' alone: an alert of broker c survives b's evaluation without it.
+async fn an_evaluation_replaces_only_the_states_of_its_own_brokers(store: &Store) {
+    let state = |broker: &str| AlertState {
+        rule_id: "r".into(),
+        key: AlertKey::broker(broker),
+        phase: AlertPhase::Firing,
+        active_since: DateTime::from_timestamp(0, 0).unwrap(),
+        fired_at: None,
+        false_since: None,
+        last_value: None,
+        observed_at: DateTime::from_timestamp(0, 0).unwrap(),
+    };
+    let mut tx = store.begin().await.unwrap();
+    store::record(&mut *tx, &[], &[(state("b"), None), (state("c"), None)], &evaluates(["b", "c"])).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    store::record(&mut *tx, &[], &[], &evaluates(["b"])).await.unwrap();
+    tx.commit().await.unwrap();
+    let left: Vec<String> = store::states(store).await.unwrap().into_iter().map(|s| s.state.key.broker).collect();
+    assert_eq!(left, ["c"], "b's alert ended, c's is another replica's");
 }
 
 fn transition(rule_id: &str, at_secs: i64, value: Option<f64>) -> Transition {
@@ -124,7 +153,7 @@ async fn history_pages_newest_first_keeps_values_exactly_and_is_pruned(store: &S
     let mut tx = store.begin().await.unwrap();
     let transitions: Vec<_> =
         (0..4).map(|i| (transition(&format!("r{i}"), 1_000 * (i + 1), values[i as usize]), i == 1)).collect();
-    store::record(&mut *tx, &transitions, &[]).await.unwrap();
+    store::record(&mut *tx, &transitions, &[], &evaluates(["b"])).await.unwrap();
     tx.commit().await.unwrap();
 
     let newest = store::history(store, None, 10).await.unwrap();

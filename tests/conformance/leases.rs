@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use warren::history::{self, BrokerSample, PollWrite, QueueMeta, StoredSample};
 use warren::storage::Store;
 
 crate::conformance!(
@@ -12,6 +13,7 @@ crate::conformance!(
     a_release_hands_the_lease_on_at_once_with_a_new_epoch,
     of_ten_replicas_taking_one_lease_at_once_exactly_one_wins,
     a_takeover_waits_for_a_fenced_write_to_end,
+    a_poll_written_under_a_lost_lease_writes_nothing,
 );
 
 const LONG: Duration = Duration::from_secs(60);
@@ -93,4 +95,35 @@ async fn a_takeover_waits_for_a_fenced_write_to_end(store: &Store) {
     tx.commit().await.unwrap();
     let b = taker.await.unwrap().unwrap().expect("taken once a's write ended");
     assert_eq!(b.epoch, 2);
+}
+
+/// The poller's write (`history::write_poll_fenced`): under its lease it writes, and once
+/// another replica took the broker over, the old holder's poll writes nothing at all, neither
+/// its queues nor its samples nor the broker's poll.
+async fn a_poll_written_under_a_lost_lease_writes_nothing(store: &Store) {
+    let broker_id = history::broker_id(store, "local").await.unwrap();
+    let write = |ts: i64, queue: &str| {
+        let meta = QueueMeta { vhost: "v".into(), name: queue.into(), kind: "classic".into(), ..QueueMeta::default() };
+        let sample = StoredSample { ready: Some(ts), ..StoredSample::default() };
+        PollWrite {
+            broker_id,
+            ts,
+            broker: BrokerSample { poll_ms: 1, ..BrokerSample::default() },
+            upserts: vec![meta],
+            new_samples: vec![(0, sample)],
+            ..PollWrite::default()
+        }
+    };
+    let a = store.take_lease("broker:local", "a", Duration::from_millis(200)).await.unwrap().unwrap();
+    let ids = history::write_poll_fenced(store, &write(100, "first"), &a).await.unwrap();
+    assert_eq!(ids.map(|ids| ids.len()), Some(1), "written under the lease");
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = store.take_lease("broker:local", "b", LONG).await.unwrap().expect("expired");
+    assert_eq!(history::write_poll_fenced(store, &write(200, "second"), &a).await.unwrap(), None, "fenced out");
+    assert_eq!(history::last_known::last_poll_at(store, broker_id).await.unwrap(), Some(100), "no poll of a's kept");
+    let mut names = Vec::new();
+    history::known_queues(store, broker_id, |k| names.push(k.meta.name)).await.unwrap();
+    assert_eq!(names, ["first"], "no queue of a's kept");
+    assert!(history::write_poll_fenced(store, &write(300, "third"), &b).await.unwrap().is_some());
 }

@@ -55,15 +55,20 @@ impl Leases for Postgres {
 #[async_trait]
 impl Fence for PgTx {
     async fn fence(&mut self, held: &Held) -> Result<bool> {
-        // For share: a takeover's update of the row waits until this transaction ends, so the
-        // writes it guards commit before the next epoch begins, or not at all.
-        let held: Option<i32> =
-            sqlx::query_scalar("select 1 from leases where name = $1 and holder = $2 and epoch = $3 for share")
-                .bind(&held.name)
-                .bind(&held.holder)
-                .bind(held.epoch)
-                .fetch_optional(&mut *self.0)
-                .await?;
-        Ok(held.is_some())
+        fence_in(&mut self.0, held).await
     }
+}
+
+/// `Fence::fence` inside any of this backend's transactions (the poll's write has its own).
+pub(super) async fn fence_in(conn: &mut sqlx::PgConnection, held: &Held) -> Result<bool> {
+    // For share: a takeover's update of the row waits until this transaction ends, so the
+    // writes it guards commit before the next epoch begins, or not at all.
+    let held: Option<i32> =
+        sqlx::query_scalar("select 1 from leases where name = $1 and holder = $2 and epoch = $3 for share")
+            .bind(&held.name)
+            .bind(&held.holder)
+            .bind(held.epoch)
+            .fetch_optional(conn)
+            .await?;
+    Ok(held.is_some())
 }

@@ -11,7 +11,7 @@ use crate::storage::samples::{
     known_from_row, sample_from_row, BrokerBucket, DepthRow, KnownQueue, PollWrite, QueueMeta, Samples, StoredSample,
     PRUNE_QUEUES_PER_STATEMENT, SAMPLE_COLUMNS,
 };
-use crate::storage::Result;
+use crate::storage::{Held, Result};
 
 /// A queue with its newest sample: one index probe per queue (the lateral join), where a
 /// correlated `max(ts)` comparison would read each queue's samples twice.
@@ -55,11 +55,16 @@ impl Samples for Postgres {
         Ok(())
     }
 
-    async fn write_poll(&self, write: &PollWrite) -> Result<Vec<i64>> {
+    async fn write_poll(&self, write: &PollWrite, fence: Option<&Held>) -> Result<Option<Vec<i64>>> {
         // Every kind of row in one statement each, whatever the number of queues: the values
         // travel as arrays and `unnest` makes them rows. A statement per row is a round trip to
         // the server per row, thousands per poll.
         let mut tx = self.pool.begin().await?;
+        if let Some(held) = fence {
+            if !super::leases::fence_in(&mut tx, held).await? {
+                return Ok(None);
+            }
+        }
         let ids = upsert_queues(&mut tx, write).await?;
         if !write.deleted.is_empty() {
             sqlx::query("update queues set deleted_at = $1 where id = any($2)")
@@ -98,7 +103,7 @@ impl Samples for Postgres {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(ids)
+        Ok(Some(ids))
     }
 
     async fn find_queue(&self, broker: &str, vhost: &str, name: &str) -> Result<Option<KnownQueue>> {

@@ -53,14 +53,19 @@ impl Leases for Sqlite {
 #[async_trait]
 impl Fence for SqliteTx {
     async fn fence(&mut self, held: &Held) -> Result<bool> {
-        // A write that changes nothing: it takes SQLite's one write lock for the rest of the
-        // transaction, so no takeover commits between this check and the writes it guards.
-        let done = sqlx::query("update leases set epoch = epoch where name = ? and holder = ? and epoch = ?")
-            .bind(&held.name)
-            .bind(&held.holder)
-            .bind(held.epoch)
-            .execute(&mut *self.0)
-            .await?;
-        Ok(done.rows_affected() == 1)
+        fence_in(&mut self.0, held).await
     }
+}
+
+/// `Fence::fence` inside any of this backend's transactions (the poll's write has its own).
+pub(super) async fn fence_in(conn: &mut sqlx::SqliteConnection, held: &Held) -> Result<bool> {
+    // A write that changes nothing: it takes SQLite's one write lock for the rest of the
+    // transaction, so no takeover commits between this check and the writes it guards.
+    let done = sqlx::query("update leases set epoch = epoch where name = ? and holder = ? and epoch = ?")
+        .bind(&held.name)
+        .bind(&held.holder)
+        .bind(held.epoch)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
 }

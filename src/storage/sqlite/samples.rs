@@ -7,7 +7,7 @@ use crate::storage::samples::{
     known_from_row, sample_from_row, BrokerBucket, DepthRow, KnownQueue, PollWrite, Samples, StoredSample,
     PRUNE_QUEUES_PER_STATEMENT, SAMPLE_COLUMNS,
 };
-use crate::storage::Result;
+use crate::storage::{Held, Result};
 
 #[async_trait]
 impl Samples for Sqlite {
@@ -45,8 +45,13 @@ impl Samples for Sqlite {
         Ok(())
     }
 
-    async fn write_poll(&self, write: &PollWrite) -> Result<Vec<i64>> {
+    async fn write_poll(&self, write: &PollWrite, fence: Option<&Held>) -> Result<Option<Vec<i64>>> {
         let mut tx = self.pool.begin().await?;
+        if let Some(held) = fence {
+            if !super::leases::fence_in(&mut tx, held).await? {
+                return Ok(None);
+            }
+        }
         let mut ids = Vec::with_capacity(write.upserts.len());
         for meta in &write.upserts {
             let id: i64 = sqlx::query_scalar(
@@ -141,7 +146,7 @@ impl Samples for Sqlite {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(ids)
+        Ok(Some(ids))
     }
 
     async fn find_queue(&self, broker: &str, vhost: &str, name: &str) -> Result<Option<KnownQueue>> {

@@ -68,9 +68,9 @@ fn broker_row(b: &BrokerLive) -> BrokerRow {
         error: s.error.clone(),
         last_poll: format::ago(s.last_attempt, now),
         // The error is in its own line above: a broker that went down says only since when.
-        stale_since: match s.restored_from {
-            Some(_) => format::stale_note(b),
-            None => b.stale_since().map(|t| format!("stale since {}", format::time(Some(t)))),
+        stale_since: match s.restored_from.is_some() || s.polled_by.is_some() {
+            true => format::stale_note(b),
+            false => b.stale_since().map(|t| format!("stale since {}", format::time(Some(t)))),
         },
         version: s.rabbitmq_version.clone().unwrap_or_else(|| format::UNKNOWN.to_string()),
         queues: format::count((s.last_success.is_some() || s.restored_from.is_some()).then_some(b.totals.queues)),

@@ -1,0 +1,281 @@
+//! Several warren processes on one PostgreSQL database (issue 33, must-haves 2 to 4): the
+//! brokers' work divided by leases, every replica serving every broker's pages, and failover
+//! when the holder of a broker is killed, paused past its lease, or cut off from the database.
+//! Each replica is the real binary in a process of its own, so that it can be killed with
+//! SIGKILL and paused with SIGSTOP.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::postgres::Database;
+use common::{encode, wait_for, TestVhost};
+use serde_json::Value;
+
+/// The lease time of the replicas under test: the default, so that the failover measured is the
+/// one an operator gets.
+const LEASE_SECS: u64 = 15;
+
+/// Issue 33: another replica polls a dead one's brokers within 30 s.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
+
+struct Replica {
+    child: Child,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Replica {
+    /// Starts warren on `database` watching one broker per vhost of `vhosts` (named `b0`,
+    /// `b1`, ...: each on the test broker, in its own vhost).
+    async fn start(dir: &std::path::Path, index: usize, database: &Database, vhosts: &[String]) -> Replica {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut toml = format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase_url = {:?}\nlease_secs = {LEASE_SECS}\n",
+            database.url()
+        );
+        for (i, vhost) in vhosts.iter().enumerate() {
+            toml.push_str(&format!(
+                "[[brokers]]\nname = \"b{i}\"\n{}vhosts_include = [{vhost:?}]\npoll_interval_secs = 1\n",
+                common::broker().toml()
+            ));
+        }
+        let config = dir.join(format!("replica{index}.toml"));
+        std::fs::write(&config, toml).unwrap();
+        let log = std::fs::File::create(dir.join(format!("replica{index}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_warren"))
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "warren=info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("warren starts");
+        let replica = Replica { child, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
+        wait_for("the replica answers", Duration::from_secs(60), || async {
+            match replica.http.get(format!("{}/healthz", replica.base)).send().await {
+                Ok(r) if r.status().is_success() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        replica
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn brokers(&self) -> Result<Vec<Value>, String> {
+        let response = self.http.get(format!("{}/api/v1/brokers", self.base)).send().await.map_err(|e| e.to_string())?;
+        let body: Value = response.json().await.map_err(|e| e.to_string())?;
+        body.as_array().cloned().ok_or_else(|| body.to_string())
+    }
+
+    /// This replica's view of broker `name`.
+    async fn broker(&self, name: &str) -> Result<Value, String> {
+        self.brokers().await?.into_iter().find(|b| b["name"] == name).ok_or_else(|| format!("no broker {name}"))
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([signal, &self.pid().to_string()]).status().unwrap();
+        assert!(status.success(), "kill {signal}");
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        // A paused replica is resumed first, so that SIGKILL ends it at once.
+        let _ = Command::new("kill").args(["-CONT", &self.pid().to_string()]).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The live leases of the work (not the heartbeats), by name, each with its holder's pid.
+async fn holders(database: &Database) -> BTreeMap<String, u32> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&database.url()).await.unwrap();
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "select name, holder from leases
+         where name not like 'replica:%' and expires_at > (extract(epoch from clock_timestamp()) * 1000)::bigint",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let pid = |holder: &str| -> u32 {
+        let after = holder.split("(pid ").nth(1).expect("a holder names its pid");
+        after.split(',').next().unwrap().parse().unwrap()
+    };
+    rows.into_iter().map(|(name, holder)| (name, pid(&holder))).collect()
+}
+
+/// Waits until every broker and the housekeeping are held, spread over `live` replicas (shares
+/// within one of each other); returns the holders.
+async fn spread(database: &Database, work: usize, live: &[&Replica]) -> BTreeMap<String, u32> {
+    wait_for("the work spread over the live replicas", Duration::from_secs(90), || async {
+        let held = holders(database).await;
+        let mut shares: Vec<usize> =
+            live.iter().map(|r| held.values().filter(|pid| **pid == r.pid()).count()).collect();
+        shares.sort();
+        let even = shares.first().is_some_and(|least| shares.last().unwrap() - least <= 1);
+        match held.len() == work && even && shares.iter().sum::<usize>() == work {
+            true => Ok(held),
+            false => Err(format!("held {held:?}, shares {shares:?}")),
+        }
+    })
+    .await
+}
+
+/// Waits until a replica other than `gone` polls broker `name` itself and has polled it since
+/// `since`; returns which replica and when it was seen.
+async fn taken_over<'a>(replicas: &'a [Replica], gone: usize, name: &str, since: chrono::DateTime<chrono::Utc>) -> usize {
+    wait_for(&format!("another replica to poll {name}"), FAILOVER_LIMIT + Duration::from_secs(30), || async {
+        for (i, replica) in replicas.iter().enumerate().filter(|(i, _)| *i != gone) {
+            let Ok(broker) = replica.broker(name).await else { continue };
+            let status = &broker["status"];
+            let success = status["last_success"].as_str().and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok());
+            if status["polled_by"].is_null() && status["up"] == true && success.is_some_and(|t| t > since) {
+                return Ok(i);
+            }
+        }
+        Err(format!("not yet: {:?}", replicas.iter().map(|r| r.base.clone()).collect::<Vec<_>>()))
+    })
+    .await
+}
+
+async fn vhosts(test: &str, n: usize) -> Vec<TestVhost> {
+    let mut vhosts = Vec::new();
+    for i in 0..n {
+        vhosts.push(TestVhost::create(&format!("{test}{i}")).await);
+    }
+    vhosts
+}
+
+/// Three replicas divide three brokers and the housekeeping; every replica shows every broker's
+/// queues; `kill -9` of a broker's holder, and another polls it within 30 s (measured); the two
+/// left divide the work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_divide_the_brokers_and_a_killed_holders_brokers_move_within_30_s() {
+    let database = Database::create("replicas_kill").await;
+    let vhosts = vhosts("repkill", 3).await;
+    let names: Vec<String> = vhosts.iter().map(|v| v.name.clone()).collect();
+    // A queue with 7 messages in the first broker's vhost: every replica must show it.
+    let connection = vhosts[0].connect().await;
+    let channel = vhosts[0].channel(&connection).await;
+    common::declare(&channel, "orders", false).await;
+    common::publish(&channel, "orders", 7, Default::default()).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        replicas.push(Replica::start(dir.path(), i, &database, &names).await);
+    }
+    let held = spread(&database, 4, &replicas.iter().collect::<Vec<_>>()).await;
+
+    // Live pages on every replica: the polling one's and the others', which read the database.
+    let path = format!("/api/v1/queues/b0/{}/orders", encode(&names[0]));
+    for replica in &replicas {
+        wait_for("every replica shows the queue's 7 messages", Duration::from_secs(60), || async {
+            let queue: Value = replica.http.get(format!("{}{path}", replica.base)).send().await.map_err(|e| e.to_string())?
+                .json().await.map_err(|e| e.to_string())?;
+            match queue["ready"].as_u64() {
+                Some(7) => Ok(()),
+                _ => Err(queue.to_string()),
+            }
+        })
+        .await;
+        let broker = replica.broker("b0").await.unwrap();
+        let polls = replica.pid() == held["broker:b0"];
+        assert_eq!(broker["status"]["polled_by"].is_null(), polls, "who polls b0, as replica {} says: {broker}", replica.pid());
+    }
+
+    // SIGKILL the holder of b0: no clean shutdown, its leases run out.
+    let victim = replicas.iter().position(|r| r.pid() == held["broker:b0"]).unwrap();
+    let killed_at = chrono::Utc::now();
+    let started = Instant::now();
+    replicas[victim].child.kill().unwrap();
+    replicas[victim].child.wait().unwrap();
+    let by = taken_over(&replicas, victim, "b0", killed_at).await;
+    let failover = started.elapsed();
+    eprintln!("failover of b0 after kill -9: {:.1} s (lease {LEASE_SECS} s), taken by replica {by}", failover.as_secs_f64());
+    assert!(failover <= FAILOVER_LIMIT, "b0 was polled again after {failover:?}");
+
+    let live: Vec<&Replica> = replicas.iter().enumerate().filter(|(i, _)| *i != victim).map(|(_, r)| r).collect();
+    let after = spread(&database, 4, &live).await;
+    assert!(after.values().all(|pid| *pid != replicas[victim].pid()), "{after:?}");
+    connection.close(0, "done".into()).await.ok();
+}
+
+/// A holder paused with SIGSTOP past its lease: another replica takes its broker over, and once
+/// resumed, the paused one polls it no more (it lost the lease; its writes would be fenced:
+/// `tests/conformance/leases.rs` checks the fenced poll write itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_paused_past_its_lease_loses_its_broker_and_does_not_take_it_back() {
+    let database = Database::create("replicas_stop").await;
+    let vhosts = vhosts("repstop", 2).await;
+    let names: Vec<String> = vhosts.iter().map(|v| v.name.clone()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        replicas.push(Replica::start(dir.path(), i, &database, &names).await);
+    }
+    let held = spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
+    let paused = replicas.iter().position(|r| r.pid() == held["broker:b1"]).unwrap();
+
+    let stopped_at = chrono::Utc::now();
+    let started = Instant::now();
+    replicas[paused].signal("-STOP");
+    let by = taken_over(&replicas, paused, "b1", stopped_at).await;
+    eprintln!("failover of b1 after SIGSTOP: {:.1} s", started.elapsed().as_secs_f64());
+    // Past the lease for sure, then resumed.
+    tokio::time::sleep(Duration::from_secs(LEASE_SECS).saturating_sub(started.elapsed())).await;
+    replicas[paused].signal("-CONT");
+
+    // The resumed replica says another polls b1, and the lease stays with the one that took it.
+    wait_for("the resumed replica to follow b1", Duration::from_secs(30), || async {
+        let broker = replicas[paused].broker("b1").await?;
+        match broker["status"]["polled_by"].as_str() {
+            Some(holder) if holder.contains(&format!("pid {}", replicas[by].pid())) => Ok(()),
+            _ => Err(broker["status"].to_string()),
+        }
+    })
+    .await;
+    for _ in 0..5 {
+        assert_eq!(holders(&database).await["broker:b1"], replicas[by].pid(), "b1 stays with the replica that took it");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Every replica's connections to the database ended by the server (`pg_terminate_backend`, as
+/// a PostgreSQL restart or a failover ends them): the replicas reconnect on their own, every
+/// broker is polled again, and the work stays spread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_cut_off_from_the_database_recover_without_an_operator() {
+    let database = Database::create("replicas_cut").await;
+    let vhosts = vhosts("repcut", 2).await;
+    let names: Vec<String> = vhosts.iter().map(|v| v.name.clone()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        replicas.push(Replica::start(dir.path(), i, &database, &names).await);
+    }
+    spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
+
+    let cut_at = chrono::Utc::now();
+    common::postgres::admin(&format!(
+        "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{}' and pid <> pg_backend_pid()",
+        database.name
+    ))
+    .await;
+    for name in ["b0", "b1"] {
+        let by = taken_over(&replicas, usize::MAX, name, cut_at).await;
+        eprintln!("{name} polled again after the connections were cut, by replica {by}");
+    }
+    spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
+    for replica in &mut replicas {
+        assert!(replica.child.try_wait().unwrap().is_none(), "every replica still runs");
+    }
+}
