@@ -40,6 +40,7 @@ const PAGES: &[(&str, &str)] = &[
     ("operations", include_str!("../../docs/operations.md")),
     ("pages", include_str!("../../docs/pages.md")),
     ("production", include_str!("../../docs/production.md")),
+    ("replicas", include_str!("../../docs/replicas.md")),
     ("reverse-proxy", include_str!("../../docs/reverse-proxy.md")),
     ("tls", include_str!("../../docs/tls.md")),
     ("users", include_str!("../../docs/users.md")),
