@@ -31,9 +31,14 @@ impl Replica {
     /// Starts warren on `database` watching one broker per vhost of `vhosts` (named `b0`,
     /// `b1`, ...: each on the test broker, in its own vhost).
     async fn start(dir: &std::path::Path, index: usize, database: &Database, vhosts: &[String]) -> Replica {
+        Replica::start_with(dir, index, database, vhosts, "").await
+    }
+
+    /// As `start`, with `tables` (alert rules, notification channels) in the configuration.
+    async fn start_with(dir: &std::path::Path, index: usize, database: &Database, vhosts: &[String], tables: &str) -> Replica {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut toml = format!(
-            "listen = \"127.0.0.1:{port}\"\ndatabase_url = {:?}\nlease_secs = {LEASE_SECS}\n",
+            "listen = \"127.0.0.1:{port}\"\ndatabase_url = {:?}\nlease_secs = {LEASE_SECS}\nalert_repeat_secs = 0\n{tables}\n",
             database.url()
         );
         for (i, vhost) in vhosts.iter().enumerate() {
@@ -144,6 +149,45 @@ async fn taken_over<'a>(replicas: &'a [Replica], gone: usize, name: &str, since:
         Err(format!("not yet: {:?}", replicas.iter().map(|r| r.base.clone()).collect::<Vec<_>>()))
     })
     .await
+}
+
+/// A webhook receiver on loopback that keeps every body it gets.
+#[derive(Clone, Default)]
+struct Sink {
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Sink {
+    async fn start() -> (Sink, String) {
+        let sink = Sink::default();
+        let kept = sink.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let kept = kept.clone();
+                async move {
+                    kept.bodies.lock().unwrap().push(body);
+                    "ok"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (sink, url)
+    }
+
+    /// How many notifications of `kind` ("firing", "resolved") came.
+    fn count(&self, kind: &str) -> usize {
+        self.bodies.lock().unwrap().iter().filter(|b| b["kind"] == kind).count()
+    }
+}
+
+/// The rows waiting in the notification outbox.
+async fn outbox(database: &Database) -> i64 {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&database.url()).await.unwrap();
+    sqlx::query_scalar("select count(*) from notification_outbox").fetch_one(&mut conn).await.unwrap()
 }
 
 async fn vhosts(test: &str, n: usize) -> Vec<TestVhost> {
@@ -278,4 +322,65 @@ async fn replicas_cut_off_from_the_database_recover_without_an_operator() {
     for replica in &mut replicas {
         assert!(replica.child.try_wait().unwrap().is_none(), "every replica still runs");
     }
+}
+
+/// An alert fires once and resolves once although the replica that evaluated it was killed
+/// between the two: the replica that takes the broker over continues from the stored state (it
+/// does not fire again), and the replicas' dispatchers share the outbox (none sends twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_fires_once_and_resolves_once_across_a_failover() {
+    let database = Database::create("replicas_alert").await;
+    let vhosts = vhosts("repalert", 1).await;
+    let names = vec![vhosts[0].name.clone()];
+    let connection = vhosts[0].connect().await;
+    let channel = vhosts[0].channel(&connection).await;
+    common::declare(&channel, "work", false).await;
+    let (sink, hook) = Sink::start().await;
+    let tables = format!(
+        "[[alerts]]\nid = \"deep\"\nname = \"Deep\"\nmetric = \"ready\"\ncomparator = \">\"\nthreshold = 0\n\
+         severity = \"warning\"\nscope = {{ queue = \"work\" }}\n\
+         [[notifications]]\nid = \"hook\"\nname = \"hook\"\ntype = \"webhook\"\nurl = {hook:?}\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = Vec::new();
+    for i in 0..2 {
+        replicas.push(Replica::start_with(dir.path(), i, &database, &names, &tables).await);
+    }
+    let held = spread(&database, 2, &replicas.iter().collect::<Vec<_>>()).await;
+
+    common::publish(&channel, "work", 3, Default::default()).await;
+    wait_for("the firing notification, delivered and recorded", Duration::from_secs(60), || async {
+        match (sink.count("firing"), outbox(&database).await) {
+            (1, 0) => Ok(()),
+            other => Err(format!("firings, outbox: {other:?}")),
+        }
+    })
+    .await;
+
+    let victim = replicas.iter().position(|r| r.pid() == held["broker:b0"]).unwrap();
+    let killed_at = chrono::Utc::now();
+    replicas[victim].child.kill().unwrap();
+    replicas[victim].child.wait().unwrap();
+    taken_over(&replicas, victim, "b0", killed_at).await;
+    // Several evaluations by the new holder, the queue still deep.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(sink.count("firing"), 1, "the new holder did not fire again: {:?}", sink.bodies.lock().unwrap());
+
+    channel.queue_purge("work".into(), Default::default()).await.unwrap();
+    wait_for("the resolved notification", Duration::from_secs(60), || async {
+        match sink.count("resolved") {
+            1 => Ok(()),
+            n => Err(format!("{n} resolved")),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!((sink.count("firing"), sink.count("resolved")), (1, 1), "{:?}", sink.bodies.lock().unwrap());
+    // And one episode in the history, as every replica tells it: fired once, resolved once.
+    let survivor = &replicas[1 - victim];
+    let history: Value =
+        survivor.http.get(format!("{}/api/v1/alerts/history", survivor.base)).send().await.unwrap().json().await.unwrap();
+    let phases: Vec<&str> = history.as_array().unwrap().iter().filter_map(|h| h["to"].as_str()).collect();
+    assert_eq!(phases, ["resolved", "firing"], "newest first: {history}");
+    connection.close(0, "done".into()).await.ok();
 }
