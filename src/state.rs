@@ -158,9 +158,9 @@ impl AppState {
             Some(_) => crate::history::storage::Storage::server(),
         };
         let storage = Arc::new(storage);
-        let custody = crate::dlq::custody::Custody::new(store.clone(), storage.clone());
         let work = names.iter().map(|b| crate::replicas::broker_work(b)).chain([crate::replicas::HOUSEKEEPING.into()]);
         let replica = crate::replicas::Replica::new(store.clone(), config.lease_time, work.collect());
+        let custody = crate::dlq::custody::Custody::new(store.clone(), storage.clone()).under_leases(replica.clone());
         AppState {
             replica,
             base_path: config.base_path().into(),

@@ -1646,3 +1646,52 @@ async fn custody_start_and_release_ask_first_and_are_audited() {
     warren.stop().await;
     connection.close(0, "done".into()).await.ok();
 }
+
+/// With replicas, intake commits each batch under its broker's lease, fenced with the lease's
+/// epoch (issue 33): an intake on a replica that lost the lease in the database, while it still
+/// believes it holds it (paused, say), keeps nothing and acks nothing. Every message stays in
+/// the broker, for the intake of the replica that holds the lease now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intake_whose_lease_was_taken_over_keeps_nothing_and_leaves_every_message() {
+    use warren::dlq::custody;
+    let vhost = TestVhost::create("custodyfence").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    dead_letter(&vhost, &channel, "work.dlq", false, numbered(50)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "database = {:?}\n[[brokers]]\nname = \"local\"\n{}vhosts_include = [{:?}]\n[[custody]]\nqueue = \"*.dlq\"\n",
+        dir.path().join("warren.db").display().to_string(),
+        common::broker().toml(),
+        vhost.name
+    );
+    let state = warren::build_state(warren::config::Config::from_toml(&toml).unwrap()).await.unwrap();
+    state.replica.round().await.unwrap();
+    let held = state.replica.held("broker:local").expect("a lone replica holds every broker");
+    // Another replica took the lease over in the database; this one has not noticed yet.
+    state.store.release_lease(&held).await.unwrap();
+    state.store.take_lease("broker:local", "another replica", Duration::from_secs(60)).await.unwrap().unwrap();
+    assert!(state.replica.held("broker:local").is_some(), "this replica still believes it holds it");
+
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let queue = std::iter::once((vhost.name.clone(), "work.dlq".to_string()));
+    let rules = &state.config.custody;
+    custody::start_intakes(&state.custody, rules, &Default::default(), &state.config.brokers[0], queue, &cancel);
+    let stopped = wait_for("the intake to stop", Duration::from_secs(30), || async {
+        match state.custody.state("local", &vhost.name, "work.dlq") {
+            Some(s) if s.state == "stopped" => Ok(s),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(stopped.reason.contains("another replica"), "{}", stopped.reason);
+    let counts = custody::counts_by_queue(&state.store, "local").await.unwrap();
+    assert!(counts.values().all(|c| c.held == 0), "nothing kept: {counts:?}");
+    let mut back = drain_ids(&channel, "work.dlq").await;
+    back.sort();
+    let mut all: Vec<String> = (1..=50).map(|i| format!("m{i}")).collect();
+    all.sort();
+    assert_eq!(back, all, "every message still in the broker, by id");
+    cancel.cancel();
+    connection.close(0, "done".into()).await.ok();
+}

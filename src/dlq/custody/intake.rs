@@ -79,11 +79,22 @@ pub struct Custody {
     /// Checked before every ack: a commit into a database file that was deleted or replaced
     /// succeeds and is lost at the next start.
     storage: Arc<Storage>,
+    /// With replicas (`under_leases`), each batch is committed under the broker's lease, fenced
+    /// with its epoch: an intake still running on a replica that lost the broker keeps nothing
+    /// more, and what it holds unacked goes back to the queue for the next holder's intake.
+    replica: Option<Arc<crate::replicas::Replica>>,
 }
 
 impl Custody {
     pub fn new(store: Store, storage: Arc<Storage>) -> Custody {
-        Custody { states: Arc::default(), stops: Arc::default(), tasks: TaskTracker::new(), store, storage }
+        let (states, stops, tasks) = (Arc::default(), Arc::default(), TaskTracker::new());
+        Custody { states, stops, tasks, store, storage, replica: None }
+    }
+
+    /// Commits every batch under the lease `replica` holds on the queue's broker.
+    pub fn under_leases(mut self, replica: Arc<crate::replicas::Replica>) -> Custody {
+        self.replica = Some(replica);
+        self
     }
 
     /// The store the intakes keep their records in.
@@ -345,9 +356,24 @@ async fn intake(
         if let Err(e) = custody.storage.file_check() {
             break Err(format!("{e}: intake stopped, the batch stays in the broker"));
         }
-        if let Err(e) = commit(&custody.store, id, &batch).await {
-            custody.storage.failed("custody intake", &e);
-            break Err(format!("the database refused the batch ({e}): intake stopped, the batch stays in the broker"));
+        const LOST: &str = "another replica took this broker's work over: intake stopped here, the batch stays in the \
+                            broker for that replica's intake";
+        let lease = match &custody.replica {
+            None => None,
+            Some(replica) => match replica.held(&crate::replicas::broker_work(&id.0)) {
+                Some(held) => Some(held),
+                None => break Err(LOST.into()),
+            },
+        };
+        match commit(&custody.store, id, &batch, lease.as_ref()).await {
+            Ok(true) => {}
+            Ok(false) => break Err(LOST.into()),
+            Err(e) => {
+                custody.storage.failed("custody intake", &e);
+                break Err(format!(
+                    "the database refused the batch ({e}): intake stopped, the batch stays in the broker"
+                ));
+            }
         }
         if let Err(e) = custody.storage.file_check() {
             break Err(format!("{e}: intake stopped, the batch stays in the broker"));

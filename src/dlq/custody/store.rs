@@ -118,10 +118,26 @@ pub(super) async fn bytes_kept(store: &Store, id: &QueueId) -> Result<u64, sqlx:
 }
 
 /// Commits a batch so that it survives power loss (SQLite's `synchronous = FULL`, a
-/// PostgreSQL commit).
-pub(super) async fn commit(store: &Store, id: &QueueId, batch: &[Taken]) -> Result<(), sqlx::Error> {
+/// PostgreSQL commit). Under `fence` (the broker's lease), the transaction checks the lease
+/// first and keeps nothing once another replica took it: `false`.
+pub(super) async fn commit(
+    store: &Store,
+    id: &QueueId,
+    batch: &[Taken],
+    fence: Option<&crate::storage::Held>,
+) -> Result<bool, sqlx::Error> {
     let records: Vec<NewRecord<'_>> = batch.iter().map(Taken::record).collect();
-    store.keep_records(place(id), Utc::now().timestamp(), &records).await
+    let Some(held) = fence else {
+        store.keep_records(place(id), Utc::now().timestamp(), &records).await?;
+        return Ok(true);
+    };
+    let mut tx = store.begin().await?;
+    if !tx.fence(held).await? {
+        return Ok(false);
+    }
+    tx.keep_records(place(id), Utc::now().timestamp(), &records).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Why an import kept nothing.
