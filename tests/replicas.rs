@@ -18,6 +18,10 @@ use serde_json::Value;
 /// one an operator gets.
 const LEASE_SECS: u64 = 15;
 
+/// The database server is shared by this file's tests: the test that restarts it holds the
+/// write half, every other test the read half.
+static DATABASE_SERVER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// Issue 33: another replica polls a dead one's brokers within 30 s.
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 
@@ -215,6 +219,7 @@ async fn vhosts(test: &str, n: usize) -> Vec<TestVhost> {
 /// left divide the work again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_divide_the_brokers_and_a_killed_holders_brokers_move_within_30_s() {
+    let _shared = DATABASE_SERVER.read().await;
     let database = Database::create("replicas_kill").await;
     let vhosts = vhosts("repkill", 3).await;
     let names: Vec<String> = vhosts.iter().map(|v| v.name.clone()).collect();
@@ -285,6 +290,7 @@ async fn three_replicas_divide_the_brokers_and_a_killed_holders_brokers_move_wit
 /// `tests/conformance/leases.rs` checks the fenced poll write itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_paused_past_its_lease_loses_its_broker_and_does_not_take_it_back() {
+    let _shared = DATABASE_SERVER.read().await;
     let database = Database::create("replicas_stop").await;
     let vhosts = vhosts("repstop", 2).await;
     let names: Vec<String> = vhosts.iter().map(|v| v.name.clone()).collect();
@@ -320,30 +326,44 @@ async fn a_holder_paused_past_its_lease_loses_its_broker_and_does_not_take_it_ba
     }
 }
 
-/// Every replica's connections to the database ended by the server (`pg_terminate_backend`, as
-/// a PostgreSQL restart or a failover ends them): the replicas reconnect on their own, every
-/// broker is polled again, and the work stays spread.
+/// A holder's connections ended by the server (`pg_terminate_backend`): it reconnects and keeps
+/// its leases, which are rows and not sessions. Then PostgreSQL itself restarted
+/// (`pg_ctlcluster`): every replica recovers without an operator, every broker is polled again
+/// and the work stays spread. The server restarts under the write half of `DATABASE_SERVER`, so
+/// that no other test of this file runs meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_cut_off_from_the_database_recover_without_an_operator() {
-    let database = Database::create("replicas_cut").await;
-    let vhosts = vhosts("repcut", 2).await;
+async fn replicas_recover_from_ended_connections_and_a_postgres_restart_without_an_operator() {
+    let _alone = DATABASE_SERVER.write().await;
+    let database = Database::create("replicas_restart").await;
+    let vhosts = vhosts("represtart", 2).await;
     let names: Vec<String> = vhosts.iter().map(|v| v.name.clone()).collect();
     let dir = tempfile::tempdir().unwrap();
     let mut replicas = Vec::new();
     for i in 0..3 {
         replicas.push(Replica::start(dir.path(), i, &database, &names).await);
     }
-    spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
+    let held = spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
 
+    let holder = replicas.iter().position(|r| r.pid() == held["broker:b0"]).unwrap();
     let cut_at = chrono::Utc::now();
     common::postgres::admin(&format!(
-        "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{}' and pid <> pg_backend_pid()",
-        database.name
+        "select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'warren (pid {})'",
+        replicas[holder].pid()
     ))
     .await;
+    // Polled since, by the same replica: its leases did not move.
+    let by = taken_over(&replicas, usize::MAX, "b0", cut_at).await;
+    assert_eq!(by, holder, "the holder whose connections ended keeps its broker");
+
+    let restarted_at = chrono::Utc::now();
+    let started = Instant::now();
+    let (version, cluster) = cluster();
+    let status = Command::new("pg_ctlcluster").args([&version, &cluster, "restart"]).status().unwrap();
+    assert!(status.success(), "pg_ctlcluster {version} {cluster} restart");
+    eprintln!("PostgreSQL restarted in {:.1} s", started.elapsed().as_secs_f64());
     for name in ["b0", "b1"] {
-        let by = taken_over(&replicas, usize::MAX, name, cut_at).await;
-        eprintln!("{name} polled again after the connections were cut, by replica {by}");
+        let by = taken_over(&replicas, usize::MAX, name, restarted_at).await;
+        eprintln!("{name} polled again {:.1} s after the restart began, by replica {by}", started.elapsed().as_secs_f64());
     }
     spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
     for replica in &mut replicas {
@@ -351,11 +371,21 @@ async fn replicas_cut_off_from_the_database_recover_without_an_operator() {
     }
 }
 
+/// The PostgreSQL cluster on port 5432 (`pg_lsclusters`): its version and name.
+fn cluster() -> (String, String) {
+    let listed = Command::new("pg_lsclusters").arg("--no-header").output().expect("pg_lsclusters (postgresql-common)");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    let line = text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f.get(2) == Some(&"5432"));
+    let fields = line.unwrap_or_else(|| panic!("no PostgreSQL cluster on port 5432 in: {text}"));
+    (fields[0].to_string(), fields[1].to_string())
+}
+
 /// An alert fires once and resolves once although the replica that evaluated it was killed
 /// between the two: the replica that takes the broker over continues from the stored state (it
 /// does not fire again), and the replicas' dispatchers share the outbox (none sends twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_alert_fires_once_and_resolves_once_across_a_failover() {
+    let _shared = DATABASE_SERVER.read().await;
     let database = Database::create("replicas_alert").await;
     let vhosts = vhosts("repalert", 1).await;
     let names = vec![vhosts[0].name.clone()];
@@ -425,6 +455,7 @@ async fn an_alert_fires_once_and_resolves_once_across_a_failover() {
 /// its commit and its ack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custody_intake_killed_mid_way_is_finished_by_the_next_holder_and_loses_nothing() {
+    let _shared = DATABASE_SERVER.read().await;
     use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
     const N: usize = 10_000;
     let database = Database::create("replicas_custody").await;

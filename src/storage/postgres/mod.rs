@@ -90,6 +90,11 @@ impl super::Transaction for PgTx {
 /// a PostgreSQL advisory lock while it runs, so replicas starting together migrate one at a time.
 pub async fn open(url: &str) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;
+    // Which replica a connection is, in `pg_stat_activity` (unless the URL names it).
+    let options = match options.get_application_name() {
+        Some(_) => options,
+        None => options.application_name(&format!("warren (pid {})", std::process::id())),
+    };
     // Polls, intakes, moves, the pages and the API at once; three replicas take 30 of
     // PostgreSQL's default 100.
     let pool = PgPoolOptions::new().max_connections(10).connect_with(options).await?;
