@@ -114,6 +114,14 @@ pub async fn run(
     }
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
+    // SQLite's file has one process by construction: leases a previous run left (killed, it
+    // did not let go) are its own, and waiting for them to run out would only delay the polls.
+    if state.store.backend() == "sqlite" {
+        for lease in state.store.leases().await? {
+            let storage::leases::LeaseRow { name, holder, epoch, expires_at } = lease;
+            state.store.release_lease(&storage::Held { name, holder, epoch, expires_at }).await?;
+        }
+    }
     // The first round before the pollers start, so that the first poll need not wait for it.
     // The leases are let go last, after the work under them stopped.
     if let Err(e) = state.replica.round().await {
