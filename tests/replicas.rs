@@ -539,3 +539,104 @@ async fn custody_ids(database: &Database) -> Vec<String> {
         sqlx::query_scalar("select message_id from custody_messages").fetch_all(&mut conn).await.unwrap();
     ids.into_iter().map(Option::unwrap_or_default).collect()
 }
+
+/// A move runs on the replica that was asked for it. Killed mid-move, that replica loses no
+/// message (what it held unacked goes back to the source; what it copied was confirmed by the
+/// target first), and a surviving replica marks the move interrupted within a lease time or so
+/// (its heartbeat ran out), where a single warren would only at its next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_killed_with_its_replica_loses_nothing_and_a_survivor_marks_it_interrupted() {
+    use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+    use lapin::types::{AMQPValue, FieldTable};
+    let _shared = DATABASE_SERVER.read().await;
+    const N: usize = 10_000;
+    let database = Database::create("replicas_move").await;
+    let vhosts = vhosts("repmove", 1).await;
+    let names = vec![vhosts[0].name.clone()];
+    let connection = vhosts[0].connect().await;
+    let channel = vhosts[0].channel(&connection).await;
+    // Expired at once into orders.dlq, with the broker's own x-death naming `orders`.
+    let durable = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare("orders.dlq".into(), durable, FieldTable::default()).await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("orders.dlq".into()));
+    channel.queue_declare("orders".into(), durable, args).await.unwrap();
+    channel.confirm_select(Default::default()).await.unwrap();
+    let mut confirms = Vec::with_capacity(N);
+    for i in 1..=N {
+        let properties = lapin::BasicProperties::default().with_message_id(format!("o{i}").into()).with_expiration("0".into());
+        let publish = channel.basic_publish("".into(), "orders".into(), BasicPublishOptions::default(), b"{}", properties);
+        confirms.push(publish.await.unwrap());
+    }
+    for confirm in confirms {
+        assert!(confirm.await.unwrap().is_ack());
+    }
+    wait_for("the dead letters", Duration::from_secs(60), || async {
+        match common::dead_letters::depth(&channel, "orders.dlq").await as usize {
+            N => Ok(()),
+            n => Err(n.to_string()),
+        }
+    })
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = Vec::new();
+    for i in 0..2 {
+        replicas.push(Replica::start(dir.path(), i, &database, &names).await);
+    }
+    spread(&database, 2, &replicas.iter().collect::<Vec<_>>()).await;
+    let mover = &replicas[0];
+    let queue = format!("{}/api/v1/queues/b0/{}/orders.dlq", mover.base, encode(&names[0]));
+    wait_for("orders.dlq listed on the replica that moves", Duration::from_secs(60), || async {
+        let response = mover.http.get(&queue).send().await.map_err(|e| e.to_string())?;
+        match response.status().as_u16() {
+            200 => Ok(()),
+            status => Err(status.to_string()),
+        }
+    })
+    .await;
+    let started: Value = mover
+        .http
+        .post(format!("{queue}/requeue"))
+        .json(&serde_json::json!({"selection": "all"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let job = started["job"]["id"].as_i64().unwrap_or_else(|| panic!("a job: {started}"));
+    wait_for("a checkpoint with moved messages", Duration::from_secs(60), || async {
+        let audit: Value = mover.http.get(format!("{}/api/v1/audit", mover.base)).send().await.unwrap().json().await.unwrap();
+        match audit[0]["moved"].as_u64() {
+            Some(n) if n > 0 && audit[0]["outcome"] == "running" => Ok(()),
+            _ => Err(format!("job {job}: {}", audit[0])),
+        }
+    })
+    .await;
+    replicas[0].child.kill().unwrap();
+    replicas[0].child.wait().unwrap();
+
+    // No message lost: every id in the source or back in `orders` (which dead-letters it into
+    // the source again), duplicates only from copies confirmed and not yet acked.
+    let survivor = &replicas[1];
+    let entry = wait_for("the survivor to mark the move interrupted", Duration::from_secs(90), || async {
+        let audit: Value =
+            survivor.http.get(format!("{}/api/v1/audit", survivor.base)).send().await.unwrap().json().await.unwrap();
+        let entry = audit.as_array().into_iter().flatten().find(|e| e["action"] == "requeue").cloned();
+        match entry {
+            Some(e) if e["outcome"] == "interrupted" => Ok(e),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    eprintln!("marked interrupted by the survivor: {entry}");
+    let mut ids = common::dead_letters::drain_ids(&channel, "orders.dlq").await;
+    ids.extend(common::dead_letters::drain_ids(&channel, "orders").await);
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    let lost: Vec<String> = (1..=N).map(|i| format!("o{i}")).filter(|id| !distinct.contains(id)).take(20).collect();
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    eprintln!("{} messages, {} duplicates", ids.len(), ids.len() - distinct.len());
+    connection.close(0, "done".into()).await.ok();
+}
