@@ -27,6 +27,9 @@ use warren::storage::Store;
 /// In every receiver URL: it must never show up in the log table, the logs or `Debug`.
 const TOKEN: &str = "T0KEN-s3cr3t-4711";
 
+/// The one process on the test's database, as its claims on outbox rows name it.
+const WARREN: &str = "this warren";
+
 /// One request the HTTP receiver got.
 #[derive(Debug, Clone)]
 struct Received {
@@ -180,7 +183,7 @@ impl CapturedLogs {
 async fn a_webhook_gets_the_documented_body_and_the_log_its_status() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
     dispatcher.set_channels(vec![channel("hook", "webhook", &receiver.url("ok"))]);
 
     assert_eq!(dispatcher.notify(&firing()).await.unwrap(), 1);
@@ -217,7 +220,7 @@ async fn a_500_is_retried_with_backoff_then_given_up_and_every_attempt_logged_wi
     let (logs, _guard) = CapturedLogs::start();
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
     let failing = channel("failing", "webhook", &receiver.url("fail"));
     dispatcher.set_channels(vec![failing.clone(), channel("gone", "slack", &receiver.url("gone"))]);
 
@@ -262,7 +265,7 @@ async fn a_hanging_webhook_delays_neither_the_caller_nor_another_channel() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
     let policy = DeliveryPolicy { queue_capacity: 2, attempt_timeout: Duration::from_secs(30), ..fast_policy() };
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), policy);
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), policy, WARREN.into());
     dispatcher.set_channels(vec![
         channel("hanging", "webhook", &receiver.url("hang")),
         channel("fine", "slack", &receiver.url("ok")),
@@ -324,7 +327,7 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
     let (_dir, db) = database().await;
     // Waits of 500 ms and 1 s: time enough to stop the first dispatcher between two attempts.
     let policy = DeliveryPolicy { max_attempts: 5, first_backoff: Duration::from_millis(500), ..fast_policy() };
-    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), policy.clone());
+    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), policy.clone(), "first warren".into());
     first.set_channels(vec![channel("flaky", "webhook", &receiver.url("fail"))]);
     let mut n = firing();
     n.note = Some("a note".to_string());
@@ -340,7 +343,7 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
 
     // The same channel id, its receiver fixed: a new dispatcher on the same database (as after
     // a restart) delivers it as the third attempt.
-    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), policy);
+    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), policy, "second warren".into());
     second.set_channels(vec![channel("flaky", "webhook", &receiver.url("ok"))]);
     let rows = log_rows(&db, "flaky", "a sent row", |rows| rows.iter().any(|r| r.outcome == Outcome::Sent)).await;
     let attempts: Vec<_> = rows.iter().map(|r| (r.attempt, r.outcome)).collect();
@@ -361,13 +364,13 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
 async fn pending_deliveries_of_a_removed_channel_are_dropped_and_logged() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), "first warren".into());
     first.set_channels(vec![channel("old", "webhook", &receiver.url("hang"))]);
     assert_eq!(first.notify(&firing()).await.unwrap(), 1);
     assert!(first.shutdown(Duration::from_secs(5)).await);
     assert_eq!(pending_deliveries(&db).await.unwrap().len(), 1);
 
-    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), "second warren".into());
     second.set_channels(vec![channel("new", "webhook", &receiver.url("ok"))]);
     let rows = log_rows(&db, "old", "a dropped row", |rows| {
         rows.iter().any(|r| r.outcome == Outcome::Dropped && r.error.as_deref().is_some_and(|e| e.contains("removed")))
@@ -385,7 +388,7 @@ async fn pending_deliveries_of_a_removed_channel_are_dropped_and_logged() {
 async fn slack_gets_a_text_message() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
     dispatcher.set_channels(vec![channel("slack", "slack", &receiver.url("ok"))]);
     let mut resolved = firing();
     resolved.kind = NotificationKind::Resolved;
@@ -412,7 +415,7 @@ async fn slack_gets_a_text_message() {
 async fn send_test_makes_one_attempt_and_reports_it() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
     let ok = channel("ok", "webhook", &receiver.url("ok"));
     let failing = channel("failing", "webhook", &receiver.url("fail"));
 
@@ -445,8 +448,12 @@ async fn connection_errors_do_not_quote_the_url() {
     // A port nothing listens on: bound, then released.
     let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
     let refused = channel("refused", "webhook", &format!("http://127.0.0.1:{port}/hook/{TOKEN}?token={TOKEN}"));
-    let dispatcher =
-        Dispatcher::new(reqwest::Client::new(), db.clone(), DeliveryPolicy { max_attempts: 2, ..fast_policy() });
+    let dispatcher = Dispatcher::new(
+        reqwest::Client::new(),
+        db.clone(),
+        DeliveryPolicy { max_attempts: 2, ..fast_policy() },
+        WARREN.into(),
+    );
 
     let error = dispatcher.send_test(&refused).await.unwrap_err();
     assert!(matches!(error, DeliveryError::Transport(_)), "{error:?}");
@@ -537,7 +544,7 @@ async fn email_goes_out_over_smtp() {
     ))
     .unwrap();
     assert!(email.validate().is_empty(), "{:?}", email.validate());
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
 
     assert_eq!(dispatcher.send_test(&email).await.unwrap().http_status, None);
     dispatcher.set_channels(vec![email]);
@@ -568,7 +575,7 @@ async fn starttls_that_the_server_does_not_offer_sends_nothing_in_clear() {
     ))
     .unwrap();
     assert!(email.validate().is_empty(), "{:?}", email.validate());
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
 
     let error = dispatcher.send_test(&email).await.unwrap_err();
     assert!(matches!(error, DeliveryError::Smtp { .. }), "{error:?}");
