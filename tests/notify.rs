@@ -352,6 +352,12 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
     let delivered = receiver.requests("ok");
     assert_eq!(delivered.len(), 1);
     let body = &delivered[0].body;
+    // Every attempt, by either process, names the notification alike.
+    let key = body["idempotency_key"].as_str().expect("an idempotency key");
+    assert_eq!(key, n.idempotency_key("flaky"));
+    for failed in receiver.requests("fail") {
+        assert_eq!(failed.body["idempotency_key"], key, "{:?}", failed.body);
+    }
     assert_eq!((body["kind"].as_str(), body["rule"]["id"].as_str()), (Some("firing"), Some("orders-backlog")));
     assert_eq!(body["note"], "a note");
     assert_eq!(body["dashboard_url"], "http://warren.test/queues/main/%2F/orders");
