@@ -366,6 +366,48 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
     assert!(second.shutdown(Duration::from_secs(5)).await);
 }
 
+/// Another process took the row over while this one's attempt was under way (this one was paused
+/// past its claim): this one's outcome is not written, neither its log row nor its retry, so the
+/// delivery is logged once, by the process that holds the row now.
+#[tokio::test]
+async fn a_dispatcher_whose_claim_was_taken_over_during_an_attempt_writes_no_outcome() {
+    let (logs, _guard) = CapturedLogs::start();
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let policy = DeliveryPolicy { attempt_timeout: Duration::from_secs(1), ..fast_policy() };
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), policy, WARREN.into());
+    dispatcher.set_channels(vec![channel("slow", "webhook", &receiver.url("hang"))]);
+    assert_eq!(dispatcher.notify(&firing()).await.unwrap(), 1);
+    wait_for("an attempt under way", Duration::from_secs(10), || async {
+        match receiver.requests("hang").len() {
+            0 => Err("no request yet".to_string()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    let row = db.oldest_in_outbox("slow").await.unwrap().unwrap();
+    assert_eq!(row.claimed_by.as_deref(), Some(WARREN));
+    // What an expired claim and another process's claim come to.
+    db.release_outbox_claim(row.id, WARREN).await.unwrap();
+    let taken = db.claim_outbox("slow", "another warren", i64::MAX, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(taken.map(|r| r.id), Some(row.id));
+
+    wait_for("the attempt's end, its outcome refused", Duration::from_secs(10), || async {
+        let text = logs.text();
+        if text.contains("another process took it over") {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let rows = recent_deliveries(&db, 100).await.unwrap();
+    assert!(rows.iter().all(|r| r.channel_id != "slow"), "logged after the takeover: {rows:?}");
+    let row = db.oldest_in_outbox("slow").await.unwrap().unwrap();
+    assert_eq!((row.attempts, row.claimed_by.as_deref()), (0, Some("another warren")), "{row:?}");
+    assert!(dispatcher.shutdown(Duration::from_secs(5)).await);
+}
+
 #[tokio::test]
 async fn pending_deliveries_of_a_removed_channel_are_dropped_and_logged() {
     let receiver = Receiver::start().await;
