@@ -19,6 +19,9 @@ crate::conformance!(
 );
 
 const LONG: Duration = Duration::from_secs(60);
+
+/// Per channel, each claim as it was made: the row's id and its claimer.
+type ClaimsMade = Arc<Mutex<BTreeMap<String, Vec<(i64, String)>>>>;
 /// Due by any time a test passes: the rows it writes are due at once.
 const ANY_TIME: i64 = i64::MAX;
 
@@ -87,7 +90,7 @@ async fn claimers_draining_channels_together_deliver_each_row_once_in_order(stor
     // Each claim as it was made, per channel. A claim is pushed before its row is finished, and
     // the next row of the channel can only be claimed once this one is: the order pushed is
     // the order claimed.
-    let claims: Arc<Mutex<BTreeMap<String, Vec<(i64, String)>>>> = Arc::default();
+    let claims: ClaimsMade = Arc::default();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..4 {
         let (store, claims) = (store.clone(), claims.clone());
