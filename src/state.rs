@@ -149,8 +149,6 @@ impl AppState {
             config_rules: wings.rules.clone(),
             public_url: config.public_url.clone(),
         };
-        let notifier = crate::alerts::notify::Dispatcher::with_alerts(http, store.clone(), Default::default(), alerts);
-        notifier.set_channels(wings.channels);
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone(), wings.proxy));
         // The file checks (deleted, replaced) are SQLite's; a server's faults show in the probe.
         let storage = match config.database_url {
@@ -161,6 +159,12 @@ impl AppState {
         let work = names.iter().map(|b| crate::replicas::broker_work(b)).chain([crate::replicas::HOUSEKEEPING.into()]);
         let replica = crate::replicas::Replica::new(store.clone(), config.lease_time, work.collect());
         let custody = crate::dlq::custody::Custody::new(store.clone(), storage.clone()).under_leases(replica.clone());
+        // The replica's id names its claims on outbox rows: each notification is delivered by one
+        // replica at a time.
+        let claimer = replica.id().to_string();
+        let notifier =
+            crate::alerts::notify::Dispatcher::with_alerts(http, store.clone(), Default::default(), alerts, claimer);
+        notifier.set_channels(wings.channels);
         AppState {
             replica,
             base_path: config.base_path().into(),

@@ -27,6 +27,9 @@ use warren::storage::Store;
 /// In every receiver URL: it must never show up in the log table, the logs or `Debug`.
 const TOKEN: &str = "T0KEN-s3cr3t-4711";
 
+/// The one process on the test's database, as its claims on outbox rows name it.
+const WARREN: &str = "this warren";
+
 /// One request the HTTP receiver got.
 #[derive(Debug, Clone)]
 struct Received {
@@ -180,7 +183,7 @@ impl CapturedLogs {
 async fn a_webhook_gets_the_documented_body_and_the_log_its_status() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
     dispatcher.set_channels(vec![channel("hook", "webhook", &receiver.url("ok"))]);
 
     assert_eq!(dispatcher.notify(&firing()).await.unwrap(), 1);
@@ -217,7 +220,7 @@ async fn a_500_is_retried_with_backoff_then_given_up_and_every_attempt_logged_wi
     let (logs, _guard) = CapturedLogs::start();
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
     let failing = channel("failing", "webhook", &receiver.url("fail"));
     dispatcher.set_channels(vec![failing.clone(), channel("gone", "slack", &receiver.url("gone"))]);
 
@@ -262,7 +265,7 @@ async fn a_hanging_webhook_delays_neither_the_caller_nor_another_channel() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
     let policy = DeliveryPolicy { queue_capacity: 2, attempt_timeout: Duration::from_secs(30), ..fast_policy() };
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), policy);
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), policy, WARREN.into());
     dispatcher.set_channels(vec![
         channel("hanging", "webhook", &receiver.url("hang")),
         channel("fine", "slack", &receiver.url("ok")),
@@ -324,7 +327,7 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
     let (_dir, db) = database().await;
     // Waits of 500 ms and 1 s: time enough to stop the first dispatcher between two attempts.
     let policy = DeliveryPolicy { max_attempts: 5, first_backoff: Duration::from_millis(500), ..fast_policy() };
-    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), policy.clone());
+    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), policy.clone(), "first warren".into());
     first.set_channels(vec![channel("flaky", "webhook", &receiver.url("fail"))]);
     let mut n = firing();
     n.note = Some("a note".to_string());
@@ -340,7 +343,7 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
 
     // The same channel id, its receiver fixed: a new dispatcher on the same database (as after
     // a restart) delivers it as the third attempt.
-    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), policy);
+    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), policy, "second warren".into());
     second.set_channels(vec![channel("flaky", "webhook", &receiver.url("ok"))]);
     let rows = log_rows(&db, "flaky", "a sent row", |rows| rows.iter().any(|r| r.outcome == Outcome::Sent)).await;
     let attempts: Vec<_> = rows.iter().map(|r| (r.attempt, r.outcome)).collect();
@@ -349,6 +352,12 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
     let delivered = receiver.requests("ok");
     assert_eq!(delivered.len(), 1);
     let body = &delivered[0].body;
+    // Every attempt, by either process, names the notification alike.
+    let key = body["idempotency_key"].as_str().expect("an idempotency key");
+    assert_eq!(key, n.idempotency_key("flaky"));
+    for failed in receiver.requests("fail") {
+        assert_eq!(failed.body["idempotency_key"], key, "{:?}", failed.body);
+    }
     assert_eq!((body["kind"].as_str(), body["rule"]["id"].as_str()), (Some("firing"), Some("orders-backlog")));
     assert_eq!(body["note"], "a note");
     assert_eq!(body["dashboard_url"], "http://warren.test/queues/main/%2F/orders");
@@ -357,17 +366,59 @@ async fn a_pending_delivery_outlives_its_dispatcher_and_keeps_its_attempt_count(
     assert!(second.shutdown(Duration::from_secs(5)).await);
 }
 
+/// Another process took the row over while this one's attempt was under way (this one was paused
+/// past its claim): this one's outcome is not written, neither its log row nor its retry, so the
+/// delivery is logged once, by the process that holds the row now.
+#[tokio::test]
+async fn a_dispatcher_whose_claim_was_taken_over_during_an_attempt_writes_no_outcome() {
+    let (logs, _guard) = CapturedLogs::start();
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let policy = DeliveryPolicy { attempt_timeout: Duration::from_secs(1), ..fast_policy() };
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), policy, WARREN.into());
+    dispatcher.set_channels(vec![channel("slow", "webhook", &receiver.url("hang"))]);
+    assert_eq!(dispatcher.notify(&firing()).await.unwrap(), 1);
+    wait_for("an attempt under way", Duration::from_secs(10), || async {
+        match receiver.requests("hang").len() {
+            0 => Err("no request yet".to_string()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    let row = db.oldest_in_outbox("slow").await.unwrap().unwrap();
+    assert_eq!(row.claimed_by.as_deref(), Some(WARREN));
+    // What an expired claim and another process's claim come to.
+    db.release_outbox_claim(row.id, WARREN).await.unwrap();
+    let taken = db.claim_outbox("slow", "another warren", i64::MAX, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(taken.map(|r| r.id), Some(row.id));
+
+    wait_for("the attempt's end, its outcome refused", Duration::from_secs(10), || async {
+        let text = logs.text();
+        if text.contains("another process took it over") {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let rows = recent_deliveries(&db, 100).await.unwrap();
+    assert!(rows.iter().all(|r| r.channel_id != "slow"), "logged after the takeover: {rows:?}");
+    let row = db.oldest_in_outbox("slow").await.unwrap().unwrap();
+    assert_eq!((row.attempts, row.claimed_by.as_deref()), (0, Some("another warren")), "{row:?}");
+    assert!(dispatcher.shutdown(Duration::from_secs(5)).await);
+}
+
 #[tokio::test]
 async fn pending_deliveries_of_a_removed_channel_are_dropped_and_logged() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let first = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), "first warren".into());
     first.set_channels(vec![channel("old", "webhook", &receiver.url("hang"))]);
     assert_eq!(first.notify(&firing()).await.unwrap(), 1);
     assert!(first.shutdown(Duration::from_secs(5)).await);
     assert_eq!(pending_deliveries(&db).await.unwrap().len(), 1);
 
-    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let second = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), "second warren".into());
     second.set_channels(vec![channel("new", "webhook", &receiver.url("ok"))]);
     let rows = log_rows(&db, "old", "a dropped row", |rows| {
         rows.iter().any(|r| r.outcome == Outcome::Dropped && r.error.as_deref().is_some_and(|e| e.contains("removed")))
@@ -385,7 +436,7 @@ async fn pending_deliveries_of_a_removed_channel_are_dropped_and_logged() {
 async fn slack_gets_a_text_message() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
     dispatcher.set_channels(vec![channel("slack", "slack", &receiver.url("ok"))]);
     let mut resolved = firing();
     resolved.kind = NotificationKind::Resolved;
@@ -412,7 +463,7 @@ async fn slack_gets_a_text_message() {
 async fn send_test_makes_one_attempt_and_reports_it() {
     let receiver = Receiver::start().await;
     let (_dir, db) = database().await;
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
     let ok = channel("ok", "webhook", &receiver.url("ok"));
     let failing = channel("failing", "webhook", &receiver.url("fail"));
 
@@ -445,8 +496,12 @@ async fn connection_errors_do_not_quote_the_url() {
     // A port nothing listens on: bound, then released.
     let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
     let refused = channel("refused", "webhook", &format!("http://127.0.0.1:{port}/hook/{TOKEN}?token={TOKEN}"));
-    let dispatcher =
-        Dispatcher::new(reqwest::Client::new(), db.clone(), DeliveryPolicy { max_attempts: 2, ..fast_policy() });
+    let dispatcher = Dispatcher::new(
+        reqwest::Client::new(),
+        db.clone(),
+        DeliveryPolicy { max_attempts: 2, ..fast_policy() },
+        WARREN.into(),
+    );
 
     let error = dispatcher.send_test(&refused).await.unwrap_err();
     assert!(matches!(error, DeliveryError::Transport(_)), "{error:?}");
@@ -537,7 +592,7 @@ async fn email_goes_out_over_smtp() {
     ))
     .unwrap();
     assert!(email.validate().is_empty(), "{:?}", email.validate());
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
 
     assert_eq!(dispatcher.send_test(&email).await.unwrap().http_status, None);
     dispatcher.set_channels(vec![email]);
@@ -568,7 +623,7 @@ async fn starttls_that_the_server_does_not_offer_sends_nothing_in_clear() {
     ))
     .unwrap();
     assert!(email.validate().is_empty(), "{:?}", email.validate());
-    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy());
+    let dispatcher = Dispatcher::new(reqwest::Client::new(), db.clone(), fast_policy(), WARREN.into());
 
     let error = dispatcher.send_test(&email).await.unwrap_err();
     assert!(matches!(error, DeliveryError::Smtp { .. }), "{error:?}");

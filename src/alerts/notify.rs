@@ -16,7 +16,11 @@
 //!   the delivery log ([`recent_deliveries`]). A channel whose outbox holds `queue_capacity`
 //!   rows drops further notifications, logged. Rows and their retries survive a restart (and a
 //!   SIGKILL); an attempt cut short is made again, so a receiver may get a notification twice
-//!   (at least once, never lost while warren runs again within the attempts).
+//!   (at least once, never lost while warren runs again within the attempts). Every attempt
+//!   carries the notification's idempotency key ([`Notification::idempotency_key`]).
+//! - Several replicas on one database all run every channel's task; a row is claimed before its
+//!   attempt, so one replica at a time delivers a channel, and the writes that end an attempt
+//!   are made only while the claim is still the replica's (`outbox`, `dispatch`).
 //! - An alert counts as notified ([`store::StoredState::delivered_at`], `notified_at` in the
 //!   API) only once a channel accepted a firing or reminder notification of it; when one was
 //!   queued (`queued_at`) is what the planner remembers, so it does not queue it again.
@@ -51,7 +55,8 @@
 //!   },
 //!   "alert": { "broker": "main", "vhost": "/", "queue": "orders", "value": 37.0 },
 //!   "note": null,
-//!   "dashboard_url": "http://warren.example/queues/main/%2F/orders"
+//!   "dashboard_url": "http://warren.example/queues/main/%2F/orders",
+//!   "idempotency_key": "5f0c8d4e9b2a7c1e3d6f8a0b2c4e6f81"
 //! }
 //! ```
 //!
@@ -68,6 +73,9 @@
 //!   a queue deleted, a rule removed).
 //! - `note`: why an alert ended other than by its condition ("queue deleted", "rule removed").
 //! - `dashboard_url`: where to look, when warren knows its public address.
+//! - `idempotency_key`: [`Notification::idempotency_key`], also sent as the `Idempotency-Key`
+//!   header: the same for every attempt at this notification on this channel, by any replica,
+//!   so a receiver can drop a duplicate (delivery is at least once).
 //!
 //! A test notification has `kind: "test"`, `rule.id: "test"`, `rule.severity: "info"` and
 //! `alert.broker: "warren"`. Any 2xx answer counts as delivered; the answer's body is ignored.
@@ -75,9 +83,10 @@
 //! # Slack and email
 //!
 //! Slack-compatible webhooks (Slack, Mattermost, Rocket.Chat) get `{"text": "..."}`: the
-//! summary, the description and a link to the dashboard, escaped for Slack's markup. Email is
-//! plain text with the summary as subject; the body lists rule, severity, alert, value,
-//! threshold, time and note.
+//! summary, the description and a link to the dashboard, escaped for Slack's markup, with the
+//! `Idempotency-Key` header. Email is plain text with the summary as subject; the body lists
+//! rule, severity, alert, value, threshold, time and note; its `Message-ID` is
+//! `<idempotency key@warren>`.
 //!
 //! # Alertmanager
 //!
@@ -135,7 +144,7 @@ pub use dispatch::{DeliveryPolicy, Dispatcher};
 pub use log::{deliveries_before, prune, recent_deliveries, record, record_in, DeliveryRecord, LogEntry, Outcome};
 pub use message::WEBHOOK_VERSION;
 pub use outbox::{pending_deliveries, PendingDelivery};
-pub use send::{send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT};
+pub use send::{send, Delivered, DeliveryError, DEFAULT_ATTEMPT_TIMEOUT, IDEMPOTENCY_KEY_HEADER};
 
 use super::{AlertKey, Comparator, Metric, Rule, Severity};
 #[cfg(doc)]
@@ -225,6 +234,24 @@ impl Notification {
         }
     }
 
+    /// The name of this notification on the channel `channel_id`, for its receiver to drop a
+    /// duplicate by: delivery is at least once (an attempt cut short, a replica that died or
+    /// stalled mid-attempt, and another process makes it again). It is the same for every
+    /// attempt and every replica, since it is derived from what the notification is, not from
+    /// who sends it or when: a hash of the channel id, the kind, the rule id, the alert key and
+    /// the time of the change (`at`, to the nanosecond), 32 hexadecimal digits. The channel is in
+    /// it because each channel is told on its own: two channels to one receiver are two
+    /// deliveries, not a duplicate.
+    pub fn idempotency_key(&self, channel_id: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let at = self.at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+        // JSON, so that no field's text can run into the next one's.
+        let named = serde_json::to_string(&(channel_id, self.kind, &self.rule_id, &self.key, at))
+            .expect("a notification's name is plain data");
+        let digest = Sha256::digest(named.as_bytes());
+        digest[..16].iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
     /// What the "send test notification" button sends: about no alert, with the placeholder
     /// rule and broker the module docs list.
     pub fn test(at: DateTime<Utc>) -> Notification {
@@ -311,6 +338,33 @@ mod tests {
         odd.value = Some(f64::NAN);
         let back: Notification = serde_json::from_str(&serde_json::to_string(&odd).unwrap()).unwrap();
         assert!(back.value.is_some_and(f64::is_nan), "NaN is not read back as no value: {back:?}");
+    }
+
+    #[test]
+    fn the_idempotency_key_names_the_notification_and_its_channel() {
+        let rule: Rule = serde_json::from_value(serde_json::json!({"id": "r", "name": "R", "metric": "ready",
+            "comparator": ">", "threshold": 10.0, "severity": "warning"}))
+        .unwrap();
+        let at = Utc.with_ymd_and_hms(2025, 5, 1, 12, 0, 0).unwrap();
+        let n =
+            Notification::for_rule(NotificationKind::Firing, &rule, AlertKey::queue("main", "/", "a"), None, at, None);
+        let key = n.idempotency_key("hook");
+        assert_eq!(key.len(), 32);
+        assert!(key.bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
+        // Read back from the outbox (as another replica does) and with another reading: the same.
+        let back: Notification = serde_json::from_str(&serde_json::to_string(&n).unwrap()).unwrap();
+        assert_eq!(back.idempotency_key("hook"), key);
+        assert_eq!(Notification { value: Some(37.0), ..n.clone() }.idempotency_key("hook"), key);
+        // Another channel, kind, alert or change: another key.
+        let others = [
+            n.idempotency_key("pager"),
+            Notification { kind: NotificationKind::Resolved, ..n.clone() }.idempotency_key("hook"),
+            Notification { key: AlertKey::queue("main", "/", "b"), ..n.clone() }.idempotency_key("hook"),
+            Notification { at: at + chrono::Duration::nanoseconds(1), ..n.clone() }.idempotency_key("hook"),
+        ];
+        for other in others {
+            assert_ne!(other, key);
+        }
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! a delivery its outbox row, its log row and the alert's delivery together: those writes are
 //! [`AlertWrites`], made on a [`super::Transaction`].
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 use super::Result;
@@ -96,6 +98,10 @@ pub struct OutboxRow {
     pub next_attempt_at: i64,
     /// Unix seconds.
     pub created_at: i64,
+    /// The process delivering it (a replica id), while it does; see [`Alerts::claim_outbox`].
+    pub claimed_by: Option<String>,
+    /// Unix milliseconds by the database's clock: after then, another process may take it.
+    pub claim_expires_at: Option<i64>,
 }
 
 /// A notification to queue for a channel, due at `next_attempt_at` (unix milliseconds).
@@ -152,6 +158,22 @@ pub trait Alerts {
     async fn outbox(&self) -> Result<Vec<OutboxRow>>;
     /// The oldest one of a channel, due or not.
     async fn oldest_in_outbox(&self, channel_id: &str) -> Result<Option<OutboxRow>>;
+    /// Claims the oldest row of `channel_id` for `claimer` until `ttl` from now by the database's
+    /// clock, and returns it as claimed: only when it is due by `due_by` (unix milliseconds) and
+    /// no other claimer holds an unexpired claim on any row of the channel, so a channel is
+    /// delivered by one process at a time, oldest first. An expired claim is taken over;
+    /// `claimer`'s own claim is renewed. On PostgreSQL a row another transaction is claiming
+    /// is skipped (`for update skip locked`), not waited for: `None`, as when it is claimed.
+    async fn claim_outbox(
+        &self,
+        channel_id: &str,
+        claimer: &str,
+        due_by: i64,
+        ttl: Duration,
+    ) -> Result<Option<OutboxRow>>;
+    /// Ends `claimer`'s claim on row `id` (an attempt abandoned at a stop), so that another
+    /// process need not wait for it to expire. Nothing when `claimer` does not claim it.
+    async fn release_outbox_claim(&self, id: i64, claimer: &str) -> Result<()>;
     async fn insert_log(&self, row: &LogRow) -> Result<()>;
     /// Log rows below the id `before`, newest first.
     async fn deliveries(&self, before: i64, limit: i64) -> Result<Vec<LogRow>>;
@@ -178,8 +200,15 @@ pub trait AlertWrites {
     async fn outbox_row(&mut self, id: i64) -> Result<Option<OutboxRow>>;
     /// Every queued notification, oldest first.
     async fn outbox_rows(&mut self) -> Result<Vec<OutboxRow>>;
+    /// Deletes a row whoever claims it: one that cannot be read, or whose channel is gone.
     async fn delete_outbox(&mut self, id: i64) -> Result<()>;
-    /// After a failed attempt: `attempts` made, the next not before `next_attempt_at` (ms).
-    async fn retry_outbox(&mut self, id: i64, attempts: i64, next_attempt_at: i64) -> Result<()>;
+    /// Deletes a delivered or given-up row if `claimer` still claims it, and says whether it
+    /// did. `false`: the claim expired and another process took the row over (this one was
+    /// paused), or finished it; the caller then writes nothing else and rolls back.
+    async fn delete_claimed_outbox(&mut self, id: i64, claimer: &str) -> Result<bool>;
+    /// After a failed attempt, if `claimer` still claims the row (as
+    /// [`AlertWrites::delete_claimed_outbox`]): `attempts` made, the next not before
+    /// `next_attempt_at` (ms), and the claim ended, so any process may make the next attempt.
+    async fn retry_outbox(&mut self, id: i64, claimer: &str, attempts: i64, next_attempt_at: i64) -> Result<bool>;
     async fn insert_log(&mut self, row: &LogRow) -> Result<()>;
 }

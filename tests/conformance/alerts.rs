@@ -1,6 +1,8 @@
 //! Alerts: rules, states and their deliveries, history, silences, the outbox and the delivery
 //! log, with the transactions an evaluation and a delivery write in.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use warren::alerts::store::{self, Silence, Source};
 use warren::alerts::{AlertKey, AlertPhase, AlertState, Metric, Rule, Transition};
@@ -247,12 +249,16 @@ async fn the_outbox_keeps_order_and_attempts_and_a_dropped_transaction_writes_no
     );
     assert!(store.oldest_in_outbox("nobody").await.unwrap().is_none());
 
-    // An attempt failed: counted, and due later. Then delivered: gone, with its log row.
+    // An attempt failed: counted, due later, and its claim ended. Then delivered: gone, with its
+    // log row. (tests/conformance/outbox.rs has the claims.)
+    let claimed = store.claim_outbox("pager", "me", i64::MAX, Duration::from_secs(60)).await.unwrap().unwrap();
+    assert_eq!((claimed.id, claimed.claimed_by.as_deref()), (oldest.id, Some("me")));
     let mut tx = store.begin().await.unwrap();
-    tx.retry_outbox(oldest.id, 1, 1_700_000_060_000).await.unwrap();
+    assert!(tx.retry_outbox(oldest.id, "me", 1, 1_700_000_060_000).await.unwrap());
     tx.commit().await.unwrap();
     let retried = store.oldest_in_outbox("pager").await.unwrap().unwrap();
     assert_eq!((retried.id, retried.attempts, retried.next_attempt_at), (oldest.id, 1, 1_700_000_060_000));
+    assert_eq!((retried.claimed_by, retried.claim_expires_at), (None, None));
     let mut tx = store.begin().await.unwrap();
     tx.delete_outbox(oldest.id).await.unwrap();
     tx.insert_log(&log_row(1_700_000_061, "pager", "sent")).await.unwrap();

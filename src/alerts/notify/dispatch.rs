@@ -5,6 +5,11 @@
 //! log row instead, rather than grow without bound while its receiver is down. What a channel
 //! has not accepted is in the database, with its attempts, so it survives a restart (at least
 //! once: an attempt cut short by a stop is made again).
+//!
+//! Every replica on a shared database runs every channel's task. A task claims the row it is
+//! about to attempt (`outbox::claim`, for the attempt's timeout and a margin, by the database's
+//! clock), so one process at a time delivers a channel, oldest first; the others wait for the
+//! channel to be free and take over a row whose claimer died once its claim expires.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -103,6 +108,8 @@ struct Delivery {
     policy: DeliveryPolicy,
     /// What an Alertmanager channel re-sends.
     alerts: Arc<AlertSource>,
+    /// This process, as its claims on outbox rows name it (a replica id).
+    claimer: Arc<str>,
 }
 
 /// What the log says of an attempt cut short: the receiver may have it, and it is made again.
@@ -111,15 +118,23 @@ const STOPPED: &str = "stopped during the attempt (warren shut down or the chann
 
 impl Dispatcher {
     /// A dispatcher with no channel yet; [`Dispatcher::set_channels`] starts them. `http` is
-    /// the process's shared client, `db` where the outbox and the delivery log are.
-    pub fn new(http: reqwest::Client, db: Store, policy: DeliveryPolicy) -> Dispatcher {
-        Dispatcher::with_alerts(http, db, policy, AlertSource::default())
+    /// the process's shared client, `db` where the outbox and the delivery log are, `claimer`
+    /// this process among those sharing `db` (its replica id): what its claims on outbox rows
+    /// are made in the name of, so it must differ from every other live process's.
+    pub fn new(http: reqwest::Client, db: Store, policy: DeliveryPolicy, claimer: String) -> Dispatcher {
+        Dispatcher::with_alerts(http, db, policy, AlertSource::default(), claimer)
     }
 
     /// As [`Dispatcher::new`], with the rules of the config file and warren's public address,
     /// which an Alertmanager channel needs to re-send the alerts that still fire.
-    pub fn with_alerts(http: reqwest::Client, db: Store, policy: DeliveryPolicy, alerts: AlertSource) -> Dispatcher {
-        let delivery = Delivery { http, db, policy, alerts: Arc::new(alerts) };
+    pub fn with_alerts(
+        http: reqwest::Client,
+        db: Store,
+        policy: DeliveryPolicy,
+        alerts: AlertSource,
+        claimer: String,
+    ) -> Dispatcher {
+        let delivery = Delivery { http, db, policy, alerts: Arc::new(alerts), claimer: claimer.into() };
         let workers = Mutex::new(Vec::new());
         Dispatcher {
             inner: Arc::new(Inner { delivery, cancel: CancellationToken::new(), tracker: TaskTracker::new(), workers }),
@@ -261,6 +276,15 @@ impl Dispatcher {
 /// How long a channel's task waits after the database failed it, before it reads again.
 const DATABASE_RETRY: Duration = Duration::from_secs(1);
 
+/// How much longer than an attempt's timeout a claim lasts: time to write the outcome. Short, as
+/// it is also how long a row whose claimer died waits for another process (a claim renewed during
+/// the attempt would save little: an attempt is bounded by its timeout anyway).
+const CLAIM_MARGIN: Duration = Duration::from_secs(5);
+
+/// How soon a channel's task looks again when another process was delivering the channel: that
+/// process delivers the rows after it too, so this is only for a claim left to expire.
+const CLAIMED_ELSEWHERE: Duration = Duration::from_secs(2);
+
 /// One channel's task: its rows of the outbox one after the other, oldest first (so a firing is
 /// told before its resolution), each when it is due, until `stop`. It starts once `previous`
 /// (the task of the channel's former settings) has ended.
@@ -301,8 +325,24 @@ async fn run_channel(
                 // A wall clock set back must not hold a row for longer than a backoff.
                 Ok(due_in) if !due_in.is_zero() => Some(due_in.min(delivery.policy.max_backoff)),
                 _ => {
-                    delivery.attempt(&channel, &pending, &stop).await;
-                    continue;
+                    let claimed = tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => return,
+                        claimed = outbox::claim(&delivery.db, &channel.id, &delivery.claimer, delivery.claim_time()) => claimed,
+                    };
+                    match claimed {
+                        // The row claimed may be another than the one read, if that one went
+                        // meanwhile: the claim takes the oldest.
+                        Ok(Some(claimed)) => {
+                            delivery.attempt(&channel, &claimed, &stop).await;
+                            continue;
+                        }
+                        Ok(None) => Some(CLAIMED_ELSEWHERE),
+                        Err(e) => {
+                            tracing::error!(channel = %channel.id, error = %e, "cannot claim a notification; will retry");
+                            Some(DATABASE_RETRY)
+                        }
+                    }
                 }
             },
             Ok(None) => None,
@@ -332,6 +372,11 @@ async fn run_channel(
 }
 
 impl Delivery {
+    /// How long a claim on a row lasts: longer than its attempt may take, by [`CLAIM_MARGIN`].
+    fn claim_time(&self) -> Duration {
+        self.policy.attempt_timeout.saturating_add(CLAIM_MARGIN)
+    }
+
     /// Re-sends to an Alertmanager every alert that still fires and was told, so that it stays
     /// active there (see the module docs of `notify`). Not in the outbox nor the delivery log:
     /// it comes again within a resend interval anyway, and would be a row per minute. A failure
@@ -375,7 +420,8 @@ impl Delivery {
 
     /// One attempt at `pending`, logged, its outcome written to the outbox in the same
     /// transaction: delivered or given up, the row goes; failed, it comes due again after the
-    /// backoff. An attempt cut short by `stop` leaves the row as it was.
+    /// backoff. An attempt cut short by `stop` leaves the row as it was, its claim ended.
+    /// `pending` is claimed by this process.
     async fn attempt(&self, channel: &NotificationChannel, pending: &PendingDelivery, stop: &CancellationToken) {
         let n = &pending.notification;
         let attempt = pending.attempts + 1;
@@ -384,6 +430,11 @@ impl Delivery {
             _ = stop.cancelled() => {
                 let entry = LogEntry { error: Some(STOPPED.to_string()), ..LogEntry::new(channel, n, attempt, Outcome::Dropped) };
                 self.log(&entry).await;
+                // So that the next process (this one's successor, after a restart) need not
+                // wait for the claim to expire; if this fails, it waits.
+                if let Err(e) = outbox::release(&self.db, pending.id, &self.claimer).await {
+                    tracing::warn!(channel = %channel.id, error = %e, "cannot end the claim on an abandoned notification; it ends by itself");
+                }
                 return;
             }
             result = send(&self.http, channel, n, self.policy.attempt_timeout) => result,
@@ -415,7 +466,22 @@ impl Delivery {
                 (entry, (!last).then(|| self.policy.backoff(attempt)))
             }
         };
-        if let Err(e) = self.settle(pending, &entry, retry_in).await {
+        let settled = self.settle(pending, &entry, retry_in).await;
+        if let Ok(false) = settled {
+            // Paused past the claim (a stalled process, a slow receiver): another process took
+            // the row over and makes (or made) the attempt that counts. This one's outcome is
+            // not logged, so a delivery is logged once; the receiver may have it twice, under
+            // one idempotency key.
+            tracing::warn!(
+                channel = %channel.id,
+                rule = %n.rule_id,
+                alert = %n.key,
+                outcome = entry.outcome.as_str(),
+                "the claim on a notification expired during its attempt and another process took it over; \
+                 this attempt's outcome is not recorded"
+            );
+        }
+        if let Err(e) = settled {
             // The row stays as it was: the attempt is made again (a duplicate if it was sent).
             tracing::error!(error = %e, channel = %channel.id, outcome = entry.outcome.as_str(), "cannot record a notification attempt");
             tokio::select! {
@@ -426,27 +492,35 @@ impl Delivery {
     }
 
     /// Writes an attempt's outcome: its log row, and the outbox row retried after `retry_in`
-    /// or deleted; a delivered firing or reminder marks its alert as notified.
+    /// or deleted; a delivered firing or reminder marks its alert as notified. All of it only if
+    /// this process still claims the row: `false` when another took it over, and nothing is
+    /// written.
     async fn settle(
         &self,
         pending: &PendingDelivery,
         entry: &LogEntry,
         retry_in: Option<Duration>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<bool, sqlx::Error> {
         let mut tx = self.db.begin().await?;
-        match retry_in {
+        // The claim first: it is the fence for the writes after it (on PostgreSQL the row stays
+        // locked until the commit, so a takeover waits for this transaction or sees it fail).
+        let still_claimed = match retry_in {
             Some(wait) => {
                 let next_at = entry.at + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX);
-                outbox::retry_later(&mut *tx, pending.id, entry.attempt, next_at).await?;
+                outbox::retry_later(&mut *tx, pending.id, &self.claimer, entry.attempt, next_at).await?
             }
-            None => outbox::remove(&mut *tx, pending.id).await?,
+            None => outbox::remove(&mut *tx, pending.id, &self.claimer).await?,
+        };
+        if !still_claimed {
+            return Ok(false);
         }
         let n = &pending.notification;
         if entry.outcome == Outcome::Sent && matches!(n.kind, NotificationKind::Firing | NotificationKind::Reminder) {
             crate::alerts::store::mark_delivered(&mut *tx, &n.rule_id, &n.key, n.at, entry.at).await?;
         }
         record_in(&mut *tx, entry).await?;
-        tx.commit().await
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// Writes a log row; a database error is logged and the delivery goes on.

@@ -25,6 +25,7 @@ struct WebhookBody<'a> {
     alert: WebhookAlert<'a>,
     note: Option<&'a str>,
     dashboard_url: Option<&'a str>,
+    idempotency_key: &'a str,
 }
 
 #[derive(Serialize)]
@@ -45,7 +46,8 @@ struct WebhookAlert<'a> {
     value: Option<f64>,
 }
 
-pub(super) fn webhook_body(n: &Notification) -> serde_json::Value {
+/// The webhook's JSON for `n`, named by `idempotency_key` ([`Notification::idempotency_key`]).
+pub(super) fn webhook_body(n: &Notification, idempotency_key: &str) -> serde_json::Value {
     let body = WebhookBody {
         version: WEBHOOK_VERSION,
         kind: n.kind,
@@ -68,6 +70,7 @@ pub(super) fn webhook_body(n: &Notification) -> serde_json::Value {
         },
         note: n.note.as_deref(),
         dashboard_url: n.dashboard_url.as_deref(),
+        idempotency_key,
     };
     serde_json::to_value(body).expect("the webhook body is plain data")
 }
@@ -167,10 +170,15 @@ pub(super) fn email_text(n: &Notification) -> String {
     text
 }
 
-/// The email for `n`, or what is wrong with the channel's addresses.
-pub(super) fn email(settings: &EmailSettings, n: &Notification) -> Result<Message, String> {
+/// The email for `n`, or what is wrong with the channel's addresses. Its `Message-ID` is made of
+/// the idempotency key, so every attempt sends the same message and mail servers and clients
+/// that drop a message id seen before drop a duplicate.
+pub(super) fn email(settings: &EmailSettings, n: &Notification, idempotency_key: &str) -> Result<Message, String> {
     let mailbox = |address: &str| address.parse::<Mailbox>().map_err(|e| format!("{address:?}: {e}"));
-    let mut builder = Message::builder().from(mailbox(&settings.from)?).subject(summary(n));
+    let mut builder = Message::builder()
+        .from(mailbox(&settings.from)?)
+        .subject(summary(n))
+        .message_id(Some(format!("<{idempotency_key}@warren>")));
     for to in &settings.to {
         builder = builder.to(mailbox(to)?);
     }
@@ -217,7 +225,7 @@ mod tests {
     #[test]
     fn webhook_body_follows_the_documented_schema() {
         assert_eq!(
-            webhook_body(&firing()),
+            webhook_body(&firing(), "0123456789abcdef0123456789abcdef"),
             json!({
                 "version": 1,
                 "kind": "firing",
@@ -234,7 +242,8 @@ mod tests {
                 },
                 "alert": {"broker": "main", "vhost": "/", "queue": "orders", "value": 37.0},
                 "note": null,
-                "dashboard_url": "http://warren.example/queues/main/%2F/orders"
+                "dashboard_url": "http://warren.example/queues/main/%2F/orders",
+                "idempotency_key": "0123456789abcdef0123456789abcdef"
             })
         );
     }
@@ -245,12 +254,12 @@ mod tests {
             Rule { metric: Metric::BrokerUnreachable, comparator: None, threshold: None, description: None, ..rule() };
         let n =
             Notification::for_rule(NotificationKind::Resolved, &rule, AlertKey::broker("main"), None, Utc::now(), None);
-        let body = webhook_body(&n);
+        let body = webhook_body(&n, "k");
         assert_eq!(body["alert"], json!({"broker": "main", "vhost": null, "queue": null, "value": null}));
         assert_eq!(body["rule"]["comparator"], json!(null));
         assert_eq!(body["summary"], "[RESOLVED] Orders backlog (critical): broker 'main'");
 
-        let body = webhook_body(&Notification::test(Utc::now()));
+        let body = webhook_body(&Notification::test(Utc::now()), "k");
         assert_eq!(body["kind"], "test");
         assert_eq!(body["rule"]["id"], "test");
         assert_eq!(body["alert"]["broker"], "warren");
@@ -317,7 +326,8 @@ mod tests {
             from: "Warren <warren@example.com>".to_string(),
             to: vec!["ops@example.com".to_string()],
         };
-        let message = String::from_utf8(email(&settings, &firing()).unwrap().formatted()).unwrap();
+        let message = String::from_utf8(email(&settings, &firing(), "0123abcd").unwrap().formatted()).unwrap();
+        assert!(message.contains("Message-ID: <0123abcd@warren>"), "{message}");
         assert!(message.contains("Subject: [FIRING] Orders backlog (critical)"), "{message}");
         assert!(message.contains("To: ops@example.com"), "{message}");
     }

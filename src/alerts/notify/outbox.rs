@@ -1,6 +1,12 @@
 //! The outbox: what each channel must still be told, in the database (`notification_outbox`, one row
 //! per notification and channel), with the attempts made so far and when the next is due. It is
 //! what makes delivery survive a restart: nothing a channel has not accepted lives only in memory.
+//!
+//! Several replicas on one database all run every channel's task, so a row is claimed before it
+//! is attempted ([`claim`]): one process at a time delivers a channel, and the writes that finish
+//! an attempt are made only while the claim is still that process's. A claimer that died (or
+//! was paused past its claim) leaves the row to the next process once the claim expires: the
+//! receiver may then be told twice, with the same idempotency key, but never not at all.
 
 use super::{LogEntry, Notification, NotificationChannel, NotificationKind, Outcome};
 use crate::alerts::AlertKey;
@@ -8,6 +14,7 @@ use crate::storage::alerts::{NewOutboxRow, OutboxRow};
 use crate::storage::{Store, Transaction};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use std::time::Duration;
 
 /// One notification waiting for one channel.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -77,6 +84,35 @@ pub(super) async fn oldest(store: &Store, channel_id: &str) -> Result<Option<Pen
     }
 }
 
+/// Claims the oldest row of `channel_id` for `claimer` (this process) for `ttl`, if it is due
+/// by now and no other process is delivering the channel; see `storage::Alerts::claim_outbox`.
+/// An unreadable row is dropped, as by [`oldest`].
+pub(super) async fn claim(
+    store: &Store,
+    channel_id: &str,
+    claimer: &str,
+    ttl: Duration,
+) -> Result<Option<PendingDelivery>, sqlx::Error> {
+    loop {
+        let due_by = Utc::now().timestamp_millis();
+        let Some(row) = store.claim_outbox(channel_id, claimer, due_by, ttl).await? else {
+            return Ok(None);
+        };
+        let problem = match readable(&row) {
+            Ok(pending) => return Ok(Some(pending)),
+            Err(problem) => problem,
+        };
+        tracing::error!(channel = channel_id, id = row.id, %problem, "a pending notification cannot be read; it is dropped");
+        drop_unreadable(store, row.id, &problem).await?;
+    }
+}
+
+/// Ends this process's claim on a row whose attempt was abandoned, so that another process
+/// need not wait for the claim to expire.
+pub(super) async fn release(store: &Store, id: i64, claimer: &str) -> Result<(), sqlx::Error> {
+    store.release_outbox_claim(id, claimer).await
+}
+
 /// Deletes an unreadable row, logging what its own columns still say.
 async fn drop_unreadable(store: &Store, id: i64, problem: &str) -> Result<(), sqlx::Error> {
     let mut tx = store.begin().await?;
@@ -100,19 +136,21 @@ async fn drop_unreadable(store: &Store, id: i64, problem: &str) -> Result<(), sq
     tx.commit().await
 }
 
-/// Deletes a row: delivered, given up on, or its channel is gone.
-pub(super) async fn remove(tx: &mut dyn Transaction, id: i64) -> Result<(), sqlx::Error> {
-    tx.delete_outbox(id).await
+/// Deletes a row delivered or given up on, if `claimer` still claims it: whether it did.
+pub(super) async fn remove(tx: &mut dyn Transaction, id: i64, claimer: &str) -> Result<bool, sqlx::Error> {
+    tx.delete_claimed_outbox(id, claimer).await
 }
 
-/// Records a failed attempt: `attempts` made so far, the next not before `next_at`.
+/// Records a failed attempt, if `claimer` still claims the row: `attempts` made so far, the
+/// next not before `next_at`, by whichever process comes first. Whether it did.
 pub(super) async fn retry_later(
     tx: &mut dyn Transaction,
     id: i64,
+    claimer: &str,
     attempts: u32,
     next_at: DateTime<Utc>,
-) -> Result<(), sqlx::Error> {
-    tx.retry_outbox(id, i64::from(attempts), next_at.timestamp_millis()).await
+) -> Result<bool, sqlx::Error> {
+    tx.retry_outbox(id, claimer, i64::from(attempts), next_at.timestamp_millis()).await
 }
 
 /// Deletes the rows of channels not in `channel_ids`, each with a `dropped` log row; returns how

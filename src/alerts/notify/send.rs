@@ -98,14 +98,17 @@ pub async fn send(
     n: &Notification,
     timeout: Duration,
 ) -> Result<Delivered, DeliveryError> {
+    let key = n.idempotency_key(&channel.id);
     let attempt = async {
         match &channel.kind {
-            ChannelKind::Webhook { url } => post_json(http, url, &message::webhook_body(n)).await,
-            ChannelKind::Slack { url } => post_json(http, url, &message::slack_body(n)).await,
-            ChannelKind::Email(settings) => send_email(settings, n, timeout).await,
+            ChannelKind::Webhook { url } => post_json(http, url, &message::webhook_body(n, &key), Some(&key)).await,
+            // Slack ignores the header; a proxy or a compatible receiver may use it.
+            ChannelKind::Slack { url } => post_json(http, url, &message::slack_body(n), Some(&key)).await,
+            ChannelKind::Email(settings) => send_email(settings, n, &key, timeout).await,
+            // Alertmanager needs no key: it merges an alert posted twice by its labels.
             ChannelKind::Alertmanager(am) => {
                 let body = alertmanager::body(am, std::slice::from_ref(n), chrono::Utc::now());
-                post_json(http, &am.alerts_url(), &body).await
+                post_json(http, &am.alerts_url(), &body, None).await
             }
         }
     };
@@ -123,12 +126,25 @@ pub(super) async fn resend_alertmanager(
     timeout: Duration,
 ) -> Result<Delivered, DeliveryError> {
     let body = alertmanager::body(am, alerts, chrono::Utc::now());
-    let result = tokio::time::timeout(timeout, post_json(http, &am.alerts_url(), &body)).await;
+    let result = tokio::time::timeout(timeout, post_json(http, &am.alerts_url(), &body, None)).await;
     result.unwrap_or(Err(DeliveryError::Timeout(timeout))).map_err(|e| e.scrubbed(channel))
 }
 
-async fn post_json(http: &reqwest::Client, url: &Secret, body: &serde_json::Value) -> Result<Delivered, DeliveryError> {
-    let mut response = http.post(url.expose()).json(body).send().await.map_err(transport_error)?;
+/// The header that carries [`Notification::idempotency_key`], as Stripe and the IETF draft
+/// (draft-ietf-httpapi-idempotency-key-header) name it.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
+async fn post_json(
+    http: &reqwest::Client,
+    url: &Secret,
+    body: &serde_json::Value,
+    idempotency_key: Option<&str>,
+) -> Result<Delivered, DeliveryError> {
+    let mut request = http.post(url.expose()).json(body);
+    if let Some(key) = idempotency_key {
+        request = request.header(IDEMPOTENCY_KEY_HEADER, key);
+    }
+    let mut response = request.send().await.map_err(transport_error)?;
     let status = response.status();
     if status.is_success() {
         return Ok(Delivered { http_status: Some(status.as_u16()) });
@@ -161,8 +177,13 @@ fn transport_error(e: reqwest::Error) -> DeliveryError {
     DeliveryError::Transport(message)
 }
 
-async fn send_email(settings: &EmailSettings, n: &Notification, timeout: Duration) -> Result<Delivered, DeliveryError> {
-    let email = message::email(settings, n).map_err(DeliveryError::Invalid)?;
+async fn send_email(
+    settings: &EmailSettings,
+    n: &Notification,
+    idempotency_key: &str,
+    timeout: Duration,
+) -> Result<Delivered, DeliveryError> {
+    let email = message::email(settings, n, idempotency_key).map_err(DeliveryError::Invalid)?;
     let tls = || TlsParameters::new(settings.host.clone()).map_err(smtp_error);
     let tls = match settings.security {
         SmtpSecurity::Starttls => Tls::Required(tls()?),

@@ -1,6 +1,9 @@
+use std::time::Duration;
+
 use async_trait::async_trait;
 use sqlx::FromRow;
 
+use super::leases::NOW_MS;
 use super::{PgTx, Postgres};
 use crate::storage::alerts::{
     AlertWrites, Alerts, HistoryRow, LogRow, NewOutboxRow, NewSilence, OutboxRow, RuleRow, SilenceRow, StateRow,
@@ -8,8 +11,14 @@ use crate::storage::alerts::{
 };
 use crate::storage::Result;
 
-const OUTBOX: &str = "select id, channel_id, channel_name, kind, rule_id, alert_key, notification, attempts, \
-                      next_attempt_at, created_at from notification_outbox";
+/// The outbox's columns, as [`OutboxRow`] reads them (a macro, for `concat!`).
+macro_rules! outbox_columns {
+    () => {
+        "id, channel_id, channel_name, kind, rule_id, alert_key, notification, attempts, next_attempt_at, \
+         created_at, claimed_by, claim_expires_at"
+    };
+}
+const OUTBOX: &str = concat!("select ", outbox_columns!(), " from notification_outbox");
 
 async fn insert_log<'e>(db: impl sqlx::PgExecutor<'e>, row: &LogRow) -> Result<()> {
     sqlx::query(
@@ -132,6 +141,56 @@ impl Alerts for Postgres {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(OutboxRow::from_row).transpose()
+    }
+
+    async fn claim_outbox(
+        &self,
+        channel_id: &str,
+        claimer: &str,
+        due_by: i64,
+        ttl: Duration,
+    ) -> Result<Option<OutboxRow>> {
+        // Only the channel's oldest row, and `skip locked` on it alone: a row another replica
+        // is claiming right now gives `None`, never the next row, which would be told before
+        // it. The not-exists keeps a channel to one claimer even when an insert committed late
+        // put an older row before the claimed one. `for update` re-reads a row that changed
+        // since the statement began, so the test of its own claim columns sees a claim just
+        // committed by another replica (the not-exists, evaluated once, might not).
+        let sql = format!(
+            "with candidate as (
+                 select id from notification_outbox
+                 where id = (select min(id) from notification_outbox where channel_id = $1)
+                   and next_attempt_at <= $3
+                   and (claimed_by is null or claimed_by = $2 or claim_expires_at <= {NOW_MS})
+                   and not exists (select 1 from notification_outbox other
+                                   where other.channel_id = $1 and other.claimed_by <> $2
+                                     and other.claim_expires_at > {NOW_MS})
+                 for update skip locked
+             )
+             update notification_outbox set claimed_by = $2, claim_expires_at = {NOW_MS} + $4
+             from candidate where notification_outbox.id = candidate.id
+             returning {}",
+            outbox_columns!().replace("id, channel_id", "notification_outbox.id, channel_id")
+        );
+        let row = sqlx::query(&sql)
+            .bind(channel_id)
+            .bind(claimer)
+            .bind(due_by)
+            .bind(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2))
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(OutboxRow::from_row).transpose()
+    }
+
+    async fn release_outbox_claim(&self, id: i64, claimer: &str) -> Result<()> {
+        sqlx::query(
+            "update notification_outbox set claimed_by = null, claim_expires_at = null where id = $1 and claimed_by = $2",
+        )
+        .bind(id)
+        .bind(claimer)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn insert_log(&self, row: &LogRow) -> Result<()> {
@@ -268,14 +327,30 @@ impl AlertWrites for PgTx {
         Ok(())
     }
 
-    async fn retry_outbox(&mut self, id: i64, attempts: i64, next_attempt_at: i64) -> Result<()> {
-        sqlx::query("update notification_outbox set attempts = $1, next_attempt_at = $2 where id = $3")
-            .bind(attempts)
-            .bind(next_attempt_at)
+    async fn delete_claimed_outbox(&mut self, id: i64, claimer: &str) -> Result<bool> {
+        // Waits for a takeover being committed, then re-reads the row: a claimer whose claim was
+        // just taken over deletes nothing.
+        let done = sqlx::query("delete from notification_outbox where id = $1 and claimed_by = $2")
             .bind(id)
+            .bind(claimer)
             .execute(&mut *self.0)
             .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn retry_outbox(&mut self, id: i64, claimer: &str, attempts: i64, next_attempt_at: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "update notification_outbox
+             set attempts = $1, next_attempt_at = $2, claimed_by = null, claim_expires_at = null
+             where id = $3 and claimed_by = $4",
+        )
+        .bind(attempts)
+        .bind(next_attempt_at)
+        .bind(id)
+        .bind(claimer)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     async fn insert_log(&mut self, row: &LogRow) -> Result<()> {

@@ -8,7 +8,7 @@ use crate::storage::Result;
 
 /// Now in unix milliseconds by PostgreSQL's clock: `clock_timestamp()`, not `now()`, which is
 /// the start of the transaction.
-const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+pub(super) const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 #[async_trait]
 impl Leases for Postgres {

@@ -1,6 +1,9 @@
+use std::time::Duration;
+
 use async_trait::async_trait;
 use sqlx::FromRow;
 
+use super::leases::NOW_MS;
 use super::{Sqlite, SqliteTx};
 use crate::storage::alerts::{
     AlertWrites, Alerts, HistoryRow, LogRow, NewOutboxRow, NewSilence, OutboxRow, RuleRow, SilenceRow, StateRow,
@@ -8,8 +11,14 @@ use crate::storage::alerts::{
 };
 use crate::storage::Result;
 
-const OUTBOX: &str = "select id, channel_id, channel_name, kind, rule_id, alert_key, notification, attempts, \
-                      next_attempt_at, created_at from notification_outbox";
+/// The outbox's columns, as [`OutboxRow`] reads them (a macro, for `concat!`).
+macro_rules! outbox_columns {
+    () => {
+        "id, channel_id, channel_name, kind, rule_id, alert_key, notification, attempts, next_attempt_at, \
+         created_at, claimed_by, claim_expires_at"
+    };
+}
+const OUTBOX: &str = concat!("select ", outbox_columns!(), " from notification_outbox");
 
 async fn insert_log<'e>(db: impl sqlx::SqliteExecutor<'e>, row: &LogRow) -> Result<()> {
     sqlx::query(
@@ -130,6 +139,47 @@ impl Alerts for Sqlite {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(OutboxRow::from_row).transpose()
+    }
+
+    async fn claim_outbox(
+        &self,
+        channel_id: &str,
+        claimer: &str,
+        due_by: i64,
+        ttl: Duration,
+    ) -> Result<Option<OutboxRow>> {
+        // One statement, so it holds SQLite's one write lock from its reads to its write: two
+        // processes claiming at once are one after the other. Only the channel's oldest row,
+        // and none while another claimer holds a live claim on the channel.
+        let sql = format!(
+            "update notification_outbox set claimed_by = ?2, claim_expires_at = {NOW_MS} + ?4
+             where id = (select min(id) from notification_outbox where channel_id = ?1)
+               and next_attempt_at <= ?3
+               and not exists (select 1 from notification_outbox other
+                               where other.channel_id = ?1 and other.claimed_by <> ?2
+                                 and other.claim_expires_at > {NOW_MS})
+             returning {}",
+            outbox_columns!()
+        );
+        let row = sqlx::query(&sql)
+            .bind(channel_id)
+            .bind(claimer)
+            .bind(due_by)
+            .bind(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2))
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(OutboxRow::from_row).transpose()
+    }
+
+    async fn release_outbox_claim(&self, id: i64, claimer: &str) -> Result<()> {
+        sqlx::query(
+            "update notification_outbox set claimed_by = null, claim_expires_at = null where id = ? and claimed_by = ?",
+        )
+        .bind(id)
+        .bind(claimer)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn insert_log(&self, row: &LogRow) -> Result<()> {
@@ -266,14 +316,28 @@ impl AlertWrites for SqliteTx {
         Ok(())
     }
 
-    async fn retry_outbox(&mut self, id: i64, attempts: i64, next_attempt_at: i64) -> Result<()> {
-        sqlx::query("update notification_outbox set attempts = ?, next_attempt_at = ? where id = ?")
-            .bind(attempts)
-            .bind(next_attempt_at)
+    async fn delete_claimed_outbox(&mut self, id: i64, claimer: &str) -> Result<bool> {
+        let done = sqlx::query("delete from notification_outbox where id = ? and claimed_by = ?")
             .bind(id)
+            .bind(claimer)
             .execute(&mut *self.0)
             .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn retry_outbox(&mut self, id: i64, claimer: &str, attempts: i64, next_attempt_at: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "update notification_outbox
+             set attempts = ?, next_attempt_at = ?, claimed_by = null, claim_expires_at = null
+             where id = ? and claimed_by = ?",
+        )
+        .bind(attempts)
+        .bind(next_attempt_at)
+        .bind(id)
+        .bind(claimer)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     async fn insert_log(&mut self, row: &LogRow) -> Result<()> {

@@ -8,7 +8,7 @@ use crate::storage::Result;
 
 /// Now in unix milliseconds by SQLite's clock (`julianday` has sub-second precision on every
 /// version sqlx bundles; `unixepoch('subsec')` needs 3.42).
-const NOW_MS: &str = "cast(round((julianday('now') - 2440587.5) * 86400000.0) as integer)";
+pub(super) const NOW_MS: &str = "cast(round((julianday('now') - 2440587.5) * 86400000.0) as integer)";
 
 #[async_trait]
 impl Leases for Sqlite {
