@@ -232,6 +232,7 @@ async fn paging_reaches_entries_older_than_the_newest_500() {
             queue: &queue,
             action: "purge",
             request: "{}".to_string(),
+            run_by: "test",
         };
         let id = warren::audit::start(&warren::storage::sqlite::store(db.clone()), entry).await.unwrap();
         warren::dlq::fates::finish(&warren::storage::sqlite::store(db.clone()), id, "done", 1, 0, None, &[])

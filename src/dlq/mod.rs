@@ -47,3 +47,14 @@ pub use mover::{
     connect, move_messages, original_route, peek, peeked, purge, replay_properties, MoveError, MoveReport, Plan,
     Progress, Selection, Target,
 };
+
+/// What a dead replica left behind, taken care of by `survivor` (the calling replica): its
+/// unfinished actions marked interrupted and its custody claims handed back to held, in one
+/// statement each, so that a replica alive at that moment keeps its own. At start, and every
+/// housekeeping round: a replica that died mid-move or mid-replay is cleaned up by another
+/// within a lease time of its last heartbeat. Returns (actions interrupted, records reclaimed).
+pub async fn recover_dead_replicas(store: &crate::storage::Store, survivor: &str) -> Result<(u64, u64), sqlx::Error> {
+    let interrupted = fates::mark_interrupted(store, survivor).await?;
+    let reclaimed = custody::recover(store, survivor).await?;
+    Ok((interrupted, reclaimed))
+}
