@@ -155,9 +155,9 @@ async fn a_replica_starting_leaves_another_ones_running_replay_alone() {
     let second = warren::build_state(config()).await.unwrap();
     second.replica.round().await.unwrap();
     let recovered = warren::dlq::recover_dead_replicas(&second.store, second.replica.id()).await.unwrap();
+    assert_eq!(recovered, (0, 0), "nothing of a live replica's is interrupted or handed back");
     let outcome = warren::audit::get(&first.store, job.id).await.unwrap().unwrap().outcome;
     assert!(claimed().await > 0 && outcome != "done", "the replay ended before the second replica started: {outcome}");
-    assert_eq!(recovered, (0, 0), "nothing of a live replica's is interrupted or handed back");
 
     let entry = wait_for("the replay's end", Duration::from_secs(120), || async {
         let entry = warren::audit::get(&first.store, job.id).await.unwrap().unwrap();
