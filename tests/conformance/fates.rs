@@ -11,6 +11,7 @@ crate::conformance!(
     thousands_of_fates_are_kept_in_one_finish,
     a_message_id_with_a_nul_is_kept,
     only_a_dead_replicas_actions_are_marked_interrupted,
+    on_sqlite_the_start_recovers_a_killed_process_at_once,
 );
 
 async fn requeue(store: &Store) -> i64 {
@@ -196,4 +197,21 @@ async fn only_a_dead_replicas_actions_are_marked_interrupted(store: &Store) {
     // The live replica's action ends as it would have.
     fates::finish(store, of_live, "done", 1, 0, None, &[]).await.unwrap();
     assert_eq!(outcome(of_live).await, "done");
+}
+
+/// SQLite's file has one process: at start, another replica's heartbeat is a killed process's,
+/// and its actions and claims are recovered at once, not a lease time later. On PostgreSQL that
+/// replica may be alive on another machine: left alone.
+async fn on_sqlite_the_start_recovers_a_killed_process_at_once(store: &Store) {
+    let killed = warren::replicas::Replica::new(store.clone(), std::time::Duration::from_secs(60), vec![]);
+    killed.round().await.unwrap();
+    let of_killed = requeue_by(store, killed.id()).await;
+    let starting = warren::replicas::holder_id();
+    let recovered = warren::dlq::recover_at_start(store, &starting).await.unwrap();
+    let outcome = audit::get(store, of_killed).await.unwrap().unwrap().outcome;
+    if store.backend() == "sqlite" {
+        assert_eq!((recovered, outcome.as_str()), ((1, 0), "interrupted"));
+    } else {
+        assert_eq!((recovered, outcome.as_str()), ((0, 0), "started"));
+    }
 }
