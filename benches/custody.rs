@@ -188,6 +188,7 @@ async fn main() {
         &request,
         &custody::ReplayRun {
             job: "bench",
+            replica: "bench",
             releasing: false,
             stranding: &Default::default(),
             progress: &Progress::default(),

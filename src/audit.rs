@@ -20,6 +20,9 @@ pub struct Entry<'a> {
     pub queue: &'a str,
     pub action: &'a str,
     pub request: String,
+    /// The replica that runs it (`Replica::id`): while that replica's heartbeat lasts, no other
+    /// marks the action interrupted (`dlq::recover_dead_replicas`).
+    pub run_by: &'a str,
 }
 
 /// Records a broker action before it runs; returns its id for `finish`. The id comes only once
@@ -39,6 +42,7 @@ pub async fn start(store: &Store, entry: Entry<'_>) -> Result<i64, sqlx::Error> 
             request: &entry.request,
             outcome: "started",
             detail: None,
+            run_by: Some(entry.run_by),
         })
         .await?;
     // One line per action for the log collector; the request (filters, edits) stays in the
@@ -113,6 +117,7 @@ pub async fn login_succeeded(store: &Store, name: &str, peer: &str) -> Result<()
             request: &request,
             outcome: "done",
             detail: None,
+            run_by: None,
         })
         .await?;
     tracing::info!(audit_id = id, actor = name, peer, "login");
@@ -140,6 +145,7 @@ fn settings<'a>(
         request,
         outcome,
         detail,
+        run_by: None,
     }
 }
 

@@ -99,9 +99,8 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let state = build_state(config).await?;
     check_access(&state, listener.local_addr()?).await?;
-    let interrupted = dlq::fates::mark_interrupted(&state.store).await?;
     // Whatever the configuration says now: a record left claimed would be stranded.
-    let reclaimed = dlq::custody::recover(&state.store).await?;
+    let (interrupted, reclaimed) = dlq::recover_at_start(&state.store, state.replica.id()).await?;
     dlq::custody::fill_error_groups(&state.store).await?;
     // The browser's snapshots as they were shown before the restart (outdated ones marked so).
     let snapshots = dlq::browse::load(&state.store, &state.snapshots).await?;

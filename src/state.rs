@@ -129,6 +129,7 @@ impl AppState {
             live: self.live.clone(),
             snapshots: self.snapshots.clone(),
             jobs: self.jobs.clone(),
+            replica: self.replica.clone(),
         }
     }
 

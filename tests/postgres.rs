@@ -87,3 +87,94 @@ async fn warren_runs_on_postgres_polls_keeps_history_and_requeues_by_identity() 
     warren.stop().await;
     connection.close(0, "done".into()).await.ok();
 }
+
+/// Several replicas on one database (issue 33, must-haves 3 and 4): a replica starting while
+/// another replays from custody leaves that replay's claims and its audit entry alone, so every
+/// record is replayed once. (The start used to hand every claimed record back to held, to be
+/// replayed a second time, and mark the running replay interrupted.) Two states on one database
+/// stand for the two processes, each with its heartbeat as its replica loop takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_starting_leaves_another_ones_running_replay_alone() {
+    use base64::Engine;
+    use warren::dlq::custody::{self, CustodySelection, CustodyTarget, ReplayRequest};
+    const N: usize = 20_000;
+    let database = Database::create("recover").await;
+    let vhost = TestVhost::create("pgrecover").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    common::declare(&channel, "orders", false).await;
+    let toml = common::with_test_broker(&format!(
+        "database_url = {:?}\n[[brokers]]\nname = \"local\"\nvhosts_include = [{:?}]\n",
+        database.url(),
+        vhost.name
+    ));
+    let config = || warren::config::Config::from_toml(&toml).unwrap();
+    let first = warren::build_state(config()).await.unwrap();
+    first.replica.round().await.unwrap();
+
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let lines: Vec<String> = (0..N)
+        .map(|i| {
+            let properties = lapin::BasicProperties::default().with_message_id(format!("m{i}").into());
+            let line = warren::dlq::transfer::Line {
+                exchange: "dlx".into(),
+                routing_key: "rk".into(),
+                amqp_properties: Some(b64.encode(custody::encode_properties(&properties).unwrap())),
+                body: b64.encode(format!("{{\"order\": {i}}}")),
+                ..Default::default()
+            };
+            serde_json::to_string(&line).unwrap()
+        })
+        .collect();
+    let text = lines.join("\n");
+    let adding = warren::dlq::transfer::check_lines(&text).unwrap();
+    let queue = ("local", vhost.name.as_str(), "orders.dlq");
+    let kept = custody::import(&first.store, &[], queue, adding, warren::dlq::transfer::batches(&text)).await.unwrap();
+    assert_eq!(kept, N);
+
+    let request = ReplayRequest {
+        selection: CustodySelection::All,
+        target: CustodyTarget::Queue("orders".into()),
+        accept_drop_head: false,
+        accept_stranding: true,
+    };
+    let job = warren::dlq::jobs::start_replay(&first.dlq(), queue, request, "otto", false).await.unwrap();
+    let claimed = || async {
+        let counts = custody::counts_by_queue(&first.store, "local").await.unwrap();
+        counts.get(&(vhost.name.clone(), "orders.dlq".to_string())).map(|c| c.claimed).unwrap_or(0)
+    };
+    wait_for("the replay's claims", Duration::from_secs(30), || async {
+        match claimed().await {
+            0 => Err("none claimed yet".to_string()),
+            n => Ok(n),
+        }
+    })
+    .await;
+
+    // The second replica starts as `warren::run` does, while the first's replay runs.
+    let second = warren::build_state(config()).await.unwrap();
+    second.replica.round().await.unwrap();
+    let recovered = warren::dlq::recover_dead_replicas(&second.store, second.replica.id()).await.unwrap();
+    assert_eq!(recovered, (0, 0), "nothing of a live replica's is interrupted or handed back");
+    let outcome = warren::audit::get(&first.store, job.id).await.unwrap().unwrap().outcome;
+    assert!(claimed().await > 0 && outcome != "done", "the replay ended before the second replica started: {outcome}");
+
+    let entry = wait_for("the replay's end", Duration::from_secs(120), || async {
+        let entry = warren::audit::get(&first.store, job.id).await.unwrap().unwrap();
+        if entry.outcome == "started" || entry.outcome == "running" {
+            Err(entry.outcome)
+        } else {
+            Ok(entry)
+        }
+    })
+    .await;
+    assert_eq!((entry.outcome.as_str(), entry.moved), ("done", N as i64), "{entry:?}");
+    let mut replayed = drain_ids(&channel, "orders").await;
+    replayed.sort();
+    let mut all: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
+    all.sort();
+    assert_eq!(replayed.len(), N, "each record replayed once");
+    assert_eq!(replayed, all);
+    first.jobs.shutdown(Duration::from_secs(10)).await;
+    connection.close(0, "done".into()).await.ok();
+}

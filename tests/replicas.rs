@@ -363,7 +363,10 @@ async fn replicas_recover_from_ended_connections_and_a_postgres_restart_without_
     eprintln!("PostgreSQL restarted in {:.1} s", started.elapsed().as_secs_f64());
     for name in ["b0", "b1"] {
         let by = taken_over(&replicas, usize::MAX, name, restarted_at).await;
-        eprintln!("{name} polled again {:.1} s after the restart began, by replica {by}", started.elapsed().as_secs_f64());
+        eprintln!(
+            "{name} polled again {:.1} s after the restart began, by replica {by}",
+            started.elapsed().as_secs_f64()
+        );
     }
     spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
     for replica in &mut replicas {

@@ -82,14 +82,16 @@ impl From<StoredFate> for MessageRecord {
     }
 }
 
-/// Marks the actions a previous run left unfinished (it crashed or was killed); called at
-/// start, before any new action. Returns how many there were.
-pub async fn mark_interrupted(store: &Store) -> Result<u64, sqlx::Error> {
+/// Marks interrupted the actions left unfinished by a replica that died (crashed, or was
+/// killed): one whose heartbeat lease ran out, or a process from before replicas. Actions of a
+/// live replica, `survivor` (the caller) included, are left running. Returns how many.
+pub async fn mark_interrupted(store: &Store, survivor: &str) -> Result<u64, sqlx::Error> {
     store
         .mark_interrupted(
             "warren stopped during this action. Counts are from the last checkpoint. Messages warren held \
              unacked went back to the source queue when its connection closed; a message copied but not yet \
              acked can be in both queues (at-least-once), none is lost.",
+            survivor,
         )
         .await
 }

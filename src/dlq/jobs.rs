@@ -47,6 +47,9 @@ pub struct Handles {
     pub live: Live,
     pub snapshots: super::browse::Snapshots,
     pub jobs: Jobs,
+    /// This process as a replica: its id goes with each job's audit entry and claims, so that
+    /// another replica recovers them only once this one is dead.
+    pub replica: Arc<crate::replicas::Replica>,
 }
 
 impl Handles {
@@ -492,6 +495,7 @@ pub async fn start(
         queue: &view.name,
         action: request.action(),
         request: serde_json::to_string(&request).expect("request serialises"),
+        run_by: handles.replica.id(),
     };
     launch(handles, entry, request.action(), Method::InProcess, Work::Move(plan)).await
 }
@@ -550,6 +554,7 @@ pub async fn start_replay(
         queue,
         action,
         request: serde_json::to_string(&request).expect("a request serialises"),
+        run_by: handles.replica.id(),
     };
     // A release hands the records back to the queue they were taken from.
     let stranding = if request.accept_stranding || releasing {
@@ -618,6 +623,7 @@ async fn run(handles: Handles, job: Arc<Job>, work: Work) {
                 let queue = (job.vhost.as_str(), job.queue.as_str());
                 let run = custody::ReplayRun {
                     job: &tag,
+                    replica: handles.replica.id(),
                     releasing: *releasing,
                     stranding,
                     progress: &job.progress,

@@ -47,3 +47,34 @@ pub use mover::{
     connect, move_messages, original_route, peek, peeked, purge, replay_properties, MoveError, MoveReport, Plan,
     Progress, Selection, Target,
 };
+
+/// What a dead replica left behind, taken care of by `survivor` (the calling replica): its
+/// unfinished actions marked interrupted and its custody claims handed back to held, in one
+/// statement each, so that a replica alive at that moment keeps its own. At start, and every
+/// housekeeping round: a replica that died mid-move or mid-replay is cleaned up by another
+/// within a lease time of its last heartbeat. Returns (actions interrupted, records reclaimed).
+pub async fn recover_dead_replicas(store: &crate::storage::Store, survivor: &str) -> Result<(u64, u64), sqlx::Error> {
+    let interrupted = fates::mark_interrupted(store, survivor).await?;
+    let reclaimed = custody::recover(store, survivor).await?;
+    Ok((interrupted, reclaimed))
+}
+
+/// Recovery at start: as [`recover_dead_replicas`], and on SQLite, first lets go of every other
+/// replica's heartbeat. SQLite's file has one process (docs/replicas.md), so another heartbeat
+/// there is a killed process's: left to run out, it would keep that process's moves `running`
+/// and its claims held for up to a lease time after this start, and count as a live replica
+/// in the division of the work until then.
+pub async fn recover_at_start(store: &crate::storage::Store, me: &str) -> Result<(u64, u64), sqlx::Error> {
+    use crate::storage::leases::{Held, HEARTBEAT_PREFIX};
+    if store.backend() == "sqlite" {
+        let now = store.database_now().await?;
+        for lease in store.leases().await? {
+            if lease.name.starts_with(HEARTBEAT_PREFIX) && lease.holder != me && lease.expires_at > now {
+                let held =
+                    Held { name: lease.name, holder: lease.holder, epoch: lease.epoch, expires_at: lease.expires_at };
+                store.release_lease(&held).await?;
+            }
+        }
+    }
+    recover_dead_replicas(store, me).await
+}

@@ -86,6 +86,9 @@ pub struct NewEntry<'a> {
     pub request: &'a str,
     pub outcome: &'a str,
     pub detail: Option<&'a str>,
+    /// The replica that runs a broker action (`Replica::id`), for recovery when it dies; none
+    /// for entries that record what was done already.
+    pub run_by: Option<&'a str>,
 }
 
 /// A failed login, counted into the row of its minute (`bucket`), source and name.

@@ -217,11 +217,13 @@ pub trait Custody {
     /// included) passes.
     async fn custody_candidates(&self, queue: Queue<'_>, search: &Search, scan: Scan) -> Result<Vec<Candidate>>;
 
-    /// Every claimed record back to held (no replay runs); returns how many.
-    async fn recover_claims(&self) -> Result<u64>;
-    /// Claims for `job` those of `ids` that are held and that no other claim holds at this
-    /// moment; returns the ids it got, sorted.
-    async fn claim_records(&self, job: &str, ids: &[i64]) -> Result<Vec<i64>>;
+    /// Every record claimed by a dead replica back to held: one that recorded no replica (claims
+    /// from before replicas), or one other than `survivor` whose heartbeat lease is expired or
+    /// missing by the database's clock (as [`super::Fates::mark_interrupted`]). Returns how many.
+    async fn recover_claims(&self, survivor: &str) -> Result<u64>;
+    /// Claims for `job`, run by replica `replica`, those of `ids` that are held and that no
+    /// other claim holds at this moment; returns the ids it got, sorted.
+    async fn claim_records(&self, job: &str, replica: &str, ids: &[i64]) -> Result<Vec<i64>>;
     /// In one transaction: `replayed` (record, where its copy went) marked replayed at `at`,
     /// `failed` back to held.
     async fn settle_records(&self, replayed: &[(i64, String)], failed: &[i64], at: i64) -> Result<()>;

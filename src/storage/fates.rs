@@ -50,6 +50,9 @@ pub trait Fates {
     async fn checkpoint_action(&self, audit_id: i64, fates: &[NewFate<'_>]) -> Result<()>;
     /// The fates of entry `audit_id`, by position.
     async fn action_fates(&self, audit_id: i64) -> Result<Vec<StoredFate>>;
-    /// Sets every started or running entry `interrupted` with `detail`; returns how many.
-    async fn mark_interrupted(&self, detail: &str) -> Result<u64>;
+    /// Sets `interrupted`, with `detail`, every started or running entry whose replica is dead:
+    /// run by none recorded (rows from before replicas), or by one other than `survivor` whose
+    /// heartbeat lease is expired or missing by the database's clock. One statement, so an
+    /// action whose replica is alive at that moment is never marked. Returns how many.
+    async fn mark_interrupted(&self, detail: &str, survivor: &str) -> Result<u64>;
 }

@@ -16,6 +16,11 @@ use async_trait::async_trait;
 
 use super::Result;
 
+/// What a replica's heartbeat lease is named after: `replica:ID`, held by `ID` (`replicas`
+/// takes and renews it). Recovery (`Fates::mark_interrupted`, `Custody::recover_claims`) reads
+/// a replica as alive while this lease is unexpired by the database's clock.
+pub const HEARTBEAT_PREFIX: &str = "replica:";
+
 /// A lease as held: what [`Fence::fence`] checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {

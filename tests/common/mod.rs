@@ -312,7 +312,7 @@ impl Warren {
 /// `toml` with the test broker's endpoints in every `[[brokers]]` table that names no
 /// `management_url` nor `management_urls` (a table that does is about some other endpoint, a
 /// fake one or the test cluster for example).
-fn with_test_broker(toml: &str) -> String {
+pub fn with_test_broker(toml: &str) -> String {
     let mut config: toml::Table = toml::from_str(toml).expect("test config is TOML");
     let Some(toml::Value::Array(brokers)) = config.get_mut("brokers") else { return toml.to_string() };
     let test = broker();

@@ -16,7 +16,8 @@ fn newest(kind: Option<Kind>, per_page: i64) -> Page {
 }
 
 async fn purge(store: &Store, queue: &str) -> i64 {
-    let entry = Entry { actor: "otto", broker: "b", vhost: "v", queue, action: "purge", request: "{}".into() };
+    let entry =
+        Entry { actor: "otto", broker: "b", vhost: "v", queue, action: "purge", request: "{}".into(), run_by: "r-1" };
     audit::start(store, entry).await.unwrap()
 }
 
@@ -133,8 +134,15 @@ async fn account_names_can_be_hidden_except_the_callers_own(store: &Store) {
 async fn entries_keep_what_was_written(store: &Store) {
     let queue = "orders.fulfil\u{e9}ment \"dlq\"\n'; drop table audit_log; --";
     let request = serde_json::json!({"filter": "a%_\\b", "ids": ["\u{1F407}", ""], "n": 12345678901234_i64});
-    let entry =
-        Entry { actor: "ada", broker: "prod", vhost: "/", queue, action: "requeue", request: request.to_string() };
+    let entry = Entry {
+        actor: "ada",
+        broker: "prod",
+        vhost: "/",
+        queue,
+        action: "requeue",
+        request: request.to_string(),
+        run_by: "r-1",
+    };
     let id = audit::start(store, entry).await.unwrap();
     let record = audit::get(store, id).await.unwrap().expect("written");
     assert_eq!(

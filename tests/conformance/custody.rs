@@ -20,7 +20,32 @@ crate::conformance!(
     counts_groups_and_switches_read_back,
     a_claimed_record_is_neither_claimed_again_nor_deleted,
     concurrent_claims_and_deletes_take_each_record_once,
+    only_a_dead_replicas_claims_are_handed_back,
 );
+
+/// Claims from before replicas recorded none: they count as a dead replica's. Made with the
+/// backend's own pool, since every claim through the interface names its replica.
+mod before_replicas {
+    use super::*;
+
+    crate::conformance!(with_pool: a_claim_that_names_no_replica_is_handed_back);
+
+    async fn a_claim_that_names_no_replica_is_handed_back(store: &Store, pool: &crate::Pool) {
+        import(store, &[line("m-0", &[], b"{}"), line("m-1", &[], b"{}")]).await;
+        let ids = all_ids(store).await;
+        let replicas = crate::Replicas::start(store).await;
+        assert_eq!(store.claim_records("audit-1", replicas.live.id(), &ids).await.unwrap(), ids);
+        let forget = format!("update custody_messages set claimed_by = null where id = {}", ids[0]);
+        match pool {
+            crate::Pool::Sqlite(pool) => sqlx::query(&forget).execute(pool).await.map(|_| ()),
+            crate::Pool::Postgres(pool) => sqlx::query(&forget).execute(pool).await.map(|_| ()),
+        }
+        .unwrap();
+        assert_eq!(custody::recover(store, "r-survivor").await.unwrap(), 1);
+        let records = store.custody_records_by_id(&ids).await.unwrap();
+        assert_eq!(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(), ["held", "claimed"]);
+    }
+}
 
 const QUEUE: (&str, &str, &str) = ("local", "/ä", "orders.dlq");
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -279,7 +304,7 @@ async fn counts_groups_and_switches_read_back(store: &Store) {
     };
     import(store, &[line("a", &expired, b"12345"), line("b", &error(1), b"1"), line("c", &error(2), b"22")]).await;
     let ids = all_ids(store).await;
-    assert_eq!(store.claim_records("audit-1", &ids[..1]).await.unwrap(), ids[..1]);
+    assert_eq!(store.claim_records("audit-1", "r-gone", &ids[..1]).await.unwrap(), ids[..1]);
 
     let counts = custody::counts_by_queue(store, "local").await.unwrap();
     let c = &counts[&("/ä".to_string(), "orders.dlq".to_string())];
@@ -313,10 +338,10 @@ async fn a_claimed_record_is_neither_claimed_again_nor_deleted(store: &Store) {
     let lines: Vec<String> = (0..4).map(|i| line(&format!("m-{i}"), &[], b"{}")).collect();
     import(store, &lines).await;
     let ids = all_ids(store).await;
-    assert_eq!(store.claim_records("audit-1", &ids[..3]).await.unwrap(), ids[..3]);
+    assert_eq!(store.claim_records("audit-1", "r-gone", &ids[..3]).await.unwrap(), ids[..3]);
     // An edit of record 2 and a second replay: neither gets what the first holds.
-    assert!(store.claim_records("audit-2", &ids[2..3]).await.unwrap().is_empty());
-    assert_eq!(store.claim_records("audit-3", &ids).await.unwrap(), ids[3..]);
+    assert!(store.claim_records("audit-2", "r-gone", &ids[2..3]).await.unwrap().is_empty());
+    assert_eq!(store.claim_records("audit-3", "r-gone", &ids).await.unwrap(), ids[3..]);
     let d = custody::delete(store, QUEUE, ids[0]).await;
     assert!(matches!(d, Err(custody::DeleteError::NotHeld { ref state, .. }) if state == "claimed"), "{d:?}");
 
@@ -333,8 +358,8 @@ async fn a_claimed_record_is_neither_claimed_again_nor_deleted(store: &Store) {
     assert_eq!(elsewhere, Deleted::NotFound, "a record of another queue");
 
     // A crash leaves claims: the next start hands them back.
-    assert_eq!(store.claim_records("audit-4", &ids).await.unwrap(), ids[2..3]);
-    assert_eq!(custody::recover(store).await.unwrap(), 1);
+    assert_eq!(store.claim_records("audit-4", "r-gone", &ids).await.unwrap(), ids[2..3]);
+    assert_eq!(custody::recover(store, "r-survivor").await.unwrap(), 1);
     let counts = custody::counts_by_queue(store, "local").await.unwrap();
     let c = &counts[&("/ä".to_string(), "orders.dlq".to_string())];
     assert_eq!((c.held, c.claimed, c.replayed), (1, 0, 2));
@@ -356,7 +381,7 @@ async fn concurrent_claims_and_deletes_take_each_record_once(store: &Store) {
         tokio::spawn(async move {
             let mut got = Vec::new();
             for chunk in order.chunks(37) {
-                got.extend(store.claim_records(job, chunk).await.unwrap());
+                got.extend(store.claim_records(job, "r-gone", chunk).await.unwrap());
             }
             got
         })
@@ -387,4 +412,38 @@ async fn concurrent_claims_and_deletes_take_each_record_once(store: &Store) {
     let counts = custody::counts_by_queue(store, "local").await.unwrap();
     let c = &counts[&("/ä".to_string(), "orders.dlq".to_string())];
     assert_eq!((c.held, c.claimed as usize), (0, taken[..3].iter().map(Vec::len).sum()));
+}
+
+/// Several replicas on one database (issue 33): recovery hands back to held only the records
+/// a dead replica claimed (its heartbeat let go at a stop, or run out after a kill). A live
+/// replica's claims, and the survivor's own (even without a heartbeat), stay claimed: its
+/// replay is sending them.
+async fn only_a_dead_replicas_claims_are_handed_back(store: &Store) {
+    let lines: Vec<String> = (0..8).map(|i| line(&format!("m-{i}"), &[], b"{}")).collect();
+    import(store, &lines).await;
+    let ids = all_ids(store).await;
+    let replicas = crate::Replicas::start(store).await;
+    assert_eq!(store.claim_records("audit-1", replicas.live.id(), &ids[..2]).await.unwrap(), ids[..2]);
+    assert_eq!(store.claim_records("audit-2", replicas.stopped.id(), &ids[2..4]).await.unwrap(), ids[2..4]);
+    assert_eq!(store.claim_records("audit-3", replicas.killed.id(), &ids[4..6]).await.unwrap(), ids[4..6]);
+    assert_eq!(store.claim_records("audit-4", "r-survivor", &ids[6..7]).await.unwrap(), ids[6..7]);
+    let states = || async {
+        let records = store.custody_records_by_id(&ids).await.unwrap();
+        records.into_iter().map(|r| r.state).collect::<Vec<_>>()
+    };
+
+    assert_eq!(custody::recover(store, "r-survivor").await.unwrap(), 2, "the stopped replica's");
+    let c = "claimed";
+    assert_eq!(states().await, [c, c, "held", "held", c, c, c, "held"], "the killed one's heartbeat is still on");
+    // What was handed back is claimed again by the next replay, of a live replica.
+    assert_eq!(store.claim_records("audit-5", replicas.live.id(), &ids[2..3]).await.unwrap(), ids[2..3]);
+
+    replicas.until_killed_is_dead(store).await;
+    assert_eq!(custody::recover(store, "r-survivor").await.unwrap(), 2, "the killed replica's");
+    assert_eq!(states().await, [c, c, c, "held", "held", "held", c, "held"]);
+    // The live replica's replay settles and hands back its own as it would have.
+    store.settle_records(&[(ids[0], "orders".to_string())], &[], 1_000).await.unwrap();
+    assert_eq!(store.unclaim_records("audit-1").await.unwrap(), 1);
+    assert_eq!(store.unclaim_records("audit-5").await.unwrap(), 1);
+    assert_eq!(states().await, ["replayed", "held", "held", "held", "held", "held", c, "held"]);
 }

@@ -10,11 +10,34 @@ crate::conformance!(
     an_unfinished_action_is_marked_interrupted_and_left_so,
     thousands_of_fates_are_kept_in_one_finish,
     a_message_id_with_a_nul_is_kept,
+    only_a_dead_replicas_actions_are_marked_interrupted,
+    on_sqlite_the_start_recovers_a_killed_process_at_once,
 );
 
 async fn requeue(store: &Store) -> i64 {
-    let entry =
-        Entry { actor: "otto", broker: "b", vhost: "v", queue: "orders.dlq", action: "requeue", request: "{}".into() };
+    let entry = Entry {
+        actor: "otto",
+        broker: "b",
+        vhost: "v",
+        queue: "orders.dlq",
+        action: "requeue",
+        request: "{}".into(),
+        run_by: "r-gone",
+    };
+    audit::start(store, entry).await.unwrap()
+}
+
+/// A requeue's entry as replica `replica` starts it.
+async fn requeue_by(store: &Store, replica: &str) -> i64 {
+    let entry = Entry {
+        actor: "otto",
+        broker: "b",
+        vhost: "v",
+        queue: "q",
+        action: "requeue",
+        request: "{}".into(),
+        run_by: replica,
+    };
     audit::start(store, entry).await.unwrap()
 }
 
@@ -85,7 +108,7 @@ async fn an_unfinished_action_is_marked_interrupted_and_left_so(store: &Store) {
     fates::checkpoint(store, running, &[moved(1, "m-1")]).await.unwrap();
     fates::finish(store, finished, "done", 0, 0, None, &[]).await.unwrap();
 
-    assert_eq!(fates::mark_interrupted(store).await.unwrap(), 2);
+    assert_eq!(fates::mark_interrupted(store, "r-survivor").await.unwrap(), 2);
     for id in [started, running] {
         let entry = audit::get(store, id).await.unwrap().unwrap();
         assert_eq!(entry.outcome, "interrupted");
@@ -100,7 +123,7 @@ async fn an_unfinished_action_is_marked_interrupted_and_left_so(store: &Store) {
     let entry = audit::get(store, running).await.unwrap().unwrap();
     assert_eq!((entry.outcome.as_str(), entry.moved), ("interrupted", 1));
     assert_eq!(fates::messages(store, running).await.unwrap().len(), 2);
-    assert_eq!(fates::mark_interrupted(store).await.unwrap(), 0, "nothing left running");
+    assert_eq!(fates::mark_interrupted(store, "r-survivor").await.unwrap(), 0, "nothing left running");
 }
 
 async fn thousands_of_fates_are_kept_in_one_finish(store: &Store) {
@@ -127,4 +150,68 @@ async fn a_message_id_with_a_nul_is_kept(store: &Store) {
     let read = fates::messages(store, id).await.unwrap();
     assert_eq!(read[0].message_id.as_deref(), Some(kept));
     assert_eq!(audit::get(store, id).await.unwrap().unwrap().message_ids, serde_json::json!([kept]));
+}
+
+/// Several replicas on one database (issue 33): recovery marks interrupted only the actions of
+/// a dead replica (its heartbeat let go at a stop, or run out after a kill) and those that name
+/// none (rows from before replicas). A live replica's action, and the survivor's own (even
+/// without a heartbeat), run on.
+async fn only_a_dead_replicas_actions_are_marked_interrupted(store: &Store) {
+    let replicas = crate::Replicas::start(store).await;
+    let of_live = requeue_by(store, replicas.live.id()).await;
+    fates::checkpoint(store, of_live, &[moved(1, "m-1")]).await.unwrap();
+    let of_stopped = requeue_by(store, replicas.stopped.id()).await;
+    let of_killed = requeue_by(store, replicas.killed.id()).await;
+    let of_survivor = requeue_by(store, "r-survivor").await;
+    let before_replicas = store
+        .insert_entry(warren::storage::audit::NewEntry {
+            at: 0,
+            kind: audit::Kind::Action,
+            actor: "otto",
+            source: None,
+            broker: "b",
+            vhost: "v",
+            queue: "q",
+            action: "requeue",
+            request: "{}",
+            outcome: "running",
+            detail: None,
+            run_by: None,
+        })
+        .await
+        .unwrap();
+    let outcome = |id: i64| async move { audit::get(store, id).await.unwrap().unwrap().outcome };
+
+    assert_eq!(fates::mark_interrupted(store, "r-survivor").await.unwrap(), 2, "the stopped one's and the old one");
+    assert_eq!(outcome(of_stopped).await, "interrupted");
+    assert_eq!(outcome(before_replicas).await, "interrupted");
+    assert_eq!(outcome(of_live).await, "running");
+    assert_eq!(outcome(of_killed).await, "started", "its heartbeat has not run out yet");
+    assert_eq!(outcome(of_survivor).await, "started");
+
+    replicas.until_killed_is_dead(store).await;
+    assert_eq!(fates::mark_interrupted(store, "r-survivor").await.unwrap(), 1);
+    assert_eq!(outcome(of_killed).await, "interrupted");
+    assert_eq!(outcome(of_live).await, "running");
+    assert_eq!(outcome(of_survivor).await, "started");
+    // The live replica's action ends as it would have.
+    fates::finish(store, of_live, "done", 1, 0, None, &[]).await.unwrap();
+    assert_eq!(outcome(of_live).await, "done");
+}
+
+/// SQLite's file has one process: at start, another replica's heartbeat is a killed process's,
+/// and its actions and claims are recovered at once, not a lease time later. On PostgreSQL that
+/// replica may be alive on another machine: left alone.
+async fn on_sqlite_the_start_recovers_a_killed_process_at_once(store: &Store) {
+    let killed = warren::replicas::Replica::new(store.clone(), std::time::Duration::from_secs(60), vec![]);
+    killed.round().await.unwrap();
+    let of_killed = requeue_by(store, killed.id()).await;
+    let starting = warren::replicas::holder_id();
+    let recovered = warren::dlq::recover_at_start(store, &starting).await.unwrap();
+    let outcome = audit::get(store, of_killed).await.unwrap().unwrap().outcome;
+    if store.backend() == "sqlite" {
+        assert_eq!((recovered, outcome.as_str()), ((1, 0), "interrupted"));
+    } else {
+        assert_eq!((recovered, outcome.as_str()), ((0, 0), "started"));
+    }
 }

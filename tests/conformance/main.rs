@@ -103,6 +103,51 @@ async fn admin(sql: &str) {
     sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
+/// Three replicas on one database as recovery sees them (issue 33): `live` renews its
+/// heartbeat (a minute long here), `stopped` let go of it at a clean shutdown, and `killed`
+/// stopped renewing it: its heartbeat of [`KILLED_TTL`] runs out on its own.
+pub struct Replicas {
+    pub live: std::sync::Arc<warren::replicas::Replica>,
+    pub stopped: std::sync::Arc<warren::replicas::Replica>,
+    pub killed: std::sync::Arc<warren::replicas::Replica>,
+}
+
+/// Long enough that a test's writes on a loaded machine come well within it.
+pub const KILLED_TTL: std::time::Duration = std::time::Duration::from_secs(3);
+
+impl Replicas {
+    pub async fn start(store: &Store) -> Replicas {
+        use warren::replicas::Replica;
+        let minute = std::time::Duration::from_secs(60);
+        let replicas = Replicas {
+            live: Replica::new(store.clone(), minute, vec![]),
+            stopped: Replica::new(store.clone(), minute, vec![]),
+            killed: Replica::new(store.clone(), KILLED_TTL, vec![]),
+        };
+        for replica in [&replicas.live, &replicas.stopped, &replicas.killed] {
+            replica.round().await.unwrap();
+        }
+        replicas.stopped.release_all().await;
+        replicas
+    }
+
+    /// Waits until `killed`'s heartbeat has run out by the database's clock.
+    pub async fn until_killed_is_dead(&self, store: &Store) {
+        let name = format!("{}{}", warren::storage::leases::HEARTBEAT_PREFIX, self.killed.id());
+        let deadline = std::time::Instant::now() + KILLED_TTL * 10;
+        loop {
+            let now = store.database_now().await.unwrap();
+            let leases = store.leases().await.unwrap();
+            let heartbeat = leases.iter().find(|l| l.name == name).expect("the killed replica's heartbeat");
+            if heartbeat.expires_at <= now {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{name} still unexpired: {heartbeat:?}, now {now}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// Each test, once per backend: `sqlite::name` and `postgres::name`. With `with_pool:` first,
 /// each test takes the backend's [`Pool`] too.
 #[macro_export]

@@ -59,7 +59,7 @@ pub async fn edit_and_replay(
     (vhost, queue): (&str, &str),
     id: i64,
     edit: &Edit,
-    (job, stranding): (&str, HashMap<String, String>),
+    (job, replica, stranding): (&str, &str, HashMap<String, String>),
 ) -> Result<(String, EditDiff), String> {
     let StoredMessage { record, properties, body: old_body, .. } = store
         .custody_message((&broker.name, vhost, queue), id)
@@ -112,7 +112,7 @@ pub async fn edit_and_replay(
     let mut targets = Targets::new(ManagementClient::new(broker), vhost, edit.accept_drop_head).refusing(stranding);
     targets.check(&to).await?;
     let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
-    if claim(store, job, &[id]).await.map_err(|e| e.to_string())?.is_empty() {
+    if claim(store, (job, replica), &[id]).await.map_err(|e| e.to_string())?.is_empty() {
         let _ = connection.close(200, "claimed elsewhere".into()).await;
         return Err(format!("record {id} was claimed by another replay meanwhile"));
     }

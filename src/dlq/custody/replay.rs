@@ -29,11 +29,12 @@ use crate::storage::Store;
 /// which a later replay sends again (duplicates, never a loss).
 const REPLAY_BATCH: usize = 500;
 
-/// Resets records a crash left claimed: no replay runs at start.
-/// (With several replicas on one PostgreSQL this would hand back another replica's running
-/// claims: it waits for the claim expiry of issue 33's leases.)
-pub async fn recover(store: &Store) -> Result<u64, sqlx::Error> {
-    store.recover_claims().await
+/// Hands back to held the records claimed by a replica that died (crashed, or was killed)
+/// mid-replay: one whose heartbeat lease ran out, or a process from before replicas. Records
+/// claimed by a live replica, `survivor` (the caller) included, stay claimed: its replay is
+/// still sending them. At worst a record whose copy was sent comes back: a duplicate, never a loss.
+pub async fn recover(store: &Store, survivor: &str) -> Result<u64, sqlx::Error> {
+    store.recover_claims(survivor).await
 }
 
 /// Which records a replay takes.
@@ -83,11 +84,11 @@ pub struct ReplayReport {
     pub not_sent: usize,
 }
 
-/// Claims the selected held records for `job`; returns the ids it got. The store's state
-/// guard makes a record claimable once: a second replay of the same records, in this process
-/// or another, claims none of them.
-pub(super) async fn claim(store: &Store, job: &str, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
-    store.claim_records(job, ids).await
+/// Claims the selected held records for `job`, run by replica `replica`; returns the ids it
+/// got. The store's state guard makes a record claimable once: a second replay of the same
+/// records, in this process or another, claims none of them.
+pub(super) async fn claim(store: &Store, (job, replica): (&str, &str), ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
+    store.claim_records(job, replica, ids).await
 }
 
 /// Marks `replayed` (record, where its copy went) replayed now and `failed` held again, in one
@@ -125,6 +126,9 @@ pub async fn replay(
 pub struct ReplayRun<'a> {
     /// What its claims are marked with (`audit-{id}`).
     pub job: &'a str,
+    /// The replica that runs it (`Replica::id`): its claims are handed back only once that
+    /// replica is dead (`recover`).
+    pub replica: &'a str,
     /// It hands the whole custody back to the queue (intake stopped first).
     pub releasing: bool,
     /// Queues refused because copies would stay there for good (`target::stranding`), with why.
@@ -138,7 +142,7 @@ async fn replay_claimed(
     broker: &BrokerConfig,
     (vhost, queue): (&str, &str),
     request: &ReplayRequest,
-    &ReplayRun { job, releasing, stranding, progress, cancel }: &ReplayRun<'_>,
+    &ReplayRun { job, replica, releasing, stranding, progress, cancel }: &ReplayRun<'_>,
 ) -> Result<ReplayReport, String> {
     let id = (broker.name.clone(), vhost.to_string(), queue.to_string());
     let all_filter = Filter::default();
@@ -198,7 +202,8 @@ async fn replay_claimed(
     }
     let connection = connect(broker, vhost).await.map_err(|e| e.to_string())?;
     let wanted: Vec<i64> = routes.iter().map(|(h, _)| h.id).collect();
-    let claimed: HashSet<i64> = claim(store, job, &wanted).await.map_err(|e| e.to_string())?.into_iter().collect();
+    let claimed: HashSet<i64> =
+        claim(store, (job, replica), &wanted).await.map_err(|e| e.to_string())?.into_iter().collect();
     let routes: Vec<(&Record, String)> = routes.into_iter().filter(|(h, _)| claimed.contains(&h.id)).collect();
 
     progress.settled(&report.failed[..], &[]);

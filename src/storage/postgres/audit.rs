@@ -39,8 +39,8 @@ impl AuditLog for Postgres {
         // In a transaction of its own, so the id is handed on only after the commit returned.
         let mut tx = self.pool.begin().await?;
         let id = sqlx::query_scalar(
-            "insert into audit_log (at, kind, actor, source, broker, vhost, queue, action, request, outcome, detail)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) returning id",
+            "insert into audit_log (at, kind, actor, source, broker, vhost, queue, action, request, outcome, detail, run_by)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) returning id",
         )
         .bind(e.at)
         .bind(e.kind.as_str())
@@ -53,6 +53,7 @@ impl AuditLog for Postgres {
         .bind(e.request)
         .bind(e.outcome)
         .bind(e.detail)
+        .bind(e.run_by)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;

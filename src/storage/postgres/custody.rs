@@ -16,11 +16,13 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 
 use super::fates::text;
+use super::leases::dead_replica;
 use super::{PgTx, Postgres};
 use crate::storage::custody::{
     like_pattern, verbatim_in_json, Candidate, Custody, CustodyWrites, Deleted, NewRecord, PathStep, Queue, Record,
     Scan, Search, States, StoredMessage, Tally, MESSAGE_COLUMNS,
 };
+use crate::storage::leases::HEARTBEAT_PREFIX;
 use crate::storage::Result;
 
 /// [`crate::storage::custody::RECORD_COLUMNS`] as PostgreSQL reads them: `length` of a bytea is
@@ -236,24 +238,28 @@ impl Custody for Postgres {
         Ok(out)
     }
 
-    async fn recover_claims(&self) -> Result<u64> {
-        let done = sqlx::query("update custody_messages set state = 'held', job = null where state = 'claimed'")
-            .execute(&self.pool)
-            .await?;
+    async fn recover_claims(&self, survivor: &str) -> Result<u64> {
+        let sql = format!(
+            "update custody_messages set state = 'held', job = null, claimed_by = null
+             where state = 'claimed' and {}",
+            dead_replica("custody_messages.claimed_by", "$1", "$2")
+        );
+        let done = sqlx::query(&sql).bind(survivor).bind(HEARTBEAT_PREFIX).execute(&self.pool).await?;
         Ok(done.rows_affected())
     }
 
-    async fn claim_records(&self, job: &str, ids: &[i64]) -> Result<Vec<i64>> {
+    async fn claim_records(&self, job: &str, replica: &str, ids: &[i64]) -> Result<Vec<i64>> {
         // The held rows are locked before they change: one locked by another claim (or a delete)
         // is skipped, not waited for, and one whose claim committed first is no longer held when
         // its lock is taken. Two claims never both get a record, and never deadlock.
         let mut got: Vec<i64> = sqlx::query_scalar(
-            "update custody_messages set state = 'claimed', job = $1
-             where id in (select id from custody_messages where state = 'held' and id = any($2)
+            "update custody_messages set state = 'claimed', job = $1, claimed_by = $2
+             where id in (select id from custody_messages where state = 'held' and id = any($3)
                           for update skip locked)
              returning id",
         )
         .bind(text(job))
+        .bind(replica)
         .bind(ids)
         .fetch_all(&self.pool)
         .await?;
@@ -278,7 +284,7 @@ impl Custody for Postgres {
             .await?;
         }
         if !failed.is_empty() {
-            sqlx::query("update custody_messages set state = 'held', job = null where id = any($1)")
+            sqlx::query("update custody_messages set state = 'held', job = null, claimed_by = null where id = any($1)")
                 .bind(failed)
                 .execute(&mut *tx)
                 .await?;
@@ -288,7 +294,7 @@ impl Custody for Postgres {
 
     async fn unclaim_records(&self, job: &str) -> Result<u64> {
         let done =
-            sqlx::query("update custody_messages set state = 'held', job = null where job = $1 and state = 'claimed'")
+            sqlx::query("update custody_messages set state = 'held', job = null, claimed_by = null where job = $1 and state = 'claimed'")
                 .bind(text(job))
                 .execute(&self.pool)
                 .await?;

@@ -3,8 +3,10 @@ use std::borrow::Cow;
 use async_trait::async_trait;
 use sqlx::Row;
 
+use super::leases::dead_replica;
 use super::Postgres;
 use crate::storage::fates::{Ending, Fates, NewFate, StoredFate, FATES_PER_STATEMENT};
+use crate::storage::leases::HEARTBEAT_PREFIX;
 use crate::storage::Result;
 
 /// `text` as PostgreSQL's text can hold it: a NUL (which an AMQP message id may contain, and
@@ -77,13 +79,14 @@ impl Fates for Postgres {
             .collect()
     }
 
-    async fn mark_interrupted(&self, detail: &str) -> Result<u64> {
-        let done = sqlx::query(
-            "update audit_log set outcome = 'interrupted', detail = $1 where outcome in ('started', 'running')",
-        )
-        .bind(text(detail))
-        .execute(&self.pool)
-        .await?;
+    async fn mark_interrupted(&self, detail: &str, survivor: &str) -> Result<u64> {
+        let sql = format!(
+            "update audit_log set outcome = 'interrupted', detail = $1
+             where outcome in ('started', 'running') and {}",
+            dead_replica("audit_log.run_by", "$2", "$3")
+        );
+        let done =
+            sqlx::query(&sql).bind(text(detail)).bind(survivor).bind(HEARTBEAT_PREFIX).execute(&self.pool).await?;
         Ok(done.rows_affected())
     }
 }

@@ -10,6 +10,18 @@ use crate::storage::Result;
 /// the start of the transaction.
 pub(super) const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
+/// A condition that holds when the replica named in `column` is dead, for recovery
+/// (`Fates::mark_interrupted`, `Custody::recover_claims`): none is named (rows from before
+/// replicas), or it is not the survivor (parameter `survivor`) and has no heartbeat lease
+/// (named parameter `prefix` and its id) unexpired by PostgreSQL's clock. Read in the same
+/// statement as the rows it guards: a replica alive at that moment keeps its rows.
+pub(super) fn dead_replica(column: &str, survivor: &str, prefix: &str) -> String {
+    format!(
+        "({column} is null or ({column} <> {survivor} and not exists (select 1 from leases
+             where leases.name = {prefix} || {column} and leases.expires_at > {NOW_MS})))"
+    )
+}
+
 #[async_trait]
 impl Leases for Postgres {
     async fn take_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Held>> {

@@ -39,8 +39,8 @@ impl AuditLog for Sqlite {
         // Not `returning id`: SQLite hands the returned row over before the statement ends, so
         // the id could come before a commit that then failed.
         let done = sqlx::query(
-            "insert into audit_log (at, kind, actor, source, broker, vhost, queue, action, request, outcome, detail)
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "insert into audit_log (at, kind, actor, source, broker, vhost, queue, action, request, outcome, detail, run_by)
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(e.at)
         .bind(e.kind.as_str())
@@ -53,6 +53,7 @@ impl AuditLog for Sqlite {
         .bind(e.request)
         .bind(e.outcome)
         .bind(e.detail)
+        .bind(e.run_by)
         .execute(&self.pool)
         .await?;
         Ok(done.last_insert_rowid())

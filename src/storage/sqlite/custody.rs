@@ -4,11 +4,13 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use sqlx::Row;
 
+use super::leases::dead_replica;
 use super::{Sqlite, SqliteTx};
 use crate::storage::custody::{
     like_pattern, verbatim_in_json, Candidate, Custody, CustodyWrites, Deleted, NewRecord, PathStep, Queue, Record,
     Scan, Search, States, StoredMessage, Tally, IDS_PER_STATEMENT, MESSAGE_COLUMNS, RECORD_COLUMNS,
 };
+use crate::storage::leases::HEARTBEAT_PREFIX;
 use crate::storage::Result;
 
 #[async_trait]
@@ -238,24 +240,28 @@ impl Custody for Sqlite {
         Ok(out)
     }
 
-    async fn recover_claims(&self) -> Result<u64> {
-        let done = sqlx::query("update custody_messages set state = 'held', job = null where state = 'claimed'")
-            .execute(&self.pool)
-            .await?;
+    async fn recover_claims(&self, survivor: &str) -> Result<u64> {
+        let sql = format!(
+            "update custody_messages set state = 'held', job = null, claimed_by = null
+             where state = 'claimed' and {}",
+            dead_replica("custody_messages.claimed_by", "?1", "?2")
+        );
+        let done = sqlx::query(&sql).bind(survivor).bind(HEARTBEAT_PREFIX).execute(&self.pool).await?;
         Ok(done.rows_affected())
     }
 
-    async fn claim_records(&self, job: &str, ids: &[i64]) -> Result<Vec<i64>> {
+    async fn claim_records(&self, job: &str, replica: &str, ids: &[i64]) -> Result<Vec<i64>> {
         // The state guard makes a record claimable once: SQLite's one writer runs each statement
         // alone, so a second replay of the same records claims none of them.
         let mut got = Vec::new();
         for chunk in ids.chunks(IDS_PER_STATEMENT) {
             let marks = placeholders(chunk.len());
             let sql = format!(
-                "update custody_messages set state = 'claimed', job = ? where state = 'held' and id in ({marks})
+                "update custody_messages set state = 'claimed', job = ?, claimed_by = ?
+                 where state = 'held' and id in ({marks})
                  returning id"
             );
-            let mut query = sqlx::query_scalar::<_, i64>(&sql).bind(job);
+            let mut query = sqlx::query_scalar::<_, i64>(&sql).bind(job).bind(replica);
             for id in chunk {
                 query = query.bind(id);
             }
@@ -287,7 +293,9 @@ impl Custody for Sqlite {
         }
         for chunk in failed.chunks(IDS_PER_STATEMENT) {
             let marks = placeholders(chunk.len());
-            let sql = format!("update custody_messages set state = 'held', job = null where id in ({marks})");
+            let sql = format!(
+                "update custody_messages set state = 'held', job = null, claimed_by = null where id in ({marks})"
+            );
             let mut query = sqlx::query(&sql);
             for id in chunk {
                 query = query.bind(id);
@@ -299,7 +307,7 @@ impl Custody for Sqlite {
 
     async fn unclaim_records(&self, job: &str) -> Result<u64> {
         let done =
-            sqlx::query("update custody_messages set state = 'held', job = null where job = ? and state = 'claimed'")
+            sqlx::query("update custody_messages set state = 'held', job = null, claimed_by = null where job = ? and state = 'claimed'")
                 .bind(job)
                 .execute(&self.pool)
                 .await?;

@@ -10,6 +10,18 @@ use crate::storage::Result;
 /// version sqlx bundles; `unixepoch('subsec')` needs 3.42).
 pub(super) const NOW_MS: &str = "cast(round((julianday('now') - 2440587.5) * 86400000.0) as integer)";
 
+/// A condition that holds when the replica named in `column` is dead, for recovery
+/// (`Fates::mark_interrupted`, `Custody::recover_claims`): none is named (rows from before
+/// replicas), or it is not the survivor (parameter `survivor`) and has no heartbeat lease
+/// (named parameter `prefix` and its id) unexpired by SQLite's clock. Read in the same
+/// statement as the rows it guards: a replica alive at that moment keeps its rows.
+pub(super) fn dead_replica(column: &str, survivor: &str, prefix: &str) -> String {
+    format!(
+        "({column} is null or ({column} <> {survivor} and not exists (select 1 from leases
+             where leases.name = {prefix} || {column} and leases.expires_at > {NOW_MS})))"
+    )
+}
+
 #[async_trait]
 impl Leases for Sqlite {
     async fn take_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Held>> {

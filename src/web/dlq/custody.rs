@@ -45,6 +45,7 @@ pub async fn edit_record(
         queue,
         action: "custody edit",
         request: json!({"record": id, "edit": edit}).to_string(),
+        run_by: state.replica.id(),
     };
     state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)
@@ -56,7 +57,15 @@ pub async fn edit_record(
     } else {
         crate::dlq::jobs::strandings(&state.live, (broker, vhost, queue))
     };
-    let outcome = custody::edit_and_replay(&state.store, &config, (vhost, queue), id, &edit, (&job, stranding)).await;
+    let outcome = custody::edit_and_replay(
+        &state.store,
+        &config,
+        (vhost, queue),
+        id,
+        &edit,
+        (&job, state.replica.id(), stranding),
+    )
+    .await;
     if let Ok((to, _)) = &outcome {
         state.jobs.put_into(broker, vhost, std::iter::once(to.as_str()));
     }
@@ -103,6 +112,7 @@ pub async fn delete_record(
         queue,
         action: "custody delete",
         request: json!({"record": id}).to_string(),
+        run_by: state.replica.id(),
     };
     state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)
@@ -183,6 +193,7 @@ pub async fn start_custody(
         queue,
         action: "custody start",
         request: json!({"messages_in_broker": in_broker}).to_string(),
+        run_by: state.replica.id(),
     };
     state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)

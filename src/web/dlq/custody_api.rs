@@ -224,6 +224,7 @@ async fn import(
         queue: &queue,
         action: "custody import",
         request: json!({"lines": count, "bytes": body.len()}).to_string(),
+        run_by: state.replica.id(),
     };
     state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)

@@ -50,6 +50,7 @@ pub(super) async fn run_purge(
         queue: &view.name,
         action: "purge",
         request: "{}".to_string(),
+        run_by: state.replica.id(),
     };
     state.storage.check(&*state.store).await.map_err(WebError::Storage)?;
     let audit_id = audit::start(&state.store, entry)
