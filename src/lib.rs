@@ -113,14 +113,6 @@ pub async fn run(
     }
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
-    // SQLite's file has one process by construction: leases a previous run left (killed, it
-    // did not let go) are its own, and waiting for them to run out would only delay the polls.
-    if state.store.backend() == "sqlite" {
-        for lease in state.store.leases().await? {
-            let storage::leases::LeaseRow { name, holder, epoch, expires_at } = lease;
-            state.store.release_lease(&storage::Held { name, holder, epoch, expires_at }).await?;
-        }
-    }
     // The first round before the pollers start, so that the first poll need not wait for it.
     // The leases are let go last, after the work under them stopped.
     if let Err(e) = state.replica.round().await {
@@ -133,6 +125,7 @@ pub async fn run(
         tracker.spawn(broker_loop(state.clone(), broker, cancel.child_token()));
     }
     tracker.spawn(retention_loop(state.clone(), cancel.child_token()));
+    tracker.spawn(recovery_loop(state.clone(), cancel.child_token()));
     tracker.spawn(storage_loop(state.clone(), cancel.child_token()));
     tracker.spawn(alerts::runner::run(state.alerts(), cancel.child_token()));
     tracker.spawn(custody_loop(state.clone(), cancel.child_token()));
@@ -311,6 +304,30 @@ async fn custody_loop(state: AppState, cancel: CancellationToken) {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(CUSTODY_SCAN_EVERY) => {}
+        }
+    }
+}
+
+/// Cleans up after replicas that died (`dlq::recover_dead_replicas`): their moves and replays
+/// marked interrupted, their custody claims held again, by the housekeeping's holder at every
+/// lease round, so within about a lease time of a replica's last heartbeat.
+async fn recovery_loop(state: AppState, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(state.config.lease_time / 3) => {}
+        }
+        if state.replica.held(replicas::HOUSEKEEPING).is_none() {
+            continue;
+        }
+        match dlq::recover_dead_replicas(&state.store, state.replica.id()).await {
+            Ok((0, 0)) => {}
+            Ok((interrupted, reclaimed)) => tracing::warn!(
+                interrupted,
+                reclaimed,
+                "a replica died: its actions are marked interrupted and its claimed custody records held again"
+            ),
+            Err(e) => tracing::warn!(error = %e, "recovering what dead replicas left; will retry"),
         }
     }
 }

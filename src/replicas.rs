@@ -31,7 +31,7 @@ pub fn broker_work(broker: &str) -> String {
     format!("broker:{broker}")
 }
 
-const HEARTBEAT_PREFIX: &str = "replica:";
+use crate::storage::leases::HEARTBEAT_PREFIX;
 
 /// A lease holder's name, unique per start (a process that runs warren twice, as the tests do,
 /// is two holders) and readable in an error: host, pid and a random part.

@@ -59,17 +59,17 @@ pub async fn recover_dead_replicas(store: &crate::storage::Store, survivor: &str
     Ok((interrupted, reclaimed))
 }
 
-/// Recovery at start: as [`recover_dead_replicas`], and on SQLite, first lets go of every other
-/// replica's heartbeat. SQLite's file has one process (docs/replicas.md), so another heartbeat
-/// there is a killed process's: left to run out, it would keep that process's moves `running`
-/// and its claims held for up to a lease time after this start, and count as a live replica
-/// in the division of the work until then.
+/// Recovery at start: as [`recover_dead_replicas`], and on SQLite, first lets go of every lease
+/// another process holds. SQLite's file has one process (docs/replicas.md), so another holder
+/// there is a killed process: left to run out, its heartbeat would keep its moves `running` and
+/// its claims held for up to a lease time after this start, and count as a live replica in the
+/// division of the work until then, and its work leases would hold this start's polls back.
 pub async fn recover_at_start(store: &crate::storage::Store, me: &str) -> Result<(u64, u64), sqlx::Error> {
-    use crate::storage::leases::{Held, HEARTBEAT_PREFIX};
+    use crate::storage::leases::Held;
     if store.backend() == "sqlite" {
         let now = store.database_now().await?;
         for lease in store.leases().await? {
-            if lease.name.starts_with(HEARTBEAT_PREFIX) && lease.holder != me && lease.expires_at > now {
+            if lease.holder != me && lease.expires_at > now {
                 let held =
                     Held { name: lease.name, holder: lease.holder, epoch: lease.epoch, expires_at: lease.expires_at };
                 store.release_lease(&held).await?;
