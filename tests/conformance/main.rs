@@ -4,8 +4,8 @@
 //! behaviour one backend has and the other lacks fails here.
 //!
 //! One file per part behind the interface: accounts (users, sessions, tokens), alerts, the
-//! audit log, custody, fates, snapshots, the history's samples, roll-ups, nodes and topology so
-//! far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
+//! audit log, custody, fates, snapshots, the history's samples, roll-ups, their day partitions,
+//! nodes and topology so far. Each file lists its tests in `conformance!`, which makes `PART::sqlite::TEST` and
 //! `PART::postgres::TEST` of each.
 
 use warren::storage::Store;
@@ -18,6 +18,7 @@ mod fates;
 mod leases;
 mod logins;
 mod nodes;
+mod partitions;
 #[path = "../common/queue_history.rs"]
 mod queue_history;
 mod replicas;
