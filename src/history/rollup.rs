@@ -426,7 +426,15 @@ impl Windows {
 /// window, minute rows older than theirs, hour rows older than the retention. Nothing is deleted
 /// that is not rolled up yet, and each queue keeps its latest roll-up row before a cutoff, the
 /// value still in force for a queue idle since. Returns the rows deleted.
+///
+/// First it makes the storage of the coming days ready (PostgreSQL's day partitions, which
+/// retention then drops whole): this runs every hour, and each day is made days ahead.
 pub async fn prune(store: &Store, now: i64, windows: Windows, broker_ids: &[i64]) -> Result<u64, sqlx::Error> {
+    // Not a reason to skip the pruning: until a later run makes them, writes for those days go
+    // to the default partition, and nothing is lost.
+    if let Err(e) = store.prepare_partitions(now).await {
+        tracing::warn!(error = %e, "making the coming days' partitions failed; will retry");
+    }
     // Raw samples feed the minute roll-up, and the hour roll-up reads broker polls: keep them
     // until both are done, plus an hour so the value in force (an hourly keyframe) is still there.
     let mut hour_done = i64::MAX;

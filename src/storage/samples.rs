@@ -210,4 +210,9 @@ pub trait Samples {
     async fn broker_buckets(&self, broker_id: i64, from: i64, to: i64, step: i64) -> Result<Vec<BrokerBucket>>;
     /// Deletes queue samples and broker polls older than `before`; returns how many.
     async fn prune_samples(&self, before: i64) -> Result<u64>;
+    /// Makes ready the storage of the history's coming days (`now` is unix seconds): on
+    /// PostgreSQL, the day partitions of today and the next few days of the samples and queue
+    /// roll-ups, with any rows already written for those days; on SQLite, nothing. A write for a
+    /// day not prepared is kept all the same (PostgreSQL's default partition takes it).
+    async fn prepare_partitions(&self, now: i64) -> Result<()>;
 }

@@ -4,9 +4,9 @@
 //! behaviour one backend has and the other lacks fails here.
 //!
 //! One file per part behind the interface: accounts (users, sessions, tokens), alerts, the
-//! audit log, custody, fates, snapshots, the history's samples, roll-ups, nodes and topology,
-//! leases and the outbox's claims so far. Each file lists its tests in `conformance!`, which
-//! makes `PART::sqlite::TEST` and `PART::postgres::TEST` of each.
+//! audit log, custody, fates, snapshots, the history's samples, roll-ups, their day partitions,
+//! nodes and topology, leases and the outbox's claims. Each file lists its tests in
+//! `conformance!`, which makes `PART::sqlite::TEST` and `PART::postgres::TEST` of each.
 
 use warren::storage::Store;
 
@@ -19,6 +19,7 @@ mod leases;
 mod logins;
 mod nodes;
 mod outbox;
+mod partitions;
 #[path = "../common/queue_history.rs"]
 mod queue_history;
 mod replicas;

@@ -18,6 +18,7 @@ mod fates;
 mod leases;
 mod logins;
 mod nodes;
+mod partitions;
 mod rollups;
 mod samples;
 mod snapshots;

@@ -1,5 +1,6 @@
 use async_trait::async_trait;
 
+use super::partitions::{QUEUE_ROLLUPS_1H, QUEUE_ROLLUPS_1M};
 use super::Postgres;
 use crate::storage::rollups::{
     rollup_at, rollup_values, sums_at, BucketPolls, Cutoffs, Level, MetricSums, QueueBucket, QueueRollup, Rollups,
@@ -205,7 +206,10 @@ impl Rollups for Postgres {
     }
 
     async fn prune_rollups(&self, cutoffs: Cutoffs) -> Result<u64> {
-        let mut removed = 0;
+        // Whole days first, each queue's row in force kept; the deletes below then go through
+        // the day that straddles a cutoff and the default partition only.
+        let mut removed = self.drop_days_before(QUEUE_ROLLUPS_1M, cutoffs.minute, true).await?;
+        removed += self.drop_days_before(QUEUE_ROLLUPS_1H, cutoffs.hour, true).await?;
         // By queue, in batches, as on SQLite: each delete a short transaction.
         let ids: Vec<i64> = sqlx::query_scalar("select id from queues").fetch_all(&self.pool).await?;
         for (level, cutoff) in [(Level::Minute, cutoffs.minute), (Level::Hour, cutoffs.hour)] {

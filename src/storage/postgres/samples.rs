@@ -6,6 +6,7 @@ use futures_util::TryStreamExt;
 use sqlx::Row;
 
 use super::fates::text;
+use super::partitions::QUEUE_SAMPLES;
 use super::Postgres;
 use crate::storage::samples::{
     known_from_row, sample_from_row, BrokerBucket, DepthRow, KnownQueue, PollWrite, QueueMeta, Samples, StoredSample,
@@ -232,9 +233,17 @@ impl Samples for Postgres {
         .await
     }
 
+    async fn prepare_partitions(&self, now: i64) -> Result<()> {
+        self.prepare_days(now).await
+    }
+
     async fn prune_samples(&self, before: i64) -> Result<u64> {
-        let mut removed = 0;
-        // By queue, in batches, as on SQLite: the key (queue_id, ts) finds each queue's old rows,
+        // Whole days first. Raw samples keep no value in force past their window (the poller
+        // writes every queue's hourly keyframe, and retention keeps an hour before the last
+        // hour rolled up), so a day before `before` goes with all its rows.
+        let mut removed = self.drop_days_before(QUEUE_SAMPLES, before, false).await?;
+        // Then the rows of the day that straddles the cutoff and of the default partition: by
+        // queue, in batches, as on SQLite: the key (queue_id, ts) finds each queue's old rows,
         // and each delete is a short transaction.
         let ids: Vec<i64> = sqlx::query_scalar("select id from queues").fetch_all(&self.pool).await?;
         for batch in ids.chunks(PRUNE_QUEUES_PER_STATEMENT) {

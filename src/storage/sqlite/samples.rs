@@ -299,4 +299,9 @@ impl Samples for Sqlite {
             .rows_affected();
         Ok(removed)
     }
+
+    async fn prepare_partitions(&self, _now: i64) -> Result<()> {
+        // SQLite has no partitions: retention deletes rows.
+        Ok(())
+    }
 }
