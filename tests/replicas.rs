@@ -34,12 +34,8 @@ struct Replica {
 impl Replica {
     /// Starts warren on `database` watching one broker per vhost of `vhosts` (named `b0`,
     /// `b1`, ...: each on the test broker, in its own vhost).
-    async fn start(dir: &std::path::Path, index: usize, database: &Database, vhosts: &[String]) -> Replica {
-        Replica::start_with(dir, index, database, vhosts, "").await
-    }
-
-    /// As `start`, with `tables` (alert rules, notification channels) in the configuration.
-    async fn start_with(
+    /// With `tables` (alert rules, notification channels) in the configuration.
+    async fn start(
         dir: &std::path::Path,
         index: usize,
         database: &Database,
@@ -126,6 +122,23 @@ async fn holders(database: &Database) -> BTreeMap<String, u32> {
         after.split(',').next().unwrap().parse().unwrap()
     };
     rows.into_iter().map(|(name, holder)| (name, pid(&holder))).collect()
+}
+
+/// `n` replicas on `database`, each watching one broker per vhost of `names` with `tables` in its
+/// configuration, once the brokers and the housekeeping have spread over them; with who holds what.
+async fn start_replicas(
+    dir: &std::path::Path,
+    database: &Database,
+    n: usize,
+    names: &[String],
+    tables: &str,
+) -> (Vec<Replica>, BTreeMap<String, u32>) {
+    let mut replicas = Vec::new();
+    for i in 0..n {
+        replicas.push(Replica::start(dir, i, database, names, tables).await);
+    }
+    let held = spread(database, names.len() + 1, &replicas.iter().collect::<Vec<_>>()).await;
+    (replicas, held)
 }
 
 /// Waits until every broker and the housekeeping are held, spread over `live` replicas (shares
@@ -230,11 +243,7 @@ async fn three_replicas_divide_the_brokers_and_a_killed_holders_brokers_move_wit
     common::publish(&channel, "orders", 7, Default::default()).await;
 
     let dir = tempfile::tempdir().unwrap();
-    let mut replicas = Vec::new();
-    for i in 0..3 {
-        replicas.push(Replica::start(dir.path(), i, &database, &names).await);
-    }
-    let held = spread(&database, 4, &replicas.iter().collect::<Vec<_>>()).await;
+    let (mut replicas, held) = start_replicas(dir.path(), &database, 3, &names, "").await;
 
     // Live pages on every replica: the polling one's and the others', which read the database.
     let path = format!("/api/v1/queues/b0/{}/orders", encode(&names[0]));
@@ -295,11 +304,7 @@ async fn a_holder_paused_past_its_lease_loses_its_broker_and_does_not_take_it_ba
     let vhosts = vhosts("repstop", 2).await;
     let names: Vec<String> = vhosts.iter().map(|v| v.name.clone()).collect();
     let dir = tempfile::tempdir().unwrap();
-    let mut replicas = Vec::new();
-    for i in 0..3 {
-        replicas.push(Replica::start(dir.path(), i, &database, &names).await);
-    }
-    let held = spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
+    let (replicas, held) = start_replicas(dir.path(), &database, 3, &names, "").await;
     let paused = replicas.iter().position(|r| r.pid() == held["broker:b1"]).unwrap();
 
     let stopped_at = chrono::Utc::now();
@@ -338,11 +343,7 @@ async fn replicas_recover_from_ended_connections_and_a_postgres_restart_without_
     let vhosts = vhosts("represtart", 2).await;
     let names: Vec<String> = vhosts.iter().map(|v| v.name.clone()).collect();
     let dir = tempfile::tempdir().unwrap();
-    let mut replicas = Vec::new();
-    for i in 0..3 {
-        replicas.push(Replica::start(dir.path(), i, &database, &names).await);
-    }
-    let held = spread(&database, 3, &replicas.iter().collect::<Vec<_>>()).await;
+    let (mut replicas, held) = start_replicas(dir.path(), &database, 3, &names, "").await;
 
     let holder = replicas.iter().position(|r| r.pid() == held["broker:b0"]).unwrap();
     let cut_at = chrono::Utc::now();
@@ -402,11 +403,7 @@ async fn an_alert_fires_once_and_resolves_once_across_a_failover() {
          [[notifications]]\nid = \"hook\"\nname = \"hook\"\ntype = \"webhook\"\nurl = {hook:?}\n"
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut replicas = Vec::new();
-    for i in 0..2 {
-        replicas.push(Replica::start_with(dir.path(), i, &database, &names, &tables).await);
-    }
-    let held = spread(&database, 2, &replicas.iter().collect::<Vec<_>>()).await;
+    let (mut replicas, held) = start_replicas(dir.path(), &database, 2, &names, &tables).await;
 
     common::publish(&channel, "work", 3, Default::default()).await;
     wait_for("the firing notification, delivered and recorded", Duration::from_secs(60), || async {
@@ -495,11 +492,7 @@ async fn custody_intake_killed_mid_way_is_finished_by_the_next_holder_and_loses_
 
     let dir = tempfile::tempdir().unwrap();
     let tables = "[[custody]]\nqueue = \"*.dlq\"\n";
-    let mut replicas = Vec::new();
-    for i in 0..2 {
-        replicas.push(Replica::start_with(dir.path(), i, &database, &names, tables).await);
-    }
-    let held = spread(&database, 2, &replicas.iter().collect::<Vec<_>>()).await;
+    let (mut replicas, held) = start_replicas(dir.path(), &database, 2, &names, tables).await;
     // Killed once the first batches are in: counted, not listed, so that the check is quick
     // beside an intake of thousands a second.
     wait_for("intake under way", Duration::from_secs(120), || async {
@@ -593,11 +586,7 @@ async fn a_move_killed_with_its_replica_loses_nothing_and_a_survivor_marks_it_in
     .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let mut replicas = Vec::new();
-    for i in 0..2 {
-        replicas.push(Replica::start(dir.path(), i, &database, &names).await);
-    }
-    spread(&database, 2, &replicas.iter().collect::<Vec<_>>()).await;
+    let (mut replicas, _) = start_replicas(dir.path(), &database, 2, &names, "").await;
     let mover = &replicas[0];
     let queue = format!("{}/api/v1/queues/b0/{}/orders.dlq", mover.base, encode(&names[0]));
     wait_for("orders.dlq listed on the replica that moves", Duration::from_secs(60), || async {
