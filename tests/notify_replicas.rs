@@ -13,52 +13,12 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::{Json, Router};
+use common::postgres::Database;
 use common::wait_for;
 use serde_json::Value;
 use warren::alerts::notify::{pending_deliveries, recent_deliveries, Notification, NotificationKind, Outcome};
 use warren::alerts::{AlertKey, Rule};
 use warren::state::AppState;
-
-const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-/// A PostgreSQL database of its own, dropped at the end.
-struct Database {
-    name: String,
-}
-
-impl Database {
-    async fn create(test: &str) -> Database {
-        let name = format!("warren_it_{test}_{}", std::process::id());
-        admin(&format!("drop database if exists {name} with (force)")).await;
-        admin(&format!("create database {name}")).await;
-        Database { name }
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let sql = format!("drop database if exists {} with (force)", self.name);
-        let dropped = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(admin(&sql))
-        })
-        .join();
-        if dropped.is_err() && !std::thread::panicking() {
-            panic!("the test's PostgreSQL database could not be dropped");
-        }
-    }
-}
-
-async fn admin(sql: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(ADMIN_URL)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {ADMIN_URL} (.ci/run checks it): {e}"));
-    sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 /// One request the sink got.
 #[derive(Debug, Clone)]
