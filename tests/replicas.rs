@@ -456,13 +456,18 @@ async fn an_alert_fires_once_and_resolves_once_across_a_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custody_intake_killed_mid_way_is_finished_by_the_next_holder_and_loses_nothing() {
     let _shared = DATABASE_SERVER.read().await;
-    use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+    use lapin::options::QueueDeclareOptions;
     const N: usize = 20_000;
     let database = Database::create("replicas_custody").await;
     let vhosts = vhosts("repcustody", 1).await;
     let names = vec![vhosts[0].name.clone()];
     let connection = vhosts[0].connect().await;
     let channel = vhosts[0].channel(&connection).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tables = "[[custody]]\nqueue = \"*.dlq\"\n";
+    let (mut replicas, held) = start_replicas(dir.path(), &database, 2, &names, tables).await;
+    // The dead-letter queue appears only now, so that intake starts under watch, not while the
+    // replicas were still spreading the work.
     channel
         .queue_declare(
             "work.dlq".into(),
@@ -471,41 +476,38 @@ async fn custody_intake_killed_mid_way_is_finished_by_the_next_holder_and_loses_
         )
         .await
         .unwrap();
-    channel.confirm_select(Default::default()).await.unwrap();
-    let mut confirms = Vec::with_capacity(N);
-    for i in 1..=N {
-        let properties =
-            lapin::BasicProperties::default().with_message_id(format!("c{i}").into()).with_delivery_mode(2);
-        let body = format!("{{\"n\": {i}, \"pad\": \"{}\"}}", "x".repeat(500));
-        let publish = channel.basic_publish(
-            "".into(),
-            "work.dlq".into(),
-            BasicPublishOptions::default(),
-            body.as_bytes(),
-            properties,
-        );
-        confirms.push(publish.await.unwrap());
-    }
-    for confirm in confirms {
-        assert!(confirm.await.unwrap().is_ack());
-    }
-
-    let dir = tempfile::tempdir().unwrap();
-    let tables = "[[custody]]\nqueue = \"*.dlq\"\n";
-    let (mut replicas, held) = start_replicas(dir.path(), &database, 2, &names, tables).await;
-    // Killed once the first batches are in: counted, not listed, so that the check is quick
-    // beside an intake of thousands a second.
-    wait_for("intake under way", Duration::from_secs(120), || async {
-        match custody_count(&database).await {
-            kept if kept >= 200 => Ok(()),
-            kept => Err(format!("{kept} in custody")),
+    // Published while intake runs: the kill comes mid-intake whichever is faster.
+    let publishing = tokio::spawn({
+        let channel = channel.clone();
+        async move {
+            publish_confirmed(&channel, "work.dlq", N, |i| {
+                let properties =
+                    lapin::BasicProperties::default().with_message_id(format!("c{i}").into()).with_delivery_mode(2);
+                (properties, format!("{{\"n\": {i}, \"pad\": \"{}\"}}", "x".repeat(500)))
+            })
+            .await
         }
-    })
-    .await;
+    });
+    // Killed once the first batches are in: counted on one connection every 10 ms, as intake
+    // takes thousands a second.
+    let mut conn = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&database.url()).await.unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let kept: i64 = sqlx::query_scalar("select count(*) from custody_messages").fetch_one(&mut conn).await.unwrap();
+        if kept >= 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "intake did not start: {kept} in custody");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let victim = replicas.iter().position(|r| r.pid() == held["broker:b0"]).unwrap();
     replicas[victim].child.kill().unwrap();
     replicas[victim].child.wait().unwrap();
     let at_kill = custody_count(&database).await as usize;
+    publishing.await.unwrap();
 
     wait_for("the rest taken in by the next holder", Duration::from_secs(180), || async {
         let kept: std::collections::HashSet<String> = custody_ids(&database).await.into_iter().collect();
@@ -525,6 +527,27 @@ async fn custody_intake_killed_mid_way_is_finished_by_the_next_holder_and_loses_
     assert!(at_kill < N, "the kill happened mid-intake");
     assert!(duplicates <= 200, "duplicates only from one batch committed and not yet acked: {duplicates}");
     connection.close(0, "done".into()).await.ok();
+}
+
+/// Publishes messages `1..=n` to `queue`, each as `message(i)` makes it, in one stream confirmed
+/// at the end.
+async fn publish_confirmed(
+    channel: &lapin::Channel,
+    queue: &str,
+    n: usize,
+    message: impl Fn(usize) -> (lapin::BasicProperties, String),
+) {
+    channel.confirm_select(Default::default()).await.unwrap();
+    let mut confirms = Vec::with_capacity(n);
+    for i in 1..=n {
+        let (properties, body) = message(i);
+        let options = lapin::options::BasicPublishOptions::default();
+        confirms
+            .push(channel.basic_publish("".into(), queue.into(), options, body.as_bytes(), properties).await.unwrap());
+    }
+    for confirm in confirms {
+        assert!(confirm.await.unwrap().is_ack());
+    }
 }
 
 /// How many custody records there are.
@@ -549,10 +572,10 @@ async fn custody_ids(database: &Database) -> Vec<String> {
 /// (its heartbeat ran out), where a single warren would only at its next start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_killed_with_its_replica_loses_nothing_and_a_survivor_marks_it_interrupted() {
-    use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+    use lapin::options::QueueDeclareOptions;
     use lapin::types::{AMQPValue, FieldTable};
     let _shared = DATABASE_SERVER.read().await;
-    const N: usize = 10_000;
+    const N: usize = 20_000;
     let database = Database::create("replicas_move").await;
     let vhosts = vhosts("repmove", 1).await;
     let names = vec![vhosts[0].name.clone()];
@@ -565,18 +588,12 @@ async fn a_move_killed_with_its_replica_loses_nothing_and_a_survivor_marks_it_in
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
     args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString("orders.dlq".into()));
     channel.queue_declare("orders".into(), durable, args).await.unwrap();
-    channel.confirm_select(Default::default()).await.unwrap();
-    let mut confirms = Vec::with_capacity(N);
-    for i in 1..=N {
+    publish_confirmed(&channel, "orders", N, |i| {
         let properties =
             lapin::BasicProperties::default().with_message_id(format!("o{i}").into()).with_expiration("0".into());
-        let publish =
-            channel.basic_publish("".into(), "orders".into(), BasicPublishOptions::default(), b"{}", properties);
-        confirms.push(publish.await.unwrap());
-    }
-    for confirm in confirms {
-        assert!(confirm.await.unwrap().is_ack());
-    }
+        (properties, "{}".to_string())
+    })
+    .await;
     wait_for("the dead letters", Duration::from_secs(60), || async {
         match common::dead_letters::depth(&channel, "orders.dlq").await as usize {
             N => Ok(()),
@@ -608,15 +625,18 @@ async fn a_move_killed_with_its_replica_loses_nothing_and_a_survivor_marks_it_in
         .await
         .unwrap();
     let job = started["job"]["id"].as_i64().unwrap_or_else(|| panic!("a job: {started}"));
-    wait_for("a checkpoint with moved messages", Duration::from_secs(60), || async {
-        let audit: Value =
-            mover.http.get(format!("{}/api/v1/audit", mover.base)).send().await.unwrap().json().await.unwrap();
-        match audit[0]["moved"].as_u64() {
-            Some(n) if n > 0 && audit[0]["outcome"] == "running" => Ok(()),
-            _ => Err(format!("job {job}: {}", audit[0])),
+    // Killed once some hundreds have moved, watched closely: a requeue of thousands takes seconds.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: Value =
+            mover.http.get(format!("{}/api/v1/jobs/{job}", mover.base)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(status["state"], "running", "the move ended before the test could kill it: {status}");
+        if status["progress"]["moved"].as_u64().unwrap_or(0) >= 500 {
+            break;
         }
-    })
-    .await;
+        assert!(Instant::now() < deadline, "no progress: {status}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     replicas[0].child.kill().unwrap();
     replicas[0].child.wait().unwrap();
 
