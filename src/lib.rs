@@ -204,6 +204,8 @@ async fn broker_loop(state: AppState, broker: config::BrokerConfig, cancel: Canc
     let work = replicas::broker_work(&broker.name);
     let id = state.broker_ids[&broker.name];
     let mut followed_at: Option<tokio::time::Instant> = None;
+    // When the listings shown were read, as the holder wrote them.
+    let mut listings = poller::listings::ListingTimes::default();
     loop {
         if state.replica.held(&work).is_some() {
             state.live.update(&broker.name, |b| b.status.polled_by = None);
@@ -212,9 +214,10 @@ async fn broker_loop(state: AppState, broker: config::BrokerConfig, cancel: Canc
                 Err(e) => tracing::error!(broker = broker.name, error = %e, "cannot start polling; will retry"),
             }
             followed_at = None;
+            listings = Default::default();
         } else if followed_at.is_none_or(|at| at.elapsed() >= broker.poll_interval) {
             followed_at = Some(tokio::time::Instant::now());
-            if let Err(e) = follow(&state, &broker, id).await {
+            if let Err(e) = follow(&state, &broker, id, &mut listings).await {
                 tracing::warn!(broker = broker.name, error = %e, "cannot read what the replica that polls it wrote");
             }
         }
@@ -242,7 +245,12 @@ async fn start_poller(state: &AppState, broker: &config::BrokerConfig, id: i64) 
 
 /// Shows what the replica that holds `broker`'s lease wrote: recent (within three poll intervals,
 /// and at least 30 s) reads as up; older says since when nothing came.
-async fn follow(state: &AppState, broker: &config::BrokerConfig, id: i64) -> Result<(), sqlx::Error> {
+async fn follow(
+    state: &AppState,
+    broker: &config::BrokerConfig,
+    id: i64,
+    listings: &mut poller::listings::ListingTimes,
+) -> Result<(), sqlx::Error> {
     let work = replicas::broker_work(&broker.name);
     let now_ms = state.store.database_now().await?;
     let holder = state.store.leases().await?.into_iter().find(|l| l.name == work && l.expires_at > now_ms);
@@ -251,6 +259,7 @@ async fn follow(state: &AppState, broker: &config::BrokerConfig, id: i64) -> Res
         None => "none holds its lease now; one takes it within a lease time".into(),
     };
     let as_of = poller::restore::follow(&state.store, &state.live, broker, id, &state.config.custody).await?;
+    poller::listings::follow(&state.store, &state.live, &broker.name, id, listings).await?;
     let recent = (broker.poll_interval * 3).max(Duration::from_secs(30));
     let fresh = as_of.is_some_and(|t| (chrono::Utc::now() - t).to_std().unwrap_or_default() <= recent);
     state.live.update(&broker.name, |b| {

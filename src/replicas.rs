@@ -56,6 +56,12 @@ pub struct Replica {
     heartbeat: RwLock<Option<Held>>,
 }
 
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
 impl Replica {
     pub fn new(store: Store, ttl: Duration, work: Vec<String>) -> Arc<Replica> {
         let id = holder_id();

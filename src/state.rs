@@ -149,6 +149,7 @@ impl AppState {
         let alerts = crate::alerts::notify::AlertSource {
             config_rules: wings.rules.clone(),
             public_url: config.public_url.clone(),
+            resend_under: None,
         };
         let gate = Arc::new(crate::auth::Gate::new(config.auth.clone(), wings.proxy));
         // The file checks (deleted, replaced) are SQLite's; a server's faults show in the probe.
@@ -163,6 +164,7 @@ impl AppState {
         // The replica's id names its claims on outbox rows: each notification is delivered by one
         // replica at a time.
         let claimer = replica.id().to_string();
+        let alerts = crate::alerts::notify::AlertSource { resend_under: Some(replica.clone()), ..alerts };
         let notifier =
             crate::alerts::notify::Dispatcher::with_alerts(http, store.clone(), Default::default(), alerts, claimer);
         notifier.set_channels(wings.channels);

@@ -91,6 +91,12 @@ impl Replica {
         self.brokers().await?.into_iter().find(|b| b["name"] == name).ok_or_else(|| format!("no broker {name}"))
     }
 
+    /// The JSON answer of `path`.
+    async fn get(&self, path: &str) -> Result<Value, String> {
+        let response = self.http.get(format!("{}{path}", self.base)).send().await.map_err(|e| e.to_string())?;
+        response.json().await.map_err(|e| e.to_string())
+    }
+
     fn signal(&self, signal: &str) {
         let status = Command::new("kill").args([signal, &self.pid().to_string()]).status().unwrap();
         assert!(status.success(), "kill {signal}");
@@ -180,30 +186,45 @@ async fn taken_over<'a>(
     .await
 }
 
-/// A webhook receiver on loopback that keeps every body it gets.
+/// A webhook receiver on loopback that keeps every body it gets, and an Alertmanager's
+/// `/api/v2/alerts` that counts the posts.
 #[derive(Clone, Default)]
 struct Sink {
     bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    alertmanager_posts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Sink {
     async fn start() -> (Sink, String) {
         let sink = Sink::default();
         let kept = sink.clone();
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-                let kept = kept.clone();
-                async move {
-                    kept.bodies.lock().unwrap().push(body);
-                    "ok"
-                }
-            }),
-        );
+        let posts = sink.alertmanager_posts.clone();
+        let app = axum::Router::new()
+            .route(
+                "/hook",
+                axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                    let kept = kept.clone();
+                    async move {
+                        kept.bodies.lock().unwrap().push(body);
+                        "ok"
+                    }
+                }),
+            )
+            .route(
+                "/api/v2/alerts",
+                axum::routing::post(move || {
+                    posts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async { "" }
+                }),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         (sink, url)
+    }
+
+    fn alertmanager_posts(&self) -> usize {
+        self.alertmanager_posts.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many notifications of `kind` ("firing", "resolved") came.
@@ -272,6 +293,49 @@ async fn three_replicas_divide_the_brokers_and_a_killed_holders_brokers_move_wit
             "who polls b0, as replica {} says: {broker}",
             replica.pid()
         );
+    }
+
+    // The listings too: nodes, connections and exchanges as the holder read them, on every
+    // replica (the others read them from the database).
+    let exchange = "repkill.events";
+    channel
+        .exchange_declare(exchange.into(), lapin::ExchangeKind::Topic, Default::default(), Default::default())
+        .await
+        .unwrap();
+    let holder = replicas.iter().find(|r| r.pid() == held["broker:b0"]).unwrap();
+    for replica in &replicas {
+        wait_for("every replica shows b0's nodes, connections and exchanges", Duration::from_secs(60), || async {
+            let nodes = replica.get("/api/v1/brokers/b0/nodes").await?;
+            let connections = replica.get("/api/v1/brokers/b0/connections").await?;
+            let exchanges = replica.get("/api/v1/brokers/b0/exchanges").await?;
+            let node_names =
+                |v: &Value| v["nodes"].as_array().map(|n| n.iter().map(|n| n["name"].clone()).collect::<Vec<_>>());
+            let from_holder = holder.get("/api/v1/brokers/b0/nodes").await?;
+            let has_exchange =
+                exchanges["exchanges"].as_array().is_some_and(|x| x.iter().any(|x| x["name"] == exchange));
+            let listed = connections["connections"].as_array().is_some_and(|c| !c.is_empty());
+            match node_names(&nodes).is_some_and(|n| !n.is_empty())
+                && node_names(&nodes) == node_names(&from_holder)
+                && listed
+                && has_exchange
+            {
+                true => Ok(()),
+                false => Err(format!(
+                    "{} shows nodes {nodes}, connections {connections}, exchanges {exchanges}",
+                    replica.base
+                )),
+            }
+        })
+        .await;
+    }
+
+    // The broker's call costs and cadences are the holder's own: a follower names the holder
+    // and leaves them out (never its own zeros).
+    for replica in &replicas {
+        let load = replica.get("/api/v1/brokers/b0").await.unwrap();
+        let polls = replica.pid() == held["broker:b0"];
+        assert_eq!(load["polled_by"].is_null(), polls, "{load}");
+        assert_eq!(load["interval_secs"].is_number(), polls, "{load}");
     }
 
     // SIGKILL the holder of b0: no clean shutdown, its leases run out.
@@ -400,7 +464,9 @@ async fn an_alert_fires_once_and_resolves_once_across_a_failover() {
     let tables = format!(
         "[[alerts]]\nid = \"deep\"\nname = \"Deep\"\nmetric = \"ready\"\ncomparator = \">\"\nthreshold = 0\n\
          severity = \"warning\"\nscope = {{ queue = \"work\" }}\n\
-         [[notifications]]\nid = \"hook\"\nname = \"hook\"\ntype = \"webhook\"\nurl = {hook:?}\n"
+         [[notifications]]\nid = \"hook\"\nname = \"hook\"\ntype = \"webhook\"\nurl = {hook:?}\n\
+         [[notifications]]\nid = \"am\"\nname = \"am\"\ntype = \"alertmanager\"\nurl = {:?}\nresend_secs = 1\n",
+        hook.trim_end_matches("/hook")
     );
     let dir = tempfile::tempdir().unwrap();
     let (mut replicas, held) = start_replicas(dir.path(), &database, 2, &names, &tables).await;
@@ -413,6 +479,11 @@ async fn an_alert_fires_once_and_resolves_once_across_a_failover() {
         }
     })
     .await;
+    // One replica re-sends the firing alert to Alertmanager every second, not each of them.
+    let (before, window) = (sink.alertmanager_posts(), Duration::from_secs(8));
+    tokio::time::sleep(window).await;
+    let resends = sink.alertmanager_posts() - before;
+    assert!((4..=10).contains(&resends), "{resends} re-sends in {window:?} at one a second from one replica");
 
     let victim = replicas.iter().position(|r| r.pid() == held["broker:b0"]).unwrap();
     let killed_at = chrono::Utc::now();

@@ -81,7 +81,7 @@ impl RawExchange {
 }
 
 /// One exchange as the pages and the API show it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExchangeView {
     pub vhost: String,
     /// "" is the default exchange.
@@ -93,7 +93,7 @@ pub struct ExchangeView {
     pub internal: Option<bool>,
     pub alternate_exchange: Option<String>,
     /// `arguments` or `policy`: where the alternate exchange is set (or why it is unknown).
-    pub alternate_exchange_by: Option<&'static str>,
+    pub alternate_exchange_by: Option<String>,
     pub policy: Option<String>,
     /// Bindings whose source is this exchange, from the last topology read; `None` when not
     /// known (topology not read yet) and for the default exchange, which binds every queue
@@ -116,10 +116,10 @@ impl ExchangeView {
         policy_definition: Option<&Map<String, Value>>,
     ) -> Self {
         let (alternate_exchange, alternate_exchange_by) = match raw.alternate_exchange(policy_definition) {
-            Some((name, by)) => (Some(name), Some(by)),
+            Some((name, by)) => (Some(name), Some(by.to_string())),
             // Its policy may set one: not "none" when warren could not read the policy.
             None if raw.policy().is_some() && policy_definition.is_none() => {
-                (None, Some("unknown: the exchange's policy was not read"))
+                (None, Some("unknown: the exchange's policy was not read".to_string()))
             }
             None => (None, None),
         };
@@ -148,14 +148,14 @@ pub fn bindings_out(topology: &VhostTopology, exchange: &str) -> Option<usize> {
 }
 
 /// A vhost's topology as the poller last read it, for the queue page's Routing section.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VhostTopologyLive {
     pub topology: Arc<VhostTopology>,
     pub read_at: DateTime<Utc>,
 }
 
 /// The exchanges and bindings of a broker's watched vhosts, as last read.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TopologyLive {
     /// Exchanges of every watched vhost, by vhost then name.
     pub exchanges: Vec<ExchangeView>,

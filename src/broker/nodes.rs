@@ -75,7 +75,7 @@ pub struct App {
 }
 
 /// One node as warren shows it (the API's `nodes` items). `None` is unknown, shown as "—".
-#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Node {
     pub name: String,
     pub running: Option<bool>,
@@ -169,7 +169,7 @@ impl Node {
 pub const DISK_READINGS_KEEP_SECS: i64 = 3600;
 
 /// The cluster's nodes as of the last poll that read them, kept in the live state.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct NodesLive {
     pub nodes: Vec<Node>,
     pub problems: Vec<Problem>,
@@ -225,7 +225,7 @@ impl NodesLive {
 pub const PREDICT_MIN_POINTS: usize = 5;
 
 /// What kind of cluster problem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemKind {
     NodeDown,
@@ -235,7 +235,7 @@ pub enum ProblemKind {
 }
 
 /// One cluster problem, with when warren first saw it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Problem {
     pub node: String,
     pub kind: ProblemKind,

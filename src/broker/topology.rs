@@ -91,7 +91,7 @@ pub struct Exchange {
 }
 
 /// A vhost's bindings and exchanges.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct VhostTopology {
     pub bindings: Vec<Binding>,
     pub exchanges: Vec<Exchange>,

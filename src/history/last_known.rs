@@ -6,27 +6,29 @@ use std::collections::HashMap;
 
 use crate::broker::topology::{Binding, Exchange, VhostTopology};
 use crate::storage::topology::StoredTopology;
-use crate::storage::Store;
+use crate::storage::{Held, Store};
 
 /// Unix seconds of the broker's last successful poll (its newest `broker_samples` row).
 pub async fn last_poll_at(store: &Store, broker_id: i64) -> Result<Option<i64>, sqlx::Error> {
     store.last_poll_at(broker_id).await
 }
 
-/// Keeps `topology` as the vhost's last one read, at `read_at` (unix seconds).
+/// Keeps `topology` as the vhost's last one read, at `read_at` (unix seconds), under `fence`
+/// (the poller's lease): `false`, and nothing written, when it is no longer held.
 pub async fn store_topology(
     store: &Store,
     broker_id: i64,
     vhost: &str,
     topology: &VhostTopology,
     read_at: i64,
-) -> Result<(), sqlx::Error> {
+    fence: Option<&Held>,
+) -> Result<bool, sqlx::Error> {
     let stored = StoredTopology {
         vhost: vhost.to_string(),
         bindings: serde_json::to_string(&topology.bindings).expect("bindings serialise"),
         exchanges: serde_json::to_string(&topology.exchanges).expect("exchanges serialise"),
     };
-    store.store_topology(broker_id, &stored, read_at).await
+    store.store_topology(broker_id, &stored, read_at, fence).await
 }
 
 /// The last topology read of each vhost of the broker. A row that does not parse is left out

@@ -4,11 +4,18 @@
 use super::rollup::{Windows, HOUR_SECS, MINUTE_SECS};
 use crate::broker::nodes::Node;
 pub use crate::storage::nodes::NodePoint;
-use crate::storage::Store;
+use crate::storage::{Held, Store};
 
-/// Writes one poll's nodes in one transaction.
-pub async fn write(store: &Store, broker_id: i64, ts: i64, nodes: &[Node]) -> Result<(), sqlx::Error> {
-    store.write_nodes(broker_id, ts, nodes).await
+/// Writes one poll's nodes in one transaction, under `fence` (the poller's lease): `false`, and
+/// nothing written, when it is no longer held.
+pub async fn write(
+    store: &Store,
+    broker_id: i64,
+    ts: i64,
+    nodes: &[Node],
+    fence: Option<&Held>,
+) -> Result<bool, sqlx::Error> {
+    store.write_nodes(broker_id, ts, nodes, fence).await
 }
 
 /// The node's points from `from` to `to`, one per `step` seconds that has samples.

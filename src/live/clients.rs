@@ -4,13 +4,13 @@
 //! the channel that hold its unacked messages.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::broker::clients::{Channel, Connection, Consumer};
 
 /// One listing's items, or why there are none: the broker refused (no stats with the metrics
 /// collector off) or the call failed. `None` is unknown, never an empty list.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Listed<T> {
     pub items: Option<Vec<T>>,
     /// Why `items` is unknown.
@@ -33,7 +33,7 @@ impl<T> Listed<T> {
 }
 
 /// The last client listing of one broker, over the vhosts warren watches.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClientsLive {
     /// When the listing started.
     pub listed_at: DateTime<Utc>,

@@ -21,6 +21,7 @@ mod cadence;
 mod clients;
 mod estimate;
 mod exchanges;
+pub mod listings;
 mod load;
 mod nodes;
 mod overlay;
@@ -133,6 +134,8 @@ pub struct Poller {
     /// This replica and the name of its lease on this broker (`under_lease`): a poll writes only
     /// while the lease holds, fenced with its epoch. `None` (tests, benchmarks): unfenced.
     lease: Option<(Arc<crate::replicas::Replica>, String)>,
+    /// When the listings last written for the other replicas were read (`listings`).
+    listings_written: listings::ListingTimes,
 }
 
 /// Durations of one poll's calls, the proxy for the broker time they cost (see `load`).
@@ -254,6 +257,7 @@ impl Poller {
             custody: Vec::new(),
             clients: clients::ClientListings::default(),
             nodes: Default::default(),
+            listings_written: Default::default(),
             nodes_seeded: false,
             last_known,
             worked,
@@ -535,6 +539,24 @@ impl Poller {
         };
         crate::memory::release_sqlite_freed_memory();
         track::commit(&mut self.queues, &mut views, &marks, &write, &ids, &gone);
+        // The listings the pages show, for the replicas that do not poll this broker. A failed
+        // write leaves them older there; the poll itself was kept.
+        let fence = self.lease()?;
+        let written = listings::store(
+            &self.store,
+            self.broker_id,
+            self.clients.last.as_deref(),
+            &topology_live,
+            &self.nodes,
+            &mut self.listings_written,
+            fence.as_ref(),
+        )
+        .await;
+        match written {
+            Ok(true) => {}
+            Ok(false) => return Err(PollError::LeaseLost),
+            Err(error) => tracing::warn!(broker = %self.broker.name, %error, "keeping the listings failed"),
+        }
 
         self.last_calls = calls;
         self.next_interval();

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{timed, PollCalls, Poller};
+use super::{timed, PollCalls, PollError, Poller};
 use crate::broker::management::Overview;
 use crate::broker::nodes::{Node, RawNode, DISK_READINGS_KEEP_SECS, NODE_COLUMNS};
 use crate::history;
@@ -17,7 +17,7 @@ impl Poller {
         overview: &Overview,
         now: DateTime<Utc>,
         calls: &mut PollCalls,
-    ) -> Result<usize, sqlx::Error> {
+    ) -> Result<usize, PollError> {
         if !self.nodes_seeded {
             // The disk prediction's readings survive a restart: seeded once from the history.
             let since = now.timestamp() - DISK_READINGS_KEEP_SECS;
@@ -37,7 +37,10 @@ impl Poller {
                     .as_deref()
                     .map(|n| (n, overview.rabbitmq_version.as_deref(), overview.erlang_version.as_deref()));
                 let nodes: Vec<Node> = raw.into_iter().map(|r| Node::from_raw(r, answering)).collect();
-                history::nodes::write(&self.store, self.broker_id, now.timestamp(), &nodes).await?;
+                let fence = self.lease()?;
+                if !history::nodes::write(&self.store, self.broker_id, now.timestamp(), &nodes, fence.as_ref()).await? {
+                    return Err(PollError::LeaseLost);
+                }
                 self.nodes.observe(nodes, now);
                 Ok(size)
             }

@@ -92,8 +92,11 @@ impl Poller {
             // letter, so their publish rate is not their inflow (a DLQ's was a bare 0 while it
             // filled: issue 17, case 5).
             let now = chrono::Utc::now().timestamp();
-            for i in working {
-                self.worked.record(&self.store, self.broker_id, vhost, &views[i].name, now).await;
+            // Without the lease nothing is stored (the poll's own write then ends the poller).
+            if let Ok(fence) = self.lease() {
+                for i in working {
+                    self.worked.record(&self.store, self.broker_id, vhost, &views[i].name, now, fence.as_ref()).await;
+                }
             }
             let fed: HashSet<String> = indexes
                 .iter()
@@ -139,10 +142,31 @@ impl Poller {
                 let changed = self.topology.get(vhost).is_none_or(|(_, before)| **before != topology);
                 if changed {
                     let at = Utc::now().timestamp();
-                    if let Err(e) =
-                        history::last_known::store_topology(&self.store, self.broker_id, vhost, &topology, at).await
-                    {
-                        tracing::warn!(broker = %self.broker.name, %vhost, error = %e, "keeping the topology failed");
+                    // Without the lease nothing is written; the poll's own write then ends the
+                    // poller (`PollError::LeaseLost`).
+                    let kept = match self.lease() {
+                        Ok(fence) => {
+                            let store = &self.store;
+                            history::last_known::store_topology(
+                                store,
+                                self.broker_id,
+                                vhost,
+                                &topology,
+                                at,
+                                fence.as_ref(),
+                            )
+                            .await
+                        }
+                        Err(_) => Ok(false),
+                    };
+                    match kept {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(broker = %self.broker.name, %vhost, "lease lost: topology not kept")
+                        }
+                        Err(e) => {
+                            tracing::warn!(broker = %self.broker.name, %vhost, error = %e, "keeping the topology failed")
+                        }
                     }
                 }
                 self.topology.insert(vhost.to_string(), (fetched, Arc::new(topology)));

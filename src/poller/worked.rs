@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::storage::Store;
+use crate::storage::{Held, Store};
 
 /// A stored sighting is refreshed at most this often: the reason shows when warren last saw
 /// the consumers, to the minute, and a poll every few seconds need not write it each time.
@@ -34,14 +34,27 @@ impl Worked {
 
     /// Records that the queue has consumers now and processes messages (its role is `work`).
     /// A failed write is logged: the sighting is still kept in memory for this run.
-    pub async fn record(&mut self, store: &Store, broker_id: i64, vhost: &str, queue: &str, now: i64) {
+    /// Stored under `fence`, the poller's lease: without it, kept in memory only.
+    pub async fn record(
+        &mut self,
+        store: &Store,
+        broker_id: i64,
+        vhost: &str,
+        queue: &str,
+        now: i64,
+        fence: Option<&Held>,
+    ) {
         let key = (vhost.to_string(), queue.to_string());
         if self.seen.get(&key).is_some_and(|at| now - *at < REFRESH_SECS) {
             return;
         }
         self.seen.insert(key, now);
-        if let Err(error) = store.record_worked(broker_id, vhost, queue, now).await {
-            tracing::warn!(vhost, queue, %error, "could not store that the queue has consumers; kept for this run");
+        match store.record_worked(broker_id, vhost, queue, now, fence).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(vhost, queue, "lease lost: that the queue has consumers is not stored"),
+            Err(error) => {
+                tracing::warn!(vhost, queue, %error, "could not store that the queue has consumers; kept for this run")
+            }
         }
     }
 }

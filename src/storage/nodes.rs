@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use serde::Serialize;
 
-use super::Result;
+use super::{Held, Result};
 use crate::broker::nodes::Node;
 
 /// One chart point: the node's values over `[ts, ts + step)`. Memory, descriptors, sockets,
@@ -40,8 +40,9 @@ pub(super) fn int(v: Option<u64>) -> Option<i64> {
 
 #[async_trait]
 pub trait Nodes {
-    /// One poll's nodes, in one transaction.
-    async fn write_nodes(&self, broker_id: i64, ts: i64, nodes: &[Node]) -> Result<()>;
+    /// One poll's nodes, in one transaction; `false`, and nothing written, when `fence` (the
+    /// poller's lease) is no longer held.
+    async fn write_nodes(&self, broker_id: i64, ts: i64, nodes: &[Node], fence: Option<&Held>) -> Result<bool>;
     /// The node's points in `[from, to]`, one per `step` seconds that has samples, by time.
     async fn node_history(&self, broker_id: i64, node: &str, from: i64, to: i64, step: i64) -> Result<Vec<NodePoint>>;
     /// (node, ts, free disk bytes) of the broker's samples since `from` that have it, by node and time.

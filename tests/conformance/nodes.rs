@@ -27,7 +27,7 @@ async fn nodes_read_back_per_step_with_unknowns_kept(store: &Store) {
         (1_020, vec![node("a", true, None, Some(4_500))]),
     ];
     for (ts, nodes) in &polls {
-        history::nodes::write(store, broker_id, *ts, nodes).await.unwrap();
+        history::nodes::write(store, broker_id, *ts, nodes, None).await.unwrap();
     }
     let a = history::nodes::history(store, broker_id, "a", 1_000, 1_029, 20).await.unwrap();
     let got: Vec<_> = a.iter().map(|p| (p.ts, p.samples, p.running, p.mem_used, p.disk_free, p.partitions)).collect();
@@ -49,7 +49,7 @@ async fn nodes_read_back_per_step_with_unknowns_kept(store: &Store) {
     assert_eq!(disk, [("a".to_string(), 1_010, 4_000), ("a".to_string(), 1_020, 4_500)]);
 
     // The same poll written again replaces its row.
-    history::nodes::write(store, broker_id, 1_020, &[node("a", true, Some(7), Some(1))]).await.unwrap();
+    history::nodes::write(store, broker_id, 1_020, &[node("a", true, Some(7), Some(1))], None).await.unwrap();
     let again = history::nodes::history(store, broker_id, "a", 1_020, 1_020, 1).await.unwrap();
     assert_eq!((again[0].samples, again[0].mem_used, again[0].disk_free), (1, Some(7), Some(1)));
 }
@@ -59,7 +59,7 @@ async fn aged_node_samples_are_thinned_then_deleted(store: &Store) {
     let hour = 3_600;
     // Every 20 s over the first two hours, then one sample at hour 10.
     for ts in (0..2 * hour).step_by(20).chain([10 * hour]) {
-        history::nodes::write(store, broker_id, ts, &[node("a", true, Some(ts as u64), None)]).await.unwrap();
+        history::nodes::write(store, broker_id, ts, &[node("a", true, Some(ts as u64), None)], None).await.unwrap();
     }
     let windows = Windows { raw_secs: 9 * hour, minute_secs: 10 * hour + 30 * 60, hour_secs: 11 * hour };
     // At 10 h 30 min the samples before 1 h 30 min are past the raw window: the last of each

@@ -177,11 +177,15 @@ fn annotations(n: &Notification) -> BTreeMap<&'static str, String> {
 }
 
 /// Where the firing alerts come from: the rules of the config file (the database's are read at
-/// each re-send) and warren's public address for the links.
+/// each re-send) and warren's public address for the links; and which replica re-sends.
 #[derive(Debug, Clone, Default)]
 pub struct AlertSource {
     pub config_rules: Vec<Rule>,
     pub public_url: Option<reqwest::Url>,
+    /// Re-sends go out only while this replica holds the housekeeping lease: one replica
+    /// re-sends, not every one (Alertmanager would merge them, at N times the requests). `None`:
+    /// this process re-sends (tests).
+    pub resend_under: Option<std::sync::Arc<crate::replicas::Replica>>,
 }
 
 /// The alerts to re-send on `channel`: those firing now whose firing was told (queued for the

@@ -383,6 +383,11 @@ impl Delivery {
     /// is logged when it starts and when it ends, not at every try.
     async fn resend(&self, channel: &NotificationChannel, stop: &CancellationToken, failing: &mut bool) {
         let ChannelKind::Alertmanager(am) = &channel.kind else { return };
+        if let Some(replica) = &self.alerts.resend_under {
+            if replica.held(crate::replicas::HOUSEKEEPING).is_none() {
+                return;
+            }
+        }
         let alerts = match alertmanager::still_firing(&self.db, &self.alerts, channel).await {
             Ok(alerts) if alerts.is_empty() => return,
             Ok(alerts) => alerts,

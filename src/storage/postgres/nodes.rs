@@ -4,14 +4,19 @@ use super::fates::text;
 use super::Postgres;
 use crate::broker::nodes::Node;
 use crate::storage::nodes::{int, NodePoint, Nodes};
-use crate::storage::Result;
+use crate::storage::{Held, Result};
 
 #[async_trait]
 impl Nodes for Postgres {
-    async fn write_nodes(&self, broker_id: i64, ts: i64, nodes: &[Node]) -> Result<()> {
+    async fn write_nodes(&self, broker_id: i64, ts: i64, nodes: &[Node], fence: Option<&Held>) -> Result<bool> {
         // A statement per node: a cluster has a handful, and a node listed twice is then written
         // twice, the last one kept, as on SQLite.
         let mut tx = self.pool.begin().await?;
+        if let Some(held) = fence {
+            if !super::leases::fence_in(&mut tx, held).await? {
+                return Ok(false);
+            }
+        }
         for n in nodes {
             sqlx::query(
                 "insert into node_samples (broker_id, node, ts, running, uptime_secs, mem_used, mem_limit,
@@ -49,7 +54,8 @@ impl Nodes for Postgres {
             .execute(&mut *tx)
             .await?;
         }
-        tx.commit().await
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn node_history(&self, broker_id: i64, node: &str, from: i64, to: i64, step: i64) -> Result<Vec<NodePoint>> {

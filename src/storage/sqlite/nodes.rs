@@ -3,12 +3,17 @@ use async_trait::async_trait;
 use super::Sqlite;
 use crate::broker::nodes::Node;
 use crate::storage::nodes::{int, NodePoint, Nodes};
-use crate::storage::Result;
+use crate::storage::{Held, Result};
 
 #[async_trait]
 impl Nodes for Sqlite {
-    async fn write_nodes(&self, broker_id: i64, ts: i64, nodes: &[Node]) -> Result<()> {
+    async fn write_nodes(&self, broker_id: i64, ts: i64, nodes: &[Node], fence: Option<&Held>) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        if let Some(held) = fence {
+            if !super::leases::fence_in(&mut tx, held).await? {
+                return Ok(false);
+            }
+        }
         for n in nodes {
             sqlx::query(
                 "insert or replace into node_samples (broker_id, node, ts, running, uptime_secs, mem_used, mem_limit,
@@ -38,7 +43,8 @@ impl Nodes for Sqlite {
             .execute(&mut *tx)
             .await?;
         }
-        tx.commit().await
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn node_history(&self, broker_id: i64, node: &str, from: i64, to: i64, step: i64) -> Result<Vec<NodePoint>> {

@@ -1,12 +1,22 @@
 use async_trait::async_trait;
 
 use super::Sqlite;
-use crate::storage::topology::{StoredTopology, Topology, WorkedQueue};
-use crate::storage::Result;
+use crate::storage::topology::{StoredListing, StoredTopology, Topology, WorkedQueue};
+use crate::storage::{Held, Result};
 
 #[async_trait]
 impl Topology for Sqlite {
-    async fn store_topology(&self, broker_id: i64, t: &StoredTopology, read_at: i64) -> Result<()> {
+    async fn store_topology(
+        &self,
+        broker_id: i64,
+        t: &StoredTopology,
+        read_at: i64,
+        fence: Option<&Held>,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        if !fenced(&mut tx, fence).await? {
+            return Ok(false);
+        }
         sqlx::query(
             "insert into vhost_topology (broker_id, vhost, bindings, exchanges, read_at) values (?, ?, ?, ?, ?)
              on conflict (broker_id, vhost) do update set
@@ -17,9 +27,10 @@ impl Topology for Sqlite {
         .bind(&t.bindings)
         .bind(&t.exchanges)
         .bind(read_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn topologies(&self, broker_id: i64) -> Result<Vec<StoredTopology>> {
@@ -36,7 +47,18 @@ impl Topology for Sqlite {
             .await
     }
 
-    async fn record_worked(&self, broker_id: i64, vhost: &str, queue: &str, seen_at: i64) -> Result<()> {
+    async fn record_worked(
+        &self,
+        broker_id: i64,
+        vhost: &str,
+        queue: &str,
+        seen_at: i64,
+        fence: Option<&Held>,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        if !fenced(&mut tx, fence).await? {
+            return Ok(false);
+        }
         sqlx::query(
             "insert into roles_worked_queues (broker_id, vhost, queue, seen_at) values (?, ?, ?, ?) \
              on conflict (broker_id, vhost, queue) do update set seen_at = excluded.seen_at",
@@ -45,8 +67,49 @@ impl Topology for Sqlite {
         .bind(vhost)
         .bind(queue)
         .bind(seen_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn store_listings(&self, broker_id: i64, listings: &[StoredListing], fence: Option<&Held>) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        if !fenced(&mut tx, fence).await? {
+            return Ok(false);
+        }
+        for listing in listings {
+            sqlx::query(
+                "insert into broker_listings (broker_id, kind, read_at, body) values (?, ?, ?, ?)
+                 on conflict (broker_id, kind) do update set read_at = excluded.read_at, body = excluded.body",
+            )
+            .bind(broker_id)
+            .bind(&listing.kind)
+            .bind(listing.read_at)
+            .bind(&listing.body)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn listing(&self, broker_id: i64, kind: &str, newer_than: i64) -> Result<Option<StoredListing>> {
+        sqlx::query_as(
+            "select kind, read_at, body from broker_listings where broker_id = ? and kind = ? and read_at > ?",
+        )
+        .bind(broker_id)
+        .bind(kind)
+        .bind(newer_than)
+        .fetch_optional(&self.pool)
+        .await
+    }
+}
+
+/// The fence at the start of a transaction: `true` without a lease to check.
+async fn fenced(conn: &mut sqlx::SqliteConnection, fence: Option<&Held>) -> Result<bool> {
+    match fence {
+        Some(held) => super::leases::fence_in(conn, held).await,
+        None => Ok(true),
     }
 }

@@ -34,8 +34,11 @@ pub(crate) struct BrokerLoadJson {
     depth_age_secs: Option<f64>,
     rates_age_secs: Option<f64>,
     metadata_age_secs: Option<f64>,
+    /// Another replica polls the broker (its id): the load is that replica's, not known here,
+    /// and left out.
+    polled_by: Option<String>,
     #[serde(flatten)]
-    load: BrokerLoad,
+    load: Option<BrokerLoad>,
 }
 
 fn age_secs(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<f64> {
@@ -45,12 +48,15 @@ fn age_secs(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<f64> {
 async fn json(State(state): State<AppState>, Path(broker): Path<String>) -> Result<Json<BrokerLoadJson>, ApiError> {
     let live = broker_live(&state, &broker)?;
     let now = Utc::now();
-    let load = live.load;
+    let polled_by = live.status.polled_by.clone();
+    let load = Some(live.load).filter(|_| polled_by.is_none());
+    let sampled = |at: fn(&BrokerLoad) -> Option<DateTime<Utc>>| age_secs(load.as_ref().and_then(at), now);
     Ok(Json(BrokerLoadJson {
         broker: live.name,
-        depth_age_secs: age_secs(load.depth_sampled_at, now),
-        rates_age_secs: age_secs(load.rates_sampled_at, now),
-        metadata_age_secs: age_secs(load.metadata_sampled_at, now),
+        depth_age_secs: sampled(|l| l.depth_sampled_at),
+        rates_age_secs: sampled(|l| l.rates_sampled_at),
+        metadata_age_secs: sampled(|l| l.metadata_sampled_at),
+        polled_by,
         load,
     }))
 }
@@ -88,6 +94,8 @@ struct LoadFragment {
     base: std::sync::Arc<str>,
     freshness: Freshness,
     href: String,
+    /// Another replica polls the broker: the rest is that replica's, not shown here.
+    polled_by: Option<String>,
     management: Vec<ManagementRow>,
     prometheus_url: String,
     prometheus_state: &'static str,
@@ -139,6 +147,7 @@ async fn page(
         base: state.base_path.clone(),
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
         href: format!("/brokers/{}", encode_segment(&live.name)),
+        polled_by: live.status.polled_by.clone(),
         management: live
             .status
             .management

@@ -223,7 +223,7 @@ fn row(x: &ExchangeView) -> ExchangeRow {
         label: if x.name.is_empty() { "(default exchange)".to_string() } else { x.name.clone() },
         kind: x.kind.clone().unwrap_or_else(|| format::UNKNOWN.to_string()),
         flags: if flags.is_empty() { "transient".to_string() } else { flags.join(", ") },
-        alternate: match (&x.alternate_exchange, x.alternate_exchange_by) {
+        alternate: match (&x.alternate_exchange, x.alternate_exchange_by.as_deref()) {
             (Some(ae), Some(by)) => format!("{ae} (by {by})"),
             (None, Some(why)) => format!("{} ({why})", format::UNKNOWN),
             _ => "none".to_string(),
