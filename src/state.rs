@@ -165,8 +165,15 @@ impl AppState {
         // replica at a time.
         let claimer = replica.id().to_string();
         let alerts = crate::alerts::notify::AlertSource { resend_under: Some(replica.clone()), ..alerts };
-        let notifier =
-            crate::alerts::notify::Dispatcher::with_alerts(http, store.clone(), Default::default(), alerts, claimer);
+        // Several replicas share a PostgreSQL outbox: another may have a channel this one lacks.
+        let policy = crate::alerts::notify::DeliveryPolicy {
+            unknown_channel_grace: match config.database_url {
+                None => std::time::Duration::ZERO,
+                Some(_) => crate::alerts::notify::REPLICAS_UNKNOWN_CHANNEL_GRACE,
+            },
+            ..Default::default()
+        };
+        let notifier = crate::alerts::notify::Dispatcher::with_alerts(http, store.clone(), policy, alerts, claimer);
         notifier.set_channels(wings.channels);
         AppState {
             replica,

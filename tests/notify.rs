@@ -120,6 +120,7 @@ fn fast_policy() -> DeliveryPolicy {
         max_backoff: Duration::from_secs(1),
         attempt_timeout: Duration::from_secs(5),
         queue_capacity: 10,
+        unknown_channel_grace: Duration::ZERO,
     }
 }
 
@@ -430,6 +431,37 @@ async fn pending_deliveries_of_a_removed_channel_are_dropped_and_logged() {
     assert_eq!(pending_deliveries(&db).await.unwrap(), []);
     assert!(receiver.requests("ok").is_empty(), "another channel does not inherit it");
     assert!(second.shutdown(Duration::from_secs(5)).await);
+}
+
+/// With several replicas another may have a channel this one lacks (a rolling change of the
+/// configuration): its fresh rows stay for the grace, and are delivered by the replica that has
+/// the channel; rows older than the grace go, as with one process.
+#[tokio::test]
+async fn rows_of_a_channel_another_replica_has_stay_for_the_grace() {
+    let receiver = Receiver::start().await;
+    let (_dir, db) = database().await;
+    let grace = Duration::from_secs(3);
+    let policy = DeliveryPolicy { unknown_channel_grace: grace, ..fast_policy() };
+    // The replica without the channel starts first: it must not drop what the other queues.
+    let lacking = Dispatcher::new(reqwest::Client::new(), db.clone(), policy.clone(), "old config".into());
+    lacking.set_channels(vec![channel("kept", "webhook", &receiver.url("ok"))]);
+    let having = Dispatcher::new(reqwest::Client::new(), db.clone(), policy.clone(), "new config".into());
+    // Queued while `having` delivers nothing yet: its channel's receiver hangs.
+    having.set_channels(vec![channel("added", "webhook", &receiver.url("hang"))]);
+    assert_eq!(having.notify(&firing()).await.unwrap(), 1);
+    assert!(having.shutdown(Duration::from_secs(5)).await);
+    // The other replica's configuration changes (a reload): it still lacks "added".
+    lacking.set_channels(vec![channel("kept", "webhook", &receiver.url("ok"))]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(pending_deliveries(&db).await.unwrap().len(), 1, "dropped within the grace");
+
+    // Past the grace, with no replica delivering it, the row goes, logged.
+    log_rows(&db, "added", "the row dropped after the grace", |rows| {
+        rows.iter().any(|r| r.outcome == Outcome::Dropped && r.error.as_deref().is_some_and(|e| e.contains("removed")))
+    })
+    .await;
+    assert_eq!(pending_deliveries(&db).await.unwrap(), []);
+    assert!(lacking.shutdown(Duration::from_secs(5)).await);
 }
 
 #[tokio::test]

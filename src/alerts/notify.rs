@@ -140,7 +140,7 @@ use serde::{Deserialize, Serialize};
 
 pub use alertmanager::{AlertSource, AlertmanagerSettings};
 pub use channel::{ChannelKind, ChannelView, EmailSettings, NotificationChannel, SmtpSecurity};
-pub use dispatch::{DeliveryPolicy, Dispatcher};
+pub use dispatch::{DeliveryPolicy, Dispatcher, REPLICAS_UNKNOWN_CHANNEL_GRACE};
 pub use log::{deliveries_before, prune, recent_deliveries, record, record_in, DeliveryRecord, LogEntry, Outcome};
 pub use message::WEBHOOK_VERSION;
 pub use outbox::{pending_deliveries, PendingDelivery};

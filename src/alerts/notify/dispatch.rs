@@ -40,7 +40,16 @@ pub struct DeliveryPolicy {
     /// Notifications waiting per channel (its rows in the outbox, the one being attempted
     /// included); more are dropped, not waited for.
     pub queue_capacity: usize,
+    /// How long rows of a channel this process does not have stay in the outbox before it drops
+    /// them. With several replicas, another may have the channel: during a rolling change of
+    /// the configuration, a replica that does not know a channel yet would otherwise drop what
+    /// one that knows it just queued. 0 with one process (SQLite): drop at once.
+    pub unknown_channel_grace: Duration,
 }
+
+/// The grace of rows of unknown channels with several replicas: a rolling change of the
+/// configuration is over within it.
+pub const REPLICAS_UNKNOWN_CHANNEL_GRACE: Duration = Duration::from_secs(600);
 
 impl Default for DeliveryPolicy {
     /// Eight attempts over about two minutes (waits of 1, 2, 4, 8, 16, 32 and 60 s): enough to
@@ -53,6 +62,7 @@ impl Default for DeliveryPolicy {
             max_backoff: Duration::from_secs(60),
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
             queue_capacity: 100,
+            unknown_channel_grace: Duration::ZERO,
         }
     }
 }
@@ -79,6 +89,8 @@ struct Inner {
     cancel: CancellationToken,
     tracker: TaskTracker,
     workers: Mutex<Vec<Worker>>,
+    /// Stops the sweep of unknown channels' rows the last `set_channels` started.
+    sweep: Mutex<CancellationToken>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -137,7 +149,13 @@ impl Dispatcher {
         let delivery = Delivery { http, db, policy, alerts: Arc::new(alerts), claimer: claimer.into() };
         let workers = Mutex::new(Vec::new());
         Dispatcher {
-            inner: Arc::new(Inner { delivery, cancel: CancellationToken::new(), tracker: TaskTracker::new(), workers }),
+            inner: Arc::new(Inner {
+                delivery,
+                cancel: CancellationToken::new(),
+                tracker: TaskTracker::new(),
+                workers,
+                sweep: Mutex::new(CancellationToken::new()),
+            }),
         }
     }
 
@@ -177,13 +195,30 @@ impl Dispatcher {
         }
         drop(workers);
         let dispatcher = self.clone();
+        // One sweep at a time: this call's replaces the previous call's.
+        let cancel = self.inner.cancel.child_token();
+        let previous =
+            std::mem::replace(&mut *self.inner.sweep.lock().unwrap_or_else(PoisonError::into_inner), cancel.clone());
+        previous.cancel();
         self.inner.tracker.spawn(async move {
-            // The channels as they are when this runs: a later call may have brought one back.
-            let ids: Vec<String> = dispatcher.channels().into_iter().map(|c| c.id).collect();
-            match outbox::drop_other_channels(&dispatcher.inner.delivery.db, &ids).await {
-                Ok(0) => {}
-                Ok(dropped) => tracing::warn!(dropped, "pending notifications of removed channels dropped"),
-                Err(e) => tracing::error!(error = %e, "cannot drop the pending notifications of removed channels"),
+            let grace = dispatcher.inner.delivery.policy.unknown_channel_grace;
+            loop {
+                // The channels as they are when this runs: a later call may have brought one back.
+                let ids: Vec<String> = dispatcher.channels().into_iter().map(|c| c.id).collect();
+                let before = Utc::now() - chrono::Duration::from_std(grace).unwrap_or_default();
+                match outbox::drop_other_channels(&dispatcher.inner.delivery.db, &ids, before).await {
+                    Ok(0) => {}
+                    Ok(dropped) => tracing::warn!(dropped, "pending notifications of removed channels dropped"),
+                    Err(e) => tracing::error!(error = %e, "cannot drop the pending notifications of removed channels"),
+                }
+                // With a grace, rows younger than it are looked at again once it passed.
+                if grace.is_zero() {
+                    return;
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(grace) => {}
+                }
             }
         });
     }

@@ -153,13 +153,20 @@ pub(super) async fn retry_later(
     tx.retry_outbox(id, claimer, i64::from(attempts), next_at.timestamp_millis()).await
 }
 
-/// Deletes the rows of channels not in `channel_ids`, each with a `dropped` log row; returns how
-/// many. See [`super::Dispatcher::set_channels`] for why they are not kept.
-pub(super) async fn drop_other_channels(store: &Store, channel_ids: &[String]) -> Result<usize, sqlx::Error> {
+/// Deletes the rows of channels not in `channel_ids` queued before `queued_before`, each with a
+/// `dropped` log row; returns how many. See [`super::Dispatcher::set_channels`] for why they are
+/// not kept, and [`super::DeliveryPolicy::unknown_channel_grace`] for why younger ones are.
+pub(super) async fn drop_other_channels(
+    store: &Store,
+    channel_ids: &[String],
+    queued_before: DateTime<Utc>,
+) -> Result<usize, sqlx::Error> {
     let mut tx = store.begin().await?;
     let rows = tx.outbox_rows().await?;
     let mut dropped = 0;
-    for row in rows.iter().filter(|row| !channel_ids.contains(&row.channel_id)) {
+    let other =
+        |row: &&OutboxRow| !channel_ids.contains(&row.channel_id) && row.created_at <= queued_before.timestamp();
+    for row in rows.iter().filter(other) {
         if let Ok(pending) = readable(row) {
             let entry = LogEntry {
                 error: Some("the channel was removed from the configuration".to_string()),
