@@ -174,8 +174,9 @@ async fn intake_keeps_hostile_messages_whole(store: &Store) {
     assert_eq!(found(store, regex).await.1, 1);
 }
 
-async fn a_redelivered_message_is_flagged_only_when_custody_holds_it(store: &Store) {
-    let record = |fingerprint, redelivered| NewRecord {
+/// A record of intake's with a body of `{}` and nothing else but its fingerprint.
+fn bare_record(fingerprint: &str, redelivered: bool) -> NewRecord<'_> {
+    NewRecord {
         exchange: "",
         routing_key: "rk",
         properties: b"",
@@ -189,7 +190,11 @@ async fn a_redelivered_message_is_flagged_only_when_custody_holds_it(store: &Sto
         error_group: None,
         redelivered,
         fingerprint,
-    };
+    }
+}
+
+async fn a_redelivered_message_is_flagged_only_when_custody_holds_it(store: &Store) {
+    let record = bare_record;
     // 4.3 marks every first delivery from a quorum DLQ redelivered: not a duplicate yet.
     store.keep_records(QUEUE, 1, &[record("a", true)]).await.unwrap();
     store.keep_records(QUEUE, 2, &[record("a", true), record("b", false)]).await.unwrap();
@@ -513,22 +518,7 @@ async fn ticked_records_not_held_here_are_named(store: &Store) {
     import(store, &lines).await;
     let mine = all_ids(store).await;
     let other = ("local", "/ä", "other.dlq");
-    let record = NewRecord {
-        exchange: "",
-        routing_key: "rk",
-        properties: b"",
-        properties_json: "{}",
-        body: b"{}",
-        size: 2,
-        message_id: None,
-        reason: None,
-        original_queue: None,
-        error: None,
-        error_group: None,
-        redelivered: false,
-        fingerprint: "f",
-    };
-    store.keep_records(other, 1, &[record]).await.unwrap();
+    store.keep_records(other, 1, &[bare_record("f", false)]).await.unwrap();
     let theirs = *store.custody_ids(other, &Default::default(), (i64::MIN, i64::MAX)).await.unwrap().first().unwrap();
     assert_eq!(store.claim_records("audit-1", "r-1", &mine[..1]).await.unwrap(), mine[..1]);
     store.settle_records(&[(mine[0], "work".to_string())], &[], 10).await.unwrap();
