@@ -688,19 +688,20 @@ var warrenCharts = [];
 
 // The dead-letter browser's "select every message on this page" box (issue 19, item 14): it ticks
 // every enabled message checkbox of its table, and shows whether all, some or none are ticked.
+// Custody's records table has the same box for its record checkboxes (issue 34, case 6).
 // Delegated, so tables swapped in later work too.
 (function () {
   "use strict";
   function boxes(table) {
     return Array.prototype.filter.call(
-      table.querySelectorAll('tbody input[type="checkbox"][name="message"]'),
+      table.querySelectorAll('tbody input[type="checkbox"][name="message"], tbody input[type="checkbox"][name="record"]'),
       function (box) { return !box.disabled; }
     );
   }
   document.addEventListener("change", function (evt) {
     var target = evt.target;
     if (!target || !target.matches || !target.closest) { return; }
-    var table = target.closest("table.messages");
+    var table = target.closest("table.messages, table.custody-records");
     if (!table) { return; }
     var all = table.querySelector("input.select-all");
     if (!all) { return; }
@@ -710,7 +711,7 @@ var warrenCharts = [];
       all.indeterminate = false;
       return;
     }
-    if (target.name !== "message") { return; }
+    if (target.name !== "message" && target.name !== "record") { return; }
     var ticked = list.filter(function (box) { return box.checked; }).length;
     all.checked = ticked > 0 && ticked === list.length;
     all.indeterminate = ticked > 0 && ticked < list.length;

@@ -4,6 +4,8 @@
 //! configuration file accepts (read from the structs of `src/`, so it cannot drift); and all of
 //! it works under the base path of `public_url`, as behind a reverse proxy.
 
+#[path = "docs/commands.rs"]
+mod commands;
 mod common;
 
 use std::collections::BTreeSet;
@@ -256,5 +258,69 @@ async fn the_docs_work_under_a_base_path() {
     assert_eq!(image.status(), 200);
     // A proxy that strips the prefix forwards `/docs/...`: served as well.
     assert_eq!(warren.get_text("/docs/tls").await.0, 200);
+    warren.stop().await;
+}
+
+/// Paths the docs name that are not in the repository by design, with why.
+const NOT_IN_THE_REPOSITORY: &[(&str, &str)] =
+    &[("fuzz/corpus-run/", "where a fuzzing run writes its new inputs; not committed (.gitignore)")];
+
+/// Issue 34, must-have 1: the README cited `PERF.md` and `DOMAIN.md`, which are not in the
+/// repository. Every path the README and the docs name in the repository's folders
+/// (`src/...`, `tests/...`, `.ci/...`) and every `NAME.md` exists, unless
+/// `NOT_IN_THE_REPOSITORY` says why not; a placeholder (`<target>`) or a glob is no path.
+#[test]
+fn nothing_in_the_docs_cites_a_file_not_in_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let in_folder = regex::Regex::new(
+        r#"(?:^|[^\w./~-])((?:src|tests|docs|migrations|templates|static|deploy|scripts|benches|fuzz|vendor|\.ci)/[^\s`)\]'",;:]*)"#,
+    )
+    .unwrap();
+    let markdown_name = regex::Regex::new(r"(?:^|[^\w./-])([\w-]+\.md)\b").unwrap();
+    let mut pages: Vec<PathBuf> = files("md").iter().map(|name| docs_dir().join(format!("{name}.md"))).collect();
+    pages.push(root.join("README.md"));
+    let mut missing = Vec::new();
+    for page in pages {
+        let text = read(&page);
+        let cited = in_folder.captures_iter(&text).chain(markdown_name.captures_iter(&text)).map(|c| c[1].to_string());
+        for path in cited {
+            let path = path.trim_end_matches('.').split('#').next().unwrap_or_default().to_string();
+            if path.contains('<') || path.contains('*') || NOT_IN_THE_REPOSITORY.iter().any(|(p, _)| *p == path) {
+                continue;
+            }
+            if !root.join(&path).exists() && !docs_dir().join(&path).exists() {
+                missing.push(format!("{}: {path}", page.file_name().unwrap().to_string_lossy()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "cited, not in the repository: {missing:#?}");
+}
+
+/// Issue 34, must-have 1: the OpenAPI description rendered in the docs. `/docs/api-reference`
+/// lists every operation of the description the API serves, in the site's layout, and the API
+/// page links it.
+#[tokio::test]
+async fn the_api_reference_lists_every_operation_the_api_serves() {
+    let (_vhost, warren) = warren("docs-api-reference", None).await;
+    let (status, description) = warren.get_json("/api/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    let (status, page) = warren.get_text("/docs/api-reference").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<article class=\"docs\">"), "{page}");
+    let mut operations = 0;
+    for (path, item) in description["paths"].as_object().unwrap() {
+        for method in ["get", "post", "put", "patch", "delete"].iter().filter(|m| item.get(**m).is_some()) {
+            // As rendered: the heading's text, HTML-escaped.
+            let heading = format!("{} {}</h3>", method.to_uppercase(), path.replace('&', "&amp;"));
+            assert!(page.contains(&heading), "{heading} on the reference page");
+            operations += 1;
+        }
+    }
+    assert!(operations > 50, "{operations} operations");
+    for schema in description["components"]["schemas"].as_object().unwrap().keys() {
+        assert!(page.contains(&format!("{schema}</h3>")), "schema {schema} on the reference page");
+    }
+    let (_, api) = warren.get_text("/docs/api").await;
+    assert!(api.contains("href=\"/docs/api-reference\""), "the API page links the reference: {api}");
     warren.stop().await;
 }

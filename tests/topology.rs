@@ -333,3 +333,45 @@ async fn the_exchanges_page_shows_one_vhost_when_asked() {
     assert!(page.contains("No vhost no-such-vhost among the watched ones"), "{page}");
     warren.stop().await;
 }
+
+/// Issue 34, case 6: "Bindings out" read "—" in vhost `/` and a number elsewhere: the poller
+/// read the bindings of vhosts with queues only, and a fresh broker's `/` has none. A vhost of
+/// exchanges alone (one bound to another) has its bindings counted too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bindings_out_are_counted_in_a_vhost_without_queues() {
+    let vhost = TestVhost::create("xnoqueues").await;
+    let connection = vhost.connect().await;
+    let channel = vhost.channel(&connection).await;
+    exchange(&channel, "upstream", ExchangeKind::Topic).await;
+    exchange(&channel, "downstream", ExchangeKind::Fanout).await;
+    channel
+        .exchange_bind(
+            "downstream".into(),
+            "upstream".into(),
+            "order.#".into(),
+            ExchangeBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let warren = Warren::for_vhost(&vhost.name, 1).await;
+    let body = wait_for("bindings out counted", Duration::from_secs(30), || async {
+        let (_, body) = warren.get_json("/api/v1/brokers/local/exchanges").await;
+        let counted =
+            ["upstream", "downstream", "amq.direct"].iter().all(|x| find(&body, x)["bindings_out"].is_number());
+        counted.then(|| body.clone()).ok_or_else(|| body.to_string())
+    })
+    .await;
+    assert_eq!(find(&body, "upstream")["bindings_out"], 1, "{body}");
+    assert_eq!(find(&body, "downstream")["bindings_out"], 0, "{body}");
+    assert_eq!(find(&body, "amq.direct")["bindings_out"], 0, "{body}");
+    let (_, page) = warren.get_text("/brokers/local/exchanges").await;
+    let row = |name: &str| {
+        let start = page.find(&format!(r#"<tr data-exchange="{name}">"#)).expect("a row per exchange");
+        page[start..start + page[start..].find("</tr>").unwrap()].to_string()
+    };
+    assert!(row("upstream").contains(r#"<td class="num">1</td>"#), "{}", row("upstream"));
+    assert!(row("amq.direct").contains(r#"<td class="num">0</td>"#), "{}", row("amq.direct"));
+    connection.close(0, "done".into()).await.ok();
+    warren.stop().await;
+}

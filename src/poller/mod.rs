@@ -457,7 +457,8 @@ impl Poller {
         self.polls += 1;
         let (mut views, marks, gone) =
             track::derive(&mut self.queues, &mut self.maps, raw_queues, &ctx, self.polls, |v| broker.watches_vhost(v));
-        bytes += self.apply_topology(&mut views, &marks, fetched, &mut calls.other).await;
+        let watched_names: Vec<&str> = watched.iter().map(|v| v.name.as_str()).collect();
+        bytes += self.apply_topology(&mut views, &marks, &watched_names, fetched, &mut calls.other).await;
         estimate::estimate_ages(
             &self.store,
             &mut self.queues,

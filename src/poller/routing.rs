@@ -24,11 +24,13 @@ const TOPOLOGY_EVERY: Duration = Duration::from_secs(60);
 impl Poller {
     /// Refreshes stale vhost topologies and sets each view's dead-letter facts. A failed
     /// topology call keeps the previous topology (it is logged, the poll goes on): dead-letter
-    /// routing is not worth losing the numbers for. Returns the bytes read.
+    /// routing is not worth losing the numbers for. `watched`: every watched vhost, queues or
+    /// not. Returns the bytes read.
     pub(super) async fn apply_topology(
         &mut self,
         views: &mut [QueueView],
         marks: &[track::Mark],
+        watched: &[&str],
         fetched: Instant,
         spent: &mut Duration,
     ) -> usize {
@@ -114,7 +116,14 @@ impl Poller {
                 }
             }
         }
-        self.topology.retain(|vhost, _| by_vhost.iter().any(|(v, _)| v == vhost));
+        // A watched vhost without queues has exchanges, and bindings between them, all the
+        // same: the exchanges page counts its bindings out from its topology (issue 34, case 6:
+        // "—" in vhost `/`, where a fresh broker has no queue, beside numbers elsewhere). Read
+        // at the stale cadence only: such a vhost's listings are a few bindings.
+        for vhost in watched.iter().filter(|w| !by_vhost.iter().any(|(v, _)| v == *w)) {
+            bytes += self.refresh_topology_if_stale(vhost, fetched, spent).await;
+        }
+        self.topology.retain(|vhost, _| watched.contains(&vhost.as_str()) || by_vhost.iter().any(|(v, _)| v == vhost));
         bytes
     }
 

@@ -200,6 +200,10 @@ pub trait Custody {
     async fn custody_counts(&self, broker: &str) -> Result<Vec<Tally>>;
     /// A queue's records by state, reason, original queue and error, in one scan.
     async fn custody_triage(&self, queue: Queue<'_>) -> Result<Vec<Tally>>;
+    /// How many of a queue's records were replayed since the queue's current incarnation began
+    /// (`queues.incarnation_since`): a queue deleted and re-created under the same name does not
+    /// count the replays from the old one's custody (issue 34, case 6).
+    async fn custody_replayed(&self, queue: Queue<'_>) -> Result<i64>;
     /// Record `id` of `queue` with its message.
     async fn custody_message(&self, queue: Queue<'_>, id: i64) -> Result<Option<StoredMessage>>;
     /// The records with these ids with their messages, by id.

@@ -13,6 +13,7 @@ use axum::Router;
 use pulldown_cmark::{CodeBlockKind, CowStr, Event, Options, Parser, Tag, TagEnd};
 
 use crate::state::AppState;
+use crate::web::api_reference;
 use crate::web::error::WebError;
 use crate::web::error_page::PageError;
 use crate::web::htmx::html;
@@ -29,6 +30,7 @@ const PAGES: &[(&str, &str)] = &[
     ("advisor", include_str!("../../docs/advisor.md")),
     ("alerts", include_str!("../../docs/alerts.md")),
     ("api", include_str!("../../docs/api.md")),
+    ("api-reference", include_str!("../../docs/api-reference.md")),
     ("benchmarks", include_str!("../../docs/benchmarks.md")),
     ("concepts", include_str!("../../docs/concepts.md")),
     ("configuration", include_str!("../../docs/configuration.md")),
@@ -100,6 +102,14 @@ async fn page(me: Me, Path(page): Path<String>) -> Result<Response, PageError> {
 fn show(mut me: Me, name: &str) -> Result<Response, PageError> {
     let Some((_, markdown)) = PAGES.iter().find(|(page, _)| *page == name) else {
         return Err(WebError::NotFound(format!("there is no documentation page {name:?}")).into());
+    };
+    // The API reference is the page's introduction and the OpenAPI description the API serves.
+    let generated;
+    let markdown = if name == api_reference::PAGE {
+        generated = format!("{markdown}{}", api_reference::markdown(&crate::web::openapi::document()));
+        generated.as_str()
+    } else {
+        markdown
     };
     let rendered = render(markdown, &me.base);
     let order = summary_order();

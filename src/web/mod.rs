@@ -17,6 +17,7 @@
 
 mod access;
 mod alerts;
+mod api_reference;
 mod assets;
 mod brokers;
 mod dlq;

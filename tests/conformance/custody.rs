@@ -21,6 +21,8 @@ crate::conformance!(
     a_claimed_record_is_neither_claimed_again_nor_deleted,
     concurrent_claims_and_deletes_take_each_record_once,
     only_a_dead_replicas_claims_are_handed_back,
+    a_recreated_queue_counts_only_its_own_replays,
+    ticked_records_not_held_here_are_named,
 );
 
 /// Claims from before replicas recorded none: they count as a dead replica's. Made with the
@@ -172,8 +174,9 @@ async fn intake_keeps_hostile_messages_whole(store: &Store) {
     assert_eq!(found(store, regex).await.1, 1);
 }
 
-async fn a_redelivered_message_is_flagged_only_when_custody_holds_it(store: &Store) {
-    let record = |fingerprint, redelivered| NewRecord {
+/// A record of intake's with a body of `{}` and nothing else but its fingerprint.
+fn bare_record(fingerprint: &str, redelivered: bool) -> NewRecord<'_> {
+    NewRecord {
         exchange: "",
         routing_key: "rk",
         properties: b"",
@@ -187,7 +190,11 @@ async fn a_redelivered_message_is_flagged_only_when_custody_holds_it(store: &Sto
         error_group: None,
         redelivered,
         fingerprint,
-    };
+    }
+}
+
+async fn a_redelivered_message_is_flagged_only_when_custody_holds_it(store: &Store) {
+    let record = bare_record;
     // 4.3 marks every first delivery from a quorum DLQ redelivered: not a duplicate yet.
     store.keep_records(QUEUE, 1, &[record("a", true)]).await.unwrap();
     store.keep_records(QUEUE, 2, &[record("a", true), record("b", false)]).await.unwrap();
@@ -446,4 +453,76 @@ async fn only_a_dead_replicas_claims_are_handed_back(store: &Store) {
     assert_eq!(store.unclaim_records("audit-1").await.unwrap(), 1);
     assert_eq!(store.unclaim_records("audit-5").await.unwrap(), 1);
     assert_eq!(states().await, ["replayed", "held", "held", "held", "held", "held", c, "held"]);
+}
+
+/// Issue 34, case 6: a queue deleted and re-created under the same name showed the old one's
+/// "907 replayed". Records replayed before the poll that found the queue back are the old
+/// queue's; the listing counts those replayed since.
+async fn a_recreated_queue_counts_only_its_own_replays(store: &Store) {
+    use warren::history::{self, PollWrite, QueueMeta};
+    let (broker, vhost, queue) = QUEUE;
+    let meta = QueueMeta {
+        vhost: vhost.into(),
+        name: queue.into(),
+        kind: "classic".into(),
+        durable: Some(true),
+        arguments: "{}".into(),
+        policy: None,
+        effective_policy: "{}".into(),
+    };
+    let broker_id = history::broker_id(store, broker).await.unwrap();
+    let poll = |ts: i64| PollWrite { broker_id, ts, ..PollWrite::default() };
+    let mut first = poll(1_000);
+    first.upserts.push(meta.clone());
+    let id = history::write_poll(store, &first).await.unwrap()[0];
+
+    let lines: Vec<String> = (0..5).map(|i| line(&format!("m-{i}"), &[], b"{}")).collect();
+    import(store, &lines).await;
+    let ids = all_ids(store).await;
+    let replayed = |n: usize| -> Vec<(i64, String)> { ids[..n].iter().map(|id| (*id, "work".to_string())).collect() };
+    let replayed_count = || async {
+        let keeper = custody::Custody::new(store.clone(), storage());
+        let budget = Matchers::new().request();
+        custody::list(store, &keeper, QUEUE, &Filter::default(), None, 10, &budget).await.unwrap().counts.replayed
+    };
+    assert_eq!(store.claim_records("audit-1", "r-1", &ids[..3]).await.unwrap(), ids[..3]);
+    store.settle_records(&replayed(3), &[], 1_500).await.unwrap();
+    assert_eq!(replayed_count().await, 3, "never gone: every replay is this queue's");
+
+    // A poll that writes the queue again (its policy changed) while it never vanished keeps its count.
+    let mut changed = poll(1_600);
+    changed.upserts.push(QueueMeta { policy: Some("p".into()), ..meta.clone() });
+    history::write_poll(store, &changed).await.unwrap();
+    assert_eq!(replayed_count().await, 3);
+
+    // Gone at 2,000, back at 3,000: a new queue under the old name.
+    let mut gone = poll(2_000);
+    gone.deleted.push(id);
+    history::write_poll(store, &gone).await.unwrap();
+    let mut back = poll(3_000);
+    back.upserts.push(meta);
+    assert_eq!(history::write_poll(store, &back).await.unwrap(), vec![id], "the row is reused");
+    assert_eq!(replayed_count().await, 0, "the old queue's replays are not the new one's");
+    assert_eq!(store.claim_records("audit-2", "r-1", &ids[3..4]).await.unwrap(), ids[3..4]);
+    store.settle_records(&[(ids[3], "work".to_string())], &[], 3_100).await.unwrap();
+    assert_eq!(replayed_count().await, 1);
+    let counts = custody::counts_by_queue(store, broker).await.unwrap();
+    let c = &counts[&(vhost.to_string(), queue.to_string())];
+    assert_eq!((c.held, c.replayed), (1, 4), "held records stay whatever the queue's history; by name, every replay");
+}
+
+/// Ticked records that this queue's custody does not hold now (another queue's, replayed, never
+/// taken in) are named, in one query over their span.
+async fn ticked_records_not_held_here_are_named(store: &Store) {
+    let lines: Vec<String> = (0..3).map(|i| line(&format!("m-{i}"), &[], b"{}")).collect();
+    import(store, &lines).await;
+    let mine = all_ids(store).await;
+    let other = ("local", "/ä", "other.dlq");
+    store.keep_records(other, 1, &[bare_record("f", false)]).await.unwrap();
+    let theirs = *store.custody_ids(other, &Default::default(), (i64::MIN, i64::MAX)).await.unwrap().first().unwrap();
+    assert_eq!(store.claim_records("audit-1", "r-1", &mine[..1]).await.unwrap(), mine[..1]);
+    store.settle_records(&[(mine[0], "work".to_string())], &[], 10).await.unwrap();
+    let asked = [mine[1], theirs, mine[0], i64::MAX, mine[2]];
+    assert_eq!(custody::not_held(store, QUEUE, &asked).await.unwrap(), vec![theirs, mine[0], i64::MAX]);
+    assert!(custody::not_held(store, QUEUE, &[]).await.unwrap().is_empty());
 }

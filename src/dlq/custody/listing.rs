@@ -35,6 +35,9 @@ pub async fn message(
 pub struct Counts {
     pub held: u64,
     pub claimed: u64,
+    /// Records replayed: in `list`, since the queue's current incarnation began (a queue
+    /// deleted and re-created starts at 0; the audit log keeps its predecessor's replays); in
+    /// `counts_by_queue`, which the poller reads for what is held, every record under the name.
     pub replayed: u64,
     pub bytes: u64,
     /// When the oldest record still held (or claimed by a replay) was taken, unix seconds.
@@ -173,10 +176,8 @@ pub async fn list(
         match tally.state.as_str() {
             "held" => counts.held += n,
             "claimed" => counts.claimed += n,
-            _ => {
-                counts.replayed += n;
-                continue;
-            }
+            // Counted below, from this incarnation of the queue only.
+            _ => continue,
         }
         counts.bytes += tally.bytes.max(0) as u64;
         let (first, last) = (tally.first_at.unwrap_or_default(), tally.last_at.unwrap_or_default());
@@ -194,6 +195,9 @@ pub async fn list(
             group.last_seen = group.last_seen.max(last);
         }
     }
+    // Not the triage's replayed records: those of a queue deleted and re-created under this
+    // name were the old queue's (issue 34, case 6: a new queue showed "907 replayed").
+    counts.replayed = store.custody_replayed((broker, vhost, queue)).await?.max(0) as u64;
     // Largest first, then by value; records without an error form no error group.
     let ordered = |by: HashMap<Option<String>, Group>, with_none: bool| -> Vec<Group> {
         let mut out: Vec<Group> = by.into_iter().filter(|(k, _)| with_none || k.is_some()).map(|(_, g)| g).collect();

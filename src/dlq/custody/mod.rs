@@ -45,7 +45,7 @@ pub use intake::{start_intakes, Custody, IntakeState};
 pub use listing::{counts_by_queue, error_groups, list, message, Counts, Group, Listing, Variant, VARIANTS_SHOWN};
 pub use replay::{recover, replay, CustodySelection, CustodyTarget, ReplayReport, ReplayRequest, ReplayRun};
 pub(in crate::dlq) use search::matching;
-pub use search::{Record, SearchError};
+pub use search::{not_held, Record, SearchError};
 pub(in crate::dlq) use store::kept;
 pub use store::{delete, fill_error_groups, import, prune_replayed, DeleteError, ImportError, Taken};
 pub use switch::{budget, editable, in_custody, is_in_custody, payload_role, rule_for, set_switch, switches, Switch};

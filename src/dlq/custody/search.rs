@@ -144,3 +144,14 @@ pub(in crate::dlq) async fn matching(
 ) -> Result<Vec<Record>, SearchError> {
     records(store, queue, filter, (States::Kept, None), i64::MAX, budget).await
 }
+
+/// Of the record ids a user ticked, those `queue`'s custody does not hold now: ids of another
+/// queue's records, replayed or being replayed ones, ids that never existed. One query over the
+/// span of the ids, whatever their number.
+pub async fn not_held(store: &Store, queue: Queue<'_>, ids: &[i64]) -> Result<Vec<i64>, sqlx::Error> {
+    let (Some(&low), Some(&high)) = (ids.iter().min(), ids.iter().max()) else { return Ok(Vec::new()) };
+    let search = Search { states: States::Held, ..Search::default() };
+    let held: std::collections::HashSet<i64> =
+        store.custody_ids(queue, &search, (low, high)).await?.into_iter().collect();
+    Ok(ids.iter().copied().filter(|id| !held.contains(id)).collect())
+}

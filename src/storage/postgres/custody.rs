@@ -149,6 +149,20 @@ impl Custody for Postgres {
         .await
     }
 
+    async fn custody_replayed(&self, (broker, vhost, queue): Queue<'_>) -> Result<i64> {
+        sqlx::query_scalar(
+            "select count(*) from custody_messages m
+             where m.broker = $1 and m.vhost = $2 and m.queue = $3 and m.state = 'replayed'
+               and m.replayed_at >= coalesce((select q.incarnation_since from queues q join brokers b on b.id = q.broker_id
+                                              where b.name = m.broker and q.vhost = m.vhost and q.name = m.queue), 0)",
+        )
+        .bind(text(broker))
+        .bind(text(vhost))
+        .bind(text(queue))
+        .fetch_one(&self.pool)
+        .await
+    }
+
     async fn custody_triage(&self, (broker, vhost, queue): Queue<'_>) -> Result<Vec<Tally>> {
         sqlx::query_as(
             "select vhost, queue, state, reason, original_queue, error, count(*) as records,

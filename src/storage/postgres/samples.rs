@@ -292,7 +292,10 @@ async fn upsert_queues(tx: &mut sqlx::PgConnection, write: &PollWrite) -> Result
            as u(vhost, name, kind, durable, arguments, policy, effective_policy)
          on conflict (broker_id, vhost, name) do update set
            kind = excluded.kind, durable = excluded.durable, arguments = excluded.arguments,
-           policy = excluded.policy, effective_policy = excluded.effective_policy, deleted_at = null
+           policy = excluded.policy, effective_policy = excluded.effective_policy, deleted_at = null,
+           -- Back after it vanished: a new queue under the old name (migrations/postgres/0010).
+           incarnation_since = case when queues.deleted_at is null then queues.incarnation_since
+                            else excluded.first_seen end
          returning id, vhost, name",
     )
     .bind(write.broker_id)

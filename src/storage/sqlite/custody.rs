@@ -129,6 +129,20 @@ impl Custody for Sqlite {
         .await
     }
 
+    async fn custody_replayed(&self, (broker, vhost, queue): Queue<'_>) -> Result<i64> {
+        sqlx::query_scalar(
+            "select count(*) from custody_messages m
+             where m.broker = ? and m.vhost = ? and m.queue = ? and m.state = 'replayed'
+               and m.replayed_at >= coalesce((select q.incarnation_since from queues q join brokers b on b.id = q.broker_id
+                                              where b.name = m.broker and q.vhost = m.vhost and q.name = m.queue), 0)",
+        )
+        .bind(broker)
+        .bind(vhost)
+        .bind(queue)
+        .fetch_one(&self.pool)
+        .await
+    }
+
     async fn custody_triage(&self, (broker, vhost, queue): Queue<'_>) -> Result<Vec<Tally>> {
         // One scan of the covering index (in its order: no sort) gives the counts, the sizes and
         // every group; a query per group plus the broker-wide counts read it five times (269 ms

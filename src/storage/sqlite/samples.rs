@@ -59,7 +59,10 @@ impl Samples for Sqlite {
                  values (?, ?, ?, ?, ?, ?, ?, ?, ?)
                  on conflict (broker_id, vhost, name) do update set
                    kind = excluded.kind, durable = excluded.durable, arguments = excluded.arguments,
-                   policy = excluded.policy, effective_policy = excluded.effective_policy, deleted_at = null
+                   policy = excluded.policy, effective_policy = excluded.effective_policy, deleted_at = null,
+                   -- Back after it vanished: a new queue under the old name (migrations/sqlite/0031).
+                   incarnation_since = case when queues.deleted_at is null then queues.incarnation_since
+                                            else excluded.first_seen end
                  returning id",
             )
             .bind(write.broker_id)

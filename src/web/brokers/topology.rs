@@ -232,7 +232,9 @@ fn row(x: &ExchangeView) -> ExchangeRow {
         bindings_out: match x.bindings_out {
             Some(n) => format::count(Some(n as u64)),
             None if x.name.is_empty() => "every queue (by name)".to_string(),
-            None => format::UNKNOWN.to_string(),
+            // Every watched vhost's bindings are read; until the first read (or after every
+            // read failed, which the log says) the count is unknown, and says why.
+            None => format!("{} (bindings not read yet)", format::UNKNOWN),
         },
         publish_in: format::rate(x.publish_in_rate),
         publish_out: format::rate(x.publish_out_rate),

@@ -159,8 +159,10 @@ pub async fn start_replay(
     releasing: bool,
 ) -> Result<i64, WebError> {
     find_queue(state, broker, vhost, queue).await?;
-    if let custody::CustodySelection::Matching(filter) = &request.selection {
-        filter.check().map_err(WebError::BadRequest)?;
+    match &request.selection {
+        custody::CustodySelection::Matching(filter) => filter.check().map_err(WebError::BadRequest)?,
+        custody::CustodySelection::Records(ids) => check_ticked(state, (broker, vhost, queue), ids).await?,
+        custody::CustodySelection::All => {}
     }
     use crate::dlq::jobs::{self, StartError};
     let job = jobs::start_replay(&state.dlq(), (broker, vhost, queue), request, actor, releasing).await.map_err(
@@ -171,6 +173,42 @@ pub async fn start_replay(
         },
     )?;
     Ok(job.id)
+}
+
+/// The most records a replay takes by id: a page lists at most this many, and more are a
+/// filter's work (`Matching`), which the store answers without a list of ids in the request.
+pub const TICKED_MAX: usize = 1000;
+
+/// Refuses a selection of records by id that is empty, longer than `TICKED_MAX`, or names a
+/// record this queue's custody does not hold now (another queue's, replayed already, or never
+/// taken in): nothing is replayed then, and the error names the ids, not where they are.
+async fn check_ticked(state: &AppState, queue: (&str, &str, &str), ids: &[i64]) -> Result<(), WebError> {
+    if ids.is_empty() {
+        return Err(WebError::BadRequest("tick at least one record, or replay all".to_string()));
+    }
+    if ids.len() > TICKED_MAX {
+        return Err(WebError::BadRequest(format!(
+            "{} records named; a replay takes at most {TICKED_MAX} by id: replay the records matching a filter instead",
+            ids.len()
+        )));
+    }
+    let missing = custody::not_held(&state.store, queue, ids)
+        .await
+        .map_err(|e| WebError::Storage(state.storage.failed("reading custody", &e)))?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    const NAMED: usize = 10;
+    let mut named = missing.iter().take(NAMED).map(i64::to_string).collect::<Vec<_>>().join(", ");
+    if missing.len() > NAMED {
+        named.push_str(&format!(" and {} more", missing.len() - NAMED));
+    }
+    let (noun, verb) = if missing.len() == 1 { ("record", "is") } else { ("records", "are") };
+    Err(WebError::BadRequest(format!(
+        "{noun} {named} {verb} not held in the custody of {:?} (another queue's, replayed already, or never taken \
+         in): nothing was replayed",
+        queue.2
+    )))
 }
 
 /// Takes a queue into custody (admin): intake starts within seconds, whatever the rules say.

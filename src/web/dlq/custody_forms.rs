@@ -56,8 +56,9 @@ fn confirmed(body: &str) -> bool {
     form_pairs(body).any(|(k, v)| k == "confirmed" && v == "true")
 }
 
-/// The custody replay form: `scope` (`all` or `matching`, with the `filter_*` fields) and
-/// `target` (`original-queue`, or `queue` with `target_queue`).
+/// The custody replay form: `scope` (`all` or `matching`, with the `filter_*` fields), or
+/// `ticked=true` (the "Replay the ticked records" button) with a `record` field per ticked
+/// record; and `target` (`original-queue`, or `queue` with `target_queue`).
 pub(super) async fn custody_replay_form(
     State(state): State<AppState>,
     access: Access,
@@ -68,9 +69,14 @@ pub(super) async fn custody_replay_form(
     let (mut scope, mut target, mut target_queue, mut filter) =
         (String::new(), String::new(), String::new(), message::Filter::default());
     let (mut accept_drop_head, mut accept_stranding) = (false, false);
+    let (mut ticked, mut records) = (false, Vec::new());
     for (key, value) in form_pairs(&body) {
         match key.as_str() {
             "scope" => scope = value,
+            "ticked" => ticked = value == "true",
+            "record" => records.push(value.trim().parse::<i64>().map_err(|_| {
+                WebError::BadRequest(format!("record: {:?} is not a record number", crate::auth::shorten(&value)))
+            })?),
             "accept_drop_head" => accept_drop_head = value == "true",
             "accept_stranding" => accept_stranding = value == "true",
             "target" => target = value,
@@ -82,6 +88,17 @@ pub(super) async fn custody_replay_form(
         }
     }
     let selection = match scope.as_str() {
+        _ if ticked => CustodySelection::Records(records),
+        // Enter in a field submits with the first button, "Replay": with records ticked, that
+        // would replay every record, not the ticked ones.
+        _ if !records.is_empty() => {
+            return Err(WebError::BadRequest(format!(
+                "{} records are ticked, and Replay takes every record or those matching the filter: press \"Replay \
+                 the ticked records\", or untick them",
+                records.len()
+            ))
+            .into())
+        }
         "all" => CustodySelection::All,
         "matching" if !filter.is_empty() => {
             filter.check().map_err(WebError::BadRequest)?;
