@@ -18,7 +18,7 @@
 mod access;
 mod alerts;
 mod assets;
-mod brokers;
+pub(crate) mod brokers;
 mod dlq;
 mod docs;
 mod error;
