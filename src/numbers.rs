@@ -86,8 +86,15 @@ pub struct Steadiness {
     pub unsteady: Option<String>,
     /// Samples in the window with depth and rates known.
     pub samples: usize,
+    /// Seconds between the first and the last of them: what the means cover.
+    pub covered_secs: i64,
     pub window_secs: i64,
 }
+
+/// The samples must cover this share of the window: a queue whose rates became known only
+/// lately (its first rate window filling) has few samples at the end of the window, which say
+/// nothing of how it got there.
+pub const MIN_COVERAGE: f64 = 0.8;
 
 /// A queue's minimum set of numbers.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -133,12 +140,19 @@ fn spread(values: impl Iterator<Item = f64> + Clone) -> (f64, f64, f64) {
 pub fn steadiness(window: &[QueuePoint], window_secs: i64) -> Steadiness {
     let points = usable(window);
     let samples = points.len();
-    if samples < MIN_SAMPLES {
-        return Steadiness {
-            unsteady: Some(format!("too few samples: {samples} of {MIN_SAMPLES} in the last {window_secs} s")),
-            samples,
-            window_secs,
-        };
+    let covered_secs = match (points.first(), points.last()) {
+        (Some(first), Some(last)) => last.ts - first.ts,
+        _ => 0,
+    };
+    let few = if samples < MIN_SAMPLES {
+        Some(format!("too few samples: {samples} of {MIN_SAMPLES} in the last {window_secs} s"))
+    } else if (covered_secs as f64) < MIN_COVERAGE * window_secs as f64 {
+        Some(format!("the samples with depth and rates known cover only {covered_secs} s of the last {window_secs} s"))
+    } else {
+        None
+    };
+    if let Some(few) = few {
+        return Steadiness { unsteady: Some(few), samples, covered_secs, window_secs };
     }
     let mut moved = Vec::new();
     let depth = |name: &str, f: fn(&QueuePoint) -> f64, moved: &mut Vec<String>| {
@@ -158,7 +172,7 @@ pub fn steadiness(window: &[QueuePoint], window_secs: i64) -> Steadiness {
     rate("delivery rate", |p| p.deliver_rate.unwrap_or(0.0), &mut moved);
     rate("ack rate", |p| p.ack_rate.unwrap_or(0.0), &mut moved);
     let unsteady = (!moved.is_empty()).then(|| format!("{} in the last {window_secs} s", moved.join(", ")));
-    Steadiness { unsteady, samples, window_secs }
+    Steadiness { unsteady, samples, covered_secs, window_secs }
 }
 
 fn means(window: &[QueuePoint]) -> Option<Means> {

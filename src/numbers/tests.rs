@@ -151,6 +151,19 @@ fn dead_letters_are_the_depth_of_its_dead_letter_queues() {
 }
 
 #[test]
+fn samples_at_the_end_of_the_window_only_are_too_few() {
+    // Rates known for the last 10 s of 30 only (a rate window just filled): steady-looking, not
+    // known to be steady.
+    let late: Vec<QueuePoint> = (20..30).map(|i| point(i, 40, 4, 20.0, 20.0, 0.0)).collect();
+    let steady = steadiness(&late, 30);
+    assert_eq!(
+        steady.unsteady.as_deref(),
+        Some("the samples with depth and rates known cover only 9 s of the last 30 s")
+    );
+    assert_eq!(steadiness(&steady_window(), 30).covered_secs, 29);
+}
+
+#[test]
 fn the_window_holds_enough_polls() {
     assert_eq!(window_secs(1), 30);
     assert_eq!(window_secs(10), 60);
