@@ -232,6 +232,14 @@ async fn a_viewer_reads_findings_and_numbers_and_nothing_the_payload_role_keeps(
         vhost.name
     ))
     .await;
+    // Once warren serves, its migrations ran: opening the database before raced them.
+    wait_for("warren to serve", Duration::from_secs(20), || async {
+        match reqwest::get(warren.url("/healthz")).await {
+            Ok(r) if r.status().is_success() => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
     auth::add_user(&warren::storage::sqlite::store(db.clone()), "vera", Role::Viewer, PASSWORD).await.unwrap();
     db.close().await;
