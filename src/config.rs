@@ -214,6 +214,9 @@ pub struct BrokerConfig {
     /// How long a consumer may hold unacked messages, with none ready and no ack, before it
     /// counts as hung: a consumer holding scheduled (ETA, delayed) messages does that by design.
     pub scheduled_hold_limit: Duration,
+    /// How far back the advisor compares a dead-letter queue's depth to call it growing
+    /// (`dlq-without-owner-or-retention`: "growth over days").
+    pub dlq_growth_window: Duration,
     /// TLS of each endpoint (`[brokers.tls]`): the CA file added to the public web CAs, the
     /// client certificate and the name checked; read and checked when the configuration loads.
     pub tls: crate::config::tls::BrokerTls,
@@ -347,6 +350,7 @@ struct FileBroker {
     source_recheck_secs: Option<u64>,
     prometheus_head_timestamps: Option<bool>,
     scheduled_hold_limit_secs: Option<u64>,
+    dlq_growth_window_secs: Option<u64>,
     tls: Option<crate::config::tls::TlsFile>,
 }
 
@@ -367,6 +371,9 @@ pub const MAX_SCHEDULED_HOLD_LIMIT_SECS: u64 = 365 * 24 * 3600;
 /// messages longer with nothing else to do is flagged as hung.
 pub const DEFAULT_SCHEDULED_HOLD_LIMIT_SECS: u64 = 3600;
 pub const DEFAULT_SOURCE_RECHECK_SECS: u64 = 300;
+/// Two days: "growth over days" (issue 35). A DLQ its owner drains daily is lower than two days
+/// ago; one nobody reads is higher.
+pub const DEFAULT_DLQ_GROWTH_WINDOW_SECS: u64 = 2 * 24 * 3600;
 /// As Alertmanager's default `repeat_interval`.
 pub const DEFAULT_ALERT_REPEAT_SECS: u64 = 4 * 3600;
 
@@ -610,6 +617,7 @@ impl Config {
                     "source_recheck_secs": b.source_recheck.as_secs(),
                     "prometheus_head_timestamps": b.prometheus_head_timestamps,
                     "scheduled_hold_limit_secs": b.scheduled_hold_limit.as_secs(),
+                    "dlq_growth_window_secs": b.dlq_growth_window.as_secs(),
                 });
                 if b.tls.file != crate::config::tls::TlsFile::default() {
                     broker["tls"] = serde_json::to_value(&b.tls.file).unwrap_or(Value::Null);
@@ -911,6 +919,11 @@ fn build_broker(index: usize, file: FileBroker, cli: Option<&Overrides>) -> Resu
             file.scheduled_hold_limit_secs
                 .unwrap_or(DEFAULT_SCHEDULED_HOLD_LIMIT_SECS)
                 .min(MAX_SCHEDULED_HOLD_LIMIT_SECS),
+        ),
+        dlq_growth_window: Duration::from_secs(
+            file.dlq_growth_window_secs
+                .unwrap_or(DEFAULT_DLQ_GROWTH_WINDOW_SECS)
+                .clamp(1, MAX_SCHEDULED_HOLD_LIMIT_SECS),
         ),
         tls,
     })

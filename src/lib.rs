@@ -26,6 +26,7 @@ pub mod history;
 pub mod live;
 pub mod memory;
 pub mod metrics;
+pub mod numbers;
 pub mod poller;
 pub mod replicas;
 pub mod state;

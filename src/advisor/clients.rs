@@ -18,7 +18,19 @@ use crate::metrics::QueueView;
 /// not judged yet.
 const CONFIRM_SETTLES_SECS: i64 = 15;
 
-const CONSUMER_RULES: [&str; 3] = [rules::AUTO_ACK, rules::UNLIMITED_PREFETCH, rules::SINGLE_HOLDER];
+const CONSUMER_RULES: [&str; 4] =
+    [rules::AUTO_ACK, rules::UNLIMITED_PREFETCH, rules::PREFETCH_ABOVE_PROCESSING, rules::SINGLE_HOLDER];
+
+/// A prefetch is "far above" what a consumer works through when it is more than this many times
+/// the messages it acknowledges in one processing time. Ten: RabbitMQ's guidance sizes a prefetch
+/// at a few times what a consumer processes in a round trip, so that it never waits for the next
+/// delivery; past ten times, nine tenths of the credit is never used in steady traffic and only
+/// serves to pile a burst onto one consumer.
+pub const PREFETCH_FACTOR: f64 = 10.0;
+
+/// A prefetch at or below this is never "far above": 100 to 300 is the range RabbitMQ's
+/// guidance calls reasonable for most work queues, and a smaller one costs little in a burst.
+pub const PREFETCH_FLOOR: u64 = 100;
 
 /// A finding about queue `q` for rule `id`, from the inputs this file reads.
 fn finding(
@@ -58,6 +70,7 @@ pub(crate) fn evaluate(inputs: &Inputs, out: &mut Vec<Finding>, unknown: &mut Ve
                 }
                 auto_ack(inputs, q, &consumers, out);
                 unlimited_prefetch(inputs, q, &consumers, clients, out);
+                prefetch_above_processing(inputs, q, &consumers, out);
                 single_holder(inputs, q, &consumers, out);
             }
         }
@@ -138,6 +151,62 @@ fn unlimited_prefetch(
     };
     let title = format!("{} has {} consumer(s) with unlimited prefetch", q.name, unlimited.len());
     out.push(finding(inputs, q, rules::UNLIMITED_PREFETCH, title, evidence, fix));
+}
+
+/// Consumers whose prefetch is more than `PREFETCH_FACTOR` times what they acknowledge in one
+/// processing time. By Little's law, what a consumer acknowledges in one processing time (its
+/// ack rate × the processing time, unacked ÷ ack rate) is what it holds: the queue's unacked ÷
+/// its consumers, the ack rate shared evenly (the broker counts acks per queue, not per
+/// consumer). Only while it acks and the queue has no backlog: with messages ready every
+/// consumer fills its prefetch, and its holding says nothing of its processing.
+fn prefetch_above_processing(inputs: &Inputs, q: &QueueView, consumers: &[QueueConsumer], out: &mut Vec<Finding>) {
+    let (Some(ack_rate), Some(unacked), Some(ready)) = (q.ack_rate.filter(|r| *r > 0.0), q.unacked, q.ready) else {
+        return;
+    };
+    let manual: Vec<&QueueConsumer> = consumers.iter().filter(|c| c.consumer.ack_required == Some(true)).collect();
+    if manual.is_empty() || ready > 0 || q.own_reads {
+        return;
+    }
+    let per_consumer = unacked as f64 / manual.len() as f64;
+    let processing_secs = unacked as f64 / ack_rate;
+    // At least one message: a consumer faster than a poll is seen holding none.
+    let threshold = PREFETCH_FACTOR * per_consumer.max(1.0);
+    let far: Vec<(&QueueConsumer, u64)> = manual
+        .iter()
+        .filter_map(|c| c.consumer.prefetch_count.map(|p| (*c, p)))
+        .filter(|(_, p)| *p > PREFETCH_FLOOR && *p as f64 > threshold)
+        .collect();
+    let Some(largest) = far.iter().map(|(_, p)| *p).max() else { return };
+    let mut evidence: Vec<Evidence> = far
+        .iter()
+        .map(|(c, p)| self::evidence("consumer prefetch", format!("{p}: {}", consumer_value(c)), "consumers listing"))
+        .collect();
+    evidence.push(self::evidence(
+        "ack rate",
+        format!("{ack_rate:.2} msg/s over {} consumer(s)", manual.len()),
+        "queue counters",
+    ));
+    evidence.push(self::evidence(
+        "processing time",
+        format!("{processing_secs:.2} s (Little's law: unacked {unacked} ÷ ack rate)"),
+        "listing and queue counters",
+    ));
+    evidence.push(self::evidence(
+        "acknowledged per consumer in one processing time",
+        format!("{per_consumer:.1} (limit {PREFETCH_FACTOR:.0}× that, and over {PREFETCH_FLOOR})"),
+        "derived",
+    ));
+    let suggested = (per_consumer.max(1.0) * 3.0).ceil().max(10.0) as u64;
+    let fix = Fix {
+        summary: format!(
+            "Lower the consumer's prefetch (basic.qos) to a few times what it holds while working: {suggested} or so              here, instead of {largest}."
+        ),
+        policy: None,
+    };
+    let title = format!("{} has {} consumer(s) with a prefetch far above what they process", q.name, far.len());
+    let mut f = finding(inputs, q, rules::PREFETCH_ABOVE_PROCESSING, title, evidence, fix);
+    f.inputs.push(inputs.age("queue counters"));
+    out.push(f);
 }
 
 fn single_holder(inputs: &Inputs, q: &QueueView, consumers: &[QueueConsumer], out: &mut Vec<Finding>) {

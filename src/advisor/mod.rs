@@ -9,6 +9,7 @@
 //! lacked are listed in `Advice::unknown`.
 
 mod clients;
+mod dead_letters;
 mod fix;
 mod queues;
 mod rules;
@@ -16,6 +17,7 @@ mod rules;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+pub use dead_letters::{needs_history, ttls_from_custody};
 pub use fix::PolicyFix;
 pub use rules::{rule_by_id, Rule, RULES};
 
@@ -145,17 +147,41 @@ pub struct UnknownInput {
 }
 
 /// What the rules read besides a broker's live state.
+#[derive(Default)]
 pub struct Settings {
     /// How long one connection may hold all of a queue's unacked messages with no ack before
     /// it is a finding: the broker's `scheduled_hold_limit`.
     pub hold_limit_secs: f64,
+    /// How far back a dead-letter queue's depth is compared (`dlq_growth_window_secs`).
+    pub dlq_growth_window_secs: f64,
+    /// What the web layer read from the database for the rules that need history.
+    pub stored: Stored,
+}
+
+/// What a few rules read from warren's database rather than memory, loaded by the caller for
+/// the queues that need it (`queues::needs_history`); absent entries are unknown, never clear.
+#[derive(Debug, Default)]
+pub struct Stored {
+    /// Per dead-letter queue (vhost, name): its depth on the broker `dlq_growth_window_secs`
+    /// ago, as (unix time of that reading, depth); `None` when warren stored none then (its
+    /// history is younger, or has a gap there).
+    pub dlq_depth_then: std::collections::HashMap<(String, String), Option<(i64, u64)>>,
+    /// Per queue (vhost, name): the per-message TTLs (`expiration`) of its records in warren's
+    /// custody, with how many records carry each, and how many records were read.
+    pub custody_ttls: std::collections::HashMap<(String, String), (std::collections::BTreeMap<String, u64>, usize)>,
 }
 
 impl Settings {
-    /// A broker's settings from its configuration (the default hold limit without one).
+    /// A broker's settings from its configuration (the defaults without one), with nothing
+    /// read from the database.
     pub fn of(broker: Option<&crate::config::BrokerConfig>) -> Settings {
         let hold = broker.map(|b| b.scheduled_hold_limit.as_secs_f64());
-        Settings { hold_limit_secs: hold.unwrap_or(crate::config::DEFAULT_SCHEDULED_HOLD_LIMIT_SECS as f64) }
+        let growth = broker.map(|b| b.dlq_growth_window.as_secs_f64());
+        Settings {
+            hold_limit_secs: hold.unwrap_or(crate::config::DEFAULT_SCHEDULED_HOLD_LIMIT_SECS as f64),
+            dlq_growth_window_secs: growth.unwrap_or(crate::config::DEFAULT_DLQ_GROWTH_WINDOW_SECS as f64),
+            stored: Stored::default(),
+        }
     }
 }
 

@@ -1,13 +1,13 @@
 //! The rules over each queue's own configuration and counters: the upgrade blockers, quorum
 //! dead-lettering, length limits, dead-letter queues and retry queues.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::fix::{for_queue, keep_all};
 use super::rules;
 use super::{evidence, Evidence, Finding, Fix, Inputs, Severity, UnknownInput};
 use crate::broker::policies::{configured_delivery_limit_of, overflow_of, Overflow, DEFAULT_DELIVERY_LIMIT_4X};
-use crate::broker::topology::{dead_letter_config, message_ttl_ms, QueueRole};
+use crate::broker::topology::{dead_letter_config, QueueRole};
 use crate::metrics::QueueView;
 
 /// Where a setting of a queue comes from: its argument (which wins for these keys) or its
@@ -41,7 +41,7 @@ fn text(v: &Value) -> String {
 }
 
 /// A finding about queue `q` for rule `id`, from the inputs this file reads.
-fn finding(
+pub(super) fn finding(
     inputs: &Inputs,
     q: &QueueView,
     id: &'static str,
@@ -72,8 +72,8 @@ pub(crate) fn evaluate(inputs: &Inputs, out: &mut Vec<Finding>, unknown: &mut Ve
             quorum(inputs, q, out, &mut counters_unknown, &mut version_unknown);
         }
         length_limit(inputs, q, out);
-        dead_letter_queue(inputs, q, out);
-        retry_ttls(inputs, q, out);
+        super::dead_letters::dead_letter_queue(inputs, q, out);
+        super::dead_letters::retry_ttls(inputs, q, out);
     }
     if exclusive_unknown {
         unknown.push(UnknownInput {
@@ -443,68 +443,4 @@ fn length_limit(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>) {
             out.push(f);
         }
     }
-}
-
-fn dead_letter_queue(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>) {
-    if !q.dead_letters.is_dlq || q.consumers != Some(0) || q.total.unwrap_or(0) == 0 {
-        return;
-    }
-    let bounded = !matches!(overflow_of(&q.arguments, &q.effective_policy), Overflow::Unlimited);
-    if bounded || message_ttl_ms(&q.arguments, &q.effective_policy).is_some() {
-        return;
-    }
-    let mut evidence = vec![
-        evidence("role", "dead-letter queue", q.dead_letters.role_reason.to_string()),
-        evidence("consumers", "0", "listing"),
-        evidence("messages", q.total.unwrap_or(0).to_string(), "listing"),
-        evidence("retention", "no message TTL, no length limit", "arguments and effective policy"),
-    ];
-    if let Some(rate) = q.backlog_growth_rate {
-        evidence.push(super::queues::evidence("depth change", format!("{rate:+.3} msg/s"), "rate window"));
-    }
-    let fix = Fix {
-        summary: "Name an owner who reads and replays or discards its messages (the DLQ browser), and give it a \
-                  retention that says how long a failure matters: 14 days below."
-            .into(),
-        policy: Some(for_queue(
-            q,
-            rules::DLQ_UNBOUNDED,
-            &[("message-ttl", json!(14 * 24 * 3600 * 1000u64))],
-            &keep_all,
-        )),
-    };
-    let title = format!("{} keeps dead letters with no consumer and no retention", q.name);
-    let mut f = finding(inputs, q, rules::DLQ_UNBOUNDED, title, evidence, fix);
-    f.inputs.push(inputs.age("queue depth"));
-    out.push(f);
-}
-
-fn retry_ttls(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>) {
-    let Some(snapshot) = inputs.snapshots.and_then(|s| s.get(&q.broker, &q.vhost, &q.name)) else { return };
-    let mut ttls: Map<String, Value> = Map::new();
-    for m in &snapshot.messages {
-        if let Some(ttl) = m.message.properties.get("expiration").and_then(Value::as_str) {
-            let n = ttls.entry(ttl.to_string()).or_insert(json!(0));
-            *n = json!(n.as_u64().unwrap_or(0) + 1);
-        }
-    }
-    if ttls.len() < 2 {
-        return;
-    }
-    let listed: Vec<String> = ttls.iter().take(8).map(|(ttl, n)| format!("{ttl} ms ×{n}")).collect();
-    let evidence = vec![evidence(
-        "per-message TTLs",
-        listed.join(", "),
-        format!("snapshot of {} messages", snapshot.messages.len()),
-    )];
-    let fix = Fix {
-        summary: "Give each retry delay a wait queue of its own with a queue TTL (x-message-ttl) instead of a \
-                  per-message expiration, so that no short delay waits behind a long one."
-            .into(),
-        policy: None,
-    };
-    let title = format!("{} holds messages with {} different TTLs", q.name, ttls.len());
-    let mut f = finding(inputs, q, rules::MIXED_TTLS, title, evidence, fix);
-    f.inputs.push(super::age_at("snapshot", Some(snapshot.taken_at), inputs.now));
-    out.push(f);
 }

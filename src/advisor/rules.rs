@@ -36,6 +36,7 @@ pub const DROP_HEAD: &str = "drop-head-on-work-queue";
 pub const LIMIT_REACHED: &str = "length-limit-reached";
 pub const AUTO_ACK: &str = "auto-ack-consumer";
 pub const UNLIMITED_PREFETCH: &str = "unlimited-prefetch";
+pub const PREFETCH_ABOVE_PROCESSING: &str = "prefetch-far-above-processing";
 pub const NO_CONFIRMS: &str = "publish-without-confirms";
 pub const MIXED_TTLS: &str = "retry-queue-mixed-ttls";
 pub const DLQ_UNBOUNDED: &str = "dlq-without-owner-or-retention";
@@ -126,6 +127,14 @@ pub const RULES: &[Rule] = &[
         "Unlimited prefetch",
         "A consumer with no prefetch limit is sent every ready message at once: one consumer takes the whole backlog, \
          others starve, and its memory grows with the queue. A crash then hands the whole backlog back at once.",
+    ),
+    rule(
+        PREFETCH_ABOVE_PROCESSING,
+        Severity::Notice,
+        "Prefetch far above what the consumer processes",
+        "A consumer is sent up to its prefetch at once, so in a burst it takes many times what it acknowledges in \
+         one processing time while its peers idle, and those messages wait in its buffer. A crash then hands them \
+         all back at once, to be delivered again.",
     ),
     rule(
         NO_CONFIRMS,

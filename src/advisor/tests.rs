@@ -40,7 +40,7 @@ fn broker(version: &str, queues: Vec<QueueView>) -> BrokerLive {
 }
 
 fn rules_fired(live: &BrokerLive) -> Vec<(&'static str, String)> {
-    let advice = advise(live, None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
+    let advice = advise(live, None, &Settings { hold_limit_secs: 60.0, ..Settings::default() }, Utc::now());
     advice.findings.iter().map(|f| (f.rule, f.queue.clone().unwrap_or_default())).collect()
 }
 
@@ -60,7 +60,12 @@ fn a_well_configured_quorum_queue_raises_nothing() {
 #[test]
 fn a_quorum_queue_without_dlx_drops_past_the_limit_on_4x_and_warns_on_3x() {
     let q = queue("orders", "quorum");
-    let on4 = advise(&broker("4.0.5", vec![q.clone()]), None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
+    let on4 = advise(
+        &broker("4.0.5", vec![q.clone()]),
+        None,
+        &Settings { hold_limit_secs: 60.0, ..Settings::default() },
+        Utc::now(),
+    );
     let f = &on4.findings[0];
     assert_eq!((f.rule, f.severity), (rules::QUORUM_WITHOUT_DLX, Severity::Critical));
     assert!(f
@@ -69,12 +74,17 @@ fn a_quorum_queue_without_dlx_drops_past_the_limit_on_4x_and_warns_on_3x() {
         .any(|e| e.what == "delivery limit" && e.value == "20" && e.source == "RabbitMQ 4.x default"));
     let policy = f.fix.policy.as_ref().unwrap();
     assert_eq!(policy.definition["dead-letter-routing-key"], "orders.dlq");
-    let on3 = advise(&broker("3.10.8", vec![q.clone()]), None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
+    let on3 = advise(
+        &broker("3.10.8", vec![q.clone()]),
+        None,
+        &Settings { hold_limit_secs: 60.0, ..Settings::default() },
+        Utc::now(),
+    );
     assert_eq!(on3.findings[0].severity, Severity::Warning);
     // Unknown version and nothing configured: silent, and said so.
     let mut unknown = broker("", vec![q]);
     unknown.status.rabbitmq_version = None;
-    let advice = advise(&unknown, None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
+    let advice = advise(&unknown, None, &Settings { hold_limit_secs: 60.0, ..Settings::default() }, Utc::now());
     assert!(advice.findings.iter().all(|f| f.rule != rules::QUORUM_WITHOUT_DLX));
     assert!(!advice.ran(rules::QUORUM_WITHOUT_DLX));
 }
@@ -94,7 +104,7 @@ fn upgrade_blockers_name_their_source() {
     let advice = advise(
         &broker("3.10.8", vec![lazy, v1, transient, exclusive]),
         None,
-        &Settings { hold_limit_secs: 60.0 },
+        &Settings { hold_limit_secs: 60.0, ..Settings::default() },
         Utc::now(),
     );
     let fired: Vec<(&str, &str)> = advice.findings.iter().map(|f| (f.rule, f.queue.as_deref().unwrap())).collect();
@@ -147,7 +157,8 @@ fn redeliveries_with_the_limit_off() {
 
 #[test]
 fn without_a_client_listing_the_client_rules_are_unknown() {
-    let advice = advise(&broker("3.10.8", vec![]), None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
+    let advice =
+        advise(&broker("3.10.8", vec![]), None, &Settings { hold_limit_secs: 60.0, ..Settings::default() }, Utc::now());
     for rule in [rules::AUTO_ACK, rules::UNLIMITED_PREFETCH, rules::NO_CONFIRMS, rules::SINGLE_HOLDER] {
         assert!(!advice.ran(rule), "{rule}");
     }
@@ -188,9 +199,105 @@ fn a_publisher_is_judged_once_its_channel_stats_settled() {
     for (age, fires) in [(5, false), (60, true)] {
         let mut live = broker("4.0.5", vec![]);
         live.clients = Some(Arc::new(clients(age)));
-        let advice = advise(&live, None, &Settings { hold_limit_secs: 60.0 }, Utc::now());
+        let advice = advise(&live, None, &Settings { hold_limit_secs: 60.0, ..Settings::default() }, Utc::now());
         let found = advice.findings.iter().any(|f| f.rule == rules::NO_CONFIRMS);
         assert_eq!(found, fires, "a connection {age} s old: {:?}", advice.findings);
         assert!(advice.ran(rules::NO_CONFIRMS));
     }
+}
+
+#[test]
+fn a_prefetch_far_above_what_the_consumer_processes() {
+    use crate::broker::clients::Consumer;
+    use crate::live::clients::{ClientsLive, Listed};
+    let consumer = |prefetch: u64| Consumer {
+        queue: "work".into(),
+        vhost: "v".into(),
+        consumer_tag: Some("w1".into()),
+        channel: Some("c1 (1)".into()),
+        connection: Some("c1".into()),
+        peer_host: None,
+        peer_port: None,
+        prefetch_count: Some(prefetch),
+        ack_required: Some(true),
+        activity_status: Some("up".into()),
+        exclusive: Some(false),
+    };
+    let fired = |prefetch: u64, ready: u64, unacked: u64| {
+        let mut q = queue("work", "classic");
+        (q.consumers, q.ready, q.unacked, q.ack_rate) = (Some(1), Some(ready), Some(unacked), Some(5.0));
+        let mut live = broker("3.10.8", vec![q]);
+        live.clients = Some(Arc::new(ClientsLive {
+            listed_at: Utc::now(),
+            every_secs: 10.0,
+            cost_secs: 0.0,
+            connections: Listed::known(vec![]),
+            channels: Listed::known(vec![]),
+            consumers: Listed::known(vec![consumer(prefetch)]),
+        }));
+        let advice = advise(&live, None, &Settings { hold_limit_secs: 60.0, ..Settings::default() }, Utc::now());
+        assert!(advice.ran(rules::PREFETCH_ABOVE_PROCESSING));
+        advice.findings.into_iter().find(|f| f.rule == rules::PREFETCH_ABOVE_PROCESSING)
+    };
+    // 5 msg/s, 2 held: 0.4 s of processing, 2 messages acknowledged in it; 1000 is 500 times that.
+    let f = fired(1000, 0, 2).expect("fires");
+    assert!(f.evidence.iter().any(|e| e.what == "processing time" && e.value.starts_with("0.40 s")), "{f:?}");
+    assert!(f.fix.summary.contains("10 or so"), "{}", f.fix.summary);
+    // Within ten times, or at most the floor of 100: fine.
+    assert!(fired(100, 0, 2).is_none());
+    assert!(fired(150, 0, 20).is_none());
+    // A backlog fills every prefetch: what the consumer holds then says nothing of its work.
+    assert!(fired(1000, 50, 1000).is_none());
+}
+
+#[test]
+fn a_dlq_is_flagged_by_its_growth_over_the_window() {
+    let mut dlq = queue("orders.dlq", "classic");
+    dlq.dead_letters.is_dlq = true;
+    dlq.total = Some(30);
+    let live = broker("3.10.8", vec![dlq]);
+    let with_then = |then: Option<Option<(i64, u64)>>| {
+        let mut settings = Settings { hold_limit_secs: 60.0, dlq_growth_window_secs: 172_800.0, ..Settings::default() };
+        if let Some(then) = then {
+            settings.stored.dlq_depth_then.insert(("v".into(), "orders.dlq".into()), then);
+        }
+        let advice = advise(&live, None, &settings, Utc::now());
+        advice.findings.into_iter().find(|f| f.rule == rules::DLQ_UNBOUNDED)
+    };
+    // Higher than two days ago: growing, a warning with both depths.
+    let f = with_then(Some(Some((1_700_000_000, 12)))).expect("growing");
+    assert_eq!(f.severity, Severity::Warning);
+    let growth = f.evidence.iter().find(|e| e.what == "growth").unwrap();
+    assert_eq!(growth.value, "12 → 30 messages since 2 d ago");
+    assert!(growth.source.starts_with("stored history (depth at 2023-11-14T22:13:20"), "{}", growth.source);
+    // Not higher: drained by someone, or nothing dies any more.
+    assert!(with_then(Some(Some((1_700_000_000, 30)))).is_none());
+    // No depth from then (a young history), or not read: messages nobody reads, growth unknown.
+    for then in [Some(None), None] {
+        let f = with_then(then).expect("flagged, growth unknown");
+        assert_eq!(f.severity, Severity::Notice);
+        assert!(f.evidence.iter().any(|e| e.what == "growth" && e.value.starts_with("not yet known")), "{f:?}");
+    }
+}
+
+#[test]
+fn ttls_are_read_from_the_x_death_of_records_in_custody() {
+    let record = |ttl: Value| {
+        json!({"headers": {"x-death": [
+        {"queue": "work.wait", "reason": "expired", "original-expiration": ttl, "count": 1},
+        {"queue": "work", "reason": "rejected", "count": 1}]}})
+    };
+    let records = [record(json!("100")), record(json!("200")), record(json!("100")), json!({"expiration": "5"})];
+    let ttls = ttls_from_custody(records.iter());
+    assert_eq!(ttls.len(), 1, "only entries with an original expiration: {ttls:?}");
+    assert_eq!(ttls["work.wait"], [("100".to_string(), 2), ("200".to_string(), 1)].into_iter().collect());
+
+    // The rule reads them for the wait queue, which holds nothing now.
+    let mut settings = Settings { hold_limit_secs: 60.0, ..Settings::default() };
+    settings.stored.custody_ttls.insert(("v".into(), "work.wait".into()), (ttls["work.wait"].clone(), 3));
+    let live = broker("3.10.8", vec![queue("work.wait", "classic")]);
+    let advice = advise(&live, None, &settings, Utc::now());
+    let f = advice.findings.iter().find(|f| f.rule == rules::MIXED_TTLS).expect("mixed TTLs from custody");
+    assert_eq!(f.evidence[0].value, "100 ms ×2, 200 ms ×1");
+    assert_eq!(f.evidence[0].source, "3 records in warren's custody");
 }

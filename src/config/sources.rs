@@ -169,6 +169,7 @@ const BROKER: &[(&str, Kind)] = &[
     ("source_recheck_secs", Integer),
     ("prometheus_head_timestamps", Bool),
     ("scheduled_hold_limit_secs", Integer),
+    ("dlq_growth_window_secs", Integer),
 ];
 
 /// Under `tls` and under each of its endpoints.

@@ -19,7 +19,7 @@ mod access;
 mod alerts;
 mod api_reference;
 mod assets;
-mod brokers;
+pub(crate) mod brokers;
 mod dlq;
 mod docs;
 mod error;

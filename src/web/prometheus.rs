@@ -28,21 +28,28 @@ pub fn router() -> Router<AppState> {
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let brokers = state.live.snapshot();
     let mut text = render(&brokers);
-    render_advisor(&mut text, &state, &brokers);
+    render_advisor(&mut text, &state, &brokers).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
 }
 
 /// `warren_advisor_findings{broker,rule,severity}`: the advisor's findings now, every rule and
 /// severity of each broker (0 included, so a series does not vanish when a finding clears),
 /// except the rules that did not run for lack of an input (no data, not 0).
-fn render_advisor(out: &mut String, state: &AppState, brokers: &[BrokerLive]) {
+async fn render_advisor(out: &mut String, state: &AppState, brokers: &[BrokerLive]) {
     let f = Family {
         name: "warren_advisor_findings",
         help: "Findings of the advisor by rule and severity (docs/advisor.md); absent where the rule's inputs are unknown.",
     };
     header(out, &f);
     for live in brokers {
-        let settings = crate::advisor::Settings::of(state.broker_config(&live.name));
+        // As the advisor's page: the same stored history, so that both count the same findings.
+        let settings = match crate::web::brokers::advisor::settings(state, live, live.queues.iter()).await {
+            Ok(settings) => settings,
+            Err(e) => {
+                tracing::warn!(broker = %live.name, error = %e, "the advisor's stored inputs could not be read");
+                crate::advisor::Settings::of(state.broker_config(&live.name))
+            }
+        };
         let advice = crate::advisor::advise(live, Some(&state.snapshots), &settings, chrono::Utc::now());
         for rule in crate::advisor::RULES.iter().filter(|r| advice.ran(r.id)) {
             for severity in crate::advisor::Severity::ALL {

@@ -18,6 +18,7 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use crate::advisor::{self, Advice, Finding, Severity, RULES};
+use crate::auth::Role;
 use crate::broker::management::encode_segment;
 use crate::live::BrokerLive;
 use crate::state::AppState;
@@ -91,13 +92,68 @@ impl Checked {
     }
 }
 
-fn settings(state: &AppState, broker: &str) -> advisor::Settings {
-    advisor::Settings::of(state.broker_config(broker))
+/// A broker's settings, with what the rules read from the database for `queues`.
+pub async fn settings<'a>(
+    state: &AppState,
+    live: &BrokerLive,
+    queues: impl Iterator<Item = &'a crate::metrics::QueueView>,
+) -> Result<advisor::Settings, WebError> {
+    let mut settings = advisor::Settings::of(state.broker_config(&live.name));
+    let Some(&broker_id) = state.broker_ids.get(&live.name) else { return Ok(settings) };
+    let then = Utc::now().timestamp() - settings.dlq_growth_window_secs as i64;
+    let interval = crate::web::lookup::poll_interval_secs(state, &live.name).max(1);
+    for q in queues.filter(|q| advisor::needs_history(q)) {
+        let Some(queue_id) = q.id else { continue };
+        let depth = super::history::depth_at(state, broker_id, queue_id, then, interval).await?;
+        settings.stored.dlq_depth_then.insert((q.vhost.to_string(), q.name.to_string()), depth);
+    }
+    settings.stored.custody_ttls = custody_ttls(state, &live.name).await?;
+    Ok(settings)
+}
+
+/// The newest records read per queue in custody for their per-message TTLs.
+const CUSTODY_RECORDS_READ: i64 = 500;
+
+/// Per queue (vhost, name): the per-message TTLs its messages carried, read from the `x-death`
+/// headers of the newest records in custody, with how many records were read. Headers are
+/// what a `[[custody]]` rule's payload role keeps, so only queues every role may read are read:
+/// the findings and the counts of `/metrics` are the same for every reader, and reveal nothing
+/// of a restricted queue's headers.
+async fn custody_ttls(
+    state: &AppState,
+    broker: &str,
+) -> Result<std::collections::HashMap<(String, String), (std::collections::BTreeMap<String, u64>, usize)>, WebError> {
+    use crate::storage::custody::{Scan, Search, States};
+    let mut out: std::collections::HashMap<(String, String), (std::collections::BTreeMap<String, u64>, usize)> =
+        Default::default();
+    for ((vhost, dlq), counts) in crate::dlq::custody::counts_by_queue(&state.store, broker).await? {
+        let place = (broker, vhost.as_str(), dlq.as_str());
+        if counts.held + counts.claimed == 0 || crate::web::restricted::payload_role(state, place) != Role::Viewer {
+            continue;
+        }
+        let Some((low, high)) = state.store.custody_id_span(place).await? else { continue };
+        let search = Search { states: States::Kept, ..Search::default() };
+        let scan =
+            Scan { ids: (low.max(high - CUSTODY_RECORDS_READ + 1), high), head_bytes: 64 * 1024, max_bytes: 8 << 20 };
+        let records = state.store.custody_candidates(place, &search, scan).await?;
+        // A properties text cut at `head_bytes` does not parse, and is left out.
+        let properties: Vec<serde_json::Value> =
+            records.iter().filter_map(|(_, _, p)| serde_json::from_slice(p).ok()).collect();
+        for (queue, ttls) in advisor::ttls_from_custody(properties.iter()) {
+            let entry = out.entry((vhost.clone(), queue)).or_default();
+            for (ttl, n) in ttls {
+                *entry.0.entry(ttl).or_default() += n;
+            }
+            entry.1 += properties.len();
+        }
+    }
+    Ok(out)
 }
 
 /// A broker's advice now.
-pub fn advice(state: &AppState, live: &BrokerLive) -> Advice {
-    advisor::advise(live, Some(&state.snapshots), &settings(state, &live.name), Utc::now())
+pub async fn advice(state: &AppState, live: &BrokerLive) -> Result<Advice, WebError> {
+    let settings = settings(state, live, live.queues.iter()).await?;
+    Ok(advisor::advise(live, Some(&state.snapshots), &settings, Utc::now()))
 }
 
 async fn json(
@@ -107,7 +163,7 @@ async fn json(
 ) -> Result<Json<Advice>, ApiError> {
     let filter = filter.check()?;
     let live = broker_live(&state, &broker)?;
-    let mut advice = advice(&state, &live);
+    let mut advice = advice(&state, &live).await?;
     advice.findings.retain(|f| filter.keeps(f));
     Ok(Json(advice))
 }
@@ -181,9 +237,10 @@ pub struct QueueAdvice {
 }
 
 /// The advisor's section of a queue's page.
-pub fn queue_section(state: &AppState, live: &BrokerLive, vhost: &str, queue: &str) -> Result<String, WebError> {
-    let advice =
-        advisor::advise_queue(live, Some(&state.snapshots), &settings(state, &live.name), Utc::now(), (vhost, queue));
+pub async fn queue_section(state: &AppState, live: &BrokerLive, vhost: &str, queue: &str) -> Result<String, WebError> {
+    let this = live.queues.iter().filter(|q| *q.vhost == *vhost && *q.name == *queue);
+    let settings = settings(state, live, this).await?;
+    let advice = advisor::advise_queue(live, Some(&state.snapshots), &settings, Utc::now(), (vhost, queue));
     Ok(QueueAdvice {
         base: state.base_path.clone(),
         rows: advice.findings.iter().map(|f| finding_row(&live.name, f)).collect(),
@@ -237,7 +294,7 @@ async fn page(
 ) -> Result<Response, PageError> {
     let filter = filter.check()?;
     let live = broker_live(&state, &broker)?;
-    let advice = advice(&state, &live);
+    let advice = advice(&state, &live).await?;
     let href = advisor_href(&live.name);
     let with = |rule: Option<&str>, severity: Option<&str>| {
         let mut query = Vec::new();

@@ -105,6 +105,9 @@ pub struct QueueJson {
     /// With a hung consumer: the connections whose channels hold the unacked messages, from
     /// the last consumers listing (`/consumers` has the details and the listing's age).
     pub hung_consumer_connections: Option<Vec<String>>,
+    /// The minimum set of numbers (issue 35): wait, processing time, retry share, oldest age and
+    /// dead letters, each with how it was derived and whether the queue was in steady state.
+    pub numbers: crate::numbers::QueueNumbers,
 }
 
 async fn queue(
@@ -115,5 +118,6 @@ async fn queue(
     let live = broker_live(&state, &broker)?;
     let stale = stale_json(&live);
     let hung_consumer_connections = hung_consumer_connections(&live, &queue);
-    Ok(Json(QueueJson { queue, stale, hung_consumer_connections }))
+    let numbers = super::history::load_queue_numbers(&state, &live, &queue).await?;
+    Ok(Json(QueueJson { queue, stale, hung_consumer_connections, numbers }))
 }

@@ -180,3 +180,56 @@ async fn queue_history(
 ) -> Result<Json<QueueHistory>, ApiError> {
     Ok(Json(load_queue_history(&state, &broker, &vhost, &name, &range).await?))
 }
+
+/// A queue's minimum set of numbers (`numbers::queue_numbers`), from its stored samples over
+/// the numbers' window, one per poll. A queue not stored yet has none: the numbers then say
+/// they come from the last poll alone.
+pub async fn load_queue_numbers(
+    state: &AppState,
+    live: &crate::live::BrokerLive,
+    view: &crate::metrics::QueueView,
+) -> Result<crate::numbers::QueueNumbers, WebError> {
+    let interval = poll_interval_secs(state, &live.name).max(1);
+    let window = crate::numbers::window_secs(interval);
+    let to = Utc::now().timestamp();
+    let points = match (view.id, state.broker_ids.get(&live.name)) {
+        (Some(queue_id), Some(&broker_id)) if !view.deleted => {
+            history::queue_history(&state.store, broker_id, queue_id, to - window, to, interval, interval).await?
+        }
+        _ => Vec::new(),
+    };
+    Ok(crate::numbers::queue_numbers(view, &points, window, &live.queues))
+}
+
+/// A queue's depth on the broker (ready + unacked) as last stored at or before `at`, with the
+/// time of that reading; `None` when nothing was stored in the hour before (a history younger
+/// than that, or a gap). Every stored queue gets a keyframe at least hourly, so an hour finds
+/// one; raw samples where they are kept, else the roll-ups' last values.
+pub async fn depth_at(
+    state: &AppState,
+    broker_id: i64,
+    queue_id: i64,
+    at: i64,
+    interval: i64,
+) -> Result<Option<(i64, u64)>, WebError> {
+    const SPAN: i64 = 3600;
+    let windows = Windows::from_config(&state.config);
+    let from = at - SPAN;
+    let depth = |ready: Option<i64>, unacked: Option<i64>| Some((ready? + unacked?).max(0) as u64);
+    let found = match series::choose(interval, from, Utc::now().timestamp(), &windows) {
+        Resolution::Raw => history::queue_history(&state.store, broker_id, queue_id, from, at, interval, interval)
+            .await?
+            .into_iter()
+            .rev()
+            .find_map(|p| Some((p.ts, depth(p.ready, p.unacked)?))),
+        resolution => {
+            let step = resolution.step(interval);
+            series::queue_series(&state.store, broker_id, queue_id, None, resolution, from, at, step, interval)
+                .await?
+                .into_iter()
+                .rev()
+                .find_map(|p| Some((p.ts, depth(p.ready_last, p.unacked_last)?)))
+        }
+    };
+    Ok(found)
+}

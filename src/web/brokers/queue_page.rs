@@ -62,6 +62,43 @@ struct QueuePage {
     routing: RoutingView,
     /// The advisor's findings for this queue (`advisor::queue_section`).
     advice: String,
+    /// The minimum set of numbers (`numbers`), as rows.
+    numbers: Vec<NumberRow>,
+    /// The steady-state test's verdict, in words.
+    steady: String,
+}
+
+/// One of the minimum set of numbers as the page shows it.
+struct NumberRow {
+    name: &'static str,
+    value: String,
+    derived: String,
+    /// `known`, `unreliable` or `unknown`: the row's class.
+    standing: &'static str,
+    reason: String,
+}
+
+fn number_rows(n: &crate::numbers::QueueNumbers) -> Vec<NumberRow> {
+    use crate::numbers::{Number, Standing};
+    let row = |name, number: &Number, show: &dyn Fn(f64) -> String| NumberRow {
+        name,
+        value: number.value.map(show).unwrap_or_else(|| format::UNKNOWN.to_string()),
+        derived: number.derived.clone(),
+        standing: match number.standing {
+            Standing::Known => "known",
+            Standing::Unreliable => "unreliable",
+            Standing::Unknown => "unknown",
+        },
+        reason: number.reason.clone().unwrap_or_default(),
+    };
+    let secs = |v: f64| if v < 10.0 { format!("{v:.2} s") } else { format::duration(v) };
+    vec![
+        row("Wait from publish to start of processing", &n.wait_secs, &secs),
+        row("Processing time (delivery to ack)", &n.processing_secs, &secs),
+        row("Retry share", &n.retry_share, &|v| format!("{:.1}%", v * 100.0)),
+        row("Oldest message age", &n.oldest_age_secs, &format::duration),
+        row("Dead letters", &n.dead_letters, &|v| format!("{v:.0}")),
+    ]
 }
 
 struct QueueLink {
@@ -238,6 +275,7 @@ pub(super) async fn queue(
         Some(q) if range.from.is_some() || range.range.is_some() => format!("{api}?{q}"),
         _ => format!("{api}?range=1h"),
     };
+    let numbers = super::history::load_queue_numbers(&state, &live, &view).await?;
     let page = QueuePage {
         me,
         fragment,
@@ -255,7 +293,15 @@ pub(super) async fn queue(
         health: health(&view),
         dead_letter: dead_letter_view(&view),
         routing: topology::routing_view(&live, &view),
-        advice: super::advisor::queue_section(&state, &live, &vhost, &name)?,
+        advice: super::advisor::queue_section(&state, &live, &vhost, &name).await?,
+        numbers: number_rows(&numbers),
+        steady: match &numbers.steady_state.unsteady {
+            None => format!(
+                "Steady state over the last {} s ({} samples): depth and rates within 20 % of their means.",
+                numbers.steady_state.window_secs, numbers.steady_state.samples
+            ),
+            Some(why) => format!("Not in steady state: {why}. The numbers below are labelled unreliable."),
+        },
         dlq_href: format!("/dlq/{}/{}/{}", encode_segment(&broker), encode_segment(&vhost), encode_segment(&name)),
     };
     Ok(html(page.render()?))
