@@ -206,6 +206,7 @@ pub(super) async fn queue(
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &name).await?;
     let live = broker_live(&state, &broker)?;
+    let advice = super::advisor::queue_section(&state, &live, &me, &vhost, &name).await?;
     let href = queue_href(&broker, &vhost, &name);
     let stats = QueueStats {
         base: state.base_path.clone(),
@@ -255,7 +256,7 @@ pub(super) async fn queue(
         health: health(&view),
         dead_letter: dead_letter_view(&view),
         routing: topology::routing_view(&live, &view),
-        advice: super::advisor::queue_section(&state, &live, &vhost, &name)?,
+        advice,
         dlq_href: format!("/dlq/{}/{}/{}", encode_segment(&broker), encode_segment(&vhost), encode_segment(&name)),
     };
     Ok(html(page.render()?))
