@@ -43,6 +43,7 @@ const TABLES: &[&str] = &[
     "instance_keys",
     "login_failures",
     "leases",
+    "advisor_acknowledgements",
 ];
 
 /// Rows per insert: the widest table has 32 columns and an insert takes at most 65,535 values.
