@@ -100,6 +100,44 @@ pub async fn alerts(store: &Store, change: AlertsChange<'_>) -> Result<i64, sqlx
     Ok(id)
 }
 
+/// A change to the advisor's acknowledgements as it is recorded (`advisor acknowledge`,
+/// `advisor unacknowledge`): on the finding's broker, vhost and queue (empty for a finding
+/// about a connection, which `request` names), written once the change was made.
+pub struct AdvisorChange<'a> {
+    pub actor: &'a str,
+    pub broker: &'a str,
+    pub vhost: &'a str,
+    pub queue: &'a str,
+    pub action: &'a str,
+    pub request: serde_json::Value,
+    /// The change in words, with the reason as given.
+    pub detail: String,
+}
+
+/// Records a change to the advisor's acknowledgements (kind `action`: it is about a broker's
+/// queue or connection, as moves and purges are, and every role that reads those reads it).
+pub async fn advisor(store: &Store, change: AdvisorChange<'_>) -> Result<i64, sqlx::Error> {
+    let request = change.request.to_string();
+    let id = store
+        .insert_entry(NewEntry {
+            at: chrono::Utc::now().timestamp(),
+            kind: Kind::Action,
+            actor: change.actor,
+            source: None,
+            broker: change.broker,
+            vhost: change.vhost,
+            queue: change.queue,
+            action: change.action,
+            request: &request,
+            outcome: "done",
+            detail: Some(&change.detail),
+            run_by: None,
+        })
+        .await?;
+    tracing::info!(audit_id = id, actor = change.actor, broker = change.broker, action = change.action, "advisor");
+    Ok(id)
+}
+
 /// Records a successful login of `name` from `peer` (the client's address): one row each, as
 /// only someone with an account can make them.
 pub async fn login_succeeded(store: &Store, name: &str, peer: &str) -> Result<(), sqlx::Error> {

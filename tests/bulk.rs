@@ -420,7 +420,7 @@ async fn the_audit_after_a_kill_lists_every_id_moved_a_checkpoint_before() {
             assert_eq!(
                 job["state"],
                 "running",
-                "round {round}: the move ended before the kill ({} moved)",
+                "round {round}: the move ended before the kill ({} moved): {job}",
                 moved(&job)
             );
             job

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::rules::{self, rule_by_id};
-use super::{evidence, Evidence, Finding, Fix, Inputs, UnknownInput};
+use super::{counter, evidence, Evidence, Finding, Fix, Inputs, UnknownInput};
 use crate::broker::topology::dead_letter_config;
 use crate::live::clients::{ClientsLive, QueueConsumer};
 use crate::metrics::QueueView;
@@ -104,7 +104,7 @@ fn auto_ack(inputs: &Inputs, q: &QueueView, consumers: &[QueueConsumer], out: &m
         evidence.push(self::evidence("dead-letter exchange", exchange, by));
     }
     if let Some(n) = redelivered {
-        evidence.push(self::evidence("redeliveries", n.to_string(), "queue counters"));
+        evidence.push(counter("redeliveries", n.to_string(), "queue counters"));
     }
     let fix = Fix {
         summary: "Consume with manual acknowledgements (no_ack / autoAck false), acknowledge after processing, and \
@@ -141,7 +141,7 @@ fn unlimited_prefetch(
         .map(|c| self::evidence("consumer with prefetch 0 (unlimited)", consumer_value(c), "consumers listing"))
         .collect();
     if let Some(ready) = q.ready {
-        evidence.push(self::evidence("ready messages", ready.to_string(), "listing"));
+        evidence.push(counter("ready messages", ready.to_string(), "listing"));
     }
     let fix = Fix {
         summary: "Set a prefetch (basic.qos) on the consumer's channel: a few times the messages it processes in one \
@@ -230,9 +230,9 @@ fn single_holder(inputs: &Inputs, q: &QueueView, consumers: &[QueueConsumer], ou
     holders.dedup();
     let [holder] = holders.as_slice() else { return };
     let evidence = vec![
-        evidence("unacked messages", q.unacked.unwrap_or(0).to_string(), "listing"),
+        counter("unacked messages", q.unacked.unwrap_or(0).to_string(), "listing"),
         evidence("held by", holder.clone(), "consumers and channels listing"),
-        evidence("no acknowledgement for", format!("{held_secs:.0} s"), "queue counters"),
+        counter("no acknowledgement for", format!("{held_secs:.0} s"), "queue counters"),
         evidence("hold limit", format!("{:.0} s", inputs.settings.hold_limit_secs), "scheduled_hold_limit_secs"),
     ];
     let fix = Fix {
@@ -273,7 +273,7 @@ fn no_confirms(inputs: &Inputs, clients: &ClientsLive, out: &mut Vec<Finding>) {
         };
         let evidence = channels
             .iter()
-            .map(|(name, n)| evidence("channel without confirms", format!("{name}: {n} published"), "channels listing"))
+            .map(|(name, n)| counter("channel without confirms", format!("{name}: {n} published"), "channels listing"))
             .collect();
         out.push(Finding {
             rule: rules::NO_CONFIRMS,
@@ -292,6 +292,8 @@ fn no_confirms(inputs: &Inputs, clients: &ClientsLive, out: &mut Vec<Finding>) {
             },
             blocks_upgrade: None,
             inputs: inputs.ages(&["clients"]),
+            fingerprint: String::new(),
+            acknowledgement: None,
         });
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::fix::{for_queue, keep_all};
 use super::queues::finding;
 use super::rules;
-use super::{evidence, Finding, Fix, Inputs, Severity};
+use super::{counter, evidence, Finding, Fix, Inputs, Severity};
 use crate::broker::policies::{overflow_of, Overflow};
 use crate::broker::topology::message_ttl_ms;
 use crate::metrics::QueueView;
@@ -46,14 +46,14 @@ pub(super) fn dead_letter_queue(inputs: &Inputs, q: &QueueView, out: &mut Vec<Fi
     let mut facts = vec![
         evidence("role", "dead-letter queue", q.dead_letters.role_reason.to_string()),
         evidence("consumers", "0", "listing"),
-        evidence("messages", q.total.unwrap_or(0).to_string(), "listing"),
+        counter("messages", q.total.unwrap_or(0).to_string(), "listing"),
         evidence("retention", "no message TTL, no length limit", "arguments and effective policy"),
     ];
     let ago = crate_duration(window);
     let growing = match (then, now) {
         (Some((at, then)), Some(now)) => {
             let when = chrono::DateTime::from_timestamp(at, 0).map(|t| t.to_rfc3339()).unwrap_or_default();
-            facts.push(evidence(
+            facts.push(counter(
                 "growth",
                 format!("{then} → {now} messages since {ago} ago"),
                 format!("stored history (depth at {when})"),
@@ -70,7 +70,7 @@ pub(super) fn dead_letter_queue(inputs: &Inputs, q: &QueueView, out: &mut Vec<Fi
         }
     };
     if let Some(rate) = q.backlog_growth_rate {
-        facts.push(evidence("depth change", format!("{rate:+.3} msg/s"), "rate window"));
+        facts.push(counter("depth change", format!("{rate:+.3} msg/s"), "rate window"));
     }
     let fix = Fix {
         summary: "Name an owner who reads and replays or discards its messages (the DLQ browser), and give it a \
@@ -151,8 +151,14 @@ pub(super) fn retry_ttls(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>)
     if ttls.len() < 2 {
         return;
     }
-    let listed: Vec<String> = ttls.iter().take(8).map(|(ttl, n)| format!("{ttl} ms ×{n}")).collect();
-    let evidence = vec![evidence("per-message TTLs", listed.join(", "), sources.join(" and "))];
+    // The TTLs are the finding; how many messages carry each moves with traffic (a counter, not
+    // part of what an acknowledgement is of).
+    let listed: Vec<String> = ttls.keys().take(8).map(|ttl| format!("{ttl} ms")).collect();
+    let counts: Vec<String> = ttls.iter().take(8).map(|(ttl, n)| format!("{ttl} ms ×{n}")).collect();
+    let evidence = vec![
+        evidence("per-message TTLs", listed.join(", "), sources.join(" and ")),
+        counter("messages per TTL", counts.join(", "), sources.join(" and ")),
+    ];
     let fix = Fix {
         summary: "Give each retry delay a wait queue of its own with a queue TTL (x-message-ttl) instead of a \
                   per-message expiration, so that no short delay waits behind a long one."

@@ -8,6 +8,7 @@
 //! collector off, a version it did not say) neither fires nor says all is well: the inputs it
 //! lacked are listed in `Advice::unknown`.
 
+pub mod acknowledge;
 mod clients;
 mod dead_letters;
 mod fix;
@@ -60,6 +61,9 @@ pub struct Evidence {
     pub what: String,
     pub value: String,
     pub source: String,
+    /// A counter that moves with traffic (ready messages, redeliveries, publishes): left out
+    /// of the finding's fingerprint, so an acknowledgement outlives it.
+    pub counter: bool,
 }
 
 /// How old one input of a finding is.
@@ -107,6 +111,19 @@ pub struct Finding {
     pub blocks_upgrade: Option<String>,
     /// How old each input of the finding is.
     pub inputs: Vec<InputAge>,
+    /// 16 hex digits over the rule, the severity and the evidence that is not a counter: what
+    /// an acknowledgement holds on to (`acknowledge`).
+    pub fingerprint: String,
+    /// Its acknowledgement, if someone gave one: `applies` false means the evidence changed
+    /// since, and the finding is open again.
+    pub acknowledgement: Option<acknowledge::AcknowledgementState>,
+}
+
+impl Finding {
+    /// Acknowledged, with the evidence unchanged since: not open.
+    pub fn acknowledged(&self) -> bool {
+        self.acknowledgement.as_ref().is_some_and(|a| a.applies)
+    }
 }
 
 /// Everything the advisor says of one broker.
@@ -121,6 +138,9 @@ pub struct Advice {
     pub counts: Vec<RuleCount>,
     /// Most severe first, then by vhost, queue and rule.
     pub findings: Vec<Finding>,
+    /// Of all findings, how many are acknowledged (with their evidence unchanged): the open
+    /// ones are the others. 0 until acknowledgements were read (`acknowledge::apply`).
+    pub acknowledged: usize,
     /// Inputs that were not known, so the rules that need them said nothing (which is not
     /// "all clear"): each with the rules it silenced and why.
     pub unknown: Vec<UnknownInput>,
@@ -134,6 +154,8 @@ pub struct RuleCount {
     pub rule: &'static str,
     pub title: &'static str,
     pub findings: usize,
+    /// Of those, how many are acknowledged.
+    pub acknowledged: usize,
     /// False when an input it needs was unknown: its 0 is then no "all clear".
     pub ran: bool,
 }
@@ -272,6 +294,9 @@ fn evaluate(
     }
     queues::evaluate(&inputs, &mut findings, &mut unknown);
     clients::evaluate(&inputs, &mut findings, &mut unknown);
+    for f in &mut findings {
+        f.fingerprint = acknowledge::fingerprint(f);
+    }
     findings.sort_by(|a, b| {
         (a.severity, &a.vhost, &a.queue, &a.connection, a.rule).cmp(&(
             b.severity,
@@ -287,6 +312,7 @@ fn evaluate(
             rule: r.id,
             title: r.title,
             findings: findings.iter().filter(|f| f.rule == r.id).count(),
+            acknowledged: 0,
             ran: !unknown.iter().any(|u: &UnknownInput| u.rules.contains(&r.id)),
         })
         .collect();
@@ -296,6 +322,7 @@ fn evaluate(
         rabbitmq_version: live.status.rabbitmq_version.clone(),
         counts,
         findings,
+        acknowledged: 0,
         unknown,
         inputs: inputs.ages(&["queue metadata", "queue depth", "queue counters", "clients", "broker version"]),
     }
@@ -314,7 +341,12 @@ impl Advice {
 }
 
 pub(crate) fn evidence(what: &str, value: impl Into<String>, source: impl Into<String>) -> Evidence {
-    Evidence { what: what.to_string(), value: value.into(), source: source.into() }
+    Evidence { what: what.to_string(), value: value.into(), source: source.into(), counter: false }
+}
+
+/// Evidence that is a counter moving with traffic (`Evidence::counter`).
+pub(crate) fn counter(what: &str, value: impl Into<String>, source: impl Into<String>) -> Evidence {
+    Evidence { counter: true, ..evidence(what, value, source) }
 }
 
 /// A finding about queue `q` for rule `id`, with the rule's severity and text, and the ages of
@@ -341,6 +373,8 @@ fn queue_finding(
         fix,
         blocks_upgrade: None,
         inputs: inputs.ages(read_from),
+        fingerprint: String::new(),
+        acknowledgement: None,
     }
 }
 

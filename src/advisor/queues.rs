@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::fix::{for_queue, keep_all};
 use super::rules;
-use super::{evidence, Evidence, Finding, Fix, Inputs, Severity, UnknownInput};
+use super::{counter, evidence, Evidence, Finding, Fix, Inputs, Severity, UnknownInput};
 use crate::broker::policies::{configured_delivery_limit_of, overflow_of, Overflow, DEFAULT_DELIVERY_LIMIT_4X};
 use crate::broker::topology::{dead_letter_config, QueueRole};
 use crate::metrics::QueueView;
@@ -289,7 +289,7 @@ fn quorum(
                 Some(n) => {
                     let evidence = vec![
                         evidence("delivery limit", "off (-1)", source.clone()),
-                        evidence("redeliveries", n.to_string(), "queue counters"),
+                        counter("redeliveries", n.to_string(), "queue counters"),
                     ];
                     let fix = Fix {
                         summary: "Set a delivery limit, so that a message failing every time goes to the dead-letter \
@@ -406,7 +406,7 @@ fn length_limit(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>) {
             ),
         ];
         if let Some(n) = q.consumers {
-            evidence.push(super::queues::evidence("consumers", n.to_string(), "listing"));
+            evidence.push(counter("consumers", n.to_string(), "listing"));
         }
         let title = format!("{} drops its oldest work when full", q.name);
         let mut f = finding(inputs, q, rules::DROP_HEAD, title, evidence, fix);
@@ -419,7 +419,7 @@ fn length_limit(inputs: &Inputs, q: &QueueView, out: &mut Vec<Finding>) {
     if let (Some((limit, source)), Some(ready)) = (count_limit(q), q.ready) {
         if ready >= limit {
             let evidence = vec![
-                evidence("ready messages", ready.to_string(), "listing"),
+                counter("ready messages", ready.to_string(), "listing"),
                 evidence("max length", limit.to_string(), source),
                 overflow_evidence,
             ];

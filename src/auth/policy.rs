@@ -18,6 +18,7 @@ use super::Role;
 /// | `POST .../custody/import` (messages anyone could write), `start`, `release`, `{id}/delete` | admin |
 /// | `POST /api/v1/jobs/{id}/cancel`, `/jobs/{id}/cancel` | operator |
 /// | `POST /api/v1/silences...`, `/alerts/silences...` | operator |
+/// | `POST /api/v1/brokers/{b}/advice/acknowledge`, `unacknowledge`, `apply`, and `/brokers/{b}/advisor/...` | operator |
 /// | `POST /alerts/preview`, `/api/v1/alerts/rules/preview` (read-only), `/logout` | viewer |
 /// | `GET /api/v1/users...`, `/api/v1/tokens...`, `/access` | admin |
 /// | `POST /api/v1/alerts/rules...`, `/alerts/rules...` | admin |
@@ -52,7 +53,12 @@ pub fn required_role(method: &Method, path: &str) -> Role {
         | ["api", "v1", "jobs", _, "cancel"]
         | ["jobs", _, "cancel"]
         | ["api", "v1", "silences", ..]
-        | ["alerts", "silences", ..] => Role::Operator,
+        | ["alerts", "silences", ..]
+        // The advisor's actions: an acknowledgement is an opinion on a finding, as a silence is
+        // on an alert; applying a policy changes the broker as a purge does, and only to the
+        // advisor's own suggestion (`web::brokers::advisor_actions`).
+        | ["api", "v1", "brokers", _, "advice", "acknowledge" | "unacknowledge" | "apply"]
+        | ["brokers", _, "advisor", "acknowledge" | "unacknowledge" | "apply"] => Role::Operator,
         ["alerts", "preview"] | ["api", "v1", "alerts", "rules", "preview"] | ["logout"] => Role::Viewer,
         // Alert rules, notification channels, and everything not listed.
         _ => Role::Admin,
@@ -148,6 +154,12 @@ mod tests {
             "/api/v1/silences/7/expire",
             "/alerts/silences",
             "/alerts/silences/7/expire",
+            "/api/v1/brokers/main/advice/acknowledge",
+            "/api/v1/brokers/main/advice/unacknowledge",
+            "/api/v1/brokers/main/advice/apply",
+            "/brokers/main/advisor/acknowledge",
+            "/brokers/main/advisor/unacknowledge",
+            "/brokers/main/advisor/apply",
         ] {
             assert_eq!(required_role(&Method::POST, path), Role::Operator, "{path}");
         }
@@ -202,6 +214,8 @@ mod tests {
             "/jobs/42/re%71ueue",
             "/api/v1/silences/../../alerts/rules",
             "/api/v1/silences/./x",
+            "/brokers/main/advisor/apply/x",
+            "/api/v1/brokers/main/advice/forget",
             "/api/v1//silences",
         ] {
             assert_eq!(required_role(&Method::POST, path), Role::Admin, "{path}");

@@ -44,6 +44,7 @@ const TABLES: &[&str] = &[
     "login_failures",
     "leases",
     "broker_listings",
+    "advisor_acknowledgements",
 ];
 
 /// Rows per insert: the widest table has 32 columns and an insert takes at most 65,535 values.

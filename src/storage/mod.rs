@@ -7,7 +7,7 @@
 //! placeholders differ between the two.
 //!
 //! The interface is cut by what warren keeps, one trait per part ([`Accounts`], [`AuditLog`],
-//! [`Alerts`], [`Custody`], [`Fates`], [`Leases`], [`Logins`], [`Snapshots`], the history's
+//! [`Alerts`], the advisor's [`Acknowledgements`], [`Custody`], [`Fates`], [`Leases`], [`Logins`], [`Snapshots`], the history's
 //! [`Samples`], [`Rollups`], [`Nodes`] and [`Topology`]), and [`Database`] is all of them; a
 //! backend implements each part in a file of its own. Its methods are the database's side of an
 //! operation: one call is one statement or one transaction, and what decides (password hashes,
@@ -25,6 +25,7 @@
 use std::sync::Arc;
 
 pub mod accounts;
+pub mod acknowledgements;
 pub mod alerts;
 pub mod audit;
 pub mod custody;
@@ -40,6 +41,7 @@ pub mod sqlite;
 pub mod topology;
 
 pub use accounts::Accounts;
+pub use acknowledgements::Acknowledgements;
 pub use alerts::{AlertWrites, Alerts};
 pub use audit::AuditLog;
 pub use custody::{Custody, CustodyWrites};
@@ -56,6 +58,7 @@ pub use topology::Topology;
 #[async_trait::async_trait]
 pub trait Database:
     Accounts
+    + Acknowledgements
     + AuditLog
     + Alerts
     + Custody

@@ -90,6 +90,10 @@ const OPERATIONS: &[Operation] = &[
     get_op("/api/v1/brokers/{broker}/history", "brokers", "A broker's history over a time range"),
     get_op("/api/v1/brokers/{broker}/nodes", "brokers", "A broker's nodes against their limits"),
     get_op("/api/v1/brokers/{broker}/advice", "brokers", "The advisor's findings on a broker"),
+    post_op("/api/v1/brokers/{broker}/advice/acknowledge", "brokers", "Acknowledge a finding with a reason (operator)"),
+    post_op("/api/v1/brokers/{broker}/advice/unacknowledge", "brokers", "Take an acknowledgement back (operator)"),
+    get_op("/api/v1/brokers/{broker}/advice/apply", "brokers", "What applying a finding's policy would set"),
+    post_op("/api/v1/brokers/{broker}/advice/apply", "brokers", "Apply a finding's policy as confirmed (operator)"),
     get_op("/api/v1/brokers/{broker}/nodes/{node}/history", "brokers", "A node's history"),
     get_op("/api/v1/brokers/{broker}/connections", "clients", "Connections"),
     get_op("/api/v1/brokers/{broker}/channels", "clients", "Channels"),
@@ -287,6 +291,7 @@ fn answer_schema(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> 
         "/api/v1/queues" => named::<api::QueueList>(schemas),
         QUEUE => named::<api::QueueJson>(schemas),
         "/api/v1/brokers/{broker}/advice" => named::<crate::advisor::Advice>(schemas),
+        "/api/v1/brokers/{broker}/advice/apply" => named::<brokers::advisor_actions::ApplyPreview>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/history" => named::<brokers::history::QueueHistory>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/consumers" => named::<clients::ConsumersJson>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/routing" => named::<topology::RoutingJson>(schemas),
@@ -400,6 +405,14 @@ fn post_answer(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> Op
             ("queues", ArrayBuilder::new().items(preview_row(schemas)).into()),
         ]),
         "/api/v1/silences/{id}/expire" => object(vec![("expired", integer())]),
+        "/api/v1/brokers/{broker}/advice/acknowledge" => {
+            named::<crate::web::brokers::advisor_actions::Acknowledged>(schemas)
+        }
+        "/api/v1/brokers/{broker}/advice/unacknowledge" => {
+            named::<crate::web::brokers::advisor_actions::Unacknowledged>(schemas)
+        }
+        // A policy the broker refused is a 502 with the error and `audit_id`.
+        "/api/v1/brokers/{broker}/advice/apply" => named::<crate::web::brokers::advisor_actions::Applied>(schemas),
         // A delivery that failed is a 502 with the error and `outcome: "failed"`; `http_status`
         // is `null` for a channel that answers no HTTP status.
         "/api/v1/notifications/channels/{id}/test" => {
@@ -432,6 +445,13 @@ fn request_body(op: &Operation, schemas: &mut Vec<(String, RefOr<Schema>)>) -> O
         }
         "/api/v1/queues/{broker}/{vhost}/{queue}/snapshot" => named::<dlq::snapshot::TakeRequest>(schemas),
         "/api/v1/silences" => named::<crate::alerts::store::Silence>(schemas),
+        "/api/v1/brokers/{broker}/advice/acknowledge" => {
+            named::<crate::web::brokers::advisor_actions::AcknowledgeRequest>(schemas)
+        }
+        "/api/v1/brokers/{broker}/advice/unacknowledge" => {
+            named::<crate::web::brokers::advisor_actions::FindingKey>(schemas)
+        }
+        "/api/v1/brokers/{broker}/advice/apply" => named::<crate::web::brokers::advisor_actions::ApplyRequest>(schemas),
         "/api/v1/queues/{broker}/{vhost}/{queue}/requeue" => named::<crate::dlq::jobs::MoveRequest>(schemas),
         // `actions::DeleteRequest`: only a selection (the target is none).
         "/api/v1/queues/{broker}/{vhost}/{queue}/delete" => ObjectBuilder::new()
@@ -601,6 +621,7 @@ fn query_parameters(op: &Operation) -> Vec<utoipa::openapi::path::Parameter> {
         | "/api/v1/queues/{broker}/{vhost}/{queue}/history" => query::RangeQuery::into_params(query),
         "/api/v1/audit" => access::audit::AuditQuery::into_params(query),
         "/api/v1/brokers/{broker}/advice" => brokers::advisor::AdviceFilter::into_params(query),
+        "/api/v1/brokers/{broker}/advice/apply" => brokers::advisor_actions::FindingKey::into_params(query),
         "/api/v1/alerts/history" | "/api/v1/notifications/deliveries" => alerts::api::Limit::into_params(query),
         "/api/v1/queues/{broker}/{vhost}/{queue}/custody" => {
             let mut parameters = crate::dlq::message::Filter::into_params(query);

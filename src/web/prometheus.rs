@@ -28,19 +28,14 @@ pub fn router() -> Router<AppState> {
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let brokers = state.live.snapshot();
     let mut text = render(&brokers);
-    render_advisor(&mut text, &state, &brokers).await;
+    let advice = advice_of(&state, &brokers).await;
+    render_advisor(&mut text, &advice);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
 }
 
-/// `warren_advisor_findings{broker,rule,severity}`: the advisor's findings now, every rule and
-/// severity of each broker (0 included, so a series does not vanish when a finding clears),
-/// except the rules that did not run for lack of an input (no data, not 0).
-async fn render_advisor(out: &mut String, state: &AppState, brokers: &[BrokerLive]) {
-    let f = Family {
-        name: "warren_advisor_findings",
-        help: "Findings of the advisor by rule and severity (docs/advisor.md); absent where the rule's inputs are unknown.",
-    };
-    header(out, &f);
+/// Each broker's advice, and whether its acknowledgements could be read.
+async fn advice_of(state: &AppState, brokers: &[BrokerLive]) -> Vec<(crate::advisor::Advice, bool)> {
+    let mut all = Vec::with_capacity(brokers.len());
     for live in brokers {
         // As the advisor's page: the same stored history, so that both count the same findings.
         let settings = match crate::web::brokers::advisor::settings(state, live, live.queues.iter()).await {
@@ -50,12 +45,57 @@ async fn render_advisor(out: &mut String, state: &AppState, brokers: &[BrokerLiv
                 crate::advisor::Settings::of(state.broker_config(&live.name))
             }
         };
-        let advice = crate::advisor::advise(live, Some(&state.snapshots), &settings, chrono::Utc::now());
-        for rule in crate::advisor::RULES.iter().filter(|r| advice.ran(r.id)) {
-            for severity in crate::advisor::Severity::ALL {
-                let n = advice.findings.iter().filter(|x| x.rule == rule.id && x.severity == severity).count();
-                let labels = [("broker", live.name.as_str()), ("rule", rule.id), ("severity", severity.as_str())];
-                sample(out, f.name, &labels, n as f64);
+        let mut advice = crate::advisor::advise(live, Some(&state.snapshots), &settings, chrono::Utc::now());
+        let read = match state.store.acknowledgements(&live.name).await {
+            Ok(acks) => {
+                crate::advisor::acknowledge::apply(&mut advice, &acks);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(broker = %live.name, error = %e, "the advisor's acknowledgements could not be read");
+                false
+            }
+        };
+        all.push((advice, read));
+    }
+    all
+}
+
+/// `warren_advisor_findings{broker,rule,severity}`: the advisor's findings now, every rule and
+/// severity of each broker (0 included, so a series does not vanish when a finding clears),
+/// except the rules that did not run for lack of an input (no data, not 0); acknowledged ones
+/// included. `warren_advisor_findings_acknowledged{broker,rule,severity}`: of those, the
+/// acknowledged ones, a series of its own rather than a label of the first, so that the first
+/// keeps counting every finding as before (an acknowledgement is an opinion, not a fix) and
+/// open = findings - acknowledged; absent where the acknowledgements could not be read.
+fn render_advisor(out: &mut String, all: &[(crate::advisor::Advice, bool)]) {
+    let families = [
+        Family {
+            name: "warren_advisor_findings",
+            help: "Findings of the advisor by rule and severity (docs/advisor.md); absent where the rule's inputs are unknown.",
+        },
+        Family {
+            name: "warren_advisor_findings_acknowledged",
+            help: "Of warren_advisor_findings, those acknowledged with their evidence unchanged (docs/advisor.md).",
+        },
+    ];
+    for (family, acknowledged) in families.iter().zip([false, true]) {
+        header(out, family);
+        for (advice, read) in all {
+            if acknowledged && !read {
+                continue;
+            }
+            for rule in crate::advisor::RULES.iter().filter(|r| advice.ran(r.id)) {
+                for severity in crate::advisor::Severity::ALL {
+                    let n = advice
+                        .findings
+                        .iter()
+                        .filter(|x| x.rule == rule.id && x.severity == severity && (!acknowledged || x.acknowledged()))
+                        .count();
+                    let labels =
+                        [("broker", advice.broker.as_str()), ("rule", rule.id), ("severity", severity.as_str())];
+                    sample(out, family.name, &labels, n as f64);
+                }
             }
         }
     }

@@ -10,6 +10,7 @@ pub mod dead_letters;
 pub mod nginx;
 pub mod postgres;
 pub mod queue_history;
+pub mod sessions;
 pub mod tls;
 
 use std::future::Future;

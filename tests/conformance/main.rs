@@ -11,6 +11,7 @@
 use warren::storage::Store;
 
 mod accounts;
+mod acknowledgements;
 mod alerts;
 mod audit;
 mod custody;

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 mod accounts;
+mod acknowledgements;
 mod alerts;
 mod audit;
 mod custody;

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
 
 mod accounts;
+mod acknowledgements;
 mod alerts;
 mod audit;
 mod custody;

@@ -17,7 +17,7 @@ use axum::{Json, Router};
 use chrono::Utc;
 use serde::Deserialize;
 
-use crate::advisor::{self, Advice, Finding, Severity, RULES};
+use crate::advisor::{self, acknowledge, Advice, Finding, Severity, RULES};
 use crate::auth::Role;
 use crate::broker::management::encode_segment;
 use crate::live::BrokerLive;
@@ -54,6 +54,15 @@ pub struct AdviceFilter {
     pub severity: Option<String>,
     /// Findings of this vhost only.
     pub vhost: Option<String>,
+    /// `open` (not acknowledged, or acknowledged before its evidence changed) or
+    /// `acknowledged`; anything else is refused (400). Both without it.
+    pub state: Option<String>,
+}
+
+/// `?notice=`: the outcome of a form, shown once.
+#[derive(Debug, Default, Deserialize)]
+pub struct NoticeQuery {
+    notice: Option<String>,
 }
 
 /// The filter, checked: an unknown rule or severity is a mistake the user should see, not an
@@ -62,6 +71,8 @@ struct Checked {
     rule: Option<&'static str>,
     severity: Option<Severity>,
     vhost: Option<String>,
+    /// `Some(true)`: acknowledged only; `Some(false)`: open only.
+    acknowledged: Option<bool>,
 }
 
 impl AdviceFilter {
@@ -80,7 +91,15 @@ impl AdviceFilter {
                 WebError::BadRequest(format!("no severity {s:?}; the severities are critical, warning, notice"))
             })?),
         };
-        Ok(Checked { rule, severity, vhost: nonempty(self.vhost) })
+        let acknowledged = match nonempty(self.state).as_deref() {
+            None => None,
+            Some("open") => Some(false),
+            Some("acknowledged") => Some(true),
+            Some(other) => {
+                return Err(WebError::BadRequest(format!("no state {other:?}; the states are open, acknowledged")))
+            }
+        };
+        Ok(Checked { rule, severity, vhost: nonempty(self.vhost), acknowledged })
     }
 }
 
@@ -89,6 +108,7 @@ impl Checked {
         self.rule.is_none_or(|r| f.rule == r)
             && self.severity.is_none_or(|s| f.severity == s)
             && self.vhost.as_ref().is_none_or(|v| f.vhost == *v)
+            && self.acknowledged.is_none_or(|a| f.acknowledged() == a)
     }
 }
 
@@ -156,6 +176,14 @@ pub async fn advice(state: &AppState, live: &BrokerLive) -> Result<Advice, WebEr
     Ok(advisor::advise(live, Some(&state.snapshots), &settings, Utc::now()))
 }
 
+/// A broker's advice now, each finding marked with its acknowledgement.
+pub async fn acknowledged_advice(state: &AppState, live: &BrokerLive) -> Result<Advice, WebError> {
+    let mut advice = advice(state, live).await?;
+    let acks = state.store.acknowledgements(&live.name).await?;
+    acknowledge::apply(&mut advice, &acks);
+    Ok(advice)
+}
+
 async fn json(
     State(state): State<AppState>,
     Path(broker): Path<String>,
@@ -163,7 +191,7 @@ async fn json(
 ) -> Result<Json<Advice>, ApiError> {
     let filter = filter.check()?;
     let live = broker_live(&state, &broker)?;
-    let mut advice = advice(&state, &live).await?;
+    let mut advice = acknowledged_advice(&state, &live).await?;
     advice.findings.retain(|f| filter.keeps(f));
     Ok(Json(advice))
 }
@@ -192,6 +220,49 @@ pub struct FindingRow {
     pub blocks_upgrade: Option<String>,
     /// "queue metadata 4s ago, clients 12s ago".
     pub inputs: String,
+    /// The finding's key and fingerprint, for the forms.
+    pub vhost_key: String,
+    pub subject: String,
+    pub fingerprint: String,
+    /// An id for the page, stable while the finding lasts, so a refresh keeps a reason being
+    /// typed (`hx-preserve`).
+    pub dom_id: String,
+    /// Acknowledged, with unchanged evidence: who, when, why.
+    pub acknowledged: Option<AckText>,
+    /// Acknowledged once, but the evidence changed since: open again.
+    pub came_back: Option<AckText>,
+    /// The forms, for an operator; `None` for a viewer, who sees no form.
+    pub actions: Option<RowActions>,
+}
+
+/// An acknowledgement as the page shows it.
+pub struct AckText {
+    pub by: String,
+    pub at: String,
+    pub reason: String,
+}
+
+/// Where an operator's forms post, and the token they carry.
+#[derive(Clone)]
+pub struct RowActions {
+    pub csrf: String,
+    pub acknowledge_href: String,
+    pub unacknowledge_href: String,
+    /// The confirmation page of the finding's policy, when it has one.
+    pub apply_href: Option<String>,
+}
+
+impl RowActions {
+    /// The forms `me` may use, or `None`.
+    pub fn of(me: &Me, broker: &str) -> Option<RowActions> {
+        let href = advisor_href(broker);
+        me.operator.then(|| RowActions {
+            csrf: me.csrf.clone(),
+            acknowledge_href: format!("{href}/acknowledge"),
+            unacknowledge_href: format!("{href}/unacknowledge"),
+            apply_href: None,
+        })
+    }
 }
 
 fn inputs_text(inputs: &[advisor::InputAge]) -> String {
@@ -205,8 +276,38 @@ fn inputs_text(inputs: &[advisor::InputAge]) -> String {
         .join(", ")
 }
 
-pub fn finding_row(broker: &str, f: &Finding) -> FindingRow {
+pub fn finding_row(broker: &str, f: &Finding, actions: Option<&RowActions>) -> FindingRow {
+    let subject = acknowledge::subject(f).to_string();
+    let ack_text = |a: &acknowledge::AcknowledgementState| AckText {
+        by: a.by.clone(),
+        at: format::time(Some(a.at)),
+        reason: a.reason.clone(),
+    };
+    let actions = actions.map(|a| RowActions {
+        apply_href: f.fix.policy.as_ref().map(|_| {
+            format!(
+                "{}/apply?rule={}&vhost={}&subject={}",
+                advisor_href(broker),
+                encode_segment(f.rule),
+                encode_segment(&f.vhost),
+                encode_segment(&subject)
+            )
+        }),
+        ..a.clone()
+    });
+    let dom_id = {
+        use sha2::{Digest, Sha256};
+        let hash = Sha256::digest(format!("{}\0{}\0{}", f.rule, f.vhost, subject).as_bytes());
+        format!("finding-{}", hash.iter().take(8).map(|b| format!("{b:02x}")).collect::<String>())
+    };
     FindingRow {
+        vhost_key: f.vhost.clone(),
+        subject,
+        fingerprint: f.fingerprint.clone(),
+        dom_id,
+        acknowledged: f.acknowledgement.as_ref().filter(|a| a.applies).map(ack_text),
+        came_back: f.acknowledgement.as_ref().filter(|a| !a.applies).map(ack_text),
+        actions,
         rule: f.rule,
         severity: f.severity.as_str(),
         title: f.title.clone(),
@@ -236,14 +337,22 @@ pub struct QueueAdvice {
     pub advisor_href: String,
 }
 
-/// The advisor's section of a queue's page.
-pub async fn queue_section(state: &AppState, live: &BrokerLive, vhost: &str, queue: &str) -> Result<String, WebError> {
+/// The advisor's section of a queue's page, with the forms `me` may use.
+pub async fn queue_section(
+    state: &AppState,
+    live: &BrokerLive,
+    me: &Me,
+    vhost: &str,
+    queue: &str,
+) -> Result<String, WebError> {
     let this = live.queues.iter().filter(|q| *q.vhost == *vhost && *q.name == *queue);
     let settings = settings(state, live, this).await?;
-    let advice = advisor::advise_queue(live, Some(&state.snapshots), &settings, Utc::now(), (vhost, queue));
+    let mut advice = advisor::advise_queue(live, Some(&state.snapshots), &settings, Utc::now(), (vhost, queue));
+    acknowledge::apply(&mut advice, &state.store.acknowledgements(&live.name).await?);
+    let actions = RowActions::of(me, &live.name);
     Ok(QueueAdvice {
         base: state.base_path.clone(),
-        rows: advice.findings.iter().map(|f| finding_row(&live.name, f)).collect(),
+        rows: advice.findings.iter().map(|f| finding_row(&live.name, f, actions.as_ref())).collect(),
         unknown: advice.unknown.iter().map(|u| format!("{} ({}): {}", u.input, u.why, u.rules.join(", "))).collect(),
         advisor_href: advisor_href(&live.name),
     }
@@ -254,6 +363,7 @@ struct CountRow {
     rule: &'static str,
     title: &'static str,
     findings: String,
+    acknowledged: usize,
     href: String,
     current: bool,
 }
@@ -267,9 +377,13 @@ struct Fragment {
     all_href: String,
     counts: Vec<CountRow>,
     severities: Vec<(String, &'static str, usize, bool)>,
+    /// Open findings first; the acknowledged ones apart.
     rows: Vec<FindingRow>,
+    acknowledged_rows: Vec<FindingRow>,
     shown: usize,
     total: usize,
+    /// The filter by state: links and which is current ("", "open", "acknowledged").
+    states: Vec<(String, &'static str, usize, bool)>,
     unknown: Vec<String>,
     inputs: String,
     version: String,
@@ -280,6 +394,7 @@ struct Fragment {
 #[template(path = "advisor.html")]
 struct Page {
     me: Me,
+    notice: Option<crate::state::Notice>,
     broker: String,
     others: Vec<(String, String)>,
     fragment: String,
@@ -289,14 +404,16 @@ async fn page(
     State(state): State<AppState>,
     Path(broker): Path<String>,
     Query(filter): Query<AdviceFilter>,
+    Query(notice): Query<NoticeQuery>,
     me: Me,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let filter = filter.check()?;
     let live = broker_live(&state, &broker)?;
-    let advice = advice(&state, &live).await?;
+    let advice = acknowledged_advice(&state, &live).await?;
     let href = advisor_href(&live.name);
-    let with = |rule: Option<&str>, severity: Option<&str>| {
+    let state_name = filter.acknowledged.map(|a| if a { "acknowledged" } else { "open" });
+    let with = |rule: Option<&str>, severity: Option<&str>, state_name: Option<&str>| {
         let mut query = Vec::new();
         if let Some(r) = rule {
             query.push(format!("rule={}", encode_segment(r)));
@@ -306,6 +423,9 @@ async fn page(
         }
         if let Some(v) = &filter.vhost {
             query.push(format!("vhost={}", encode_segment(v)));
+        }
+        if let Some(s) = state_name {
+            query.push(format!("state={s}"));
         }
         if query.is_empty() {
             href.clone()
@@ -321,31 +441,55 @@ async fn page(
             rule: c.rule,
             title: c.title,
             findings: if c.ran { c.findings.to_string() } else { format!("{} (unknown)", format::UNKNOWN) },
-            href: with(Some(c.rule), severity),
+            acknowledged: c.acknowledged,
+            href: with(Some(c.rule), severity, state_name),
             current: filter.rule == Some(c.rule),
         })
         .collect();
     let severities = advice
         .by_severity()
         .iter()
-        .map(|(s, n)| (with(filter.rule, Some(s.as_str())), s.as_str(), *n, filter.severity == Some(*s)))
+        .map(|(s, n)| (with(filter.rule, Some(s.as_str()), state_name), s.as_str(), *n, filter.severity == Some(*s)))
         .collect();
-    let rows: Vec<FindingRow> =
-        advice.findings.iter().filter(|f| filter.keeps(f)).map(|f| finding_row(&live.name, f)).collect();
+    let open = advice.findings.len() - advice.acknowledged;
+    let states = vec![
+        (with(filter.rule, severity, Some("open")), "open", open, filter.acknowledged == Some(false)),
+        (
+            with(filter.rule, severity, Some("acknowledged")),
+            "acknowledged",
+            advice.acknowledged,
+            filter.acknowledged == Some(true),
+        ),
+    ];
+    let actions = RowActions::of(&me, &live.name);
+    let (mut rows, mut acknowledged_rows) = (Vec::new(), Vec::new());
+    for f in advice.findings.iter().filter(|f| filter.keeps(f)) {
+        let row = finding_row(&live.name, f, actions.as_ref());
+        if f.acknowledged() {
+            acknowledged_rows.push(row);
+        } else {
+            rows.push(row);
+        }
+    }
     let fragment = Fragment {
         base: state.base_path.clone(),
         freshness: Freshness::polled(&[&live], REFRESH_SECS),
-        self_href: with(filter.rule, severity),
+        self_href: with(filter.rule, severity, state_name),
         all_href: href.clone(),
         counts,
         severities,
-        shown: rows.len(),
+        shown: rows.len() + acknowledged_rows.len(),
         total: advice.findings.len(),
+        states,
         rows,
+        acknowledged_rows,
         unknown: advice.unknown.iter().map(|u| format!("{} ({}): {}", u.input, u.why, u.rules.join(", "))).collect(),
         inputs: inputs_text(&advice.inputs),
         version: advice.rabbitmq_version.clone().unwrap_or_else(|| "unknown".into()),
-        filtered: filter.rule.is_some() || filter.severity.is_some() || filter.vhost.is_some(),
+        filtered: filter.rule.is_some()
+            || filter.severity.is_some()
+            || filter.vhost.is_some()
+            || filter.acknowledged.is_some(),
     }
     .render()
     .map_err(WebError::from)?;
@@ -359,5 +503,6 @@ async fn page(
         .filter(|b| b.name != live.name)
         .map(|b| (advisor_href(&b.name), b.name))
         .collect();
-    Ok(html(Page { me, broker: live.name.clone(), others, fragment }.render().map_err(WebError::from)?))
+    let notice = notice.notice.and_then(|key| state.notices.take(&key));
+    Ok(html(Page { me, notice, broker: live.name.clone(), others, fragment }.render().map_err(WebError::from)?))
 }

@@ -15,6 +15,7 @@ use axum::Router;
 use crate::state::AppState;
 
 pub mod advisor;
+pub mod advisor_actions;
 pub(crate) mod api;
 mod chart_window;
 pub(crate) mod clients;
@@ -36,6 +37,7 @@ pub fn router() -> Router<AppState> {
         .route("/compare", get(compare::compare))
         .merge(api::router())
         .merge(advisor::router())
+        .merge(advisor_actions::router())
         .merge(history::router())
         .merge(nodes::router())
         .merge(clients::router())

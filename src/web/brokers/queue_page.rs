@@ -243,6 +243,7 @@ pub(super) async fn queue(
 ) -> Result<Response, PageError> {
     let view = find_queue(&state, &broker, &vhost, &name).await?;
     let live = broker_live(&state, &broker)?;
+    let advice = super::advisor::queue_section(&state, &live, &me, &vhost, &name).await?;
     let href = queue_href(&broker, &vhost, &name);
     let stats = QueueStats {
         base: state.base_path.clone(),
@@ -293,7 +294,7 @@ pub(super) async fn queue(
         health: health(&view),
         dead_letter: dead_letter_view(&view),
         routing: topology::routing_view(&live, &view),
-        advice: super::advisor::queue_section(&state, &live, &vhost, &name).await?,
+        advice,
         numbers: number_rows(&numbers),
         steady: match &numbers.steady_state.unsteady {
             None => format!(
