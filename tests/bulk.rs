@@ -297,6 +297,20 @@ async fn listed(http: &reqwest::Client, warren: &Process, vhost: &str, queue: &s
         }
     })
     .await;
+    // And polled by this process: until its first poll the pages show the last known state of
+    // the killed one (its mover among the DLQ's consumers), and a move's stranding check reads
+    // the roles of that state.
+    let brokers = format!("{}/api/v1/brokers", warren.base);
+    wait_for("the broker polled by this process", Duration::from_secs(30), || async {
+        let body: serde_json::Value =
+            http.get(&brokers).send().await.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+        let status = &body[0]["status"];
+        match status["up"] == true && status["restored_from"].is_null() {
+            true => Ok(()),
+            false => Err(status.to_string()),
+        }
+    })
+    .await;
     queue_url
 }
 
