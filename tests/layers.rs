@@ -20,7 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("who may do what", &["auth"]),
     ("dead letters: snapshots, moves, custody", &["dlq"]),
     ("the pollers, which feed `live` and read the dead-letter wing's marks", &["poller"]),
-    ("alerts and the advisor, over what the pollers found", &["alerts", "advisor"]),
+    ("alerts, the advisor and the numbers to watch, over what the pollers found", &["alerts", "advisor", "numbers"]),
     ("the handles every handler shares", &["state"]),
     ("the pages and the API; the demo brokers", &["web", "demo"]),
     ("the binary", &["lib", "main"]),
@@ -151,11 +151,13 @@ const WEB_LAYERS: &[(&str, &[&str])] = &[
         &["identity", "query", "freshness", "lookup", "firing"],
     ),
     ("an error as a page; what a role may read of a queue", &["error_page", "restricted"]),
+    ("the wings, and the pages that stand alone", &["access", "alerts", "brokers", "dlq", "assets"]),
     (
-        "the wings, and the pages that stand alone",
-        &["access", "alerts", "brokers", "dlq", "assets", "docs", "prometheus"],
+        "the API described, from the types of every wing's answers; /metrics, with the advisor's findings",
+        &["openapi", "prometheus"],
     ),
-    ("the API described, from the types of every wing's answers", &["openapi"]),
+    ("the API reference page, from that description", &["api_reference"]),
+    ("the documentation, which includes that page", &["docs"]),
     ("the routes merged (web/mod.rs)", &["mod"]),
 ];
 

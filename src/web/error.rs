@@ -176,3 +176,9 @@ pub(super) async fn api_errors(request: axum::extract::Request, next: axum::midd
     }
     answer
 }
+
+/// Parses a JSON body. serde's message names the field ("unknown field `x`", "missing field
+/// `metric`", "unknown variant `sideways`") with the line and column.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, WebError> {
+    serde_json::from_slice(body).map_err(|e| WebError::Invalid(vec![("body".to_string(), e.to_string())]))
+}

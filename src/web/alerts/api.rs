@@ -69,11 +69,7 @@ async fn deliveries(State(state): State<AppState>, Query(q): Query<Limit>) -> Re
     }
 }
 
-/// Parses a JSON body. serde's message names the field ("unknown field `x`", "missing field
-/// `metric`", "unknown variant `sideways`") with the line and column.
-pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, WebError> {
-    serde_json::from_slice(body).map_err(|e| WebError::Invalid(vec![("body".to_string(), e.to_string())]))
-}
+pub use crate::web::error::parse;
 
 async fn rules(State(state): State<AppState>) -> Result<Json<Vec<StoredRule>>, ApiError> {
     Ok(Json(store::all_rules(&state.config_rules, &state.store).await?))

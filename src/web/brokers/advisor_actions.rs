@@ -28,7 +28,7 @@ use crate::audit;
 use crate::broker::management::{encode_segment, BrokerError, ManagementClient};
 use crate::state::AppState;
 use crate::storage::acknowledgements::Acknowledgement;
-use crate::web::alerts::api::parse;
+use crate::web::error::parse;
 use crate::web::error::{ApiError, WebError};
 use crate::web::error_page::PageError;
 use crate::web::htmx::html;
