@@ -121,9 +121,39 @@ fn type_of(schema: &Value) -> String {
     }
 }
 
-/// A description on one line, as a table cell needs it.
+/// A description on one line, as a table cell needs it, without the code's own links.
 fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    without_code_links(&text.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// `text` with each Markdown link whose target is not a web address (the doc comments' links
+/// to Rust items, `[x](super::Y)`) reduced to its label: as a link it would point nowhere, and
+/// outside the base path behind a proxy.
+fn without_code_links(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        let link = after.find("](").and_then(|close| {
+            let (label, target) = (&after[..close], &after[close + 2..]);
+            let end = target.find(')')?;
+            let web = target.starts_with("http://") || target.starts_with("https://");
+            (!label.contains('[') && !web && !target[..end].contains(' ')).then_some((label, &target[end + 1..]))
+        });
+        match link {
+            Some((label, next)) => {
+                out.push_str(&rest[..open]);
+                out.push_str(label);
+                rest = next;
+            }
+            None => {
+                out.push_str(&rest[..=open]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Text for a table cell: a `|` would end the cell.
@@ -134,6 +164,15 @@ fn cell(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_to_rust_items_are_reduced_to_their_label() {
+        assert_eq!(
+            one_line("see [`ReplayRequest::accept_drop_head`](super::ReplayRequest::accept_drop_head) and [x](https://a.example/b)"),
+            "see `ReplayRequest::accept_drop_head` and [x](https://a.example/b)"
+        );
+        assert_eq!(without_code_links("[a] [b](c d) [e"), "[a] [b](c d) [e");
+    }
 
     #[test]
     fn every_operation_of_the_description_is_listed() {
