@@ -84,6 +84,9 @@ fn unescape(value: &str) -> String {
         .replace("&#47;", "/")
         .replace("&lt;", "<")
         .replace("&gt;", ">")
+        // askama writes `&` as `&#38;`: a browser reads it as `&`, and a crawler that does not
+        // cut the URL at `#`, as the advisor's apply link (two query parameters) showed.
+        .replace("&#38;", "&")
         .replace("&amp;", "&")
 }
 
