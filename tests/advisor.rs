@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{broker, encode, publish, wait_for, TestVhost, Warren};
+use common::{broker, encode, management, publish, wait_for, TestVhost, Warren};
 use lapin::options::{BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
@@ -37,18 +37,6 @@ fn on_4x() -> bool {
 
 fn nostats() -> bool {
     broker().target.ends_with("-nostats")
-}
-
-/// A call to the test broker's management API; returns the status and body.
-async fn management(method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, String) {
-    let mut request = reqwest::Client::new()
-        .request(method, format!("{}{path}", broker().management))
-        .basic_auth("guest", Some("guest"));
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.expect("the management API answers");
-    (response.status().as_u16(), response.text().await.unwrap_or_default())
 }
 
 /// Declares `queue` with these properties and arguments through the management API; returns

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::sessions::{add_users, login, Session};
-use common::{broker, encode, wait_for, TestVhost, Warren};
+use common::{broker, encode, management, wait_for, TestVhost, Warren};
 use serde_json::{json, Value};
 use warren::auth::Role;
 
@@ -24,17 +24,6 @@ fn clear_wait() -> Duration {
     } else {
         WAIT
     }
-}
-
-async fn management(method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, String) {
-    let mut request = reqwest::Client::new()
-        .request(method, format!("{}{path}", broker().management))
-        .basic_auth("guest", Some("guest"));
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.expect("the management API answers");
-    (response.status().as_u16(), response.text().await.unwrap_or_default())
 }
 
 async fn declared(vhost: &TestVhost, queue: &str, arguments: Value) {

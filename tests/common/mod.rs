@@ -361,3 +361,15 @@ pub fn ident(name: &str) -> String {
     }
     html + "</span>"
 }
+
+/// A call to the test broker's management API; returns the status and body.
+pub async fn management(method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, String) {
+    let mut request = reqwest::Client::new()
+        .request(method, format!("{}{path}", broker().management))
+        .basic_auth("guest", Some("guest"));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("the management API answers");
+    (response.status().as_u16(), response.text().await.unwrap_or_default())
+}
