@@ -155,10 +155,23 @@ env310() {
 # shellcheck disable=SC2046
 ctl310() { runuser -u rabbitmq -- env -i $(env310) /usr/lib/rabbitmq/bin/rabbitmqctl -n $NODE310 "$@"; }
 
-pid310() {
+pid310() {   # the node's pid, if the pid file names a live process that is this node
     local pid
     [ -r "$BASE310/node.pid" ] || return 1; pid=$(tr -dc "0-9" < "$BASE310/node.pid")
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    # A pid file left by a node that died names a pid the system may have given to another process.
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$NODE310" && echo "$pid"
+}
+
+# A node left running by an earlier start (a session's own test run, say) may serve certificates
+# that are no longer those of $DIR (remade, or another HOME's), or be stuck: then its HTTPS never
+# answers with $DIR's CA. Such a node is stopped and started afresh instead of waited for.
+https_within() {   # $1 port, $2 seconds
+    local t0; t0=$(date +%s)
+    until https_up "$1"; do
+        [ $(( $(date +%s) - t0 )) -ge "$2" ] && return 1
+        sleep 1
+    done
 }
 
 https_up() {   # $1 port: the management API answers over TLS with the test CA
@@ -167,7 +180,14 @@ https_up() {   # $1 port: the management API answers over TLS with the test CA
 
 start310() {
     command -v rabbitmq-server >/dev/null || die "rabbitmq-server is not installed on the host"
-    if pid310 >/dev/null && https_up $MGMTS310; then log "$NODE310 already running"; print310; return 0; fi
+    if pid310 >/dev/null; then
+        if cmp -s "$DIR/ca.pem" "$BASE310/tls/ca.pem" && cmp -s "$DIR/server.pem" "$BASE310/tls/server.pem" \
+            && https_within $MGMTS310 20; then
+            log "$NODE310 already running"; print310; return 0
+        fi
+        log "$NODE310 runs but does not serve $DIR's certificates over https on $MGMTS310: restarting it"
+        stop310
+    fi
     if ! pid310 >/dev/null; then
         local p
         for p in $AMQP310 $AMQPS310 $MGMT310 $MGMTS310 $PROM310 $PROMS310 $DIST310; do
@@ -231,6 +251,10 @@ rmq43() {
 }
 
 start43() {
+    if rmq43 status >/dev/null 2>&1 && ! https_within 15688 20; then
+        log "rabbit43tls runs but does not serve $DIR's certificates over https on 15688: restarting it"
+        rmq43 stop
+    fi
     rmq43 start
     local t0; t0=$(date +%s)
     until https_up 15688; do
