@@ -160,7 +160,8 @@ pid310() {   # the node's pid, if the pid file names a live process that is this
     [ -r "$BASE310/node.pid" ] || return 1; pid=$(tr -dc "0-9" < "$BASE310/node.pid")
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
     # A pid file left by a node that died names a pid the system may have given to another process.
-    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$NODE310" && echo "$pid"
+    # (3.10's beam takes its node name from the environment, not its command line)
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RABBITMQ_NODENAME=$NODE310" && echo "$pid"
 }
 
 # A node left running by an earlier start (a session's own test run, say) may serve certificates
