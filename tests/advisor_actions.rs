@@ -17,8 +17,9 @@ use warren::auth::Role;
 const WAIT: Duration = Duration::from_secs(90);
 const RULE: &str = "quorum-without-dlx";
 
-/// As tests/advisor.rs: a fix shows at the next metadata listing, every 300 s on 4.x.
-fn clear_wait() -> Duration {
+/// As tests/advisor.rs: a changed policy (a fix, or new evidence) shows at the next metadata
+/// listing, every 300 s on 4.x.
+fn metadata_wait() -> Duration {
     if broker().target.starts_with('4') {
         Duration::from_secs(330)
     } else {
@@ -68,9 +69,15 @@ fn finding<'a>(advice: &'a Value, queue: &str) -> Option<&'a Value> {
     advice["findings"].as_array().unwrap().iter().find(|f| f["rule"] == RULE && f["queue"] == queue)
 }
 
-/// Waits until the finding on `queue` satisfies `check`; returns it.
-async fn finding_where(session: &Session<'_>, queue: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    wait_for(what, WAIT, || async {
+/// Waits up to `wait` until the finding on `queue` satisfies `check`; returns it.
+async fn finding_where(
+    session: &Session<'_>,
+    queue: &str,
+    what: &str,
+    wait: Duration,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(what, wait, || async {
         let advice = advice(session, "").await;
         match finding(&advice, queue).filter(|f| check(f)) {
             Some(f) => Ok(f.clone()),
@@ -124,7 +131,7 @@ async fn a_finding_acknowledged_with_a_reason_leaves_the_open_list_and_comes_bac
     declared(&vhost, "orders", json!({"x-queue-type": "quorum"})).await;
     let warren = warren(&vhost).await;
     let (ada, otto, vera) = (login(&warren, "ada").await, login(&warren, "otto").await, login(&warren, "vera").await);
-    let found = finding_where(&otto, "orders", "the finding", |_| true).await;
+    let found = finding_where(&otto, "orders", "the finding", WAIT, |_| true).await;
     let fingerprint = found["fingerprint"].as_str().unwrap().to_string();
     assert_eq!(fingerprint.len(), 16, "{found}");
     assert!(found["acknowledgement"].is_null(), "{found}");
@@ -239,8 +246,11 @@ async fn a_finding_acknowledged_with_a_reason_leaves_the_open_list_and_comes_bac
         json!({"pattern": "^orders$", "definition": {"delivery-limit": 5}, "apply-to": "queues"}),
     )
     .await;
-    let back =
-        finding_where(&otto, "orders", "the finding to come back", |f| f["acknowledgement"]["applies"] == false).await;
+    // A policy shows at the next metadata listing: on 4.x up to 300 s away.
+    let back = finding_where(&otto, "orders", "the finding to come back", metadata_wait(), |f| {
+        f["acknowledgement"]["applies"] == false
+    })
+    .await;
     assert_ne!(back["fingerprint"], fingerprint.as_str(), "{back}");
     let open = advice(&otto, "?state=open").await;
     assert!(finding(&open, "orders").is_some(), "{open}");
@@ -274,7 +284,7 @@ async fn the_suggested_policy_applied_from_its_confirmation_is_set_as_shown_audi
     declared(&vhost, "orders.dlq", json!({"x-queue-type": "quorum", "x-message-ttl": 86_400_000})).await;
     let warren = warren(&vhost).await;
     let (ada, otto, vera) = (login(&warren, "ada").await, login(&warren, "otto").await, login(&warren, "vera").await);
-    let found = finding_where(&otto, "orders", "the finding", |_| true).await;
+    let found = finding_where(&otto, "orders", "the finding", WAIT, |_| true).await;
     let name = found["fix"]["policy"]["name"].as_str().unwrap().to_string();
     // A policy of that name exists already, for other queues: applying would replace it.
     let old = json!({"max-length": 7});
@@ -341,7 +351,7 @@ async fn the_suggested_policy_applied_from_its_confirmation_is_set_as_shown_audi
     assert_eq!((entry["actor"].as_str(), entry["outcome"].as_str()), (Some("otto"), Some("done")), "{entry}");
     assert_eq!(entry["request"]["body"]["definition"], shown, "{entry}");
     assert_eq!(entry["request"]["replaced"]["definition"], old, "{entry}");
-    wait_for("the finding to clear", clear_wait(), || async {
+    wait_for("the finding to clear", metadata_wait(), || async {
         let advice = advice(&otto, "").await;
         let ran = advice["counts"].as_array().unwrap().iter().any(|c| c["rule"] == RULE && c["ran"] == true);
         if ran && finding(&advice, "orders").is_none() {
