@@ -8,68 +8,18 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::dead_letters::{dead_letter, depth, numbered};
+use common::sessions::{add_users, client, login, Session, PASSWORD};
 use common::{wait_for, TestVhost, Warren};
 use fantoccini::Locator;
-use reqwest::redirect::Policy;
 use serde_json::{json, Value};
 use warren::auth::{self, Role};
-
-const PASSWORD: &str = "correct horse battery staple";
 
 fn encode(s: &str) -> String {
     warren::broker::management::encode_segment(s)
 }
 
-/// A client that shows redirects instead of following them.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().redirect(Policy::none()).build().unwrap()
-}
-
-/// Creates users in the database of a running warren (as `warren user add` does).
-async fn add_users(warren: &Warren, users: &[(&str, Role)]) {
-    // Not before warren has migrated the database: two processes migrating at once collide.
-    wait_for("warren to serve", Duration::from_secs(20), || async {
-        match client().get(warren.url("/healthz")).send().await {
-            Ok(r) if r.status().is_success() => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
-    for (name, role) in users {
-        auth::add_user(&warren::storage::sqlite::store(db.clone()), name, *role, PASSWORD).await.unwrap();
-    }
-    db.close().await;
-}
-
-/// A logged-in browser session, driven by hand: the cookie and the CSRF token.
-struct Session {
-    cookie: String,
-    csrf: String,
-}
-
-async fn login(warren: &Warren, name: &str) -> Session {
-    let response = client()
-        .post(warren.url("/login"))
-        .form(&[("name", name), ("password", PASSWORD), ("next", "/queues")])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 303, "{name} logs in");
-    assert_eq!(response.headers()["location"], "/queues");
-    let set_cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
-        assert!(set_cookie.contains(attribute), "{set_cookie}");
-    }
-    let cookie = set_cookie.split(';').next().unwrap().to_string();
-    let me: Value =
-        client().get(warren.url("/api/v1/me")).header("cookie", &cookie).send().await.unwrap().json().await.unwrap();
-    assert_eq!(me["name"], name, "{me}");
-    Session { cookie, csrf: me["csrf_token"].as_str().unwrap().to_string() }
-}
-
 enum Auth<'a> {
-    Session { session: &'a Session, csrf: Option<&'a str> },
+    Session { session: &'a Session<'a>, csrf: Option<&'a str> },
     Token(&'a str),
     Nobody,
 }
@@ -91,7 +41,7 @@ async fn post(warren: &Warren, path: &str, auth: Auth<'_>, body: Value) -> (u16,
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn get(warren: &Warren, path: &str, session: &Session) -> (u16, Value) {
+async fn get(warren: &Warren, path: &str, session: &Session<'_>) -> (u16, Value) {
     let response = client().get(warren.url(path)).header("cookie", &session.cookie).send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
@@ -182,7 +132,7 @@ async fn custody_payloads_are_kept_from_roles_below_the_rule() {
     .await;
     assert_eq!(list["custody"]["records"][0]["message_id"], "m1", "the list is for everyone");
     let id = list["custody"]["records"][0]["id"].as_i64().unwrap();
-    let page_of = |session: &Session, path: String| {
+    let page_of = |session: &Session<'_>, path: String| {
         let request = client().get(warren.url(&path)).header("cookie", session.cookie.clone());
         async move {
             let response = request.send().await.unwrap();
@@ -292,7 +242,7 @@ async fn an_admin_deletes_a_held_record_audited_and_no_one_else_can() {
             .unwrap();
         assert_eq!(response.status().as_u16(), 403);
     }
-    let record_page = |session: &Session, id: i64| {
+    let record_page = |session: &Session<'_>, id: i64| {
         let request = client().get(warren.url(&format!("{page}/{id}"))).header("cookie", session.cookie.clone());
         async move { request.send().await.unwrap().text().await.unwrap() }
     };

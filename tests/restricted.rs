@@ -10,76 +10,39 @@ mod common;
 use std::time::Duration;
 
 use common::dead_letters::{dead_letter, depth};
+use common::sessions::{add_users, client, login, Session};
 use common::{wait_for, TestVhost, Warren};
 use lapin::types::{AMQPValue, FieldTable};
-use reqwest::redirect::Policy;
 use serde_json::{json, Value};
-use warren::auth::{self, Role};
-
-const PASSWORD: &str = "correct horse battery staple";
+use warren::auth::Role;
 
 fn encode(s: &str) -> String {
     warren::broker::management::encode_segment(s)
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().redirect(Policy::none()).build().unwrap()
-}
-
-struct Session {
-    cookie: String,
-    csrf: String,
-}
-
 /// An admin, an operator and a viewer, logged in.
-struct People {
-    ada: Session,
-    otto: Session,
-    vera: Session,
+struct People<'a> {
+    ada: Session<'a>,
+    otto: Session<'a>,
+    vera: Session<'a>,
 }
 
-async fn people(warren: &Warren) -> People {
-    wait_for("warren to serve", Duration::from_secs(20), || async {
-        match client().get(warren.url("/healthz")).send().await {
-            Ok(r) if r.status().is_success() => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
-    for (name, role) in [("ada", Role::Admin), ("otto", Role::Operator), ("vera", Role::Viewer)] {
-        auth::add_user(&warren::storage::sqlite::store(db.clone()), name, role, PASSWORD).await.unwrap();
-    }
-    db.close().await;
+/// Logs in the three users `setup` made.
+async fn people(warren: &Warren) -> People<'_> {
     People { ada: login(warren, "ada").await, otto: login(warren, "otto").await, vera: login(warren, "vera").await }
-}
-
-async fn login(warren: &Warren, name: &str) -> Session {
-    let response = client()
-        .post(warren.url("/login"))
-        .form(&[("name", name), ("password", PASSWORD), ("next", "/queues")])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 303, "{name} logs in");
-    let set_cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
-    let cookie = set_cookie.split(';').next().unwrap().to_string();
-    let me: Value =
-        client().get(warren.url("/api/v1/me")).header("cookie", &cookie).send().await.unwrap().json().await.unwrap();
-    Session { cookie, csrf: me["csrf_token"].as_str().unwrap().to_string() }
 }
 
 /// GET as `session`: the status and the body as text (JSON or HTML).
 /// GETs `path` as `session`. A page's `<wbr>` (a line-break hint inside identifiers) is taken
 /// out, so what is searched for a leak is the text as its reader sees it: `secret-<wbr>b` is
 /// `secret-b`.
-async fn get(warren: &Warren, session: &Session, path: &str) -> (u16, String) {
+async fn get(warren: &Warren, session: &Session<'_>, path: &str) -> (u16, String) {
     let response = client().get(warren.url(path)).header("cookie", &session.cookie).send().await.unwrap();
     (response.status().as_u16(), response.text().await.unwrap().replace("<wbr>", ""))
 }
 
 /// POSTs JSON as `session` (with its CSRF token).
-async fn post(warren: &Warren, session: &Session, path: &str, body: Value) -> (u16, String) {
+async fn post(warren: &Warren, session: &Session<'_>, path: &str, body: Value) -> (u16, String) {
     let response = client()
         .post(warren.url(path))
         .header("cookie", &session.cookie)
@@ -92,7 +55,7 @@ async fn post(warren: &Warren, session: &Session, path: &str, body: Value) -> (u
 }
 
 /// POSTs a form as `session` (with its CSRF token), as the pages do.
-async fn post_form(warren: &Warren, session: &Session, path: &str, form: &[(&str, &str)]) -> (u16, String) {
+async fn post_form(warren: &Warren, session: &Session<'_>, path: &str, form: &[(&str, &str)]) -> (u16, String) {
     let response = client()
         .post(warren.url(path))
         .header("cookie", &session.cookie)
@@ -115,7 +78,7 @@ fn leaks(text: &str) -> Option<&'static str> {
 /// (`payloads = "admin"`, `edit = true`); `parking` is a plain queue. Three dead letters,
 /// `secret-a` .. `secret-c`, each with a card number in its body and a password in the error
 /// its (Spring) header records. Returns once all three are in custody.
-async fn setup(test: &str) -> (TestVhost, lapin::Connection, lapin::Channel, Warren, People) {
+async fn setup(test: &str) -> (TestVhost, lapin::Connection, lapin::Channel, Warren) {
     let vhost = TestVhost::create(test).await;
     let connection = vhost.connect().await;
     let channel = vhost.channel(&connection).await;
@@ -137,12 +100,13 @@ async fn setup(test: &str) -> (TestVhost, lapin::Connection, lapin::Channel, War
         vhost.name
     ))
     .await;
-    let people = people(&warren).await;
+    add_users(&warren, &[("ada", Role::Admin), ("otto", Role::Operator), ("vera", Role::Viewer)]).await;
+    let ada = login(&warren, "ada").await;
     let api = format!("/api/v1/queues/local/{}/work.dlq/custody", encode(&vhost.name));
     wait_for("the three dead letters in custody", Duration::from_secs(60), || async {
-        let (_, list) = get(&warren, &people.ada, &api).await;
+        let (_, list) = get(&warren, &ada, &api).await;
         let list: Value = serde_json::from_str(&list).unwrap_or_default();
-        let parking = get(&warren, &people.ada, &format!("/api/v1/queues/local/{}/parking", encode(&vhost.name))).await;
+        let parking = get(&warren, &ada, &format!("/api/v1/queues/local/{}/parking", encode(&vhost.name))).await;
         if list["custody"]["counts"]["held"] == 3 && parking.0 == 200 {
             Ok(())
         } else {
@@ -150,12 +114,12 @@ async fn setup(test: &str) -> (TestVhost, lapin::Connection, lapin::Channel, War
         }
     })
     .await;
-    (vhost, connection, channel, warren, people)
+    (vhost, connection, channel, warren)
 }
 
 /// The admin releases the queue's custody: its records go back into the broker's queue, where
 /// a snapshot reads them.
-async fn release(warren: &Warren, people: &People, vhost: &TestVhost, channel: &lapin::Channel) {
+async fn release(warren: &Warren, people: &People<'_>, vhost: &TestVhost, channel: &lapin::Channel) {
     let (status, body) = post(warren, &people.ada, &format!("{}/release", custody_api(vhost)), json!({})).await;
     assert_eq!(status, 202, "{body}");
     wait_for("the three back in the broker", Duration::from_secs(60), || async {
@@ -180,7 +144,7 @@ fn dlq_page(vhost: &TestVhost) -> String {
 }
 
 /// Waits for a job to end, read as the admin; returns its status.
-async fn job_ended(warren: &Warren, ada: &Session, id: i64) -> Value {
+async fn job_ended(warren: &Warren, ada: &Session<'_>, id: i64) -> Value {
     wait_for(&format!("job {id} to end"), Duration::from_secs(60), || async {
         let (_, job) = get(warren, ada, &format!("/api/v1/jobs/{id}")).await;
         let job: Value = serde_json::from_str(&job).unwrap_or_default();
@@ -198,7 +162,8 @@ async fn job_ended(warren: &Warren, ada: &Session, id: i64) -> Value {
 /// matches or not (no count, no ids, no job); the custody list and page show no errors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_filters_are_refused_below_the_payload_role() {
-    let (vhost, connection, _channel, warren, people) = setup("restrictfilters").await;
+    let (vhost, connection, _channel, warren) = setup("restrictfilters").await;
+    let people = people(&warren).await;
     let api = custody_api(&vhost);
     let broker_queue = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
     let audit_before = get(&warren, &people.ada, "/api/v1/audit").await.1;
@@ -264,7 +229,8 @@ async fn content_filters_are_refused_below_the_payload_role() {
 /// and its messages) show neither the filter's values nor the ids it chose.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_of_a_content_filter_keep_what_it_chose_from_roles_below_the_payload_role() {
-    let (vhost, connection, _channel, warren, people) = setup("restrictreports").await;
+    let (vhost, connection, _channel, warren) = setup("restrictreports").await;
+    let people = people(&warren).await;
     let api = custody_api(&vhost);
     let (status, list) = get(&warren, &people.ada, &format!("{api}?text=hunter1")).await;
     assert_eq!(status, 200);
@@ -302,7 +268,8 @@ async fn reports_of_a_content_filter_keep_what_it_chose_from_roles_below_the_pay
 /// (API and form) and no copy leaves custody; the admin replays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaying_restricted_records_needs_the_payload_role() {
-    let (vhost, connection, channel, warren, people) = setup("restrictreplay").await;
+    let (vhost, connection, channel, warren) = setup("restrictreplay").await;
+    let people = people(&warren).await;
     let api = custody_api(&vhost);
     let all_to_parking = json!({"selection": "all", "target": {"queue": "parking"}});
     let (status, body) = post(&warren, &people.otto, &format!("{api}/replay"), all_to_parking.clone()).await;
@@ -329,7 +296,8 @@ async fn replaying_restricted_records_needs_the_payload_role() {
 /// bodies and headers before and after to the payload role only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edits_body_and_headers_are_audited_for_the_payload_role_only() {
-    let (vhost, connection, _channel, warren, people) = setup("restrictedit").await;
+    let (vhost, connection, _channel, warren) = setup("restrictedit").await;
+    let people = people(&warren).await;
     let api = custody_api(&vhost);
     let (_, list) = get(&warren, &people.ada, &api).await;
     let list: Value = serde_json::from_str(&list).unwrap();
@@ -374,7 +342,8 @@ async fn an_edits_body_and_headers_are_audited_for_the_payload_role_only() {
 /// admin reads all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_a_restricted_queue_back_in_the_broker_obeys_the_rule() {
-    let (vhost, connection, channel, warren, people) = setup("restrictsnapshot").await;
+    let (vhost, connection, channel, warren) = setup("restrictsnapshot").await;
+    let people = people(&warren).await;
     let page = dlq_page(&vhost);
     release(&warren, &people, &vhost, &channel).await;
     let snapshot_api = snapshot_api(&vhost);
@@ -413,7 +382,8 @@ async fn a_snapshot_of_a_restricted_queue_back_in_the_broker_obeys_the_rule() {
 /// confirmation that would name the queues the matching messages died in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_a_restricted_queue_answers_no_content_filter_below_the_payload_role() {
-    let (vhost, connection, channel, warren, people) = setup("restrictsnapfilter").await;
+    let (vhost, connection, channel, warren) = setup("restrictsnapfilter").await;
+    let people = people(&warren).await;
     let page = dlq_page(&vhost);
     release(&warren, &people, &vhost, &channel).await;
     let (status, taken) =
@@ -453,7 +423,8 @@ async fn a_snapshot_of_a_restricted_queue_answers_no_content_filter_below_the_pa
 /// snapshot's page shows no groups either. The admin reads the groups (the test can fail).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_groups_are_for_the_payload_role() {
-    let (vhost, connection, channel, warren, people) = setup("restrictgroups").await;
+    let (vhost, connection, channel, warren) = setup("restrictgroups").await;
+    let people = people(&warren).await;
     let api = custody_api(&vhost);
     // `pw=hunter0` .. `pw=hunter2`: one group, its value set aside as an id.
     let group = "validation failed for user pw=<id>";
@@ -528,7 +499,8 @@ async fn error_groups_are_for_the_payload_role() {
 /// carry the errors, so the check can tell.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cursor_pages_of_custody_hold_the_payload_role() {
-    let (vhost, connection, _channel, warren, people) = setup("restrictcursor").await;
+    let (vhost, connection, _channel, warren) = setup("restrictcursor").await;
+    let people = people(&warren).await;
     let api = custody_api(&vhost);
     for (name, session, may_read) in
         [("ada", &people.ada, true), ("otto", &people.otto, false), ("vera", &people.vera, false)]

@@ -39,13 +39,26 @@ pub struct Session<'a> {
     pub csrf: String,
 }
 
+/// Logs `name` in through the login form, as a browser does, and checks what it is given: the
+/// redirect to where it asked to go, a session cookie scripts cannot read and other sites cannot
+/// send, and the user it names.
 pub async fn login<'a>(warren: &'a Warren, name: &str) -> Session<'a> {
-    let response =
-        client().post(warren.url("/login")).form(&[("name", name), ("password", PASSWORD)]).send().await.unwrap();
+    let response = client()
+        .post(warren.url("/login"))
+        .form(&[("name", name), ("password", PASSWORD), ("next", "/queues")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status().as_u16(), 303, "{name} logs in");
-    let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    assert_eq!(response.headers()["location"], "/queues");
+    let set_cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set_cookie.contains(attribute), "{set_cookie}");
+    }
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
     let me: Value =
         client().get(warren.url("/api/v1/me")).header("cookie", &cookie).send().await.unwrap().json().await.unwrap();
+    assert_eq!(me["name"], name, "{me}");
     Session { warren, cookie, csrf: me["csrf_token"].as_str().unwrap().to_string() }
 }
 
