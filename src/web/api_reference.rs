@@ -127,8 +127,9 @@ fn one_line(text: &str) -> String {
 }
 
 /// `text` with each Markdown link whose target is not a web address (the doc comments' links
-/// to Rust items, `[x](super::Y)`) reduced to its label: as a link it would point nowhere, and
-/// outside the base path behind a proxy.
+/// to Rust items, whose targets are module paths) reduced to its label: as a link it would
+/// point nowhere, and outside the base path behind a proxy. (Such a path is not written here:
+/// tests/layers.rs reads the paths of comments too, as rustdoc's links are imports.)
 fn without_code_links(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
