@@ -8,13 +8,14 @@ mod common;
 use std::time::Duration;
 
 use common::dead_letters::dead_letter;
+use common::sessions::{add_users, login, Session};
 use common::{broker, encode, wait_for, TestVhost, Warren};
 use futures_util::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel};
 use serde_json::Value;
-use warren::auth::{self, Role};
+use warren::auth::Role;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -183,25 +184,11 @@ async fn a_prefetch_far_above_the_processing_is_flagged_and_a_smaller_one_clears
     warren.stop().await;
 }
 
-const PASSWORD: &str = "correct horse battery staple";
-
-/// Logs `name` in; returns its session cookie.
-async fn login(warren: &Warren, name: &str) -> String {
-    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let response = client
-        .post(warren.url("/login"))
-        .form(&[("name", name), ("password", PASSWORD), ("next", "/queues")])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 303, "{name} logs in");
-    let set_cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
-    set_cookie.split(';').next().unwrap().to_string()
-}
-
-async fn get_as(warren: &Warren, cookie: &str, path: &str) -> (u16, String) {
-    let response = reqwest::Client::new().get(warren.url(path)).header("cookie", cookie).send().await.unwrap();
-    (response.status().as_u16(), response.text().await.unwrap().replace("<wbr>", ""))
+/// GETs `path` as `session`, with the pages' line-break hints (`<wbr>`) taken out, so that what
+/// is searched is the text as its reader sees it.
+async fn get_as(session: &Session<'_>, path: &str) -> (u16, String) {
+    let (status, text) = session.get_text(path).await;
+    (status, text.replace("<wbr>", ""))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,20 +220,11 @@ async fn a_viewer_reads_findings_and_numbers_and_nothing_the_payload_role_keeps(
     ))
     .await;
     // Once warren serves, its migrations ran: opening the database before raced them.
-    wait_for("warren to serve", Duration::from_secs(20), || async {
-        match reqwest::get(warren.url("/healthz")).await {
-            Ok(r) if r.status().is_success() => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    let db = warren::history::open(&warren.dir.path().join("warren.db")).await.unwrap();
-    auth::add_user(&warren::storage::sqlite::store(db.clone()), "vera", Role::Viewer, PASSWORD).await.unwrap();
-    db.close().await;
+    add_users(&warren, &[("vera", Role::Viewer)]).await;
     let vera = login(&warren, "vera").await;
     // The viewer reads the advice once the rules ran over the vhost.
     let evaluated = wait_for("the advisor to have evaluated the vhost", WAIT, || async {
-        let (status, body) = get_as(&warren, &vera, "/api/v1/brokers/local/advice").await;
+        let (status, body) = get_as(&vera, "/api/v1/brokers/local/advice").await;
         let advice: Value = serde_json::from_str(&body).unwrap_or_default();
         let clients = advice["inputs"]
             .as_array()
@@ -262,7 +240,7 @@ async fn a_viewer_reads_findings_and_numbers_and_nothing_the_payload_role_keeps(
     .await;
     let dlq_api = format!("/api/v1/queues/local/{}/work.dlq", encode(&vhost.name));
     wait_for("the four dead letters in custody", WAIT, || async {
-        let (_, body) = get_as(&warren, &vera, &dlq_api).await;
+        let (_, body) = get_as(&vera, &dlq_api).await;
         let queue: Value = serde_json::from_str(&body).unwrap_or_default();
         if queue["custody_held"] == 4 {
             Ok(())
@@ -273,31 +251,31 @@ async fn a_viewer_reads_findings_and_numbers_and_nothing_the_payload_role_keeps(
     .await;
     // The TTLs are headers the custody rule keeps for admins: the advisor does not read them, so
     // neither a finding nor a count of /metrics answers a question about them.
-    let (_, body) = get_as(&warren, &vera, "/api/v1/brokers/local/advice").await;
+    let (_, body) = get_as(&vera, "/api/v1/brokers/local/advice").await;
     let advice: Value = serde_json::from_str(&body).unwrap();
     assert!(finding(&advice, "retry-queue-mixed-ttls", "work.wait").is_none(), "{advice}");
-    let (_, metrics) = get_as(&warren, &vera, "/metrics").await;
+    let (_, metrics) = get_as(&vera, "/metrics").await;
     assert!(
         metrics.contains(
             "warren_advisor_findings{broker=\"local\",rule=\"retry-queue-mixed-ttls\",severity=\"warning\"} 0"
         ),
         "{metrics}"
     );
-    let (status, page) = get_as(&warren, &vera, "/brokers/local/advisor").await;
+    let (status, page) = get_as(&vera, "/brokers/local/advisor").await;
     assert_eq!(status, 200, "a viewer reads the advisor page");
     assert!(page.contains("class=\"counts\"") || page.contains("findings"), "{page}");
     let q = format!("/queues/local/{}/work", encode(&vhost.name));
-    let (status, queue_page) = get_as(&warren, &vera, &q).await;
+    let (status, queue_page) = get_as(&vera, &q).await;
     assert_eq!(status, 200);
     assert!(queue_page.contains("Numbers to watch") && queue_page.contains("<h2>Advisor</h2>"), "{queue_page}");
-    let (status, queue_json) = get_as(&warren, &vera, &format!("/api/v1{q}")).await;
+    let (status, queue_json) = get_as(&vera, &format!("/api/v1{q}")).await;
     assert_eq!(status, 200);
     let queue_json: Value = serde_json::from_str(&queue_json).unwrap();
     assert!(queue_json["numbers"]["wait_secs"]["derived"].is_string(), "{queue_json}");
     // Nothing of the payloads or headers the custody rule keeps for admins, on any of them.
     let dlq = format!("/queues/local/{}/work.dlq", encode(&vhost.name));
-    let (_, dlq_page) = get_as(&warren, &vera, &dlq).await;
-    let (_, dlq_json) = get_as(&warren, &vera, &format!("/api/v1{dlq}")).await;
+    let (_, dlq_page) = get_as(&vera, &dlq).await;
+    let (_, dlq_json) = get_as(&vera, &format!("/api/v1{dlq}")).await;
     for text in [&evaluated.to_string(), &advice.to_string(), &page, &queue_page, &dlq_page, &dlq_json] {
         for secret in ["4111-", "pw=hunter"] {
             assert!(!text.contains(secret), "a viewer reads {secret}: {text}");
